@@ -1,0 +1,70 @@
+// Job specifications: parsing from JSON, validation, defaults, and per-
+// parameter hyper-parameter resolution. The one place where a JobSpec's rules
+// live; the CLI, the coordinator and the workers all call it.
+#ifndef PSHARD_COMMON_JOB_SPEC_H_
+#define PSHARD_COMMON_JOB_SPEC_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "pshard/v1/job_spec.pb.h"
+
+namespace pshard {
+
+// Limits enforced by ValidateJobSpec.
+inline constexpr int kMaxWorldSize = 4096;
+inline constexpr double kMaxBucketCapMb = 4096;
+inline constexpr int kMaxJobNameLength = 128;
+inline constexpr int kMaxLayerWidth = 65536;
+inline constexpr int kMaxHiddenLayers = 64;
+inline constexpr int64_t kMaxSyntheticParameters = int64_t{1} << 34;
+inline constexpr int64_t kMaxSteps = 1000000000;
+inline constexpr int kMaxParamGroups = 64;
+inline constexpr int kMaxPatternLength = 256;
+inline constexpr int kMaxPathLength = 4096;
+
+// Parses the JSON form of a JobSpec (protobuf's JSON mapping; enum names are
+// case-insensitive, so "gloo" and "GLOO" both work) and validates it.
+// InvalidArgument names the offending field: unknown fields, wrong types and
+// out-of-range values are all rejected.
+absl::StatusOr<v1::JobSpec> ParseJobSpecJson(absl::string_view json);
+
+// Checks every field of `spec` against the rules documented in
+// job_spec.proto. InvalidArgument names the first offending field by its
+// path, e.g. "optimizer.hyper_parameters.lr: must be > 0, got -1".
+absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// Returns `spec` with every unset field given its documented default (backend
+// AUTO, policy BALANCED, comm mode REDUCE_BROADCAST, bucket_cap_mb 25, ...).
+// Call on a valid spec.
+v1::JobSpec ApplyJobSpecDefaults(v1::JobSpec spec);
+
+// Hyper-parameters of one parameter, all fields resolved (group override, then
+// the optimizer's own, then PyTorch's default for the kind).
+struct HyperParameters {
+  double lr = 0;
+  double momentum = 0;
+  double dampening = 0;
+  bool nesterov = false;
+  double weight_decay = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+
+  friend bool operator==(const HyperParameters& a, const HyperParameters& b);
+};
+
+// The parameter group index that applies to `parameter_name`: the first of
+// optimizer.param_groups with a matching glob, or -1 for the default group.
+int ParamGroupIndex(const v1::OptimizerSpec& optimizer,
+                    absl::string_view parameter_name);
+
+// Resolved hyper-parameters for `parameter_name` under a valid `optimizer`.
+HyperParameters ResolveHyperParameters(const v1::OptimizerSpec& optimizer,
+                                       absl::string_view parameter_name);
+
+}  // namespace pshard
+
+#endif  // PSHARD_COMMON_JOB_SPEC_H_
