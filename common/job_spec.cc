@@ -1,0 +1,344 @@
+#include "common/job_spec.h"
+
+#include <fnmatch.h>
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace pshard {
+namespace {
+
+using v1::JobSpec;
+using v1::OptimizerHyperParameters;
+using v1::OptimizerSpec;
+
+absl::Status FieldError(absl::string_view field, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
+}
+
+// Checks that `value` is finite and within [lo, hi] (or (lo, hi] when
+// `lo_open`), naming `field` when it is not.
+absl::Status CheckRange(absl::string_view field, double value, double lo,
+                        double hi, bool lo_open, bool hi_open = false) {
+  const bool ok = std::isfinite(value) && (lo_open ? value > lo : value >= lo) &&
+                  (hi_open ? value < hi : value <= hi);
+  if (ok) return absl::OkStatus();
+  return FieldError(field, absl::StrFormat("must be in %c%g, %g%c, got %g",
+                                           lo_open ? '(' : '[', lo, hi,
+                                           hi_open ? ')' : ']', value));
+}
+
+template <typename Int>
+absl::Status CheckIntRange(absl::string_view field, Int value, Int lo, Int hi) {
+  if (value >= lo && value <= hi) return absl::OkStatus();
+  return FieldError(field, absl::StrCat("must be in [", lo, ", ", hi, "], got ",
+                                        value));
+}
+
+absl::Status ValidateHyperParameters(absl::string_view path,
+                                     OptimizerSpec::Kind kind,
+                                     const OptimizerHyperParameters& hp) {
+  const bool is_sgd = kind == OptimizerSpec::SGD;
+  if (hp.has_lr()) {
+    RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".lr"), hp.lr(), 0, 1e6,
+                               /*lo_open=*/true));
+  }
+  if (hp.has_weight_decay()) {
+    RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".weight_decay"),
+                               hp.weight_decay(), 0, 1e6, false));
+  }
+  if (is_sgd) {
+    if (hp.betas_size() > 0 || hp.has_eps()) {
+      return FieldError(absl::StrCat(path, hp.has_eps() ? ".eps" : ".betas"),
+                        "only applies to ADAM and ADAMW, not SGD");
+    }
+    if (hp.has_momentum()) {
+      RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".momentum"), hp.momentum(),
+                                 0, 1, false, /*hi_open=*/true));
+    }
+    if (hp.has_dampening()) {
+      RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".dampening"),
+                                 hp.dampening(), 0, 1, false));
+    }
+    return absl::OkStatus();
+  }
+  if (hp.has_momentum() || hp.has_dampening() || hp.has_nesterov()) {
+    const char* name = hp.has_momentum()    ? ".momentum"
+                       : hp.has_dampening() ? ".dampening"
+                                            : ".nesterov";
+    return FieldError(absl::StrCat(path, name), "only applies to SGD");
+  }
+  if (hp.betas_size() != 0 && hp.betas_size() != 2) {
+    return FieldError(absl::StrCat(path, ".betas"),
+                      absl::StrCat("must have exactly 2 values, got ",
+                                   hp.betas_size()));
+  }
+  for (int i = 0; i < hp.betas_size(); ++i) {
+    RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".betas[", i, "]"),
+                               hp.betas(i), 0, 1, false, /*hi_open=*/true));
+  }
+  if (hp.has_eps()) {
+    RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".eps"), hp.eps(), 0, 1,
+                               /*lo_open=*/true));
+  }
+  return absl::OkStatus();
+}
+
+// Hyper-parameters after fallbacks: `group` (may be null), then `base`, then
+// PyTorch's defaults for `kind`.
+HyperParameters MergeHyperParameters(OptimizerSpec::Kind kind,
+                                     const OptimizerHyperParameters& base,
+                                     const OptimizerHyperParameters* group) {
+  HyperParameters hp;
+  if (kind == OptimizerSpec::ADAM) hp.lr = 1e-3;
+  if (kind == OptimizerSpec::ADAMW) {
+    hp.lr = 1e-3;
+    hp.weight_decay = 1e-2;
+  }
+  auto apply = [&hp](const OptimizerHyperParameters& h) {
+    if (h.has_lr()) hp.lr = h.lr();
+    if (h.has_momentum()) hp.momentum = h.momentum();
+    if (h.has_dampening()) hp.dampening = h.dampening();
+    if (h.has_nesterov()) hp.nesterov = h.nesterov();
+    if (h.has_weight_decay()) hp.weight_decay = h.weight_decay();
+    if (h.betas_size() == 2) {
+      hp.beta1 = h.betas(0);
+      hp.beta2 = h.betas(1);
+    }
+    if (h.has_eps()) hp.eps = h.eps();
+  };
+  apply(base);
+  if (group != nullptr) apply(*group);
+  return hp;
+}
+
+absl::Status ValidateOptimizer(const OptimizerSpec& optimizer) {
+  if (!OptimizerSpec::Kind_IsValid(optimizer.kind()) ||
+      optimizer.kind() == OptimizerSpec::KIND_UNSPECIFIED) {
+    return FieldError("optimizer.kind", "required: one of SGD, ADAM, ADAMW");
+  }
+  RETURN_IF_ERROR(ValidateHyperParameters("optimizer.hyper_parameters",
+                                          optimizer.kind(),
+                                          optimizer.hyper_parameters()));
+  if (optimizer.param_groups_size() > kMaxParamGroups) {
+    return FieldError("optimizer.param_groups",
+                      absl::StrCat("at most ", kMaxParamGroups, " groups, got ",
+                                   optimizer.param_groups_size()));
+  }
+  for (int g = 0; g < optimizer.param_groups_size(); ++g) {
+    const v1::ParamGroup& group = optimizer.param_groups(g);
+    const std::string path = absl::StrCat("optimizer.param_groups[", g, "]");
+    if (group.params_size() == 0) {
+      return FieldError(absl::StrCat(path, ".params"),
+                        "needs at least one parameter-name pattern");
+    }
+    for (int p = 0; p < group.params_size(); ++p) {
+      const std::string& pattern = group.params(p);
+      if (pattern.empty() || pattern.size() > kMaxPatternLength) {
+        return FieldError(absl::StrCat(path, ".params[", p, "]"),
+                          absl::StrCat("must be 1..", kMaxPatternLength,
+                                       " characters, got ", pattern.size()));
+      }
+    }
+    RETURN_IF_ERROR(ValidateHyperParameters(
+        absl::StrCat(path, ".hyper_parameters"), optimizer.kind(),
+        group.hyper_parameters()));
+  }
+  // Checks that need the resolved values of every group: SGD needs an lr,
+  // and Nesterov needs momentum > 0 and no dampening (as torch.optim.SGD).
+  const OptimizerHyperParameters& base = optimizer.hyper_parameters();
+  for (int g = -1; g < optimizer.param_groups_size(); ++g) {
+    const OptimizerHyperParameters* group =
+        g < 0 ? nullptr : &optimizer.param_groups(g).hyper_parameters();
+    const std::string path =
+        g < 0 ? "optimizer.hyper_parameters"
+              : absl::StrCat("optimizer.param_groups[", g, "].hyper_parameters");
+    if (optimizer.kind() != OptimizerSpec::SGD) continue;
+    const bool has_lr = base.has_lr() || (group != nullptr && group->has_lr());
+    if (!has_lr) return FieldError(absl::StrCat(path, ".lr"), "required for SGD");
+    const HyperParameters hp =
+        MergeHyperParameters(optimizer.kind(), base, group);
+    if (hp.nesterov && (hp.momentum <= 0 || hp.dampening != 0)) {
+      return FieldError(absl::StrCat(path, ".nesterov"),
+                        "requires momentum > 0 and dampening 0");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateWorkload(const JobSpec& spec) {
+  switch (spec.workload_case()) {
+    case JobSpec::kMlp: {
+      const v1::MlpWorkload& mlp = spec.mlp();
+      RETURN_IF_ERROR(CheckIntRange("mlp.input_dim", mlp.input_dim(), 1, kMaxLayerWidth));
+      RETURN_IF_ERROR(CheckIntRange("mlp.output_dim", mlp.output_dim(), 1, kMaxLayerWidth));
+      RETURN_IF_ERROR(CheckIntRange("mlp.batch_size", mlp.batch_size(), 1, kMaxLayerWidth));
+      if (mlp.hidden_dims_size() > kMaxHiddenLayers) {
+        return FieldError("mlp.hidden_dims",
+                          absl::StrCat("at most ", kMaxHiddenLayers,
+                                       " layers, got ", mlp.hidden_dims_size()));
+      }
+      for (int i = 0; i < mlp.hidden_dims_size(); ++i) {
+        RETURN_IF_ERROR(CheckIntRange(absl::StrCat("mlp.hidden_dims[", i, "]"),
+                                      mlp.hidden_dims(i), 1, kMaxLayerWidth));
+      }
+      // Bound the model so a spec cannot ask a worker for absurd memory.
+      int64_t params = 0;
+      int prev = mlp.input_dim();
+      for (int width : mlp.hidden_dims()) {
+        params += int64_t{prev} * width + width;
+        prev = width;
+      }
+      params += int64_t{prev} * mlp.output_dim() + mlp.output_dim();
+      if (params > kMaxSyntheticParameters) {
+        return FieldError("mlp", absl::StrCat("model has ", params,
+                                              " parameters; at most ",
+                                              kMaxSyntheticParameters));
+      }
+      return absl::OkStatus();
+    }
+    case JobSpec::kSynthetic: {
+      const v1::SyntheticWorkload& s = spec.synthetic();
+      RETURN_IF_ERROR(CheckIntRange<int64_t>("synthetic.num_parameters",
+                                             s.num_parameters(), 1,
+                                             kMaxSyntheticParameters));
+      if (s.tensor_numel() != 0) {
+        RETURN_IF_ERROR(CheckIntRange<int64_t>("synthetic.tensor_numel",
+                                               s.tensor_numel(), 1,
+                                               kMaxSyntheticParameters));
+      }
+      return absl::OkStatus();
+    }
+    case JobSpec::kReplay: {
+      const v1::ReplayWorkload& r = spec.replay();
+      if (r.params_path().empty()) return FieldError("replay.params_path", "required");
+      if (r.gradients_dir().empty()) return FieldError("replay.gradients_dir", "required");
+      if (r.params_path().size() > kMaxPathLength) {
+        return FieldError("replay.params_path", "too long");
+      }
+      if (r.gradients_dir().size() > kMaxPathLength) {
+        return FieldError("replay.gradients_dir", "too long");
+      }
+      return absl::OkStatus();
+    }
+    case JobSpec::WORKLOAD_NOT_SET:
+      break;
+  }
+  return FieldError("workload", "required: one of mlp, synthetic, replay");
+}
+
+template <typename Enum>
+absl::Status CheckEnum(absl::string_view field, bool valid, Enum value) {
+  if (valid) return absl::OkStatus();
+  return FieldError(field, absl::StrCat("unknown value ", static_cast<int>(value)));
+}
+
+}  // namespace
+
+bool operator==(const HyperParameters& a, const HyperParameters& b) {
+  return a.lr == b.lr && a.momentum == b.momentum &&
+         a.dampening == b.dampening && a.nesterov == b.nesterov &&
+         a.weight_decay == b.weight_decay && a.beta1 == b.beta1 &&
+         a.beta2 == b.beta2 && a.eps == b.eps;
+}
+
+absl::Status ValidateJobSpec(const JobSpec& spec) {
+  if (spec.name().empty()) return FieldError("name", "required");
+  if (spec.name().size() > kMaxJobNameLength) {
+    return FieldError("name", absl::StrCat("at most ", kMaxJobNameLength,
+                                           " characters, got ", spec.name().size()));
+  }
+  RETURN_IF_ERROR(CheckIntRange("world_size", spec.world_size(), 1, kMaxWorldSize));
+  RETURN_IF_ERROR(CheckEnum("backend", JobSpec::Backend_IsValid(spec.backend()),
+                            spec.backend()));
+  RETURN_IF_ERROR(CheckEnum("assignment_policy",
+                            JobSpec::AssignmentPolicy_IsValid(spec.assignment_policy()),
+                            spec.assignment_policy()));
+  RETURN_IF_ERROR(CheckEnum("comm_mode", JobSpec::CommMode_IsValid(spec.comm_mode()),
+                            spec.comm_mode()));
+  RETURN_IF_ERROR(ValidateWorkload(spec));
+  // 0 means "default"; anything set must be a sane size.
+  if (spec.bucket_cap_mb() != 0 || std::signbit(spec.bucket_cap_mb()) ||
+      std::isnan(spec.bucket_cap_mb())) {
+    RETURN_IF_ERROR(CheckRange("bucket_cap_mb", spec.bucket_cap_mb(), 0,
+                               kMaxBucketCapMb, /*lo_open=*/true));
+  }
+  if (!spec.has_optimizer()) {
+    return FieldError("optimizer", "required");
+  }
+  RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
+  RETURN_IF_ERROR(CheckIntRange<int64_t>("steps", spec.steps(), 1, kMaxSteps));
+  if (spec.output_dir().size() > kMaxPathLength) {
+    return FieldError("output_dir", absl::StrCat("at most ", kMaxPathLength,
+                                                 " characters"));
+  }
+  if (spec.progress_every() != 0) {
+    RETURN_IF_ERROR(CheckIntRange<int64_t>("progress_every", spec.progress_every(),
+                                           1, kMaxSteps));
+  }
+  if (spec.collective_timeout_seconds() != 0 ||
+      std::signbit(spec.collective_timeout_seconds()) ||
+      std::isnan(spec.collective_timeout_seconds())) {
+    RETURN_IF_ERROR(CheckRange("collective_timeout_seconds",
+                               spec.collective_timeout_seconds(), 0, 86400,
+                               /*lo_open=*/true));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json) {
+  JobSpec spec;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  options.case_insensitive_enum_parsing = true;
+  const auto status = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(json.data(), json.size()), &spec, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec is not valid JSON for JobSpec: ", status.message().ToString()));
+  }
+  RETURN_IF_ERROR(ValidateJobSpec(spec));
+  return spec;
+}
+
+JobSpec ApplyJobSpecDefaults(JobSpec spec) {
+  if (spec.backend() == JobSpec::BACKEND_UNSPECIFIED) spec.set_backend(JobSpec::AUTO);
+  if (spec.assignment_policy() == JobSpec::ASSIGNMENT_POLICY_UNSPECIFIED) {
+    spec.set_assignment_policy(JobSpec::BALANCED);
+  }
+  if (spec.comm_mode() == JobSpec::COMM_MODE_UNSPECIFIED) {
+    spec.set_comm_mode(JobSpec::REDUCE_BROADCAST);
+  }
+  if (spec.bucket_cap_mb() == 0) spec.set_bucket_cap_mb(25);
+  if (spec.progress_every() == 0) spec.set_progress_every(1);
+  if (spec.collective_timeout_seconds() == 0) spec.set_collective_timeout_seconds(60);
+  if (spec.has_synthetic() && spec.synthetic().tensor_numel() == 0) {
+    spec.mutable_synthetic()->set_tensor_numel(int64_t{1} << 20);
+  }
+  return spec;
+}
+
+int ParamGroupIndex(const OptimizerSpec& optimizer, absl::string_view parameter_name) {
+  const std::string name(parameter_name);
+  for (int g = 0; g < optimizer.param_groups_size(); ++g) {
+    for (const std::string& pattern : optimizer.param_groups(g).params()) {
+      if (fnmatch(pattern.c_str(), name.c_str(), 0) == 0) return g;
+    }
+  }
+  return -1;
+}
+
+HyperParameters ResolveHyperParameters(const OptimizerSpec& optimizer,
+                                       absl::string_view parameter_name) {
+  const int group = ParamGroupIndex(optimizer, parameter_name);
+  return MergeHyperParameters(
+      optimizer.kind(), optimizer.hyper_parameters(),
+      group < 0 ? nullptr : &optimizer.param_groups(group).hyper_parameters());
+}
+
+}  // namespace pshard

@@ -1,0 +1,217 @@
+#include "common/job_spec.h"
+
+#include <string>
+
+#include "absl/strings/str_replace.h"
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace pshard {
+namespace {
+
+using ::testing::HasSubstr;
+using v1::JobSpec;
+using v1::OptimizerSpec;
+
+constexpr char kGoodSpec[] = R"json({
+  "name": "mlp-demo",
+  "world_size": 2,
+  "backend": "gloo",
+  "mlp": {"input_dim": 32, "hidden_dims": [64, 64], "output_dim": 8, "batch_size": 16},
+  "bucket_cap_mb": 1,
+  "assignment_policy": "balanced",
+  "comm_mode": "REDUCE_BROADCAST",
+  "optimizer": {
+    "kind": "adam",
+    "hyper_parameters": {"lr": 0.001, "betas": [0.9, 0.99]},
+    "param_groups": [
+      {"params": ["*.bias"], "hyper_parameters": {"weight_decay": 0}},
+      {"params": ["layers.0.*"], "hyper_parameters": {"lr": 0.01, "eps": 1e-6}}
+    ]
+  },
+  "steps": 100,
+  "seed": 7,
+  "output_dir": "/tmp/out"
+})json";
+
+JobSpec ParseGood() {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(kGoodSpec);
+  EXPECT_OK(spec);
+  return spec.ok() ? *spec : JobSpec();
+}
+
+TEST(ParseJobSpecJsonTest, ParsesEveryFieldOfAGoodSpec) {
+  ASSERT_OK_AND_ASSIGN(JobSpec spec, ParseJobSpecJson(kGoodSpec));
+  EXPECT_EQ(spec.name(), "mlp-demo");
+  EXPECT_EQ(spec.world_size(), 2);
+  EXPECT_EQ(spec.backend(), JobSpec::GLOO);
+  ASSERT_TRUE(spec.has_mlp());
+  EXPECT_EQ(spec.mlp().hidden_dims_size(), 2);
+  EXPECT_EQ(spec.assignment_policy(), JobSpec::BALANCED);
+  EXPECT_EQ(spec.comm_mode(), JobSpec::REDUCE_BROADCAST);
+  EXPECT_EQ(spec.optimizer().kind(), OptimizerSpec::ADAM);
+  EXPECT_EQ(spec.optimizer().param_groups_size(), 2);
+  EXPECT_EQ(spec.steps(), 100);
+  EXPECT_EQ(spec.seed(), 7u);
+}
+
+TEST(ParseJobSpecJsonTest, AcceptsCamelCaseFieldNames) {
+  EXPECT_OK(ParseJobSpecJson(absl::StrReplaceAll(
+      kGoodSpec, {{"\"world_size\"", "\"worldSize\""},
+                  {"\"bucket_cap_mb\"", "\"bucketCapMb\""}})));
+}
+
+struct BadCase {
+  std::string name;
+  std::string json;
+  std::string expected;  // substring of the error message
+};
+
+class BadSpecTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadSpecTest, IsInvalidArgumentNamingTheField) {
+  EXPECT_THAT(ParseJobSpecJson(GetParam().json),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(GetParam().expected)));
+}
+
+std::string Replace(absl::string_view from, absl::string_view to) {
+  std::string json = absl::StrReplaceAll(kGoodSpec, {{from, to}});
+  EXPECT_NE(json, kGoodSpec) << "test replacement did not apply: " << from;
+  return json;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BadSpecTest,
+    ::testing::Values(
+        BadCase{"NotJson", "{name: ", "not valid JSON"},
+        BadCase{"UnknownField", Replace("\"seed\": 7", "\"sede\": 7"), "sede"},
+        BadCase{"WrongType", Replace("\"world_size\": 2", "\"world_size\": \"two\""),
+                "world_size"},
+        BadCase{"UnknownEnum", Replace("\"gloo\"", "\"mpi\""), "mpi"},
+        BadCase{"EmptyName", Replace("\"mlp-demo\"", "\"\""), "name: required"},
+        BadCase{"LongName", Replace("\"mlp-demo\"", "\"" + std::string(200, 'x') + "\""),
+                "name: at most 128"},
+        BadCase{"WorldSizeZero", Replace("\"world_size\": 2", "\"world_size\": 0"),
+                "world_size: must be in [1, 4096], got 0"},
+        BadCase{"WorldSizeHuge", Replace("\"world_size\": 2", "\"world_size\": 5000"),
+                "world_size: must be in [1, 4096], got 5000"},
+        BadCase{"BucketCapNegative", Replace("\"bucket_cap_mb\": 1", "\"bucket_cap_mb\": -1"),
+                "bucket_cap_mb"},
+        BadCase{"BucketCapHuge", Replace("\"bucket_cap_mb\": 1", "\"bucket_cap_mb\": 1e9"),
+                "bucket_cap_mb"},
+        BadCase{"BucketCapNaN", Replace("\"bucket_cap_mb\": 1", "\"bucket_cap_mb\": \"NaN\""),
+                "bucket_cap_mb"},
+        BadCase{"LrNegative", Replace("\"lr\": 0.001", "\"lr\": -1"),
+                "optimizer.hyper_parameters.lr: must be in (0"},
+        BadCase{"LrNaN", Replace("\"lr\": 0.001", "\"lr\": \"NaN\""),
+                "optimizer.hyper_parameters.lr"},
+        BadCase{"LrInfinite", Replace("\"lr\": 0.001", "\"lr\": \"Infinity\""),
+                "optimizer.hyper_parameters.lr"},
+        BadCase{"BetaOne", Replace("[0.9, 0.99]", "[0.9, 1.0]"),
+                "optimizer.hyper_parameters.betas[1]"},
+        BadCase{"OneBeta", Replace("[0.9, 0.99]", "[0.9]"),
+                "optimizer.hyper_parameters.betas: must have exactly 2"},
+        BadCase{"EpsZero", Replace("\"eps\": 1e-6", "\"eps\": 0"),
+                "optimizer.param_groups[1].hyper_parameters.eps"},
+        BadCase{"MomentumOnAdam", Replace("\"weight_decay\": 0", "\"momentum\": 0.9"),
+                "optimizer.param_groups[0].hyper_parameters.momentum: only applies to SGD"},
+        BadCase{"EmptyGroup", Replace("[\"*.bias\"]", "[]"),
+                "optimizer.param_groups[0].params: needs at least one"},
+        BadCase{"NoOptimizerKind", Replace("\"kind\": \"adam\",", ""), "optimizer.kind"},
+        BadCase{"NoWorkload",
+                Replace("\"mlp\": {\"input_dim\": 32, \"hidden_dims\": [64, 64], "
+                        "\"output_dim\": 8, \"batch_size\": 16},",
+                        ""),
+                "workload: required"},
+        BadCase{"MlpZeroWidth", Replace("[64, 64]", "[64, 0]"), "mlp.hidden_dims[1]"},
+        BadCase{"StepsZero", Replace("\"steps\": 100", "\"steps\": 0"), "steps"}),
+    [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
+
+TEST(ValidateJobSpecTest, SgdNeedsLearningRateAndSaneNesterov) {
+  JobSpec spec = ParseGood();
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  spec.mutable_optimizer()->clear_param_groups();
+  spec.mutable_optimizer()->clear_hyper_parameters();
+  EXPECT_THAT(ValidateJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("optimizer.hyper_parameters.lr: required for SGD")));
+  spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(0.1);
+  EXPECT_OK(ValidateJobSpec(spec));
+  spec.mutable_optimizer()->mutable_hyper_parameters()->set_nesterov(true);
+  EXPECT_THAT(ValidateJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("nesterov: requires momentum > 0 and dampening 0")));
+  spec.mutable_optimizer()->mutable_hyper_parameters()->set_momentum(0.9);
+  EXPECT_OK(ValidateJobSpec(spec));
+  spec.mutable_optimizer()->mutable_hyper_parameters()->add_betas(0.9);
+  EXPECT_THAT(ValidateJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("betas: only applies to ADAM and ADAMW")));
+}
+
+TEST(ValidateJobSpecTest, UnknownEnumNumbersAreRejected) {
+  JobSpec spec = ParseGood();
+  spec.set_comm_mode(static_cast<JobSpec::CommMode>(42));
+  EXPECT_THAT(ValidateJobSpec(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              HasSubstr("comm_mode: unknown value 42")));
+}
+
+TEST(ValidateJobSpecTest, ReplayAndSyntheticNeedTheirFields) {
+  JobSpec spec = ParseGood();
+  spec.mutable_replay()->set_params_path("/data/params.safetensors");
+  EXPECT_THAT(ValidateJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("replay.gradients_dir: required")));
+  spec.mutable_synthetic()->set_num_parameters(0);
+  EXPECT_THAT(ValidateJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("synthetic.num_parameters")));
+  spec.mutable_synthetic()->set_num_parameters(1000);
+  EXPECT_OK(ValidateJobSpec(spec));
+}
+
+TEST(ApplyJobSpecDefaultsTest, FillsDocumentedDefaultsOnly) {
+  JobSpec spec = ParseGood();
+  spec.clear_backend();
+  spec.clear_assignment_policy();
+  spec.clear_comm_mode();
+  spec.clear_bucket_cap_mb();
+  const JobSpec with_defaults = ApplyJobSpecDefaults(spec);
+  EXPECT_EQ(with_defaults.backend(), JobSpec::AUTO);
+  EXPECT_EQ(with_defaults.assignment_policy(), JobSpec::BALANCED);
+  EXPECT_EQ(with_defaults.comm_mode(), JobSpec::REDUCE_BROADCAST);
+  EXPECT_EQ(with_defaults.bucket_cap_mb(), 25);
+  EXPECT_EQ(with_defaults.progress_every(), 1);
+  EXPECT_EQ(with_defaults.collective_timeout_seconds(), 60);
+  EXPECT_EQ(with_defaults.steps(), spec.steps());
+  EXPECT_OK(ValidateJobSpec(with_defaults));
+}
+
+TEST(ResolveHyperParametersTest, FirstMatchingGroupThenOptimizerThenPyTorchDefaults) {
+  const JobSpec spec = ParseGood();
+  const OptimizerSpec& opt = spec.optimizer();
+  EXPECT_EQ(ParamGroupIndex(opt, "layers.0.bias"), 0);  // first match wins
+  EXPECT_EQ(ParamGroupIndex(opt, "layers.0.weight"), 1);
+  EXPECT_EQ(ParamGroupIndex(opt, "layers.2.weight"), -1);
+
+  const HyperParameters first_layer = ResolveHyperParameters(opt, "layers.0.weight");
+  EXPECT_DOUBLE_EQ(first_layer.lr, 0.01);
+  EXPECT_DOUBLE_EQ(first_layer.eps, 1e-6);
+  EXPECT_DOUBLE_EQ(first_layer.beta2, 0.99);  // from the optimizer's own
+
+  const HyperParameters other = ResolveHyperParameters(opt, "layers.2.weight");
+  EXPECT_DOUBLE_EQ(other.lr, 0.001);
+  EXPECT_DOUBLE_EQ(other.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(other.eps, 1e-8);  // PyTorch's default
+  EXPECT_DOUBLE_EQ(other.weight_decay, 0);
+
+  OptimizerSpec adamw;
+  adamw.set_kind(OptimizerSpec::ADAMW);
+  const HyperParameters adamw_defaults = ResolveHyperParameters(adamw, "w");
+  EXPECT_DOUBLE_EQ(adamw_defaults.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(adamw_defaults.weight_decay, 1e-2);
+}
+
+}  // namespace
+}  // namespace pshard
