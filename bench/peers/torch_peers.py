@@ -1,0 +1,222 @@
+#!/usr/bin/python3
+"""PyTorch peers that pshard's benchmarks are measured against, side by side.
+
+Each mode runs N ranks as processes on loopback with torch.distributed over
+Gloo (Debian's python3-torch, CPU) and prints one JSON line per run:
+
+  seed      The seed change's per-bucket algorithm (hook_with_zero_step) written
+            with torch.distributed, since PyTorch's own hook refuses Gloo: for
+            every bucket all-reduce the gradient, the owner (bucket i -> rank
+            i % N) runs Adam on it, the owner broadcasts the bucket; wait for all.
+  ddp       Plain DistributedDataParallel with an unsharded Adam on every rank.
+  ddp_zero  DDP + ZeroRedundancyOptimizer(Adam) on the MLP (end-to-end peer).
+  ddp_mlp   DDP + unsharded Adam on the MLP.
+
+The synthetic modes use flat fp32 parameters split into buckets of
+--bucket_mb; gradients are fixed pseudo-random tensors (generated once, so
+their cost is not timed), matching pshard's `synthetic` workload size.
+
+  /usr/bin/python3 bench/peers/torch_peers.py seed --world 2 --params 16M --bucket_mb 25
+"""
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def parse_count(text):
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    if text[-1].upper() in scale:
+        return int(float(text[:-1]) * scale[text[-1].upper()])
+    return int(text)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_buckets(num_params, bucket_mb):
+    per_bucket = max(1, int(bucket_mb * (1 << 20)) // 4)
+    sizes = []
+    left = num_params
+    while left > 0:
+        sizes.append(min(per_bucket, left))
+        left -= sizes[-1]
+    return sizes
+
+
+def run_seed(rank, world, args):
+    torch.manual_seed(args.seed)
+    sizes = make_buckets(args.params, args.bucket_mb)
+    params = [torch.randn(n) for n in sizes]
+    gen = torch.Generator().manual_seed(args.seed + 1 + rank)
+    grads = [torch.randn(n, generator=gen) for n in sizes]
+    owners = [i % world for i in range(len(sizes))]
+    # The owner holds Adam state only for its buckets (ZeRO-1).
+    owned = [torch.nn.Parameter(params[i]) for i in range(len(sizes)) if owners[i] == rank]
+    optim = torch.optim.Adam(owned, lr=args.lr) if owned else None
+    owned_index = {i: k for k, i in enumerate(i for i in range(len(sizes)) if owners[i] == rank)}
+    times = []
+    for step in range(args.warmup + args.steps):
+        bucket_grads = [g.clone() for g in grads]  # backward writes fresh gradients
+        dist.barrier()
+        start = time.perf_counter()
+        handles = [dist.all_reduce(g, async_op=True) for g in bucket_grads]
+        broadcasts = []
+        for i, handle in enumerate(handles):
+            handle.wait()
+            if owners[i] == rank:
+                p = owned[owned_index[i]]
+                p.grad = bucket_grads[i].div_(world)
+                optim.step()  # only p has a fresh gradient; others' grads are None
+                p.grad = None
+                params[i] = p.data
+            broadcasts.append(dist.broadcast(params[i], src=owners[i], async_op=True))
+        for b in broadcasts:
+            b.wait()
+        if step >= args.warmup:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+class FlatModel(torch.nn.Module):
+    """Parameters shaped like the synthetic workload; backward yields fixed grads."""
+
+    def __init__(self, sizes, seed):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.tensors = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(n)) for n in sizes])
+
+    def forward(self, coefficients):
+        return sum((p * c).sum() for p, c in zip(self.tensors, coefficients))
+
+
+def run_ddp(rank, world, args):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    sizes = make_buckets(args.params, args.tensor_mb)
+    model = DDP(FlatModel(sizes, args.seed), bucket_cap_mb=args.bucket_mb)
+    gen = torch.Generator().manual_seed(args.seed + 1 + rank)
+    coefficients = [torch.randn(n, generator=gen) for n in sizes]
+    optim = torch.optim.Adam(model.parameters(), lr=args.lr)
+    times = []
+    for step in range(args.warmup + args.steps):
+        dist.barrier()
+        start = time.perf_counter()
+        optim.zero_grad(set_to_none=True)
+        model(coefficients).backward()
+        optim.step()
+        if step >= args.warmup:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def mlp(dims):
+    layers = []
+    for i in range(len(dims) - 1):
+        layers.append(torch.nn.Linear(dims[i], dims[i + 1]))
+        if i < len(dims) - 2:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def run_mlp(rank, world, args, sharded):
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dims = [int(d) for d in args.mlp_dims.split(",")]
+    torch.manual_seed(args.seed)
+    teacher = mlp(dims)
+    model = DDP(mlp(dims), bucket_cap_mb=args.bucket_mb)
+    if sharded:
+        optim = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=args.lr)
+    else:
+        optim = torch.optim.Adam(model.parameters(), lr=args.lr)
+    gen = torch.Generator().manual_seed(args.seed + 1 + rank)
+    loss_fn = torch.nn.MSELoss()
+    times = []
+    for step in range(args.warmup + args.steps):
+        x = torch.randn(args.batch, dims[0], generator=gen)
+        with torch.no_grad():
+            y = teacher(x)
+        dist.barrier()
+        start = time.perf_counter()
+        optim.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        optim.step()
+        if step >= args.warmup:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def worker(rank, world, port, args, queue):
+    torch.set_num_threads(args.threads)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    runners = {
+        "seed": run_seed,
+        "ddp": run_ddp,
+        "ddp_zero": lambda r, w, a: run_mlp(r, w, a, sharded=True),
+        "ddp_mlp": lambda r, w, a: run_mlp(r, w, a, sharded=False),
+    }
+    times = runners[args.mode](rank, world, args)
+    dist.barrier()
+    dist.destroy_process_group()
+    queue.put((rank, times))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=["seed", "ddp", "ddp_zero", "ddp_mlp"])
+    parser.add_argument("--world", type=int, default=2)
+    parser.add_argument("--params", type=parse_count, default=parse_count("16M"))
+    parser.add_argument("--bucket_mb", type=float, default=25)
+    parser.add_argument("--tensor_mb", type=float, default=4, help="ddp: size of each parameter tensor")
+    parser.add_argument("--mlp_dims", default="512,1024,1024,256")
+    parser.add_argument("--batch", type=int, default=64, help="mlp: samples per rank per step")
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    port = free_port()
+    procs = [ctx.Process(target=worker, args=(r, args.world, port, args, queue)) for r in range(args.world)]
+    for p in procs:
+        p.start()
+    results = dict(queue.get() for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    # A step ends when the slowest rank has finished it.
+    per_step = [max(results[r][i] for r in results) for i in range(args.steps)]
+    per_step.sort()
+    median = per_step[len(per_step) // 2]
+    out = {
+        "peer": "torch-" + args.mode,
+        "world": args.world,
+        "params": args.params,
+        "bucket_mb": args.bucket_mb,
+        "step_time_ms_median": round(median * 1e3, 3),
+        "step_time_ms_min": round(per_step[0] * 1e3, 3),
+        "steps": args.steps,
+    }
+    if args.mode in ("ddp_zero", "ddp_mlp"):
+        out["mlp_dims"] = args.mlp_dims
+        out["batch"] = args.batch
+        out["samples_per_second"] = round(args.batch * args.world / median, 1)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
