@@ -1,0 +1,271 @@
+// The CPU ShardOptimizer: per-bucket state in host memory, stepped with the
+// fused kernels of cpu_kernels.h.
+#include "worker/optim/shard_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/job_spec.h"
+#include "worker/optim/cpu_kernels.h"
+
+namespace pshard::worker {
+namespace {
+
+// Largest element offset accepted in a span: far beyond any real bucket, and
+// small enough that offset + numel never overflows.
+constexpr int64_t kMaxBucketElements = int64_t{1} << 40;
+
+// A zero-initialised, 64-byte aligned float array (cache line and AVX-512
+// friendly; std::vector gives only 16).
+class AlignedFloats {
+ public:
+  AlignedFloats() = default;
+  explicit AlignedFloats(int64_t n) : size_(n) {
+    if (n > 0) {
+      data_ = static_cast<float*>(::operator new[](
+          static_cast<size_t>(n) * sizeof(float), std::align_val_t{64}));
+      std::memset(data_, 0, static_cast<size_t>(n) * sizeof(float));
+    }
+  }
+  AlignedFloats(const AlignedFloats&) = delete;
+  AlignedFloats& operator=(const AlignedFloats&) = delete;
+  AlignedFloats(AlignedFloats&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)) {}
+  AlignedFloats& operator=(AlignedFloats&& other) noexcept {
+    if (this != &other) {
+      Free();
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+  }
+  ~AlignedFloats() { Free(); }
+
+  float* data() { return data_; }
+  int64_t size() const { return size_; }
+
+ private:
+  void Free() {
+    if (data_ != nullptr) ::operator delete[](data_, std::align_val_t{64});
+    data_ = nullptr;
+  }
+  float* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+// A run of contiguous elements sharing one set of hyper-parameters: the unit a
+// kernel call covers. Neighbouring spans of the same group are merged.
+struct Segment {
+  int64_t offset = 0;        // into the bucket
+  int64_t numel = 0;
+  int64_t state_offset = 0;  // into the bucket's state arrays
+  bool has_state = false;
+  HyperParameters hp;
+};
+
+struct Bucket {
+  // Serialises Steps of this bucket; different buckets step concurrently.
+  absl::Mutex mu;
+  std::vector<Segment> segments;
+  // SGD: state[0] is the momentum buffer. Adam/AdamW: exp_avg, exp_avg_sq.
+  AlignedFloats state[2];
+  int64_t state_bytes = 0;
+  int64_t steps ABSL_GUARDED_BY(mu) = 0;
+};
+
+class CpuShardOptimizer final : public ShardOptimizer {
+ public:
+  explicit CpuShardOptimizer(v1::OptimizerSpec spec) : spec_(std::move(spec)) {}
+
+  absl::Status AddBucket(int bucket_index,
+                         std::vector<ParamSpan> spans) override;
+  absl::Status Step(int bucket_index, float* params,
+                    const float* grads) override;
+  int64_t state_bytes(int bucket_index) const override;
+  int64_t total_state_bytes() const override;
+
+ private:
+  Bucket* FindBucket(int bucket_index) const;
+
+  const v1::OptimizerSpec spec_;
+  mutable absl::Mutex mu_;
+  // unique_ptr: a Bucket stays put while Step runs without holding mu_.
+  std::map<int, std::unique_ptr<Bucket>> buckets_ ABSL_GUARDED_BY(mu_);
+};
+
+bool IsAdamKind(v1::OptimizerSpec::Kind kind) {
+  return kind == v1::OptimizerSpec::ADAM || kind == v1::OptimizerSpec::ADAMW;
+}
+
+absl::Status CpuShardOptimizer::AddBucket(int bucket_index,
+                                          std::vector<ParamSpan> spans) {
+  if (bucket_index < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bucket index must be >= 0, got ", bucket_index));
+  }
+  if (spans.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bucket ", bucket_index, " has no parameter spans"));
+  }
+  absl::flat_hash_set<std::string> names;
+  for (const ParamSpan& span : spans) {
+    if (span.offset < 0 || span.numel < 0 || span.offset > kMaxBucketElements ||
+        span.numel > kMaxBucketElements) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bucket ", bucket_index, ": parameter '", span.name,
+          "' has an invalid span (offset ", span.offset, ", numel ",
+          span.numel, ")"));
+    }
+    if (!names.insert(span.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket ", bucket_index, ": parameter '", span.name,
+                       "' appears twice"));
+    }
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const ParamSpan& a, const ParamSpan& b) {
+              return a.offset < b.offset;
+            });
+  for (size_t i = 1; i < spans.size(); ++i) {
+    const ParamSpan& prev = spans[i - 1];
+    if (prev.offset + prev.numel > spans[i].offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bucket ", bucket_index, ": parameters '", prev.name, "' [",
+          prev.offset, ", ", prev.offset + prev.numel, ") and '",
+          spans[i].name, "' [", spans[i].offset, ", ",
+          spans[i].offset + spans[i].numel, ") overlap"));
+    }
+  }
+
+  auto bucket = std::make_unique<Bucket>();
+  const bool adam = IsAdamKind(spec_.kind());
+  int64_t state_numel = 0;
+  for (const ParamSpan& span : spans) {
+    if (span.numel == 0) continue;
+    const HyperParameters hp = ResolveHyperParameters(spec_, span.name);
+    if (!(hp.lr > 0) || !std::isfinite(hp.lr)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket ", bucket_index, ": parameter '", span.name,
+                       "' resolves to learning rate ", hp.lr,
+                       "; it must be > 0 and finite"));
+    }
+    const bool has_state = adam || hp.momentum != 0;
+    std::vector<Segment>& segs = bucket->segments;
+    if (!segs.empty() && segs.back().offset + segs.back().numel == span.offset &&
+        segs.back().hp == hp) {
+      segs.back().numel += span.numel;
+    } else {
+      Segment seg;
+      seg.offset = span.offset;
+      seg.numel = span.numel;
+      seg.state_offset = state_numel;
+      seg.has_state = has_state;
+      seg.hp = hp;
+      segs.push_back(seg);
+    }
+    if (has_state) state_numel += span.numel;
+  }
+  const int num_state_arrays = adam ? 2 : (state_numel > 0 ? 1 : 0);
+  for (int i = 0; i < num_state_arrays; ++i) {
+    bucket->state[i] = AlignedFloats(state_numel);
+  }
+  bucket->state_bytes =
+      num_state_arrays * state_numel * static_cast<int64_t>(sizeof(float));
+
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = buckets_.try_emplace(bucket_index, nullptr);
+  if (!inserted) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bucket ", bucket_index, " was already added"));
+  }
+  it->second = std::move(bucket);
+  return absl::OkStatus();
+}
+
+Bucket* CpuShardOptimizer::FindBucket(int bucket_index) const {
+  absl::MutexLock lock(&mu_);
+  auto it = buckets_.find(bucket_index);
+  return it == buckets_.end() ? nullptr : it->second.get();
+}
+
+absl::Status CpuShardOptimizer::Step(int bucket_index, float* params,
+                                     const float* grads) {
+  Bucket* bucket = FindBucket(bucket_index);
+  if (bucket == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("bucket ", bucket_index, " is not owned by this rank"));
+  }
+  if (params == nullptr || grads == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bucket ", bucket_index, ": null parameter or gradient buffer"));
+  }
+  absl::MutexLock lock(&bucket->mu);
+  const int64_t step = ++bucket->steps;
+  const v1::OptimizerSpec::Kind kind = spec_.kind();
+  for (const Segment& seg : bucket->segments) {
+    float* p = params + seg.offset;
+    const float* g = grads + seg.offset;
+    const HyperParameters& hp = seg.hp;
+    if (kind == v1::OptimizerSpec::SGD) {
+      const cpu::SgdScalars s =
+          cpu::MakeSgdScalars(hp.lr, hp.momentum, hp.dampening, hp.nesterov,
+                              hp.weight_decay, /*first_step=*/step == 1);
+      float* buf =
+          seg.has_state ? bucket->state[0].data() + seg.state_offset : nullptr;
+      cpu::SgdStep(p, g, buf, seg.numel, s);
+    } else {
+      const cpu::AdamScalars s = cpu::MakeAdamScalars(
+          hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
+          /*decoupled=*/kind == v1::OptimizerSpec::ADAMW, step);
+      cpu::AdamStep(p, g, bucket->state[0].data() + seg.state_offset,
+                    bucket->state[1].data() + seg.state_offset, seg.numel, s);
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t CpuShardOptimizer::state_bytes(int bucket_index) const {
+  const Bucket* bucket = FindBucket(bucket_index);
+  return bucket == nullptr ? 0 : bucket->state_bytes;
+}
+
+int64_t CpuShardOptimizer::total_state_bytes() const {
+  absl::MutexLock lock(&mu_);
+  int64_t total = 0;
+  for (const auto& [index, bucket] : buckets_) total += bucket->state_bytes;
+  return total;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardOptimizer>> ShardOptimizer::Create(
+    const v1::OptimizerSpec& spec) {
+  switch (spec.kind()) {
+    case v1::OptimizerSpec::SGD:
+    case v1::OptimizerSpec::ADAM:
+    case v1::OptimizerSpec::ADAMW:
+      return std::unique_ptr<ShardOptimizer>(new CpuShardOptimizer(spec));
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer kind ",
+                       v1::OptimizerSpec::Kind_Name(spec.kind()),
+                       " is not supported; use SGD, ADAM or ADAMW"));
+  }
+}
+
+}  // namespace pshard::worker

@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+"""Golden values for shard_optimizer_test: PyTorch 1.13's SGD, Adam and AdamW.
+
+Run with Debian's python3-torch (1.13, CPU):
+    /usr/bin/python3 worker/optim/testdata/make_golden.py > worker/optim/testdata/golden.txt
+
+Each case lays several parameters out in one flat bucket (with a gap that no
+parameter covers, which must stay untouched), assigns them to parameter groups
+by the same fnmatch globs as common/job_spec.cc, runs torch.optim (foreach=False)
+for several steps and records the flat parameters after every step.
+
+File format, one record per line, floats printed with 9 significant digits
+(enough to round-trip fp32 exactly):
+    case <name>
+    optimizer <OptimizerSpec as protobuf JSON, one line>
+    span <name> <offset> <numel>          (one line per parameter)
+    params <n> <v0> ... <vn-1>            (initial flat bucket)
+    grad <n> ...                          (step s: averaged gradient)
+    expect <n> ...                        (step s: parameters after the step)
+    end
+"""
+import fnmatch
+import json
+import sys
+
+import torch
+
+# Parameter layout inside the bucket: name, offset, numel. Sizes are chosen to
+# exercise vector tails (not multiples of 8) and a gap at [45, 48).
+SPANS = [
+    ("layers.2.bias", 0, 3),
+    ("layers.2.weight", 3, 37),
+    ("layers.0.bias", 40, 5),
+    ("layers.0.weight", 48, 67),
+]
+BUCKET_NUMEL = 48 + 67
+STEPS = 5
+
+CASES = [
+    ("sgd_plain", {"kind": "SGD", "hyperParameters": {"lr": 0.1}}),
+    ("sgd_momentum", {"kind": "SGD", "hyperParameters": {"lr": 0.05, "momentum": 0.9}}),
+    ("sgd_nesterov", {"kind": "SGD", "hyperParameters": {"lr": 0.05, "momentum": 0.9, "nesterov": True}}),
+    ("sgd_dampening", {"kind": "SGD", "hyperParameters": {"lr": 0.07, "momentum": 0.8, "dampening": 0.3}}),
+    ("sgd_weight_decay", {"kind": "SGD", "hyperParameters": {"lr": 0.03, "weightDecay": 0.01}}),
+    ("sgd_momentum_weight_decay", {"kind": "SGD", "hyperParameters": {"lr": 0.03, "momentum": 0.9, "weightDecay": 0.05}}),
+    ("sgd_groups", {
+        "kind": "SGD",
+        "hyperParameters": {"lr": 0.1, "momentum": 0.9},
+        "paramGroups": [
+            {"params": ["*.bias"], "hyperParameters": {"lr": 0.01, "momentum": 0.0}},
+            {"params": ["layers.0.*"], "hyperParameters": {"nesterov": True, "weightDecay": 0.1}},
+        ]}),
+    ("adam_default", {"kind": "ADAM", "hyperParameters": {}}),
+    ("adam_weight_decay", {"kind": "ADAM", "hyperParameters": {"lr": 0.01, "betas": [0.8, 0.99], "eps": 1e-6, "weightDecay": 0.1}}),
+    ("adamw_default", {"kind": "ADAMW", "hyperParameters": {}}),
+    ("adamw_weight_decay", {"kind": "ADAMW", "hyperParameters": {"lr": 0.01, "betas": [0.85, 0.995], "weightDecay": 0.3}}),
+    ("adam_groups", {
+        "kind": "ADAM",
+        "hyperParameters": {"lr": 0.002},
+        "paramGroups": [
+            {"params": ["*.bias"], "hyperParameters": {"lr": 0.05, "betas": [0.5, 0.9]}},
+            {"params": ["layers.2.*"], "hyperParameters": {"weightDecay": 0.2, "eps": 1e-4}},
+        ]}),
+    ("adamw_groups", {
+        "kind": "ADAMW",
+        "hyperParameters": {"lr": 0.004, "weightDecay": 0.05},
+        "paramGroups": [
+            {"params": ["*.bias"], "hyperParameters": {"weightDecay": 0.0}},
+        ]}),
+]
+
+# torch keyword <- protobuf JSON name.
+TORCH_NAMES = {"lr": "lr", "momentum": "momentum", "dampening": "dampening",
+               "nesterov": "nesterov", "weightDecay": "weight_decay",
+               "betas": "betas", "eps": "eps"}
+
+
+def torch_kwargs(hp):
+    return {TORCH_NAMES[k]: (tuple(v) if k == "betas" else v) for k, v in hp.items()}
+
+
+def group_of(spec, name):
+    for g, group in enumerate(spec.get("paramGroups", [])):
+        if any(fnmatch.fnmatchcase(name, p) for p in group["params"]):
+            return g
+    return -1
+
+
+def fmt(values):
+    return " ".join("%.9g" % v for v in values)
+
+
+def run_case(out, name, spec, gen):
+    flat = torch.randn(BUCKET_NUMEL, generator=gen)
+    params = {n: torch.nn.Parameter(flat[o:o + k].clone()) for n, o, k in SPANS}
+    groups = {}
+    for n, _, _ in SPANS:
+        groups.setdefault(group_of(spec, n), []).append(params[n])
+    param_groups = []
+    for g, plist in sorted(groups.items()):
+        entry = {"params": plist}
+        if g >= 0:
+            entry.update(torch_kwargs(spec["paramGroups"][g]["hyperParameters"]))
+        param_groups.append(entry)
+    defaults = torch_kwargs(spec["hyperParameters"])
+    cls = {"SGD": torch.optim.SGD, "ADAM": torch.optim.Adam,
+           "ADAMW": torch.optim.AdamW}[spec["kind"]]
+    opt = cls(param_groups, foreach=False, **defaults)
+
+    out.write("case %s\n" % name)
+    out.write("optimizer %s\n" % json.dumps(spec, separators=(",", ":")))
+    for n, o, k in SPANS:
+        out.write("span %s %d %d\n" % (n, o, k))
+    out.write("params %d %s\n" % (BUCKET_NUMEL, fmt(flat.tolist())))
+    for step in range(STEPS):
+        # Vary the scale per step so moments see more than one magnitude.
+        grad_flat = torch.randn(BUCKET_NUMEL, generator=gen) * (0.5 + step)
+        for n, o, k in SPANS:
+            params[n].grad = grad_flat[o:o + k].clone()
+        opt.step()
+        for n, o, k in SPANS:
+            flat[o:o + k] = params[n].detach()
+        out.write("grad %d %s\n" % (BUCKET_NUMEL, fmt(grad_flat.tolist())))
+        out.write("expect %d %s\n" % (BUCKET_NUMEL, fmt(flat.tolist())))
+    out.write("end\n")
+
+
+def main():
+    assert torch.__version__.startswith("1.13"), torch.__version__
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(20261202)
+    out = sys.stdout
+    out.write("# Generated by worker/optim/testdata/make_golden.py with torch %s. "
+              "Do not edit.\n" % torch.__version__)
+    for name, spec in CASES:
+        run_case(out, name, spec, gen)
+
+
+if __name__ == "__main__":
+    main()
