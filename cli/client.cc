@@ -1,0 +1,173 @@
+#include "cli/client.h"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace pshard::cli {
+
+void Cancellation::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  if (context_ != nullptr) context_->TryCancel();
+}
+
+bool Cancellation::cancelled() const {
+  absl::MutexLock lock(&mu_);
+  return cancelled_;
+}
+
+bool Cancellation::Attach(grpc::ClientContext* context) {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) return false;
+  context_ = context;
+  return true;
+}
+
+void Cancellation::Detach() {
+  absl::MutexLock lock(&mu_);
+  context_ = nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    const std::string& address, absl::Duration connect_timeout,
+    absl::Duration rpc_timeout) {
+  if (address.empty()) {
+    return absl::InvalidArgumentError(
+        "--coordinator is empty; pass host:port or set $PSHARD_COORDINATOR");
+  }
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() +
+                                                    connect_timeout))) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the coordinator at ", address, " within ",
+        absl::FormatDuration(connect_timeout),
+        " (is pshard-coordinator running? set --coordinator or "
+        "$PSHARD_COORDINATOR)"));
+  }
+  return std::make_unique<CoordinatorClient>(std::move(channel), address,
+                                             rpc_timeout);
+}
+
+CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
+                                     std::string address,
+                                     absl::Duration rpc_timeout)
+    : address_(std::move(address)),
+      rpc_timeout_(rpc_timeout),
+      jobs_(v1::JobService::NewStub(channel)),
+      shards_(v1::ShardService::NewStub(channel)),
+      cluster_(v1::ClusterService::NewStub(channel)) {}
+
+void CoordinatorClient::SetDeadline(grpc::ClientContext& context) const {
+  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::SubmitJob(const v1::JobSpec& spec) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  v1::Job job;
+  grpc::Status status = jobs_->SubmitJob(&context, request, &job);
+  if (!status.ok()) return FromGrpcStatus(status, "SubmitJob");
+  return job;
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::GetJob(const std::string& job_id) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  grpc::Status status = jobs_->GetJob(&context, request, &job);
+  if (!status.ok()) return FromGrpcStatus(status, "GetJob");
+  return job;
+}
+
+absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs(
+    const std::vector<v1::JobState>& states, int limit) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::ListJobsRequest request;
+  for (v1::JobState s : states) request.add_states(s);
+  request.set_limit(limit);
+  v1::ListJobsResponse response;
+  grpc::Status status = jobs_->ListJobs(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status, "ListJobs");
+  return std::vector<v1::Job>(response.jobs().begin(), response.jobs().end());
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::CancelJob(const std::string& job_id,
+                                                     const std::string& reason) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  request.set_reason(reason);
+  v1::Job job;
+  grpc::Status status = jobs_->CancelJob(&context, request, &job);
+  if (!status.ok()) return FromGrpcStatus(status, "CancelJob");
+  return job;
+}
+
+absl::StatusOr<v1::ShardAssignment> CoordinatorClient::GetShardAssignment(
+    const std::string& job_id) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::GetShardAssignmentRequest request;
+  request.set_job_id(job_id);
+  v1::ShardAssignment assignment;
+  grpc::Status status =
+      shards_->GetShardAssignment(&context, request, &assignment);
+  if (!status.ok()) return FromGrpcStatus(status, "GetShardAssignment");
+  return assignment;
+}
+
+absl::StatusOr<std::vector<v1::WorkerInfo>> CoordinatorClient::ListWorkers(
+    bool include_lost) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::ListWorkersRequest request;
+  request.set_include_lost(include_lost);
+  v1::ListWorkersResponse response;
+  grpc::Status status = cluster_->ListWorkers(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status, "ListWorkers");
+  return std::vector<v1::WorkerInfo>(response.workers().begin(),
+                                     response.workers().end());
+}
+
+absl::Status CoordinatorClient::WatchJob(
+    const std::string& job_id, int64_t after_sequence, absl::Duration timeout,
+    const std::function<void(const v1::JobEvent&)>& on_event,
+    Cancellation* cancel) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  if (cancel != nullptr && !cancel->Attach(&context)) {
+    return absl::CancelledError("WatchJob: cancelled");
+  }
+  v1::WatchJobRequest request;
+  request.set_job_id(job_id);
+  request.set_after_sequence(after_sequence);
+  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader =
+      jobs_->WatchJob(&context, request);
+  v1::JobEvent event;
+  while (reader->Read(&event)) on_event(event);
+  grpc::Status status = reader->Finish();
+  if (cancel != nullptr) cancel->Detach();
+  if (cancel != nullptr && cancel->cancelled()) {
+    return absl::CancelledError("WatchJob: cancelled");
+  }
+  if (!status.ok()) return FromGrpcStatus(status, "WatchJob");
+  return absl::OkStatus();
+}
+
+}  // namespace pshard::cli

@@ -1,0 +1,94 @@
+// CoordinatorClient: pshardctl's typed view of the coordinator's client-facing
+// services (JobService, ShardService, ClusterService). Every call has a
+// deadline and returns absl::Status; grpc::Status is converted here, once.
+#ifndef PSHARD_CLI_CLIENT_H_
+#define PSHARD_CLI_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "pshard/v1/cluster.grpc.pb.h"
+#include "pshard/v1/job.grpc.pb.h"
+#include "pshard/v1/shard.grpc.pb.h"
+
+namespace pshard::cli {
+
+// Lets another thread (a signal handler thread) stop a blocking call, such as
+// a WatchJob stream, from outside. Thread-safe.
+class Cancellation {
+ public:
+  // Cancels the call in progress, if any, and every later one.
+  void Cancel();
+  bool cancelled() const;
+
+  // Called by CoordinatorClient around a cancellable call. Attach returns
+  // false (and attaches nothing) when already cancelled.
+  bool Attach(grpc::ClientContext* context);
+  void Detach();
+
+ private:
+  mutable absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+class CoordinatorClient {
+ public:
+  // Opens a channel to `address` (host:port) and waits up to
+  // `connect_timeout` for it to connect. Unavailable, naming the address, if
+  // nothing answers in time.
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
+      const std::string& address, absl::Duration connect_timeout,
+      absl::Duration rpc_timeout);
+
+  // Wraps an existing channel (tests, in-process servers). `address` is only
+  // used in error messages.
+  CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
+                    std::string address, absl::Duration rpc_timeout);
+
+  const std::string& address() const { return address_; }
+
+  // The errors are the RPCs' own (see job.proto, shard.proto), with the call
+  // named in the message.
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  absl::StatusOr<std::vector<v1::Job>> ListJobs(
+      const std::vector<v1::JobState>& states, int limit);
+  absl::StatusOr<v1::Job> CancelJob(const std::string& job_id,
+                                    const std::string& reason);
+  absl::StatusOr<v1::ShardAssignment> GetShardAssignment(
+      const std::string& job_id);
+  absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers(bool include_lost);
+
+  // Streams the job's events after `after_sequence` to `on_event` until the
+  // server ends the stream (the job reached a terminal state), `timeout`
+  // passes (DeadlineExceeded) or `cancel` fires (Cancelled). `cancel` may be
+  // null.
+  absl::Status WatchJob(const std::string& job_id, int64_t after_sequence,
+                        absl::Duration timeout,
+                        const std::function<void(const v1::JobEvent&)>& on_event,
+                        Cancellation* cancel);
+
+ private:
+  void SetDeadline(grpc::ClientContext& context) const;
+
+  std::string address_;
+  absl::Duration rpc_timeout_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::ShardService::Stub> shards_;
+  std::unique_ptr<v1::ClusterService::Stub> cluster_;
+};
+
+}  // namespace pshard::cli
+
+#endif  // PSHARD_CLI_CLIENT_H_

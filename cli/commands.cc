@@ -1,0 +1,475 @@
+#include "cli/commands.h"
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "cli/format.h"
+#include "common/job_spec.h"
+#include "common/status_macros.h"
+#include "pshard/v1/job.pb.h"
+
+namespace pshard::cli {
+namespace {
+
+struct CommandDoc {
+  const char* name;
+  const char* args;
+  const char* summary;
+  const char* details;
+};
+
+constexpr const char* kCommonFlags =
+    "  --coordinator=HOST:PORT  coordinator address (default "
+    "$PSHARD_COORDINATOR, else localhost:7070)\n";
+constexpr const char* kOutputFlag =
+    "  --output=table|json      output format (default table; json prints the "
+    "API message under protobuf's JSON mapping)\n";
+
+const CommandDoc kCommands[] = {
+    {"submit", "JOB.json",
+     "validate a job spec, submit it, print the job id",
+     "Validates JOB.json (the JSON form of pshard.v1.JobSpec; see "
+     "docs/user-guide.md) before contacting the coordinator, then submits it "
+     "and prints the new job id.\n\n"
+     "Flags:\n"
+     "  --watch                  follow the job until it ends (as `watch`); "
+     "exit 0 only if it SUCCEEDED\n"},
+    {"list", "", "list jobs, newest first",
+     "Flags:\n"
+     "  --state=S1,S2            only jobs in these states (queued, starting, "
+     "running, succeeded, failed, cancelled)\n"
+     "  --limit=N                at most N jobs (default: the server's, 1000)\n"},
+    {"get", "JOB", "show one job: state, progress, members, output path", ""},
+    {"watch", "JOB",
+     "follow a job's progress until it ends; exit 0 only if it SUCCEEDED",
+     "On a terminal the progress bar is redrawn in place; otherwise every "
+     "event is printed on its own line (with --output=json, one JSON "
+     "JobEvent per line).\n\n"
+     "Flags:\n"
+     "  --watch_timeout=DURATION give up after this long (default 72h)\n"},
+    {"shards", "JOB",
+     "show which rank owns which gradient bucket, per-rank totals, policy, "
+     "imbalance and epoch",
+     "Fails (exit 1) while the job has no assignment yet: it is published "
+     "once every rank has reported its bucket layout.\n"},
+    {"workers", "", "list the worker pool",
+     "Flags:\n"
+     "  --include_lost           also list LOST workers\n"},
+    {"cancel", "JOB", "cancel a job that has not ended",
+     "Flags:\n"
+     "  --reason=TEXT            recorded in the job's event log\n"},
+    {"local", "[JOB.json]",
+     "run a local cluster (coordinator + N CPU workers) and a job on it",
+     "Starts pshard-coordinator and N pshard-worker processes on 127.0.0.1 "
+     "(free ports), submits JOB.json (default: the built-in "
+     "examples/mlp_adam_2workers.json), shows the shard table and the live "
+     "progress, prints where the final parameters are, then stops every "
+     "process. Ctrl-C cancels the job and stops the cluster. Exit 0 only if "
+     "the job SUCCEEDED.\n\n"
+     "Flags:\n"
+     "  --workers=N              number of workers (default: the spec's "
+     "world_size; when set, it also sets world_size)\n"
+     "  --run_dir=DIR            where state, logs and (unless the spec sets "
+     "output_dir) the final parameters go (default: a new "
+     "/tmp/pshard-local-XXXXXX)\n"
+     "  --bin_dir=DIR            where pshard-coordinator and pshard-worker "
+     "are (default: next to pshardctl, or its Bazel runfiles)\n"
+     "  --keep_running           after the job ends, keep the cluster up "
+     "until Ctrl-C (to inspect it with other pshardctl commands)\n"},
+};
+
+const CommandDoc* FindCommand(absl::string_view name) {
+  for (const CommandDoc& doc : kCommands) {
+    if (name == doc.name) return &doc;
+  }
+  return nullptr;
+}
+
+absl::Status UsageError(absl::string_view message) {
+  return absl::InvalidArgumentError(message);
+}
+
+// Checks that `args` (args[0] = command) has exactly `n` positional arguments.
+absl::Status ExpectArgs(const std::vector<std::string>& args, size_t n) {
+  const CommandDoc* doc = FindCommand(args[0]);
+  const std::string usage =
+      absl::StrCat("usage: pshardctl ", args[0],
+                   (doc != nullptr && doc->args[0] != '\0')
+                       ? absl::StrCat(" ", doc->args)
+                       : "");
+  if (args.size() - 1 < n) {
+    return UsageError(absl::StrCat(args[0], ": missing ", doc->args,
+                                   " argument (", usage, ")"));
+  }
+  if (args.size() - 1 > n) {
+    return UsageError(absl::StrCat(args[0], ": unexpected argument \"",
+                                   args[n + 1], "\" (", usage, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::JobState>> ParseStates(absl::string_view list) {
+  std::vector<v1::JobState> states;
+  for (absl::string_view name :
+       absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    ASSIGN_OR_RETURN(v1::JobState state,
+                     ParseJobState(absl::StripAsciiWhitespace(name)));
+    states.push_back(state);
+  }
+  return states;
+}
+
+class Runner {
+ public:
+  Runner(const CliOptions& options, const CliIo& io, const Connector& connect,
+         Cancellation* cancel)
+      : options_(options), io_(io), connect_(connect), cancel_(cancel) {}
+
+  // Returns the exit code; errors are printed here.
+  int Run(const std::vector<std::string>& args) {
+    absl::StatusOr<int> code = Dispatch(args);
+    if (!code.ok()) {
+      PrintError(*io_.err, code.status());
+      return ExitCodeFor(code.status());
+    }
+    return *code;
+  }
+
+ private:
+  absl::StatusOr<int> Dispatch(const std::vector<std::string>& args) {
+    const std::string& cmd = args[0];
+    if (cmd == "submit") return Submit(args);
+    if (cmd == "list") return List(args);
+    if (cmd == "get") return Get(args);
+    if (cmd == "watch") return Watch(args);
+    if (cmd == "shards") return Shards(args);
+    if (cmd == "workers") return Workers(args);
+    if (cmd == "cancel") return Cancel(args);
+    return UsageError(absl::StrCat("unknown command \"", cmd,
+                                   "\"; run `pshardctl --help` for the list"));
+  }
+
+  absl::StatusOr<CoordinatorClient*> Client() {
+    if (client_ == nullptr) {
+      ASSIGN_OR_RETURN(client_, connect_());
+    }
+    return client_.get();
+  }
+
+  bool json() const { return options_.output == OutputFormat::kJson; }
+
+  absl::StatusOr<int> Submit(const std::vector<std::string>& args) {
+    RETURN_IF_ERROR(ExpectArgs(args, 1));
+    ASSIGN_OR_RETURN(v1::JobSpec spec, LoadJobSpecFile(args[1]));
+    ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
+    ASSIGN_OR_RETURN(v1::Job job, client->SubmitJob(spec));
+    if (json() && !options_.watch) {
+      *io_.out << ToJson(job);
+    } else if (!json()) {
+      *io_.out << job.id() << "\n";
+    }
+    io_.out->flush();
+    if (!options_.watch) return kExitOk;
+    return WatchJob(*client, job.id());
+  }
+
+  absl::StatusOr<int> List(const std::vector<std::string>& args) {
+    RETURN_IF_ERROR(ExpectArgs(args, 0));
+    ASSIGN_OR_RETURN(std::vector<v1::JobState> states,
+                     ParseStates(options_.states));
+    if (options_.limit < 0) return UsageError("--limit: must be >= 0");
+    ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
+    ASSIGN_OR_RETURN(std::vector<v1::Job> jobs,
+                     client->ListJobs(states, options_.limit));
+    if (json()) {
+      v1::ListJobsResponse response;
+      for (v1::Job& job : jobs) *response.add_jobs() = std::move(job);
+      *io_.out << ToJson(response);
+    } else {
+      *io_.out << FormatJobsTable(jobs, absl::Now());
+    }
+    return kExitOk;
+  }
+
+  absl::StatusOr<int> Get(const std::vector<std::string>& args) {
+    RETURN_IF_ERROR(ExpectArgs(args, 1));
+    ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
+    ASSIGN_OR_RETURN(v1::Job job, client->GetJob(args[1]));
+    *io_.out << (json() ? ToJson(job) : FormatJobDetails(job, absl::Now()));
+    return kExitOk;
+  }
+
+  absl::StatusOr<int> Watch(const std::vector<std::string>& args) {
+    RETURN_IF_ERROR(ExpectArgs(args, 1));
+    ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
+    return WatchJob(*client, args[1]);
+  }
+
+  absl::StatusOr<int> WatchJob(CoordinatorClient& client,
+                               const std::string& job_id) {
+    ASSIGN_OR_RETURN(v1::Job job, WatchUntilDone(client, job_id, options_, io_,
+                                                 cancel_));
+    if (!json()) *io_.out << FormatOutcome(job);
+    io_.out->flush();
+    return job.state() == v1::SUCCEEDED ? kExitOk : kExitError;
+  }
+
+  absl::StatusOr<int> Shards(const std::vector<std::string>& args) {
+    RETURN_IF_ERROR(ExpectArgs(args, 1));
+    ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
+    ASSIGN_OR_RETURN(v1::ShardAssignment assignment,
+                     client->GetShardAssignment(args[1]));
+    *io_.out << (json() ? ToJson(assignment) : FormatShardTable(assignment));
+    return kExitOk;
+  }
+
+  absl::StatusOr<int> Workers(const std::vector<std::string>& args) {
+    RETURN_IF_ERROR(ExpectArgs(args, 0));
+    ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
+    ASSIGN_OR_RETURN(std::vector<v1::WorkerInfo> workers,
+                     client->ListWorkers(options_.include_lost));
+    if (json()) {
+      v1::ListWorkersResponse response;
+      for (v1::WorkerInfo& w : workers) *response.add_workers() = std::move(w);
+      *io_.out << ToJson(response);
+    } else {
+      *io_.out << FormatWorkersTable(workers);
+    }
+    return kExitOk;
+  }
+
+  absl::StatusOr<int> Cancel(const std::vector<std::string>& args) {
+    RETURN_IF_ERROR(ExpectArgs(args, 1));
+    if (options_.reason.size() > 1024) {
+      return UsageError("--reason: at most 1024 characters");
+    }
+    ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
+    ASSIGN_OR_RETURN(v1::Job job, client->CancelJob(args[1], options_.reason));
+    if (json()) {
+      *io_.out << ToJson(job);
+    } else {
+      *io_.out << job.id() << " " << JobStateName(job.state()) << "\n";
+    }
+    return kExitOk;
+  }
+
+  const CliOptions& options_;
+  const CliIo& io_;
+  const Connector& connect_;
+  Cancellation* cancel_;
+  std::unique_ptr<CoordinatorClient> client_;
+};
+
+}  // namespace
+
+int ExitCodeFor(const absl::Status& status) {
+  if (status.ok()) return kExitOk;
+  if (status.code() == absl::StatusCode::kInvalidArgument) return kExitUsage;
+  if (status.code() == absl::StatusCode::kCancelled) return kExitInterrupted;
+  return kExitError;
+}
+
+absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "table" || lower == "text") return OutputFormat::kTable;
+  if (lower == "json") return OutputFormat::kJson;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--output: unknown format \"", name, "\"; expected table or json"));
+}
+
+void PrintError(std::ostream& err, const absl::Status& status) {
+  std::string message(status.message());
+  // One line, whatever the server sent.
+  absl::StrReplaceAll({{"\r\n", " "}, {"\n", " "}, {"\r", " "}}, &message);
+  if (status.code() == absl::StatusCode::kCancelled) {
+    err << "pshardctl: interrupted\n";
+  } else {
+    err << "pshardctl: " << message << "\n";
+  }
+  err.flush();
+}
+
+int RunCommand(const std::vector<std::string>& args, const CliOptions& options,
+               const CliIo& io, const Connector& connect,
+               Cancellation* cancel) {
+  if (args.empty()) {
+    *io.err << UsageText();
+    return kExitUsage;
+  }
+  Runner runner(options, io, connect, cancel);
+  return runner.Run(args);
+}
+
+std::string UsageText() {
+  std::string out =
+      "pshardctl: submit, follow and inspect pshard jobs.\n\n"
+      "usage: pshardctl COMMAND [ARGS] [FLAGS]\n\ncommands:\n";
+  for (const CommandDoc& doc : kCommands) {
+    std::string head = absl::StrCat(doc.name, " ", doc.args);
+    absl::StrAppend(&out, "  ", head,
+                    std::string(head.size() < 20 ? 20 - head.size() : 1, ' '),
+                    doc.summary, "\n");
+  }
+  absl::StrAppend(&out, "\nflags for every command:\n", kCommonFlags,
+                  kOutputFlag,
+                  "\n`pshardctl COMMAND --help` shows a command's own flags. "
+                  "Exit codes: 0 ok, 1 error (or the job did not succeed), 2 "
+                  "bad input, 130 interrupted.\n");
+  return out;
+}
+
+std::string CommandHelp(absl::string_view command) {
+  const CommandDoc* doc = FindCommand(command);
+  if (doc == nullptr) return "";
+  std::string out = absl::StrCat("usage: pshardctl ", doc->name,
+                                 doc->args[0] != '\0' ? " " : "", doc->args,
+                                 " [FLAGS]\n\n", doc->summary, ".\n");
+  if (doc->details[0] != '\0') absl::StrAppend(&out, "\n", doc->details);
+  absl::StrAppend(&out, "\nCommon flags:\n", kCommonFlags);
+  if (command != "local" && command != "cancel") {
+    absl::StrAppend(&out, kOutputFlag);
+  }
+  return out;
+}
+
+absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read job spec ", path, ": no such file or not "
+                     "readable"));
+  }
+  std::stringstream buffer;
+  buffer << file.rdbuf();
+  if (file.bad()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read job spec ", path));
+  }
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(buffer.str());
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "invalid job spec ", path, ": ", spec.status().message()));
+  }
+  return spec;
+}
+
+ProgressRenderer::ProgressRenderer(std::ostream& out, bool tty,
+                                   OutputFormat format, int64_t total_steps)
+    : out_(out), tty_(tty), format_(format), total_steps_(total_steps) {}
+
+void ProgressRenderer::OnEvent(const v1::JobEvent& event) {
+  if (format_ == OutputFormat::kJson) {
+    out_ << ToJsonLine(event);
+    out_.flush();
+    return;
+  }
+  if (event.has_progress()) {
+    v1::JobProgress progress = event.progress();
+    if (progress.total_steps() == 0) progress.set_total_steps(total_steps_);
+    if (tty_) {
+      // \r returns to the line start, ESC[K clears what an older, longer
+      // line left behind.
+      out_ << "\r\033[K" << FormatProgressBar(progress, 30);
+      line_open_ = true;
+    } else {
+      out_ << FormatProgressLine(progress) << "\n";
+    }
+  } else if (event.has_state_change()) {
+    Finish();
+    const auto& change = event.state_change();
+    out_ << JobStateName(change.from()) << " -> " << JobStateName(change.to());
+    if (!change.reason().empty()) out_ << ": " << change.reason();
+    out_ << "\n";
+  }
+  out_.flush();
+}
+
+void ProgressRenderer::Finish() {
+  if (line_open_) {
+    out_ << "\n";
+    line_open_ = false;
+  }
+}
+
+absl::StatusOr<v1::Job> WatchUntilDone(CoordinatorClient& client,
+                                       const std::string& job_id,
+                                       const CliOptions& options,
+                                       const CliIo& io, Cancellation* cancel) {
+  const absl::Time deadline = absl::Now() + options.watch_timeout;
+  ASSIGN_OR_RETURN(v1::Job job, client.GetJob(job_id));
+  ProgressRenderer renderer(*io.out, io.out_is_tty, options.output,
+                            job.spec().steps());
+  int64_t last_sequence = 0;
+  int failures = 0;
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      renderer.Finish();
+      return absl::DeadlineExceededError(
+          absl::StrCat("watch ", job_id, ": still ", JobStateName(job.state()),
+                       " after --watch_timeout=",
+                       absl::FormatDuration(options.watch_timeout)));
+    }
+    absl::Status status = client.WatchJob(
+        job_id, last_sequence, left,
+        [&](const v1::JobEvent& event) {
+          if (event.sequence() > last_sequence) last_sequence = event.sequence();
+          renderer.OnEvent(event);
+        },
+        cancel);
+    if (status.code() == absl::StatusCode::kCancelled) {
+      renderer.Finish();
+      return status;
+    }
+    if (!status.ok()) {
+      // A broken stream (coordinator restart, network blip) is resumed from
+      // the last event seen; anything else is final.
+      if (status.code() != absl::StatusCode::kUnavailable || ++failures > 10) {
+        renderer.Finish();
+        return status;
+      }
+      absl::SleepFor(absl::Milliseconds(500));
+      continue;
+    }
+    failures = 0;
+    ASSIGN_OR_RETURN(job, client.GetJob(job_id));
+    if (IsTerminal(job.state())) {
+      renderer.Finish();
+      return job;
+    }
+    // The stream ended but the job has not: resume after what we saw.
+  }
+}
+
+std::string FormatOutcome(const v1::Job& job) {
+  std::string out = absl::StrCat(job.id(), " ", JobStateName(job.state()));
+  if (job.start_time().seconds() != 0 && job.end_time().seconds() != 0) {
+    const absl::Duration d =
+        absl::Seconds(job.end_time().seconds() - job.start_time().seconds()) +
+        absl::Nanoseconds(job.end_time().nanos() - job.start_time().nanos());
+    absl::StrAppend(&out, " in ",
+                    HumanDuration(absl::Trunc(d, absl::Milliseconds(100))));
+  }
+  if (!job.reason().empty() && job.state() != v1::SUCCEEDED) {
+    absl::StrAppend(&out, ": ", job.reason());
+  }
+  out += "\n";
+  if (!job.output_path().empty()) {
+    absl::StrAppend(&out, "final parameters: ", job.output_path(), "\n");
+  }
+  return out;
+}
+
+}  // namespace pshard::cli

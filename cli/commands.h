@@ -1,0 +1,125 @@
+// The pshardctl subcommands that talk to a running coordinator: submit, list,
+// get, watch, shards, workers, cancel. main() turns flags into CliOptions and
+// calls RunCommand; tests call it directly against an in-process server.
+//
+// Exit codes: 0 success; 1 a server or connection error, or a watched job that
+// did not succeed; 2 bad input (usage, an invalid job spec, InvalidArgument
+// from the server); 130 interrupted.
+#ifndef PSHARD_CLI_COMMANDS_H_
+#define PSHARD_CLI_COMMANDS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "cli/client.h"
+#include "pshard/v1/job.pb.h"
+#include "pshard/v1/job_spec.pb.h"
+
+namespace pshard::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitInterrupted = 130;
+
+// 2 for InvalidArgument (bad input), 130 for Cancelled (interrupted), 1 for
+// anything else that is not OK.
+int ExitCodeFor(const absl::Status& status);
+
+enum class OutputFormat { kTable, kJson };
+// "table" or "json". InvalidArgument otherwise.
+absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view name);
+
+// Everything the flags say, already typed.
+struct CliOptions {
+  std::string coordinator = "localhost:7070";
+  OutputFormat output = OutputFormat::kTable;
+  absl::Duration connect_timeout = absl::Seconds(5);
+  absl::Duration rpc_timeout = absl::Seconds(30);
+  // Longest a watch may run before giving up.
+  absl::Duration watch_timeout = absl::Hours(72);
+  // submit: follow the job after submitting.
+  bool watch = false;
+  // list: comma-separated state names; empty = all.
+  std::string states;
+  // list: at most this many jobs (0 = the server's default).
+  int limit = 0;
+  // workers: include LOST workers.
+  bool include_lost = false;
+  // cancel: recorded in the job's event log.
+  std::string reason = "cancelled with pshardctl";
+};
+
+// Where output goes. `out_is_tty` selects the in-place progress bar.
+struct CliIo {
+  std::ostream* out;
+  std::ostream* err;
+  bool out_is_tty = false;
+};
+
+// Opens a client to the coordinator; called once a command needs one, so that
+// input errors are reported before any connection attempt.
+using Connector =
+    std::function<absl::StatusOr<std::unique_ptr<CoordinatorClient>>()>;
+
+// Runs `args` (args[0] is the subcommand: submit, list, get, watch, shards,
+// workers, cancel) and returns the exit code. Errors are printed as one line
+// on io.err. `cancel` (may be null) interrupts a watch.
+int RunCommand(const std::vector<std::string>& args, const CliOptions& options,
+               const CliIo& io, const Connector& connect,
+               Cancellation* cancel);
+
+// Top-level usage: every command with a one-line description.
+std::string UsageText();
+// Help for one command (its arguments and flags); empty if there is no such
+// command.
+std::string CommandHelp(absl::string_view command);
+
+// Reads and validates a job-spec file (JSON of JobSpec). InvalidArgument
+// names the file and the offending field; NotFound if it cannot be read.
+absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
+
+// Draws a job's events: an in-place progress bar on a terminal, one plain
+// line per event otherwise, or one JSON object per event.
+class ProgressRenderer {
+ public:
+  ProgressRenderer(std::ostream& out, bool tty, OutputFormat format,
+                   int64_t total_steps);
+  void OnEvent(const v1::JobEvent& event);
+  // Ends a bar left open on the current line.
+  void Finish();
+
+ private:
+  std::ostream& out_;
+  bool tty_;
+  OutputFormat format_;
+  int64_t total_steps_;
+  bool line_open_ = false;
+};
+
+// Follows `job_id` until it reaches a terminal state, rendering its events,
+// and returns the final job. Reconnects if the stream breaks. Cancelled if
+// `cancel` fires; DeadlineExceeded after options.watch_timeout.
+absl::StatusOr<v1::Job> WatchUntilDone(CoordinatorClient& client,
+                                       const std::string& job_id,
+                                       const CliOptions& options,
+                                       const CliIo& io, Cancellation* cancel);
+
+// The closing lines of a watch: "job-3 SUCCEEDED in 12.3s", the reason of a
+// failure, and where the final parameters are.
+std::string FormatOutcome(const v1::Job& job);
+
+// Prints `status` as one line, "pshardctl: <message>", on `err`.
+void PrintError(std::ostream& err, const absl::Status& status);
+
+}  // namespace pshard::cli
+
+#endif  // PSHARD_CLI_COMMANDS_H_

@@ -1,0 +1,461 @@
+#include "cli/local.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "cli/child_process.h"
+#include "cli/format.h"
+#include "common/job_spec.h"
+#include "common/status_macros.h"
+
+namespace pshard::cli {
+namespace {
+
+// The built-in job, generated from examples/mlp_adam_2workers.json.
+constexpr char kDefaultJobSpecJson[] =
+#include "cli/default_job_spec.inc"
+    ;
+
+constexpr int kMaxLocalWorkers = 64;
+
+bool IsExecutable(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+         access(path.c_str(), X_OK) == 0;
+}
+
+std::string DirName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string Absolute(const std::string& base, const std::string& path) {
+  if (path.empty() || path[0] == '/' || base.empty()) return path;
+  return absl::StrCat(base, "/", path);
+}
+
+absl::Status MakeDirs(const std::string& path) {
+  std::string partial;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || (path[i] == '/' && i > 0)) {
+      partial = path.substr(0, i);
+      if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+        return absl::InternalError(absl::StrCat(
+            "cannot create directory ", partial, ": ", std::strerror(errno)));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> MakeRunDir(const std::string& requested) {
+  if (!requested.empty()) {
+    RETURN_IF_ERROR(MakeDirs(requested));
+    return requested;
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern =
+      absl::StrCat((tmp != nullptr && tmp[0] != '\0') ? tmp : "/tmp",
+                   "/pshard-local-XXXXXX");
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  if (mkdtemp(buffer.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot create a run directory ",
+                                            pattern, ": ",
+                                            std::strerror(errno)));
+  }
+  return std::string(buffer.data());
+}
+
+// Reads the port a process wrote to `path` (written atomically, so a file
+// that exists is complete).
+absl::StatusOr<int> ReadPortFile(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return absl::NotFoundError(absl::StrCat(path, " not written yet"));
+  std::stringstream buffer;
+  buffer << file.rdbuf();
+  int port = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(buffer.str()), &port) ||
+      port <= 0 || port > 65535) {
+    return absl::NotFoundError(
+        absl::StrCat(path, " does not hold a port yet: \"", buffer.str(), "\""));
+  }
+  return port;
+}
+
+absl::Status ChildDied(ChildProcess& child) {
+  std::string tail = child.LogTail(15);
+  return absl::AbortedError(absl::StrCat(
+      child.name(), " (pid ", child.pid(), ") ", child.DescribeExit(),
+      "; its log is ", child.log_path(),
+      tail.empty() ? "" : absl::StrCat(", ending with:\n", tail)));
+}
+
+class LocalCluster {
+ public:
+  LocalCluster(const LocalOptions& options, const CliIo& io,
+               Cancellation* cancel)
+      : options_(options), io_(io), cancel_(cancel) {}
+
+  ~LocalCluster() { Shutdown(); }
+
+  absl::Status Start(const std::string& run_dir, int workers) {
+    ASSIGN_OR_RETURN(std::string coordinator_bin,
+                     FindSiblingBinary("pshard-coordinator", "server",
+                                       options_.bin_dir, options_.self_path));
+    ASSIGN_OR_RETURN(std::string worker_bin,
+                     FindSiblingBinary("pshard-worker", "worker",
+                                       options_.bin_dir, options_.self_path));
+    const absl::Time deadline = absl::Now() + options_.startup_timeout;
+
+    const std::string coordinator_port_file =
+        absl::StrCat(run_dir, "/coordinator.port");
+    ASSIGN_OR_RETURN(
+        coordinator_,
+        ChildProcess::Start(
+            "pshard-coordinator",
+            {coordinator_bin, "--listen=127.0.0.1:0",
+             absl::StrCat("--port_file=", coordinator_port_file),
+             absl::StrCat("--state_path=", run_dir, "/coordinator.db")},
+            absl::StrCat(run_dir, "/coordinator.log")));
+    ASSIGN_OR_RETURN(int port,
+                     WaitForPort(*coordinator_, coordinator_port_file, deadline));
+    address_ = absl::StrCat("127.0.0.1:", port);
+    *io_.out << "coordinator  pid " << coordinator_->pid() << "  " << address_
+             << "  log " << coordinator_->log_path() << "\n";
+
+    for (int i = 0; i < workers; ++i) {
+      const std::string name = absl::StrCat("local-worker-", i);
+      ASSIGN_OR_RETURN(
+          std::unique_ptr<ChildProcess> worker,
+          ChildProcess::Start(
+              absl::StrCat("pshard-worker ", i),
+              {worker_bin, absl::StrCat("--coordinator=", address_),
+               absl::StrCat("--name=", name), "--listen=127.0.0.1:0",
+               absl::StrCat("--port_file=", run_dir, "/", name, ".port"),
+               "--host=127.0.0.1", "--device=cpu"},
+              absl::StrCat(run_dir, "/", name, ".log")));
+      workers_.push_back(std::move(worker));
+    }
+    for (int i = 0; i < workers; ++i) {
+      ASSIGN_OR_RETURN(
+          int worker_port,
+          WaitForPort(*workers_[i],
+                      absl::StrCat(run_dir, "/local-worker-", i, ".port"),
+                      deadline));
+      *io_.out << "worker " << i << "     pid " << workers_[i]->pid()
+               << "  127.0.0.1:" << worker_port << "  log "
+               << workers_[i]->log_path() << "\n";
+    }
+    io_.out->flush();
+
+    ASSIGN_OR_RETURN(client_,
+                     CoordinatorClient::Connect(address_,
+                                                options_.cli.connect_timeout,
+                                                options_.cli.rpc_timeout));
+    return WaitForIdleWorkers(workers, deadline);
+  }
+
+  CoordinatorClient& client() { return *client_; }
+  const std::string& address() const { return address_; }
+
+  // Any child that has died on its own, as an error naming it.
+  absl::Status CheckChildren() {
+    if (coordinator_ != nullptr && !coordinator_->Running()) {
+      return ChildDied(*coordinator_);
+    }
+    for (auto& worker : workers_) {
+      if (!worker->Running()) return ChildDied(*worker);
+    }
+    return absl::OkStatus();
+  }
+
+  // Stops the workers first (they abort any job and leave the pool), then
+  // the coordinator; SIGKILL for anything that outlives the grace period.
+  void Shutdown() {
+    if (stopped_) return;
+    stopped_ = true;
+    client_.reset();
+    int stopped = 0;
+    for (auto& worker : workers_) {
+      if (worker->Running()) worker->Signal(SIGTERM);
+    }
+    for (auto& worker : workers_) {
+      absl::Status s = worker->Stop(options_.shutdown_grace);
+      if (!s.ok()) PrintError(*io_.err, s);
+      ++stopped;
+    }
+    if (coordinator_ != nullptr) {
+      absl::Status s = coordinator_->Stop(options_.shutdown_grace);
+      if (!s.ok()) PrintError(*io_.err, s);
+    }
+    if (coordinator_ != nullptr || stopped > 0) {
+      *io_.out << "stopped " << stopped << " worker"
+               << (stopped == 1 ? "" : "s")
+               << (coordinator_ != nullptr ? " and the coordinator" : "")
+               << "\n";
+      io_.out->flush();
+    }
+    workers_.clear();
+    coordinator_.reset();
+  }
+
+ private:
+  absl::StatusOr<int> WaitForPort(ChildProcess& child, const std::string& path,
+                                  absl::Time deadline) {
+    while (true) {
+      absl::StatusOr<int> port = ReadPortFile(path);
+      if (port.ok()) return port;
+      if (!child.Running()) return ChildDied(child);
+      if (cancel_ != nullptr && cancel_->cancelled()) {
+        return absl::CancelledError("interrupted");
+      }
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            child.name(), " did not start serving within ",
+            absl::FormatDuration(options_.startup_timeout), " (no port in ",
+            path, "); see ", child.log_path()));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+
+  absl::Status WaitForIdleWorkers(int want, absl::Time deadline) {
+    int idle = 0;
+    while (true) {
+      RETURN_IF_ERROR(CheckChildren());
+      if (cancel_ != nullptr && cancel_->cancelled()) {
+        return absl::CancelledError("interrupted");
+      }
+      ASSIGN_OR_RETURN(std::vector<v1::WorkerInfo> pool,
+                       client_->ListWorkers(false));
+      idle = 0;
+      for (const v1::WorkerInfo& w : pool) idle += (w.state() == v1::IDLE);
+      if (idle >= want) return absl::OkStatus();
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "only ", idle, " of ", want, " workers registered with the "
+            "coordinator within ", absl::FormatDuration(options_.startup_timeout),
+            "; see the worker logs in the run directory"));
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+
+  const LocalOptions& options_;
+  const CliIo& io_;
+  Cancellation* cancel_;
+  std::unique_ptr<ChildProcess> coordinator_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::unique_ptr<CoordinatorClient> client_;
+  std::string address_;
+  bool stopped_ = false;
+};
+
+// Polls until the job's shard assignment exists (printing it) or the job
+// ends. An assignment that never appears is not an error here: the watch
+// that follows reports why the job ended.
+absl::Status ShowShardsWhenReady(LocalCluster& cluster,
+                                 const std::string& job_id,
+                                 absl::Duration timeout, const CliIo& io,
+                                 OutputFormat format, Cancellation* cancel) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    if (cancel != nullptr && cancel->cancelled()) {
+      return absl::CancelledError("interrupted");
+    }
+    RETURN_IF_ERROR(cluster.CheckChildren());
+    absl::StatusOr<v1::ShardAssignment> assignment =
+        cluster.client().GetShardAssignment(job_id);
+    if (assignment.ok()) {
+      *io.out << "\n"
+              << (format == OutputFormat::kJson ? ToJson(*assignment)
+                                                : FormatShardTable(*assignment))
+              << "\n";
+      io.out->flush();
+      return absl::OkStatus();
+    }
+    if (assignment.status().code() != absl::StatusCode::kFailedPrecondition) {
+      return assignment.status();
+    }
+    ASSIGN_OR_RETURN(v1::Job job, cluster.client().GetJob(job_id));
+    if (IsTerminal(job.state())) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      *io.err << "pshardctl: no shard assignment for " << job_id << " after "
+              << absl::FormatDuration(timeout) << "; still "
+              << JobStateName(job.state()) << ", watching anyway\n";
+      return absl::OkStatus();
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> DefaultLocalJobSpec() {
+  return ParseJobSpecJson(kDefaultJobSpecJson);
+}
+
+absl::StatusOr<std::string> FindSiblingBinary(const std::string& name,
+                                              const std::string& package,
+                                              const std::string& bin_dir,
+                                              const std::string& self_path) {
+  std::vector<std::string> candidates;
+  if (!bin_dir.empty()) {
+    candidates.push_back(absl::StrCat(bin_dir, "/", name));
+  } else {
+    const std::string self_dir = DirName(self_path);
+    candidates.push_back(absl::StrCat(self_dir, "/", name));
+    candidates.push_back(absl::StrCat(self_dir, "/../", package, "/", name));
+    const std::string rel = absl::StrCat("pshard/", package, "/", name);
+    for (const char* env : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
+      const char* dir = std::getenv(env);
+      if (dir != nullptr && dir[0] != '\0') {
+        candidates.push_back(absl::StrCat(dir, "/", rel));
+      }
+    }
+    candidates.push_back(absl::StrCat(self_path, ".runfiles/", rel));
+  }
+  for (const std::string& path : candidates) {
+    if (IsExecutable(path)) return path;
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "cannot find ", name, " (tried ", absl::StrJoin(candidates, ", "),
+      "); build it (bazel build //", package, ":", name,
+      ") or pass --bin_dir"));
+}
+
+int RunLocal(const LocalOptions& options, const CliIo& io,
+             Cancellation* cancel) {
+  auto fail = [&io](const absl::Status& status) {
+    PrintError(*io.err, status);
+    return ExitCodeFor(status);
+  };
+
+  // 1. The job: validated before anything is started.
+  absl::StatusOr<v1::JobSpec> loaded =
+      options.spec_path.empty() ? DefaultLocalJobSpec()
+                                : LoadJobSpecFile(options.spec_path);
+  if (!loaded.ok()) return fail(loaded.status());
+  v1::JobSpec spec = *std::move(loaded);
+  if (options.workers < 0 || options.workers > kMaxLocalWorkers) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "--workers: must be in 1..", kMaxLocalWorkers, " for a local cluster, got ",
+        options.workers)));
+  }
+  if (options.workers > 0) spec.set_world_size(options.workers);
+  const int workers = spec.world_size();
+  if (workers > kMaxLocalWorkers) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "world_size: ", workers, " is more than a local cluster runs (",
+        kMaxLocalWorkers, "); pass --workers")));
+  }
+
+  absl::StatusOr<std::string> run_dir = MakeRunDir(options.run_dir);
+  if (!run_dir.ok()) return fail(run_dir.status());
+  if (spec.output_dir().empty()) {
+    spec.set_output_dir(absl::StrCat(*run_dir, "/output"));
+  } else {
+    spec.set_output_dir(Absolute(options.base_dir, spec.output_dir()));
+  }
+  if (spec.has_replay()) {
+    auto* replay = spec.mutable_replay();
+    replay->set_params_path(Absolute(options.base_dir, replay->params_path()));
+    replay->set_gradients_dir(
+        Absolute(options.base_dir, replay->gradients_dir()));
+  }
+  if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return fail(s);
+  if (absl::Status s = MakeDirs(spec.output_dir()); !s.ok()) return fail(s);
+
+  *io.out << "pshard local cluster: " << workers << " CPU worker"
+          << (workers == 1 ? "" : "s") << ", run directory " << *run_dir
+          << "\n";
+  io.out->flush();
+
+  // 2. The cluster.
+  LocalCluster cluster(options, io, cancel);
+  if (absl::Status s = cluster.Start(*run_dir, workers); !s.ok()) {
+    cluster.Shutdown();
+    return fail(s);
+  }
+
+  // 3. The job.
+  absl::StatusOr<v1::Job> submitted = cluster.client().SubmitJob(spec);
+  if (!submitted.ok()) {
+    cluster.Shutdown();
+    return fail(submitted.status());
+  }
+  const std::string job_id = submitted->id();
+  *io.out << "submitted " << job_id << " \"" << spec.name() << "\": "
+          << spec.steps() << " steps on " << workers << " workers; "
+          << "inspect it with: pshardctl --coordinator=" << cluster.address()
+          << " get " << job_id << "\n";
+  io.out->flush();
+
+  absl::Status status = ShowShardsWhenReady(
+      cluster, job_id,
+      absl::Seconds(spec.collective_timeout_seconds() > 0
+                        ? spec.collective_timeout_seconds()
+                        : 60) +
+          options.startup_timeout,
+      io, options.cli.output, cancel);
+  absl::StatusOr<v1::Job> final_job = status;
+  if (status.ok()) {
+    final_job = WatchUntilDone(cluster.client(), job_id, options.cli, io,
+                               cancel);
+  }
+  if (!final_job.ok()) {
+    if (final_job.status().code() == absl::StatusCode::kCancelled) {
+      *io.err << "pshardctl: interrupted; cancelling " << job_id
+              << " and stopping the local cluster\n";
+      absl::StatusOr<v1::Job> cancelled =
+          cluster.client().CancelJob(job_id, "interrupted (pshardctl local)");
+      (void)cancelled;  // Best effort: the cluster goes away regardless.
+    } else {
+      PrintError(*io.err, final_job.status());
+    }
+    cluster.Shutdown();
+    return ExitCodeFor(final_job.status());
+  }
+
+  *io.out << FormatOutcome(*final_job);
+  if (final_job->state() == v1::SUCCEEDED && final_job->output_path().empty()) {
+    *io.out << "final parameters: " << spec.output_dir()
+            << "/params.safetensors\n";
+  }
+  *io.out << "logs and state: " << *run_dir << "\n";
+  io.out->flush();
+
+  if (options.keep_running && (cancel == nullptr || !cancel->cancelled())) {
+    *io.out << "cluster still running at " << cluster.address()
+            << "; press Ctrl-C to stop it\n";
+    io.out->flush();
+    while (cancel != nullptr && !cancel->cancelled()) {
+      if (!cluster.CheckChildren().ok()) break;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  cluster.Shutdown();
+  return final_job->state() == v1::SUCCEEDED ? kExitOk : kExitError;
+}
+
+}  // namespace pshard::cli
