@@ -1,0 +1,189 @@
+// Validates Kubernetes objects offline against the API types of the
+// `kubernetes-models` package (JSON-schema validators generated from the
+// Kubernetes OpenAPI spec), and rejects fields the API does not define.
+//
+// Usage: node validate.mjs FILE.yaml...   ("-" reads standard input)
+// Exit status: 0 when every object is valid, 1 when any is not (each problem
+// is printed on its own line, naming the object and the field), 2 on a usage
+// or setup error (e.g. the packages are not installed).
+//
+// Why the unknown-field check is needed: the generated validators check the
+// types, formats and required fields of every known property, but the
+// Kubernetes OpenAPI spec does not close its objects (no additionalProperties:
+// false), so a misspelled field ("livenesProbe") would pass silently, while
+// the API server drops or rejects it. The validators read every property the
+// schema defines (`data.<name>` for each one, every key of a map), so we hand
+// them a Proxy that records what they read: any key of an object that the
+// schema never looked at is a field the type does not have.
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+function die(message) {
+  console.error(`validate: ${message}`);
+  process.exit(2);
+}
+
+// The packages are installed next to this file by
+// deploy/tools/setup_validator.sh; refuse to run against anything else.
+function checkInstalled() {
+  const lock = JSON.parse(readFileSync(path.join(here, "package-lock.json"), "utf8"));
+  for (const name of ["kubernetes-models", "yaml"]) {
+    const want = lock.packages?.[`node_modules/${name}`]?.version;
+    let have;
+    try {
+      have = JSON.parse(
+        readFileSync(path.join(here, "node_modules", name, "package.json"), "utf8"),
+      ).version;
+    } catch {
+      die(`${name} is not installed in ${here}/node_modules: run deploy/tools/setup_validator.sh`);
+    }
+    if (have !== want) {
+      die(`${name} ${have} is installed but package-lock.json pins ${want}: run deploy/tools/setup_validator.sh`);
+    }
+  }
+}
+
+// "apps/v1" + "Deployment" -> the model class, or null if the package has no
+// such type.
+async function loadModel(apiVersion, kind) {
+  if (typeof apiVersion !== "string" || typeof kind !== "string" ||
+      !/^[a-z0-9.]*\/?v[0-9a-z]+$/.test(apiVersion) || !/^[A-Za-z0-9]+$/.test(kind)) {
+    return null;
+  }
+  const file = path.join(here, "node_modules", "kubernetes-models", apiVersion, `${kind}.js`);
+  let mod;
+  try {
+    mod = await import(pathToFileURL(file).href);
+  } catch (e) {
+    if (e.code === "ERR_MODULE_NOT_FOUND") return null;
+    throw e;
+  }
+  const model = mod[kind];
+  if (typeof model !== "function" || model.apiVersion !== apiVersion || model.kind !== kind) {
+    return null;
+  }
+  return model;
+}
+
+// Wraps `root` so that every property read on it (and on everything
+// reached through it) is recorded: seen is Map<object, Set<key>>. One proxy
+// per object, so repeated reads see the same one.
+function trackAll(root) {
+  const seen = new Map();
+  const proxies = new Map();
+  const wrap = (value) => {
+    if (value === null || typeof value !== "object") return value;
+    if (proxies.has(value)) return proxies.get(value);
+    const keys = new Set();
+    seen.set(value, keys);
+    const proxy = new Proxy(value, {
+      get(target, key, receiver) {
+        const child = Reflect.get(target, key, receiver);
+        if (typeof key !== "string") return child;
+        keys.add(key);
+        return Object.prototype.hasOwnProperty.call(target, key) ? wrap(child) : child;
+      },
+      has(target, key) {
+        if (typeof key === "string") keys.add(key);
+        return Reflect.has(target, key);
+      },
+    });
+    proxies.set(value, proxy);
+    return proxy;
+  };
+  return { proxy: wrap(root), seen };
+}
+
+// Every key of every object the validator entered that it never read.
+function unknownFields(value, seen, at, out) {
+  if (value === null || typeof value !== "object") return;
+  const keys = seen.get(value);
+  if (!keys) return; // not entered: its parent key is already reported
+  if (Array.isArray(value)) {
+    value.forEach((item, i) => unknownFields(item, seen, `${at}/${i}`, out));
+    return;
+  }
+  for (const key of Object.keys(value)) {
+    if (!keys.has(key)) {
+      out.push(`${at}/${key}: unknown field`);
+    } else {
+      unknownFields(value[key], seen, `${at}/${key}`, out);
+    }
+  }
+}
+
+function describe(doc, index, file) {
+  const name = doc?.metadata?.name ?? "<no name>";
+  return `${file}#${index} ${doc?.kind ?? "<no kind>"}/${name}`;
+}
+
+async function validateDoc(doc) {
+  const problems = [];
+  if (doc === null || typeof doc !== "object" || Array.isArray(doc)) {
+    return ["not an object"];
+  }
+  // The package also carries API versions that Kubernetes no longer serves
+  // (extensions/v1beta1, policy/v1beta1, ...): accept stable versions only.
+  if (typeof doc.apiVersion === "string" && /v[0-9]+(alpha|beta)[0-9]*$/.test(doc.apiVersion)) {
+    return [`apiVersion ${doc.apiVersion}: pre-release API version; use a stable (v1, v2) one`];
+  }
+  const model = await loadModel(doc.apiVersion, doc.kind);
+  if (!model) {
+    return [`apiVersion ${JSON.stringify(doc.apiVersion)} kind ${JSON.stringify(doc.kind)}: not a Kubernetes API type`];
+  }
+  // Plain data: what the API server would decode.
+  const data = JSON.parse(JSON.stringify(doc));
+  const { proxy, seen } = trackAll(data);
+  // The model's validate() runs the generated validator on `this`.
+  try {
+    model.prototype.validate.call(proxy);
+  } catch (e) {
+    if (!Array.isArray(e.errors)) throw e;
+    for (const err of e.errors) {
+      problems.push(`${err.instancePath || "/"}: ${err.message}`);
+    }
+  }
+  // apiVersion and kind are read by the loader, not by the schema.
+  seen.get(data).add("apiVersion");
+  seen.get(data).add("kind");
+  unknownFields(data, seen, "", problems);
+  return problems;
+}
+
+async function main(argv) {
+  if (argv.length === 0) die("usage: node validate.mjs FILE.yaml... (- for stdin)");
+  checkInstalled();
+  const require = createRequire(import.meta.url);
+  const YAML = require(path.join(here, "node_modules", "yaml"));
+  let objects = 0;
+  let failures = 0;
+  for (const file of argv) {
+    const text = readFileSync(file === "-" ? 0 : file, "utf8");
+    const docs = YAML.parseAllDocuments(text, { uniqueKeys: true, version: "1.1" });
+    for (const [i, d] of docs.entries()) {
+      if (d.errors.length > 0) {
+        console.log(`${file}#${i}: YAML error: ${d.errors[0].message}`);
+        failures++;
+        continue;
+      }
+      const doc = d.toJS({ maxAliasCount: -1 });
+      if (doc === null || doc === undefined) continue; // empty document
+      objects++;
+      const problems = await validateDoc(doc);
+      for (const p of problems) console.log(`${describe(doc, i, file)}: ${p}`);
+      if (problems.length > 0) failures++;
+    }
+  }
+  if (objects === 0) {
+    console.log("validate: no objects found");
+    process.exit(1);
+  }
+  console.log(`validate: ${objects} objects, ${failures} invalid`);
+  process.exit(failures === 0 ? 0 : 1);
+}
+
+await main(process.argv.slice(2));
