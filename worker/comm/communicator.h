@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -83,6 +85,23 @@ class Communicator {
   // The returned Work carries fn's status; a failing fn fails later
   // operations too, since their inputs can no longer be trusted.
   virtual std::shared_ptr<Work> Enqueue(std::function<absl::Status()> fn) = 0;
+
+  // A span of memory that an Enqueue'd function reads or writes.
+  struct MemoryRange {
+    const void* data = nullptr;
+    int64_t bytes = 0;
+  };
+
+  // Like Enqueue(fn), with a promise that `fn` touches only `ranges`: a
+  // backend may then start later operations on other memory while `fn` runs
+  // (the owner's optimizer step on one bucket overlaps the transfer of the
+  // next). `fn` still runs after every earlier operation, and later operations
+  // on any of `ranges` still start after it. The default ignores the promise.
+  virtual std::shared_ptr<Work> EnqueueTouching(
+      std::function<absl::Status()> fn, std::vector<MemoryRange> ranges) {
+    (void)ranges;
+    return Enqueue(std::move(fn));
+  }
 
   // Fails every pending and future operation with `reason` and releases any
   // thread blocked in a collective. Idempotent; safe from any thread.

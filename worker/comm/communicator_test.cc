@@ -1,0 +1,347 @@
+// Tests of every host Communicator backend (Gloo over loopback with an
+// in-memory rendezvous store, and the fake), in the style of Gloo's own
+// allreduce_test.cc: N ranks as threads, parameterised over world size and
+// buffer size, checked against closed-form expected values.
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+#include "worker/comm/communicator.h"
+#include "worker/comm/fake_communicator.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/kv_store.h"
+#include "worker/comm/reduce_ops.h"
+
+namespace pshard::worker {
+namespace {
+
+enum class Backend { kGloo, kFake };
+
+std::string BackendName(Backend b) { return b == Backend::kGloo ? "Gloo" : "Fake"; }
+
+// Creates `n` communicators (concurrently: Gloo's rendezvous needs every rank)
+// and runs `body(comm)` on one thread per rank.
+class Ranks {
+ public:
+  Ranks(Backend backend, int n, absl::Duration timeout = absl::Seconds(20))
+      : hub_(n, timeout) {
+    comms_.resize(n);
+    std::vector<std::thread> threads;
+    std::vector<absl::Status> statuses(n);
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        if (backend == Backend::kFake) {
+          comms_[r] = hub_.Create(r);
+          return;
+        }
+        GlooOptions options;
+        options.rank = r;
+        options.world_size = n;
+        options.timeout = timeout;
+        options.key_prefix = "test/";
+        auto comm = CreateGlooCommunicator(options, store_);
+        statuses[r] = comm.status();
+        if (comm.ok()) comms_[r] = *std::move(comm);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (auto& s : statuses) EXPECT_OK(s);
+  }
+
+  void Run(const std::function<void(Communicator&)>& body) {
+    std::vector<std::thread> threads;
+    for (auto& comm : comms_) {
+      ASSERT_NE(comm, nullptr);
+      threads.emplace_back([&body, &comm] { body(*comm); });
+    }
+    for (auto& t : threads) t.join();
+  }
+
+  Communicator& comm(int r) { return *comms_[r]; }
+  void Reset(int r) { comms_[r].reset(); }
+
+ private:
+  InMemoryKvStore store_;
+  FakeHub hub_;
+  std::vector<std::unique_ptr<Communicator>> comms_;
+};
+
+constexpr absl::Duration kWait = absl::Seconds(30);
+
+class CollectiveTest
+    : public ::testing::TestWithParam<std::tuple<Backend, int, int64_t>> {
+ protected:
+  Backend backend() const { return std::get<0>(GetParam()); }
+  int world() const { return std::get<1>(GetParam()); }
+  int64_t count() const { return std::get<2>(GetParam()); }
+};
+
+// Rank r's input element i is r * count + i; sums have closed forms.
+float Input(int rank, int64_t count, int64_t i) {
+  return static_cast<float>(rank * count + i);
+}
+float SumOverRanks(int n, int64_t count, int64_t i) {
+  return static_cast<float>(count * n * (n - 1) / 2 + n * i);
+}
+
+TEST_P(CollectiveTest, AllReduceSums) {
+  Ranks ranks(backend(), world());
+  const int64_t n = count();
+  ranks.Run([&](Communicator& comm) {
+    std::vector<float> data(n);
+    for (int64_t i = 0; i < n; ++i) data[i] = Input(comm.rank(), n, i);
+    // Two in a row, to exercise slots and reuse.
+    ASSERT_OK(comm.AllReduce(data.data(), n, DataType::kFloat32)->Wait(kWait));
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(data[i], SumOverRanks(world(), n, i)) << "rank " << comm.rank() << " i " << i;
+    }
+    ASSERT_OK(comm.AllReduce(data.data(), n, DataType::kFloat32)->Wait(kWait));
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(data[i], world() * SumOverRanks(world(), n, i));
+    }
+  });
+}
+
+TEST_P(CollectiveTest, ReduceToEveryRoot) {
+  Ranks ranks(backend(), world());
+  const int64_t n = count();
+  ranks.Run([&](Communicator& comm) {
+    for (int root = 0; root < comm.world_size(); ++root) {
+      std::vector<float> data(n);
+      for (int64_t i = 0; i < n; ++i) data[i] = Input(comm.rank(), n, i);
+      ASSERT_OK(comm.Reduce(data.data(), n, DataType::kFloat32, root)
+                    ->Wait(kWait));
+      if (comm.rank() == root) {
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(data[i], SumOverRanks(world(), n, i));
+        }
+      }
+    }
+  });
+}
+
+TEST_P(CollectiveTest, BroadcastFromEveryRoot) {
+  Ranks ranks(backend(), world());
+  const int64_t n = count();
+  ranks.Run([&](Communicator& comm) {
+    for (int root = 0; root < comm.world_size(); ++root) {
+      std::vector<float> data(n, -1.0f);
+      if (comm.rank() == root) {
+        for (int64_t i = 0; i < n; ++i) data[i] = Input(root, n, i);
+      }
+      ASSERT_OK(comm.Broadcast(data.data(), n, DataType::kFloat32, root)
+                    ->Wait(kWait));
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(data[i], Input(root, n, i));
+    }
+  });
+}
+
+// The hook's pattern, many buckets in flight: reduce to owner, owner's
+// Enqueue'd step, broadcast from owner; nothing waited until the end.
+TEST_P(CollectiveTest, PipelinedReduceStepBroadcast) {
+  Ranks ranks(backend(), world());
+  const int64_t n = count();
+  const int kBuckets = 6;
+  ranks.Run([&](Communicator& comm) {
+    std::vector<std::vector<float>> grads(kBuckets, std::vector<float>(n));
+    std::vector<std::vector<float>> params(kBuckets, std::vector<float>(n, 0));
+    std::vector<std::shared_ptr<Work>> works;
+    for (int b = 0; b < kBuckets; ++b) {
+      const int owner = b % comm.world_size();
+      for (int64_t i = 0; i < n; ++i) grads[b][i] = Input(comm.rank(), n, i) + b;
+      works.push_back(comm.Reduce(grads[b].data(), n, DataType::kFloat32, owner));
+      if (comm.rank() == owner) {
+        float* g = grads[b].data();
+        float* p = params[b].data();
+        auto step = [g, p, n] {
+          for (int64_t i = 0; i < n; ++i) p[i] = 2 * g[i];
+          return absl::OkStatus();
+        };
+        if (b % 2 == 0) {
+          works.push_back(comm.Enqueue(step));
+        } else {
+          works.push_back(comm.EnqueueTouching(
+              step, {{g, n * 4}, {p, n * 4}}));
+        }
+      }
+      works.push_back(
+          comm.Broadcast(params[b].data(), n, DataType::kFloat32, owner));
+    }
+    for (auto& w : works) ASSERT_OK(w->Wait(kWait));
+    for (int b = 0; b < kBuckets; ++b) {
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(params[b][i],
+                  2 * (SumOverRanks(world(), n, i) + world() * b))
+            << "bucket " << b << " i " << i;
+      }
+    }
+  });
+}
+
+TEST_P(CollectiveTest, BytesSentMatchMinimumVolume) {
+  Ranks ranks(backend(), world());
+  const int64_t n = count();
+  std::vector<int64_t> sent(world());
+  ranks.Run([&](Communicator& comm) {
+    std::vector<float> data(n, 1.0f);
+    // Every rank owns one bucket: reduce to it, broadcast from it.
+    for (int root = 0; root < comm.world_size(); ++root) {
+      ASSERT_OK(comm.Reduce(data.data(), n, DataType::kFloat32, root)->Wait(kWait));
+      ASSERT_OK(comm.Broadcast(data.data(), n, DataType::kFloat32, root)->Wait(kWait));
+    }
+    sent[comm.rank()] = comm.bytes_sent();
+  });
+  // Each rank sends its gradient to every other owner once and its own
+  // bucket to every peer once: 2(n-1) buckets of 4*count bytes.
+  for (int r = 0; r < world(); ++r) {
+    EXPECT_EQ(sent[r], 2 * (world() - 1) * 4 * n) << "rank " << r;
+  }
+}
+
+TEST_P(CollectiveTest, BarrierAndEnqueueOrder) {
+  Ranks ranks(backend(), world());
+  std::atomic<int> before{0};
+  ranks.Run([&](Communicator& comm) {
+    std::vector<int> order;
+    auto w1 = comm.Enqueue([&] {
+      order.push_back(1);
+      ++before;
+      return absl::OkStatus();
+    });
+    auto barrier = comm.Barrier();
+    auto w2 = comm.Enqueue([&] {
+      order.push_back(2);
+      // Every rank ran its first function before anyone passes the barrier.
+      return before.load() == comm.world_size()
+                 ? absl::OkStatus()
+                 : absl::InternalError("barrier did not wait");
+    });
+    ASSERT_OK(w2->Wait(kWait));
+    ASSERT_OK(barrier->Wait(kWait));
+    ASSERT_OK(w1->Wait(kWait));
+    EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllBackends, CollectiveTest,
+    ::testing::Combine(::testing::Values(Backend::kGloo, Backend::kFake),
+                       ::testing::Values(1, 2, 3, 4),
+                       ::testing::Values(int64_t{0}, int64_t{1}, int64_t{5},
+                                         int64_t{1000}, int64_t{1} << 17)),
+    [](const auto& info) {
+      return absl::StrCat(BackendName(std::get<0>(info.param)), "_World",
+                          std::get<1>(info.param), "_Count",
+                          std::get<2>(info.param));
+    });
+
+class BackendTest : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(BackendTest, BFloat16AllReduce) {
+  Ranks ranks(GetParam(), 3);
+  ranks.Run([&](Communicator& comm) {
+    std::vector<uint16_t> data(10);
+    for (int i = 0; i < 10; ++i) {
+      data[i] = FloatToBFloat16(static_cast<float>(comm.rank() + i));
+    }
+    ASSERT_OK(comm.AllReduce(data.data(), 10, DataType::kBFloat16)->Wait(kWait));
+    for (int i = 0; i < 10; ++i) {
+      EXPECT_EQ(BFloat16ToFloat(data[i]), static_cast<float>(3 + 3 * i));
+    }
+  });
+}
+
+TEST_P(BackendTest, FailingEnqueueFailsLaterOperations) {
+  Ranks ranks(GetParam(), 1);
+  Communicator& comm = ranks.comm(0);
+  auto bad = comm.Enqueue([] { return absl::DataLossError("nan in bucket 3"); });
+  float x = 1;
+  auto later = comm.AllReduce(&x, 1, DataType::kFloat32);
+  EXPECT_THAT(bad->Wait(kWait), StatusIs(absl::StatusCode::kDataLoss, "nan in bucket 3"));
+  EXPECT_THAT(later->Wait(kWait), StatusIs(absl::StatusCode::kDataLoss, "nan in bucket 3"));
+}
+
+TEST_P(BackendTest, InvalidRootIsRejected) {
+  Ranks ranks(GetParam(), 1);
+  float x = 0;
+  EXPECT_THAT(ranks.comm(0).Reduce(&x, 1, DataType::kFloat32, 3)->Wait(kWait),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("root rank 3")));
+}
+
+// A peer that never joins: Abort() releases the blocked rank at once, with
+// the abort reason, long before the collective timeout.
+TEST_P(BackendTest, AbortReleasesBlockedCollective) {
+  Ranks ranks(GetParam(), 2, absl::Seconds(60));
+  std::vector<float> data(1000, 1.0f);
+  auto work = ranks.comm(0).Reduce(data.data(), 1000, DataType::kFloat32, 0);
+  auto later = ranks.comm(0).Broadcast(data.data(), 1000, DataType::kFloat32, 0);
+  EXPECT_THAT(work->Wait(absl::Milliseconds(100)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, ::testing::_));
+  absl::Time start = absl::Now();
+  ranks.comm(0).Abort(absl::AbortedError("job job-7 cancelled"));
+  EXPECT_THAT(work->Wait(absl::Seconds(10)),
+              StatusIs(absl::StatusCode::kAborted, "job job-7 cancelled"));
+  EXPECT_THAT(later->Wait(absl::Seconds(10)),
+              StatusIs(absl::StatusCode::kAborted, "job job-7 cancelled"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // Operations issued after the abort fail too.
+  EXPECT_THAT(ranks.comm(0).Barrier()->Wait(absl::Seconds(10)),
+              StatusIs(absl::StatusCode::kAborted, ::testing::_));
+}
+
+// A peer that stops answering: the operation fails after the timeout.
+TEST_P(BackendTest, SilentPeerTimesOut) {
+  Ranks ranks(GetParam(), 2, absl::Milliseconds(500));
+  float x = 1;
+  auto work = ranks.comm(1).AllReduce(&x, 1, DataType::kFloat32);
+  EXPECT_THAT(work->Wait(absl::Seconds(20)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, ::testing::_));
+}
+
+// A peer that goes away (its process dies): the survivor fails, not hangs.
+TEST_P(BackendTest, DeadPeerFailsSurvivor) {
+  Ranks ranks(GetParam(), 2, absl::Seconds(60));
+  std::vector<float> data(100000, 1.0f);
+  auto work = ranks.comm(0).Reduce(data.data(), 100000, DataType::kFloat32, 0);
+  if (GetParam() == Backend::kFake) {
+    ranks.comm(1).Abort(absl::UnavailableError("peer died"));
+  } else {
+    ranks.Reset(1);  // closes its sockets
+  }
+  EXPECT_FALSE(work->Wait(absl::Seconds(20)).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, BackendTest,
+                         ::testing::Values(Backend::kGloo, Backend::kFake),
+                         [](const auto& info) { return BackendName(info.param); });
+
+TEST(GlooCommunicatorTest, RendezvousTimesOutWithoutPeers) {
+  InMemoryKvStore store;
+  GlooOptions options;
+  options.rank = 0;
+  options.world_size = 2;
+  options.timeout = absl::Milliseconds(300);
+  EXPECT_THAT(CreateGlooCommunicator(options, store).status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, ::testing::_));
+}
+
+TEST(GlooCommunicatorTest, RejectsBadRank) {
+  InMemoryKvStore store;
+  GlooOptions options;
+  options.rank = 2;
+  options.world_size = 2;
+  EXPECT_THAT(CreateGlooCommunicator(options, store).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("rank 2")));
+}
+
+}  // namespace
+}  // namespace pshard::worker

@@ -1,0 +1,689 @@
+#include "worker/comm/gloo_communicator.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gloo/common/error.h"
+#include "gloo/context.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
+#include "worker/comm/reduce_ops.h"
+#include "worker/comm/work_impl.h"
+
+namespace pshard::worker {
+namespace {
+
+using ::gloo::transport::UnboundBuffer;
+
+// Our slots live in their own range so they never meet Gloo's own
+// collectives' slots (which use small prefixes in the top byte).
+constexpr uint64_t kSlotPrefix = uint64_t{0x5d} << 56;
+
+uint64_t SlotOf(uint64_t seq, int phase) {
+  return kSlotPrefix | (seq << 2) | static_cast<uint64_t>(phase);
+}
+
+std::chrono::milliseconds ToChrono(absl::Duration d) {
+  return std::chrono::milliseconds(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+}
+
+// Gloo throws on every failure; this is the one place its exceptions become
+// statuses.
+absl::Status FromGlooException(const std::exception& e,
+                               absl::string_view what) {
+  std::string message = absl::StrCat(what, ": ", e.what());
+  if (absl::StrContains(e.what(), "imed out") ||
+      absl::StrContains(e.what(), "imeout")) {
+    return absl::DeadlineExceededError(message);
+  }
+  return absl::UnavailableError(message);
+}
+
+// gloo::rendezvous::Store over a KvClient. Gloo expects failures as
+// exceptions; CreateGlooCommunicator catches them.
+class KvGlooStore : public ::gloo::rendezvous::Store {
+ public:
+  KvGlooStore(KvClient& kv, std::string prefix, absl::Duration timeout)
+      : kv_(kv), prefix_(std::move(prefix)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    absl::Status status =
+        kv_.Put(prefix_ + key, std::string(data.begin(), data.end()));
+    if (!status.ok()) Throw(status);
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    absl::StatusOr<std::string> value = kv_.Get(prefix_ + key, timeout_);
+    if (!value.ok()) Throw(value.status());
+    return std::vector<char>(value->begin(), value->end());
+  }
+
+  void wait(const std::vector<std::string>& keys) override {
+    wait(keys, ToChrono(timeout_));
+  }
+
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    absl::Duration limit =
+        std::min(timeout_, absl::Milliseconds(timeout.count()));
+    if (timeout.count() <= 0) limit = timeout_;
+    for (const std::string& key : keys) {
+      absl::StatusOr<std::string> value = kv_.Get(prefix_ + key, limit);
+      if (!value.ok()) Throw(value.status());
+    }
+  }
+
+  // The store's own failure, if Gloo failed because of one.
+  const absl::Status& error() const { return error_; }
+
+ private:
+  [[noreturn]] void Throw(const absl::Status& status) {
+    error_ = status;
+    throw ::gloo::IoException(status.ToString());
+  }
+
+  KvClient& kv_;
+  const std::string prefix_;
+  const absl::Duration timeout_;
+  absl::Status error_;
+};
+
+// Reusable receive buffers: reductions receive every bucket into scratch
+// memory, and fresh multi-megabyte allocations would fault their pages in on
+// every step.
+class ScratchPool {
+ public:
+  std::unique_ptr<char[]> Acquire(size_t bytes) {
+    absl::MutexLock lock(&mu_);
+    auto& free = free_[bytes];
+    if (!free.empty()) {
+      std::unique_ptr<char[]> buffer = std::move(free.back());
+      free.pop_back();
+      return buffer;
+    }
+    return std::unique_ptr<char[]>(new char[std::max<size_t>(bytes, 1)]);
+  }
+
+  void Release(size_t bytes, std::unique_ptr<char[]> buffer) {
+    absl::MutexLock lock(&mu_);
+    auto& free = free_[bytes];
+    if (free.size() < 8) free.push_back(std::move(buffer));
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<size_t, std::vector<std::unique_ptr<char[]>>> free_
+      ABSL_GUARDED_BY(mu_);
+};
+
+enum class OpKind { kAllReduce, kReduce, kBroadcast, kBarrier, kEnqueue };
+
+struct Op {
+  OpKind kind;
+  char* data = nullptr;
+  int64_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int root = 0;
+  std::function<absl::Status()> fn;
+  // Memory the op reads or writes; `full_barrier` ops conflict with all.
+  std::vector<Communicator::MemoryRange> ranges;
+  bool full_barrier = false;
+  std::shared_ptr<CompletionWork> work;
+  uint64_t seq = 0;
+
+  // Transport state, once posted.
+  std::unique_ptr<UnboundBuffer> own;  // over `data`
+  std::vector<std::unique_ptr<UnboundBuffer>> peer;  // per rank, or null
+  std::vector<std::unique_ptr<char[]>> scratch;      // per rank, or null
+  std::vector<size_t> scratch_bytes;
+  int64_t pending_send_bytes = 0;
+
+  int64_t bytes() const { return count * DataTypeSize(dtype); }
+};
+
+bool Overlaps(const Communicator::MemoryRange& a,
+              const Communicator::MemoryRange& b) {
+  if (a.bytes <= 0 || b.bytes <= 0) return false;
+  const char* a0 = static_cast<const char*>(a.data);
+  const char* b0 = static_cast<const char*>(b.data);
+  return a0 < b0 + b.bytes && b0 < a0 + a.bytes;
+}
+
+bool Conflicts(const Op& earlier, const Op& later) {
+  if (earlier.full_barrier || later.full_barrier) return true;
+  for (const auto& a : earlier.ranges) {
+    for (const auto& b : later.ranges) {
+      if (Overlaps(a, b)) return true;
+    }
+  }
+  return false;
+}
+
+class GlooCommunicator : public Communicator {
+ public:
+  GlooCommunicator(const GlooOptions& options,
+                   std::shared_ptr<::gloo::Context> context)
+      : rank_(options.rank),
+        world_size_(options.world_size),
+        timeout_(options.timeout),
+        max_in_flight_(std::max(1, options.max_in_flight)),
+        context_(std::move(context)) {
+    issuer_ = std::thread([this] { IssueLoop(); });
+    completer_ = std::thread([this] { CompleteLoop(); });
+  }
+
+  ~GlooCommunicator() override {
+    Abort(absl::CancelledError("communicator destroyed"));
+    {
+      absl::MutexLock lock(&mu_);
+      shutdown_ = true;
+    }
+    issuer_.join();
+    completer_.join();
+    // Closing the pairs first guarantees the transport no longer touches any
+    // buffer; only then may the buffers of failed operations go.
+    CloseConnections();
+    graveyard_.clear();
+    context_.reset();
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+
+  std::shared_ptr<Work> AllReduce(void* data, int64_t count,
+                                  DataType dtype) override {
+    return Issue(OpKind::kAllReduce, data, count, dtype, 0);
+  }
+
+  std::shared_ptr<Work> Reduce(void* data, int64_t count, DataType dtype,
+                               int root) override {
+    return Issue(OpKind::kReduce, data, count, dtype, root);
+  }
+
+  std::shared_ptr<Work> Broadcast(void* data, int64_t count, DataType dtype,
+                                  int root) override {
+    return Issue(OpKind::kBroadcast, data, count, dtype, root);
+  }
+
+  std::shared_ptr<Work> Barrier() override {
+    return Issue(OpKind::kBarrier, nullptr, 0, DataType::kFloat32, 0);
+  }
+
+  std::shared_ptr<Work> Enqueue(std::function<absl::Status()> fn) override {
+    auto op = std::make_unique<Op>();
+    op->kind = OpKind::kEnqueue;
+    op->fn = std::move(fn);
+    op->full_barrier = true;
+    return Push(std::move(op));
+  }
+
+  std::shared_ptr<Work> EnqueueTouching(
+      std::function<absl::Status()> fn,
+      std::vector<MemoryRange> ranges) override {
+    auto op = std::make_unique<Op>();
+    op->kind = OpKind::kEnqueue;
+    op->fn = std::move(fn);
+    op->ranges = std::move(ranges);
+    return Push(std::move(op));
+  }
+
+  void Abort(const absl::Status& reason) override {
+    Fail(reason.ok() ? absl::AbortedError("communicator aborted") : reason);
+  }
+
+  int64_t bytes_sent() const override { return bytes_sent_.load(); }
+
+ private:
+  std::shared_ptr<Work> Issue(OpKind kind, void* data, int64_t count,
+                              DataType dtype, int root) {
+    if (count < 0) {
+      return CompletionWork::Done(absl::InvalidArgumentError(
+          absl::StrCat("negative element count ", count)));
+    }
+    if (root < 0 || root >= world_size_) {
+      return CompletionWork::Done(absl::InvalidArgumentError(absl::StrCat(
+          "root rank ", root, " is outside [0, ", world_size_, ")")));
+    }
+    if (count > 0 && data == nullptr) {
+      return CompletionWork::Done(
+          absl::InvalidArgumentError("null buffer with a non-zero count"));
+    }
+    auto op = std::make_unique<Op>();
+    op->kind = kind;
+    op->data = static_cast<char*>(data);
+    op->count = count;
+    op->dtype = dtype;
+    op->root = root;
+    if (op->bytes() > 0) op->ranges.push_back({data, op->bytes()});
+    return Push(std::move(op));
+  }
+
+  std::shared_ptr<Work> Push(std::unique_ptr<Op> op) {
+    op->work = std::make_shared<CompletionWork>();
+    std::shared_ptr<Work> work = op->work;
+    absl::MutexLock lock(&mu_);
+    // Only transfers take a sequence number (their slot): Enqueue runs on some
+    // ranks only (the owner), and every rank must number the transfers alike.
+    op->seq = op->kind == OpKind::kEnqueue ? 0 : next_seq_++;
+    queue_.push_back(std::move(op));
+    return work;
+  }
+
+  // Records the first failure, interrupts every wait on the transport and
+  // closes the connections so that peers fail fast too.
+  void Fail(const absl::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!error_.ok()) return;
+      error_ = status;
+      for (const auto& op : in_flight_) AbortWaits(*op);
+    }
+    CloseConnections();
+  }
+
+  static void AbortWaits(Op& op) {
+    if (op.own) {
+      op.own->abortWaitSend();
+      op.own->abortWaitRecv();
+    }
+    for (auto& buffer : op.peer) {
+      if (buffer) {
+        buffer->abortWaitSend();
+        buffer->abortWaitRecv();
+      }
+    }
+  }
+
+  void CloseConnections() {
+    absl::MutexLock lock(&close_mu_);
+    if (closed_ || context_ == nullptr) return;
+    closed_ = true;
+    try {
+      context_->closeConnections();
+    } catch (const std::exception&) {
+      // Already broken: nothing more to close.
+    }
+  }
+
+  absl::Status CurrentError() {
+    absl::MutexLock lock(&mu_);
+    return error_.ok() ? absl::AbortedError("communicator aborted") : error_;
+  }
+
+  void IssueLoop() {
+    while (true) {
+      std::unique_ptr<Op> op;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](GlooCommunicator* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                 self->mu_) { return self->shutdown_ || !self->queue_.empty(); },
+            this));
+        if (queue_.empty()) {
+          issuer_done_ = true;
+          return;
+        }
+        // The op may start once nothing in flight conflicts with it.
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          if (!error_.ok()) return true;
+          if (static_cast<int>(in_flight_.size()) >= max_in_flight_) {
+            return false;
+          }
+          for (const auto& flying : in_flight_) {
+            if (Conflicts(*flying, *queue_.front())) return false;
+          }
+          return true;
+        };
+        mu_.Await(absl::Condition(&ready));
+        op = std::move(queue_.front());
+        queue_.pop_front();
+        if (!error_.ok()) {
+          absl::Status error = error_;
+          mu_.Unlock();
+          op->work->Complete(error);
+          mu_.Lock();
+          continue;
+        }
+      }
+      absl::Status posted = Post(*op);
+      if (!posted.ok()) Fail(posted);
+      absl::MutexLock lock(&mu_);
+      if (!error_.ok()) AbortWaits(*op);
+      in_flight_.push_back(std::move(op));
+    }
+  }
+
+  void CompleteLoop() {
+    while (true) {
+      Op* op;
+      absl::Status error;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](GlooCommunicator* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                 self->mu_) {
+              return !self->in_flight_.empty() || self->issuer_done_;
+            },
+            this));
+        // The issuer has stopped and everything it posted is finished.
+        if (in_flight_.empty()) return;
+        op = in_flight_.front().get();
+        error = error_;
+      }
+      absl::Status status = error.ok() ? Finish(*op) : error;
+      if (!status.ok()) Fail(status);
+      std::unique_ptr<Op> done;
+      {
+        absl::MutexLock lock(&mu_);
+        done = std::move(in_flight_.front());
+        in_flight_.pop_front();
+      }
+      std::shared_ptr<CompletionWork> work = done->work;
+      if (status.ok()) {
+        Recycle(*done);
+      } else {
+        // The transport may still hold these buffers until the connections
+        // are closed: keep them until the destructor.
+        graveyard_.push_back(std::move(done));
+      }
+      work->Complete(status);
+    }
+  }
+
+  void Recycle(Op& op) {
+    for (size_t r = 0; r < op.scratch.size(); ++r) {
+      if (op.scratch[r]) {
+        pool_.Release(op.scratch_bytes[r], std::move(op.scratch[r]));
+      }
+    }
+  }
+
+  // Chunk c of an all-reduce: elements [begin, end).
+  int64_t ChunkBegin(const Op& op, int c) const {
+    return op.count * c / world_size_;
+  }
+  int64_t ChunkElems(const Op& op, int c) const {
+    return ChunkBegin(op, c + 1) - ChunkBegin(op, c);
+  }
+
+  void AddScratch(Op& op, int r, size_t bytes) {
+    op.scratch_bytes[r] = bytes;
+    op.scratch[r] = pool_.Acquire(bytes);
+    op.peer[r] = context_->createUnboundBuffer(op.scratch[r].get(), bytes);
+  }
+
+  // Hands the op's first transfers to the transport without waiting.
+  absl::Status Post(Op& op) {
+    if (op.kind == OpKind::kEnqueue || world_size_ == 1) return absl::OkStatus();
+    const int n = world_size_;
+    const size_t esize = DataTypeSize(op.dtype);
+    op.peer.resize(n);
+    op.scratch.resize(n);
+    op.scratch_bytes.assign(n, 0);
+    try {
+      switch (op.kind) {
+        case OpKind::kReduce:
+          if (op.bytes() == 0) break;
+          if (rank_ == op.root) {
+            for (int r = 0; r < n; ++r) {
+              if (r == rank_) continue;
+              AddScratch(op, r, op.bytes());
+              op.peer[r]->recv(r, SlotOf(op.seq, 0));
+            }
+          } else {
+            op.own = context_->createUnboundBuffer(op.data, op.bytes());
+            op.own->send(op.root, SlotOf(op.seq, 0));
+            op.pending_send_bytes = op.bytes();
+          }
+          break;
+        case OpKind::kBroadcast:
+          if (op.bytes() == 0) break;
+          op.own = context_->createUnboundBuffer(op.data, op.bytes());
+          if (rank_ == op.root) {
+            for (int r = 0; r < n; ++r) {
+              if (r != rank_) op.own->send(r, SlotOf(op.seq, 0));
+            }
+            op.pending_send_bytes = (n - 1) * op.bytes();
+          } else {
+            op.own->recv(op.root, SlotOf(op.seq, 0));
+          }
+          break;
+        case OpKind::kAllReduce: {
+          if (op.bytes() == 0) break;
+          // Phase 0 (reduce-scatter): chunk c goes to rank c.
+          op.own = context_->createUnboundBuffer(op.data, op.bytes());
+          const int64_t mine = ChunkElems(op, rank_);
+          for (int r = 0; r < n; ++r) {
+            if (r == rank_) continue;
+            if (ChunkElems(op, r) > 0) {
+              op.own->send(r, SlotOf(op.seq, 0), ChunkBegin(op, r) * esize,
+                           ChunkElems(op, r) * esize);
+              op.pending_send_bytes += ChunkElems(op, r) * esize;
+            }
+            if (mine > 0) {
+              AddScratch(op, r, mine * esize);
+              op.peer[r]->recv(r, SlotOf(op.seq, 0));
+            }
+          }
+          break;
+        }
+        case OpKind::kBarrier:
+          for (int r = 0; r < n; ++r) {
+            if (r == rank_) continue;
+            AddScratch(op, r, 2);
+            op.peer[r]->send(r, SlotOf(op.seq, 0), 0, 1);
+            op.peer[r]->recv(r, SlotOf(op.seq, 0), 1, 1);
+          }
+          break;
+        case OpKind::kEnqueue:
+          break;
+      }
+    } catch (const std::exception& e) {
+      return FromGlooException(e, absl::StrCat("posting operation #", op.seq));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitSend(UnboundBuffer& buffer, const Op& op) {
+    try {
+      if (!buffer.waitSend(ToChrono(timeout_))) return CurrentError();
+    } catch (const std::exception& e) {
+      return FromGlooException(
+          e, absl::StrCat("sending for operation #", op.seq, " on rank ",
+                          rank_));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitRecv(UnboundBuffer& buffer, const Op& op) {
+    try {
+      if (!buffer.waitRecv(ToChrono(timeout_))) return CurrentError();
+    } catch (const std::exception& e) {
+      return FromGlooException(
+          e, absl::StrCat("receiving for operation #", op.seq, " on rank ",
+                          rank_));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckNotFailed() {
+    absl::MutexLock lock(&mu_);
+    return error_;
+  }
+
+  // Waits for the op's transfers, does its arithmetic, and (all-reduce) runs
+  // its second phase.
+  absl::Status Finish(Op& op) {
+    if (op.kind == OpKind::kEnqueue) return op.fn();
+    if (world_size_ == 1) return absl::OkStatus();
+    const int n = world_size_;
+    const size_t esize = DataTypeSize(op.dtype);
+    switch (op.kind) {
+      case OpKind::kReduce:
+        if (op.bytes() == 0) break;
+        if (rank_ == op.root) {
+          for (int r = 0; r < n; ++r) {
+            if (r == rank_) continue;
+            if (absl::Status s = WaitRecv(*op.peer[r], op); !s.ok()) return s;
+            AddInto(op.data, op.scratch[r].get(), op.count, op.dtype);
+          }
+        } else {
+          if (absl::Status s = WaitSend(*op.own, op); !s.ok()) return s;
+        }
+        break;
+      case OpKind::kBroadcast:
+        if (op.bytes() == 0) break;
+        if (rank_ == op.root) {
+          for (int r = 0; r < n - 1; ++r) {
+            if (absl::Status s = WaitSend(*op.own, op); !s.ok()) return s;
+          }
+        } else {
+          if (absl::Status s = WaitRecv(*op.own, op); !s.ok()) return s;
+        }
+        break;
+      case OpKind::kAllReduce: {
+        if (op.bytes() == 0) break;
+        const int64_t mine = ChunkElems(op, rank_);
+        char* my_chunk = op.data + ChunkBegin(op, rank_) * esize;
+        for (int r = 0; r < n; ++r) {
+          if (r == rank_ || mine == 0) continue;
+          if (absl::Status s = WaitRecv(*op.peer[r], op); !s.ok()) return s;
+          AddInto(my_chunk, op.scratch[r].get(), mine, op.dtype);
+        }
+        for (int r = 0; r < n; ++r) {
+          if (r == rank_ || ChunkElems(op, r) == 0) continue;
+          if (absl::Status s = WaitSend(*op.own, op); !s.ok()) return s;
+        }
+        if (absl::Status s = CheckNotFailed(); !s.ok()) return s;
+        // Phase 1 (all-gather): my reduced chunk to everyone, theirs to me.
+        int sends = 0, recvs = 0;
+        try {
+          for (int r = 0; r < n; ++r) {
+            if (r == rank_) continue;
+            if (mine > 0) {
+              op.own->send(r, SlotOf(op.seq, 1), ChunkBegin(op, rank_) * esize,
+                           mine * esize);
+              op.pending_send_bytes += mine * esize;
+              ++sends;
+            }
+            if (ChunkElems(op, r) > 0) {
+              op.own->recv(r, SlotOf(op.seq, 1), ChunkBegin(op, r) * esize,
+                           ChunkElems(op, r) * esize);
+              ++recvs;
+            }
+          }
+        } catch (const std::exception& e) {
+          return FromGlooException(
+              e, absl::StrCat("posting all-gather of operation #", op.seq));
+        }
+        for (int i = 0; i < sends; ++i) {
+          if (absl::Status s = WaitSend(*op.own, op); !s.ok()) return s;
+        }
+        for (int i = 0; i < recvs; ++i) {
+          if (absl::Status s = WaitRecv(*op.own, op); !s.ok()) return s;
+        }
+        break;
+      }
+      case OpKind::kBarrier:
+        for (int r = 0; r < n; ++r) {
+          if (r == rank_) continue;
+          if (absl::Status s = WaitSend(*op.peer[r], op); !s.ok()) return s;
+          if (absl::Status s = WaitRecv(*op.peer[r], op); !s.ok()) return s;
+        }
+        break;
+      case OpKind::kEnqueue:
+        break;
+    }
+    bytes_sent_ += op.pending_send_bytes;
+    return absl::OkStatus();
+  }
+
+  const int rank_;
+  const int world_size_;
+  const absl::Duration timeout_;
+  const int max_in_flight_;
+  std::shared_ptr<::gloo::Context> context_;
+  ScratchPool pool_;
+  std::atomic<int64_t> bytes_sent_{0};
+
+  absl::Mutex mu_;
+  std::deque<std::unique_ptr<Op>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<Op>> in_flight_ ABSL_GUARDED_BY(mu_);
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  bool issuer_done_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+
+  absl::Mutex close_mu_;
+  bool closed_ ABSL_GUARDED_BY(close_mu_) = false;
+
+  // Only touched by the completion thread, then by the destructor.
+  std::vector<std::unique_ptr<Op>> graveyard_;
+
+  std::thread issuer_;
+  std::thread completer_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
+    const GlooOptions& options, KvClient& kv) {
+  if (options.world_size < 1 || options.rank < 0 ||
+      options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " of world size ",
+                     options.world_size, " is out of range"));
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("timeout must be positive");
+  }
+  std::shared_ptr<::gloo::Context> context;
+  if (options.world_size > 1) {
+    try {
+      ::gloo::transport::tcp::attr attr;
+      attr.hostname = options.hostname;
+      auto device = ::gloo::transport::tcp::CreateDevice(attr);
+      auto rendezvous = std::make_shared<::gloo::rendezvous::Context>(
+          options.rank, options.world_size);
+      rendezvous->setTimeout(ToChrono(options.timeout));
+      KvGlooStore store(kv, options.key_prefix, options.timeout);
+      try {
+        rendezvous->connectFullMesh(store, device);
+      } catch (const std::exception& e) {
+        if (!store.error().ok()) {
+          return absl::Status(
+              store.error().code(),
+              absl::StrCat("rendezvous of rank ", options.rank, " of ",
+                           options.world_size, ": ", store.error().message()));
+        }
+        throw;
+      }
+      context = std::move(rendezvous);
+    } catch (const std::exception& e) {
+      return FromGlooException(
+          e, absl::StrCat("connecting rank ", options.rank, " of ",
+                          options.world_size, " (listening on ",
+                          options.hostname, ")"));
+    }
+  }
+  return std::unique_ptr<Communicator>(
+      new GlooCommunicator(options, std::move(context)));
+}
+
+}  // namespace pshard::worker

@@ -1,0 +1,28 @@
+#include "worker/comm/kv_store.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace pshard::worker {
+
+absl::Status InMemoryKvStore::Put(const std::string& key,
+                                  const std::string& value) {
+  absl::MutexLock lock(&mu_);
+  values_[key] = value;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> InMemoryKvStore::Get(const std::string& key,
+                                                 absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto present = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return values_.count(key) > 0;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&present), timeout)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("key \"", key, "\" did not appear within ",
+                     absl::FormatDuration(timeout)));
+  }
+  return values_[key];
+}
+
+}  // namespace pshard::worker

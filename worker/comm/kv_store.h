@@ -1,0 +1,47 @@
+// KvClient: the key/value rendezvous a communicator needs to find its peers
+// (Gloo addresses; an NCCL unique id). In a job it is the coordinator's
+// KvPut/KvGet, scoped by (job id, epoch); in tests, InMemoryKvStore.
+#ifndef PSHARD_WORKER_COMM_KV_STORE_H_
+#define PSHARD_WORKER_COMM_KV_STORE_H_
+
+#include <map>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace pshard::worker {
+
+class KvClient {
+ public:
+  virtual ~KvClient() = default;
+
+  // Stores `value` under `key`, replacing any previous value.
+  virtual absl::Status Put(const std::string& key,
+                           const std::string& value) = 0;
+
+  // Returns the value of `key`, waiting up to `timeout` for it to appear.
+  // DeadlineExceeded if it does not; Cancelled/Aborted if the wait was
+  // interrupted (job aborted).
+  virtual absl::StatusOr<std::string> Get(const std::string& key,
+                                          absl::Duration timeout) = 0;
+};
+
+// A thread-safe in-process store, for tests that run ranks as threads.
+class InMemoryKvStore : public KvClient {
+ public:
+  absl::Status Put(const std::string& key, const std::string& value) override;
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  absl::Duration timeout) override;
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pshard::worker
+
+#endif  // PSHARD_WORKER_COMM_KV_STORE_H_
