@@ -22,7 +22,9 @@ FLAGS = {
         "listen", "port_file", "state_path", "heartbeat_interval", "worker_timeout"},
     "/usr/local/bin/pshard-worker": {
         "coordinator", "name", "listen", "port_file", "host", "device"},
-    "/usr/local/bin/pshardctl": {"coordinator", "watch", "output"},
+    "/usr/local/bin/pshardctl": {
+        "coordinator", "output", "watch", "state", "limit", "include_lost", "reason",
+        "connect_timeout", "rpc_timeout", "watch_timeout"},
 }
 
 
@@ -53,260 +55,275 @@ class OverlayTest(unittest.TestCase):
     """The same checks on every overlay."""
 
     def each_overlay(self):
-        for overlay in m.OVERLAYS:
-            with self.subTest(overlay=overlay):
-                yield overlay, m.render(overlay)
+        """(overlay, rendered objects) of each overlay."""
+        return [(overlay, m.render(overlay)) for overlay in m.OVERLAYS]
 
     def test_renders_every_part(self):
-        for _, objs in self.each_overlay():
-            kinds = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objs)
-            for part in ("Namespace/pshard", "Deployment/pshard-coordinator",
-                         "Service/pshard-coordinator", "PersistentVolumeClaim/pshard-coordinator-state",
-                         "PodDisruptionBudget/pshard-coordinator", "StatefulSet/pshard-worker",
-                         "Service/pshard-worker", "NetworkPolicy/pshard-coordinator"):
-                self.assertIn(part, kinds)
-            self.assertTrue(any(k.startswith("ConfigMap/pshard-config-") for k in kinds))
-            self.assertEqual(len(kinds), len(set(kinds)), "duplicate objects")
-            namespaced = [o for o in objs if o["kind"] != "Namespace"]
-            self.assertEqual({o["metadata"].get("namespace") for o in namespaced}, {"pshard"})
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                kinds = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objs)
+                for part in ("Namespace/pshard", "Deployment/pshard-coordinator",
+                             "Service/pshard-coordinator", "PersistentVolumeClaim/pshard-coordinator-state",
+                             "PodDisruptionBudget/pshard-coordinator", "StatefulSet/pshard-worker",
+                             "Service/pshard-worker", "NetworkPolicy/pshard-coordinator"):
+                    self.assertIn(part, kinds)
+                self.assertTrue(any(k.startswith("ConfigMap/pshard-config-") for k in kinds))
+                self.assertEqual(len(kinds), len(set(kinds)), "duplicate objects")
+                namespaced = [o for o in objs if o["kind"] != "Namespace"]
+                self.assertEqual({o["metadata"].get("namespace") for o in namespaced}, {"pshard"})
 
     def test_coordinator_is_one_pod_replaced_by_recreate(self):
-        for _, objs in self.each_overlay():
-            d = m.one(objs, "Deployment", COORDINATOR)
-            self.assertEqual(d["spec"]["replicas"], 1)
-            self.assertEqual(d["spec"]["strategy"], {"type": "Recreate"})
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                d = m.one(objs, "Deployment", COORDINATOR)
+                self.assertEqual(d["spec"]["replicas"], 1)
+                self.assertEqual(d["spec"]["strategy"], {"type": "Recreate"})
 
     def test_coordinator_state_lives_on_the_claim(self):
-        for _, objs in self.each_overlay():
-            d = m.one(objs, "Deployment", COORDINATOR)
-            c = m.container(d)
-            env = m.container_env(objs, c, {"name": "p", "namespace": "pshard"})
-            state_path = m.expand(flag_values(c["args"])["state_path"], env)
-            claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
-                      for v in m.pod_spec(d)["volumes"] if "persistentVolumeClaim" in v}
-            mount = next((vm for vm in c["volumeMounts"]
-                          if state_path.startswith(vm["mountPath"].rstrip("/") + "/")), None)
-            self.assertIsNotNone(mount, f"--state_path={state_path} is on no volume")
-            self.assertIn(mount["name"], claims, "the state volume is not a PVC")
-            pvc = m.one(objs, "PersistentVolumeClaim", claims[mount["name"]])
-            self.assertEqual(pvc["spec"]["accessModes"], ["ReadWriteOnce"])
-            self.assertFalse(mount.get("readOnly", False))
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                d = m.one(objs, "Deployment", COORDINATOR)
+                c = m.container(d)
+                env = m.container_env(objs, c, {"name": "p", "namespace": "pshard"})
+                state_path = m.expand(flag_values(c["args"])["state_path"], env)
+                claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
+                          for v in m.pod_spec(d)["volumes"] if "persistentVolumeClaim" in v}
+                mount = next((vm for vm in c["volumeMounts"]
+                              if state_path.startswith(vm["mountPath"].rstrip("/") + "/")), None)
+                self.assertIsNotNone(mount, f"--state_path={state_path} is on no volume")
+                self.assertIn(mount["name"], claims, "the state volume is not a PVC")
+                pvc = m.one(objs, "PersistentVolumeClaim", claims[mount["name"]])
+                self.assertEqual(pvc["spec"]["accessModes"], ["ReadWriteOnce"])
+                self.assertFalse(mount.get("readOnly", False))
 
     def test_coordinator_service_and_probes(self):
-        for _, objs in self.each_overlay():
-            d = m.one(objs, "Deployment", COORDINATOR)
-            c = m.container(d)
-            self.assertEqual(flag_values(c["args"])["listen"], "0.0.0.0:7070")
-            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-                self.assertEqual(grpc_probe_port(c, probe), 7070)
-            svc = m.one(objs, "Service", COORDINATOR)
-            self.assertEqual(svc["spec"].get("type", "ClusterIP"), "ClusterIP")
-            self.assertNotEqual(svc["spec"].get("clusterIP"), "None")
-            labels = d["spec"]["template"]["metadata"]["labels"]
-            self.assertTrue(m.labels_match({"matchLabels": svc["spec"]["selector"]}, labels))
-            # The Service's selector must not also pick the workers.
-            sts = m.one(objs, "StatefulSet", WORKER)
-            self.assertFalse(m.labels_match({"matchLabels": svc["spec"]["selector"]},
-                                            sts["spec"]["template"]["metadata"]["labels"]))
-            port = svc["spec"]["ports"][0]
-            self.assertEqual(port["port"], 7070)
-            named = {p["name"]: p["containerPort"] for p in c["ports"]}
-            self.assertEqual(named.get(port["targetPort"], port["targetPort"]), 7070)
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                d = m.one(objs, "Deployment", COORDINATOR)
+                c = m.container(d)
+                self.assertEqual(flag_values(c["args"])["listen"], "0.0.0.0:7070")
+                for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                    self.assertEqual(grpc_probe_port(c, probe), 7070)
+                svc = m.one(objs, "Service", COORDINATOR)
+                self.assertEqual(svc["spec"].get("type", "ClusterIP"), "ClusterIP")
+                self.assertNotEqual(svc["spec"].get("clusterIP"), "None")
+                labels = d["spec"]["template"]["metadata"]["labels"]
+                self.assertTrue(m.labels_match({"matchLabels": svc["spec"]["selector"]}, labels))
+                # The Service's selector must not also pick the workers.
+                sts = m.one(objs, "StatefulSet", WORKER)
+                self.assertFalse(m.labels_match({"matchLabels": svc["spec"]["selector"]},
+                                                sts["spec"]["template"]["metadata"]["labels"]))
+                port = svc["spec"]["ports"][0]
+                self.assertEqual(port["port"], 7070)
+                named = {p["name"]: p["containerPort"] for p in c["ports"]}
+                self.assertEqual(named.get(port["targetPort"], port["targetPort"]), 7070)
 
     def test_pod_disruption_budgets_select_their_pods(self):
-        for _, objs in self.each_overlay():
-            pdbs = m.find(objs, "PodDisruptionBudget")
-            for name in (COORDINATOR, WORKER):
-                kind = "Deployment" if name == COORDINATOR else "StatefulSet"
-                labels = m.one(objs, kind, name)["spec"]["template"]["metadata"]["labels"]
-                self.assertTrue(any(m.labels_match(p["spec"]["selector"], labels) for p in pdbs),
-                                f"no PodDisruptionBudget selects {name}")
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                pdbs = m.find(objs, "PodDisruptionBudget")
+                for name in (COORDINATOR, WORKER):
+                    kind = "Deployment" if name == COORDINATOR else "StatefulSet"
+                    labels = m.one(objs, kind, name)["spec"]["template"]["metadata"]["labels"]
+                    self.assertTrue(any(m.labels_match(p["spec"]["selector"], labels) for p in pdbs),
+                                    f"no PodDisruptionBudget selects {name}")
 
     def test_workers_are_a_stateful_set_with_a_headless_service(self):
-        for _, objs in self.each_overlay():
-            sts = m.one(objs, "StatefulSet", WORKER)
-            self.assertGreaterEqual(sts["spec"]["replicas"], 2)
-            svc = m.one(objs, "Service", sts["spec"]["serviceName"])
-            self.assertEqual(svc["spec"]["clusterIP"], "None")
-            labels = sts["spec"]["template"]["metadata"]["labels"]
-            self.assertTrue(m.labels_match(sts["spec"]["selector"], labels))
-            self.assertTrue(m.labels_match({"matchLabels": svc["spec"]["selector"]}, labels))
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                sts = m.one(objs, "StatefulSet", WORKER)
+                self.assertGreaterEqual(sts["spec"]["replicas"], 2)
+                svc = m.one(objs, "Service", sts["spec"]["serviceName"])
+                self.assertEqual(svc["spec"]["clusterIP"], "None")
+                labels = sts["spec"]["template"]["metadata"]["labels"]
+                self.assertTrue(m.labels_match(sts["spec"]["selector"], labels))
+                self.assertTrue(m.labels_match({"matchLabels": svc["spec"]["selector"]}, labels))
 
     def test_worker_name_is_the_pod_name(self):
-        for _, objs in self.each_overlay():
-            sts = m.one(objs, "StatefulSet", WORKER)
-            c = m.container(sts)
-            env = m.container_env(objs, c, {"name": "pshard-worker-3", "namespace": "pshard"})
-            args = flag_values([m.expand(a, env) for a in c["args"]])
-            self.assertEqual(args["name"], "pshard-worker-3")
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                sts = m.one(objs, "StatefulSet", WORKER)
+                c = m.container(sts)
+                env = m.container_env(objs, c, {"name": "pshard-worker-3", "namespace": "pshard"})
+                args = flag_values([m.expand(a, env) for a in c["args"]])
+                self.assertEqual(args["name"], "pshard-worker-3")
 
     def test_worker_reaches_the_coordinator_service(self):
-        for _, objs in self.each_overlay():
-            c = m.container(m.one(objs, "StatefulSet", WORKER))
-            env = m.container_env(objs, c, {"name": "w", "namespace": "pshard"})
-            target = flag_values([m.expand(a, env) for a in c["args"]])["coordinator"]
-            host, port = target.rsplit(":", 1)
-            svc = m.one(objs, "Service", host.split(".")[0])
-            self.assertIn(int(port), [p["port"] for p in svc["spec"]["ports"]])
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                c = m.container(m.one(objs, "StatefulSet", WORKER))
+                env = m.container_env(objs, c, {"name": "w", "namespace": "pshard"})
+                target = flag_values([m.expand(a, env) for a in c["args"]])["coordinator"]
+                host, port = target.rsplit(":", 1)
+                svc = m.one(objs, "Service", host.split(".")[0])
+                self.assertIn(int(port), [p["port"] for p in svc["spec"]["ports"]])
 
     def test_worker_probes_and_status_port(self):
-        for _, objs in self.each_overlay():
-            c = m.container(m.one(objs, "StatefulSet", WORKER))
-            self.assertEqual(flag_values(c["args"])["listen"], "0.0.0.0:7071")
-            self.assertIn(7071, [p["containerPort"] for p in c["ports"]])
-            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-                self.assertEqual(grpc_probe_port(c, probe), 7071)
-            # A busy worker (a long step) must not be killed: liveness gives
-            # at least 30 s before a restart.
-            live = c["livenessProbe"]
-            self.assertGreaterEqual(live["periodSeconds"] * live["failureThreshold"], 30)
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                c = m.container(m.one(objs, "StatefulSet", WORKER))
+                self.assertEqual(flag_values(c["args"])["listen"], "0.0.0.0:7071")
+                self.assertIn(7071, [p["containerPort"] for p in c["ports"]])
+                for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                    self.assertEqual(grpc_probe_port(c, probe), 7071)
+                # A busy worker (a long step) must not be killed: liveness gives
+                # at least 30 s before a restart.
+                live = c["livenessProbe"]
+                self.assertGreaterEqual(live["periodSeconds"] * live["failureThreshold"], 30)
 
     def test_worker_has_memory_backed_dev_shm(self):
-        for _, objs in self.each_overlay():
-            sts = m.one(objs, "StatefulSet", WORKER)
-            c = m.container(sts)
-            mount = next(vm for vm in c["volumeMounts"] if vm["mountPath"] == "/dev/shm")
-            vol = next(v for v in m.pod_spec(sts)["volumes"] if v["name"] == mount["name"])
-            self.assertEqual(vol["emptyDir"]["medium"], "Memory")
-            self.assertIn("sizeLimit", vol["emptyDir"])
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                sts = m.one(objs, "StatefulSet", WORKER)
+                c = m.container(sts)
+                mount = next(vm for vm in c["volumeMounts"] if vm["mountPath"] == "/dev/shm")
+                vol = next(v for v in m.pod_spec(sts)["volumes"] if v["name"] == mount["name"])
+                self.assertEqual(vol["emptyDir"]["medium"], "Memory")
+                self.assertIn("sizeLimit", vol["emptyDir"])
 
     def test_gpu_only_in_the_gpu_overlay(self):
         for overlay, objs in self.each_overlay():
-            c = m.container(m.one(objs, "StatefulSet", WORKER))
-            env = m.container_env(objs, c, {"name": "w", "namespace": "pshard"})
-            device = flag_values([m.expand(a, env) for a in c["args"]])["device"]
-            limits = c["resources"]["limits"]
-            if overlay.endswith("gpu"):
-                self.assertEqual(str(limits.get("nvidia.com/gpu")), "1")
-                self.assertEqual(str(c["resources"]["requests"].get("nvidia.com/gpu")), "1")
-                self.assertTrue(device.startswith("cuda:") or device == "auto", device)
-                self.assertIn("/worker-gpu:", c["image"])
-            else:
-                self.assertNotIn("nvidia.com/gpu", limits)
-                self.assertEqual(device, "cpu")
-                self.assertIn("/worker-cpu:", c["image"])
+            with self.subTest(overlay=overlay):
+                c = m.container(m.one(objs, "StatefulSet", WORKER))
+                env = m.container_env(objs, c, {"name": "w", "namespace": "pshard"})
+                device = flag_values([m.expand(a, env) for a in c["args"]])["device"]
+                limits = c["resources"]["limits"]
+                if overlay.endswith("gpu"):
+                    self.assertEqual(str(limits.get("nvidia.com/gpu")), "1")
+                    self.assertEqual(str(c["resources"]["requests"].get("nvidia.com/gpu")), "1")
+                    self.assertTrue(device.startswith("cuda:") or device == "auto", device)
+                    self.assertIn("/worker-gpu:", c["image"])
+                else:
+                    self.assertNotIn("nvidia.com/gpu", limits)
+                    self.assertEqual(device, "cpu")
+                    self.assertIn("/worker-cpu:", c["image"])
 
     def test_network_policy_admits_only_workers_and_clients(self):
-        for _, objs in self.each_overlay():
-            coord_labels = m.one(objs, "Deployment", COORDINATOR)["spec"]["template"]["metadata"]["labels"]
-            worker_labels = m.one(objs, "StatefulSet", WORKER)["spec"]["template"]["metadata"]["labels"]
-            client_labels = m.one(m.render(m.EXAMPLE), "Job")["spec"]["template"]["metadata"]["labels"]
-            policies = [p for p in m.find(objs, "NetworkPolicy")
-                        if m.labels_match(p["spec"]["podSelector"], coord_labels)]
-            self.assertEqual(len(policies), 1)
-            spec = policies[0]["spec"]
-            self.assertIn("Ingress", spec["policyTypes"])
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                coord_labels = m.one(objs, "Deployment", COORDINATOR)["spec"]["template"]["metadata"]["labels"]
+                worker_labels = m.one(objs, "StatefulSet", WORKER)["spec"]["template"]["metadata"]["labels"]
+                client_labels = m.one(m.render(m.EXAMPLE), "Job")["spec"]["template"]["metadata"]["labels"]
+                policies = [p for p in m.find(objs, "NetworkPolicy")
+                            if m.labels_match(p["spec"]["podSelector"], coord_labels)]
+                self.assertEqual(len(policies), 1)
+                spec = policies[0]["spec"]
+                self.assertIn("Ingress", spec["policyTypes"])
 
-            def admitted(labels):
-                for rule in spec.get("ingress", []):
-                    if "from" not in rule:
-                        return True  # from everywhere
-                    for peer in rule["from"]:
-                        self.assertEqual(set(peer), {"podSelector"}, "only pod selectors expected")
-                        if m.labels_match(peer["podSelector"], labels):
-                            self.assertEqual([p["port"] for p in rule["ports"]], [7070])
-                            return True
-                return False
+                def admitted(labels):
+                    for rule in spec.get("ingress", []):
+                        if "from" not in rule:
+                            return True  # from everywhere
+                        for peer in rule["from"]:
+                            self.assertEqual(set(peer), {"podSelector"}, "only pod selectors expected")
+                            if m.labels_match(peer["podSelector"], labels):
+                                self.assertEqual([p["port"] for p in rule["ports"]], [7070])
+                                return True
+                    return False
 
-            self.assertTrue(admitted(worker_labels), "workers cannot reach the coordinator")
-            self.assertTrue(admitted(client_labels), "the example client cannot reach the coordinator")
-            self.assertFalse(admitted({"app": "something-else"}), "an unlabelled pod gets in")
-            self.assertFalse(admitted({**client_labels, "pshard.io/client": "false"}))
+                self.assertTrue(admitted(worker_labels), "workers cannot reach the coordinator")
+                self.assertTrue(admitted(client_labels), "the example client cannot reach the coordinator")
+                self.assertFalse(admitted({"app": "something-else"}), "an unlabelled pod gets in")
+                self.assertFalse(admitted({**client_labels, "pshard.io/client": "false"}))
 
     def test_worker_network_policy_lets_peers_talk(self):
-        for _, objs in self.each_overlay():
-            worker_labels = m.one(objs, "StatefulSet", WORKER)["spec"]["template"]["metadata"]["labels"]
-            for p in m.find(objs, "NetworkPolicy"):
-                if not m.labels_match(p["spec"]["podSelector"], worker_labels):
-                    continue
-                peers_all_ports = [r for r in p["spec"]["ingress"]
-                                   if "ports" not in r and any(
-                                       m.labels_match(f["podSelector"], worker_labels)
-                                       for f in r.get("from", []))]
-                self.assertTrue(peers_all_ports, "collective traffic between workers is blocked")
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                worker_labels = m.one(objs, "StatefulSet", WORKER)["spec"]["template"]["metadata"]["labels"]
+                for p in m.find(objs, "NetworkPolicy"):
+                    if not m.labels_match(p["spec"]["podSelector"], worker_labels):
+                        continue
+                    peers_all_ports = [r for r in p["spec"]["ingress"]
+                                       if "ports" not in r and any(
+                                           m.labels_match(f["podSelector"], worker_labels)
+                                           for f in r.get("from", []))]
+                    self.assertTrue(peers_all_ports, "collective traffic between workers is blocked")
 
 
 class EveryObjectTest(unittest.TestCase):
     """Checks on every pod-making object of every target."""
 
     def each_pod(self):
-        for target in m.TARGETS:
-            objs = m.render(target)
-            for obj, template in pods(objs):
-                with self.subTest(target=target, object=obj["metadata"]["name"]):
-                    yield objs, obj, template
+        """(all objects, object, pod template) of each pod-making object."""
+        return [(objs, obj, template) for objs in map(m.render, m.TARGETS)
+                for obj, template in pods(objs)]
 
     def test_security_context(self):
         for _, obj, template in self.each_pod():
-            spec = template["spec"]
-            pod_sc = spec.get("securityContext", {})
-            self.assertFalse(spec.get("hostNetwork", False) or spec.get("hostPID", False)
-                             or spec.get("hostIPC", False))
-            self.assertFalse(spec.get("automountServiceAccountToken", True),
-                             "pshard needs no Kubernetes API token")
-            self.assertEqual(pod_sc.get("seccompProfile", {}).get("type"), "RuntimeDefault")
-            for c in spec["containers"] + spec.get("initContainers", []):
-                sc = c.get("securityContext", {})
-                self.assertTrue(sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")), c["name"])
-                self.assertNotEqual(sc.get("runAsUser", pod_sc.get("runAsUser")), 0)
-                self.assertIs(sc.get("readOnlyRootFilesystem"), True, c["name"])
-                self.assertIs(sc.get("allowPrivilegeEscalation"), False, c["name"])
-                self.assertFalse(sc.get("privileged", False))
-                self.assertEqual(sc.get("capabilities", {}).get("drop"), ["ALL"], c["name"])
-                self.assertFalse(sc.get("capabilities", {}).get("add"))
+            with self.subTest(object=obj['metadata']['name']):
+                spec = template["spec"]
+                pod_sc = spec.get("securityContext", {})
+                self.assertFalse(spec.get("hostNetwork", False) or spec.get("hostPID", False)
+                                 or spec.get("hostIPC", False))
+                self.assertFalse(spec.get("automountServiceAccountToken", True),
+                                 "pshard needs no Kubernetes API token")
+                self.assertEqual(pod_sc.get("seccompProfile", {}).get("type"), "RuntimeDefault")
+                for c in spec["containers"] + spec.get("initContainers", []):
+                    sc = c.get("securityContext", {})
+                    self.assertTrue(sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")), c["name"])
+                    self.assertNotEqual(sc.get("runAsUser", pod_sc.get("runAsUser")), 0)
+                    self.assertIs(sc.get("readOnlyRootFilesystem"), True, c["name"])
+                    self.assertIs(sc.get("allowPrivilegeEscalation"), False, c["name"])
+                    self.assertFalse(sc.get("privileged", False))
+                    self.assertEqual(sc.get("capabilities", {}).get("drop"), ["ALL"], c["name"])
+                    self.assertFalse(sc.get("capabilities", {}).get("add"))
 
     def test_resources_requests_and_limits(self):
         for _, obj, template in self.each_pod():
-            for c in template["spec"]["containers"]:
-                res = c.get("resources", {})
-                for key in ("cpu", "memory"):
-                    self.assertIn(key, res.get("requests", {}), c["name"])
-                    self.assertIn(key, res.get("limits", {}), c["name"])
+            with self.subTest(object=obj['metadata']['name']):
+                for c in template["spec"]["containers"]:
+                    res = c.get("resources", {})
+                    for key in ("cpu", "memory"):
+                        self.assertIn(key, res.get("requests", {}), c["name"])
+                        self.assertIn(key, res.get("limits", {}), c["name"])
 
     def test_images_are_pinned(self):
         for _, obj, template in self.each_pod():
-            for c in template["spec"]["containers"]:
-                image = c["image"]
-                self.assertRegex(image, r"^pshard/[a-z0-9-]+:[0-9][0-9A-Za-z.+-]*$|@sha256:",
-                                 f"{image}: no version tag")
-                self.assertNotEqual(c.get("imagePullPolicy"), "Always")
+            with self.subTest(object=obj['metadata']['name']):
+                for c in template["spec"]["containers"]:
+                    image = c["image"]
+                    self.assertRegex(image, r"^pshard/[a-z0-9-]+:[0-9][0-9A-Za-z.+-]*$|@sha256:",
+                                     f"{image}: no version tag")
+                    self.assertNotEqual(c.get("imagePullPolicy"), "Always")
 
     def test_references_resolve(self):
         for objs, obj, template in self.each_pod():
-            spec = template["spec"]
-            volumes = {v["name"]: v for v in spec.get("volumes", [])}
-            for v in volumes.values():
-                if "configMap" in v:
-                    m.one(objs, "ConfigMap", v["configMap"]["name"])
-                if "persistentVolumeClaim" in v:
-                    m.one(objs, "PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"])
-            for c in spec["containers"]:
-                for vm in c.get("volumeMounts", []):
-                    self.assertIn(vm["name"], volumes, f"{c['name']}: no volume {vm['name']}")
-                # Every $(VAR) in command and args is defined, so Kubernetes
-                # expands it (it would pass an undefined one through as is).
-                env = m.container_env(objs, c, {"name": "pod", "namespace": "pshard"})
-                missing = []
-                for a in c.get("command", []) + c.get("args", []):
-                    m.expand(a, env, missing)
-                self.assertEqual(missing, [], f"{c['name']}: undefined $(VAR)")
-                # Servers get a writable /tmp on their read-only root (the
-                # one-shot client writes nothing).
-                if obj["kind"] != "Job":
-                    writable = [vm["mountPath"] for vm in c.get("volumeMounts", [])
-                                if not vm.get("readOnly")]
-                    self.assertIn("/tmp", writable, f"{c['name']}: no writable /tmp")
+            with self.subTest(object=obj['metadata']['name']):
+                spec = template["spec"]
+                volumes = {v["name"]: v for v in spec.get("volumes", [])}
+                for v in volumes.values():
+                    if "configMap" in v:
+                        m.one(objs, "ConfigMap", v["configMap"]["name"])
+                    if "persistentVolumeClaim" in v:
+                        m.one(objs, "PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"])
+                for c in spec["containers"]:
+                    for vm in c.get("volumeMounts", []):
+                        self.assertIn(vm["name"], volumes, f"{c['name']}: no volume {vm['name']}")
+                    # Every $(VAR) in command and args is defined, so Kubernetes
+                    # expands it (it would pass an undefined one through as is).
+                    env = m.container_env(objs, c, {"name": "pod", "namespace": "pshard"})
+                    missing = []
+                    for a in c.get("command", []) + c.get("args", []):
+                        m.expand(a, env, missing)
+                    self.assertEqual(missing, [], f"{c['name']}: undefined $(VAR)")
+                    # Servers get a writable /tmp on their read-only root (the
+                    # one-shot client writes nothing).
+                    if obj["kind"] != "Job":
+                        writable = [vm["mountPath"] for vm in c.get("volumeMounts", [])
+                                    if not vm.get("readOnly")]
+                        self.assertIn("/tmp", writable, f"{c['name']}: no writable /tmp")
 
     def test_flags_are_the_binaries_flags(self):
         for _, obj, template in self.each_pod():
-            for c in template["spec"]["containers"]:
-                self.assertIn("command", c, "the command must be explicit (the smoke test runs it)")
-                binary = c["command"][0]
-                self.assertIn(binary, FLAGS)
-                for a in c["command"][1:] + c.get("args", []):
-                    if a.startswith("--"):
-                        name = a[2:].split("=", 1)[0]
-                        self.assertIn(name, FLAGS[binary], f"{binary}: unknown flag --{name}")
+            with self.subTest(object=obj['metadata']['name']):
+                for c in template["spec"]["containers"]:
+                    self.assertIn("command", c, "the command must be explicit (the smoke test runs it)")
+                    binary = c["command"][0]
+                    self.assertIn(binary, FLAGS)
+                    for a in c["command"][1:] + c.get("args", []):
+                        if a.startswith("--"):
+                            name = a[2:].split("=", 1)[0]
+                            self.assertIn(name, FLAGS[binary], f"{binary}: unknown flag --{name}")
 
 
 class ExampleJobTest(unittest.TestCase):

@@ -1,0 +1,25 @@
+# pshard-coordinator on Debian 12, the distribution it is built on, with only
+# the shared libraries it links. The build context is Bazel's output tree;
+# see docs/deploy.md:
+#   bazel build -c opt --config=cpu_only //server:pshard-coordinator
+#   docker build -f deploy/docker/coordinator.Dockerfile -t pshard/coordinator:0.1.0 bazel-bin/
+ARG BASE_IMAGE=debian:12.11-slim
+FROM ${BASE_IMAGE}
+
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      libabsl20220623 libatomic1 libc-ares2 libgrpc++1.51 libgrpc29 \
+      libprotobuf32 libre2-9 libsqlite3-0 libssl3 \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid 65532 pshard \
+ && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin pshard \
+ && install -d -o 65532 -g 65532 /var/lib/pshard /var/lib/pshard/state
+
+COPY server/pshard-coordinator /usr/local/bin/pshard-coordinator
+
+USER 65532:65532
+WORKDIR /var/lib/pshard
+EXPOSE 7070
+ENTRYPOINT ["/usr/local/bin/pshard-coordinator"]
+CMD ["--listen=0.0.0.0:7070", "--state_path=/var/lib/pshard/state/pshard-coordinator.db"]

@@ -1,0 +1,150 @@
+"""Reads pshard's Dockerfiles (deploy/docker/*.Dockerfile) into stages and
+instructions, enough for the static checks in the tests beside it: no
+container engine runs on the build machines, so the images are checked
+against the repository and the manifests instead of being built."""
+
+import ast
+import json
+import os
+import re
+import shlex
+
+# Image name in the manifests -> Dockerfile.
+IMAGES = {
+    "pshard/coordinator": "coordinator.Dockerfile",
+    "pshard/worker-cpu": "worker-cpu.Dockerfile",
+    "pshard/worker-gpu": "worker-gpu.Dockerfile",
+    "pshard/pshardctl": "pshardctl.Dockerfile",
+}
+
+
+def docker_dir():
+    """deploy/docker in the runfiles."""
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def workspace_dir():
+    """The root of the runfiles tree (BUILD files are declared data)."""
+    return os.path.dirname(os.path.dirname(docker_dir()))
+
+
+class Stage:
+    def __init__(self, image, name):
+        self.image = image
+        self.name = name
+        self.instructions = []  # (KEYWORD, argument text)
+
+    def all(self, keyword):
+        return [arg for k, arg in self.instructions if k == keyword]
+
+
+class Dockerfile:
+    def __init__(self, path):
+        self.path = path
+        self.name = os.path.basename(path)
+        self.args = {}
+        self.stages = []
+        self._parse(open(path).read())
+
+    def _parse(self, text):
+        logical = []
+        current = ""
+        for line in text.splitlines():
+            stripped = line.strip()
+            if stripped.startswith("#") and not current:
+                continue
+            if stripped.startswith("#"):
+                continue  # a comment inside a continued instruction
+            if stripped.endswith("\\"):
+                current += stripped[:-1] + " "
+                continue
+            current += stripped
+            if current.strip():
+                logical.append(current.strip())
+            current = ""
+        if current.strip():
+            logical.append(current.strip())
+        for inst in logical:
+            keyword, _, arg = inst.partition(" ")
+            keyword = keyword.upper()
+            arg = arg.strip()
+            if keyword == "ARG" and not self.stages:
+                k, _, v = arg.partition("=")
+                self.args[k] = v
+            elif keyword == "FROM":
+                parts = arg.split()
+                image = self.expand(parts[0])
+                name = parts[2] if len(parts) == 3 and parts[1].upper() == "AS" else None
+                self.stages.append(Stage(image, name))
+            else:
+                if not self.stages:
+                    raise ValueError(f"{self.name}: {keyword} before FROM")
+                self.stages[-1].instructions.append((keyword, arg))
+
+    def expand(self, s):
+        return re.sub(r"\$\{(\w+)\}|\$(\w+)",
+                      lambda m: self.args.get(m.group(1) or m.group(2), m.group(0)), s)
+
+    @property
+    def final(self):
+        return self.stages[-1]
+
+    def copies(self, stage):
+        """(flags, sources, destination) of each COPY/ADD of a stage."""
+        out = []
+        for k, arg in stage.instructions:
+            if k not in ("COPY", "ADD"):
+                continue
+            assert k == "COPY", f"{self.name}: use COPY, not ADD"
+            words = shlex.split(arg)
+            flags = {w.split("=", 1)[0]: w.split("=", 1)[1] if "=" in w else ""
+                     for w in words if w.startswith("--")}
+            paths = [w for w in words if not w.startswith("--")]
+            out.append((flags, paths[:-1], paths[-1]))
+        return out
+
+    def entrypoint(self):
+        eps = self.final.all("ENTRYPOINT")
+        assert len(eps) == 1, f"{self.name}: expected one ENTRYPOINT"
+        return json.loads(eps[0])  # exec form only
+
+    def user(self):
+        users = self.final.all("USER")
+        return users[-1] if users else None
+
+    def apt_packages(self, stage):
+        """Packages of `apt-get install` in a stage's RUN instructions."""
+        pkgs = []
+        for run in stage.all("RUN"):
+            for command in re.split(r"&&|;", run):
+                words = command.split()
+                if "apt-get" in words and "install" in words:
+                    after = words[words.index("install") + 1:]
+                    pkgs += [w for w in after if not w.startswith("-")]
+        return pkgs
+
+
+def load_all():
+    d = docker_dir()
+    return {f: Dockerfile(os.path.join(d, f)) for f in sorted(os.listdir(d))
+            if f.endswith(".Dockerfile")}
+
+
+def cc_binaries(package):
+    """Names of the cc_binary targets of a package of this repository, read
+    from its BUILD file (Starlark that Python's parser reads)."""
+    for build in ("BUILD.bazel", "BUILD"):
+        path = os.path.join(workspace_dir(), package, build)
+        if os.path.exists(path):
+            break
+    else:
+        return None
+    tree = ast.parse(open(path).read(), path)
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "cc_binary":
+            kw = {k.arg: k.value for k in node.keywords}
+            if isinstance(kw.get("name"), ast.Constant):
+                testonly = isinstance(kw.get("testonly"), ast.Constant) and kw["testonly"].value
+                names[kw["name"].value] = bool(testonly)
+    return names

@@ -1,0 +1,24 @@
+# pshard-worker for CPU nodes (Gloo over TCP, OpenBLAS) on Debian 12, the
+# distribution it is built on. Build it without CUDA so that it links no CUDA
+# library; see docs/deploy.md:
+#   bazel build -c opt --config=cpu_only //worker:pshard-worker
+#   docker build -f deploy/docker/worker-cpu.Dockerfile -t pshard/worker-cpu:0.1.0 bazel-bin/
+ARG BASE_IMAGE=debian:12.11-slim
+FROM ${BASE_IMAGE}
+
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      libabsl20220623 libatomic1 libc-ares2 libgloo0 libgrpc++1.51 libgrpc29 \
+      libopenblas0-pthread libprotobuf32 libre2-9 libssl3 \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid 65532 pshard \
+ && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin pshard \
+ && install -d -o 65532 -g 65532 /var/lib/pshard /var/lib/pshard/output
+
+COPY worker/pshard-worker /usr/local/bin/pshard-worker
+
+USER 65532:65532
+WORKDIR /var/lib/pshard
+EXPOSE 7071
+ENTRYPOINT ["/usr/local/bin/pshard-worker"]
