@@ -418,11 +418,10 @@ int RunLocal(const LocalOptions& options, const CliIo& io,
                         : 60) +
           options.startup_timeout,
       io, options.cli.output, cancel);
-  absl::StatusOr<v1::Job> final_job = status;
-  if (status.ok()) {
-    final_job = WatchUntilDone(cluster.client(), job_id, options.cli, io,
-                               cancel);
-  }
+  absl::StatusOr<v1::Job> final_job =
+      status.ok() ? WatchUntilDone(cluster.client(), job_id, options.cli, io,
+                                   cancel)
+                  : absl::StatusOr<v1::Job>(status);
   if (!final_job.ok()) {
     if (final_job.status().code() == absl::StatusCode::kCancelled) {
       *io.err << "pshardctl: interrupted; cancelling " << job_id

@@ -1,0 +1,242 @@
+// Tests `pshardctl local` with stand-ins for the real binaries: the fake
+// coordinator (a real gRPC server walking each job to SUCCEEDED) and a shell
+// script as the worker. The end-to-end test with the real coordinator and
+// workers is tests/cli/.
+#include "cli/local.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cli/commands.h"
+#include "common/job_spec.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pshard::cli {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string Runfile(const std::string& path) {
+  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/pshard/", path);
+}
+
+std::string NewDir(const std::string& name) {
+  static int counter = 0;
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name,
+                                       "-", getpid(), "-", ++counter);
+  mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+void WriteScript(const std::string& path, const std::string& body) {
+  std::ofstream(path) << "#!/bin/sh\n" << body;
+  chmod(path.c_str(), 0755);
+}
+
+bool Alive(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string id, comm, state;
+  if (!(stat >> id >> comm >> state)) return false;
+  return state != "Z";
+}
+
+// Every "*.pid" file the stand-ins wrote into `run_dir`.
+std::vector<pid_t> StartedPids(const std::string& run_dir, int workers) {
+  std::vector<pid_t> pids;
+  std::vector<std::string> names = {"coordinator"};
+  for (int i = 0; i < workers; ++i) names.push_back(absl::StrCat("worker-", i));
+  for (const std::string& name : names) {
+    std::ifstream in(absl::StrCat(run_dir, "/", name, ".pid"));
+    pid_t pid = 0;
+    if (in >> pid) pids.push_back(pid);
+  }
+  return pids;
+}
+
+class LocalTest : public ::testing::Test {
+ protected:
+  // A bin dir whose coordinator is the fake (reporting `workers` idle
+  // workers) and whose worker writes its port file and sleeps.
+  std::string MakeBinDir(int workers, bool worker_fails = false) {
+    const std::string bin = NewDir("bin");
+    WriteScript(absl::StrCat(bin, "/pshard-coordinator"),
+                absl::StrCat("for a in \"$@\"; do case \"$a\" in --state_path=*) "
+                             "d=$(dirname \"${a#--state_path=}\");; esac; done\n"
+                             "echo $$ > \"$d/coordinator.pid\"\n"
+                             "exec ",
+                             Runfile("cli/fake_coordinator_main"),
+                             " --fake_workers=", workers, " \"$@\"\n"));
+    WriteScript(
+        absl::StrCat(bin, "/pshard-worker"),
+        absl::StrCat(
+            "for a in \"$@\"; do case \"$a\" in --port_file=*) "
+            "pf=\"${a#--port_file=}\";; --name=*) n=\"${a#--name=local-}\";; "
+            "esac; done\n"
+            "echo $$ > \"$(dirname \"$pf\")/$n.pid\"\n",
+            worker_fails ? "echo 'worker: cannot open device' >&2; exit 1\n"
+                         : "",
+            "echo 4242 > \"$pf.tmp\" && mv \"$pf.tmp\" \"$pf\"\n"
+            "exec sleep 600\n"));
+    return bin;
+  }
+
+  int RunLocalNow(LocalOptions options) {
+    options.startup_timeout = absl::Seconds(20);
+    options.shutdown_grace = absl::Seconds(5);
+    CliIo io{&out_, &err_, false};
+    return RunLocal(options, io, &cancel_);
+  }
+
+  std::ostringstream out_;
+  std::ostringstream err_;
+  Cancellation cancel_;
+};
+
+TEST_F(LocalTest, DefaultJobRunsToCompletionAndLeavesNoProcess) {
+  LocalOptions options;
+  options.bin_dir = MakeBinDir(2);
+  options.run_dir = NewDir("run");
+  EXPECT_EQ(RunLocalNow(options), kExitOk) << out_.str() << err_.str();
+  const std::string out = out_.str();
+  EXPECT_THAT(out, AllOf(HasSubstr("pshard local cluster: 2 CPU workers"),
+                         HasSubstr("coordinator  pid "),
+                         HasSubstr("worker 1     pid "),
+                         HasSubstr("submitted job-1 \"mlp-adam-demo\""),
+                         HasSubstr("BUCKET"), HasSubstr("policy balanced"),
+                         HasSubstr("step 200/200 (100%)"),
+                         HasSubstr("job-1 SUCCEEDED"),
+                         HasSubstr(absl::StrCat("final parameters: ",
+                                                options.run_dir,
+                                                "/output/params.safetensors")),
+                         HasSubstr("stopped 2 workers and the coordinator")));
+  const std::vector<pid_t> pids = StartedPids(options.run_dir, 2);
+  ASSERT_EQ(pids.size(), 3u);
+  for (pid_t pid : pids) EXPECT_FALSE(Alive(pid)) << "pid " << pid << " survived";
+}
+
+TEST_F(LocalTest, WorkersFlagSetsWorldSize) {
+  const std::string spec = absl::StrCat(NewDir("spec"), "/job.json");
+  std::ofstream(spec) << R"({"name": "three", "world_size": 2, "synthetic":
+      {"num_parameters": 1000}, "optimizer": {"kind": "sgd",
+      "hyper_parameters": {"lr": 0.1}}, "steps": 3, "output_dir": "out"})";
+  LocalOptions options;
+  options.spec_path = spec;
+  options.workers = 3;
+  options.base_dir = "/somewhere";
+  options.bin_dir = MakeBinDir(3);
+  options.run_dir = NewDir("run");
+  EXPECT_EQ(RunLocalNow(options), kExitOk) << out_.str() << err_.str();
+  EXPECT_THAT(out_.str(),
+              AllOf(HasSubstr("3 CPU workers"), HasSubstr("worker 2 "),
+                    HasSubstr("3 steps on 3 workers"),
+                    // A relative output_dir is the user's, not the cwd's.
+                    HasSubstr("final parameters: /somewhere/out/params")));
+  for (pid_t pid : StartedPids(options.run_dir, 3)) EXPECT_FALSE(Alive(pid));
+}
+
+TEST_F(LocalTest, InterruptStopsEverything) {
+  LocalOptions options;
+  options.bin_dir = MakeBinDir(2);
+  options.run_dir = NewDir("run");
+  options.keep_running = true;  // Would never return without the interrupt.
+  int code = -1;
+  std::thread runner([&] { code = RunLocalNow(options); });
+  const std::string last_port = absl::StrCat(options.run_dir, "/local-worker-1.port");
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  struct stat st;
+  while (stat(last_port.c_str(), &st) != 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  cancel_.Cancel();
+  runner.join();
+  // Interrupted while starting or watching (130), or after the job finished
+  // in keep-running mode (0): either way everything is gone.
+  EXPECT_THAT(code, ::testing::AnyOf(kExitInterrupted, kExitOk))
+      << out_.str() << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("stopped 2 workers and the coordinator"));
+  const std::vector<pid_t> pids = StartedPids(options.run_dir, 2);
+  EXPECT_EQ(pids.size(), 3u);
+  for (pid_t pid : pids) EXPECT_FALSE(Alive(pid)) << "pid " << pid << " survived";
+}
+
+TEST_F(LocalTest, AWorkerThatDiesIsReportedWithItsLog) {
+  LocalOptions options;
+  options.bin_dir = MakeBinDir(2, /*worker_fails=*/true);
+  options.run_dir = NewDir("run");
+  EXPECT_EQ(RunLocalNow(options), kExitError);
+  EXPECT_THAT(err_.str(), AllOf(HasSubstr("pshard-worker 0"),
+                                HasSubstr("exited with code 1"),
+                                HasSubstr("cannot open device")));
+  for (pid_t pid : StartedPids(options.run_dir, 2)) EXPECT_FALSE(Alive(pid));
+}
+
+TEST_F(LocalTest, MissingBinariesAreNamed) {
+  LocalOptions options;
+  options.bin_dir = NewDir("empty-bin");
+  options.run_dir = NewDir("run");
+  EXPECT_EQ(RunLocalNow(options), kExitError);
+  EXPECT_THAT(err_.str(), AllOf(HasSubstr("cannot find pshard-coordinator"),
+                                HasSubstr("--bin_dir")));
+}
+
+TEST_F(LocalTest, BadSpecExits2BeforeStartingAnything) {
+  const std::string spec = absl::StrCat(NewDir("spec"), "/bad.json");
+  std::ofstream(spec) << R"({"name": "x", "world_size": 2, "steps": 0})";
+  LocalOptions options;
+  options.spec_path = spec;
+  options.bin_dir = NewDir("empty-bin");
+  EXPECT_EQ(RunLocalNow(options), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("invalid job spec"));
+  EXPECT_THAT(out_.str(), Not(HasSubstr("pid")));
+}
+
+TEST(DefaultSpecTest, IsTheExampleFile) {
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec builtin, DefaultLocalJobSpec());
+  std::ifstream in(Runfile("examples/mlp_adam_2workers.json"));
+  std::stringstream text;
+  text << in.rdbuf();
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec example, ParseJobSpecJson(text.str()));
+  EXPECT_EQ(builtin.SerializeAsString(), example.SerializeAsString());
+  EXPECT_EQ(builtin.world_size(), 2);
+  EXPECT_TRUE(builtin.has_mlp());
+  EXPECT_EQ(builtin.optimizer().kind(), v1::OptimizerSpec::ADAM);
+}
+
+TEST(FindSiblingBinaryTest, SearchOrder) {
+  const std::string root = NewDir("tree");
+  mkdir(absl::StrCat(root, "/cli").c_str(), 0755);
+  mkdir(absl::StrCat(root, "/server").c_str(), 0755);
+  const std::string self = absl::StrCat(root, "/cli/pshardctl");
+  WriteScript(absl::StrCat(root, "/server/pshard-coordinator"), "exit 0\n");
+  // The bazel-bin layout: ../server/.
+  ASSERT_OK_AND_ASSIGN(std::string found,
+                       FindSiblingBinary("pshard-coordinator", "server", "", self));
+  EXPECT_EQ(found, absl::StrCat(root, "/cli/../server/pshard-coordinator"));
+  // A sibling wins over ../server/.
+  WriteScript(absl::StrCat(root, "/cli/pshard-coordinator"), "exit 0\n");
+  ASSERT_OK_AND_ASSIGN(found,
+                       FindSiblingBinary("pshard-coordinator", "server", "", self));
+  EXPECT_EQ(found, absl::StrCat(root, "/cli/pshard-coordinator"));
+  // --bin_dir is the only place looked at when set.
+  EXPECT_THAT(FindSiblingBinary("pshard-coordinator", "server",
+                                absl::StrCat(root, "/nothing"), self),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nothing/")));
+}
+
+}  // namespace
+}  // namespace pshard::cli
