@@ -1,0 +1,1351 @@
+#include "coordinator/coordinator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/job_spec.h"
+#include "common/status_macros.h"
+#include "coordinator/scheduler.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace pshard {
+namespace coordinator {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+constexpr char kWorkerPrefix[] = "w-";
+constexpr char kJobPrefix[] = "job-";
+
+std::optional<int64_t> ParseId(absl::string_view id, absl::string_view prefix) {
+  if (!absl::ConsumePrefix(&id, prefix) || id.empty() || id.size() > 18) {
+    return std::nullopt;
+  }
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(id, &n) || n <= 0 || absl::StrCat(n) != id) {
+    return std::nullopt;
+  }
+  return n;
+}
+
+std::string WorkerId(int64_t num) { return absl::StrCat(kWorkerPrefix, num); }
+std::string JobId(int64_t num) { return absl::StrCat(kJobPrefix, num); }
+
+google::protobuf::Timestamp ToProto(absl::Time t) {
+  return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
+}
+google::protobuf::Duration ToProto(absl::Duration d) {
+  return TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(d));
+}
+
+bool IsTerminal(v1::JobState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
+bool IsActive(v1::JobState s) { return s == v1::STARTING || s == v1::RUNNING; }
+
+// Printable, bounded text for messages that echo client input.
+std::string Clip(absl::string_view s, size_t max = 1024) {
+  std::string out(s.substr(0, max));
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 && c != '\n') c = ' ';
+  }
+  return out;
+}
+
+bool ValidWorkerName(absl::string_view name) {
+  if (name.empty() || name.size() > 253) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+                    c == ':' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// ---- Internal records ----
+
+struct Coordinator::WorkerRec {
+  int64_t num = 0;
+  // Registry fields (id, incarnation, name, address, host, device kind,
+  // device, registered_time); the rest of WorkerInfo is derived.
+  v1::WorkerInfo info;
+  bool lost = false;
+  // Heard from (registered or heartbeated) since this coordinator started.
+  bool confirmed = false;
+  // Heartbeated since this coordinator started (restart recovery waits for
+  // a heartbeat: only it says what the worker runs).
+  bool heartbeated = false;
+  bool draining = false;
+  absl::Time last_heartbeat;
+  // The coordinator's assignment; job_num == 0 when none.
+  int64_t job_num = 0;
+  int64_t epoch = 0;
+  int rank = -1;
+  bool acknowledged = false;
+  int run_job_sends = 0;
+  // Consecutive heartbeats without the acknowledged job.
+  int missing_reports = 0;
+  // Last heartbeat reported exactly the assigned (job, epoch).
+  bool reports_assignment = false;
+  // AbortJob / Drain, delivered (and cleared) with the next heartbeat reply.
+  std::vector<v1::Directive> directives;
+};
+
+struct Coordinator::RankRec {
+  int64_t worker_num = 0;
+  bool layout_reported = false;
+  // Reported a result (ok or not) at this epoch; the worker is released.
+  bool finished = false;
+};
+
+struct Coordinator::JobRec {
+  int64_t num = 0;
+  // The durable view: spec, state, reason, times, progress, members, epoch.
+  v1::Job job;
+  std::vector<v1::JobEvent> events;
+  // Per rank of the current epoch (empty while QUEUED).
+  std::vector<RankRec> ranks;
+  std::optional<Layout> reference_layout;
+  int reference_rank = -1;
+  int layouts_reported = 0;
+  // The latest published assignment (any epoch).
+  std::optional<v1::ShardAssignment> assignment;
+  absl::flat_hash_map<std::string, std::string> kv;
+  int64_t kv_bytes = 0;
+  absl::flat_hash_map<std::string, std::vector<WaitId>> kv_waiters;
+  std::vector<WaitId> assignment_waiters;
+  std::vector<WaitId> event_waiters;
+  bool recovering = false;
+  bool progress_dirty = false;
+  absl::Time last_progress_event = absl::InfinitePast();
+};
+
+struct Coordinator::Waiter {
+  enum Kind { kKv, kAssignment, kEvents } kind;
+  int64_t job_num = 0;
+  int64_t epoch = 0;
+  absl::Time deadline;
+  KvCallback kv_done;
+  AssignmentCallback assignment_done;
+  EventsCallback events_done;
+};
+
+// Writes gathered during one locked section, committed by Commit().
+struct Coordinator::Pending {
+  std::set<int64_t> jobs;
+  std::set<int64_t> workers;
+  std::vector<std::pair<int64_t, v1::JobEvent>> events;
+  std::vector<std::pair<int64_t, v1::ShardAssignment>> assignments;
+  std::vector<StateStore::Batch::FinishedRank> finished_ranks;
+};
+
+// Holds mu_; on destruction releases it and then runs the callbacks that
+// were deferred while it was held.
+class ABSL_SCOPED_LOCKABLE Coordinator::Locked {
+ public:
+  explicit Locked(const Coordinator* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->mu_)
+      : c_(const_cast<Coordinator*>(c)) {
+    c_->mu_.Lock();
+  }
+  ~Locked() ABSL_UNLOCK_FUNCTION() {
+    std::vector<std::function<void()>> fns = std::move(c_->deferred_);
+    c_->deferred_.clear();
+    c_->mu_.Unlock();
+    for (auto& fn : fns) fn();
+  }
+
+ private:
+  Coordinator* c_;
+};
+
+// ---- Construction and loading ----
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
+    CoordinatorOptions options, const Clock* clock,
+    std::unique_ptr<StateStore> store) {
+  std::unique_ptr<Coordinator> c(
+      new Coordinator(std::move(options), clock, std::move(store)));
+  RETURN_IF_ERROR(c->Load());
+  return c;
+}
+
+Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock,
+                         std::unique_ptr<StateStore> store)
+    : options_(std::move(options)),
+      clock_(clock),
+      store_(std::move(store)),
+      started_(clock->Now()),
+      pending_(std::make_unique<Pending>()) {}
+
+Coordinator::~Coordinator() {
+  // Fail pending waits so that no caller waits for a callback that cannot
+  // come any more.
+  std::vector<std::unique_ptr<Waiter>> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, w] : waiters_) waiters.push_back(std::move(w));
+    waiters_.clear();
+  }
+  const absl::Status s = absl::UnavailableError("coordinator shutting down");
+  for (auto& w : waiters) {
+    if (w->kv_done) w->kv_done(s);
+    if (w->assignment_done) w->assignment_done(s);
+    if (w->events_done) w->events_done(s);
+  }
+}
+
+absl::Status Coordinator::Load() {
+  ASSIGN_OR_RETURN(StateStore::Snapshot snap, store_->Load());
+  Locked lock(this);
+  const absl::Time now = clock_->Now();
+  for (auto& [num, info] : snap.workers) {
+    auto w = std::make_unique<WorkerRec>();
+    w->num = num;
+    w->info = std::move(info);
+    w->last_heartbeat = now;
+    worker_by_name_[w->info.name()] = num;
+    next_worker_ = std::max(next_worker_, num);
+    workers_[num] = std::move(w);
+  }
+  for (auto& [num, job] : snap.jobs) {
+    auto j = std::make_unique<JobRec>();
+    j->num = num;
+    j->job = std::move(job);
+    j->events = std::move(snap.events[num]);
+    auto a = snap.assignments.find(num);
+    if (a != snap.assignments.end()) j->assignment = std::move(a->second);
+    next_job_ = std::max(next_job_, num);
+    const v1::JobState state = j->job.state();
+    if (state == v1::QUEUED) queued_.insert(num);
+    if (IsActive(state)) {
+      active_.insert(num);
+      j->recovering = true;
+      const std::set<int>& finished = snap.finished_ranks[num];
+      std::string broken;
+      for (const v1::JobMember& m : j->job.members()) {
+        RankRec r;
+        std::optional<int64_t> wnum = ParseId(m.worker_id(), kWorkerPrefix);
+        if (!wnum || workers_.count(*wnum) == 0) {
+          broken = absl::StrCat("rank ", m.rank(), " names unknown worker ",
+                                Clip(m.worker_id(), 64));
+        } else {
+          r.worker_num = *wnum;
+        }
+        r.finished = finished.count(m.rank()) > 0;
+        r.layout_reported = state == v1::RUNNING;
+        j->ranks.push_back(r);
+      }
+      if (state == v1::RUNNING) j->layouts_reported = j->ranks.size();
+      jobs_[num] = std::move(j);
+      JobRec& jr = *jobs_[num];
+      if (!broken.empty()) {
+        EndJob(jr, v1::FAILED,
+               absl::StrCat("state database inconsistent after restart: ",
+                            broken));
+        continue;
+      }
+      for (size_t r = 0; r < jr.ranks.size(); ++r) {
+        if (jr.ranks[r].finished) continue;
+        WorkerRec& w = *workers_[jr.ranks[r].worker_num];
+        w.job_num = num;
+        w.epoch = jr.job.epoch();
+        w.rank = static_cast<int>(r);
+        w.acknowledged = true;
+      }
+      continue;
+    }
+    jobs_[num] = std::move(j);
+  }
+  return Commit();
+}
+
+// ---- Helpers ----
+
+void Coordinator::Defer(std::function<void()> fn) {
+  deferred_.push_back(std::move(fn));
+}
+
+absl::Time Coordinator::CapDeadline(absl::Time deadline) const {
+  return std::min(deadline, clock_->Now() + options_.max_wait);
+}
+
+Coordinator::WorkerRec* Coordinator::FindWorker(absl::string_view worker_id) {
+  std::optional<int64_t> num = ParseId(worker_id, kWorkerPrefix);
+  if (!num) return nullptr;
+  auto it = workers_.find(*num);
+  return it == workers_.end() ? nullptr : it->second.get();
+}
+
+Coordinator::JobRec* Coordinator::FindJob(absl::string_view job_id) {
+  std::optional<int64_t> num = ParseId(job_id, kJobPrefix);
+  if (!num) return nullptr;
+  auto it = jobs_.find(*num);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+const Coordinator::JobRec* Coordinator::FindJob(
+    absl::string_view job_id) const {
+  std::optional<int64_t> num = ParseId(job_id, kJobPrefix);
+  if (!num) return nullptr;
+  auto it = jobs_.find(*num);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<Coordinator::JobRec*> Coordinator::ActiveJobAt(
+    absl::string_view job_id, int64_t epoch) {
+  JobRec* j = FindJob(job_id);
+  if (j == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job ", Clip(job_id, 64)));
+  }
+  if (!IsActive(j->job.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(j->job.id(), " is not active (",
+                     v1::JobState_Name(j->job.state()), ")"));
+  }
+  if (epoch != j->job.epoch()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        j->job.id(), ": epoch ", epoch, " is ",
+        epoch < j->job.epoch() ? "stale" : "unknown", "; current epoch is ",
+        j->job.epoch()));
+  }
+  return j;
+}
+
+absl::Status Coordinator::CheckRank(const JobRec& job, int rank,
+                                    absl::string_view worker_id) const {
+  if (rank < 0 || rank >= static_cast<int>(job.ranks.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank: ", rank, " is out of range for ", job.job.id(),
+                     " (world size ", job.ranks.size(), ")"));
+  }
+  const std::string& holder = job.job.members(rank).worker_id();
+  if (worker_id != holder) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker_id: rank ", rank, " of ", job.job.id(),
+                     " is held by ", holder, ", not ", Clip(worker_id, 64)));
+  }
+  return absl::OkStatus();
+}
+
+std::string Coordinator::Who(const JobRec& job, int rank) const {
+  return absl::StrCat("rank ", rank, " (worker ",
+                      job.job.members(rank).worker_id(), ")");
+}
+
+v1::WorkerState Coordinator::StateOf(const WorkerRec& w) const {
+  if (w.lost) return v1::LOST;
+  if (w.draining) return v1::DRAINING;
+  if (w.job_num != 0) return v1::BUSY;
+  return v1::IDLE;
+}
+
+v1::WorkerInfo Coordinator::InfoOf(const WorkerRec& w) const {
+  v1::WorkerInfo info = w.info;
+  info.set_state(StateOf(w));
+  if (w.job_num != 0) {
+    info.set_job_id(JobId(w.job_num));
+    info.set_rank(w.rank);
+  } else {
+    info.set_rank(-1);
+  }
+  *info.mutable_heartbeat_age() =
+      ToProto(std::max(absl::ZeroDuration(), clock_->Now() - w.last_heartbeat));
+  return info;
+}
+
+void Coordinator::PersistJob(const JobRec& job) {
+  pending_->jobs.insert(job.num);
+}
+
+void Coordinator::PersistWorker(const WorkerRec& w) {
+  pending_->workers.insert(w.num);
+}
+
+absl::Status Coordinator::Commit() {
+  StateStore::Batch batch;
+  for (int64_t num : pending_->jobs) {
+    auto it = jobs_.find(num);
+    if (it != jobs_.end()) batch.jobs.emplace_back(num, it->second->job);
+  }
+  for (int64_t num : pending_->workers) {
+    auto it = workers_.find(num);
+    if (it != workers_.end()) batch.workers.emplace_back(num, it->second->info);
+  }
+  batch.events = std::move(pending_->events);
+  batch.assignments = std::move(pending_->assignments);
+  batch.finished_ranks = std::move(pending_->finished_ranks);
+  pending_ = std::make_unique<Pending>();
+  return store_->Commit(batch);
+}
+
+void Coordinator::AppendEvent(JobRec& job, v1::JobEvent event) {
+  event.set_sequence(static_cast<int64_t>(job.events.size()) + 1);
+  *event.mutable_time() = ToProto(clock_->Now());
+  pending_->events.emplace_back(job.num, event);
+  job.events.push_back(std::move(event));
+  WakeEventWaiters(job);
+}
+
+void Coordinator::Transition(JobRec& job, v1::JobState to,
+                             std::string reason) {
+  const v1::JobState from = job.job.state();
+  const absl::Time now = clock_->Now();
+  job.job.set_state(to);
+  job.job.set_reason(reason);
+  if (from == v1::QUEUED && to != v1::QUEUED) {
+    *job.job.mutable_start_time() = ToProto(now);
+  }
+  if (IsTerminal(to)) *job.job.mutable_end_time() = ToProto(now);
+  v1::JobEvent event;
+  auto* change = event.mutable_state_change();
+  change->set_from(from);
+  change->set_to(to);
+  change->set_reason(std::move(reason));
+  AppendEvent(job, std::move(event));
+  PersistJob(job);
+}
+
+void Coordinator::WakeEventWaiters(JobRec& job) {
+  for (WaitId id : job.event_waiters) {
+    auto it = waiters_.find(id);
+    if (it == waiters_.end()) continue;
+    EventsCallback done = std::move(it->second->events_done);
+    waiters_.erase(it);
+    Defer([done = std::move(done)] { done(absl::OkStatus()); });
+  }
+  job.event_waiters.clear();
+}
+
+void Coordinator::FailJobWaiters(JobRec& job, const absl::Status& status) {
+  for (auto& [key, ids] : job.kv_waiters) {
+    for (WaitId id : ids) {
+      auto it = waiters_.find(id);
+      if (it == waiters_.end()) continue;
+      KvCallback done = std::move(it->second->kv_done);
+      waiters_.erase(it);
+      Defer([done = std::move(done), status] { done(status); });
+    }
+  }
+  job.kv_waiters.clear();
+  for (WaitId id : job.assignment_waiters) {
+    auto it = waiters_.find(id);
+    if (it == waiters_.end()) continue;
+    AssignmentCallback done = std::move(it->second->assignment_done);
+    waiters_.erase(it);
+    Defer([done = std::move(done), status] { done(status); });
+  }
+  job.assignment_waiters.clear();
+}
+
+absl::Status Coordinator::CheckWaiterCapacity() const {
+  if (static_cast<int>(waiters_.size()) >= options_.max_waiters) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many pending waits (", options_.max_waiters, ")"));
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::ReleaseRank(JobRec& job, int rank, bool send_abort,
+                              absl::string_view reason) {
+  RankRec& r = job.ranks[rank];
+  auto it = workers_.find(r.worker_num);
+  if (it == workers_.end()) return;
+  WorkerRec& w = *it->second;
+  if (w.job_num != job.num || w.epoch != job.job.epoch()) return;
+  w.job_num = 0;
+  w.epoch = 0;
+  w.rank = -1;
+  w.acknowledged = false;
+  w.run_job_sends = 0;
+  w.missing_reports = 0;
+  w.reports_assignment = false;
+  if (send_abort && !w.lost) {
+    v1::Directive d;
+    auto* abort = d.mutable_abort_job();
+    abort->set_job_id(job.job.id());
+    abort->set_epoch(job.job.epoch());
+    abort->set_reason(std::string(reason));
+    w.directives.push_back(std::move(d));
+  }
+  if (w.draining && !w.lost) {
+    v1::Directive d;
+    d.mutable_drain();
+    w.directives.push_back(std::move(d));
+  }
+}
+
+void Coordinator::EndJob(JobRec& job, v1::JobState state, std::string reason) {
+  if (IsTerminal(job.job.state())) return;
+  queued_.erase(job.num);
+  active_.erase(job.num);
+  for (int r = 0; r < static_cast<int>(job.ranks.size()); ++r) {
+    if (!job.ranks[r].finished) {
+      ReleaseRank(job, r, state != v1::SUCCEEDED,
+                  absl::StrCat(v1::JobState_Name(state), ": ", reason));
+    }
+  }
+  job.recovering = false;
+  if (job.progress_dirty) FlushProgress(job);
+  Transition(job, state, reason);
+  FailJobWaiters(job, absl::AbortedError(absl::StrCat(
+                          job.job.id(), " ended (", v1::JobState_Name(state),
+                          "): ", reason)));
+  job.kv.clear();
+  job.kv_bytes = 0;
+  job.reference_layout.reset();
+}
+
+void Coordinator::StartEpoch(JobRec& job,
+                             const std::vector<int64_t>& worker_nums,
+                             std::string reason) {
+  FailJobWaiters(job, absl::AbortedError(absl::StrCat(
+                          job.job.id(), " restarted with epoch ",
+                          job.job.epoch() + 1)));
+  job.kv.clear();
+  job.kv_bytes = 0;
+  job.reference_layout.reset();
+  job.reference_rank = -1;
+  job.layouts_reported = 0;
+  job.recovering = false;
+  job.job.set_epoch(job.job.epoch() + 1);
+  job.job.clear_members();
+  job.ranks.assign(worker_nums.size(), RankRec{});
+  for (size_t r = 0; r < worker_nums.size(); ++r) {
+    WorkerRec& w = *workers_[worker_nums[r]];
+    job.ranks[r].worker_num = w.num;
+    v1::JobMember* m = job.job.add_members();
+    m->set_rank(static_cast<int>(r));
+    m->set_worker_id(w.info.id());
+    m->set_host(w.info.host());
+    w.job_num = job.num;
+    w.epoch = job.job.epoch();
+    w.rank = static_cast<int>(r);
+    w.acknowledged = false;
+    w.run_job_sends = 0;
+    w.missing_reports = 0;
+    w.reports_assignment = false;
+  }
+  queued_.erase(job.num);
+  active_.insert(job.num);
+  Transition(job, v1::STARTING, std::move(reason));
+}
+
+void Coordinator::Schedule() {
+  while (!queued_.empty()) {
+    JobRec& job = *jobs_[*queued_.begin()];
+    const int world_size = job.job.spec().world_size();
+    std::vector<IdleWorker> idle;
+    for (const auto& [num, w] : workers_) {
+      if (w->confirmed && !w->lost && !w->draining && w->job_num == 0) {
+        idle.push_back({num, w->info.host()});
+      }
+    }
+    std::vector<int64_t> placed = PlaceRanks(std::move(idle), world_size);
+    if (placed.empty()) return;  // FIFO: later jobs wait behind the head.
+    StartEpoch(job, placed,
+               absl::StrCat("scheduled on ", world_size, " workers (epoch ",
+                            job.job.epoch() + 1, ")"));
+  }
+}
+
+void Coordinator::MarkLost(WorkerRec& w, const std::string& why) {
+  w.lost = true;
+  w.directives.clear();
+  if (w.job_num != 0) {
+    auto it = jobs_.find(w.job_num);
+    if (it != jobs_.end()) {
+      JobRec& job = *it->second;
+      EndJob(job, v1::FAILED,
+             absl::StrCat("worker ", w.info.id(), " (rank ", w.rank,
+                          ") lost: ", why));
+    }
+  }
+  // EndJob released the rank; make sure nothing stays attached.
+  w.job_num = 0;
+  w.rank = -1;
+}
+
+void Coordinator::Acknowledge(JobRec& job, int rank) {
+  auto it = workers_.find(job.ranks[rank].worker_num);
+  if (it == workers_.end()) return;
+  WorkerRec& w = *it->second;
+  if (w.job_num == job.num && w.epoch == job.job.epoch()) {
+    w.acknowledged = true;
+  }
+}
+
+void Coordinator::CheckRecovery(JobRec& job) {
+  if (!job.recovering) return;
+  bool all_continue = job.job.state() == v1::RUNNING;
+  std::vector<int64_t> nums;
+  for (const RankRec& r : job.ranks) {
+    nums.push_back(r.worker_num);
+    if (r.finished) continue;
+    const WorkerRec& w = *workers_[r.worker_num];
+    if (!w.heartbeated) return;  // still waiting for this one
+    if (!w.reports_assignment) all_continue = false;
+  }
+  job.recovering = false;
+  if (all_continue) return;
+  // Some rank cannot continue where it was: run the whole job again on the
+  // same workers with a new epoch. Ranks that had already finished are
+  // reassigned too (their workers may have taken nothing else: nothing was
+  // scheduled while the job was recovering unless they were free).
+  for (int64_t num : nums) {
+    WorkerRec& w = *workers_[num];
+    if (w.lost || (w.job_num != 0 && w.job_num != job.num)) {
+      EndJob(job, v1::FAILED,
+             absl::StrCat("cannot restart after coordinator restart: worker ",
+                          w.info.id(), " is ", w.lost ? "lost" : "busy"));
+      return;
+    }
+  }
+  for (int r = 0; r < static_cast<int>(job.ranks.size()); ++r) {
+    if (!job.ranks[r].finished) ReleaseRank(job, r, true, "job restarted");
+  }
+  StartEpoch(job, nums,
+             absl::StrCat("coordinator restarted; restarting on the same "
+                          "workers with epoch ",
+                          job.job.epoch() + 1));
+}
+
+void Coordinator::FlushProgress(JobRec& job) {
+  job.progress_dirty = false;
+  job.last_progress_event = clock_->Now();
+  v1::JobEvent event;
+  *event.mutable_progress() = job.job.progress();
+  AppendEvent(job, std::move(event));
+  PersistJob(job);
+}
+
+// ---- Membership ----
+
+absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
+    const v1::RegisterWorkerRequest& req) {
+  if (!ValidWorkerName(req.name())) {
+    return absl::InvalidArgumentError(
+        "name: must be 1..253 characters of [A-Za-z0-9._:-]");
+  }
+  if (req.incarnation().empty() || req.incarnation().size() > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("incarnation: must be 1..64 characters, got ",
+                     req.incarnation().size()));
+  }
+  if (req.address().size() > 261) {
+    return absl::InvalidArgumentError("address: at most 261 characters");
+  }
+  if (req.host().size() > 253) {
+    return absl::InvalidArgumentError("host: at most 253 characters");
+  }
+  if (req.device().size() > 256) {
+    return absl::InvalidArgumentError("device: at most 256 characters");
+  }
+  if (!v1::DeviceKind_IsValid(req.device_kind())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_kind: unknown value ", req.device_kind()));
+  }
+  Locked lock(this);
+  const absl::Time now = clock_->Now();
+  WorkerRec* w = nullptr;
+  auto it = worker_by_name_.find(req.name());
+  if (it != worker_by_name_.end()) {
+    w = workers_[it->second].get();
+    if (w->info.incarnation() != req.incarnation()) {
+      // The process restarted: its old membership ends, and with it its rank.
+      if (!w->lost && w->job_num != 0) {
+        MarkLost(*w, "it restarted (new incarnation)");
+      }
+      w->directives.clear();
+      w->draining = false;
+      *w->info.mutable_registered_time() = ToProto(now);
+    }
+  } else {
+    if (static_cast<int>(workers_.size()) >= options_.max_workers) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("worker registry full (", options_.max_workers, ")"));
+    }
+    auto rec = std::make_unique<WorkerRec>();
+    rec->num = ++next_worker_;
+    rec->info.set_id(WorkerId(rec->num));
+    rec->info.set_name(req.name());
+    *rec->info.mutable_registered_time() = ToProto(now);
+    w = rec.get();
+    worker_by_name_[req.name()] = rec->num;
+    workers_[rec->num] = std::move(rec);
+  }
+  w->info.set_incarnation(req.incarnation());
+  w->info.set_address(req.address());
+  w->info.set_host(req.host());
+  w->info.set_device_kind(req.device_kind());
+  w->info.set_device(req.device());
+  w->lost = false;
+  w->confirmed = true;
+  w->last_heartbeat = now;
+  PersistWorker(*w);
+  Schedule();
+  RETURN_IF_ERROR(Commit());
+  v1::RegisterWorkerResponse resp;
+  resp.set_worker_id(w->info.id());
+  *resp.mutable_heartbeat_interval() = ToProto(options_.heartbeat_interval);
+  return resp;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
+    const v1::HeartbeatRequest& req) {
+  Locked lock(this);
+  WorkerRec* w = FindWorker(req.worker_id());
+  if (w == nullptr || w->lost || w->info.incarnation() != req.incarnation()) {
+    return absl::NotFoundError(absl::StrCat(
+        "worker ", Clip(req.worker_id(), 64),
+        w == nullptr ? " is unknown"
+                     : (w->lost ? " was declared lost"
+                                : " has a newer incarnation"),
+        "; register again"));
+  }
+  const bool was_confirmed = w->confirmed;
+  w->confirmed = true;
+  w->heartbeated = true;
+  w->last_heartbeat = clock_->Now();
+  if (req.state() == v1::DRAINING) w->draining = true;
+
+  const bool reports_job = !req.job_id().empty() && req.state() != v1::IDLE;
+  auto matches_assignment = [&] {
+    return w->job_num != 0 && reports_job &&
+           req.job_id() == JobId(w->job_num) && req.epoch() == w->epoch;
+  };
+  w->reports_assignment = matches_assignment();
+  // After a coordinator restart this heartbeat may complete the picture of
+  // the worker's job; decide before building the reply, which may then
+  // carry the restarted job's directives.
+  if (w->job_num != 0) CheckRecovery(*jobs_[w->job_num]);
+  const bool reports_assignment = matches_assignment();
+  w->reports_assignment = reports_assignment;
+
+  v1::HeartbeatResponse resp;
+  for (v1::Directive& d : w->directives) *resp.add_directives() = std::move(d);
+  w->directives.clear();
+
+  if (reports_job && !reports_assignment) {
+    // The worker runs something it is not (or no longer) assigned.
+    bool already = false;
+    for (const v1::Directive& d : resp.directives()) {
+      already |= d.has_abort_job() && d.abort_job().job_id() == req.job_id() &&
+                 d.abort_job().epoch() == req.epoch();
+    }
+    if (!already) {
+      auto* abort = resp.add_directives()->mutable_abort_job();
+      abort->set_job_id(Clip(req.job_id(), 64));
+      abort->set_epoch(req.epoch());
+      abort->set_reason("this worker is not assigned to that job and epoch");
+    }
+  }
+  if (w->job_num != 0) {
+    JobRec& job = *jobs_[w->job_num];
+    if (reports_assignment) {
+      w->acknowledged = true;
+      w->missing_reports = 0;
+    } else if (!w->acknowledged) {
+      if (++w->run_job_sends > options_.max_unacknowledged_run_jobs) {
+        EndJob(job, v1::FAILED,
+               absl::StrCat("worker ", w->info.id(), " (rank ", w->rank,
+                            ") did not start the job after ",
+                            options_.max_unacknowledged_run_jobs,
+                            " RunJob directives"));
+      } else {
+        auto* run = resp.add_directives()->mutable_run_job();
+        run->set_job_id(job.job.id());
+        run->set_epoch(job.job.epoch());
+        run->set_rank(w->rank);
+        run->set_world_size(job.job.spec().world_size());
+        *run->mutable_spec() = job.job.spec();
+        *run->mutable_members() = job.job.members();
+      }
+    } else if (!job.recovering && ++w->missing_reports >= 2) {
+      EndJob(job, v1::FAILED,
+             absl::StrCat("worker ", w->info.id(), " (rank ", w->rank,
+                          ") stopped running the job (it reports ",
+                          v1::WorkerState_Name(req.state()),
+                          req.job_id().empty() ? "" : " ",
+                          Clip(req.job_id(), 64), ")"));
+    }
+  }
+  if (!was_confirmed) Schedule();
+  RETURN_IF_ERROR(Commit());
+  return resp;
+}
+
+absl::Status Coordinator::DrainWorker(absl::string_view worker_id) {
+  Locked lock(this);
+  WorkerRec* w = FindWorker(worker_id);
+  if (w == nullptr || w->lost) {
+    return absl::NotFoundError(
+        absl::StrCat("no live worker ", Clip(worker_id, 64)));
+  }
+  if (w->draining) return absl::OkStatus();
+  w->draining = true;
+  if (w->job_num == 0) {
+    v1::Directive d;
+    d.mutable_drain();
+    w->directives.push_back(std::move(d));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<v1::WorkerInfo> Coordinator::ListWorkers(bool include_lost) const {
+  Locked lock(this);
+  std::vector<v1::WorkerInfo> out;
+  for (const auto& [num, w] : workers_) {
+    if (w->lost && !include_lost) continue;
+    out.push_back(InfoOf(*w));
+  }
+  return out;
+}
+
+// ---- Jobs ----
+
+absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
+  RETURN_IF_ERROR(ValidateJobSpec(spec));
+  Locked lock(this);
+  if (static_cast<int>(queued_.size() + active_.size()) >=
+      options_.max_unfinished_jobs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many unfinished jobs (", options_.max_unfinished_jobs,
+                     "); wait for some to end"));
+  }
+  auto j = std::make_unique<JobRec>();
+  j->num = ++next_job_;
+  j->job.set_id(JobId(j->num));
+  *j->job.mutable_spec() = ApplyJobSpecDefaults(spec);
+  j->job.set_state(v1::JOB_STATE_UNSPECIFIED);
+  *j->job.mutable_submit_time() = ToProto(clock_->Now());
+  j->job.mutable_progress()->set_total_steps(j->job.spec().steps());
+  JobRec& job = *j;
+  jobs_[j->num] = std::move(j);
+  Transition(job, v1::QUEUED,
+             absl::StrCat("submitted; waiting for ",
+                          job.job.spec().world_size(), " idle workers"));
+  // Transition() set start_time because it left UNSPECIFIED: undo that.
+  job.job.clear_start_time();
+  queued_.insert(job.num);
+  Schedule();
+  RETURN_IF_ERROR(Commit());
+  return job.job;
+}
+
+absl::StatusOr<v1::Job> Coordinator::GetJob(absl::string_view job_id) const {
+  Locked lock(this);
+  const JobRec* j = FindJob(job_id);
+  if (j == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job ", Clip(job_id, 64)));
+  }
+  return j->job;
+}
+
+absl::StatusOr<std::vector<v1::Job>> Coordinator::ListJobs(
+    const std::vector<v1::JobState>& states, int limit) const {
+  if (limit < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("limit: must be >= 0, got ", limit));
+  }
+  for (v1::JobState s : states) {
+    if (!v1::JobState_IsValid(s) || s == v1::JOB_STATE_UNSPECIFIED) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("states: unknown job state ", static_cast<int>(s)));
+    }
+  }
+  if (limit == 0 || limit > 1000) limit = 1000;
+  Locked lock(this);
+  std::vector<v1::Job> out;
+  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+    if (static_cast<int>(out.size()) >= limit) break;
+    const v1::Job& job = it->second->job;
+    if (!states.empty() &&
+        std::find(states.begin(), states.end(), job.state()) == states.end()) {
+      continue;
+    }
+    out.push_back(job);
+  }
+  return out;
+}
+
+absl::StatusOr<v1::Job> Coordinator::CancelJob(absl::string_view job_id,
+                                               absl::string_view reason) {
+  if (reason.size() > static_cast<size_t>(options_.max_reason_length)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reason: at most ", options_.max_reason_length,
+                     " characters, got ", reason.size()));
+  }
+  Locked lock(this);
+  JobRec* j = FindJob(job_id);
+  if (j == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job ", Clip(job_id, 64)));
+  }
+  if (IsTerminal(j->job.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(j->job.id(), " has already ended (",
+                     v1::JobState_Name(j->job.state()), ")"));
+  }
+  EndJob(*j, v1::CANCELLED,
+         reason.empty() ? std::string("cancelled by user")
+                        : absl::StrCat("cancelled: ", Clip(reason)));
+  Schedule();
+  RETURN_IF_ERROR(Commit());
+  return j->job;
+}
+
+absl::StatusOr<Coordinator::EventBatch> Coordinator::GetEvents(
+    absl::string_view job_id, int64_t after_sequence, int max) const {
+  if (after_sequence < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("after_sequence: must be >= 0, got ", after_sequence));
+  }
+  Locked lock(this);
+  const JobRec* j = FindJob(job_id);
+  if (j == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job ", Clip(job_id, 64)));
+  }
+  EventBatch batch;
+  for (int64_t i = after_sequence;
+       i < static_cast<int64_t>(j->events.size()) &&
+       static_cast<int>(batch.events.size()) < max;
+       ++i) {
+    batch.events.push_back(j->events[i]);
+  }
+  batch.terminal = IsTerminal(j->job.state());
+  return batch;
+}
+
+Coordinator::WaitId Coordinator::WaitForEvents(absl::string_view job_id,
+                                               int64_t after_sequence,
+                                               absl::Time deadline,
+                                               EventsCallback done) {
+  Locked lock(this);
+  JobRec* j = FindJob(job_id);
+  absl::Status immediate;
+  bool ready = false;
+  if (j == nullptr) {
+    immediate = absl::NotFoundError(absl::StrCat("no job ", Clip(job_id, 64)));
+  } else if (static_cast<int64_t>(j->events.size()) > after_sequence ||
+             IsTerminal(j->job.state())) {
+    ready = true;
+  } else if (clock_->Now() >= deadline) {
+    immediate = absl::DeadlineExceededError("no new event before the deadline");
+  } else {
+    immediate = CheckWaiterCapacity();
+  }
+  if (ready || !immediate.ok()) {
+    Defer([done = std::move(done), immediate] { done(immediate); });
+    return 0;
+  }
+  auto w = std::make_unique<Waiter>();
+  w->kind = Waiter::kEvents;
+  w->job_num = j->num;
+  w->deadline = CapDeadline(deadline);
+  w->events_done = std::move(done);
+  const WaitId id = ++next_wait_;
+  waiters_[id] = std::move(w);
+  j->event_waiters.push_back(id);
+  return id;
+}
+
+// ---- Rendezvous ----
+
+absl::Status Coordinator::KvPut(const v1::KvPutRequest& req) {
+  if (req.key().empty() ||
+      req.key().size() > static_cast<size_t>(options_.max_kv_key_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key: must be 1..", options_.max_kv_key_bytes,
+                     " bytes, got ", req.key().size()));
+  }
+  if (static_cast<int64_t>(req.value().size()) > options_.max_kv_value_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("value: at most ", options_.max_kv_value_bytes,
+                     " bytes, got ", req.value().size()));
+  }
+  Locked lock(this);
+  ASSIGN_OR_RETURN(JobRec * j, ActiveJobAt(req.job_id(), req.epoch()));
+  auto it = j->kv.find(req.key());
+  const int64_t old_size = it == j->kv.end() ? 0 : it->second.size();
+  if (it == j->kv.end() &&
+      static_cast<int64_t>(j->kv.size()) >= options_.max_kv_keys_per_job) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        j->job.id(), ": rendezvous store full (", options_.max_kv_keys_per_job,
+        " keys)"));
+  }
+  const int64_t new_bytes = j->kv_bytes - old_size +
+                            static_cast<int64_t>(req.value().size()) +
+                            (it == j->kv.end() ? req.key().size() : 0);
+  if (new_bytes > options_.max_kv_bytes_per_job) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        j->job.id(), ": rendezvous store full (", options_.max_kv_bytes_per_job,
+        " bytes)"));
+  }
+  j->kv_bytes = new_bytes;
+  j->kv[req.key()] = req.value();
+  auto wit = j->kv_waiters.find(req.key());
+  if (wit != j->kv_waiters.end()) {
+    for (WaitId id : wit->second) {
+      auto w = waiters_.find(id);
+      if (w == waiters_.end()) continue;
+      KvCallback done = std::move(w->second->kv_done);
+      waiters_.erase(w);
+      Defer([done = std::move(done), value = req.value()] { done(value); });
+    }
+    j->kv_waiters.erase(wit);
+  }
+  return absl::OkStatus();
+}
+
+Coordinator::WaitId Coordinator::KvGet(absl::string_view job_id,
+                                       int64_t epoch, absl::string_view key,
+                                       absl::Time deadline, KvCallback done) {
+  Locked lock(this);
+  absl::StatusOr<std::string> immediate;
+  bool answer = true;
+  if (key.empty() || key.size() > static_cast<size_t>(options_.max_kv_key_bytes)) {
+    immediate = absl::InvalidArgumentError(
+        absl::StrCat("key: must be 1..", options_.max_kv_key_bytes,
+                     " bytes, got ", key.size()));
+  } else {
+    absl::StatusOr<JobRec*> j = ActiveJobAt(job_id, epoch);
+    if (!j.ok()) {
+      immediate = j.status();
+    } else {
+      auto it = (*j)->kv.find(key);
+      if (it != (*j)->kv.end()) {
+        immediate = it->second;
+      } else if (clock_->Now() >= deadline) {
+        immediate = absl::DeadlineExceededError(absl::StrCat(
+            "key \"", Clip(key, 64), "\" did not appear before the deadline"));
+      } else if (absl::Status cap = CheckWaiterCapacity(); !cap.ok()) {
+        immediate = cap;
+      } else {
+        answer = false;
+        auto w = std::make_unique<Waiter>();
+        w->kind = Waiter::kKv;
+        w->job_num = (*j)->num;
+        w->epoch = epoch;
+        w->deadline = CapDeadline(deadline);
+        w->kv_done = std::move(done);
+        const WaitId id = ++next_wait_;
+        waiters_[id] = std::move(w);
+        (*j)->kv_waiters[std::string(key)].push_back(id);
+        return id;
+      }
+    }
+  }
+  if (answer) {
+    Defer([done = std::move(done), immediate = std::move(immediate)] {
+      done(immediate);
+    });
+  }
+  return 0;
+}
+
+// ---- Buckets and assignment ----
+
+absl::Status Coordinator::ReportBuckets(const v1::ReportBucketsRequest& req) {
+  // Validation is the expensive part and needs no lock.
+  const absl::Status valid = ValidateLayout(req.buckets(), options_.layout_limits);
+  Locked lock(this);
+  ASSIGN_OR_RETURN(JobRec * j, ActiveJobAt(req.job_id(), req.epoch()));
+  RETURN_IF_ERROR(CheckRank(*j, req.rank(), req.worker_id()));
+  Acknowledge(*j, req.rank());
+  const int rank = req.rank();
+  if (!valid.ok()) {
+    const std::string reason =
+        absl::StrCat(Who(*j, rank), " reported an invalid bucket layout: ",
+                     valid.message());
+    EndJob(*j, v1::FAILED, reason);
+    Schedule();
+    RETURN_IF_ERROR(Commit());
+    return absl::InvalidArgumentError(reason);
+  }
+  if (!j->reference_layout) {
+    if (j->job.state() == v1::RUNNING) {
+      // Recovered after a restart: the layout was checked before, and the
+      // published assignment stands.
+      return absl::OkStatus();
+    }
+    j->reference_layout = req.buckets();
+    j->reference_rank = rank;
+  } else if (std::optional<LayoutDifference> diff =
+                 CompareLayouts(*j->reference_layout, req.buckets())) {
+    const std::string reason = absl::StrCat(
+        "bucket layout mismatch: ", Who(*j, rank), " differs from rank ",
+        j->reference_rank, " at bucket ", diff->bucket, ": ", diff->detail);
+    EndJob(*j, v1::FAILED, reason);
+    Schedule();
+    RETURN_IF_ERROR(Commit());
+    return absl::InvalidArgumentError(reason);
+  }
+  if (!j->ranks[rank].layout_reported) {
+    j->ranks[rank].layout_reported = true;
+    ++j->layouts_reported;
+  }
+  if (j->job.state() == v1::STARTING &&
+      j->layouts_reported == static_cast<int>(j->ranks.size())) {
+    PublishAssignment(*j);
+    Schedule();
+  }
+  return Commit();
+}
+
+void Coordinator::PublishAssignment(JobRec& job) {
+  absl::StatusOr<v1::ShardAssignment> a = BuildShardAssignment(
+      job.job.id(), job.job.epoch(), job.job.spec().assignment_policy(),
+      *job.reference_layout, job.job.members());
+  if (!a.ok()) {
+    EndJob(job, v1::FAILED,
+           absl::StrCat("cannot compute the assignment: ", a.status().message()));
+    return;
+  }
+  job.assignment = *std::move(a);
+  pending_->assignments.emplace_back(job.num, *job.assignment);
+  Transition(job, v1::RUNNING,
+             absl::StrFormat("assignment published: epoch %d, %d buckets, "
+                             "policy %s, imbalance %.4f",
+                             job.job.epoch(), job.assignment->buckets_size(),
+                             v1::JobSpec::AssignmentPolicy_Name(
+                                 job.assignment->policy()),
+                             job.assignment->imbalance()));
+  for (WaitId id : job.assignment_waiters) {
+    auto it = waiters_.find(id);
+    if (it == waiters_.end()) continue;
+    AssignmentCallback done = std::move(it->second->assignment_done);
+    waiters_.erase(it);
+    Defer([done = std::move(done), a = *job.assignment] { done(a); });
+  }
+  job.assignment_waiters.clear();
+}
+
+Coordinator::WaitId Coordinator::GetAssignment(absl::string_view job_id,
+                                               int64_t epoch,
+                                               absl::Time deadline,
+                                               AssignmentCallback done) {
+  Locked lock(this);
+  absl::StatusOr<v1::ShardAssignment> immediate;
+  JobRec* j = FindJob(job_id);
+  if (j == nullptr) {
+    immediate = absl::NotFoundError(absl::StrCat("no job ", Clip(job_id, 64)));
+  } else if (epoch != j->job.epoch()) {
+    immediate = absl::FailedPreconditionError(absl::StrCat(
+        j->job.id(), ": epoch ", epoch, " is ",
+        epoch < j->job.epoch() ? "stale" : "unknown", "; current epoch is ",
+        j->job.epoch()));
+  } else if (j->assignment && j->assignment->epoch() == epoch) {
+    immediate = *j->assignment;
+  } else if (!IsActive(j->job.state())) {
+    immediate = absl::FailedPreconditionError(absl::StrCat(
+        j->job.id(), " is ", v1::JobState_Name(j->job.state()),
+        " and has no assignment for epoch ", epoch));
+  } else if (clock_->Now() >= deadline) {
+    immediate = absl::DeadlineExceededError(
+        absl::StrCat(j->job.id(), ": assignment for epoch ", epoch,
+                     " not published before the deadline (",
+                     j->layouts_reported, " of ", j->ranks.size(),
+                     " ranks reported their layout)"));
+  } else if (absl::Status cap = CheckWaiterCapacity(); !cap.ok()) {
+    immediate = cap;
+  } else {
+    auto w = std::make_unique<Waiter>();
+    w->kind = Waiter::kAssignment;
+    w->job_num = j->num;
+    w->epoch = epoch;
+    w->deadline = CapDeadline(deadline);
+    w->assignment_done = std::move(done);
+    const WaitId id = ++next_wait_;
+    waiters_[id] = std::move(w);
+    j->assignment_waiters.push_back(id);
+    return id;
+  }
+  Defer([done = std::move(done), immediate = std::move(immediate)] {
+    done(immediate);
+  });
+  return 0;
+}
+
+absl::StatusOr<v1::ShardAssignment> Coordinator::GetShardAssignment(
+    absl::string_view job_id) const {
+  Locked lock(this);
+  const JobRec* j = FindJob(job_id);
+  if (j == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job ", Clip(job_id, 64)));
+  }
+  if (!j->assignment) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        j->job.id(), " has no assignment yet (",
+        v1::JobState_Name(j->job.state()),
+        j->job.state() == v1::STARTING
+            ? absl::StrCat(", ", j->layouts_reported, " of ", j->ranks.size(),
+                           " ranks reported their bucket layout")
+            : "",
+        ")"));
+  }
+  return *j->assignment;
+}
+
+// ---- Progress and results ----
+
+absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
+    const v1::ReportProgressRequest& req) {
+  if (req.progress().step() < 0 || req.progress().bytes_sent() < 0) {
+    return absl::InvalidArgumentError(
+        "progress: step and bytes_sent must be >= 0");
+  }
+  Locked lock(this);
+  JobRec* j = FindJob(req.job_id());
+  if (j == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job ", Clip(req.job_id(), 64)));
+  }
+  v1::ReportProgressResponse resp;
+  if (!IsActive(j->job.state()) || req.epoch() != j->job.epoch()) {
+    resp.set_abort(true);
+    return resp;
+  }
+  RETURN_IF_ERROR(CheckRank(*j, req.rank(), req.worker_id()));
+  Acknowledge(*j, req.rank());
+  if (req.rank() == 0) {
+    v1::JobProgress* p = j->job.mutable_progress();
+    *p = req.progress();
+    p->set_total_steps(j->job.spec().steps());
+    j->progress_dirty = true;
+    if (clock_->Now() - j->last_progress_event >=
+            options_.progress_event_interval ||
+        p->step() >= p->total_steps()) {
+      FlushProgress(*j);
+    }
+  }
+  RETURN_IF_ERROR(Commit());
+  return resp;
+}
+
+absl::Status Coordinator::ReportResult(const v1::ReportResultRequest& req) {
+  Locked lock(this);
+  JobRec* j = FindJob(req.job_id());
+  if (j == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job ", Clip(req.job_id(), 64)));
+  }
+  if (!IsActive(j->job.state()) || req.epoch() != j->job.epoch()) {
+    return absl::OkStatus();  // Nothing to do; the worker is free anyway.
+  }
+  RETURN_IF_ERROR(CheckRank(*j, req.rank(), req.worker_id()));
+  const int rank = req.rank();
+  if (j->ranks[rank].finished) return absl::OkStatus();  // a retry
+  if (!req.ok()) {
+    j->ranks[rank].finished = true;
+    ReleaseRank(*j, rank, false, "");
+    EndJob(*j, v1::FAILED,
+           absl::StrCat(Who(*j, rank), " failed: ",
+                        req.error().empty() ? "no error given"
+                                            : Clip(req.error())));
+    Schedule();
+    return Commit();
+  }
+  if (j->job.state() != v1::RUNNING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(j->job.id(), ": rank ", rank,
+                     " reported success before the assignment was published"));
+  }
+  if (req.output_path().size() > 4096) {
+    return absl::InvalidArgumentError("output_path: at most 4096 characters");
+  }
+  j->ranks[rank].finished = true;
+  pending_->finished_ranks.push_back({j->num, j->job.epoch(), rank});
+  ReleaseRank(*j, rank, false, "");
+  if (rank == 0) {
+    if (!req.output_path().empty()) j->job.set_output_path(req.output_path());
+    if (req.final_step() > j->job.progress().step()) {
+      j->job.mutable_progress()->set_step(req.final_step());
+      j->progress_dirty = true;
+    }
+    PersistJob(*j);
+  }
+  bool all = true;
+  for (const RankRec& r : j->ranks) all &= r.finished;
+  if (all) {
+    EndJob(*j, v1::SUCCEEDED,
+           absl::StrCat("all ", j->ranks.size(), " ranks finished ",
+                        j->job.progress().step(), " steps"));
+  }
+  Schedule();
+  return Commit();
+}
+
+// ---- Waits and time ----
+
+void Coordinator::CancelWait(WaitId id) {
+  absl::MutexLock lock(&mu_);
+  waiters_.erase(id);  // per-job lists skip ids that are gone
+}
+
+void Coordinator::Tick() {
+  Locked lock(this);
+  const absl::Time now = clock_->Now();
+  for (auto& [num, w] : workers_) {
+    if (w->lost) continue;
+    absl::Time limit = w->last_heartbeat + options_.worker_timeout;
+    if (!w->confirmed) limit = std::max(limit, started_ + options_.recovery_grace);
+    if (now > limit) {
+      MarkLost(*w, w->confirmed
+                       ? absl::StrCat("no heartbeat for ",
+                                      absl::FormatDuration(now - w->last_heartbeat))
+                       : absl::StrCat("not back within ",
+                                      absl::FormatDuration(options_.recovery_grace),
+                                      " of a coordinator restart"));
+    }
+  }
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    Waiter& w = *it->second;
+    if (now < w.deadline) {
+      ++it;
+      continue;
+    }
+    std::string what = "no new event before the deadline";
+    if (w.kind == Waiter::kKv) {
+      what = "rendezvous key did not appear before the deadline";
+    } else if (w.kind == Waiter::kAssignment) {
+      what = "assignment not published before the deadline";
+      auto j = jobs_.find(w.job_num);
+      if (j != jobs_.end()) {
+        absl::StrAppend(&what, " (", j->second->layouts_reported, " of ",
+                        j->second->ranks.size(),
+                        " ranks reported their bucket layout)");
+      }
+    }
+    const absl::Status s = absl::DeadlineExceededError(what);
+    if (w.kv_done) Defer([done = std::move(w.kv_done), s] { done(s); });
+    if (w.assignment_done) {
+      Defer([done = std::move(w.assignment_done), s] { done(s); });
+    }
+    if (w.events_done) Defer([done = std::move(w.events_done), s] { done(s); });
+    it = waiters_.erase(it);
+  }
+  for (int64_t num : std::vector<int64_t>(active_.begin(), active_.end())) {
+    JobRec& job = *jobs_[num];
+    if (job.progress_dirty &&
+        now - job.last_progress_event >= options_.progress_event_interval) {
+      FlushProgress(job);
+    }
+    CheckRecovery(job);
+  }
+  Schedule();
+  absl::Status s = Commit();
+  if (!s.ok()) {
+    // Nothing to answer here; the next state change reports the failure.
+    fprintf(stderr, "pshard-coordinator: commit failed in Tick: %s\n",
+            std::string(s.message()).c_str());
+  }
+}
+
+}  // namespace coordinator
+}  // namespace pshard

@@ -1,0 +1,335 @@
+// The pshard control plane: worker membership, the job queue with gang
+// scheduling, job-scoped rendezvous, bucket-layout checks and shard
+// assignment, progress and results, all durable in a StateStore.
+//
+// This class knows nothing about gRPC. It takes and returns the v1 protobuf
+// messages (plain data), and reports errors as absl::Status; server/ converts
+// at the edge. Time comes from an injected Clock; timeouts (worker loss,
+// waits, recovery grace) fire when Tick() runs, which the server calls every
+// few tens of milliseconds and tests call after advancing a FakeClock.
+// Thread-safe: one mutex guards all state; every state change is committed to
+// the store before the method returns; callbacks of blocking waits run after
+// the mutex is released, never under it.
+//
+// Worker membership (WorkerState):
+//
+//   RegisterWorker ──▶ IDLE ──(scheduled)──▶ BUSY ──(job ends / rank done)──▶ IDLE
+//                       │  ╲                  │
+//                       │   DRAINING          │
+//                       ▼                     ▼
+//                      LOST: no heartbeat for worker_timeout, or the name
+//                            re-registered with a new incarnation. A LOST
+//                            worker's heartbeats get NotFound; it registers
+//                            again (same name -> same id "w-<n>").
+//
+// Job lifecycle (JobState), each edge an event with a reason and a time:
+//
+//   QUEUED ──(world_size idle workers; FIFO)──▶ STARTING ──(all ranks
+//     │        reported the same layout; assignment published)──▶ RUNNING
+//     │                                          │                   │
+//     │   (every rank ReportResult ok) ──────────┼───────────────────┴──▶ SUCCEEDED
+//     └──── CancelJob, rank error, LOST worker,  ┴── layout mismatch ────▶ FAILED |
+//                                                                         CANCELLED
+//   Recovery edge (after a coordinator restart only): STARTING|RUNNING ──▶
+//   STARTING with epoch+1, when all the job's workers are back but cannot
+//   simply continue (see "Restart" below).
+//
+// Protocol seen from a worker:
+//   RegisterWorker; Heartbeat every heartbeat_interval. A heartbeat reply
+//   carries directives in order: pending AbortJob / Drain first, then RunJob.
+//   RunJob is repeated on every heartbeat until the worker acknowledges it:
+//   by a heartbeat reporting that job and epoch (state BUSY), or by any
+//   ReportBuckets/ReportProgress/ReportResult for it. Workers must ignore a
+//   RunJob for the (job, epoch) they already run, and an AbortJob for a job
+//   they do not run. A worker that heartbeats a job/epoch it is not assigned
+//   gets AbortJob for it. A worker that acknowledged its rank and then
+//   heartbeats twice in a row without that job (e.g. IDLE) fails the job: it
+//   has dropped its rank. Workers must send ReportResult before going IDLE.
+//   Then: KvPut/KvGet (rendezvous, scoped by job+epoch), ReportBuckets once,
+//   GetAssignment (blocks until published), ReportProgress (rank 0's progress
+//   is the job's), ReportResult. A rank that reported ok returns to the pool
+//   at once.
+//
+// Restart (a new Coordinator on the same store):
+//   Workers are known but unconfirmed: a heartbeat or registration with the
+//   stored incarnation confirms them (no NotFound for that). A worker not back
+//   within recovery_grace becomes LOST, failing its job as usual. QUEUED jobs
+//   wait as before. A STARTING or RUNNING job waits until every unfinished rank's
+//   worker is back; then a RUNNING job whose workers all report that job and
+//   epoch simply continues, and any other is restarted on the same workers
+//   with a new epoch (rendezvous keys are not stored). Nothing submitted is
+//   lost and no job vanishes: it continues, restarts, or fails with a reason.
+#ifndef PSHARD_COORDINATOR_COORDINATOR_H_
+#define PSHARD_COORDINATOR_COORDINATOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/clock.h"
+#include "coordinator/layout.h"
+#include "coordinator/state_store.h"
+#include "pshard/v1/cluster.pb.h"
+#include "pshard/v1/job.pb.h"
+#include "pshard/v1/shard.pb.h"
+#include "pshard/v1/worker_control.pb.h"
+
+namespace pshard {
+namespace coordinator {
+
+struct CoordinatorOptions {
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration worker_timeout = absl::Seconds(5);
+  // After a restart, how long known workers have to come back.
+  absl::Duration recovery_grace = absl::Seconds(10);
+  // Upper bound of every blocking wait (KvGet, GetAssignment, WaitForEvents).
+  absl::Duration max_wait = absl::Seconds(300);
+  // Progress events enter the job's log at most this often (plus the last
+  // step); Job.progress itself is always current.
+  absl::Duration progress_event_interval = absl::Seconds(1);
+  // A RunJob repeated on this many heartbeats without acknowledgement fails
+  // the job (the worker cannot or will not start it).
+  int max_unacknowledged_run_jobs = 10;
+
+  int max_workers = 65536;
+  int max_unfinished_jobs = 10000;
+  int max_waiters = 200000;
+  int max_kv_key_bytes = 512;
+  int64_t max_kv_value_bytes = int64_t{1} << 20;
+  int64_t max_kv_keys_per_job = int64_t{1} << 18;
+  int64_t max_kv_bytes_per_job = int64_t{256} << 20;
+  int max_reason_length = 1024;
+  LayoutLimits layout_limits;
+};
+
+class Coordinator {
+ public:
+  using WaitId = uint64_t;
+  using KvCallback = std::function<void(absl::StatusOr<std::string>)>;
+  using AssignmentCallback =
+      std::function<void(absl::StatusOr<v1::ShardAssignment>)>;
+  using EventsCallback = std::function<void(absl::Status)>;
+
+  // Loads the state in `store` (see "Restart" above).
+  // Errors: those of StateStore::Load.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
+      CoordinatorOptions options, const Clock* clock,
+      std::unique_ptr<StateStore> store);
+
+  ~Coordinator();
+
+  // ---- Membership ----
+
+  // InvalidArgument: name not 1..253 of [A-Za-z0-9._:-], incarnation not
+  //   1..64 characters, address/host/device too long, unknown device kind.
+  // ResourceExhausted: max_workers workers are registered.
+  // Internal: the state database failed.
+  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
+      const v1::RegisterWorkerRequest& request);
+
+  // NotFound: unknown worker id, LOST worker, or the incarnation was
+  //   replaced: register again.
+  // Internal: the state database failed.
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request);
+
+  // Marks a worker DRAINING (it finishes its job, takes no new one, and is
+  // sent a Drain directive). NotFound: unknown or LOST worker.
+  absl::Status DrainWorker(absl::string_view worker_id);
+
+  std::vector<v1::WorkerInfo> ListWorkers(bool include_lost) const;
+
+  // ---- Jobs ----
+
+  // InvalidArgument: the spec is invalid (names the field).
+  // ResourceExhausted: max_unfinished_jobs jobs are queued or running.
+  // Internal: the state database failed.
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+
+  // NotFound: no such job.
+  absl::StatusOr<v1::Job> GetJob(absl::string_view job_id) const;
+
+  // Newest first. InvalidArgument: limit < 0 or an unknown state.
+  absl::StatusOr<std::vector<v1::Job>> ListJobs(
+      const std::vector<v1::JobState>& states, int limit) const;
+
+  // NotFound: no such job. FailedPrecondition: already ended.
+  // InvalidArgument: reason longer than max_reason_length.
+  absl::StatusOr<v1::Job> CancelJob(absl::string_view job_id,
+                                    absl::string_view reason);
+
+  // Events with sequence > after_sequence, at most `max`, and whether the
+  // job has ended. NotFound: no such job. InvalidArgument: after_sequence < 0.
+  struct EventBatch {
+    std::vector<v1::JobEvent> events;
+    bool terminal = false;
+  };
+  absl::StatusOr<EventBatch> GetEvents(absl::string_view job_id,
+                                       int64_t after_sequence,
+                                       int max) const;
+
+  // Calls `done` once: OK when the job has an event after `after_sequence` or
+  // has ended; DeadlineExceeded at `deadline` (capped at now + max_wait);
+  // NotFound for an unknown job; ResourceExhausted when max_waiters waits
+  // are pending. May call `done` before returning (not under the lock).
+  WaitId WaitForEvents(absl::string_view job_id, int64_t after_sequence,
+                       absl::Time deadline, EventsCallback done);
+
+  // ---- Rendezvous ----
+
+  // InvalidArgument: key not 1..max_kv_key_bytes, value too large.
+  // NotFound: no such job. FailedPrecondition: the job is not STARTING or
+  //   RUNNING at that epoch. ResourceExhausted: the job's store is full.
+  absl::Status KvPut(const v1::KvPutRequest& request);
+
+  // Calls `done` once with the value as soon as the key exists.
+  // InvalidArgument: bad key. NotFound: no such job. FailedPrecondition: the
+  // job is not active at that epoch. Aborted: the job ended or was restarted
+  // while waiting. DeadlineExceeded: `deadline` (capped at now + max_wait)
+  // passed. ResourceExhausted: too many waits pending.
+  WaitId KvGet(absl::string_view job_id, int64_t epoch, absl::string_view key,
+               absl::Time deadline, KvCallback done);
+
+  // ---- Buckets and assignment ----
+
+  // InvalidArgument: bad rank or worker, invalid layout, or a layout that
+  //   differs from another rank's (both fail the job: "rank R (worker w-N)
+  //   ... at bucket B: ...").
+  // NotFound: no such job. FailedPrecondition: the job is not STARTING or
+  //   RUNNING at that epoch (stale epoch).
+  // Internal: the state database failed.
+  absl::Status ReportBuckets(const v1::ReportBucketsRequest& request);
+
+  // Calls `done` once with the assignment of (job, epoch) when published.
+  // NotFound: no such job. FailedPrecondition: stale or unknown epoch, or the
+  // job ended without one. Aborted: the job ended while waiting.
+  // DeadlineExceeded / ResourceExhausted: as KvGet.
+  WaitId GetAssignment(absl::string_view job_id, int64_t epoch,
+                       absl::Time deadline, AssignmentCallback done);
+
+  // The latest published assignment. NotFound: no such job.
+  // FailedPrecondition: none published yet.
+  absl::StatusOr<v1::ShardAssignment> GetShardAssignment(
+      absl::string_view job_id) const;
+
+  // ---- Progress and results ----
+
+  // abort=true when the job has ended or moved to another epoch.
+  // NotFound: no such job. InvalidArgument: bad rank/worker, negative step.
+  absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
+      const v1::ReportProgressRequest& request);
+
+  // ok=false fails the job naming the rank, worker and error; ok=true from
+  // every rank makes it SUCCEEDED. Reports for an ended job or another
+  // epoch are accepted and ignored (the worker is free either way).
+  // NotFound: no such job. InvalidArgument: bad rank/worker.
+  // FailedPrecondition: ok=true before the assignment was published.
+  // Internal: the state database failed.
+  absl::Status ReportResult(const v1::ReportResultRequest& request);
+
+  // ---- Waits and time ----
+
+  // Ends a pending wait without calling its callback. Safe to call for a
+  // wait that has already completed.
+  void CancelWait(WaitId id);
+
+  // Fires what is due at clock->Now(): LOST workers (failing their jobs),
+  // wait deadlines, throttled progress events, restart recovery.
+  void Tick();
+
+  const CoordinatorOptions& options() const { return options_; }
+
+ private:
+  class Locked;
+  struct WorkerRec;
+  struct RankRec;
+  struct JobRec;
+  struct Waiter;
+  struct Pending;
+
+  Coordinator(CoordinatorOptions options, const Clock* clock,
+              std::unique_ptr<StateStore> store);
+  absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Helpers; all need mu_.
+  WorkerRec* FindWorker(absl::string_view worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JobRec* FindJob(absl::string_view job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const JobRec* FindJob(absl::string_view job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<JobRec*> ActiveJobAt(absl::string_view job_id, int64_t epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRank(const JobRec& job, int rank,
+                         absl::string_view worker_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::WorkerState StateOf(const WorkerRec& w) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::WorkerInfo InfoOf(const WorkerRec& w) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string Who(const JobRec& job, int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void Transition(JobRec& job, v1::JobState to, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AppendEvent(JobRec& job, v1::JobEvent event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndJob(JobRec& job, v1::JobState state, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartEpoch(JobRec& job, const std::vector<int64_t>& worker_nums,
+                  std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseRank(JobRec& job, int rank, bool send_abort,
+                   absl::string_view reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkLost(WorkerRec& w, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckRecovery(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Acknowledge(JobRec& job, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishAssignment(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FlushProgress(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailJobWaiters(JobRec& job, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WakeEventWaiters(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckWaiterCapacity() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Time CapDeadline(absl::Time deadline) const;
+  void PersistJob(const JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistWorker(const WorkerRec& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Commit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Defer(std::function<void()> fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const CoordinatorOptions options_;
+  const Clock* const clock_;
+  const std::unique_ptr<StateStore> store_;
+  const absl::Time started_;
+
+  mutable absl::Mutex mu_;
+  int64_t next_worker_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_job_ ABSL_GUARDED_BY(mu_) = 0;
+  WaitId next_wait_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, std::unique_ptr<WorkerRec>> workers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int64_t> worker_by_name_
+      ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, std::unique_ptr<JobRec>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::set<int64_t> queued_ ABSL_GUARDED_BY(mu_);
+  std::set<int64_t> active_ ABSL_GUARDED_BY(mu_);
+  std::map<WaitId, std::unique_ptr<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void()>> deferred_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace coordinator
+}  // namespace pshard
+
+#endif  // PSHARD_COORDINATOR_COORDINATOR_H_

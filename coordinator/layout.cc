@@ -1,0 +1,171 @@
+#include "coordinator/layout.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/assignment.h"
+
+namespace pshard {
+namespace coordinator {
+
+int64_t DtypeSize(absl::string_view dtype) {
+  if (dtype == "F32") return 4;
+  if (dtype == "BF16" || dtype == "F16") return 2;
+  return 0;
+}
+
+absl::Status ValidateLayout(const Layout& layout, const LayoutLimits& limits) {
+  if (layout.empty()) {
+    return absl::InvalidArgumentError("buckets: at least one bucket required");
+  }
+  if (layout.size() > limits.max_buckets) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("buckets: at most ", limits.max_buckets,
+                     " buckets allowed, got ", layout.size()));
+  }
+  int64_t total_parameters = 0;
+  for (int i = 0; i < layout.size(); ++i) {
+    const v1::BucketLayout& bucket = layout[i];
+    if (bucket.index() != i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("buckets[", i, "].index: must be ", i, " (buckets in "
+                       "index order), got ", bucket.index()));
+    }
+    if (bucket.parameters().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("buckets[", i, "].parameters: bucket is empty"));
+    }
+    total_parameters += bucket.parameters_size();
+    if (total_parameters > limits.max_parameters) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("buckets: more than ", limits.max_parameters,
+                       " parameters in total"));
+    }
+    for (int j = 0; j < bucket.parameters_size(); ++j) {
+      const v1::BucketParameter& p = bucket.parameters(j);
+      const std::string where = absl::StrCat("buckets[", i, "].parameters[", j, "]");
+      if (p.name().empty() ||
+          p.name().size() > static_cast<size_t>(limits.max_name_length)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".name: must be 1..", limits.max_name_length,
+                         " characters, got ", p.name().size()));
+      }
+      if (p.num_elements() < 1 ||
+          p.num_elements() > limits.max_parameter_elements) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ".num_elements: must be in 1..",
+            limits.max_parameter_elements, ", got ", p.num_elements()));
+      }
+      if (DtypeSize(p.dtype()) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".dtype: must be F32, BF16 or F16, got \"",
+                         p.dtype().substr(0, 16), "\""));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::optional<LayoutDifference> CompareLayouts(const Layout& a,
+                                               const Layout& b) {
+  const int n = std::min(a.size(), b.size());
+  for (int i = 0; i < n; ++i) {
+    const auto& pa = a[i].parameters();
+    const auto& pb = b[i].parameters();
+    if (pa.size() != pb.size()) {
+      return LayoutDifference{
+          i, absl::StrCat(pb.size(), " parameters instead of ", pa.size())};
+    }
+    for (int j = 0; j < pa.size(); ++j) {
+      if (pa[j].name() != pb[j].name()) {
+        return LayoutDifference{
+            i, absl::StrCat("parameter ", j, " is \"", pb[j].name(),
+                            "\" instead of \"", pa[j].name(), "\"")};
+      }
+      if (pa[j].num_elements() != pb[j].num_elements()) {
+        return LayoutDifference{
+            i, absl::StrCat("parameter \"", pb[j].name(), "\" has ",
+                            pb[j].num_elements(), " elements instead of ",
+                            pa[j].num_elements())};
+      }
+      if (pa[j].dtype() != pb[j].dtype()) {
+        return LayoutDifference{
+            i, absl::StrCat("parameter \"", pb[j].name(), "\" has dtype ",
+                            pb[j].dtype(), " instead of ", pa[j].dtype())};
+      }
+    }
+  }
+  if (a.size() != b.size()) {
+    return LayoutDifference{
+        n, absl::StrCat(b.size(), " buckets instead of ", a.size())};
+  }
+  return std::nullopt;
+}
+
+std::vector<int64_t> BucketBytes(const Layout& layout) {
+  std::vector<int64_t> bytes;
+  bytes.reserve(layout.size());
+  for (const v1::BucketLayout& bucket : layout) {
+    int64_t b = 0;
+    for (const v1::BucketParameter& p : bucket.parameters()) {
+      b += p.num_elements() * DtypeSize(p.dtype());
+    }
+    bytes.push_back(b);
+  }
+  return bytes;
+}
+
+absl::StatusOr<v1::ShardAssignment> BuildShardAssignment(
+    absl::string_view job_id, int64_t epoch,
+    v1::JobSpec::AssignmentPolicy policy, const Layout& layout,
+    const google::protobuf::RepeatedPtrField<v1::JobMember>& members) {
+  if (members.empty()) {
+    return absl::InvalidArgumentError("assignment needs at least one rank");
+  }
+  const int world_size = static_cast<int>(members.size());
+  const std::vector<int64_t> bytes = BucketBytes(layout);
+  ASSIGN_OR_RETURN(std::vector<int> owners,
+                   AssignBuckets(policy, bytes, world_size));
+  v1::ShardAssignment out;
+  out.set_job_id(std::string(job_id));
+  out.set_epoch(epoch);
+  out.set_policy(policy == v1::JobSpec::ASSIGNMENT_POLICY_UNSPECIFIED
+                     ? v1::JobSpec::BALANCED
+                     : policy);
+  std::vector<int64_t> owned_elements(world_size, 0);
+  std::vector<int> owned_buckets(world_size, 0);
+  int64_t total = 0;
+  for (int i = 0; i < layout.size(); ++i) {
+    v1::BucketAssignment* b = out.add_buckets();
+    b->set_index(i);
+    b->set_bytes(bytes[i]);
+    int64_t elements = 0;
+    for (const v1::BucketParameter& p : layout[i].parameters()) {
+      elements += p.num_elements();
+      b->add_parameter_names(p.name());
+    }
+    b->set_num_elements(elements);
+    b->set_owner_rank(owners[i]);
+    b->set_owner_worker_id(members.Get(owners[i]).worker_id());
+    owned_elements[owners[i]] += elements;
+    ++owned_buckets[owners[i]];
+    total += bytes[i];
+  }
+  const std::vector<int64_t> owned = OwnedBytes(bytes, owners, world_size);
+  for (int r = 0; r < world_size; ++r) {
+    v1::RankShard* rank = out.add_ranks();
+    rank->set_rank(r);
+    rank->set_worker_id(members.Get(r).worker_id());
+    rank->set_owned_bytes(owned[r]);
+    rank->set_owned_elements(owned_elements[r]);
+    rank->set_num_buckets(owned_buckets[r]);
+  }
+  out.set_imbalance(Imbalance(owned));
+  out.set_total_bytes(total);
+  return out;
+}
+
+}  // namespace coordinator
+}  // namespace pshard
