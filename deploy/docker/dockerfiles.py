@@ -18,14 +18,19 @@ IMAGES = {
 }
 
 
+def workspace_dir():
+    """The root of this repository in the test's runfiles (Bazel's
+    TEST_SRCDIR/TEST_WORKSPACE); the source tree when run by hand. Not derived
+    from __file__: Python resolves the main script's symlink, so modules
+    beside it are imported from the source tree, not the runfiles."""
+    if os.environ.get("TEST_SRCDIR"):
+        return os.path.join(os.environ["TEST_SRCDIR"], os.environ.get("TEST_WORKSPACE", "pshard"))
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def docker_dir():
     """deploy/docker in the runfiles."""
-    return os.path.dirname(os.path.abspath(__file__))
-
-
-def workspace_dir():
-    """The root of the runfiles tree (BUILD files are declared data)."""
-    return os.path.dirname(os.path.dirname(docker_dir()))
+    return os.path.join(workspace_dir(), "deploy", "docker")
 
 
 class Stage:
@@ -108,6 +113,24 @@ class Dockerfile:
         assert len(eps) == 1, f"{self.name}: expected one ENTRYPOINT"
         return json.loads(eps[0])  # exec form only
 
+    def env(self):
+        """ENV of the final stage (KEY=VALUE form), in order."""
+        env = {}
+        for arg in self.final.all("ENV"):
+            for word in shlex.split(arg):
+                k, sep, v = word.partition("=")
+                assert sep, f"{self.name}: use ENV KEY=VALUE"
+                env[k] = re.sub(r"\$\{?(\w+)\}?", lambda mt: env.get(mt.group(1), ""), v)
+        return env
+
+    def binary_source(self):
+        """The Bazel output path (relative to bazel-bin) of the ENTRYPOINT."""
+        ep = self.entrypoint()[0]
+        for flags, sources, dest in self.copies(self.final):
+            if "--from" not in flags and dest == ep:
+                return sources[0]
+        raise AssertionError(f"{self.name}: ENTRYPOINT {ep} is not copied from the context")
+
     def user(self):
         users = self.final.all("USER")
         return users[-1] if users else None
@@ -130,11 +153,20 @@ def load_all():
             if f.endswith(".Dockerfile")}
 
 
+def source_root():
+    """The source tree (the runfiles hold symlinks into it). BUILD files of
+    other packages are not visible to the tests as data, so they are read
+    from there."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.realpath(os.path.join(docker_dir(), "coordinator.Dockerfile")))))
+
+
 def cc_binaries(package):
-    """Names of the cc_binary targets of a package of this repository, read
-    from its BUILD file (Starlark that Python's parser reads)."""
+    """Names of the cc_binary targets of a package of this repository (name ->
+    testonly), read from its BUILD file (Starlark that Python's parser reads);
+    None when the package has no BUILD file."""
     for build in ("BUILD.bazel", "BUILD"):
-        path = os.path.join(workspace_dir(), package, build)
+        path = os.path.join(source_root(), package, build)
         if os.path.exists(path):
             break
     else:

@@ -28,9 +28,19 @@ TARGETS = OVERLAYS + (EXAMPLE,)
 _copy = None
 
 
+def workspace_dir():
+    """The root of this repository in the test's runfiles (Bazel's
+    TEST_SRCDIR/TEST_WORKSPACE); the source tree when run by hand. Not derived
+    from __file__: Python resolves the main script's symlink, so modules
+    beside it are imported from the source tree, not the runfiles."""
+    if os.environ.get("TEST_SRCDIR"):
+        return os.path.join(os.environ["TEST_SRCDIR"], os.environ.get("TEST_WORKSPACE", "pshard"))
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
 def k8s_dir():
     """deploy/k8s in the runfiles."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.join(workspace_dir(), "deploy", "k8s")
 
 
 def kubectl():

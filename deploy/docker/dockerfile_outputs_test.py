@@ -1,0 +1,97 @@
+"""Checks the Dockerfiles against the real Bazel outputs.
+
+The binaries are this test's data dependencies, so Bazel has built them and
+placed them in the runfiles at their output paths: a COPY source such as
+server/pshard-coordinator (a path in bazel-bin, the images' build context)
+must be such a file, made by a non-testonly cc_binary of that package, and be
+executable. Then each image's `apt-get install` list must be exactly the
+Debian packages that own the shared libraries the binary links (its ELF
+NEEDED entries, resolved by ldd and `dpkg -S` on this Debian 12 build
+machine), less those every Debian base image has (BASE_PACKAGES): a missing
+package would make the binary fail to start in the image, an extra one only
+makes the image bigger. For the GPU image, libraries of the CUDA toolkit
+(outside dpkg, under /usr/local/cuda) come from the CUDA base image."""
+
+import functools
+import os
+import subprocess
+import unittest
+
+import dockerfiles as d
+
+# In every debian:12-slim image (priority required, or needed by apt).
+BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
+
+
+def needed_libraries(binary):
+    """NEEDED sonames of an ELF file -> the path ldd resolves each to."""
+    out = subprocess.run(["readelf", "-d", binary], capture_output=True, text=True, check=True).stdout
+    needed = [line.split("[", 1)[1].split("]", 1)[0] for line in out.splitlines()
+              if "(NEEDED)" in line]
+    ldd = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    resolved = {}
+    for line in ldd.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[1] == "=>":
+            resolved[parts[0]] = parts[2]
+    return {soname: resolved.get(soname) for soname in needed}
+
+
+@functools.lru_cache(maxsize=None)
+def owning_package(path):
+    """The Debian package that installed `path` (tries the /lib <-> /usr/lib
+    spellings of a merged /usr and the resolved symlink), or None."""
+    candidates = [path, os.path.realpath(path)]
+    for p in list(candidates):
+        if p.startswith("/usr/lib/"):
+            candidates.append(p[len("/usr"):])
+        elif p.startswith("/lib/"):
+            candidates.append("/usr" + p)
+    for p in candidates:
+        r = subprocess.run(["dpkg-query", "-S", p], capture_output=True, text=True)
+        if r.returncode == 0:
+            return r.stdout.split(":", 1)[0].strip()
+    return None
+
+
+class OutputsTest(unittest.TestCase):
+
+    def test_copied_files_are_bazel_outputs(self):
+        for name, df in d.load_all().items():
+            with self.subTest(dockerfile=name):
+                for stage in df.stages:
+                    for flags, sources, _ in df.copies(stage):
+                        if "--from" in flags:
+                            continue
+                        for src in sources:
+                            path = os.path.join(d.workspace_dir(), src)
+                            self.assertTrue(os.path.isfile(path), f"{src} is not a build output")
+                            self.assertTrue(os.access(path, os.X_OK), f"{src} is not executable")
+                            package, target = os.path.split(src)
+                            binaries = d.cc_binaries(package)
+                            self.assertIsNotNone(binaries, f"//{package} has no BUILD file")
+                            self.assertIn(target, binaries, f"//{package}:{target} is not a cc_binary")
+                            self.assertFalse(binaries[target], f"//{package}:{target} is testonly")
+
+    def test_apt_packages_are_exactly_the_linked_libraries(self):
+        for name, df in d.load_all().items():
+            with self.subTest(dockerfile=name):
+                binary = os.path.join(d.workspace_dir(), df.binary_source())
+                needed = needed_libraries(binary)
+                packages = set()
+                for soname, path in needed.items():
+                    if path is None or path == "not":
+                        self.fail(f"{df.binary_source()}: {soname} does not resolve on this machine")
+                    pkg = owning_package(path)
+                    if pkg is None:
+                        self.assertTrue("gpu" in name and "/cuda" in os.path.realpath(path),
+                                        f"{soname} ({path}) belongs to no Debian package")
+                        continue
+                    packages.add(pkg.split(":")[0])
+                debian_stage = next(s for s in df.stages if s.image.startswith("debian:"))
+                installed = set(df.apt_packages(debian_stage))
+                self.assertEqual(sorted(installed), sorted(packages - BASE_PACKAGES))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,383 @@
+"""Smoke test of the Kubernetes deployment, without a cluster.
+
+Plays the kubelet for the rendered manifests: takes the containers' command,
+args and environment exactly as `kubectl kustomize overlays/cpu` and
+`examples/mlp-job` render them (ConfigMaps, the downward API and $(VAR)
+expansion included), and runs those processes on loopback from the Bazel
+outputs that the Dockerfiles put in the images: the coordinator, the
+StatefulSet's worker pods (pshard-worker-0, -1, ...) and the example Job's
+`pshardctl submit --watch`. It runs the manifests' gRPC probes with the same
+check the kubelet makes (grpc_health_probe), keeps probing the workers'
+liveness while the job trains, waits for the job to succeed, and stops
+everything with SIGTERM, as Kubernetes does, expecting a clean exit.
+
+What is simulated, and how:
+- Service names: "<service>[.<namespace>[.svc[.cluster.local]]]:<port>" in
+  args and environment becomes 127.0.0.1:<the port the selected pod bound>.
+- Ports: every --listen=HOST:PORT becomes --listen=127.0.0.1:0 with a
+  --port_file, so several pods share the machine without fixed ports.
+- Volumes: each volume is a directory under the test's temporary directory
+  (a PersistentVolumeClaim one per claim, a ConfigMap volume holds its keys
+  as files); mount paths in args, environment and mounted ConfigMap files are
+  rewritten to those directories. /dev/shm and /tmp stay the machine's. The
+  workers' output volumes share one directory, as a shared volume would, so
+  that the job's output_dir means the same on every worker.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+import manifests as m
+from deploy.docker import dockerfiles
+
+OVERLAY = "overlays/cpu"
+RUNFILES = m.workspace_dir()
+PROBE = os.path.join(RUNFILES, "deploy", "k8s", "testing", "grpc_health_probe")
+# Paths that stay the machine's own (the processes open them by name).
+UNMAPPED_MOUNTS = ("/dev/shm", "/tmp")
+SHARED_VOLUMES = ("output",)
+JOB_TIMEOUT_S = 180
+
+
+def image_binary(image):
+    """Runfiles path of the binary that `image`'s ENTRYPOINT runs, and the
+    image's own environment."""
+    repo = image.rpartition(":")[0]
+    df = dockerfiles.load_all()[dockerfiles.IMAGES[repo]]
+    return os.path.join(RUNFILES, df.binary_source()), df.entrypoint()[0], df.env()
+
+
+def wait_for(predicate, timeout, what, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Pod:
+    """One simulated pod: a container of a rendered workload, run as a process."""
+
+    def __init__(self, sim, workload, name, container=None):
+        self.sim = sim
+        self.workload = workload
+        self.name = name
+        self.spec = m.pod_spec(workload)
+        self.labels = workload["spec"]["template"]["metadata"]["labels"]
+        self.container = m.container(workload, container)
+        self.dir = os.path.join(sim.root, "pods", name)
+        os.makedirs(self.dir)
+        self.port_file = os.path.join(self.dir, "port")
+        self.ports = {}  # container port -> bound port on 127.0.0.1
+        self.process = None
+        self.log_path = os.path.join(self.dir, "log")
+        self.mounts = self._mount_volumes()
+
+    def _mount_volumes(self):
+        volumes = {v["name"]: v for v in self.spec.get("volumes", [])}
+        mounts = {}
+        for vm in self.container.get("volumeMounts", []):
+            if vm["mountPath"] in UNMAPPED_MOUNTS:
+                continue
+            v = volumes[vm["name"]]
+            if "persistentVolumeClaim" in v:
+                d = os.path.join(self.sim.root, "pvc", v["persistentVolumeClaim"]["claimName"])
+            elif "emptyDir" in v and v["name"] in SHARED_VOLUMES:
+                d = os.path.join(self.sim.root, "shared", v["name"])
+            elif "emptyDir" in v:
+                d = os.path.join(self.dir, "volumes", v["name"])
+            elif "configMap" in v:
+                d = os.path.join(self.dir, "volumes", v["name"])
+                os.makedirs(d, exist_ok=True)
+                data = m.config_map_data(self.sim.objects, v["configMap"]["name"])
+                for key, value in data.items():
+                    with open(os.path.join(d, key), "w") as f:
+                        f.write(self.sim.rewrite(value))
+            else:
+                raise AssertionError(f"{self.name}: unsupported volume {v}")
+            os.makedirs(d, exist_ok=True)
+            mounts[vm["mountPath"].rstrip("/")] = d
+        return mounts
+
+    def rewrite(self, s):
+        """Mount paths -> directories, Service addresses -> loopback."""
+        for path in sorted(self.mounts, key=len, reverse=True):
+            s = re.sub(re.escape(path) + r"(?=/|$|\s|\")", self.mounts[path], s)
+        return self.sim.rewrite(s)
+
+    def argv_and_env(self):
+        c = self.container
+        binary, entrypoint, image_env = image_binary(c["image"])
+        env = {k: self.sim.rewrite(v) for k, v in image_env.items()}
+        env.update(m.container_env(self.sim.objects, c,
+                                   {"name": self.name, "namespace": self.workload["metadata"]["namespace"]}))
+        missing = []
+        argv = [m.expand(a, env, missing) for a in c.get("command", [entrypoint]) + c.get("args", [])]
+        assert not missing, f"{self.name}: undefined $(VAR): {missing}"
+        assert argv[0] == entrypoint, f"{self.name}: runs {argv[0]}, the image has {entrypoint}"
+        argv[0] = binary
+        out = []
+        for a in argv:
+            mt = re.fullmatch(r"--listen=(.*):(\d+)", a)
+            if mt:
+                self.listen_port = int(mt.group(2))
+                out += ["--listen=127.0.0.1:0", f"--port_file={self.port_file}"]
+            else:
+                out.append(self.rewrite(a))
+        env = {k: self.rewrite(v) for k, v in env.items()}
+        base = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "HOME": self.dir, "HOSTNAME": self.name}
+        return out, {**base, **env}
+
+    def start(self):
+        argv, env = self.argv_and_env()
+        self.argv = argv
+        self.log = open(self.log_path, "w")
+        self.process = subprocess.Popen(argv, env=env, cwd=self.dir, stdout=self.log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_bound(self, timeout):
+        def bound():
+            if self.process.poll() is not None:
+                raise AssertionError(f"{self.name} exited with {self.process.returncode}:\n{self.tail()}")
+            return os.path.exists(self.port_file) and open(self.port_file).read().strip()
+        port = int(wait_for(bound, timeout, f"{self.name} to listen"))
+        self.ports[self.listen_port] = port
+        return port
+
+    def probe(self, kind):
+        """Runs the container's `kind` probe (startupProbe, ...) once."""
+        p = self.container[kind]["grpc"]
+        port = self.ports[p["port"]]
+        timeout = self.container[kind].get("timeoutSeconds", 1)
+        r = subprocess.run([PROBE, f"--addr=127.0.0.1:{port}", f"--service={p.get('service', '')}",
+                            f"--timeout={timeout}s"], capture_output=True, text=True,
+                           timeout=timeout + 10)
+        return r.returncode == 0, r.stdout.strip()
+
+    def wait_started(self):
+        """The startup probe, as the kubelet runs it: until success, at most
+        failureThreshold x periodSeconds (capped at 60 s for the test)."""
+        sp = self.container["startupProbe"]
+        budget = min(sp.get("periodSeconds", 10) * sp.get("failureThreshold", 3), 60)
+        last = []
+
+        def started():
+            if self.process.poll() is not None:
+                raise AssertionError(f"{self.name} exited with {self.process.returncode}:\n{self.tail()}")
+            ok, out = self.probe("startupProbe")
+            last[:] = [out]
+            return ok
+        try:
+            wait_for(started, budget, f"{self.name}'s startup probe", interval=0.2)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {last}\n{self.tail()}")
+
+    def terminate(self, grace):
+        """SIGTERM, then SIGKILL after the grace period; the exit status."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+            return "killed after the grace period"
+
+    def tail(self, n=40):
+        try:
+            return "".join(open(self.log_path).readlines()[-n:])
+        except OSError:
+            return ""
+
+
+class Cluster:
+    """The rendered objects and the simulated pods."""
+
+    def __init__(self, root, objects):
+        self.root = root
+        self.objects = objects
+        self.pods = []
+
+    def shared_mounts(self):
+        """mountPath -> directory of the shared volumes, in any pod."""
+        out = {}
+        for obj in self.objects:
+            if obj["kind"] not in ("Deployment", "StatefulSet", "Job"):
+                continue
+            spec = m.pod_spec(obj)
+            shared = {v["name"] for v in spec.get("volumes", [])
+                      if v["name"] in SHARED_VOLUMES and "emptyDir" in v}
+            for c in spec["containers"]:
+                for vm in c.get("volumeMounts", []):
+                    if vm["name"] in shared:
+                        out[vm["mountPath"].rstrip("/")] = os.path.join(self.root, "shared", vm["name"])
+        return out
+
+    def rewrite(self, s):
+        """Shared volume paths -> their directory, Service addresses ->
+        loopback (for any pod)."""
+        for path, d in self.shared_mounts().items():
+            s = re.sub(re.escape(path) + r"(?=/|$|\s|\")", d, s)
+        for svc in m.find(self.objects, "Service"):
+            name = svc["metadata"]["name"]
+            ns = svc["metadata"].get("namespace", "default")
+            for port in svc["spec"].get("ports", []):
+                target = self.service_target(svc, port)
+                if target is None:
+                    continue
+                pattern = (r"(?<![\w.-])" + re.escape(name) + r"(\." + re.escape(ns) +
+                           r"(\.svc(\.cluster\.local)?)?)?:" + str(port["port"]) + r"(?!\d)")
+                s = re.sub(pattern, f"127.0.0.1:{target}", s)
+        return s
+
+    def service_target(self, svc, port):
+        """The loopback port behind a Service port: the first running pod the
+        Service selects, its container port named or numbered targetPort."""
+        selector = {"matchLabels": svc["spec"].get("selector", {})}
+        for pod in self.pods:
+            if not m.labels_match(selector, pod.labels):
+                continue
+            tp = port.get("targetPort", port["port"])
+            for cp in pod.container.get("ports", []):
+                if tp in (cp.get("name"), cp["containerPort"]) and cp["containerPort"] in pod.ports:
+                    return pod.ports[cp["containerPort"]]
+        return None
+
+    def add(self, workload, name):
+        pod = Pod(self, workload, name)
+        self.pods.append(pod)
+        return pod
+
+
+class SmokeTest(unittest.TestCase):
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="pshard-smoke-", dir=os.environ.get("TEST_TMPDIR"))
+        objects = m.render(OVERLAY) + m.render(m.EXAMPLE)
+        self.cluster = Cluster(self.root, objects)
+        self.addCleanup(self.stop_all)
+
+    def stop_all(self):
+        for pod in reversed(self.cluster.pods):
+            pod.terminate(5)
+
+    def pshardctl(self, *args, timeout=30):
+        """pshardctl from the client image, as a debugging pod would run it."""
+        binary, _, _ = image_binary(m.one(self.cluster.objects, "Job")["spec"]["template"]["spec"]
+                                    ["containers"][0]["image"])
+        coordinator = self.cluster.rewrite("pshard-coordinator:7070")
+        return subprocess.run([binary, f"--coordinator={coordinator}", *args],
+                              capture_output=True, text=True, timeout=timeout)
+
+    def test_cpu_overlay_runs_the_example_job(self):
+        objs = self.cluster.objects
+        coordinator = self.cluster.add(m.one(objs, "Deployment", "pshard-coordinator"),
+                                       "pshard-coordinator-0")
+        coordinator.start()
+        coordinator.wait_bound(30)
+        coordinator.wait_started()
+        for kind in ("readinessProbe", "livenessProbe"):
+            self.assertTrue(coordinator.probe(kind)[0], kind)
+
+        sts = m.one(objs, "StatefulSet", "pshard-worker")
+        workers = [self.cluster.add(sts, f"{sts['metadata']['name']}-{i}")
+                   for i in range(sts["spec"]["replicas"])]
+        for w in workers:
+            w.start()
+            self.assertIn(f"--name={w.name}", w.argv)
+            self.assertIn(f"--coordinator=127.0.0.1:{coordinator.ports[7070]}", w.argv)
+        for w in workers:
+            w.wait_bound(30)
+            w.wait_started()
+            for kind in ("readinessProbe", "livenessProbe"):
+                self.assertTrue(w.probe(kind)[0], f"{w.name} {kind}")
+
+        # The pool registers under the pod names.
+        def pool_idle():
+            r = self.pshardctl("workers", "--output=json")
+            if r.returncode != 0:
+                return False
+            pool = json.loads(r.stdout).get("workers", [])
+            idle = {w["name"] for w in pool if w.get("state") == "IDLE"}
+            return idle == {w.name for w in workers} and pool
+        pool = wait_for(pool_idle, 30, "every worker to register and be idle", interval=0.2)
+
+        # Liveness keeps answering while the job trains.
+        stop = threading.Event()
+        probes = {w.name: [] for w in workers}
+
+        def probe_liveness():
+            while not stop.is_set():
+                for w in workers:
+                    probes[w.name].append(w.probe("livenessProbe"))
+                stop.wait(0.25)
+        prober = threading.Thread(target=probe_liveness, daemon=True)
+        prober.start()
+
+        job = self.cluster.add(m.one(objs, "Job", "pshard-example-mlp"), "pshard-example-mlp-abcde")
+        job.start()
+        try:
+            rc = job.process.wait(timeout=JOB_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            rc = None
+        stop.set()
+        prober.join()
+        logs = "\n".join(f"--- {p.name}\n{p.tail()}" for p in self.cluster.pods)
+        self.assertEqual(rc, 0, f"the example Job failed (exit {rc}):\n{logs}")
+        output = open(job.log_path).read()
+        job_id = output.split()[0]
+        self.assertRegex(job_id, r"^job-")
+
+        # What the docs tell an operator to look at.
+        r = self.pshardctl("get", job_id, "--output=json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = json.loads(r.stdout)
+        self.assertEqual(got["state"], "SUCCEEDED", got)
+        self.assertEqual(sorted(mb["worker_id"] for mb in got["members"]),
+                         sorted(w["id"] for w in pool))
+        r = self.pshardctl("shards", job_id)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("imbalance", r.stdout.lower())
+        # The spec's output_dir, on the workers' output volume.
+        spec_file = [a for a in job.argv[1:] if a.endswith(".json")][0]
+        out_dir = json.load(open(spec_file))["outputDir"]
+        self.assertTrue(out_dir.startswith(self.root), out_dir)
+        self.assertTrue(os.path.exists(os.path.join(out_dir, "params.safetensors")),
+                        f"no params.safetensors in {out_dir}")
+
+        for name, results in probes.items():
+            threshold = workers[0].container["livenessProbe"].get("failureThreshold", 3)
+            streak = longest = 0
+            for ok, _ in results:
+                streak = 0 if ok else streak + 1
+                longest = max(longest, streak)
+            self.assertGreater(len(results), 0)
+            self.assertLess(longest, threshold,
+                            f"{name}: liveness failed {longest} times in a row during the job: "
+                            f"{[out for ok, out in results if not ok][:3]}")
+
+        # Kubernetes stops pods with SIGTERM; the binaries exit 0.
+        grace = {p.name: m.pod_spec(p.workload).get("terminationGracePeriodSeconds", 30)
+                 for p in self.cluster.pods}
+        for pod in workers + [coordinator]:
+            self.assertEqual(pod.terminate(min(grace[pod.name], 20)), 0,
+                             f"{pod.name} did not exit cleanly on SIGTERM:\n{pod.tail()}")
+        # The coordinator's state is on the claim.
+        self.assertTrue(os.listdir(os.path.join(self.root, "pvc", "pshard-coordinator-state")))
+
+
+if __name__ == "__main__":
+    unittest.main()
