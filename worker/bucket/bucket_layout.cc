@@ -1,0 +1,127 @@
+#include "worker/bucket/bucket_layout.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace pshard::worker {
+
+absl::StatusOr<BucketLayout> BucketLayout::Build(
+    const std::vector<ParameterInfo>& params,
+    absl::Span<const int> ready_order, int64_t cap_bytes) {
+  const int n = static_cast<int>(params.size());
+  if (cap_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bucket cap must be at least 1 byte, got ", cap_bytes));
+  }
+  if (static_cast<int>(ready_order.size()) != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient-ready order has ", ready_order.size(),
+                     " entries for ", n, " parameters"));
+  }
+  BucketLayout layout;
+  layout.cap_bytes_ = cap_bytes;
+  layout.ready_order_.assign(ready_order.begin(), ready_order.end());
+  layout.bucket_of_.assign(n, -1);
+  layout.offset_of_.assign(n, -1);
+  for (const auto& p : params) layout.names_.push_back(p.name);
+  const int64_t cap_elems = std::max<int64_t>(1, cap_bytes / 4);
+  for (int i : ready_order) {
+    if (i < 0 || i >= n || layout.bucket_of_[i] != -1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient-ready order is not a permutation of the ", n,
+          " parameters (parameter ", i, " repeated or out of range)"));
+    }
+    const int64_t numel = params[i].numel;
+    if (numel < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter \"", params[i].name, "\" is empty"));
+    }
+    if (layout.buckets_.empty() ||
+        (layout.buckets_.back().numel > 0 &&
+         layout.buckets_.back().numel + numel > cap_elems)) {
+      Bucket bucket;
+      bucket.index = static_cast<int>(layout.buckets_.size());
+      layout.buckets_.push_back(bucket);
+    }
+    Bucket& bucket = layout.buckets_.back();
+    layout.bucket_of_[i] = bucket.index;
+    layout.offset_of_[i] = bucket.numel;
+    bucket.entries.push_back(BucketEntry{i, bucket.numel, numel});
+    bucket.numel += numel;
+  }
+  return layout;
+}
+
+std::vector<int> BucketLayout::DefaultReadyOrder(int num_params) {
+  std::vector<int> order(num_params);
+  for (int i = 0; i < num_params; ++i) order[i] = num_params - 1 - i;
+  return order;
+}
+
+int64_t BucketLayout::total_numel() const {
+  int64_t total = 0;
+  for (const auto& b : buckets_) total += b.numel;
+  return total;
+}
+
+std::vector<int64_t> BucketLayout::BucketBytes() const {
+  std::vector<int64_t> bytes;
+  for (const auto& b : buckets_) bytes.push_back(b.numel * 4);
+  return bytes;
+}
+
+std::vector<ParamSpan> BucketLayout::Spans(int b) const {
+  std::vector<ParamSpan> spans;
+  for (const auto& e : buckets_[b].entries) {
+    spans.push_back(ParamSpan{names_[e.param_index], e.offset, e.numel});
+  }
+  return spans;
+}
+
+std::vector<v1::BucketLayout> BucketLayout::ToProto() const {
+  std::vector<v1::BucketLayout> out;
+  for (const auto& b : buckets_) {
+    v1::BucketLayout proto;
+    proto.set_index(b.index);
+    for (const auto& e : b.entries) {
+      v1::BucketParameter* p = proto.add_parameters();
+      p->set_name(names_[e.param_index]);
+      p->set_num_elements(e.numel);
+      p->set_dtype("F32");
+    }
+    out.push_back(std::move(proto));
+  }
+  return out;
+}
+
+void BucketStorage::FreeDeleter::operator()(float* p) const { std::free(p); }
+
+namespace {
+float* AllocateZeroed(int64_t numel) {
+  size_t bytes = static_cast<size_t>(std::max<int64_t>(numel, 1)) * 4;
+  bytes = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes);
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, bytes);
+  return static_cast<float*>(p);
+}
+}  // namespace
+
+BucketStorage::BucketStorage(const BucketLayout& layout) {
+  const int n = static_cast<int>(layout.ready_order().size());
+  param_views_.assign(n, nullptr);
+  grad_views_.assign(n, nullptr);
+  for (const Bucket& b : layout.buckets()) {
+    params_.emplace_back(AllocateZeroed(b.numel));
+    grads_.emplace_back(AllocateZeroed(b.numel));
+    for (const BucketEntry& e : b.entries) {
+      param_views_[e.param_index] = params_.back().get() + e.offset;
+      grad_views_[e.param_index] = grads_.back().get() + e.offset;
+    }
+  }
+}
+
+}  // namespace pshard::worker

@@ -1,0 +1,108 @@
+// BucketLayout: how a model's parameters are packed into flat fp32 gradient
+// buckets, as DDP does: in gradient-ready order (so bucket 0 holds the
+// parameters whose gradients are ready first, i.e. the last layers), each
+// bucket about `cap_bytes`; a parameter larger than the cap gets a bucket of
+// its own. BucketStorage holds the packed parameters and gradients: each
+// parameter and its gradient are views into their bucket's flat buffers, so
+// collectives and the optimizer work on whole buckets without copies.
+#ifndef PSHARD_WORKER_BUCKET_BUCKET_LAYOUT_H_
+#define PSHARD_WORKER_BUCKET_BUCKET_LAYOUT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "pshard/v1/worker_control.pb.h"
+#include "worker/optim/shard_optimizer.h"
+#include "worker/workload/workload.h"
+
+namespace pshard::worker {
+
+// One parameter inside a bucket.
+struct BucketEntry {
+  int param_index = 0;   // in the model's (registration) order
+  int64_t offset = 0;    // elements from the start of the bucket
+  int64_t numel = 0;
+};
+
+struct Bucket {
+  int index = 0;
+  int64_t numel = 0;
+  std::vector<BucketEntry> entries;  // in ready order
+};
+
+class BucketLayout {
+ public:
+  // Packs `params` in `ready_order` (a permutation of their indices) into
+  // buckets of at most `cap_bytes` (fp32), except that a parameter larger
+  // than the cap gets a bucket of its own. InvalidArgument if ready_order is
+  // not a permutation, a parameter is empty, or cap_bytes < 1.
+  static absl::StatusOr<BucketLayout> Build(
+      const std::vector<ParameterInfo>& params,
+      absl::Span<const int> ready_order, int64_t cap_bytes);
+
+  // The order DDP assumes before it has observed a backward pass: reverse
+  // registration order.
+  static std::vector<int> DefaultReadyOrder(int num_params);
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  const std::vector<int>& ready_order() const { return ready_order_; }
+  int bucket_of(int param_index) const { return bucket_of_[param_index]; }
+  int64_t offset_of(int param_index) const { return offset_of_[param_index]; }
+  int64_t total_numel() const;
+
+  // Bytes of each bucket (fp32).
+  std::vector<int64_t> BucketBytes() const;
+
+  // What the optimizer needs to know about bucket `b`.
+  std::vector<ParamSpan> Spans(int b) const;
+
+  // The layout as reported to the coordinator (ReportBuckets).
+  std::vector<v1::BucketLayout> ToProto() const;
+
+  friend bool operator==(const BucketLayout& a, const BucketLayout& b) {
+    return a.ready_order_ == b.ready_order_ && a.cap_bytes_ == b.cap_bytes_ &&
+           a.bucket_of_ == b.bucket_of_;
+  }
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<int> ready_order_;
+  int64_t cap_bytes_ = 0;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;
+  std::vector<int64_t> offset_of_;
+};
+
+// The flat buffers of a layout: per bucket, 64-byte aligned parameters and
+// gradients.
+class BucketStorage {
+ public:
+  explicit BucketStorage(const BucketLayout& layout);
+
+  float* bucket_params(int b) { return params_[b].get(); }
+  float* bucket_grads(int b) { return grads_[b].get(); }
+
+  // Views of parameter i (its values and its gradient) inside its bucket.
+  float* param(int i) { return param_views_[i]; }
+  float* grad(int i) { return grad_views_[i]; }
+  const std::vector<float*>& param_views() const { return param_views_; }
+  const std::vector<float*>& grad_views() const { return grad_views_; }
+
+ private:
+  struct FreeDeleter {
+    void operator()(float* p) const;
+  };
+  std::vector<std::unique_ptr<float, FreeDeleter>> params_;
+  std::vector<std::unique_ptr<float, FreeDeleter>> grads_;
+  std::vector<float*> param_views_;
+  std::vector<float*> grad_views_;
+};
+
+}  // namespace pshard::worker
+
+#endif  // PSHARD_WORKER_BUCKET_BUCKET_LAYOUT_H_

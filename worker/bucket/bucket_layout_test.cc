@@ -1,0 +1,101 @@
+#include "worker/bucket/bucket_layout.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pshard::worker {
+namespace {
+
+std::vector<ParameterInfo> Params(std::vector<int64_t> numels) {
+  std::vector<ParameterInfo> params;
+  for (size_t i = 0; i < numels.size(); ++i) {
+    params.push_back({"p" + std::to_string(i), {numels[i]}, numels[i]});
+  }
+  return params;
+}
+
+TEST(BucketLayoutTest, FirstBucketHoldsLastParameters) {
+  // Cap 100 bytes = 25 floats.
+  auto params = Params({10, 10, 10, 10});
+  ASSERT_OK_AND_ASSIGN(
+      BucketLayout layout,
+      BucketLayout::Build(params, BucketLayout::DefaultReadyOrder(4), 100));
+  ASSERT_EQ(layout.num_buckets(), 2);
+  EXPECT_EQ(layout.bucket_of(3), 0);
+  EXPECT_EQ(layout.bucket_of(2), 0);
+  EXPECT_EQ(layout.bucket_of(1), 1);
+  EXPECT_EQ(layout.bucket_of(0), 1);
+  EXPECT_EQ(layout.offset_of(3), 0);
+  EXPECT_EQ(layout.offset_of(2), 10);
+  EXPECT_EQ(layout.BucketBytes(), (std::vector<int64_t>{80, 80}));
+  auto proto = layout.ToProto();
+  ASSERT_EQ(proto.size(), 2u);
+  EXPECT_EQ(proto[0].index(), 0);
+  EXPECT_EQ(proto[0].parameters(0).name(), "p3");
+  EXPECT_EQ(proto[0].parameters(1).name(), "p2");
+  EXPECT_EQ(proto[0].parameters(0).dtype(), "F32");
+  EXPECT_EQ(proto[1].parameters(1).num_elements(), 10);
+}
+
+TEST(BucketLayoutTest, OversizedParameterGetsItsOwnBucket) {
+  auto params = Params({5, 100, 5, 5});
+  ASSERT_OK_AND_ASSIGN(
+      BucketLayout layout,
+      BucketLayout::Build(params, BucketLayout::DefaultReadyOrder(4), 40));
+  // Ready order 3,2,1,0; cap 10 floats: {3,2} {1} {0}.
+  ASSERT_EQ(layout.num_buckets(), 3);
+  EXPECT_EQ(layout.buckets()[0].numel, 10);
+  EXPECT_EQ(layout.buckets()[1].numel, 100);
+  EXPECT_EQ(layout.buckets()[1].entries.size(), 1u);
+  EXPECT_EQ(layout.buckets()[2].numel, 5);
+}
+
+TEST(BucketLayoutTest, FollowsObservedOrder) {
+  auto params = Params({3, 3, 3});
+  std::vector<int> order = {1, 0, 2};
+  ASSERT_OK_AND_ASSIGN(BucketLayout layout,
+                       BucketLayout::Build(params, order, 1 << 20));
+  ASSERT_EQ(layout.num_buckets(), 1);
+  EXPECT_EQ(layout.offset_of(1), 0);
+  EXPECT_EQ(layout.offset_of(0), 3);
+  EXPECT_EQ(layout.offset_of(2), 6);
+  auto spans = layout.Spans(0);
+  ASSERT_EQ(spans.size(), 3u);
+  EXPECT_EQ(spans[1].name, "p0");
+  EXPECT_EQ(spans[1].offset, 3);
+}
+
+TEST(BucketLayoutTest, RejectsBadOrder) {
+  auto params = Params({3, 3});
+  std::vector<int> dup = {1, 1};
+  EXPECT_THAT(BucketLayout::Build(params, dup, 100).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("permutation")));
+  std::vector<int> short_order = {1};
+  EXPECT_THAT(BucketLayout::Build(params, short_order, 100).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  EXPECT_THAT(BucketLayout::Build(params, {0, 1}, 0).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+}
+
+TEST(BucketStorageTest, ViewsAreZeroCopyIntoBuckets) {
+  auto params = Params({4, 4, 4});
+  ASSERT_OK_AND_ASSIGN(
+      BucketLayout layout,
+      BucketLayout::Build(params, BucketLayout::DefaultReadyOrder(3), 32));
+  BucketStorage storage(layout);
+  ASSERT_EQ(layout.num_buckets(), 2);
+  EXPECT_EQ(storage.param(2), storage.bucket_params(0));
+  EXPECT_EQ(storage.param(1), storage.bucket_params(0) + 4);
+  EXPECT_EQ(storage.grad(0), storage.bucket_grads(1));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(storage.bucket_params(1)) % 64, 0u);
+  storage.param(1)[2] = 7;
+  EXPECT_EQ(storage.bucket_params(0)[6], 7);
+}
+
+}  // namespace
+}  // namespace pshard::worker

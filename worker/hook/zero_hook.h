@@ -1,0 +1,154 @@
+// ZeroHook: DDP's gradient-bucket communication overlapped with a ZeRO-style
+// sharded optimizer step (the seed's hook_with_zero_step), for any
+// Communicator.
+//
+// For every bucket that becomes ready during backward, with owner o:
+//   1. reduce its gradient (REDUCE_BROADCAST: to o only; ALLREDUCE_BROADCAST:
+//      all-reduce, as the seed);
+//   2. on o only, in the reduction's completion (Communicator::Enqueue):
+//      divide by the world size and run ShardOptimizer::Step on the bucket;
+//   3. broadcast the bucket's parameters from o.
+// FinishStep() waits for every broadcast (with the deadline) and clears the
+// per-iteration state (the seed's wait_for_broadcasts/clear_per_iter_info).
+// Reductions are launched as soon as a bucket's last gradient is ready, so
+// early buckets travel while backward computes later ones.
+//
+// State machine (the seed's _OverlapStatus), with the assignment's epoch:
+//
+//   kUninitialized ──first FinishStep: layout observed──▶ kLayoutReported
+//        (gradients held)        (AssignmentProvider: report layout, get
+//                                 the published assignment)
+//   kLayoutReported ──assignment arrives──▶ kInitialized (epoch e)
+//        then the held buckets run through steps 1-3: the first step
+//        updates the parameters too, unlike the seed, which loses 2-3.
+//
+// In the first step gradients are only held, because the layout is not final
+// until the ready order has been observed: the buffers are laid out in
+// reverse registration order up front (DDP's guess) and re-packed, values
+// copied, if the observed order differs.
+//
+// Thread-compatible: GradientReady/FinishStep are called from one training
+// thread; optimizer steps run on the communicator's thread.
+#ifndef PSHARD_WORKER_HOOK_ZERO_HOOK_H_
+#define PSHARD_WORKER_HOOK_ZERO_HOOK_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "absl/time/time.h"
+#include "pshard/v1/job_spec.pb.h"
+#include "worker/bucket/bucket_layout.h"
+#include "worker/comm/communicator.h"
+#include "worker/optim/shard_optimizer.h"
+#include "worker/workload/workload.h"
+
+namespace pshard::worker {
+
+enum class HookState { kUninitialized, kLayoutReported, kInitialized };
+
+// Bucket -> owner rank, published for one epoch.
+struct BucketAssignment {
+  int64_t epoch = 0;
+  std::vector<int> owners;  // indexed by bucket
+};
+
+// Called once, in the first FinishStep, with the observed layout; returns the
+// assignment (the job runner reports the layout to the coordinator and waits
+// for the published assignment; the C++ API computes it locally).
+using AssignmentProvider =
+    std::function<absl::StatusOr<BucketAssignment>(const BucketLayout&)>;
+
+struct ZeroHookOptions {
+  v1::JobSpec::CommMode comm_mode = v1::JobSpec::REDUCE_BROADCAST;
+  double bucket_cap_mb = 25;
+  // Deadline for FinishStep's wait on all of a step's communication.
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+class ZeroHook : public GradientSink {
+ public:
+  // `comm` must outlive the hook. InvalidArgument for an empty or invalid
+  // parameter list.
+  static absl::StatusOr<std::unique_ptr<ZeroHook>> Create(
+      std::vector<ParameterInfo> params, Communicator* comm,
+      std::unique_ptr<ShardOptimizer> optimizer, AssignmentProvider provider,
+      const ZeroHookOptions& options);
+
+  ~ZeroHook() override;
+
+  // Views of each parameter and its gradient inside the bucket buffers. They
+  // stay valid until the end of the first FinishStep, which may re-pack the
+  // buffers; fetch them again after it.
+  const std::vector<float*>& params() const { return storage_->param_views(); }
+  const std::vector<float*>& grads() const { return storage_->grad_views(); }
+  const std::vector<ParameterInfo>& parameter_infos() const { return infos_; }
+
+  // GradientSink: parameter `param_index`'s gradient is final. Launches its
+  // bucket's communication when the bucket is complete (after the first
+  // step). Errors are kept and returned by FinishStep.
+  void GradientReady(int param_index) override;
+  absl::Status MarkGradientReady(int param_index);
+
+  // Ends the step: every gradient must have been marked ready. Waits for all
+  // broadcasts (each bounded by options.timeout); on return the parameters
+  // hold the step's update on every rank. On error the communicator has been
+  // aborted (its buffers can no longer be trusted) and the hook is unusable.
+  //   FailedPrecondition: a gradient was not marked ready; InvalidArgument:
+  //   the assignment does not fit the layout; others from the provider, the
+  //   communicator or the optimizer.
+  absl::Status FinishStep();
+
+  HookState state() const { return state_; }
+  int64_t epoch() const { return assignment_.epoch; }
+  const BucketLayout& layout() const { return *layout_; }
+  const std::vector<int>& owners() const { return assignment_.owners; }
+  ShardOptimizer& optimizer() { return *optimizer_; }
+  int64_t steps_finished() const { return steps_finished_; }
+
+  // How many times this rank has run the optimizer on bucket b.
+  int64_t bucket_steps(int b) const;
+
+ private:
+  ZeroHook(std::vector<ParameterInfo> params, Communicator* comm,
+           std::unique_ptr<ShardOptimizer> optimizer,
+           AssignmentProvider provider, const ZeroHookOptions& options);
+
+  absl::Status Initialize();
+  void LaunchBucket(int b);
+  void IssueBroadcast(int b);
+  absl::Status Fail(absl::Status status);
+
+  std::vector<ParameterInfo> infos_;
+  Communicator* const comm_;
+  std::unique_ptr<ShardOptimizer> optimizer_;
+  AssignmentProvider provider_;
+  const ZeroHookOptions options_;
+
+  HookState state_ = HookState::kUninitialized;
+  std::unique_ptr<BucketLayout> layout_;
+  std::unique_ptr<BucketStorage> storage_;
+  BucketAssignment assignment_;
+  absl::Status error_;
+  int64_t steps_finished_ = 0;
+
+  // Per iteration (cleared by FinishStep).
+  std::vector<int> observed_order_;       // first step only
+  std::vector<char> param_ready_;
+  std::vector<int> bucket_pending_;       // gradients not yet ready
+  std::vector<int> buckets_launched_;     // in launch order
+  int next_bucket_ = 0;                   // next bucket to launch
+  int deferred_broadcast_ = -1;
+  std::vector<std::shared_ptr<Work>> works_;
+
+  std::unique_ptr<std::atomic<int64_t>[]> bucket_steps_;
+};
+
+}  // namespace pshard::worker
+
+#endif  // PSHARD_WORKER_HOOK_ZERO_HOOK_H_
