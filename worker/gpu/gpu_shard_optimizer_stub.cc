@@ -1,0 +1,53 @@
+// GpuShardOptimizer for builds without CUDA: Create always fails, so no
+// instance exists and the other members are never reached.
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "worker/gpu/cuda_status.h"
+#include "worker/gpu/gpu_shard_optimizer.h"
+
+namespace pshard::worker {
+
+class GpuShardOptimizer::Impl {};
+
+absl::StatusOr<std::unique_ptr<GpuShardOptimizer>> GpuShardOptimizer::Create(
+    const v1::OptimizerSpec& spec, int device) {
+  (void)spec;
+  (void)device;
+  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
+}
+
+GpuShardOptimizer::GpuShardOptimizer(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+GpuShardOptimizer::~GpuShardOptimizer() = default;
+
+absl::Status GpuShardOptimizer::AddBucket(int, std::vector<ParamSpan>) {
+  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
+}
+absl::Status GpuShardOptimizer::AddBf16Bucket(int, std::vector<ParamSpan>,
+                                              const void*, bool) {
+  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
+}
+absl::Status GpuShardOptimizer::Step(int, float*, const float*) {
+  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
+}
+absl::Status GpuShardOptimizer::EnqueueStep(int, float*, const float*,
+                                            CUstream_st*) {
+  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
+}
+absl::Status GpuShardOptimizer::EnqueueBf16Step(int, uint16_t*, const void*,
+                                                GradType, CUstream_st*) {
+  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
+}
+absl::Status GpuShardOptimizer::CopyMasterWeights(int, float*) {
+  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
+}
+absl::Status GpuShardOptimizer::CopyState(int, int, float*) {
+  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
+}
+int64_t GpuShardOptimizer::state_bytes(int) const { return 0; }
+int64_t GpuShardOptimizer::total_state_bytes() const { return 0; }
+int GpuShardOptimizer::device() const { return -1; }
+
+}  // namespace pshard::worker

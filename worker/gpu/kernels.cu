@@ -1,0 +1,413 @@
+// pshard's CUDA kernels: the fused multi-tensor optimizer step (SGD, Adam,
+// AdamW; fp32 parameters, or bf16 parameters with fp32 master weights), dtype
+// casts, scaling, synthetic values and a reference copy. One .cu file on
+// purpose: nvcc time counts against CI.
+//
+// Arithmetic: every operation of worker/optim/cpu_kernels.h's formulas is one
+// IEEE round-to-nearest intrinsic (__fmaf_rn where the CPU writes std::fma,
+// __fmul_rn/__fadd_rn/__fdiv_rn/__fsqrt_rn elsewhere), so nvcc cannot contract
+// or approximate anything and the GPU reproduces the CPU kernels bit for bit.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "worker/gpu/kernel_params.h"
+#include "worker/gpu/kernels.h"
+#include "worker/gpu/synthetic.h"
+
+namespace pshard::worker::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+// Independent 4-element vectors each thread loads before it computes: keeps
+// enough bytes in flight per SM to saturate HBM.
+constexpr int kIlp = 4;
+
+// Per-chunk decisions, uniform across the block (no divergence).
+struct Flags {
+  bool weight_decay;  // SGD: d = fma(p, wd, d); Adam: g' = fma(p, wd, g)
+  bool momentum;      // SGD
+  bool first_step;    // SGD
+  bool nesterov;      // SGD
+  bool decoupled;     // AdamW: p *= decay
+};
+
+__device__ __forceinline__ void SgdUpdate(const GroupScalars& s,
+                                          const Flags& f, float& p, float g,
+                                          float& buf) {
+  float d = g;
+  if (f.weight_decay) d = __fmaf_rn(p, s.sgd_weight_decay, d);
+  if (f.momentum) {
+    const float b = f.first_step
+                        ? d
+                        : __fmaf_rn(d, s.one_minus_dampening,
+                                    __fmul_rn(buf, s.momentum));
+    buf = b;
+    d = f.nesterov ? __fmaf_rn(b, s.momentum, d) : b;
+  }
+  p = __fmaf_rn(d, s.neg_lr, p);
+}
+
+__device__ __forceinline__ void AdamUpdate(const GroupScalars& s,
+                                           const Flags& f, float& p, float g,
+                                           float& m, float& v) {
+  if (f.weight_decay) g = __fmaf_rn(p, s.adam_weight_decay, g);
+  if (f.decoupled) p = __fmul_rn(p, s.decay);
+  m = __fmaf_rn(g, s.one_minus_beta1, __fmul_rn(m, s.beta1));
+  v = __fmaf_rn(__fmul_rn(s.one_minus_beta2, g), g, __fmul_rn(v, s.beta2));
+  const float denom =
+      __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);
+  p = __fadd_rn(p, __fdiv_rn(__fmul_rn(s.neg_step_size, m), denom));
+}
+
+// ---- element access, scalar and 4-wide, for fp32 and bf16 ----
+
+__device__ __forceinline__ float LoadOne(const float* a, int64_t i) {
+  return a[i];
+}
+__device__ __forceinline__ float LoadOne(const __nv_bfloat16* a, int64_t i) {
+  return __bfloat162float(a[i]);
+}
+
+// Loads a[4j .. 4j+3]; `a` is 16-byte (fp32) or 8-byte (bf16) aligned.
+__device__ __forceinline__ void LoadFour(const float* a, int64_t j,
+                                         float out[4]) {
+  const float4 x = reinterpret_cast<const float4*>(a)[j];
+  out[0] = x.x;
+  out[1] = x.y;
+  out[2] = x.z;
+  out[3] = x.w;
+}
+__device__ __forceinline__ void LoadFour(const __nv_bfloat16* a, int64_t j,
+                                         float out[4]) {
+  const uint2 raw = reinterpret_cast<const uint2*>(a)[j];
+  __nv_bfloat162 lo;
+  __nv_bfloat162 hi;
+  static_assert(sizeof(lo) == sizeof(raw.x), "bf16x2 is 32 bits");
+  memcpy(&lo, &raw.x, sizeof(lo));
+  memcpy(&hi, &raw.y, sizeof(hi));
+  const float2 a01 = __bfloat1622float2(lo);
+  const float2 a23 = __bfloat1622float2(hi);
+  out[0] = a01.x;
+  out[1] = a01.y;
+  out[2] = a23.x;
+  out[3] = a23.y;
+}
+
+__device__ __forceinline__ void StoreFour(float* a, int64_t j,
+                                          const float in[4]) {
+  reinterpret_cast<float4*>(a)[j] = make_float4(in[0], in[1], in[2], in[3]);
+}
+__device__ __forceinline__ void StoreFourBf16(__nv_bfloat16* a, int64_t j,
+                                              const float in[4]) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(in[0], in[1]);
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(in[2], in[3]);
+  uint2 raw;
+  memcpy(&raw.x, &lo, sizeof(lo));
+  memcpy(&raw.y, &hi, sizeof(hi));
+  reinterpret_cast<uint2*>(a)[j] = raw;
+}
+
+__device__ __forceinline__ bool Aligned(const void* p, int bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & static_cast<uintptr_t>(bytes - 1)) ==
+         0;
+}
+template <typename T>
+__device__ __forceinline__ int VecBytes() {
+  return 4 * static_cast<int>(sizeof(T));
+}
+
+// One block steps one chunk. kAdam: Adam/AdamW, else SGD. ParamT: float
+// (params stepped in place) or __nv_bfloat16 (master stepped, params written
+// rounded). GradT: float or __nv_bfloat16.
+template <bool kAdam, typename ParamT, typename GradT>
+__global__ void __launch_bounds__(kThreads)
+    OptimizerKernel(OptimizerLaunchParams launch, OptimizerBuffers buffers) {
+  constexpr bool kBf16Params = sizeof(ParamT) == 2;
+  const ChunkDescriptor c = launch.chunks[blockIdx.x];
+  const GroupScalars& s = launch.groups[c.group];
+  const bool has_state = c.state_offset >= 0;
+
+  Flags f;
+  if (kAdam) {
+    f.decoupled = s.decoupled != 0 && s.decay != 1.0f;
+    f.weight_decay = s.decoupled == 0 && s.adam_weight_decay != 0.0f;
+    f.momentum = f.first_step = f.nesterov = false;
+  } else {
+    f.weight_decay = s.sgd_weight_decay != 0.0f;
+    f.momentum = s.momentum != 0.0f && has_state;
+    f.first_step = s.first_step != 0;
+    f.nesterov = f.momentum && s.nesterov != 0;
+    f.decoupled = false;
+  }
+
+  // The fp32 values stepped: the parameters themselves or the master copy.
+  float* __restrict__ p = kBf16Params
+                              ? buffers.master + c.offset
+                              : static_cast<float*>(buffers.params) + c.offset;
+  ParamT* __restrict__ out =
+      static_cast<ParamT*>(buffers.params) + c.offset;  // bf16 only
+  const GradT* __restrict__ g =
+      static_cast<const GradT*>(buffers.grads) + c.offset;
+  // Without state (SGD, momentum 0) m/v are never touched; point them at a
+  // dummy so the code below needs no null checks.
+  const float scratch = 0.0f;
+  float* __restrict__ m =
+      has_state ? buffers.state0 + c.state_offset : nullptr;
+  float* __restrict__ v =
+      (kAdam && has_state) ? buffers.state1 + c.state_offset : nullptr;
+  const bool uses_m = kAdam || f.momentum;
+
+  const int64_t n = c.numel;
+  bool vec = Aligned(p, 16) && Aligned(g, VecBytes<GradT>());
+  if (kBf16Params) vec = vec && Aligned(out, 8);
+  if (uses_m) vec = vec && Aligned(m, 16);
+  if (kAdam) vec = vec && Aligned(v, 16);
+
+  int64_t scalar_begin = 0;
+  if (vec) {
+    const int64_t n4 = n / 4;
+    for (int64_t base = threadIdx.x; base < n4;
+         base += static_cast<int64_t>(kThreads) * kIlp) {
+      float pv[kIlp][4];
+      float gv[kIlp][4];
+      float mv[kIlp][4];
+      float vv[kIlp][4];
+#pragma unroll
+      for (int k = 0; k < kIlp; ++k) {
+        const int64_t j = base + static_cast<int64_t>(k) * kThreads;
+        if (j < n4) {
+          LoadFour(p, j, pv[k]);
+          LoadFour(g, j, gv[k]);
+          if (uses_m) LoadFour(m, j, mv[k]);
+          if (kAdam) LoadFour(v, j, vv[k]);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kIlp; ++k) {
+        const int64_t j = base + static_cast<int64_t>(k) * kThreads;
+        if (j < n4) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (kAdam) {
+              AdamUpdate(s, f, pv[k][e], gv[k][e], mv[k][e], vv[k][e]);
+            } else {
+              SgdUpdate(s, f, pv[k][e], gv[k][e], mv[k][e]);
+            }
+          }
+          StoreFour(p, j, pv[k]);
+          if (kBf16Params) {
+            StoreFourBf16(reinterpret_cast<__nv_bfloat16*>(out), j, pv[k]);
+          }
+          if (uses_m) StoreFour(m, j, mv[k]);
+          if (kAdam) StoreFour(v, j, vv[k]);
+        }
+      }
+    }
+    scalar_begin = n4 * 4;
+  }
+  for (int64_t i = scalar_begin + threadIdx.x; i < n; i += kThreads) {
+    float pi = p[i];
+    const float gi = LoadOne(g, i);
+    float mi = uses_m ? m[i] : scratch;
+    float vi = kAdam ? v[i] : scratch;
+    if (kAdam) {
+      AdamUpdate(s, f, pi, gi, mi, vi);
+    } else {
+      SgdUpdate(s, f, pi, gi, mi);
+    }
+    p[i] = pi;
+    if (kBf16Params) {
+      reinterpret_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(pi);
+    }
+    if (uses_m) m[i] = mi;
+    if (kAdam) v[i] = vi;
+  }
+}
+
+template <bool kAdam, typename ParamT, typename GradT>
+cudaError_t Launch(const OptimizerLaunchParams& launch,
+                   const OptimizerBuffers& buffers, cudaStream_t stream) {
+  OptimizerKernel<kAdam, ParamT, GradT>
+      <<<static_cast<unsigned>(launch.num_chunks), kThreads, 0, stream>>>(
+          launch, buffers);
+  return cudaGetLastError();
+}
+
+template <bool kAdam>
+cudaError_t DispatchDtypes(const OptimizerLaunchParams& launch,
+                           const OptimizerBuffers& buffers,
+                           cudaStream_t stream) {
+  if (buffers.param_dtype == kKernelFloat32 &&
+      buffers.grad_dtype == kKernelFloat32) {
+    return Launch<kAdam, float, float>(launch, buffers, stream);
+  }
+  if (buffers.master == nullptr) return cudaErrorInvalidValue;
+  if (buffers.param_dtype == kKernelBFloat16 &&
+      buffers.grad_dtype == kKernelFloat32) {
+    return Launch<kAdam, __nv_bfloat16, float>(launch, buffers, stream);
+  }
+  if (buffers.param_dtype == kKernelBFloat16 &&
+      buffers.grad_dtype == kKernelBFloat16) {
+    return Launch<kAdam, __nv_bfloat16, __nv_bfloat16>(launch, buffers,
+                                                        stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+// ---- element-wise helpers ----
+
+// Grid size for a grid-stride loop over n items: enough blocks to fill any
+// current GPU, never more than needed.
+unsigned GridFor(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 4096 ? (blocks > 0 ? blocks : 1)
+                                             : 4096);
+}
+
+__global__ void FloatToBf16Kernel(const float* __restrict__ in,
+                                  __nv_bfloat16* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = __float2bfloat16_rn(in[i]);
+  }
+}
+
+__global__ void Bf16ToFloatKernel(const __nv_bfloat16* __restrict__ in,
+                                  float* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = __bfloat162float(in[i]);
+  }
+}
+
+__global__ void ScaleFloatKernel(float* __restrict__ data, int64_t n,
+                                 float factor) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    data[i] = __fmul_rn(data[i], factor);
+  }
+}
+
+__global__ void ScaleBf16Kernel(__nv_bfloat16* __restrict__ data, int64_t n,
+                                float factor) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    data[i] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(data[i]), factor));
+  }
+}
+
+__global__ void SyntheticKernel(float* __restrict__ out, int64_t n,
+                                uint64_t key, int64_t first_index,
+                                float scale) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = __fmul_rn(SyntheticValue(key, first_index + i), scale);
+  }
+}
+
+__global__ void CopyKernel(const float4* __restrict__ src,
+                           float4* __restrict__ dst, int64_t n4) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n4; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = src[i];
+  }
+}
+
+__global__ void CopyScalarKernel(const float* __restrict__ src,
+                                 float* __restrict__ dst, int64_t begin,
+                                 int64_t n) {
+  for (int64_t i = begin + blockIdx.x * static_cast<int64_t>(blockDim.x) +
+                   threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = src[i];
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchOptimizerStep(const OptimizerLaunchParams& launch,
+                                const OptimizerBuffers& buffers,
+                                cudaStream_t stream) {
+  if (launch.num_chunks < 0 ||
+      (launch.num_chunks > 0 && launch.chunks == nullptr) ||
+      buffers.params == nullptr || buffers.grads == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (launch.num_chunks == 0) return cudaSuccess;
+  if (launch.kind == kKernelAdam) {
+    if (buffers.state0 == nullptr || buffers.state1 == nullptr) {
+      return cudaErrorInvalidValue;
+    }
+    return DispatchDtypes<true>(launch, buffers, stream);
+  }
+  if (launch.kind == kKernelSgd) {
+    return DispatchDtypes<false>(launch, buffers, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchFloatToBFloat16(const float* in, uint16_t* out, int64_t n,
+                                  cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  FloatToBf16Kernel<<<GridFor(n), kThreads, 0, stream>>>(
+      in, reinterpret_cast<__nv_bfloat16*>(out), n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchBFloat16ToFloat(const uint16_t* in, float* out, int64_t n,
+                                  cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  Bf16ToFloatKernel<<<GridFor(n), kThreads, 0, stream>>>(
+      reinterpret_cast<const __nv_bfloat16*>(in), out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchScale(void* data, int32_t dtype, int64_t n, float factor,
+                        cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (dtype == kKernelFloat32) {
+    ScaleFloatKernel<<<GridFor(n), kThreads, 0, stream>>>(
+        static_cast<float*>(data), n, factor);
+  } else if (dtype == kKernelBFloat16) {
+    ScaleBf16Kernel<<<GridFor(n), kThreads, 0, stream>>>(
+        static_cast<__nv_bfloat16*>(data), n, factor);
+  } else {
+    return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSyntheticValues(float* out, int64_t n, uint64_t key,
+                                  int64_t first_index, float scale,
+                                  cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  SyntheticKernel<<<GridFor(n), kThreads, 0, stream>>>(out, n, key,
+                                                       first_index, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCopy(const float* src, float* dst, int64_t n,
+                       cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const bool aligned = (reinterpret_cast<uintptr_t>(src) % 16 == 0) &&
+                       (reinterpret_cast<uintptr_t>(dst) % 16 == 0);
+  const int64_t n4 = aligned ? n / 4 : 0;
+  if (n4 > 0) {
+    // More blocks than the element-wise helpers: this is the bandwidth
+    // reference, it must not be latency-bound.
+    const int64_t blocks = (n4 + kThreads - 1) / kThreads;
+    CopyKernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535),
+                 kThreads, 0, stream>>>(reinterpret_cast<const float4*>(src),
+                                        reinterpret_cast<float4*>(dst), n4);
+  }
+  const int64_t begin = n4 * 4;
+  if (begin < n) {
+    CopyScalarKernel<<<GridFor(n - begin), kThreads, 0, stream>>>(src, dst,
+                                                                  begin, n);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace pshard::worker::gpu

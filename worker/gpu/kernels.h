@@ -1,0 +1,53 @@
+// Launchers of pshard's CUDA kernels (kernels.cu). A plain interface on
+// purpose: raw device pointers, a cudaStream_t, a cudaError_t back; nvcc never
+// sees Abseil. Callers in .cc files convert the result with CudaStatus()
+// (cuda_status.h). Every launcher only enqueues work on `stream` and returns
+// the launch error (cudaGetLastError), never a later execution error.
+#ifndef PSHARD_WORKER_GPU_KERNELS_H_
+#define PSHARD_WORKER_GPU_KERNELS_H_
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "worker/gpu/kernel_params.h"
+
+namespace pshard::worker::gpu {
+
+// One optimizer step over every chunk of `launch` (multi-tensor: all
+// parameters of a bucket, one fused pass, one launch). The per-element
+// arithmetic is the formulas of worker/optim/cpu_kernels.h, operation by
+// operation, with IEEE round-to-nearest intrinsics (no contraction), so it
+// matches the CPU kernels bit for bit.
+cudaError_t LaunchOptimizerStep(const OptimizerLaunchParams& launch,
+                                const OptimizerBuffers& buffers,
+                                cudaStream_t stream);
+
+// out[i] = bf16(in[i]), rounding to nearest even (as torch's .to(bfloat16)).
+cudaError_t LaunchFloatToBFloat16(const float* in, uint16_t* out, int64_t n,
+                                  cudaStream_t stream);
+
+// out[i] = float(in[i]) (exact).
+cudaError_t LaunchBFloat16ToFloat(const uint16_t* in, float* out, int64_t n,
+                                  cudaStream_t stream);
+
+// data[i] *= factor, for fp32 or bf16 (computed in fp32, rounded back):
+// turns a summed gradient into an average.
+cudaError_t LaunchScale(void* data, int32_t dtype, int64_t n, float factor,
+                        cudaStream_t stream);
+
+// Deterministic pseudo-random values in [-scale, scale): out[i] =
+// SyntheticValue(key, first_index + i) * scale, the function documented in
+// synthetic.h (same bits on the host).
+cudaError_t LaunchSyntheticValues(float* out, int64_t n, uint64_t key,
+                                  int64_t first_index, float scale,
+                                  cudaStream_t stream);
+
+// dst[i] = src[i] for n floats with a plain vectorised copy kernel: the
+// benchmark's second reference point next to cudaMemcpyAsync.
+cudaError_t LaunchCopy(const float* src, float* dst, int64_t n,
+                       cudaStream_t stream);
+
+}  // namespace pshard::worker::gpu
+
+#endif  // PSHARD_WORKER_GPU_KERNELS_H_

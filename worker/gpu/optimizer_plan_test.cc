@@ -1,0 +1,321 @@
+// Tests of the host-side optimizer plan. The GPU kernel's per-chunk work is
+// emulated on the CPU with the CPU reference kernels, so the chunking, group
+// tables and state offsets are checked against the CPU ShardOptimizer on every
+// machine, GPU or not.
+#include "worker/gpu/optimizer_plan.h"
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "pshard/v1/job_spec.pb.h"
+#include "worker/gpu/kernel_params.h"
+#include "worker/gpu/synthetic.h"
+#include "worker/optim/cpu_kernels.h"
+#include "worker/optim/shard_optimizer.h"
+
+namespace pshard::worker::gpu {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::OptimizerSpec Spec(const std::string& json) {
+  v1::OptimizerSpec spec;
+  const auto status = google::protobuf::util::JsonStringToMessage(json, &spec);
+  EXPECT_TRUE(status.ok()) << status.ToString() << " in " << json;
+  return spec;
+}
+
+const char kSgdJson[] =
+    R"({"kind": "SGD", "hyperParameters": {"lr": 0.1, "momentum": 0.9,
+        "weightDecay": 0.01, "nesterov": true},
+        "paramGroups": [{"params": ["*.bias"],
+                         "hyperParameters": {"momentum": 0, "lr": 0.05,
+                                             "nesterov": false}}]})";
+const char kAdamJson[] =
+    R"({"kind": "ADAM", "hyperParameters": {"lr": 0.001, "weightDecay": 0.1},
+        "paramGroups": [{"params": ["*.bias"],
+                         "hyperParameters": {"lr": 0.01, "betas": [0.8, 0.99],
+                                             "weightDecay": 0}}]})";
+const char kAdamWJson[] =
+    R"({"kind": "ADAMW", "hyperParameters": {"lr": 0.002, "eps": 1e-6},
+        "paramGroups": [{"params": ["*.bias"],
+                         "hyperParameters": {"weightDecay": 0}}]})";
+
+// A bucket with a large tensor, small odd-sized ones, and a 3-element gap.
+std::vector<ParamSpan> MixedSpans() {
+  return {{"w0", 0, 40000},
+          {"w0.bias", 40000, 10},
+          {"w1", 40013, 5},
+          {"w1.bias", 40018, 7}};
+}
+
+TEST(PlanBucketTest, ChunksCoverEverySpanOnceAligned) {
+  ASSERT_OK_AND_ASSIGN(BucketPlan plan,
+                       PlanBucket(Spec(kAdamJson), 7, MixedSpans()));
+  EXPECT_EQ(plan.kind, kKernelAdam);
+  EXPECT_FALSE(plan.decoupled);
+  EXPECT_EQ(plan.extent, 40025);
+  EXPECT_EQ(plan.num_state_arrays, 2);
+  EXPECT_EQ(plan.state_numel, 40022);  // the gap has no state
+  ASSERT_EQ(plan.groups.size(), 2u);   // default, *.bias
+  ASSERT_EQ(plan.launches.size(), 1u);
+  std::vector<int> covered(plan.extent, 0);
+  for (const ChunkDescriptor& c : plan.chunks) {
+    EXPECT_GT(c.numel, 0);
+    EXPECT_LE(c.numel, kOptimizerChunkElements);
+    // Chunks start at a multiple of 4 unless they end at one (alignment head).
+    if (c.offset % 4 != 0) {
+      EXPECT_EQ((c.offset + c.numel) % 4, 0) << c.offset;
+    }
+    for (int64_t i = c.offset; i < c.offset + c.numel; ++i) ++covered[i];
+  }
+  for (int64_t i = 0; i < plan.extent; ++i) {
+    EXPECT_EQ(covered[i], (i >= 40010 && i < 40013) ? 0 : 1) << i;
+  }
+  // 40000 = 16384 + 16384 + 7232; then w0.bias (group 1) merges with nothing.
+  EXPECT_EQ(plan.chunks[0].offset, 0);
+  EXPECT_EQ(plan.chunks[0].numel, 16384);
+  EXPECT_EQ(plan.chunks[2].numel, 40000 - 2 * 16384);
+  EXPECT_EQ(plan.chunks[3].offset, 40000);
+  EXPECT_EQ(plan.chunks[3].group, 1);
+  EXPECT_EQ(plan.chunks[3].state_offset, 40000);
+  EXPECT_EQ(plan.state_bytes(), 2 * 40022 * 4);
+}
+
+TEST(PlanBucketTest, SgdStateOnlyWhereMomentum) {
+  ASSERT_OK_AND_ASSIGN(BucketPlan plan,
+                       PlanBucket(Spec(kSgdJson), 0, MixedSpans()));
+  EXPECT_EQ(plan.kind, kKernelSgd);
+  EXPECT_EQ(plan.num_state_arrays, 1);
+  EXPECT_EQ(plan.state_numel, 40005);  // w0 and w1; biases have momentum 0
+  for (const ChunkDescriptor& c : plan.chunks) {
+    const bool bias = (c.offset >= 40000 && c.offset < 40010) ||
+                      c.offset >= 40018;
+    EXPECT_EQ(c.state_offset < 0, bias) << c.offset;
+  }
+}
+
+TEST(PlanBucketTest, SgdWithoutMomentumHasNoState) {
+  ASSERT_OK_AND_ASSIGN(
+      BucketPlan plan,
+      PlanBucket(Spec(R"({"kind": "SGD", "hyperParameters": {"lr": 0.1}})"), 0,
+                 MixedSpans()));
+  EXPECT_EQ(plan.num_state_arrays, 0);
+  EXPECT_EQ(plan.state_numel, 0);
+  EXPECT_EQ(plan.state_bytes(), 0);
+}
+
+TEST(PlanBucketTest, ManyGroupsSplitIntoLaunches) {
+  std::string json = R"({"kind": "ADAM", "paramGroups": [)";
+  std::vector<ParamSpan> spans;
+  for (int i = 0; i < 20; ++i) {
+    if (i > 0) json += ",";
+    json += R"({"params": ["p)" + std::to_string(i) +
+            R"("], "hyperParameters": {"lr": )" + std::to_string(0.001 * (i + 1)) +
+            "}}";
+    spans.push_back({"p" + std::to_string(i), i * 100, 100});
+  }
+  json += "]}";
+  ASSERT_OK_AND_ASSIGN(BucketPlan plan, PlanBucket(Spec(json), 0, spans));
+  ASSERT_EQ(plan.groups.size(), 20u);
+  ASSERT_EQ(plan.launches.size(), 2u);
+  EXPECT_EQ(plan.launches[0].num_groups, kOptimizerMaxGroupsPerLaunch);
+  EXPECT_EQ(plan.launches[1].first_group, kOptimizerMaxGroupsPerLaunch);
+  EXPECT_EQ(plan.launches[1].num_groups, 20 - kOptimizerMaxGroupsPerLaunch);
+  for (const BucketPlan::Launch& launch : plan.launches) {
+    for (int i = launch.first_chunk; i < launch.first_chunk + launch.num_chunks;
+         ++i) {
+      EXPECT_GE(plan.chunks[i].group, 0);
+      EXPECT_LT(plan.chunks[i].group, launch.num_groups);
+    }
+  }
+  const OptimizerLaunchParams params =
+      MakeLaunchParams(plan, 1, plan.chunks.data(), /*step=*/1);
+  EXPECT_EQ(params.num_chunks, plan.launches[1].num_chunks);
+  EXPECT_EQ(params.chunks, plan.chunks.data() + plan.launches[1].first_chunk);
+  // Group 16 of the bucket is local group 0 of launch 1 (lr 0.017).
+  EXPECT_DOUBLE_EQ(plan.groups[16].lr, 0.017);
+  const cpu::AdamScalars expected = cpu::MakeAdamScalars(
+      plan.groups[16].lr, 0.9, 0.999, 1e-8, 0, false, 1);
+  EXPECT_EQ(params.groups[0].neg_step_size, expected.neg_step_size);
+}
+
+TEST(PlanBucketTest, RejectsBadSpans) {
+  const v1::OptimizerSpec spec = Spec(kAdamJson);
+  EXPECT_THAT(PlanBucket(spec, 0, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("no parameter spans")));
+  EXPECT_THAT(PlanBucket(spec, -1, MixedSpans()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("bucket index")));
+  EXPECT_THAT(PlanBucket(spec, 0, {{"a", 0, 10}, {"b", 5, 10}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("overlap")));
+  EXPECT_THAT(PlanBucket(spec, 0, {{"a", 0, 10}, {"a", 10, 10}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("appears twice")));
+  EXPECT_THAT(PlanBucket(spec, 0, {{"a", -1, 10}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("invalid span")));
+  EXPECT_THAT(
+      PlanBucket(Spec(R"({"kind": "SGD"})"), 0, {{"a", 0, 10}}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("learning rate")));
+  EXPECT_THAT(PlanBucket(v1::OptimizerSpec(), 0, {{"a", 0, 10}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("not supported")));
+}
+
+TEST(MakeGroupScalarsTest, SameBitsAsTheCpuKernels) {
+  ASSERT_OK_AND_ASSIGN(BucketPlan adamw,
+                       PlanBucket(Spec(kAdamWJson), 0, {{"w", 0, 8}}));
+  HyperParameters hp = adamw.groups[0];
+  for (int64_t step : {1, 2, 10, 1000}) {
+    const GroupScalars g = MakeGroupScalars(adamw, hp, step);
+    const cpu::AdamScalars s = cpu::MakeAdamScalars(
+        hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, true, step);
+    EXPECT_EQ(g.neg_step_size, s.neg_step_size);
+    EXPECT_EQ(g.bias_correction2_sqrt, s.bias_correction2_sqrt);
+    EXPECT_EQ(g.decay, s.decay);
+    EXPECT_EQ(g.decoupled, 1);
+    EXPECT_EQ(g.adam_weight_decay, 0.0f);
+    EXPECT_EQ(g.eps, s.eps);
+  }
+  ASSERT_OK_AND_ASSIGN(BucketPlan sgd,
+                       PlanBucket(Spec(kSgdJson), 0, {{"w", 0, 8}}));
+  const GroupScalars first = MakeGroupScalars(sgd, sgd.groups[0], 1);
+  const GroupScalars later = MakeGroupScalars(sgd, sgd.groups[0], 2);
+  EXPECT_EQ(first.first_step, 1);
+  EXPECT_EQ(later.first_step, 0);
+  EXPECT_EQ(first.neg_lr, -0.1f);
+  EXPECT_EQ(first.nesterov, 1);
+  EXPECT_EQ(first.momentum, 0.9f);
+}
+
+// ---- the kernel's work, emulated on the CPU ----
+
+cpu::SgdScalars ToSgd(const GroupScalars& g) {
+  cpu::SgdScalars s;
+  s.neg_lr = g.neg_lr;
+  s.weight_decay = g.sgd_weight_decay;
+  s.momentum = g.momentum;
+  s.one_minus_dampening = g.one_minus_dampening;
+  s.nesterov = g.nesterov != 0;
+  s.first_step = g.first_step != 0;
+  return s;
+}
+
+cpu::AdamScalars ToAdam(const GroupScalars& g) {
+  cpu::AdamScalars s;
+  s.beta1 = g.beta1;
+  s.one_minus_beta1 = g.one_minus_beta1;
+  s.beta2 = g.beta2;
+  s.one_minus_beta2 = g.one_minus_beta2;
+  s.eps = g.eps;
+  s.neg_step_size = g.neg_step_size;
+  s.bias_correction2_sqrt = g.bias_correction2_sqrt;
+  s.weight_decay = g.adam_weight_decay;
+  s.decoupled = g.decoupled != 0;
+  s.decay = g.decay;
+  return s;
+}
+
+// Steps `params` as the GPU would: every launch, every chunk, with the
+// chunk's group scalars and state offset.
+void EmulateStep(const BucketPlan& plan, int64_t step, float* params,
+                 const float* grads, float* state0, float* state1) {
+  for (int l = 0; l < static_cast<int>(plan.launches.size()); ++l) {
+    const OptimizerLaunchParams launch =
+        MakeLaunchParams(plan, l, plan.chunks.data(), step);
+    for (int i = 0; i < launch.num_chunks; ++i) {
+      const ChunkDescriptor& c = launch.chunks[i];
+      const GroupScalars& g = launch.groups[c.group];
+      if (plan.kind == kKernelSgd) {
+        float* buf = c.state_offset < 0 ? nullptr : state0 + c.state_offset;
+        cpu::SgdScalars s = ToSgd(g);
+        if (buf == nullptr) {
+          ASSERT_EQ(s.momentum, 0.0f);
+        }
+        cpu::SgdStepReference(params + c.offset, grads + c.offset, buf,
+                              c.numel, s);
+      } else {
+        ASSERT_GE(c.state_offset, 0);
+        cpu::AdamStepReference(params + c.offset, grads + c.offset,
+                               state0 + c.state_offset,
+                               state1 + c.state_offset, c.numel, ToAdam(g));
+      }
+    }
+  }
+}
+
+class EmulationTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EmulationTest, MatchesTheCpuShardOptimizerBitForBit) {
+  const v1::OptimizerSpec spec = Spec(GetParam());
+  // Small chunks and one group per launch: many launches and chunk seams.
+  ASSERT_OK_AND_ASSIGN(BucketPlan plan,
+                       PlanBucket(spec, 3, MixedSpans(), /*chunk_elements=*/64,
+                                  /*max_groups_per_launch=*/1));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShardOptimizer> cpu_opt,
+                       ShardOptimizer::Create(spec));
+  ASSERT_OK(cpu_opt->AddBucket(3, MixedSpans()));
+  EXPECT_EQ(cpu_opt->state_bytes(3), plan.state_bytes());
+
+  std::vector<float> init(plan.extent);
+  for (int64_t i = 0; i < plan.extent; ++i) {
+    init[i] = SyntheticValue(SyntheticKey(1, 0, 0, 0), i);
+  }
+  std::vector<float> expected = init;
+  std::vector<float> actual = init;
+  std::vector<float> state0(plan.state_numel), state1(plan.state_numel);
+  for (int64_t step = 1; step <= 4; ++step) {
+    std::vector<float> grads(plan.extent);
+    for (int64_t i = 0; i < plan.extent; ++i) {
+      grads[i] = SyntheticValue(SyntheticKey(1, step, 0, 0), i) * 0.5f;
+    }
+    ASSERT_OK(cpu_opt->Step(3, expected.data(), grads.data()));
+    EmulateStep(plan, step, actual.data(), grads.data(), state0.data(),
+                state1.data());
+  }
+  for (int64_t i = 0; i < plan.extent; ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &actual[i], 4);
+    std::memcpy(&b, &expected[i], 4);
+    ASSERT_EQ(a, b) << "element " << i << ": " << actual[i] << " vs "
+                    << expected[i];
+  }
+  // The gap was never touched.
+  for (int64_t i = 40010; i < 40013; ++i) EXPECT_EQ(actual[i], init[i]);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKinds, EmulationTest,
+                         ::testing::Values(kSgdJson, kAdamJson, kAdamWJson));
+
+TEST(SyntheticTest, DeterministicBoundedAndKeyed) {
+  const uint64_t key = SyntheticKey(42, 3, 1, 0);
+  EXPECT_EQ(key, SyntheticKey(42, 3, 1, 0));
+  EXPECT_NE(key, SyntheticKey(42, 3, 2, 0));
+  EXPECT_NE(key, SyntheticKey(42, 4, 1, 0));
+  EXPECT_NE(key, SyntheticKey(43, 3, 1, 0));
+  EXPECT_NE(key, SyntheticKey(42, 3, 1, 1));
+  double sum = 0;
+  const int n = 100000;
+  for (int i = 0; i < n; ++i) {
+    const float v = SyntheticValue(key, i);
+    ASSERT_GE(v, -1.0f);
+    ASSERT_LT(v, 1.0f);
+    sum += v;
+  }
+  EXPECT_NEAR(sum / n, 0.0, 0.02);
+  EXPECT_NE(SyntheticValue(key, 0), SyntheticValue(key, 1));
+}
+
+}  // namespace
+}  // namespace pshard::worker::gpu
