@@ -20,10 +20,15 @@ except ImportError:  # A Python without PyYAML: Debian's has it (python3-yaml).
         os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
     raise
 
-# What can be applied: the two overlays and the example client.
+# What can be applied: the two overlays, the example Job and the pod to run
+# pshardctl in.
 OVERLAYS = ("overlays/cpu", "overlays/gpu")
 EXAMPLE = "examples/mlp-job"
-TARGETS = OVERLAYS + (EXAMPLE,)
+TOOLBOX = "examples/pshardctl"
+TARGETS = OVERLAYS + (EXAMPLE, TOOLBOX)
+
+# The command of a container that only idles, for `kubectl exec`.
+IDLE_COMMAND = ["/bin/sleep", "infinity"]
 
 _copy = None
 

@@ -204,6 +204,7 @@ class OverlayTest(unittest.TestCase):
                 coord_labels = m.one(objs, "Deployment", COORDINATOR)["spec"]["template"]["metadata"]["labels"]
                 worker_labels = m.one(objs, "StatefulSet", WORKER)["spec"]["template"]["metadata"]["labels"]
                 client_labels = m.one(m.render(m.EXAMPLE), "Job")["spec"]["template"]["metadata"]["labels"]
+                toolbox_labels = m.one(m.render(m.TOOLBOX), "Deployment")["spec"]["template"]["metadata"]["labels"]
                 policies = [p for p in m.find(objs, "NetworkPolicy")
                             if m.labels_match(p["spec"]["podSelector"], coord_labels)]
                 self.assertEqual(len(policies), 1)
@@ -223,6 +224,7 @@ class OverlayTest(unittest.TestCase):
 
                 self.assertTrue(admitted(worker_labels), "workers cannot reach the coordinator")
                 self.assertTrue(admitted(client_labels), "the example client cannot reach the coordinator")
+                self.assertTrue(admitted(toolbox_labels), "the pshardctl pod cannot reach the coordinator")
                 self.assertFalse(admitted({"app": "something-else"}), "an unlabelled pod gets in")
                 self.assertFalse(admitted({**client_labels, "pshard.io/client": "false"}))
 
@@ -306,9 +308,9 @@ class EveryObjectTest(unittest.TestCase):
                     for a in c.get("command", []) + c.get("args", []):
                         m.expand(a, env, missing)
                     self.assertEqual(missing, [], f"{c['name']}: undefined $(VAR)")
-                    # Servers get a writable /tmp on their read-only root (the
-                    # one-shot client writes nothing).
-                    if obj["kind"] != "Job":
+                    # Servers get a writable /tmp on their read-only root
+                    # (clients write nothing).
+                    if template["metadata"]["labels"].get("app.kubernetes.io/component") != "client":
                         writable = [vm["mountPath"] for vm in c.get("volumeMounts", [])
                                     if not vm.get("readOnly")]
                         self.assertIn("/tmp", writable, f"{c['name']}: no writable /tmp")
@@ -318,6 +320,8 @@ class EveryObjectTest(unittest.TestCase):
             with self.subTest(object=obj['metadata']['name']):
                 for c in template["spec"]["containers"]:
                     self.assertIn("command", c, "the command must be explicit (the smoke test runs it)")
+                    if c["command"] + c.get("args", []) == m.IDLE_COMMAND:
+                        continue
                     binary = c["command"][0]
                     self.assertIn(binary, FLAGS)
                     for a in c["command"][1:] + c.get("args", []):
