@@ -389,7 +389,10 @@ void ProgressRenderer::OnEvent(const v1::JobEvent& event) {
   } else if (event.has_state_change()) {
     Finish();
     const auto& change = event.state_change();
-    out_ << JobStateName(change.from()) << " -> " << JobStateName(change.to());
+    if (change.from() != v1::JOB_STATE_UNSPECIFIED) {
+      out_ << JobStateName(change.from()) << " -> ";
+    }
+    out_ << JobStateName(change.to());
     if (!change.reason().empty()) out_ << ": " << change.reason();
     out_ << "\n";
   }

@@ -1,0 +1,248 @@
+// pshardctl end to end: a real pshard-coordinator and two real CPU
+// pshard-workers on loopback, driven only through the pshardctl binary, the
+// way a user drives them.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "pshard/v1/cluster.pb.h"
+#include "pshard/v1/job.pb.h"
+#include "tests/cli/pshardctl_runner.h"
+#include "tests/testing/subprocess.h"
+
+namespace pshard {
+namespace {
+
+using ::pshard::testing::CliResult;
+using ::pshard::testing::MakeTempDir;
+using ::pshard::testing::ReadFile;
+using ::pshard::testing::RunPshardctl;
+using ::pshard::testing::RunfilePath;
+using ::pshard::testing::Subprocess;
+using ::pshard::testing::WaitForPortFile;
+using ::pshard::testing::WaitUntil;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::StartsWith;
+
+CliResult RunCli(const std::vector<std::string>& args,
+                 absl::Duration timeout = absl::Seconds(60)) {
+  return RunPshardctl(args, {}, timeout);
+}
+
+std::string WriteSpec(const std::string& name, const std::string& json) {
+  const std::string path = absl::StrCat(MakeTempDir("spec"), "/", name);
+  std::ofstream(path) << json;
+  return path;
+}
+
+std::string MlpSpec(int steps, const std::string& output_dir) {
+  return absl::StrCat(R"({
+    "name": "e2e-mlp", "world_size": 2, "backend": "gloo",
+    "mlp": {"input_dim": 16, "hidden_dims": [32], "output_dim": 4, "batch_size": 32},
+    "bucket_cap_mb": 0.001,
+    "optimizer": {"kind": "adam", "hyper_parameters": {"lr": 0.01}},
+    "steps": )", steps, R"(, "seed": 3, "progress_every": 1,
+    "collective_timeout_seconds": 20, "output_dir": ")", output_dir, R"("})");
+}
+
+class CliE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string dir = MakeTempDir("cluster");
+    const std::string port_file = dir + "/coordinator.port";
+    auto coordinator = Subprocess::Start(
+        {RunfilePath("server/pshard-coordinator"), "--listen=127.0.0.1:0",
+         "--port_file=" + port_file, "--state_path=" + dir + "/state.db"},
+        {}, dir + "/coordinator.log");
+    ASSERT_OK(coordinator.status());
+    coordinator_ = coordinator->release();
+    absl::StatusOr<int> port = WaitForPortFile(port_file, absl::Seconds(30));
+    ASSERT_OK(port.status()) << ReadFile(dir + "/coordinator.log");
+    address_ = new std::string(absl::StrCat("127.0.0.1:", *port));
+    workers_ = new std::vector<Subprocess*>();
+    for (int i = 0; i < 2; ++i) {
+      auto worker = Subprocess::Start(
+          {RunfilePath("worker/pshard-worker"), "--coordinator=" + *address_,
+           absl::StrCat("--name=e2e-worker-", i), "--listen=127.0.0.1:0",
+           absl::StrCat("--port_file=", dir, "/worker-", i, ".port"),
+           "--host=127.0.0.1", "--device=cpu"},
+          {}, absl::StrCat(dir, "/worker-", i, ".log"));
+      ASSERT_OK(worker.status());
+      workers_->push_back(worker->release());
+    }
+  }
+
+  static void TearDownTestSuite() {
+    if (workers_ != nullptr) {
+      for (Subprocess* w : *workers_) {
+        w->Signal(SIGTERM).IgnoreError();
+        w->Wait(absl::Seconds(10)).IgnoreError();
+        delete w;
+      }
+      delete workers_;
+    }
+    if (coordinator_ != nullptr) {
+      coordinator_->Signal(SIGTERM).IgnoreError();
+      coordinator_->Wait(absl::Seconds(10)).IgnoreError();
+      delete coordinator_;
+    }
+    delete address_;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(address_, nullptr);
+    // Both workers IDLE (registered, and back from any earlier test's job).
+    bool ready = WaitUntil(
+        [] {
+          CliResult r = Cli({"workers", "--output=json"});
+          v1::ListWorkersResponse pool;
+          if (r.exit_code != 0 ||
+              !google::protobuf::util::JsonStringToMessage(r.out, &pool).ok()) {
+            return false;
+          }
+          int idle = 0;
+          for (const auto& w : pool.workers()) idle += w.state() == v1::IDLE;
+          return idle >= 2;
+        },
+        absl::Seconds(30));
+    ASSERT_TRUE(ready) << "workers did not become IDLE";
+  }
+
+  static CliResult Cli(std::vector<std::string> args,
+                       absl::Duration timeout = absl::Seconds(60)) {
+    args.push_back("--coordinator=" + *address_);
+    return RunCli(args, timeout);
+  }
+
+  static v1::Job GetJob(const std::string& id) {
+    CliResult r = Cli({"get", id, "--output=json"});
+    v1::Job job;
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &job).ok())
+        << r.out;
+    return job;
+  }
+
+  static Subprocess* coordinator_;
+  static std::vector<Subprocess*>* workers_;
+  static std::string* address_;
+};
+
+Subprocess* CliE2eTest::coordinator_ = nullptr;
+std::vector<Subprocess*>* CliE2eTest::workers_ = nullptr;
+std::string* CliE2eTest::address_ = nullptr;
+
+TEST_F(CliE2eTest, SubmitWatchShardsSucceedsAndWritesParams) {
+  const std::string output_dir = MakeTempDir("output");
+  const std::string spec = WriteSpec("mlp.json", MlpSpec(30, output_dir));
+
+  CliResult submit = Cli({"submit", spec});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  const std::string id(absl::StripTrailingAsciiWhitespace(submit.out));
+  EXPECT_THAT(id, StartsWith("job-"));
+  EXPECT_THAT(submit.err, IsEmpty());
+
+  CliResult watch = Cli({"watch", id});
+  EXPECT_EQ(watch.exit_code, 0) << watch.out << watch.err;
+  EXPECT_THAT(watch.out, AllOf(HasSubstr("RUNNING"), HasSubstr("step 30/30 (100%)"),
+                               HasSubstr(id + " SUCCEEDED")));
+
+  CliResult shards = Cli({"shards", id});
+  ASSERT_EQ(shards.exit_code, 0) << shards.err;
+  EXPECT_THAT(shards.out, AllOf(HasSubstr("BUCKET"), HasSubstr("OWNER"),
+                                HasSubstr("RANK  WORKER"),
+                                HasSubstr("policy balanced"),
+                                HasSubstr("imbalance"), HasSubstr("epoch 1")));
+
+  const v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::SUCCEEDED);
+  EXPECT_EQ(job.progress().step(), 30);
+  ASSERT_FALSE(job.output_path().empty());
+  struct stat st;
+  EXPECT_EQ(stat(job.output_path().c_str(), &st), 0) << job.output_path();
+  EXPECT_GT(st.st_size, 8);
+
+  CliResult list = Cli({"list", "--state=succeeded"});
+  EXPECT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_THAT(list.out, AllOf(HasSubstr(id), HasSubstr("e2e-mlp")));
+
+  CliResult workers = Cli({"workers"});
+  EXPECT_EQ(workers.exit_code, 0) << workers.err;
+  EXPECT_THAT(workers.out, AllOf(HasSubstr("e2e-worker-0"), HasSubstr("e2e-worker-1")));
+}
+
+TEST_F(CliE2eTest, SubmitWithWatchExitsZeroOnSuccess) {
+  const std::string spec =
+      WriteSpec("mlp.json", MlpSpec(10, MakeTempDir("output")));
+  CliResult r = Cli({"submit", "--watch", spec});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, AllOf(StartsWith("job-"), HasSubstr("SUCCEEDED"),
+                           HasSubstr("final parameters: ")));
+}
+
+TEST_F(CliE2eTest, CancelARunningJob) {
+  const std::string spec = WriteSpec("long.json", R"({
+    "name": "e2e-long", "world_size": 2, "backend": "gloo",
+    "synthetic": {"num_parameters": 4096, "tensor_numel": 1024},
+    "optimizer": {"kind": "sgd", "hyper_parameters": {"lr": 0.01}},
+    "steps": 100000000, "progress_every": 10})");
+  CliResult submit = Cli({"submit", spec});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  const std::string id(absl::StripTrailingAsciiWhitespace(submit.out));
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state() == v1::RUNNING; },
+                        absl::Seconds(30)))
+      << "job never RUNNING: " << GetJob(id).reason();
+
+  CliResult cancel = Cli({"cancel", id, "--reason=e2e test"});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
+  EXPECT_EQ(cancel.out, id + " CANCELLED\n");
+
+  CliResult watch = Cli({"watch", id});
+  EXPECT_EQ(watch.exit_code, 1);
+  EXPECT_THAT(watch.out, HasSubstr(id + " CANCELLED"));
+
+  // Cancelling twice is an error from the server (FailedPrecondition): 1.
+  CliResult again = Cli({"cancel", id});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_THAT(again.err, StartsWith("pshardctl: "));
+}
+
+TEST_F(CliE2eTest, BadSpecNamesTheFieldAndExits2) {
+  const std::string spec = WriteSpec("bad.json", R"({
+    "name": "bad", "world_size": 2,
+    "mlp": {"input_dim": 16, "output_dim": 4, "batch_size": 0},
+    "optimizer": {"kind": "adam"}, "steps": 10})");
+  CliResult r = Cli({"submit", spec});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, AllOf(StartsWith("pshardctl: "), HasSubstr("batch_size")));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_THAT(r.out, IsEmpty());
+}
+
+TEST_F(CliE2eTest, UnknownJobExits1) {
+  CliResult r = Cli({"get", "job-does-not-exist"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, AllOf(StartsWith("pshardctl: "),
+                           HasSubstr("job-does-not-exist")));
+}
+
+}  // namespace
+}  // namespace pshard

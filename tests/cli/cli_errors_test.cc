@@ -1,0 +1,98 @@
+// pshardctl as a process, for what needs no cluster: input errors, an
+// unreachable coordinator, help. Exit codes and the one-line messages are
+// what scripts depend on.
+#include <algorithm>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cli/pshardctl_runner.h"
+
+namespace pshard::testing {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::StartsWith;
+
+int Lines(const std::string& text) {
+  return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+}
+
+TEST(CliErrorsTest, UnreachableCoordinatorIsAClearMessageAndExit1) {
+  const absl::Time start = absl::Now();
+  // Port 1 on loopback: nothing serves it.
+  CliResult r = RunPshardctl({"list", "--coordinator=127.0.0.1:1",
+                              "--connect_timeout=2s"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, AllOf(StartsWith("pshardctl: cannot reach the coordinator "
+                                      "at 127.0.0.1:1 within 2s"),
+                           HasSubstr("PSHARD_COORDINATOR")));
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_THAT(r.out, IsEmpty());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
+TEST(CliErrorsTest, CoordinatorDefaultsToTheEnvironmentVariable) {
+  CliResult r = RunPshardctl({"workers", "--connect_timeout=1s"},
+                             {"PSHARD_COORDINATOR=127.0.0.1:2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("127.0.0.1:2"));
+}
+
+TEST(CliErrorsTest, BadSpecNamesTheFieldAndExits2BeforeConnecting) {
+  const std::string spec = WriteTempFile("bad.json", R"({
+    "name": "bad", "world_size": 2,
+    "mlp": {"input_dim": 16, "output_dim": 4, "batch_size": 0},
+    "optimizer": {"kind": "adam"}, "steps": 10})");
+  // No coordinator at this address: the spec is refused before any attempt.
+  const absl::Time start = absl::Now();
+  CliResult r = RunPshardctl({"submit", spec, "--coordinator=127.0.0.1:1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, AllOf(StartsWith("pshardctl: invalid job spec "),
+                           HasSubstr("batch_size")));
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_THAT(r.out, IsEmpty());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+}
+
+TEST(CliErrorsTest, LocalWithABadSpecExits2) {
+  const std::string spec = WriteTempFile("bad.json", R"({"name": "x"})");
+  CliResult r = RunPshardctl({"local", spec});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, StartsWith("pshardctl: invalid job spec "));
+}
+
+TEST(CliErrorsTest, UsageErrorsExit2) {
+  CliResult r = RunPshardctl({"frobnicate"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown command \"frobnicate\""));
+  r = RunPshardctl({"watch"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("missing JOB"));
+  r = RunPshardctl({"list", "--output=yaml"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--output"));
+  r = RunPshardctl({});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("usage: pshardctl COMMAND"));
+}
+
+TEST(CliErrorsTest, HelpForEveryCommand) {
+  CliResult r = RunPshardctl({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("usage: pshardctl COMMAND"));
+  for (const char* cmd : {"submit", "list", "get", "watch", "shards",
+                          "workers", "cancel", "local"}) {
+    r = RunPshardctl({cmd, "--help"});
+    EXPECT_EQ(r.exit_code, 0) << cmd;
+    EXPECT_THAT(r.out, StartsWith(std::string("usage: pshardctl ") + cmd)) << cmd;
+    r = RunPshardctl({"help", cmd});
+    EXPECT_EQ(r.exit_code, 0) << cmd;
+  }
+}
+
+}  // namespace
+}  // namespace pshard::testing

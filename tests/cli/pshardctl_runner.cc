@@ -1,0 +1,63 @@
+#include "tests/cli/pshardctl_runner.h"
+
+#include <sys/wait.h>
+
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
+
+namespace pshard::testing {
+namespace {
+
+std::string Quote(const std::string& arg) {
+  return absl::StrCat("'", absl::StrReplaceAll(arg, {{"'", "'\\''"}}), "'");
+}
+
+}  // namespace
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+std::string WriteTempFile(const std::string& name, const std::string& content) {
+  const std::string path = absl::StrCat(MakeTempDir("file"), "/", name);
+  std::ofstream(path) << content;
+  return path;
+}
+
+CliResult RunPshardctl(const std::vector<std::string>& args,
+                       const std::vector<std::string>& extra_env,
+                       absl::Duration timeout) {
+  const std::string dir = MakeTempDir("pshardctl");
+  std::vector<std::string> quoted;
+  for (const std::string& a : args) quoted.push_back(Quote(a));
+  // The shell only redirects; exec leaves pshardctl as the process waited on.
+  const std::string command =
+      absl::StrCat("exec ", Quote(RunfilePath("cli/pshardctl")), " ",
+                   absl::StrJoin(quoted, " "), " >", dir, "/out 2>", dir,
+                   "/err");
+  CliResult result;
+  auto process = Subprocess::Start({"/bin/sh", "-c", command}, extra_env);
+  EXPECT_OK(process.status());
+  if (!process.ok()) return result;
+  absl::StatusOr<int> status = (*process)->Wait(timeout);
+  EXPECT_OK(status.status()) << "pshardctl " << absl::StrJoin(args, " ");
+  if (status.ok() && WIFEXITED(*status)) result.exit_code = WEXITSTATUS(*status);
+  result.out = ReadFile(dir + "/out");
+  result.err = ReadFile(dir + "/err");
+  return result;
+}
+
+}  // namespace pshard::testing
