@@ -1,0 +1,77 @@
+#include "server/coordinator_server.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+
+namespace pshard {
+namespace server {
+
+CoordinatorServer::CoordinatorServer(coordinator::Coordinator* coordinator,
+                                     const coordinator::Clock* clock,
+                                     ServerOptions options)
+    : coordinator_(coordinator),
+      options_(std::move(options)),
+      jobs_(coordinator, clock, options_.services),
+      shards_(coordinator),
+      cluster_(coordinator),
+      worker_control_(coordinator, clock, options_.services) {}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    coordinator::Coordinator* coordinator, const coordinator::Clock* clock,
+    ServerOptions options) {
+  std::unique_ptr<CoordinatorServer> s(
+      new CoordinatorServer(coordinator, clock, std::move(options)));
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(s->options_.listen, grpc::InsecureServerCredentials(),
+                           &s->port_);
+  builder.SetMaxReceiveMessageSize(s->options_.max_receive_message_bytes);
+  grpc::ResourceQuota quota("pshard-coordinator");
+  quota.SetMaxThreads(s->options_.max_sync_threads);
+  builder.SetResourceQuota(quota);
+  builder.RegisterService(&s->jobs_);
+  builder.RegisterService(&s->shards_);
+  builder.RegisterService(&s->cluster_);
+  builder.RegisterService(&s->worker_control_);
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve on ", s->options_.listen,
+                     " (address in use or invalid?)"));
+  }
+  CoordinatorServer* self = s.get();
+  s->ticker_ = std::thread([self] {
+    while (!self->stop_.WaitForNotificationWithTimeout(
+        self->options_.tick_interval)) {
+      self->coordinator_->Tick();
+    }
+  });
+  return s;
+}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+std::shared_ptr<grpc::Channel> CoordinatorServer::InProcessChannel() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  return server_->InProcessChannel(args);
+}
+
+void CoordinatorServer::Shutdown(absl::Duration grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (server_) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  stop_.Notify();
+  if (ticker_.joinable()) ticker_.join();
+  if (server_) server_->Wait();
+}
+
+}  // namespace server
+}  // namespace pshard

@@ -1,0 +1,79 @@
+// The coordinator's gRPC server: the four pshard services plus health and
+// reflection, message-size caps, a bounded sync thread pool, and the ticker
+// thread that drives Coordinator::Tick (worker loss, wait deadlines).
+// Used by the pshard-coordinator binary, the in-process tests and the
+// benchmark.
+#ifndef PSHARD_SERVER_COORDINATOR_SERVER_H_
+#define PSHARD_SERVER_COORDINATOR_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "coordinator/clock.h"
+#include "coordinator/coordinator.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/server.h"
+#include "server/services.h"
+
+namespace pshard {
+namespace server {
+
+struct ServerOptions {
+  // host:port; port 0 picks a free port (see CoordinatorServer::port()).
+  std::string listen = "0.0.0.0:7070";
+  // Largest request accepted (bigger ones fail with RESOURCE_EXHAUSTED
+  // before any handler runs).
+  int max_receive_message_bytes = 16 << 20;
+  // Threads of the synchronous services (status RPCs and WatchJob).
+  int max_sync_threads = 64;
+  // How often Coordinator::Tick runs.
+  absl::Duration tick_interval = absl::Milliseconds(50);
+  ServiceOptions services;
+};
+
+class CoordinatorServer {
+ public:
+  // Starts serving `coordinator` (which must outlive the server).
+  // Errors: Unavailable if the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      coordinator::Coordinator* coordinator, const coordinator::Clock* clock,
+      ServerOptions options);
+
+  // Shuts down (as Shutdown()) if still running.
+  ~CoordinatorServer();
+
+  // The bound port.
+  int port() const { return port_; }
+
+  // A channel to this server that bypasses the network.
+  std::shared_ptr<grpc::Channel> InProcessChannel();
+
+  // Stops accepting calls, cancels pending ones after `grace`, stops the
+  // ticker. Idempotent.
+  void Shutdown(absl::Duration grace = absl::Seconds(1));
+
+ private:
+  CoordinatorServer(coordinator::Coordinator* coordinator,
+                    const coordinator::Clock* clock, ServerOptions options);
+
+  coordinator::Coordinator* const coordinator_;
+  const ServerOptions options_;
+  JobServiceImpl jobs_;
+  ShardServiceImpl shards_;
+  ClusterServiceImpl cluster_;
+  WorkerControlImpl worker_control_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  absl::Notification stop_;
+  std::thread ticker_;
+  bool shut_down_ = false;
+};
+
+}  // namespace server
+}  // namespace pshard
+
+#endif  // PSHARD_SERVER_COORDINATOR_SERVER_H_

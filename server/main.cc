@@ -1,0 +1,134 @@
+// pshard-coordinator: the control plane of pshard as one process. Flags are
+// read here only and turned into typed options.
+#include <errno.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "coordinator/clock.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/state_store.h"
+#include "server/coordinator_server.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
+          "host:port to serve on; port 0 picks a free port");
+ABSL_FLAG(std::string, port_file, "",
+          "if set, the bound port is written there once serving");
+ABSL_FLAG(std::string, state_path, "pshard-coordinator.db",
+          "SQLite state file (created if missing)");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
+          "how often workers heartbeat");
+ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(5),
+          "a worker silent this long is LOST");
+
+namespace {
+
+// The write end of the self-pipe that the signal handler pokes.
+int signal_pipe_write = -1;
+
+void OnSignal(int sig) {
+  const char c = static_cast<char>(sig);
+  // write() is async-signal-safe; a full pipe just drops the extra signal.
+  ssize_t ignored = write(signal_pipe_write, &c, 1);
+  (void)ignored;
+}
+
+// Writes `port` to `path` atomically (write a temporary file, then rename),
+// so a reader never sees a partial number.
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    out.close();
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "pshard coordinator: worker pool, jobs, rendezvous, shard assignment");
+  absl::ParseCommandLine(argc, argv);
+
+  // SIGINT/SIGTERM: the handler writes to a pipe that main() waits on, so the
+  // shutdown runs on the main thread whichever thread took the signal.
+  int signal_pipe[2];
+  if (pipe(signal_pipe) != 0) {
+    perror("pshard-coordinator: pipe");
+    return 1;
+  }
+  signal_pipe_write = signal_pipe[1];
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  pshard::coordinator::CoordinatorOptions options;
+  options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
+  if (options.heartbeat_interval <= absl::ZeroDuration() ||
+      options.worker_timeout <= options.heartbeat_interval) {
+    fprintf(stderr,
+            "pshard-coordinator: need 0 < --heartbeat_interval < "
+            "--worker_timeout\n");
+    return 2;
+  }
+  options.recovery_grace = 2 * options.worker_timeout;
+
+  pshard::coordinator::RealClock clock;
+  const std::string state_path = absl::GetFlag(FLAGS_state_path);
+  auto store = pshard::coordinator::StateStore::Open(state_path);
+  if (!store.ok()) {
+    fprintf(stderr, "pshard-coordinator: %s\n",
+            std::string(store.status().message()).c_str());
+    return 1;
+  }
+  auto coordinator = pshard::coordinator::Coordinator::Create(
+      options, &clock, *std::move(store));
+  if (!coordinator.ok()) {
+    fprintf(stderr, "pshard-coordinator: loading %s: %s\n", state_path.c_str(),
+            std::string(coordinator.status().message()).c_str());
+    return 1;
+  }
+
+  pshard::server::ServerOptions server_options;
+  server_options.listen = absl::GetFlag(FLAGS_listen);
+  server_options.services.max_wait = (*coordinator)->options().max_wait;
+  auto server = pshard::server::CoordinatorServer::Start(
+      coordinator->get(), &clock, server_options);
+  if (!server.ok()) {
+    fprintf(stderr, "pshard-coordinator: %s\n",
+            std::string(server.status().message()).c_str());
+    return 1;
+  }
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
+    fprintf(stderr, "pshard-coordinator: cannot write --port_file %s\n",
+            port_file.c_str());
+    return 1;
+  }
+  fprintf(stderr, "pshard-coordinator: serving on port %d, state in %s\n",
+          (*server)->port(), state_path.c_str());
+
+  char sig = 0;
+  while (read(signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+  }
+  fprintf(stderr, "pshard-coordinator: signal %d, shutting down\n", sig);
+  (*server)->Shutdown(absl::Seconds(2));
+  server->reset();
+  coordinator->reset();
+  return 0;
+}

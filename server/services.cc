@@ -1,0 +1,298 @@
+#include "server/services.h"
+
+#include <chrono>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/grpc_status.h"
+
+namespace pshard {
+namespace server {
+namespace {
+
+using coordinator::Coordinator;
+
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
+                               const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+absl::Duration FromProto(const google::protobuf::Duration& d) {
+  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
+}
+
+// A unary call answered later, when the Coordinator calls back (KvGet,
+// GetAssignment). The callback may come before the handler returns, on any
+// thread, or never (if the wait was cancelled); the shared State makes
+// exactly one of {callback, OnCancel} finish the call, and lets a late
+// callback find out that the reactor is gone.
+template <typename T, typename Response>
+class WaitReactor final : public grpc::ServerUnaryReactor {
+ public:
+  using Fill = void (*)(T&& value, Response* response);
+  using StartFn =
+      std::function<Coordinator::WaitId(std::function<void(absl::StatusOr<T>)>)>;
+
+  // Starts the wait; the reactor deletes itself when the call is done.
+  static WaitReactor* Start(Coordinator* c, Response* response, Fill fill,
+                            const StartFn& start) {
+    auto* reactor = new WaitReactor(c);
+    std::shared_ptr<State> state = reactor->state_;
+    const Coordinator::WaitId id =
+        start([state, response, fill](absl::StatusOr<T> result) {
+          WaitReactor* r;
+          {
+            absl::MutexLock lock(&state->mu);
+            if (state->finished) return;
+            state->finished = true;
+            r = state->reactor;
+          }
+          if (result.ok()) fill(*std::move(result), response);
+          r->Finish(ToGrpcStatus(result.status()));
+        });
+    absl::MutexLock lock(&state->mu);
+    state->wait_id = id;
+    return reactor;
+  }
+
+  void OnCancel() override {
+    Coordinator::WaitId id;
+    {
+      absl::MutexLock lock(&state_->mu);
+      if (state_->finished) return;
+      state_->finished = true;
+      id = state_->wait_id;
+    }
+    if (id != 0) c_->CancelWait(id);
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "call cancelled"));
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+    Coordinator::WaitId wait_id ABSL_GUARDED_BY(mu) = 0;
+    WaitReactor* reactor = nullptr;
+  };
+
+  explicit WaitReactor(Coordinator* c)
+      : c_(c), state_(std::make_shared<State>()) {
+    state_->reactor = this;
+  }
+
+  Coordinator* const c_;
+  const std::shared_ptr<State> state_;
+};
+
+}  // namespace
+
+// ---- JobService ----
+
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*,
+                                       const v1::SubmitJobRequest* req,
+                                       v1::Job* resp) {
+  absl::StatusOr<v1::Job> job = c_->SubmitJob(req->spec());
+  if (job.ok()) *resp = *std::move(job);
+  return ToGrpcStatus(job.status());
+}
+
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*,
+                                    const v1::GetJobRequest* req,
+                                    v1::Job* resp) {
+  absl::StatusOr<v1::Job> job = c_->GetJob(req->job_id());
+  if (job.ok()) *resp = *std::move(job);
+  return ToGrpcStatus(job.status());
+}
+
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*,
+                                      const v1::ListJobsRequest* req,
+                                      v1::ListJobsResponse* resp) {
+  std::vector<v1::JobState> states;
+  for (int s : req->states()) states.push_back(static_cast<v1::JobState>(s));
+  absl::StatusOr<std::vector<v1::Job>> jobs = c_->ListJobs(states, req->limit());
+  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
+  int64_t bytes = 0;
+  for (v1::Job& job : *jobs) {
+    bytes += static_cast<int64_t>(job.ByteSizeLong()) + 8;
+    if (bytes > options_.max_list_response_bytes && resp->jobs_size() > 0) break;
+    *resp->add_jobs() = std::move(job);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*,
+                                       const v1::CancelJobRequest* req,
+                                       v1::Job* resp) {
+  absl::StatusOr<v1::Job> job = c_->CancelJob(req->job_id(), req->reason());
+  if (job.ok()) *resp = *std::move(job);
+  return ToGrpcStatus(job.status());
+}
+
+grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
+                                      const v1::WatchJobRequest* req,
+                                      grpc::ServerWriter<v1::JobEvent>* writer) {
+  if (watchers_.fetch_add(1) >= options_.max_watchers) {
+    watchers_.fetch_sub(1);
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("too many WatchJob streams (", options_.max_watchers,
+                     "); poll GetJob instead"));
+  }
+  struct Release {
+    std::atomic<int>* n;
+    ~Release() { n->fetch_sub(1); }
+  } release{&watchers_};
+
+  int64_t after = req->after_sequence();
+  for (;;) {
+    if (ctx->IsCancelled()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    }
+    absl::StatusOr<Coordinator::EventBatch> batch =
+        c_->GetEvents(req->job_id(), after, 256);
+    if (!batch.ok()) return ToGrpcStatus(batch.status());
+    for (const v1::JobEvent& event : batch->events) {
+      if (!writer->Write(event)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+      }
+      after = event.sequence();
+    }
+    if (!batch->events.empty()) continue;  // drain the log first
+    if (batch->terminal) return grpc::Status::OK;
+    // Wait for news, a second at a time, so that a vanished client is
+    // noticed within one poll.
+    auto news = std::make_shared<absl::Notification>();
+    const Coordinator::WaitId id = c_->WaitForEvents(
+        req->job_id(), after, clock_->Now() + options_.watch_poll,
+        [news](absl::Status) { news->Notify(); });
+    if (!news->WaitForNotificationWithTimeout(options_.watch_poll +
+                                              absl::Milliseconds(100))) {
+      c_->CancelWait(id);
+    }
+  }
+}
+
+// ---- ShardService and ClusterService ----
+
+grpc::Status ShardServiceImpl::GetShardAssignment(
+    grpc::ServerContext*, const v1::GetShardAssignmentRequest* req,
+    v1::ShardAssignment* resp) {
+  absl::StatusOr<v1::ShardAssignment> a = c_->GetShardAssignment(req->job_id());
+  if (a.ok()) *resp = *std::move(a);
+  return ToGrpcStatus(a.status());
+}
+
+grpc::Status ClusterServiceImpl::ListWorkers(grpc::ServerContext*,
+                                             const v1::ListWorkersRequest* req,
+                                             v1::ListWorkersResponse* resp) {
+  for (v1::WorkerInfo& w : c_->ListWorkers(req->include_lost())) {
+    *resp->add_workers() = std::move(w);
+  }
+  return grpc::Status::OK;
+}
+
+// ---- WorkerControl ----
+
+absl::StatusOr<absl::Time> WorkerControlImpl::WaitDeadline(
+    const grpc::CallbackServerContext* ctx,
+    const google::protobuf::Duration& timeout) const {
+  const absl::Duration wait = FromProto(timeout);
+  if (wait < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("timeout: must not be negative");
+  }
+  const absl::Time now = clock_->Now();
+  absl::Time deadline =
+      now + (wait == absl::ZeroDuration() ? options_.max_wait
+                                          : std::min(wait, options_.max_wait));
+  // The client's own deadline (gRPC reports "none" as a far future time).
+  const auto client = ctx->deadline();
+  if (client < std::chrono::system_clock::now() + std::chrono::hours(24 * 365)) {
+    deadline = std::min(deadline, absl::FromChrono(client));
+  }
+  return deadline;
+}
+
+grpc::ServerUnaryReactor* WorkerControlImpl::RegisterWorker(
+    grpc::CallbackServerContext* ctx, const v1::RegisterWorkerRequest* req,
+    v1::RegisterWorkerResponse* resp) {
+  absl::StatusOr<v1::RegisterWorkerResponse> r = c_->RegisterWorker(*req);
+  if (r.ok()) *resp = *std::move(r);
+  return Done(ctx, r.status());
+}
+
+grpc::ServerUnaryReactor* WorkerControlImpl::Heartbeat(
+    grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* req,
+    v1::HeartbeatResponse* resp) {
+  absl::StatusOr<v1::HeartbeatResponse> r = c_->Heartbeat(*req);
+  if (r.ok()) *resp = *std::move(r);
+  return Done(ctx, r.status());
+}
+
+grpc::ServerUnaryReactor* WorkerControlImpl::KvPut(
+    grpc::CallbackServerContext* ctx, const v1::KvPutRequest* req,
+    v1::KvPutResponse*) {
+  return Done(ctx, c_->KvPut(*req));
+}
+
+grpc::ServerUnaryReactor* WorkerControlImpl::KvGet(
+    grpc::CallbackServerContext* ctx, const v1::KvGetRequest* req,
+    v1::KvGetResponse* resp) {
+  absl::StatusOr<absl::Time> deadline = WaitDeadline(ctx, req->timeout());
+  if (!deadline.ok()) return Done(ctx, deadline.status());
+  Coordinator* c = c_;
+  return WaitReactor<std::string, v1::KvGetResponse>::Start(
+      c_, resp,
+      [](std::string&& value, v1::KvGetResponse* r) {
+        r->set_value(std::move(value));
+      },
+      [c, req, d = *deadline](auto done) {
+        return c->KvGet(req->job_id(), req->epoch(), req->key(), d,
+                        std::move(done));
+      });
+}
+
+grpc::ServerUnaryReactor* WorkerControlImpl::ReportBuckets(
+    grpc::CallbackServerContext* ctx, const v1::ReportBucketsRequest* req,
+    v1::ReportBucketsResponse*) {
+  return Done(ctx, c_->ReportBuckets(*req));
+}
+
+grpc::ServerUnaryReactor* WorkerControlImpl::GetAssignment(
+    grpc::CallbackServerContext* ctx, const v1::GetAssignmentRequest* req,
+    v1::ShardAssignment* resp) {
+  absl::StatusOr<absl::Time> deadline = WaitDeadline(ctx, req->timeout());
+  if (!deadline.ok()) return Done(ctx, deadline.status());
+  Coordinator* c = c_;
+  return WaitReactor<v1::ShardAssignment, v1::ShardAssignment>::Start(
+      c_, resp,
+      [](v1::ShardAssignment&& a, v1::ShardAssignment* r) { *r = std::move(a); },
+      [c, req, d = *deadline](auto done) {
+        return c->GetAssignment(req->job_id(), req->epoch(), d,
+                                std::move(done));
+      });
+}
+
+grpc::ServerUnaryReactor* WorkerControlImpl::ReportProgress(
+    grpc::CallbackServerContext* ctx, const v1::ReportProgressRequest* req,
+    v1::ReportProgressResponse* resp) {
+  absl::StatusOr<v1::ReportProgressResponse> r = c_->ReportProgress(*req);
+  if (r.ok()) *resp = *std::move(r);
+  return Done(ctx, r.status());
+}
+
+grpc::ServerUnaryReactor* WorkerControlImpl::ReportResult(
+    grpc::CallbackServerContext* ctx, const v1::ReportResultRequest* req,
+    v1::ReportResultResponse*) {
+  return Done(ctx, c_->ReportResult(*req));
+}
+
+}  // namespace server
+}  // namespace pshard

@@ -1,0 +1,141 @@
+// gRPC adapters over coordinator::Coordinator: JobService, ShardService,
+// ClusterService and WorkerControl. They only translate: request checks that
+// need gRPC (deadlines, cancellation, response sizes) live here; every rule
+// about jobs and workers lives in coordinator/. absl::Status becomes
+// grpc::Status once, through common/grpc_status.h.
+//
+// Threading: JobService, ShardService and ClusterService use the synchronous
+// API (their handlers return quickly, except WatchJob, which waits at most a
+// second at a time and is capped at max_watchers concurrent streams so it
+// cannot take the sync pool). WorkerControl uses the callback API: KvGet and
+// GetAssignment park a callback in the Coordinator instead of a thread, so
+// thousands of ranks can wait at once.
+#ifndef PSHARD_SERVER_SERVICES_H_
+#define PSHARD_SERVER_SERVICES_H_
+
+#include <atomic>
+
+#include "absl/time/time.h"
+#include "coordinator/clock.h"
+#include "coordinator/coordinator.h"
+#include "pshard/v1/cluster.grpc.pb.h"
+#include "pshard/v1/job.grpc.pb.h"
+#include "pshard/v1/shard.grpc.pb.h"
+#include "pshard/v1/worker_control.grpc.pb.h"
+
+namespace pshard {
+namespace server {
+
+struct ServiceOptions {
+  // Concurrent WatchJob streams; more get RESOURCE_EXHAUSTED.
+  int max_watchers = 32;
+  // How long WatchJob waits for news before it checks for cancellation.
+  absl::Duration watch_poll = absl::Seconds(1);
+  // ListJobs stops adding jobs past this many bytes, so that clients with
+  // gRPC's default 4 MiB receive limit can read the answer.
+  int64_t max_list_response_bytes = int64_t{3} << 20;
+  // Longest KvGet/GetAssignment wait, whatever the request asks.
+  absl::Duration max_wait = absl::Seconds(300);
+};
+
+class JobServiceImpl final : public v1::JobService::Service {
+ public:
+  JobServiceImpl(coordinator::Coordinator* c, const coordinator::Clock* clock,
+                 ServiceOptions options)
+      : c_(c), clock_(clock), options_(options) {}
+
+  grpc::Status SubmitJob(grpc::ServerContext* ctx,
+                         const v1::SubmitJobRequest* req,
+                         v1::Job* resp) override;
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
+                      v1::Job* resp) override;
+  grpc::Status ListJobs(grpc::ServerContext* ctx,
+                        const v1::ListJobsRequest* req,
+                        v1::ListJobsResponse* resp) override;
+  grpc::Status CancelJob(grpc::ServerContext* ctx,
+                         const v1::CancelJobRequest* req,
+                         v1::Job* resp) override;
+  // Streams events after req->after_sequence until the job ends; returns
+  // CANCELLED when the client goes away or the server shuts down.
+  grpc::Status WatchJob(grpc::ServerContext* ctx,
+                        const v1::WatchJobRequest* req,
+                        grpc::ServerWriter<v1::JobEvent>* writer) override;
+
+ private:
+  coordinator::Coordinator* const c_;
+  const coordinator::Clock* const clock_;
+  const ServiceOptions options_;
+  std::atomic<int> watchers_{0};
+};
+
+class ShardServiceImpl final : public v1::ShardService::Service {
+ public:
+  explicit ShardServiceImpl(coordinator::Coordinator* c) : c_(c) {}
+  grpc::Status GetShardAssignment(grpc::ServerContext* ctx,
+                                  const v1::GetShardAssignmentRequest* req,
+                                  v1::ShardAssignment* resp) override;
+
+ private:
+  coordinator::Coordinator* const c_;
+};
+
+class ClusterServiceImpl final : public v1::ClusterService::Service {
+ public:
+  explicit ClusterServiceImpl(coordinator::Coordinator* c) : c_(c) {}
+  grpc::Status ListWorkers(grpc::ServerContext* ctx,
+                           const v1::ListWorkersRequest* req,
+                           v1::ListWorkersResponse* resp) override;
+
+ private:
+  coordinator::Coordinator* const c_;
+};
+
+class WorkerControlImpl final : public v1::WorkerControl::CallbackService {
+ public:
+  WorkerControlImpl(coordinator::Coordinator* c,
+                    const coordinator::Clock* clock, ServiceOptions options)
+      : c_(c), clock_(clock), options_(options) {}
+
+  grpc::ServerUnaryReactor* RegisterWorker(
+      grpc::CallbackServerContext* ctx, const v1::RegisterWorkerRequest* req,
+      v1::RegisterWorkerResponse* resp) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const v1::HeartbeatRequest* req,
+                                      v1::HeartbeatResponse* resp) override;
+  grpc::ServerUnaryReactor* KvPut(grpc::CallbackServerContext* ctx,
+                                  const v1::KvPutRequest* req,
+                                  v1::KvPutResponse* resp) override;
+  // Waits min(req->timeout (0: the cap), max_wait, the RPC deadline).
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx,
+                                  const v1::KvGetRequest* req,
+                                  v1::KvGetResponse* resp) override;
+  grpc::ServerUnaryReactor* ReportBuckets(
+      grpc::CallbackServerContext* ctx, const v1::ReportBucketsRequest* req,
+      v1::ReportBucketsResponse* resp) override;
+  // Waits like KvGet.
+  grpc::ServerUnaryReactor* GetAssignment(
+      grpc::CallbackServerContext* ctx, const v1::GetAssignmentRequest* req,
+      v1::ShardAssignment* resp) override;
+  grpc::ServerUnaryReactor* ReportProgress(
+      grpc::CallbackServerContext* ctx, const v1::ReportProgressRequest* req,
+      v1::ReportProgressResponse* resp) override;
+  grpc::ServerUnaryReactor* ReportResult(
+      grpc::CallbackServerContext* ctx, const v1::ReportResultRequest* req,
+      v1::ReportResultResponse* resp) override;
+
+ private:
+  // The deadline of a blocking wait, or InvalidArgument for a negative
+  // timeout.
+  absl::StatusOr<absl::Time> WaitDeadline(
+      const grpc::CallbackServerContext* ctx,
+      const google::protobuf::Duration& timeout) const;
+
+  coordinator::Coordinator* const c_;
+  const coordinator::Clock* const clock_;
+  const ServiceOptions options_;
+};
+
+}  // namespace server
+}  // namespace pshard
+
+#endif  // PSHARD_SERVER_SERVICES_H_
