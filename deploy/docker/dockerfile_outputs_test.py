@@ -12,7 +12,6 @@ package would make the binary fail to start in the image, an extra one only
 makes the image bigger. For the GPU image, libraries of the CUDA toolkit
 (outside dpkg, under /usr/local/cuda) come from the CUDA base image."""
 
-import functools
 import os
 import subprocess
 import unittest
@@ -37,21 +36,30 @@ def needed_libraries(binary):
     return {soname: resolved.get(soname) for soname in needed}
 
 
-@functools.lru_cache(maxsize=None)
-def owning_package(path):
-    """The Debian package that installed `path` (tries the /lib <-> /usr/lib
-    spellings of a merged /usr and the resolved symlink), or None."""
-    candidates = [path, os.path.realpath(path)]
-    for p in list(candidates):
+def _spellings(path):
+    """`path`, its resolved form, and their /lib <-> /usr/lib spellings (a
+    merged /usr registers files under either)."""
+    out = []
+    for p in (path, os.path.realpath(path)):
+        out.append(p)
         if p.startswith("/usr/lib/"):
-            candidates.append(p[len("/usr"):])
+            out.append(p[len("/usr"):])
         elif p.startswith("/lib/"):
-            candidates.append("/usr" + p)
-    for p in candidates:
-        r = subprocess.run(["dpkg-query", "-S", p], capture_output=True, text=True)
-        if r.returncode == 0:
-            return r.stdout.split(":", 1)[0].strip()
-    return None
+            out.append("/usr" + p)
+    return out
+
+
+def owning_packages(paths):
+    """path -> the Debian package that installed it (None if none did), with
+    one dpkg-query for all of them (each call reads every file list)."""
+    candidates = sorted({c for p in paths for c in _spellings(p)})
+    r = subprocess.run(["dpkg-query", "-S", *candidates], capture_output=True, text=True)
+    owner = {}
+    for line in r.stdout.splitlines():
+        pkgs, sep, file = line.partition(": ")
+        if sep and "," not in pkgs:
+            owner[file.strip()] = pkgs.split(":")[0].strip()
+    return {p: next((owner[c] for c in _spellings(p) if c in owner), None) for p in paths}
 
 
 class OutputsTest(unittest.TestCase):
@@ -79,15 +87,16 @@ class OutputsTest(unittest.TestCase):
                 binary = os.path.join(d.workspace_dir(), df.binary_source())
                 needed = needed_libraries(binary)
                 packages = set()
+                unresolved = [so for so, path in needed.items() if path is None or path == "not"]
+                self.assertEqual(unresolved, [], f"{df.binary_source()}: do not resolve here")
+                owners = owning_packages(list(needed.values()))
                 for soname, path in needed.items():
-                    if path is None or path == "not":
-                        self.fail(f"{df.binary_source()}: {soname} does not resolve on this machine")
-                    pkg = owning_package(path)
+                    pkg = owners[path]
                     if pkg is None:
                         self.assertTrue("gpu" in name and "/cuda" in os.path.realpath(path),
                                         f"{soname} ({path}) belongs to no Debian package")
                         continue
-                    packages.add(pkg.split(":")[0])
+                    packages.add(pkg)
                 debian_stage = next(s for s in df.stages if s.image.startswith("debian:"))
                 installed = set(df.apt_packages(debian_stage))
                 self.assertEqual(sorted(installed), sorted(packages - BASE_PACKAGES))
