@@ -462,8 +462,10 @@ std::string FormatOutcome(const v1::Job& job) {
     const absl::Duration d =
         absl::Seconds(job.end_time().seconds() - job.start_time().seconds()) +
         absl::Nanoseconds(job.end_time().nanos() - job.start_time().nanos());
-    absl::StrAppend(&out, " in ",
-                    HumanDuration(absl::Trunc(d, absl::Milliseconds(100))));
+    if (d >= absl::Milliseconds(100)) {
+      absl::StrAppend(&out, " in ",
+                      HumanDuration(absl::Trunc(d, absl::Milliseconds(100))));
+    }
   }
   if (!job.reason().empty() && job.state() != v1::SUCCEEDED) {
     absl::StrAppend(&out, ": ", job.reason());

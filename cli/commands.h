@@ -55,7 +55,7 @@ struct CliOptions {
   // workers: include LOST workers.
   bool include_lost = false;
   // cancel: recorded in the job's event log.
-  std::string reason = "cancelled with pshardctl";
+  std::string reason = "by pshardctl cancel";
 };
 
 // Where output goes. `out_is_tty` selects the in-place progress bar.

@@ -30,7 +30,7 @@ absl::Duration ToAbslDuration(const google::protobuf::Duration& d) {
 std::string Age(const google::protobuf::Timestamp& ts, absl::Time now) {
   if (ts.seconds() == 0 && ts.nanos() == 0) return "-";
   absl::Duration age = now - ToAbslTime(ts);
-  if (age < absl::ZeroDuration()) age = absl::ZeroDuration();
+  if (age < absl::Seconds(1)) return "just now";
   return absl::StrCat(HumanDuration(absl::Trunc(age, absl::Seconds(1))),
                       " ago");
 }

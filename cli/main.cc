@@ -29,7 +29,7 @@ ABSL_FLAG(std::string, state, "",
           "list: comma-separated job states to show (e.g. running,queued).");
 ABSL_FLAG(int, limit, 0, "list: at most this many jobs (0: server default).");
 ABSL_FLAG(bool, include_lost, false, "workers: include LOST workers.");
-ABSL_FLAG(std::string, reason, "cancelled with pshardctl",
+ABSL_FLAG(std::string, reason, "by pshardctl cancel",
           "cancel: reason recorded in the job's event log.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(5),
           "How long to wait for the coordinator to answer.");
