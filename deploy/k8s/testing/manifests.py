@@ -118,7 +118,7 @@ def config_map_data(objects, name):
 def container_env(objects, c, pod_metadata):
     """The environment Kubernetes gives container `c`: envFrom ConfigMaps,
     then env entries (later wins), with fieldRefs resolved from pod_metadata
-    (a dict with at least "name" and "namespace")."""
+    (a dict with "name", "namespace" and, where used, "ip")."""
     env = {}
     for source in c.get("envFrom", []):
         ref = source.get("configMapRef")
@@ -134,7 +134,8 @@ def container_env(objects, c, pod_metadata):
             vf = e["valueFrom"]
             if "fieldRef" in vf:
                 path = vf["fieldRef"]["fieldPath"]
-                key = {"metadata.name": "name", "metadata.namespace": "namespace"}.get(path)
+                key = {"metadata.name": "name", "metadata.namespace": "namespace",
+                       "status.podIP": "ip"}.get(path)
                 if key is None or key not in pod_metadata:
                     raise AssertionError(f"unsupported fieldRef {path}")
                 env[e["name"]] = pod_metadata[key]

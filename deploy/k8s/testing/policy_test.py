@@ -84,7 +84,7 @@ class OverlayTest(unittest.TestCase):
             with self.subTest(overlay=overlay):
                 d = m.one(objs, "Deployment", COORDINATOR)
                 c = m.container(d)
-                env = m.container_env(objs, c, {"name": "p", "namespace": "pshard"})
+                env = m.container_env(objs, c, {"name": "p", "namespace": "pshard", "ip": "10.0.0.9"})
                 state_path = m.expand(flag_values(c["args"])["state_path"], env)
                 claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
                           for v in m.pod_spec(d)["volumes"] if "persistentVolumeClaim" in v}
@@ -144,15 +144,17 @@ class OverlayTest(unittest.TestCase):
             with self.subTest(overlay=overlay):
                 sts = m.one(objs, "StatefulSet", WORKER)
                 c = m.container(sts)
-                env = m.container_env(objs, c, {"name": "pshard-worker-3", "namespace": "pshard"})
+                env = m.container_env(objs, c, {"name": "pshard-worker-3", "namespace": "pshard", "ip": "10.0.0.9"})
                 args = flag_values([m.expand(a, env) for a in c["args"]])
                 self.assertEqual(args["name"], "pshard-worker-3")
+                # Gloo's address is the pod IP, which every pod can reach.
+                self.assertEqual(args["host"], "10.0.0.9")
 
     def test_worker_reaches_the_coordinator_service(self):
         for overlay, objs in self.each_overlay():
             with self.subTest(overlay=overlay):
                 c = m.container(m.one(objs, "StatefulSet", WORKER))
-                env = m.container_env(objs, c, {"name": "w", "namespace": "pshard"})
+                env = m.container_env(objs, c, {"name": "w", "namespace": "pshard", "ip": "10.0.0.9"})
                 target = flag_values([m.expand(a, env) for a in c["args"]])["coordinator"]
                 host, port = target.rsplit(":", 1)
                 svc = m.one(objs, "Service", host.split(".")[0])
@@ -185,7 +187,7 @@ class OverlayTest(unittest.TestCase):
         for overlay, objs in self.each_overlay():
             with self.subTest(overlay=overlay):
                 c = m.container(m.one(objs, "StatefulSet", WORKER))
-                env = m.container_env(objs, c, {"name": "w", "namespace": "pshard"})
+                env = m.container_env(objs, c, {"name": "w", "namespace": "pshard", "ip": "10.0.0.9"})
                 device = flag_values([m.expand(a, env) for a in c["args"]])["device"]
                 limits = c["resources"]["limits"]
                 if overlay.endswith("gpu"):
@@ -303,7 +305,7 @@ class EveryObjectTest(unittest.TestCase):
                         self.assertIn(vm["name"], volumes, f"{c['name']}: no volume {vm['name']}")
                     # Every $(VAR) in command and args is defined, so Kubernetes
                     # expands it (it would pass an undefined one through as is).
-                    env = m.container_env(objs, c, {"name": "pod", "namespace": "pshard"})
+                    env = m.container_env(objs, c, {"name": "pod", "namespace": "pshard", "ip": "10.0.0.9"})
                     missing = []
                     for a in c.get("command", []) + c.get("args", []):
                         m.expand(a, env, missing)
@@ -356,7 +358,7 @@ class ExampleJobTest(unittest.TestCase):
     def test_client_reaches_the_coordinator_service(self):
         job = m.one(m.render(m.EXAMPLE), "Job")
         c = m.container(job)
-        env = m.container_env([], c, {"name": "p", "namespace": "pshard"})
+        env = m.container_env([], c, {"name": "p", "namespace": "pshard", "ip": "10.0.0.9"})
         svc = m.one(m.render(m.OVERLAYS[0]), "Service", COORDINATOR)
         self.assertEqual(env["PSHARD_COORDINATOR"],
                          f"{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}")

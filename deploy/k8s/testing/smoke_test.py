@@ -13,7 +13,8 @@ everything with SIGTERM, as Kubernetes does, expecting a clean exit.
 
 What is simulated, and how:
 - Service names: "<service>[.<namespace>[.svc[.cluster.local]]]:<port>" in
-  args and environment becomes 127.0.0.1:<the port the selected pod bound>.
+  args and environment becomes 127.0.0.1:<the port the selected pod bound>,
+  and every pod's IP (the downward API's status.podIP) is 127.0.0.1.
 - Ports: every --listen=HOST:PORT becomes --listen=127.0.0.1:0 with a
   --port_file, so several pods share the machine without fixed ports.
 - Volumes: each volume is a directory under the test's temporary directory
@@ -44,6 +45,8 @@ PROBE = os.path.join(RUNFILES, "deploy", "k8s", "testing", "grpc_health_probe")
 # Paths that stay the machine's own (the processes open them by name).
 UNMAPPED_MOUNTS = ("/dev/shm", "/tmp")
 SHARED_VOLUMES = ("output",)
+# Every simulated pod's IP (status.podIP).
+POD_IP = "127.0.0.1"
 JOB_TIMEOUT_S = 180
 
 
@@ -121,7 +124,8 @@ class Pod:
         binary, entrypoint, image_env = image_binary(c["image"])
         env = {k: self.sim.rewrite(v) for k, v in image_env.items()}
         env.update(m.container_env(self.sim.objects, c,
-                                   {"name": self.name, "namespace": self.workload["metadata"]["namespace"]}))
+                                   {"name": self.name, "ip": POD_IP,
+                                    "namespace": self.workload["metadata"]["namespace"]}))
         missing = []
         argv = [m.expand(a, env, missing) for a in c.get("command", [entrypoint]) + c.get("args", [])]
         assert not missing, f"{self.name}: undefined $(VAR): {missing}"
