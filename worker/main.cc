@@ -1,0 +1,187 @@
+// pshard-worker: one worker of the pool. Registers with the coordinator, runs
+// the jobs it is given, serves WorkerStatus (plus gRPC health and reflection)
+// on --listen. SIGINT/SIGTERM abort any running job and exit 0.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "worker/runtime/agent.h"
+#include "worker/runtime/control_plane.h"
+#include "worker/runtime/worker_status_service.h"
+
+ABSL_FLAG(std::string, coordinator, "",
+          "host:port of the coordinator (required)");
+ABSL_FLAG(std::string, name, "",
+          "stable worker name; default <hostname>-<pid>");
+ABSL_FLAG(std::string, listen, "0.0.0.0:7071",
+          "address of the WorkerStatus server; port 0 picks a free port");
+ABSL_FLAG(std::string, port_file, "",
+          "if set, the bound WorkerStatus port is written here once serving");
+ABSL_FLAG(std::string, host, "",
+          "host name peers use to reach this worker (Gloo); default the "
+          "machine's host name");
+ABSL_FLAG(std::string, device, "cpu", "\"cpu\", \"auto\" or \"cuda:N\"");
+
+namespace {
+
+std::string Hostname() {
+  char buffer[256] = {0};
+  if (gethostname(buffer, sizeof(buffer) - 1) != 0) return "localhost";
+  return buffer;
+}
+
+std::string RandomIncarnation() {
+  std::random_device device;
+  return absl::StrFormat("%08x%08x", device(), device());
+}
+
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return false;
+    out << port << "\n";
+    if (!out.flush()) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// "0.0.0.0:7071" -> host part; "[::]:7071" -> "[::]".
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "pshard-worker --coordinator=HOST:PORT [--name=N] [--listen=ADDR] "
+      "[--port_file=PATH] [--host=H] [--device=cpu|auto|cuda:N]");
+  absl::ParseCommandLine(argc, argv);
+
+  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (coordinator.empty()) {
+    std::fprintf(stderr, "pshard-worker: --coordinator is required\n");
+    return 2;
+  }
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cpu" && device != "auto") {
+    // This build runs jobs on the CPU (Gloo); CUDA devices need the GPU
+    // build's NCCL path.
+    std::fprintf(stderr,
+                 "pshard-worker: --device=%s is not supported by this worker "
+                 "(use cpu or auto)\n",
+                 device.c_str());
+    return 2;
+  }
+  std::string host = absl::GetFlag(FLAGS_host);
+  if (host.empty()) host = Hostname();
+  std::string name = absl::GetFlag(FLAGS_name);
+  if (name.empty()) name = absl::StrCat(Hostname(), "-", getpid());
+
+  // Signals are taken by one thread with sigwait; block them everywhere else
+  // before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::unique_ptr<pshard::worker::ControlPlane> control =
+      pshard::worker::NewGrpcControlPlane(coordinator);
+
+  pshard::worker::AgentOptions options;
+  options.name = name;
+  options.incarnation = RandomIncarnation();
+  options.host = host;
+  options.gloo_hostname = host;
+  options.device_kind = pshard::v1::CPU;
+  options.device = "cpu";
+
+  // The status server first: its address is part of the registration.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // The agent is created before the service that points at it, and the
+  // server is shut down before the agent goes.
+  std::unique_ptr<pshard::worker::Agent> agent;
+  int port = 0;
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  // The agent exists only once the port is known; until then the service
+  // answers Unavailable. `agent` outlives the server (shut down first).
+  absl::Mutex agent_mu;
+  pshard::worker::WorkerStatusService service(
+      [&]() -> absl::StatusOr<pshard::v1::GetWorkerStatusResponse> {
+        absl::MutexLock lock(&agent_mu);
+        if (agent == nullptr) return absl::UnavailableError("worker starting");
+        return agent->Status();
+      });
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::fprintf(stderr, "pshard-worker: cannot listen on %s\n", listen.c_str());
+    return 1;
+  }
+  options.address = absl::StrCat(
+      absl::StartsWith(HostOf(listen), "0.0.0.0") || HostOf(listen) == "[::]"
+          ? host
+          : HostOf(listen),
+      ":", port);
+  {
+    absl::MutexLock lock(&agent_mu);
+    agent = std::make_unique<pshard::worker::Agent>(control.get(), options);
+  }
+  agent->Start();
+
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty() && !WritePortFile(port_file, port)) {
+    std::fprintf(stderr, "pshard-worker: cannot write %s\n", port_file.c_str());
+    agent->Stop(absl::CancelledError("startup failed"));
+    server->Shutdown();
+    return 1;
+  }
+  std::fprintf(stderr,
+               "pshard-worker %s: status on port %d, coordinator %s, gloo "
+               "host %s\n",
+               name.c_str(), port, coordinator.c_str(), host.c_str());
+
+  // Wait for a signal or for a drain to complete.
+  absl::Notification done;
+  std::thread signal_thread([&signals, &done] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    done.Notify();
+  });
+  while (!done.HasBeenNotified()) {
+    if (agent->WaitForDrained(absl::Milliseconds(200))) break;
+  }
+  agent->Stop(absl::AbortedError("worker shutting down"));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (!done.HasBeenNotified()) {
+    // Drained: wake the signal thread so it can be joined.
+    pthread_kill(signal_thread.native_handle(), SIGTERM);
+  }
+  signal_thread.join();
+  return 0;
+}

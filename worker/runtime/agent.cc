@@ -1,0 +1,204 @@
+#include "worker/runtime/agent.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace pshard::worker {
+
+Agent::Agent(ControlPlane* control, AgentOptions options)
+    : control_(control), options_(std::move(options)) {
+  absl::MutexLock lock(&mu_);
+  interval_ = options_.default_heartbeat_interval;
+}
+
+Agent::~Agent() { Stop(absl::CancelledError("worker shutting down")); }
+
+void Agent::Start() {
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+}
+
+void Agent::Stop(const absl::Status& reason) {
+  std::thread job_thread;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    if (job_ != nullptr && job_running_) job_->Abort(reason);
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    job_thread = std::move(job_thread_);
+  }
+  // The job reports its result (bounded by its RPC deadlines) and returns.
+  if (job_thread.joinable()) job_thread.join();
+}
+
+bool Agent::WaitForDrained(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(&drained_), timeout);
+}
+
+v1::WorkerState Agent::StateLocked() const {
+  if (draining_) return v1::DRAINING;
+  return job_running_ ? v1::BUSY : v1::IDLE;
+}
+
+v1::GetWorkerStatusResponse Agent::Status() const {
+  v1::GetWorkerStatusResponse response;
+  absl::MutexLock lock(&mu_);
+  response.set_worker_id(worker_id_);
+  response.set_name(options_.name);
+  response.set_state(StateLocked());
+  response.set_device(options_.device);
+  response.set_rank(-1);
+  if (job_ != nullptr && job_running_) {
+    JobSnapshot snapshot = job_->Snapshot();
+    response.set_job_id(snapshot.job_id);
+    response.set_epoch(snapshot.epoch);
+    response.set_rank(snapshot.rank);
+    response.set_step(snapshot.step);
+    for (const auto& shard : snapshot.owned_shards) {
+      *response.add_owned_shards() = shard;
+    }
+    response.set_optimizer_state_bytes(snapshot.optimizer_state_bytes);
+  }
+  return response;
+}
+
+absl::Status Agent::Register() {
+  v1::RegisterWorkerRequest request;
+  request.set_name(options_.name);
+  request.set_incarnation(options_.incarnation);
+  request.set_address(options_.address);
+  request.set_host(options_.host);
+  request.set_device_kind(options_.device_kind);
+  request.set_device(options_.device);
+  absl::StatusOr<v1::RegisterWorkerResponse> response =
+      control_->RegisterWorker(request, options_.rpc_timeout);
+  if (!response.ok()) return response.status();
+  absl::MutexLock lock(&mu_);
+  worker_id_ = response->worker_id();
+  if (response->has_heartbeat_interval()) {
+    absl::Duration interval =
+        absl::Seconds(response->heartbeat_interval().seconds()) +
+        absl::Nanoseconds(response->heartbeat_interval().nanos());
+    if (interval > absl::ZeroDuration()) interval_ = interval;
+  }
+  return absl::OkStatus();
+}
+
+void Agent::HeartbeatLoop() {
+  while (true) {
+    absl::Duration wait;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      wait = interval_;
+    }
+    bool registered;
+    {
+      absl::MutexLock lock(&mu_);
+      registered = !worker_id_.empty();
+    }
+    if (!registered) {
+      absl::Status status = Register();
+      if (!status.ok()) {
+        // The coordinator is not up yet: retry soon.
+        wait = std::min(wait, absl::Milliseconds(500));
+      } else {
+        Beat();  // at once: a job may be waiting for us
+      }
+    } else {
+      Beat();
+    }
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait);
+  }
+}
+
+void Agent::Beat() {
+  v1::HeartbeatRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    ReapJob();
+    if (draining_ && !job_running_) {
+      drained_ = true;
+    }
+    request.set_worker_id(worker_id_);
+    request.set_incarnation(options_.incarnation);
+    request.set_state(StateLocked());
+    if (job_ != nullptr && job_running_) {
+      JobSnapshot snapshot = job_->Snapshot();
+      request.set_job_id(snapshot.job_id);
+      request.set_epoch(snapshot.epoch);
+      request.set_step(snapshot.step);
+    }
+  }
+  absl::StatusOr<v1::HeartbeatResponse> response =
+      control_->Heartbeat(request, options_.rpc_timeout);
+  if (!response.ok()) {
+    if (response.status().code() == absl::StatusCode::kNotFound) {
+      // Forgotten or replaced: register again on the next beat.
+      absl::MutexLock lock(&mu_);
+      worker_id_.clear();
+    }
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  for (const v1::Directive& directive : response->directives()) {
+    switch (directive.directive_case()) {
+      case v1::Directive::kRunJob:
+        if (stopping_ || draining_) break;
+        if (job_running_) {
+          // One job at a time; a repeat of the current one is harmless.
+          break;
+        }
+        StartJob(directive.run_job());
+        break;
+      case v1::Directive::kAbortJob: {
+        const auto& abort = directive.abort_job();
+        if (job_ != nullptr && job_running_ &&
+            job_->job_id() == abort.job_id() &&
+            (abort.epoch() == 0 || abort.epoch() == job_->epoch())) {
+          job_->Abort(absl::AbortedError(absl::StrCat(
+              "job ", abort.job_id(), " aborted by the coordinator",
+              abort.reason().empty() ? "" : ": ", abort.reason())));
+        }
+        break;
+      }
+      case v1::Directive::kDrain:
+        draining_ = true;
+        if (!job_running_) drained_ = true;
+        break;
+      case v1::Directive::DIRECTIVE_NOT_SET:
+        break;
+    }
+  }
+}
+
+void Agent::ReapJob() {
+  if (job_running_ || !job_thread_.joinable()) return;
+  job_thread_.join();
+  job_.reset();
+}
+
+void Agent::StartJob(const v1::RunJobDirective& directive) {
+  ReapJob();
+  JobRunnerOptions options;
+  options.worker_id = worker_id_;
+  options.gloo_hostname = options_.gloo_hostname;
+  options.rpc_timeout = options_.rpc_timeout;
+  job_ = std::make_unique<JobRunner>(control_, directive, options);
+  job_running_ = true;
+  JobRunner* runner = job_.get();
+  job_thread_ = std::thread([this, runner] {
+    (void)runner->Run();
+    absl::MutexLock lock(&mu_);
+    job_running_ = false;
+    if (draining_) drained_ = true;
+  });
+}
+
+}  // namespace pshard::worker

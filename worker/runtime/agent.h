@@ -1,0 +1,96 @@
+// Agent: the worker's life in the pool. Registers with the coordinator,
+// heartbeats every interval, obeys the directives that ride on heartbeat
+// replies, and runs one job at a time on its own thread.
+//
+//            register               RunJob              job ends
+//   (start) ─────────▶ IDLE ───────────────▶ BUSY ─────────────────▶ IDLE
+//                        │                    │  AbortJob: abort now,
+//                        │ Drain              │  then IDLE
+//                        ▼                    ▼ Drain
+//                      exit ◀───────────── DRAINING (finish the job first)
+//
+// A heartbeat answered NOT_FOUND (the coordinator forgot us, or restarted
+// without our record) makes the agent register again under the same name and
+// incarnation. Transient coordinator failures are retried on the next beat;
+// a running job is not disturbed by them.
+#ifndef PSHARD_WORKER_RUNTIME_AGENT_H_
+#define PSHARD_WORKER_RUNTIME_AGENT_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "pshard/v1/cluster.pb.h"
+#include "pshard/v1/worker_status.pb.h"
+#include "worker/runtime/control_plane.h"
+#include "worker/runtime/job_runner.h"
+
+namespace pshard::worker {
+
+struct AgentOptions {
+  std::string name;
+  std::string incarnation;
+  // host:port of this worker's WorkerStatus server.
+  std::string address;
+  std::string host;
+  v1::DeviceKind device_kind = v1::CPU;
+  std::string device = "cpu";
+  // Where Gloo listens (usually the same as host).
+  std::string gloo_hostname;
+  absl::Duration rpc_timeout = absl::Seconds(5);
+  // Used until the coordinator states its own in RegisterWorkerResponse.
+  absl::Duration default_heartbeat_interval = absl::Seconds(1);
+};
+
+class Agent {
+ public:
+  Agent(ControlPlane* control, AgentOptions options);
+  ~Agent();
+
+  // Starts the heartbeat thread, which registers first (retrying until the
+  // coordinator answers or Stop()).
+  void Start();
+
+  // Aborts any job with `reason`, stops heartbeating and joins every thread.
+  void Stop(const absl::Status& reason);
+
+  // Blocks until a Drain directive has been carried out (the job, if any,
+  // finished) or `timeout` passes; true if drained.
+  bool WaitForDrained(absl::Duration timeout);
+
+  v1::GetWorkerStatusResponse Status() const;
+
+ private:
+  void HeartbeatLoop();
+  absl::Status Register();
+  void Beat();
+  void StartJob(const v1::RunJobDirective& directive)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReapJob() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::WorkerState StateLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  ControlPlane* const control_;
+  const AgentOptions options_;
+
+  mutable absl::Mutex mu_;
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  absl::Duration interval_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool drained_ ABSL_GUARDED_BY(mu_) = false;
+  // The current (or last, until reaped) job.
+  std::unique_ptr<JobRunner> job_ ABSL_GUARDED_BY(mu_);
+  std::thread job_thread_ ABSL_GUARDED_BY(mu_);
+  bool job_running_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace pshard::worker
+
+#endif  // PSHARD_WORKER_RUNTIME_AGENT_H_

@@ -1,0 +1,50 @@
+// ControlPlane: the worker's side of the WorkerControl protocol
+// (proto/pshard/v1/worker_control.proto), as absl::Status-returning calls
+// with a deadline each. GrpcControlPlane talks to the coordinator; tests can
+// substitute their own.
+#ifndef PSHARD_WORKER_RUNTIME_CONTROL_PLANE_H_
+#define PSHARD_WORKER_RUNTIME_CONTROL_PLANE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "pshard/v1/shard.pb.h"
+#include "pshard/v1/worker_control.grpc.pb.h"
+#include "pshard/v1/worker_control.pb.h"
+
+namespace pshard::worker {
+
+class ControlPlane {
+ public:
+  virtual ~ControlPlane() = default;
+
+  // Each call fails with DeadlineExceeded if the coordinator does not answer
+  // within `deadline`, and otherwise with the coordinator's status.
+  virtual absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
+      const v1::RegisterWorkerRequest& request, absl::Duration deadline) = 0;
+  virtual absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request, absl::Duration deadline) = 0;
+  virtual absl::Status KvPut(const v1::KvPutRequest& request,
+                             absl::Duration deadline) = 0;
+  virtual absl::StatusOr<v1::KvGetResponse> KvGet(
+      const v1::KvGetRequest& request, absl::Duration deadline) = 0;
+  virtual absl::Status ReportBuckets(const v1::ReportBucketsRequest& request,
+                                     absl::Duration deadline) = 0;
+  virtual absl::StatusOr<v1::ShardAssignment> GetAssignment(
+      const v1::GetAssignmentRequest& request, absl::Duration deadline) = 0;
+  virtual absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
+      const v1::ReportProgressRequest& request, absl::Duration deadline) = 0;
+  virtual absl::Status ReportResult(const v1::ReportResultRequest& request,
+                                    absl::Duration deadline) = 0;
+};
+
+// A ControlPlane over a gRPC channel to the coordinator's WorkerControl.
+std::unique_ptr<ControlPlane> NewGrpcControlPlane(
+    const std::string& coordinator_address);
+
+}  // namespace pshard::worker
+
+#endif  // PSHARD_WORKER_RUNTIME_CONTROL_PLANE_H_

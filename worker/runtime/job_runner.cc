@@ -1,0 +1,392 @@
+#include "worker/runtime/job_runner.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "google/protobuf/duration.pb.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/hook/zero_hook.h"
+#include "worker/io/safetensors.h"
+#include "worker/optim/shard_optimizer.h"
+#include "worker/workload/workload.h"
+
+namespace pshard::worker {
+namespace {
+
+void SetDuration(absl::Duration d, google::protobuf::Duration* out) {
+  const int64_t ns = absl::ToInt64Nanoseconds(d);
+  out->set_seconds(ns / 1000000000);
+  out->set_nanos(static_cast<int32_t>(ns % 1000000000));
+}
+
+// Sends rank 0's progress off the training thread: at most one report in
+// flight, newer progress replacing an unsent one, so a slow coordinator never
+// slows the steps.
+class ProgressReporter {
+ public:
+  ProgressReporter(ControlPlane* control, absl::Duration rpc_timeout,
+                   std::function<void()> on_abort)
+      : control_(control),
+        rpc_timeout_(rpc_timeout),
+        on_abort_(std::move(on_abort)),
+        thread_([this] { Loop(); }) {}
+
+  ~ProgressReporter() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+  void Post(v1::ReportProgressRequest request) {
+    absl::MutexLock lock(&mu_);
+    pending_ = std::move(request);
+  }
+
+  // Waits until everything posted so far has been sent (or `timeout`).
+  void Flush(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !pending_.has_value() && !sending_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      v1::ReportProgressRequest request;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || pending_.has_value();
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (!pending_.has_value()) return;
+        request = *std::move(pending_);
+        pending_.reset();
+        sending_ = true;
+      }
+      absl::StatusOr<v1::ReportProgressResponse> response =
+          control_->ReportProgress(request, rpc_timeout_);
+      // A job the coordinator no longer runs (cancelled, failed, replaced by a
+      // newer epoch) must stop; a transient failure is not a reason to.
+      const bool abort =
+          (response.ok() && response->abort()) ||
+          (!response.ok() &&
+           (response.status().code() == absl::StatusCode::kNotFound ||
+            response.status().code() == absl::StatusCode::kFailedPrecondition));
+      if (abort) on_abort_();
+      absl::MutexLock lock(&mu_);
+      sending_ = false;
+    }
+  }
+
+  ControlPlane* const control_;
+  const absl::Duration rpc_timeout_;
+  std::function<void()> on_abort_;
+  absl::Mutex mu_;
+  std::optional<v1::ReportProgressRequest> pending_ ABSL_GUARDED_BY(mu_);
+  bool sending_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+JobRunner::JobRunner(ControlPlane* control, v1::RunJobDirective directive,
+                     JobRunnerOptions options)
+    : control_(control),
+      directive_(std::move(directive)),
+      options_(std::move(options)),
+      kv_(control, directive_.job_id(), directive_.epoch()) {
+  snapshot_.job_id = directive_.job_id();
+  snapshot_.epoch = directive_.epoch();
+  snapshot_.rank = directive_.rank();
+}
+
+JobRunner::~JobRunner() = default;
+
+void JobRunner::Abort(const absl::Status& reason) {
+  absl::Status status =
+      reason.ok() ? absl::AbortedError("job aborted") : reason;
+  absl::MutexLock lock(&mu_);
+  if (!abort_reason_.ok()) return;
+  abort_reason_ = status;
+  kv_.Cancel();
+  if (comm_ != nullptr) comm_->Abort(status);
+}
+
+absl::Status JobRunner::CheckAborted() {
+  absl::MutexLock lock(&mu_);
+  return abort_reason_;
+}
+
+JobSnapshot JobRunner::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  return snapshot_;
+}
+
+absl::Status JobRunner::Run() {
+  absl::Status status = RunSteps();
+  // An abort explains the failure better than the collective error it caused.
+  if (!status.ok()) {
+    absl::Status aborted = CheckAborted();
+    if (!aborted.ok()) status = aborted;
+  }
+  std::string output;
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    output = output_path_;
+  }
+  ReportResult(status, output);
+  return status;
+}
+
+absl::Status JobRunner::RunSteps() {
+  const v1::JobSpec& spec = directive_.spec();
+  const int rank = directive_.rank();
+  const int world = directive_.world_size();
+  if (world < 1 || rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "directive gives rank ", rank, " of world size ", world));
+  }
+  if (spec.backend() == v1::JobSpec::NCCL) {
+    return absl::FailedPreconditionError(
+        "job asks for the NCCL backend, but this worker runs on the CPU");
+  }
+  const absl::Duration timeout =
+      spec.collective_timeout_seconds() > 0
+          ? absl::Seconds(spec.collective_timeout_seconds())
+          : absl::Seconds(60);
+
+  ASSIGN_OR_RETURN(std::unique_ptr<Workload> workload,
+                   CreateWorkload(spec, rank, world));
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer,
+                   ShardOptimizer::Create(spec.optimizer()));
+
+  GlooOptions gloo;
+  gloo.rank = rank;
+  gloo.world_size = world;
+  gloo.hostname = options_.gloo_hostname;
+  gloo.timeout = timeout;
+  gloo.key_prefix = "gloo/";
+  RETURN_IF_ERROR(CheckAborted());
+  ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                   CreateGlooCommunicator(gloo, kv_));
+  {
+    absl::MutexLock lock(&mu_);
+    comm_ = comm.get();
+    if (!abort_reason_.ok()) comm_->Abort(abort_reason_);
+  }
+  // The communicator must not be reachable through comm_ once it is gone.
+  struct Unpublish {
+    JobRunner* runner;
+    ~Unpublish() {
+      absl::MutexLock lock(&runner->mu_);
+      runner->comm_ = nullptr;
+    }
+  } unpublish{this};
+
+  // Rebuild phase: report the observed layout, wait for the assignment.
+  AssignmentProvider provider =
+      [this, timeout](const BucketLayout& layout)
+      -> absl::StatusOr<BucketAssignment> {
+    v1::ReportBucketsRequest report;
+    report.set_job_id(directive_.job_id());
+    report.set_epoch(directive_.epoch());
+    report.set_rank(directive_.rank());
+    report.set_worker_id(options_.worker_id);
+    for (auto& bucket : layout.ToProto()) *report.add_buckets() = std::move(bucket);
+    RETURN_IF_ERROR(control_->ReportBuckets(report, options_.rpc_timeout));
+
+    v1::GetAssignmentRequest request;
+    request.set_job_id(directive_.job_id());
+    request.set_epoch(directive_.epoch());
+    // Every rank must finish its first backward first: allow the collective
+    // timeout, waiting in slices so that an abort is noticed.
+    const absl::Time deadline = absl::Now() + timeout;
+    absl::StatusOr<v1::ShardAssignment> assignment;
+    while (true) {
+      RETURN_IF_ERROR(CheckAborted());
+      const absl::Duration slice =
+          std::min(absl::Seconds(1), deadline - absl::Now());
+      if (slice <= absl::ZeroDuration()) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "assignment of job ", directive_.job_id(), " epoch ",
+            directive_.epoch(), " not published within ",
+            absl::FormatDuration(timeout)));
+      }
+      SetDuration(slice, request.mutable_timeout());
+      assignment = control_->GetAssignment(request, slice + options_.rpc_timeout);
+      if (assignment.ok()) break;
+      const absl::StatusCode code = assignment.status().code();
+      if (code != absl::StatusCode::kDeadlineExceeded &&
+          code != absl::StatusCode::kUnavailable) {
+        return assignment.status();
+      }
+    }
+    if (assignment->job_id() != directive_.job_id() ||
+        assignment->epoch() != directive_.epoch()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refusing the assignment of job ", assignment->job_id(), " epoch ",
+          assignment->epoch(), ": this rank runs job ", directive_.job_id(),
+          " epoch ", directive_.epoch()));
+    }
+    BucketAssignment result;
+    result.epoch = assignment->epoch();
+    result.owners.assign(layout.num_buckets(), -1);
+    for (const v1::BucketAssignment& b : assignment->buckets()) {
+      if (b.index() < 0 || b.index() >= layout.num_buckets() ||
+          result.owners[b.index()] != -1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "assignment names bucket ", b.index(), " twice or out of range (",
+            layout.num_buckets(), " buckets)"));
+      }
+      result.owners[b.index()] = b.owner_rank();
+    }
+    return result;
+  };
+
+  ZeroHookOptions hook_options;
+  hook_options.comm_mode = spec.comm_mode() == v1::JobSpec::ALLREDUCE_BROADCAST
+                               ? v1::JobSpec::ALLREDUCE_BROADCAST
+                               : v1::JobSpec::REDUCE_BROADCAST;
+  hook_options.bucket_cap_mb = spec.bucket_cap_mb() > 0 ? spec.bucket_cap_mb() : 25;
+  hook_options.timeout = timeout;
+  ASSIGN_OR_RETURN(std::unique_ptr<ZeroHook> hook,
+                   ZeroHook::Create(workload->parameters(), comm.get(),
+                                    std::move(optimizer), std::move(provider),
+                                    hook_options));
+  RETURN_IF_ERROR(workload->InitializeParameters(hook->params()));
+
+  std::unique_ptr<ProgressReporter> reporter;
+  if (rank == 0) {
+    reporter = std::make_unique<ProgressReporter>(
+        control_, options_.rpc_timeout, [this] {
+          Abort(absl::AbortedError(absl::StrCat(
+              "job ", directive_.job_id(), " was stopped by the coordinator")));
+        });
+  }
+  const int64_t steps = spec.steps();
+  const int64_t every = spec.progress_every() > 0 ? spec.progress_every() : 1;
+  for (int64_t step = 1; step <= steps; ++step) {
+    RETURN_IF_ERROR(CheckAborted());
+    const absl::Time start = absl::Now();
+    std::vector<const float*> params(hook->params().begin(),
+                                     hook->params().end());
+    ASSIGN_OR_RETURN(double loss, workload->ComputeGradients(
+                                      step, params, hook->grads(), *hook));
+    RETURN_IF_ERROR(hook->FinishStep());
+    const absl::Duration step_time = absl::Now() - start;
+    {
+      absl::MutexLock lock(&mu_);
+      snapshot_.step = step;
+      if (step == 1) {
+        // Owned shards are known once the assignment is in.
+        const BucketLayout& layout = hook->layout();
+        snapshot_.owned_shards.clear();
+        for (int b = 0; b < layout.num_buckets(); ++b) {
+          if (hook->owners()[b] != rank) continue;
+          v1::OwnedShard shard;
+          shard.set_bucket_index(b);
+          shard.set_num_elements(layout.buckets()[b].numel);
+          shard.set_bytes(layout.buckets()[b].numel * 4);
+          shard.set_optimizer_state_bytes(hook->optimizer().state_bytes(b));
+          snapshot_.owned_shards.push_back(shard);
+        }
+        snapshot_.optimizer_state_bytes = hook->optimizer().total_state_bytes();
+      }
+    }
+    if (reporter != nullptr && (step % every == 0 || step == steps)) {
+      v1::ReportProgressRequest request;
+      request.set_job_id(directive_.job_id());
+      request.set_epoch(directive_.epoch());
+      request.set_rank(rank);
+      request.set_worker_id(options_.worker_id);
+      v1::JobProgress* progress = request.mutable_progress();
+      progress->set_step(step);
+      progress->set_total_steps(steps);
+      progress->set_loss(loss);
+      SetDuration(step_time, progress->mutable_step_time());
+      progress->set_bytes_sent(comm->bytes_sent());
+      const double seconds = absl::ToDoubleSeconds(step_time);
+      progress->set_samples_per_second(
+          seconds > 0 ? workload->samples_per_step() * world / seconds : 0);
+      reporter->Post(std::move(request));
+    }
+  }
+  if (reporter != nullptr) reporter->Flush(options_.rpc_timeout);
+  RETURN_IF_ERROR(CheckAborted());
+
+  if (rank == 0 && !spec.output_dir().empty()) {
+    std::vector<std::string> names;
+    std::vector<std::vector<int64_t>> shapes;
+    for (const ParameterInfo& p : workload->parameters()) {
+      names.push_back(p.name);
+      shapes.push_back(p.shape.empty() ? std::vector<int64_t>{p.numel} : p.shape);
+    }
+    std::string path;
+    RETURN_IF_ERROR(WriteOutput(hook->params(), shapes, names, &path));
+    absl::MutexLock lock(&mu_);
+    output_path_ = path;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::WriteOutput(
+    const std::vector<float*>& params,
+    const std::vector<std::vector<int64_t>>& shapes,
+    const std::vector<std::string>& names, std::string* output_path) {
+  const std::string& dir = directive_.spec().output_dir();
+  // Create the directory (one level) if needed; an existing one is fine.
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::InternalError(absl::StrCat("cannot create output directory ",
+                                            dir, ": ", std::strerror(errno)));
+  }
+  std::vector<SafetensorsTensorView> views;
+  for (size_t i = 0; i < params.size(); ++i) {
+    int64_t numel = 1;
+    for (int64_t d : shapes[i]) numel *= d;
+    views.push_back(SafetensorsTensorView{
+        names[i], shapes[i], absl::Span<const float>(params[i], numel)});
+  }
+  *output_path = dir + "/params.safetensors";
+  return WriteSafetensorsAtomic(*output_path, views);
+}
+
+void JobRunner::ReportResult(const absl::Status& status,
+                             const std::string& output) {
+  v1::ReportResultRequest request;
+  request.set_job_id(directive_.job_id());
+  request.set_epoch(directive_.epoch());
+  request.set_rank(directive_.rank());
+  request.set_worker_id(options_.worker_id);
+  request.set_ok(status.ok());
+  if (!status.ok()) {
+    request.set_error(absl::StrCat("rank ", directive_.rank(), " (worker ",
+                                   options_.worker_id, "): ",
+                                   status.ToString()));
+  }
+  request.set_final_step(Snapshot().step);
+  request.set_output_path(output);
+  // The result matters (the job's fate): retry transient failures a few
+  // times, each bounded.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    absl::Status sent = control_->ReportResult(request, options_.rpc_timeout);
+    if (sent.ok() || sent.code() != absl::StatusCode::kUnavailable) return;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
+}  // namespace pshard::worker

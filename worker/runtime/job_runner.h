@@ -1,0 +1,98 @@
+// JobRunner: one rank of one job attempt on this worker, from a
+// RunJobDirective to ReportResult.
+//
+//   rendezvous (Gloo addresses through the coordinator's job-scoped KV)
+//   -> first step: forward/backward, gradients held; ReportBuckets(observed
+//      layout); GetAssignment (refusing another epoch); held buckets run
+//      through reduce -> owner's step -> broadcast: step 1 updates
+//   -> steps 2..N with communication overlapped with backward
+//   -> ReportProgress every progress_every steps and on the last (its abort
+//      bit stops the job), rank 0 writes <output_dir>/params.safetensors
+//      atomically, ReportResult.
+//
+// Abort() (the coordinator's AbortJob, SIGTERM, drain timeout) cancels the
+// rendezvous and aborts the communicator, so Run() returns promptly from any
+// phase; a dead peer surfaces as a collective error or timeout. Every wait has
+// a deadline (the job's collective_timeout_seconds), so Run() always returns.
+#ifndef PSHARD_WORKER_RUNTIME_JOB_RUNNER_H_
+#define PSHARD_WORKER_RUNTIME_JOB_RUNNER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "pshard/v1/worker_control.pb.h"
+#include "pshard/v1/worker_status.pb.h"
+#include "worker/comm/communicator.h"
+#include "worker/runtime/control_plane.h"
+#include "worker/runtime/coordinator_kv.h"
+
+namespace pshard::worker {
+
+struct JobRunnerOptions {
+  std::string worker_id;
+  // Address Gloo listens on and publishes to peers (the worker's --host).
+  std::string gloo_hostname = "127.0.0.1";
+  // Deadline of control RPCs that do not wait on purpose.
+  absl::Duration rpc_timeout = absl::Seconds(10);
+};
+
+// What the WorkerStatus service shows about the running job.
+struct JobSnapshot {
+  std::string job_id;
+  int64_t epoch = 0;
+  int rank = -1;
+  int64_t step = 0;
+  std::vector<v1::OwnedShard> owned_shards;
+  int64_t optimizer_state_bytes = 0;
+};
+
+class JobRunner {
+ public:
+  JobRunner(ControlPlane* control, v1::RunJobDirective directive,
+            JobRunnerOptions options);
+  ~JobRunner();
+
+  // Runs the job to the end and reports its result. Returns the job's
+  // status (OK when every step ran). Call once, on the job's own thread.
+  absl::Status Run();
+
+  // Stops the job as soon as possible; Run() then returns `reason`. Any
+  // thread; idempotent.
+  void Abort(const absl::Status& reason);
+
+  const std::string& job_id() const { return directive_.job_id(); }
+  int64_t epoch() const { return directive_.epoch(); }
+  JobSnapshot Snapshot() const;
+
+ private:
+  absl::Status RunSteps();
+  absl::Status CheckAborted();
+  absl::Status WriteOutput(const std::vector<float*>& params,
+                           const std::vector<std::vector<int64_t>>& shapes,
+                           const std::vector<std::string>& names,
+                           std::string* output_path);
+  void ReportProgress(int64_t step, double loss, absl::Duration step_time,
+                      int64_t bytes_sent, double samples_per_second);
+  void ReportResult(const absl::Status& status, const std::string& output);
+
+  ControlPlane* const control_;
+  const v1::RunJobDirective directive_;
+  const JobRunnerOptions options_;
+  CoordinatorKvClient kv_;
+
+  mutable absl::Mutex mu_;
+  absl::Status abort_reason_ ABSL_GUARDED_BY(mu_);
+  Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
+  JobSnapshot snapshot_ ABSL_GUARDED_BY(mu_);
+  std::string output_path_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pshard::worker
+
+#endif  // PSHARD_WORKER_RUNTIME_JOB_RUNNER_H_
