@@ -91,7 +91,8 @@ def cuda_library(
         )
     native.genrule(
         name = name + "_nvcc",
-        srcs = srcs + hdrs + textual_hdrs + ["@local_cuda//:all_headers"],
+        # nvcc finds the CUDA headers itself, in its own installation.
+        srcs = srcs + hdrs + textual_hdrs,
         outs = [archive],
         cmd = " && ".join(
             ["T=$$(mktemp -d)"] + compile_cmds +
