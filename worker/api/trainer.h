@@ -1,0 +1,116 @@
+// pshard's C++ API: drive the sharded optimizer from a training loop of your
+// own. Each rank keeps the full parameters but holds optimizer state (SGD
+// momentum, Adam moments) only for the gradient buckets it owns; every step
+// each bucket's gradient is reduced to its owner, the owner steps it, and the
+// owner broadcasts the updated parameters — overlapped with your backward
+// pass if you hand gradients over as they become final.
+//
+//   // One per rank, after joining a communicator (e.g. CreateGlooCommunicator
+//   // with the same rendezvous store on every rank):
+//   TrainerOptions options;
+//   options.optimizer.set_kind(v1::OptimizerSpec::ADAM);
+//   ASSIGN_OR_RETURN(auto trainer,
+//                    Trainer::Create(comm.get(), {{"w", {64, 32}, 2048},
+//                                                 {"b", {64}, 64}}, options));
+//   InitWeights(trainer->parameter(0));   // same values on every rank
+//   for (int step = 1; step <= steps; ++step) {
+//     // backward, last layer first:
+//     ComputeGradB(trainer->gradient(1));
+//     RETURN_IF_ERROR(trainer->GradientReady(1));   // bucket may start now
+//     ComputeGradW(trainer->gradient(0));
+//     RETURN_IF_ERROR(trainer->GradientReady(0));
+//     RETURN_IF_ERROR(trainer->FinishStep());       // parameters updated
+//   }
+//
+// Rules:
+//  - Every rank registers the same parameters (names, sizes, order), writes
+//    the same initial values, and calls GradientReady for every parameter
+//    once per step, then FinishStep.
+//  - Gradients are this rank's own (e.g. of its mean loss); the trainer
+//    averages them over ranks, as DDP does.
+//  - parameter(i) and gradient(i) point into flat bucket buffers. The first
+//    FinishStep may re-pack the buckets if your gradients became ready in
+//    another order than the reverse of registration, so fetch the spans again
+//    after it (they are stable from then on).
+//  - The first step already updates the parameters: the bucket layout and
+//    its owners are settled inside the first FinishStep.
+//  - Any error (a peer gone, a timeout) leaves the communicator aborted: end
+//    the run.
+#ifndef PSHARD_WORKER_API_TRAINER_H_
+#define PSHARD_WORKER_API_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "pshard/v1/job_spec.pb.h"
+#include "worker/comm/communicator.h"
+#include "worker/workload/workload.h"
+
+namespace pshard::worker {
+
+class ZeroHook;
+
+struct TrainerOptions {
+  // The optimizer, with PyTorch's names and defaults; param_groups select
+  // parameters by name (globs) for their own hyper-parameters.
+  v1::OptimizerSpec optimizer;
+  // Target bucket size, as DDP's bucket_cap_mb.
+  double bucket_cap_mb = 25;
+  v1::JobSpec::CommMode comm_mode = v1::JobSpec::REDUCE_BROADCAST;
+  // How buckets are spread over ranks (computed identically on every rank).
+  v1::JobSpec::AssignmentPolicy assignment_policy = v1::JobSpec::BALANCED;
+  // Deadline of every wait inside a step.
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+class Trainer {
+ public:
+  // `comm` (this rank's, joined with every other rank) must outlive the
+  // trainer. `params` lists the model's parameters in registration (forward)
+  // order; `shape` may be empty (then {numel}).
+  // InvalidArgument: no parameters, an empty or unnamed parameter, duplicate
+  // names, or an invalid optimizer.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(
+      Communicator* comm, std::vector<ParameterInfo> params,
+      const TrainerOptions& options);
+
+  ~Trainer();
+
+  int num_parameters() const;
+
+  // Parameter i's values and its gradient buffer (see the rules above).
+  absl::Span<float> parameter(int i);
+  absl::Span<float> gradient(int i);
+
+  // Gradient i is final for this step. InvalidArgument for a bad index,
+  // FailedPrecondition if already marked in this step.
+  absl::Status GradientReady(int i);
+
+  // Ends the step; on return every rank holds the updated parameters.
+  absl::Status FinishStep();
+
+  // Steps finished so far.
+  int64_t step() const;
+
+  // After the first step: buckets and the ones this rank owns.
+  int num_buckets() const;
+  std::vector<int> owned_buckets() const;
+  // Optimizer state held by this rank, in bytes (about 1/world of the total).
+  int64_t optimizer_state_bytes() const;
+
+ private:
+  Trainer(Communicator* comm, std::unique_ptr<ZeroHook> hook);
+
+  Communicator* const comm_;
+  std::unique_ptr<ZeroHook> hook_;
+};
+
+}  // namespace pshard::worker
+
+#endif  // PSHARD_WORKER_API_TRAINER_H_
