@@ -76,7 +76,8 @@ class DockerfileTest(unittest.TestCase):
             with self.subTest(dockerfile=df.name):
                 ignore = df.path + ".dockerignore"
                 self.assertTrue(os.path.exists(ignore), f"{ignore} is missing")
-                patterns = [l.strip() for l in open(ignore) if l.strip() and not l.startswith("#")]
+                with open(ignore) as f:
+                    patterns = [l.strip() for l in f if l.strip() and not l.startswith("#")]
                 sources = sorted({s for stage in df.stages for flags, srcs, _ in df.copies(stage)
                                   if "--from" not in flags for s in srcs})
                 self.assertEqual(patterns, ["*"] + ["!" + s for s in sources])

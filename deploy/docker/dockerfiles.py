@@ -49,7 +49,8 @@ class Dockerfile:
         self.name = os.path.basename(path)
         self.args = {}
         self.stages = []
-        self._parse(open(path).read())
+        with open(path) as f:
+            self._parse(f.read())
 
     def _parse(self, text):
         logical = []
@@ -171,7 +172,8 @@ def cc_binaries(package):
             break
     else:
         return None
-    tree = ast.parse(open(path).read(), path)
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
     names = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "cc_binary":

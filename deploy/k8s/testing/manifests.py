@@ -6,6 +6,7 @@ kustomize refuses a kustomization.yaml that is a symlink, which is what a
 runfiles tree holds.
 """
 
+import math
 import os
 import re
 import shutil
@@ -139,6 +140,8 @@ def container_env(objects, c, pod_metadata):
                 if key is None or key not in pod_metadata:
                     raise AssertionError(f"unsupported fieldRef {path}")
                 env[e["name"]] = pod_metadata[key]
+            elif "resourceFieldRef" in vf:
+                env[e["name"]] = resource_field(c, vf["resourceFieldRef"])
             elif "configMapKeyRef" in vf:
                 ref = vf["configMapKeyRef"]
                 env[e["name"]] = config_map_data(objects, ref["name"])[ref["key"]]
@@ -147,6 +150,30 @@ def container_env(objects, c, pod_metadata):
         else:
             env[e["name"]] = ""
     return env
+
+
+_QUANTITY = re.compile(r"^([0-9.]+)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+_SUFFIX = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity(q):
+    """A Kubernetes quantity ("500m", "2", "4Gi") as a number."""
+    mt = _QUANTITY.match(str(q))
+    if not mt:
+        raise AssertionError(f"unsupported quantity {q!r}")
+    return float(mt.group(1)) * _SUFFIX[mt.group(2)]
+
+
+def resource_field(c, ref):
+    """The downward API's resourceFieldRef: the container's request or limit
+    divided by the divisor, rounded up (what the kubelet does)."""
+    assert ref.get("containerName", c["name"]) == c["name"], "other containers unsupported"
+    kind, _, resource = ref["resource"].partition(".")
+    value = c.get("resources", {}).get(kind, {}).get(resource)
+    if value is None:
+        raise AssertionError(f"{c['name']}: no {ref['resource']} to expose")
+    return str(math.ceil(quantity(value) / quantity(ref.get("divisor", "1"))))
 
 
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")

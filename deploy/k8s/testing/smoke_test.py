@@ -58,6 +58,11 @@ def image_binary(image):
     return os.path.join(RUNFILES, df.binary_source()), df.entrypoint()[0], df.env()
 
 
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
 def wait_for(predicate, timeout, what, interval=0.05):
     deadline = time.monotonic() + timeout
     while True:
@@ -155,7 +160,7 @@ class Pod:
         def bound():
             if self.process.poll() is not None:
                 raise AssertionError(f"{self.name} exited with {self.process.returncode}:\n{self.tail()}")
-            return os.path.exists(self.port_file) and open(self.port_file).read().strip()
+            return os.path.exists(self.port_file) and read(self.port_file).strip()
         port = int(wait_for(bound, timeout, f"{self.name} to listen"))
         self.ports[self.listen_port] = port
         return port
@@ -190,19 +195,24 @@ class Pod:
 
     def terminate(self, grace):
         """SIGTERM, then SIGKILL after the grace period; the exit status."""
-        if self.process is None or self.process.poll() is not None:
-            return self.process.returncode if self.process else None
-        self.process.send_signal(signal.SIGTERM)
+        if self.process is None:
+            return None
         try:
-            return self.process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-            return "killed after the grace period"
+            if self.process.poll() is not None:
+                return self.process.returncode
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+                return "killed after the grace period"
+        finally:
+            self.log.close()
 
     def tail(self, n=40):
         try:
-            return "".join(open(self.log_path).readlines()[-n:])
+            return "".join(read(self.log_path).splitlines(keepends=True)[-n:])
         except OSError:
             return ""
 
@@ -341,7 +351,7 @@ class SmokeTest(unittest.TestCase):
         prober.join()
         logs = "\n".join(f"--- {p.name}\n{p.tail()}" for p in self.cluster.pods)
         self.assertEqual(rc, 0, f"the example Job failed (exit {rc}):\n{logs}")
-        output = open(job.log_path).read()
+        output = read(job.log_path)
         job_id = output.split()[0]
         self.assertRegex(job_id, r"^job-")
 
@@ -357,7 +367,7 @@ class SmokeTest(unittest.TestCase):
         self.assertIn("imbalance", r.stdout.lower())
         # The spec's output_dir, on the workers' output volume.
         spec_file = [a for a in job.argv[1:] if a.endswith(".json")][0]
-        out_dir = json.load(open(spec_file))["outputDir"]
+        out_dir = json.loads(read(spec_file))["outputDir"]
         self.assertTrue(out_dir.startswith(self.root), out_dir)
         self.assertTrue(os.path.exists(os.path.join(out_dir, "params.safetensors")),
                         f"no params.safetensors in {out_dir}")
