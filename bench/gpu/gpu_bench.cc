@@ -202,7 +202,7 @@ double BenchStep(int64_t total, double cap_mb, int steps, int device) {
       const int64_t n = sizes[b];
       comm->Enqueue([&, g, n, b] {
         return CudaStatus(
-            gpu::LaunchSyntheticValues(g, n, gpu::SyntheticKey(1, step, 0, b),
+            gpu::LaunchSyntheticValues(g, n, gpu::SyntheticGradKey(1, 0, step, b),
                                        0, 0.01f, comm->stream()),
             "synthetic gradients");
       });

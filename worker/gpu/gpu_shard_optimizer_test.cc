@@ -88,8 +88,8 @@ constexpr int64_t kExtent = 1065563;
 std::vector<float> Values(uint64_t seed, int64_t step, int64_t n,
                           float scale) {
   std::vector<float> v(n);
-  const uint64_t key = gpu::SyntheticKey(seed, step, 0, 0);
-  for (int64_t i = 0; i < n; ++i) v[i] = gpu::SyntheticValue(key, i) * scale;
+  const uint64_t key = gpu::SyntheticGradKey(seed, 0, step, 0);
+  for (int64_t i = 0; i < n; ++i) v[i] = gpu::SymmetricUniformAt(key, i) * scale;
   return v;
 }
 
@@ -321,7 +321,7 @@ TEST_F(GpuShardOptimizerGpuTest, StateMatchesTheCpuLayout) {
 
 TEST_F(GpuShardOptimizerGpuTest, HelperKernels) {
   const int64_t n = 100003;
-  const uint64_t key = gpu::SyntheticKey(5, 1, 2, 3);
+  const uint64_t key = gpu::SyntheticGradKey(5, 2, 1, 3);
   ASSERT_OK_AND_ASSIGN(DeviceBuffer a, DeviceBuffer::Allocate(n * 4, "a"));
   ASSERT_OK_AND_ASSIGN(DeviceBuffer b, DeviceBuffer::Allocate(n * 4, "b"));
   ASSERT_OK_AND_ASSIGN(DeviceBuffer h, DeviceBuffer::Allocate(n * 2, "h"));
@@ -330,7 +330,7 @@ TEST_F(GpuShardOptimizerGpuTest, HelperKernels) {
       "synthetic"));
   std::vector<float> synthetic = Download<float>(a, n);
   for (int64_t i = 0; i < n; ++i) {
-    ASSERT_EQ(synthetic[i], gpu::SyntheticValue(key, 10 + i) * 0.5f) << i;
+    ASSERT_EQ(synthetic[i], gpu::SymmetricUniformAt(key, 10 + i) * 0.5f) << i;
   }
   // Copy (both the vector body and the scalar tail), then scale.
   ASSERT_OK(CudaStatus(gpu::LaunchCopy(a.as<float>(), b.as<float>(), n, nullptr),

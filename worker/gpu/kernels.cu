@@ -303,7 +303,7 @@ __global__ void SyntheticKernel(float* __restrict__ out, int64_t n,
                                 float scale) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    out[i] = __fmul_rn(SyntheticValue(key, first_index + i), scale);
+    out[i] = __fmul_rn(SymmetricUniformAt(key, first_index + i), scale);
   }
 }
 

@@ -36,9 +36,9 @@ cudaError_t LaunchBFloat16ToFloat(const uint16_t* in, float* out, int64_t n,
 cudaError_t LaunchScale(void* data, int32_t dtype, int64_t n, float factor,
                         cudaStream_t stream);
 
-// Deterministic pseudo-random values in [-scale, scale): out[i] =
-// SyntheticValue(key, first_index + i) * scale, the function documented in
-// synthetic.h (same bits on the host).
+// The synthetic workload's values: out[i] = SymmetricUniformAt(key,
+// first_index + i) * scale (synthetic.h; with scale 1 and first_index 0,
+// exactly FillUniformSymmetric(key, out, n) of worker/workload/random.h).
 cudaError_t LaunchSyntheticValues(float* out, int64_t n, uint64_t key,
                                   int64_t first_index, float scale,
                                   cudaStream_t stream);

@@ -20,6 +20,8 @@
 #include "worker/gpu/synthetic.h"
 #include "worker/optim/cpu_kernels.h"
 #include "worker/optim/shard_optimizer.h"
+#include "worker/workload/random.h"
+#include "worker/workload/synthetic_workload.h"
 
 namespace pshard::worker::gpu {
 namespace {
@@ -270,7 +272,7 @@ TEST_P(EmulationTest, MatchesTheCpuShardOptimizerBitForBit) {
 
   std::vector<float> init(plan.extent);
   for (int64_t i = 0; i < plan.extent; ++i) {
-    init[i] = SyntheticValue(SyntheticKey(1, 0, 0, 0), i);
+    init[i] = SymmetricUniformAt(SyntheticGradKey(1, 0, 0, 0), i);
   }
   std::vector<float> expected = init;
   std::vector<float> actual = init;
@@ -278,7 +280,7 @@ TEST_P(EmulationTest, MatchesTheCpuShardOptimizerBitForBit) {
   for (int64_t step = 1; step <= 4; ++step) {
     std::vector<float> grads(plan.extent);
     for (int64_t i = 0; i < plan.extent; ++i) {
-      grads[i] = SyntheticValue(SyntheticKey(1, step, 0, 0), i) * 0.5f;
+      grads[i] = SymmetricUniformAt(SyntheticGradKey(1, 0, step, 0), i) * 0.5f;
     }
     ASSERT_OK(cpu_opt->Step(3, expected.data(), grads.data()));
     EmulateStep(plan, step, actual.data(), grads.data(), state0.data(),
@@ -299,22 +301,82 @@ INSTANTIATE_TEST_SUITE_P(AllKinds, EmulationTest,
                          ::testing::Values(kSgdJson, kAdamJson, kAdamWJson));
 
 TEST(SyntheticTest, DeterministicBoundedAndKeyed) {
-  const uint64_t key = SyntheticKey(42, 3, 1, 0);
-  EXPECT_EQ(key, SyntheticKey(42, 3, 1, 0));
-  EXPECT_NE(key, SyntheticKey(42, 3, 2, 0));
-  EXPECT_NE(key, SyntheticKey(42, 4, 1, 0));
-  EXPECT_NE(key, SyntheticKey(43, 3, 1, 0));
-  EXPECT_NE(key, SyntheticKey(42, 3, 1, 1));
+  const uint64_t key = SyntheticGradKey(42, 1, 3, 0);
+  EXPECT_EQ(key, SyntheticGradKey(42, 1, 3, 0));
+  EXPECT_NE(key, SyntheticGradKey(42, 2, 3, 0));
+  EXPECT_NE(key, SyntheticGradKey(42, 1, 4, 0));
+  EXPECT_NE(key, SyntheticGradKey(43, 1, 3, 0));
+  EXPECT_NE(key, SyntheticGradKey(42, 1, 3, 1));
   double sum = 0;
   const int n = 100000;
   for (int i = 0; i < n; ++i) {
-    const float v = SyntheticValue(key, i);
+    const float v = SymmetricUniformAt(key, i);
     ASSERT_GE(v, -1.0f);
     ASSERT_LT(v, 1.0f);
     sum += v;
   }
   EXPECT_NEAR(sum / n, 0.0, 0.02);
-  EXPECT_NE(SyntheticValue(key, 0), SyntheticValue(key, 1));
+  EXPECT_NE(SymmetricUniformAt(key, 0), SymmetricUniformAt(key, 1));
+}
+
+TEST(SyntheticTest, SameBitsAsTheCpuRandomFunctions) {
+  const uint64_t seed = 0x1234567890abcdefULL;
+  EXPECT_EQ(SyntheticGradKey(seed, 1, 2, 3),
+            worker::StreamKey(seed, {kSyntheticTagGrad, 1, 2, 3}));
+  EXPECT_EQ(SyntheticInitKey(seed, 5),
+            worker::StreamKey(seed, {kSyntheticTagInit, 5}));
+  for (uint64_t x : std::vector<uint64_t>{0, 1, ~uint64_t{0}, seed}) {
+    EXPECT_EQ(Mix64(x), worker::Mix64(x));
+  }
+  const uint64_t key = SyntheticGradKey(seed, 0, 1, 0);
+  const int64_t n = 100003;
+  std::vector<float> cpu(n);
+  worker::FillUniformSymmetric(key, cpu.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(SymmetricUniformAt(key, i), cpu[i]) << i;
+  }
+  // Past 2^31 elements FillUniformSymmetric re-keys each block.
+  const int64_t block = int64_t{1} << 31;
+  std::vector<float> second(17);
+  worker::FillUniformSymmetric(worker::Mix64(key + block), second.data(), 17);
+  for (int64_t j = 0; j < 17; ++j) {
+    ASSERT_EQ(SymmetricUniformAt(key, block + j), second[j]) << j;
+  }
+}
+
+TEST(SyntheticTest, ReproducesTheCpuSyntheticWorkload) {
+  v1::SyntheticWorkload spec;
+  spec.set_num_parameters(5000);
+  spec.set_tensor_numel(1536);
+  const uint64_t seed = 99;
+  const int rank = 2;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SyntheticWorkload> workload,
+                       SyntheticWorkload::Create(spec, seed, rank));
+  const auto& params = workload->parameters();
+  ASSERT_EQ(params.size(), 4u);
+  std::vector<std::vector<float>> p(params.size()), g(params.size());
+  std::vector<float*> pp, gp;
+  for (size_t i = 0; i < params.size(); ++i) {
+    p[i].resize(params[i].numel);
+    g[i].resize(params[i].numel);
+    pp.push_back(p[i].data());
+    gp.push_back(g[i].data());
+  }
+  ASSERT_OK(workload->InitializeParameters(pp));
+  struct CountingSink : GradientSink {
+    void GradientReady(int) override { ++calls; }
+    int calls = 0;
+  } sink;
+  std::vector<const float*> cpp(pp.begin(), pp.end());
+  ASSERT_OK(workload->ComputeGradients(7, cpp, gp, sink).status());
+  EXPECT_EQ(sink.calls, 4);
+  for (size_t i = 0; i < params.size(); ++i) {
+    for (int64_t j = 0; j < params[i].numel; ++j) {
+      ASSERT_EQ(p[i][j], SymmetricUniformAt(SyntheticInitKey(seed, i), j));
+      ASSERT_EQ(g[i][j],
+                SymmetricUniformAt(SyntheticGradKey(seed, rank, 7, i), j));
+    }
+  }
 }
 
 }  // namespace
