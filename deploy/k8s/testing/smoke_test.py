@@ -77,14 +77,19 @@ def wait_for(predicate, timeout, what, interval=0.05):
 class Pod:
     """One simulated pod: a container of a rendered workload, run as a process."""
 
-    def __init__(self, sim, workload, name, container=None):
+    def __init__(self, sim, workload, name, container=None, bind_ports=None):
         self.sim = sim
+        # container port -> loopback port to bind instead of a free one (a
+        # replacement pod behind a Service keeps the Service's address).
+        self.bind_ports = bind_ports or {}
         self.workload = workload
         self.name = name
         self.spec = m.pod_spec(workload)
         self.labels = workload["spec"]["template"]["metadata"]["labels"]
         self.container = m.container(workload, container)
         self.dir = os.path.join(sim.root, "pods", name)
+        while os.path.exists(self.dir):  # a StatefulSet pod's replacement
+            self.dir += "+"
         os.makedirs(self.dir)
         self.port_file = os.path.join(self.dir, "port")
         self.ports = {}  # container port -> bound port on 127.0.0.1
@@ -141,7 +146,8 @@ class Pod:
             mt = re.fullmatch(r"--listen=(.*):(\d+)", a)
             if mt:
                 self.listen_port = int(mt.group(2))
-                out += ["--listen=127.0.0.1:0", f"--port_file={self.port_file}"]
+                bind = self.bind_ports.get(self.listen_port, 0)
+                out += [f"--listen=127.0.0.1:{bind}", f"--port_file={self.port_file}"]
             else:
                 out.append(self.rewrite(a))
         env = {k: self.rewrite(v) for k, v in env.items()}
@@ -270,10 +276,25 @@ class Cluster:
                     return pod.ports[cp["containerPort"]]
         return None
 
-    def add(self, workload, name):
-        pod = Pod(self, workload, name)
+    def add(self, workload, name, bind_ports=None):
+        pod = Pod(self, workload, name, bind_ports=bind_ports)
         self.pods.append(pod)
         return pod
+
+    def replace(self, pod, name, grace):
+        """Stops `pod` as Kubernetes does (SIGTERM, then SIGKILL after the
+        grace period) and starts its replacement from the same workload and
+        volumes; a pod behind a ClusterIP Service keeps its loopback port, as
+        the Service keeps its address. Returns (old exit status, new pod)."""
+        status = pod.terminate(grace)
+        self.pods.remove(pod)
+        behind_service = any(
+            m.labels_match({"matchLabels": svc["spec"].get("selector", {})}, pod.labels)
+            and svc["spec"].get("clusterIP") != "None"
+            for svc in m.find(self.objects, "Service"))
+        new = self.add(pod.workload, name, dict(pod.ports) if behind_service else None)
+        new.start()
+        return status, new
 
 
 class SmokeTest(unittest.TestCase):
@@ -295,6 +316,21 @@ class SmokeTest(unittest.TestCase):
         coordinator = self.cluster.rewrite("pshard-coordinator:7070")
         return subprocess.run([binary, f"--coordinator={coordinator}", *args],
                               capture_output=True, text=True, timeout=timeout)
+
+    def run_example_job(self, pod_name):
+        """Runs the example Job's pod to completion; (pod, job id)."""
+        job = self.cluster.add(m.one(self.cluster.objects, "Job", "pshard-example-mlp"), pod_name)
+        job.start()
+        try:
+            rc = job.process.wait(timeout=JOB_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            rc = None
+        job.terminate(0)
+        logs = "\n".join(f"--- {p.name}\n{p.tail()}" for p in self.cluster.pods)
+        self.assertEqual(rc, 0, f"the example Job failed (exit {rc}):\n{logs}")
+        job_id = read(job.log_path).split()[0]
+        self.assertRegex(job_id, r"^job-")
+        return job, job_id
 
     def test_cpu_overlay_runs_the_example_job(self):
         objs = self.cluster.objects
@@ -341,19 +377,9 @@ class SmokeTest(unittest.TestCase):
         prober = threading.Thread(target=probe_liveness, daemon=True)
         prober.start()
 
-        job = self.cluster.add(m.one(objs, "Job", "pshard-example-mlp"), "pshard-example-mlp-abcde")
-        job.start()
-        try:
-            rc = job.process.wait(timeout=JOB_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            rc = None
+        job, job_id = self.run_example_job("pshard-example-mlp-abcde")
         stop.set()
         prober.join()
-        logs = "\n".join(f"--- {p.name}\n{p.tail()}" for p in self.cluster.pods)
-        self.assertEqual(rc, 0, f"the example Job failed (exit {rc}):\n{logs}")
-        output = read(job.log_path)
-        job_id = output.split()[0]
-        self.assertRegex(job_id, r"^job-")
 
         # What the docs tell an operator to look at.
         r = self.pshardctl("get", job_id, "--output=json")
@@ -372,6 +398,38 @@ class SmokeTest(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(out_dir, "params.safetensors")),
                         f"no params.safetensors in {out_dir}")
 
+        # An upgrade of the coordinator (Recreate): the replacement opens the
+        # same claim, still knows the job, and the workers come back to it.
+        grace = lambda pod: min(m.pod_spec(pod.workload).get("terminationGracePeriodSeconds", 30), 20)
+        status, coordinator = self.cluster.replace(coordinator, "pshard-coordinator-1", grace(coordinator))
+        self.assertEqual(status, 0, "the coordinator did not exit cleanly on SIGTERM")
+        coordinator.wait_bound(30)
+        coordinator.wait_started()
+        r = self.pshardctl("get", job_id, "--output=json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["state"], "SUCCEEDED")
+        # The workers heartbeat to the new process: a second run succeeds.
+        self.run_example_job("pshard-example-mlp-fghij")
+
+        # A restarted worker pod keeps its name, so its worker id.
+        ids = {w["name"]: w["id"] for w in pool}
+        old = workers[-1]
+        _, new = self.cluster.replace(old, old.name, grace(old))
+        workers[-1] = new
+        new.wait_bound(30)
+        new.wait_started()
+
+        def reregistered():
+            r = self.pshardctl("workers", "--output=json")
+            if r.returncode != 0:
+                return None
+            now = {w["name"]: w for w in json.loads(r.stdout).get("workers", [])}
+            w = now.get(new.name)
+            return w if w and w.get("state") == "IDLE" and w.get("incarnation") != old_incarnation else None
+        old_incarnation = next(w.get("incarnation") for w in pool if w["name"] == new.name)
+        w = wait_for(reregistered, 30, f"{new.name} to register again", interval=0.2)
+        self.assertEqual(w["id"], ids[new.name])
+
         for name, results in probes.items():
             threshold = workers[0].container["livenessProbe"].get("failureThreshold", 3)
             streak = longest = 0
@@ -384,10 +442,8 @@ class SmokeTest(unittest.TestCase):
                             f"{[out for ok, out in results if not ok][:3]}")
 
         # Kubernetes stops pods with SIGTERM; the binaries exit 0.
-        grace = {p.name: m.pod_spec(p.workload).get("terminationGracePeriodSeconds", 30)
-                 for p in self.cluster.pods}
         for pod in workers + [coordinator]:
-            self.assertEqual(pod.terminate(min(grace[pod.name], 20)), 0,
+            self.assertEqual(pod.terminate(grace(pod)), 0,
                              f"{pod.name} did not exit cleanly on SIGTERM:\n{pod.tail()}")
         # The coordinator's state is on the claim.
         self.assertTrue(os.listdir(os.path.join(self.root, "pvc", "pshard-coordinator-state")))
