@@ -1,7 +1,8 @@
 """Every rendered object of every kustomization is valid against the current
 Kubernetes API types (deploy/k8s/validate/validate.mjs), and the validator
 itself rejects what it must: unknown fields, wrong types, missing required
-fields, unknown kinds and API versions Kubernetes no longer serves.
+fields, names and labels the API server refuses, unknown kinds and API
+versions Kubernetes no longer serves.
 
 The validator runs on Node.js with npm packages that
 deploy/tools/setup_validator.sh installs, pinned by package-lock.json, into
@@ -79,6 +80,13 @@ class ValidatorTest(unittest.TestCase):
 
     def test_rejects_missing_required_fields(self):
         self.expect_invalid("missing_required.yaml", "/spec/containers/0: must have required property name")
+
+    def test_rejects_names_the_api_server_refuses(self):
+        self.expect_invalid("bad_names.yaml",
+                            '/metadata/name: "Coordinator" is not a DNS-1123 subdomain',
+                            '/metadata/labels/app: invalid label value "two words"',
+                            '/containers/0/name: "the_coordinator" is not a DNS-1123 label',
+                            '/ports/0/name: "grpc-coordinator-port" is not an IANA service name')
 
     def test_rejects_unknown_kinds(self):
         self.expect_invalid("unknown_kind.yaml", 'kind "Widget": not a Kubernetes API type')

@@ -116,6 +116,64 @@ function unknownFields(value, seen, at, out) {
   }
 }
 
+// A few of the API server's own validation rules, which the schemas do not
+// carry: object, container and port names, and labels. (The server checks far
+// more; these are the ones a manifest edit most often breaks.)
+const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const LABEL_NAME = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
+const IANA_SVC_NAME = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+
+function checkLabels(labels, at, out) {
+  for (const [key, value] of Object.entries(labels ?? {})) {
+    const slash = key.lastIndexOf("/");
+    const prefix = slash >= 0 ? key.slice(0, slash) : null;
+    const name = key.slice(slash + 1);
+    if ((prefix !== null && (prefix.length > 253 || !DNS1123_SUBDOMAIN.test(prefix))) ||
+        name.length > 63 || !LABEL_NAME.test(name)) {
+      out.push(`${at}/${key}: invalid label key`);
+    }
+    if (typeof value !== "string" || value.length > 63 || (value !== "" && !LABEL_NAME.test(value))) {
+      out.push(`${at}/${key}: invalid label value ${JSON.stringify(value)}`);
+    }
+  }
+}
+
+function checkPodSpec(spec, at, out) {
+  if (!spec || typeof spec !== "object") return;
+  for (const list of ["initContainers", "containers"]) {
+    (spec[list] ?? []).forEach((c, i) => {
+      if (typeof c?.name === "string" && (c.name.length > 63 || !DNS1123_LABEL.test(c.name))) {
+        out.push(`${at}/${list}/${i}/name: ${JSON.stringify(c.name)} is not a DNS-1123 label`);
+      }
+      (c?.ports ?? []).forEach((p, j) => {
+        if (p?.name !== undefined && (p.name.length > 15 || !IANA_SVC_NAME.test(p.name) ||
+                                      !/[a-z]/.test(p.name))) {
+          out.push(`${at}/${list}/${i}/ports/${j}/name: ${JSON.stringify(p.name)} is not an IANA service name`);
+        }
+      });
+    });
+  }
+}
+
+function serverRules(doc) {
+  const out = [];
+  const name = doc.metadata?.name;
+  if (typeof name !== "string" || name === "") {
+    out.push("/metadata/name: required");
+  } else if (name.length > 253 || !DNS1123_SUBDOMAIN.test(name)) {
+    out.push(`/metadata/name: ${JSON.stringify(name)} is not a DNS-1123 subdomain`);
+  }
+  checkLabels(doc.metadata?.labels, "/metadata/labels", out);
+  if (doc.kind === "Pod") checkPodSpec(doc.spec, "/spec", out);
+  const template = doc.spec?.template ?? doc.spec?.jobTemplate?.spec?.template;
+  if (template) {
+    checkLabels(template.metadata?.labels, "/spec/template/metadata/labels", out);
+    checkPodSpec(template.spec, "/spec/template/spec", out);
+  }
+  return out;
+}
+
 function describe(doc, index, file) {
   const name = doc?.metadata?.name ?? "<no name>";
   return `${file}#${index} ${doc?.kind ?? "<no kind>"}/${name}`;
@@ -151,6 +209,7 @@ async function validateDoc(doc) {
   seen.get(data).add("apiVersion");
   seen.get(data).add("kind");
   unknownFields(data, seen, "", problems);
+  if (problems.length === 0) problems.push(...serverRules(data));
   return problems;
 }
 
