@@ -1,0 +1,78 @@
+// The coordinator benchmark: the real pshard-coordinator binary under load
+// from simulated workers over gRPC on loopback. N workers register and
+// heartbeat at 1 Hz while a status client queries alongside; then one job of
+// world_size ranks is submitted, every rank reports a bucket layout and
+// parks in GetAssignment, and the job runs to completion. Reported: p50/p99
+// latency per RPC, time from the last layout report to the published
+// assignment, and the coordinator's CPU and memory.
+#ifndef PSHARD_BENCH_COORDINATOR_COORDINATOR_BENCH_H_
+#define PSHARD_BENCH_COORDINATOR_COORDINATOR_BENCH_H_
+
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace pshard {
+namespace bench {
+
+struct BenchOptions {
+  int workers = 1024;
+  // Ranks of the one job; 0 means `workers`.
+  int world_size = 0;
+  int buckets = 1000;
+  int parameters_per_bucket = 2;
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Heartbeat-only phase before the job is submitted.
+  absl::Duration steady = absl::Seconds(10);
+  // Status queries per second during the whole run.
+  int status_qps = 20;
+  // Concurrent RegisterWorker / ReportBuckets / ReportResult calls.
+  int max_in_flight = 128;
+  // gRPC channels the simulated workers spread over.
+  int channels = 8;
+  std::string coordinator_binary;
+  // Directory for the state file, port file and coordinator log.
+  std::string work_dir;
+  // Extra time allowed for each phase.
+  absl::Duration phase_timeout = absl::Seconds(180);
+};
+
+struct LatencyStats {
+  int64_t count = 0;
+  int64_t errors = 0;
+  double p50_ms = 0;
+  double p99_ms = 0;
+  double max_ms = 0;
+};
+
+struct BenchReport {
+  std::map<std::string, LatencyStats> rpcs;
+  double register_all_s = 0;
+  // Submit -> every rank has its RunJob directive.
+  double run_job_delivery_s = 0;
+  // Last ReportBuckets sent -> first / every GetAssignment answered.
+  double assignment_first_ms = 0;
+  double assignment_all_ms = 0;
+  double imbalance = 0;
+  std::string job_state;
+  // Coordinator process: CPU seconds and share of one core per phase.
+  double steady_cpu_percent = 0;
+  double job_cpu_seconds = 0;
+  double total_cpu_seconds = 0;
+  double wall_seconds = 0;
+  double rss_mb = 0;
+  double peak_rss_mb = 0;
+  // Heartbeats sent in the steady phase and per second.
+  double heartbeats_per_second = 0;
+
+  std::string ToString() const;
+};
+
+absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& options);
+
+}  // namespace bench
+}  // namespace pshard
+
+#endif  // PSHARD_BENCH_COORDINATOR_COORDINATOR_BENCH_H_

@@ -1,0 +1,40 @@
+// bazel run -c opt //bench/coordinator:coordinator_bench -- --workers=4096
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "bench/coordinator/coordinator_bench.h"
+#include "tests/testing/subprocess.h"
+
+ABSL_FLAG(int, workers, 1024, "simulated workers");
+ABSL_FLAG(int, world_size, 0, "ranks of the job (0: all workers)");
+ABSL_FLAG(int, buckets, 1000, "buckets in the layout every rank reports");
+ABSL_FLAG(int, parameters_per_bucket, 2, "parameters per bucket");
+ABSL_FLAG(absl::Duration, steady, absl::Seconds(10),
+          "heartbeat-only phase before the job");
+ABSL_FLAG(int, status_qps, 20, "status queries per second");
+ABSL_FLAG(std::string, work_dir, "/tmp", "for the state file and logs");
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  pshard::bench::BenchOptions options;
+  options.workers = absl::GetFlag(FLAGS_workers);
+  options.world_size = absl::GetFlag(FLAGS_world_size);
+  options.buckets = absl::GetFlag(FLAGS_buckets);
+  options.parameters_per_bucket = absl::GetFlag(FLAGS_parameters_per_bucket);
+  options.steady = absl::GetFlag(FLAGS_steady);
+  options.status_qps = absl::GetFlag(FLAGS_status_qps);
+  options.work_dir = absl::GetFlag(FLAGS_work_dir);
+  options.coordinator_binary =
+      pshard::testing::RunfilePath("server/pshard-coordinator");
+  auto report = pshard::bench::RunCoordinatorBenchmark(options);
+  if (!report.ok()) {
+    fprintf(stderr, "benchmark failed: %s\n", report.status().ToString().c_str());
+    return 1;
+  }
+  printf("workers=%d world_size=%d buckets=%d\n%s", options.workers,
+         options.world_size > 0 ? options.world_size : options.workers,
+         options.buckets, report->ToString().c_str());
+  return 0;
+}
