@@ -163,12 +163,15 @@ void BM_AdamKernelThreads(benchmark::State& state) {
 }
 void BM_AdamWKernel(benchmark::State& state) { AdamKernel(state, true); }
 
-// The whole ShardOptimizer::Step path for one bucket of 8 parameters.
+// The whole ShardOptimizer::Step path for one bucket of 8 parameters, on
+// range(1) threads (CpuOptimizerOptions::num_threads).
 void BM_ShardOptimizerAdamStep(benchmark::State& state) {
   const int64_t n = state.range(0);
   v1::OptimizerSpec spec;
   spec.set_kind(v1::OptimizerSpec::ADAM);
-  auto opt = ShardOptimizer::Create(spec);
+  CpuOptimizerOptions options;
+  options.num_threads = static_cast<int>(state.range(1));
+  auto opt = ShardOptimizer::Create(spec, options);
   if (!opt.ok()) {
     state.SkipWithError(std::string(opt.status().message()).c_str());
     return;
@@ -219,7 +222,14 @@ BENCHMARK(BM_AdamKernelThreads)
     ->Args({kLarge, 2})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-PSHARD_BENCH(BM_ShardOptimizerAdamStep);
+BENCHMARK(BM_ShardOptimizerAdamStep)
+    ->Args({kSmall, 1})
+    ->Args({kDefault, 1})
+    ->Args({kLarge, 1})
+    ->Args({kDefault, 2})
+    ->Args({kLarge, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace pshard::worker

@@ -11,6 +11,8 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -56,7 +58,8 @@ class AlignedFloats {
   }
   ~AlignedFloats() { Free(); }
 
-  float* data() { return data_; }
+  // Shallow const: the state's storage, not its values, is fixed.
+  float* data() const { return data_; }
   int64_t size() const { return size_; }
 
  private:
@@ -81,7 +84,8 @@ struct Segment {
 struct Bucket {
   // Serialises Steps of this bucket; different buckets step concurrently.
   absl::Mutex mu;
-  std::vector<Segment> segments;
+  std::vector<Segment> segments;  // ordered by offset
+  int64_t numel = 0;              // elements covered by segments
   // SGD: state[0] is the momentum buffer. Adam/AdamW: exp_avg, exp_avg_sq.
   AlignedFloats state[2];
   int64_t state_bytes = 0;
@@ -90,7 +94,8 @@ struct Bucket {
 
 class CpuShardOptimizer final : public ShardOptimizer {
  public:
-  explicit CpuShardOptimizer(v1::OptimizerSpec spec) : spec_(std::move(spec)) {}
+  CpuShardOptimizer(v1::OptimizerSpec spec, CpuOptimizerOptions options)
+      : spec_(std::move(spec)), options_(options) {}
 
   absl::Status AddBucket(int bucket_index,
                          std::vector<ParamSpan> spans) override;
@@ -101,8 +106,13 @@ class CpuShardOptimizer final : public ShardOptimizer {
 
  private:
   Bucket* FindBucket(int bucket_index) const;
+  // Steps the elements [begin, end) of the bucket (any split of the bucket
+  // gives the same bits).
+  void StepRange(const Bucket& bucket, int64_t step, float* params,
+                 const float* grads, int64_t begin, int64_t end) const;
 
   const v1::OptimizerSpec spec_;
+  const CpuOptimizerOptions options_;
   mutable absl::Mutex mu_;
   // unique_ptr: a Bucket stays put while Step runs without holding mu_.
   std::map<int, std::unique_ptr<Bucket>> buckets_ ABSL_GUARDED_BY(mu_);
@@ -179,6 +189,7 @@ absl::Status CpuShardOptimizer::AddBucket(int bucket_index,
       segs.push_back(seg);
     }
     if (has_state) state_numel += span.numel;
+    bucket->numel += span.numel;
   }
   const int num_state_arrays = adam ? 2 : (state_numel > 0 ? 1 : 0);
   for (int i = 0; i < num_state_arrays; ++i) {
@@ -216,27 +227,68 @@ absl::Status CpuShardOptimizer::Step(int bucket_index, float* params,
   }
   absl::MutexLock lock(&bucket->mu);
   const int64_t step = ++bucket->steps;
+  const int64_t max_threads =
+      std::max<int64_t>(1, bucket->numel / options_.min_elements_per_thread);
+  const int threads = static_cast<int>(
+      std::min<int64_t>(options_.num_threads, max_threads));
+  if (threads <= 1) {
+    StepRange(*bucket, step, params, grads, 0, bucket->numel);
+    return absl::OkStatus();
+  }
+  // Split the bucket's covered elements (ranks of elements, not offsets, so
+  // gaps cost nothing) into `threads` parts; the caller takes the last.
+  const int64_t per = (bucket->numel + threads - 1) / threads;
+  std::vector<std::thread> helpers;
+  helpers.reserve(threads - 1);
+  int64_t begin = 0;
+  for (int t = 0; t + 1 < threads; ++t, begin += per) {
+    try {
+      helpers.emplace_back([this, bucket, step, params, grads, begin, per] {
+        StepRange(*bucket, step, params, grads, begin, begin + per);
+      });
+    } catch (const std::system_error&) {
+      // No thread available: do this part here instead.
+      StepRange(*bucket, step, params, grads, begin, begin + per);
+    }
+  }
+  StepRange(*bucket, step, params, grads, begin, bucket->numel);
+  for (std::thread& helper : helpers) helper.join();
+  return absl::OkStatus();
+}
+
+void CpuShardOptimizer::StepRange(const Bucket& bucket, int64_t step,
+                                  float* params, const float* grads,
+                                  int64_t begin, int64_t end) const {
   const v1::OptimizerSpec::Kind kind = spec_.kind();
-  for (const Segment& seg : bucket->segments) {
-    float* p = params + seg.offset;
-    const float* g = grads + seg.offset;
+  // `covered` counts the elements of the segments before `seg`.
+  int64_t covered = 0;
+  for (const Segment& seg : bucket.segments) {
+    const int64_t lo = std::max(begin, covered);
+    const int64_t hi = std::min(end, covered + seg.numel);
+    covered += seg.numel;
+    if (lo >= hi) continue;
+    const int64_t skip = lo - (covered - seg.numel);
+    const int64_t n = hi - lo;
+    float* p = params + seg.offset + skip;
+    const float* g = grads + seg.offset + skip;
     const HyperParameters& hp = seg.hp;
     if (kind == v1::OptimizerSpec::SGD) {
       const cpu::SgdScalars s =
           cpu::MakeSgdScalars(hp.lr, hp.momentum, hp.dampening, hp.nesterov,
                               hp.weight_decay, /*first_step=*/step == 1);
-      float* buf =
-          seg.has_state ? bucket->state[0].data() + seg.state_offset : nullptr;
-      cpu::SgdStep(p, g, buf, seg.numel, s);
+      float* buf = seg.has_state
+                       ? bucket.state[0].data() + seg.state_offset + skip
+                       : nullptr;
+      cpu::SgdStep(p, g, buf, n, s);
     } else {
       const cpu::AdamScalars s = cpu::MakeAdamScalars(
           hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
           /*decoupled=*/kind == v1::OptimizerSpec::ADAMW, step);
-      cpu::AdamStep(p, g, bucket->state[0].data() + seg.state_offset,
-                    bucket->state[1].data() + seg.state_offset, seg.numel, s);
+      cpu::AdamStep(p, g, bucket.state[0].data() + seg.state_offset + skip,
+                    bucket.state[1].data() + seg.state_offset + skip, n, s);
     }
+    if (covered >= end) break;
   }
-  return absl::OkStatus();
 }
 
 int64_t CpuShardOptimizer::state_bytes(int bucket_index) const {
@@ -255,11 +307,23 @@ int64_t CpuShardOptimizer::total_state_bytes() const {
 
 absl::StatusOr<std::unique_ptr<ShardOptimizer>> ShardOptimizer::Create(
     const v1::OptimizerSpec& spec) {
+  return Create(spec, CpuOptimizerOptions());
+}
+
+absl::StatusOr<std::unique_ptr<ShardOptimizer>> ShardOptimizer::Create(
+    const v1::OptimizerSpec& spec, const CpuOptimizerOptions& options) {
+  if (options.num_threads < 1 || options.min_elements_per_thread < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CPU optimizer options: num_threads (", options.num_threads,
+        ") and min_elements_per_thread (", options.min_elements_per_thread,
+        ") must be >= 1"));
+  }
   switch (spec.kind()) {
     case v1::OptimizerSpec::SGD:
     case v1::OptimizerSpec::ADAM:
     case v1::OptimizerSpec::ADAMW:
-      return std::unique_ptr<ShardOptimizer>(new CpuShardOptimizer(spec));
+      return std::unique_ptr<ShardOptimizer>(
+          new CpuShardOptimizer(spec, options));
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("optimizer kind ",

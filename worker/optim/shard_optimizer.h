@@ -4,7 +4,17 @@
 // buckets added with AddBucket, so a rank holds about 1/world of the total.
 // Arithmetic follows PyTorch's single-tensor ("foreach=False") SGD, Adam and
 // AdamW, in the same operation order and in fp32, so that the same gradients
-// give the same parameters.
+// give the same parameters (bit for bit against torch 1.13's CPU build; the
+// per-element formulas are written out in worker/optim/cpu_kernels.h).
+//
+// Thread safety: all methods may be called from any thread. Steps of
+// different buckets run concurrently; Steps of one bucket are serialised.
+// By default the CPU implementation steps a bucket on the calling thread
+// only; CpuOptimizerOptions::num_threads splits large buckets over more
+// threads (bit-identical results: the kernels are element-wise). On the
+// 2-core CI machine a second thread doubles the kernel's bandwidth when the
+// other core is idle, but in a worker that core runs the backward pass and
+// the communicator, so the default stays 1 (bench/optimizer/README.md).
 #ifndef PSHARD_WORKER_OPTIM_SHARD_OPTIMIZER_H_
 #define PSHARD_WORKER_OPTIM_SHARD_OPTIMIZER_H_
 
@@ -26,24 +36,44 @@ struct ParamSpan {
   int64_t numel = 0;
 };
 
+// Options of the CPU implementation.
+struct CpuOptimizerOptions {
+  // Threads that step one bucket, the calling thread included; >= 1.
+  int num_threads = 1;
+  // Each extra thread gets at least this many elements; smaller buckets are
+  // stepped on the calling thread alone (a thread start costs ~50 us).
+  int64_t min_elements_per_thread = int64_t{1} << 20;
+};
+
 class ShardOptimizer {
  public:
   // `spec` must be valid (ValidateJobSpec); hyper-parameters are resolved per
-  // parameter name with ResolveHyperParameters (common/job_spec.h).
+  // parameter name with ResolveHyperParameters (common/job_spec.h), once, in
+  // AddBucket. Returns the CPU implementation. InvalidArgument: the kind is
+  // not SGD, ADAM or ADAMW.
   static absl::StatusOr<std::unique_ptr<ShardOptimizer>> Create(
       const v1::OptimizerSpec& spec);
+  // The same with explicit CPU options. InvalidArgument also for
+  // num_threads < 1 or min_elements_per_thread < 1.
+  static absl::StatusOr<std::unique_ptr<ShardOptimizer>> Create(
+      const v1::OptimizerSpec& spec, const CpuOptimizerOptions& options);
 
   virtual ~ShardOptimizer() = default;
 
   // Takes ownership of bucket `bucket_index` (fp32, `spans` laid out inside
-  // it) and allocates its zeroed state. InvalidArgument if spans overlap or
-  // the bucket was already added.
+  // it) and allocates its zeroed state: SGD one fp32 buffer per element of
+  // the parameters whose momentum is non-zero, Adam/AdamW two per element.
+  // Elements between spans are never touched. InvalidArgument if spans
+  // overlap, are negative, repeat a name or are empty, if a parameter
+  // resolves to a learning rate that is not > 0, or if the bucket was already
+  // added.
   virtual absl::Status AddBucket(int bucket_index,
                                  std::vector<ParamSpan> spans) = 0;
 
   // One optimizer step on an owned bucket: updates `params` in place from
   // `grads` (already averaged over ranks). Each bucket counts its own steps
-  // (Adam's bias correction). NotFound if the bucket is not owned.
+  // (Adam's bias correction; SGD's first momentum step). NotFound if the
+  // bucket is not owned; InvalidArgument for null buffers.
   virtual absl::Status Step(int bucket_index, float* params,
                             const float* grads) = 0;
 
