@@ -133,6 +133,27 @@ TEST(LocalE2eTest, CtrlCCancelsAndStopsEverything) {
   ExpectAllGone(pids);
 }
 
+TEST(LocalE2eTest, KilledPshardctlTakesItsChildrenWithIt) {
+  // SIGKILL leaves pshardctl no chance to clean up: PR_SET_PDEATHSIG must.
+  const std::string dir = MakeTempDir("sigkill");
+  const std::string log = dir + "/pshardctl.log";
+  auto process = Subprocess::Start(
+      {RunfilePath("cli/pshardctl"), "local", "--keep_running",
+       "--run_dir=" + dir + "/run"},
+      {}, log);
+  ASSERT_OK(process.status());
+  ASSERT_TRUE(WaitUntil([&] { return ReadFile(log).find("still running") !=
+                                     std::string::npos; },
+                        absl::Seconds(60)))
+      << ReadFile(log);
+  const std::vector<pid_t> pids = ReportedPids(ReadFile(log));
+  ASSERT_EQ(pids.size(), 3u) << ReadFile(log);
+  for (pid_t pid : pids) EXPECT_TRUE(Alive(pid));
+  ASSERT_OK((*process)->Signal(SIGKILL));
+  ASSERT_OK((*process)->Wait(absl::Seconds(10)).status());
+  ExpectAllGone(pids);
+}
+
 TEST(LocalE2eTest, ReplayMatchesTheNumpyReference) {
   const std::string dir = MakeTempDir("replay");
   const std::string data = dir + "/data";
