@@ -1,7 +1,6 @@
 // pshard-worker: one worker of the pool. Registers with the coordinator, runs
 // the jobs it is given, serves WorkerStatus (plus gRPC health and reflection)
 // on --listen. SIGINT/SIGTERM abort any running job and exit 0.
-#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -20,7 +19,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -42,6 +40,10 @@ ABSL_FLAG(std::string, host, "",
 ABSL_FLAG(std::string, device, "cpu", "\"cpu\", \"auto\" or \"cuda:N\"");
 
 namespace {
+
+volatile sig_atomic_t g_signalled = 0;
+
+void OnSignal(int) { g_signalled = 1; }
 
 std::string Hostname() {
   char buffer[256] = {0};
@@ -99,13 +101,14 @@ int main(int argc, char** argv) {
   std::string name = absl::GetFlag(FLAGS_name);
   if (name.empty()) name = absl::StrCat(Hostname(), "-", getpid());
 
-  // Signals are taken by one thread with sigwait; block them everywhere else
-  // before any thread starts.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGINT/SIGTERM only set a flag (gRPC's threads may exist before main,
+  // so blocking the signals for sigwait would not catch them all); the main
+  // loop below notices within its polling period.
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
 
   std::unique_ptr<pshard::worker::ControlPlane> control =
       pshard::worker::NewGrpcControlPlane(coordinator);
@@ -167,21 +170,12 @@ int main(int argc, char** argv) {
                name.c_str(), port, coordinator.c_str(), host.c_str());
 
   // Wait for a signal or for a drain to complete.
-  absl::Notification done;
-  std::thread signal_thread([&signals, &done] {
-    int signal = 0;
-    sigwait(&signals, &signal);
-    done.Notify();
-  });
-  while (!done.HasBeenNotified()) {
-    if (agent->WaitForDrained(absl::Milliseconds(200))) break;
+  while (g_signalled == 0) {
+    if (agent->WaitForDrained(absl::Milliseconds(100))) break;
   }
-  agent->Stop(absl::AbortedError("worker shutting down"));
+  agent->Stop(absl::AbortedError(g_signalled != 0
+                                     ? "worker shutting down on a signal"
+                                     : "worker drained"));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  if (!done.HasBeenNotified()) {
-    // Drained: wake the signal thread so it can be joined.
-    pthread_kill(signal_thread.native_handle(), SIGTERM);
-  }
-  signal_thread.join();
   return 0;
 }

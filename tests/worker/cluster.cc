@@ -1,0 +1,216 @@
+#include "tests/worker/cluster.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "grpcpp/grpcpp.h"
+
+namespace pshard::testing {
+namespace {
+
+std::string DurationFlag(absl::Duration d) {
+  return absl::StrCat(absl::ToInt64Milliseconds(d), "ms");
+}
+
+template <typename Service>
+std::unique_ptr<typename Service::Stub> MakeStub(const std::string& address) {
+  return Service::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration d) {
+  context->set_deadline(std::chrono::system_clock::now() +
+                        absl::ToChronoMilliseconds(d));
+}
+
+std::string Tail(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string text = buffer.str();
+  if (text.size() > max_bytes) text = "..." + text.substr(text.size() - max_bytes);
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
+    const ClusterOptions& options) {
+  std::unique_ptr<Cluster> cluster(new Cluster());
+  cluster->dir_ = MakeTempDir("cluster");
+  const std::string port_file = cluster->dir_ + "/coordinator.port";
+  const std::string log = cluster->dir_ + "/coordinator.log";
+  cluster->logs_.push_back(log);
+  absl::StatusOr<std::unique_ptr<Subprocess>> coordinator = Subprocess::Start(
+      {RunfilePath("server/pshard-coordinator"), "--listen=127.0.0.1:0",
+       "--port_file=" + port_file,
+       "--state_path=" + cluster->dir_ + "/state.db",
+       "--heartbeat_interval=" + DurationFlag(options.heartbeat_interval),
+       "--worker_timeout=" + DurationFlag(options.worker_timeout)},
+      {}, log);
+  if (!coordinator.ok()) return coordinator.status();
+  cluster->coordinator_ = *std::move(coordinator);
+  absl::StatusOr<int> port = WaitForPortFile(port_file, absl::Seconds(30));
+  if (!port.ok()) return port.status();
+  const std::string address = absl::StrCat("127.0.0.1:", *port);
+  cluster->jobs_ = MakeStub<v1::JobService>(address);
+  cluster->cluster_ = MakeStub<v1::ClusterService>(address);
+
+  for (int i = 0; i < options.workers; ++i) {
+    const std::string wport = absl::StrCat(cluster->dir_, "/worker", i, ".port");
+    const std::string wlog = absl::StrCat(cluster->dir_, "/worker", i, ".log");
+    cluster->logs_.push_back(wlog);
+    absl::StatusOr<std::unique_ptr<Subprocess>> worker = Subprocess::Start(
+        {RunfilePath("worker/pshard-worker"), "--coordinator=" + address,
+         absl::StrCat("--name=worker-", i), "--listen=127.0.0.1:0",
+         "--port_file=" + wport, "--host=127.0.0.1"},
+        {}, wlog);
+    if (!worker.ok()) return worker.status();
+    cluster->workers_.push_back(*std::move(worker));
+    absl::StatusOr<int> p = WaitForPortFile(wport, absl::Seconds(30));
+    if (!p.ok()) return p.status();
+    cluster->worker_ports_.push_back(*p);
+  }
+  if (!cluster->WaitForIdle(options.workers, absl::Seconds(30))) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "workers did not all register as IDLE:\n", cluster->Logs()));
+  }
+  return cluster;
+}
+
+Cluster::~Cluster() {
+  // Workers first (SIGTERM: they abort their jobs and exit), then the
+  // coordinator; Subprocess kills whatever is left.
+  for (auto& w : workers_) {
+    if (w->running()) (void)w->Signal(SIGTERM);
+  }
+  for (auto& w : workers_) (void)w->Wait(absl::Seconds(10));
+  if (coordinator_ != nullptr && coordinator_->running()) {
+    (void)coordinator_->Signal(SIGTERM);
+    (void)coordinator_->Wait(absl::Seconds(10));
+  }
+}
+
+std::string Cluster::worker_status_address(int i) const {
+  return absl::StrCat("127.0.0.1:", worker_ports_[i]);
+}
+
+absl::StatusOr<v1::Job> Cluster::Submit(const v1::JobSpec& spec) {
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Seconds(10));
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  v1::Job job;
+  grpc::Status status = jobs_->SubmitJob(&context, request, &job);
+  if (!status.ok()) return FromGrpcStatus(status, "SubmitJob");
+  return job;
+}
+
+absl::StatusOr<v1::Job> Cluster::GetJob(const std::string& id) {
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Seconds(10));
+  v1::GetJobRequest request;
+  request.set_job_id(id);
+  v1::Job job;
+  grpc::Status status = jobs_->GetJob(&context, request, &job);
+  if (!status.ok()) return FromGrpcStatus(status, "GetJob");
+  return job;
+}
+
+absl::StatusOr<v1::Job> Cluster::Cancel(const std::string& id) {
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Seconds(10));
+  v1::CancelJobRequest request;
+  request.set_job_id(id);
+  request.set_reason("test cancels it");
+  v1::Job job;
+  grpc::Status status = jobs_->CancelJob(&context, request, &job);
+  if (!status.ok()) return FromGrpcStatus(status, "CancelJob");
+  return job;
+}
+
+absl::StatusOr<v1::Job> Cluster::WaitForEnd(const std::string& id,
+                                            absl::Duration timeout) {
+  absl::StatusOr<v1::Job> job;
+  bool ended = WaitUntil(
+      [&] {
+        job = GetJob(id);
+        return job.ok() && (job->state() == v1::SUCCEEDED ||
+                            job->state() == v1::FAILED ||
+                            job->state() == v1::CANCELLED);
+      },
+      timeout);
+  if (!job.ok()) return job.status();
+  if (!ended) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("job ", id, " still ", v1::JobState_Name(job->state()),
+                     " after ", absl::FormatDuration(timeout), "\n", Logs()));
+  }
+  return job;
+}
+
+absl::StatusOr<std::vector<v1::JobEvent>> Cluster::Events(
+    const std::string& id, absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  v1::WatchJobRequest request;
+  request.set_job_id(id);
+  auto reader = jobs_->WatchJob(&context, request);
+  std::vector<v1::JobEvent> events;
+  v1::JobEvent event;
+  while (reader->Read(&event)) events.push_back(event);
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return FromGrpcStatus(status, "WatchJob");
+  return events;
+}
+
+absl::StatusOr<std::vector<v1::WorkerInfo>> Cluster::Workers(
+    bool include_lost) {
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Seconds(10));
+  v1::ListWorkersRequest request;
+  request.set_include_lost(include_lost);
+  v1::ListWorkersResponse response;
+  grpc::Status status = cluster_->ListWorkers(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status, "ListWorkers");
+  return std::vector<v1::WorkerInfo>(response.workers().begin(),
+                                     response.workers().end());
+}
+
+absl::StatusOr<v1::GetWorkerStatusResponse> Cluster::WorkerStatus(int i) {
+  auto stub = MakeStub<v1::WorkerStatus>(worker_status_address(i));
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Seconds(10));
+  v1::GetWorkerStatusResponse response;
+  grpc::Status status =
+      stub->GetStatus(&context, v1::GetWorkerStatusRequest(), &response);
+  if (!status.ok()) return FromGrpcStatus(status, "GetStatus");
+  return response;
+}
+
+bool Cluster::WaitForIdle(int count, absl::Duration timeout) {
+  return WaitUntil(
+      [&] {
+        auto workers = Workers(false);
+        if (!workers.ok()) return false;
+        int idle = 0;
+        for (const auto& w : *workers) idle += w.state() == v1::IDLE;
+        return idle >= count;
+      },
+      timeout);
+}
+
+std::string Cluster::Logs() const {
+  std::string out;
+  for (const auto& log : logs_) {
+    absl::StrAppend(&out, "==> ", log, " <==\n", Tail(log, 3000), "\n");
+  }
+  return out;
+}
+
+}  // namespace pshard::testing

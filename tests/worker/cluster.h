@@ -1,0 +1,72 @@
+// A local pshard cluster for end-to-end tests: the real pshard-coordinator
+// and N real pshard-worker processes on loopback (free ports, port files),
+// with gRPC stubs to drive and observe them. Every wait polls with a deadline.
+#ifndef PSHARD_TESTS_WORKER_CLUSTER_H_
+#define PSHARD_TESTS_WORKER_CLUSTER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "pshard/v1/cluster.grpc.pb.h"
+#include "pshard/v1/job.grpc.pb.h"
+#include "pshard/v1/worker_status.grpc.pb.h"
+#include "tests/testing/subprocess.h"
+
+namespace pshard::testing {
+
+struct ClusterOptions {
+  int workers = 2;
+  absl::Duration heartbeat_interval = absl::Milliseconds(100);
+  absl::Duration worker_timeout = absl::Seconds(2);
+};
+
+class Cluster {
+ public:
+  // Starts the coordinator and the workers and waits until every worker is
+  // registered and IDLE.
+  static absl::StatusOr<std::unique_ptr<Cluster>> Start(
+      const ClusterOptions& options);
+
+  ~Cluster();
+
+  const std::string& dir() const { return dir_; }
+  int num_workers() const { return static_cast<int>(workers_.size()); }
+  Subprocess& worker(int i) { return *workers_[i]; }
+  // host:port of worker i's WorkerStatus server.
+  std::string worker_status_address(int i) const;
+
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> GetJob(const std::string& id);
+  absl::StatusOr<v1::Job> Cancel(const std::string& id);
+  // Polls until the job is SUCCEEDED, FAILED or CANCELLED.
+  absl::StatusOr<v1::Job> WaitForEnd(const std::string& id,
+                                     absl::Duration timeout);
+  // The job's whole event log (WatchJob from the start; the job must end).
+  absl::StatusOr<std::vector<v1::JobEvent>> Events(const std::string& id,
+                                                   absl::Duration timeout);
+  absl::StatusOr<std::vector<v1::WorkerInfo>> Workers(bool include_lost);
+  absl::StatusOr<v1::GetWorkerStatusResponse> WorkerStatus(int i);
+  // Polls until `count` workers are IDLE.
+  bool WaitForIdle(int count, absl::Duration timeout);
+
+  // The last lines of every process's log, for failure messages.
+  std::string Logs() const;
+
+ private:
+  Cluster() = default;
+
+  std::string dir_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::vector<std::unique_ptr<Subprocess>> workers_;
+  std::vector<int> worker_ports_;
+  std::vector<std::string> logs_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::ClusterService::Stub> cluster_;
+};
+
+}  // namespace pshard::testing
+
+#endif  // PSHARD_TESTS_WORKER_CLUSTER_H_

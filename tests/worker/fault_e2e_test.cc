@@ -1,0 +1,127 @@
+// End to end, faults: a worker killed mid-job fails the job within the
+// worker timeout and the survivors return to the pool (and can run the next
+// job); a cancelled job stops within about a heartbeat; SIGTERM ends a
+// worker cleanly. Nothing may hang: every wait below has a deadline.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+#include "tests/worker/cluster.h"
+
+namespace pshard::testing {
+namespace {
+
+v1::JobSpec LongJob(int world) {
+  v1::JobSpec spec;
+  spec.set_name("long");
+  spec.set_world_size(world);
+  spec.mutable_synthetic()->set_num_parameters(200000);
+  spec.mutable_synthetic()->set_tensor_numel(20000);
+  spec.set_bucket_cap_mb(0.2);
+  spec.set_steps(100000000);
+  spec.set_progress_every(1);
+  // Long on purpose: failure must come from the worker timeout or the dead
+  // peer's closed connections, not from a collective timing out.
+  spec.set_collective_timeout_seconds(60);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
+  return spec;
+}
+
+v1::JobSpec ShortJob(int world) {
+  v1::JobSpec spec = LongJob(world);
+  spec.set_name("short");
+  spec.set_steps(5);
+  return spec;
+}
+
+bool WaitForStep(Cluster& cluster, const std::string& id, int64_t step) {
+  return WaitUntil(
+      [&] {
+        auto job = cluster.GetJob(id);
+        return job.ok() && job->state() == v1::RUNNING &&
+               job->progress().step() >= step;
+      },
+      absl::Seconds(30));
+}
+
+TEST(FaultE2eTest, KilledWorkerFailsJobAndSurvivorsReturn) {
+  ClusterOptions options;
+  options.workers = 3;
+  options.worker_timeout = absl::Seconds(2);
+  ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, cluster->Submit(LongJob(3)));
+  ASSERT_TRUE(WaitForStep(*cluster, job.id(), 3)) << cluster->Logs();
+
+  // While it runs, every worker reports what it owns.
+  int64_t total_state = 0;
+  int owners = 0;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto status, cluster->WorkerStatus(i));
+    EXPECT_EQ(status.state(), v1::BUSY);
+    EXPECT_EQ(status.job_id(), job.id());
+    total_state += status.optimizer_state_bytes();
+    owners += status.owned_shards_size() > 0;
+  }
+  EXPECT_EQ(total_state, 200000 * 8);  // Adam: 2 floats per parameter, once
+  EXPECT_GE(owners, 2);
+
+  const absl::Time killed = absl::Now();
+  ASSERT_OK(cluster->worker(2).Signal(SIGKILL));
+  ASSERT_OK_AND_ASSIGN(v1::Job ended,
+                       cluster->WaitForEnd(job.id(), absl::Seconds(15)));
+  EXPECT_EQ(ended.state(), v1::FAILED);
+  EXPECT_LT(absl::Now() - killed, options.worker_timeout + absl::Seconds(3))
+      << "job failed only after " << absl::Now() - killed;
+  // The survivors are idle again and can run the next job.
+  ASSERT_TRUE(cluster->WaitForIdle(2, absl::Seconds(10))) << cluster->Logs();
+  ASSERT_OK_AND_ASSIGN(v1::Job next, cluster->Submit(ShortJob(2)));
+  ASSERT_OK_AND_ASSIGN(v1::Job done,
+                       cluster->WaitForEnd(next.id(), absl::Seconds(30)));
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.reason() << cluster->Logs();
+}
+
+TEST(FaultE2eTest, CancelStopsWorkersWithinAHeartbeat) {
+  ClusterOptions options;
+  options.workers = 2;
+  ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, cluster->Submit(LongJob(2)));
+  ASSERT_TRUE(WaitForStep(*cluster, job.id(), 2)) << cluster->Logs();
+  const absl::Time cancelled = absl::Now();
+  ASSERT_OK(cluster->Cancel(job.id()).status());
+  // Both workers abort and report IDLE themselves.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (int i = 0; i < 2; ++i) {
+          auto status = cluster->WorkerStatus(i);
+          if (!status.ok() || status->state() != v1::IDLE) return false;
+        }
+        return true;
+      },
+      absl::Seconds(10)))
+      << cluster->Logs();
+  EXPECT_LT(absl::Now() - cancelled, absl::Seconds(2));
+  ASSERT_OK_AND_ASSIGN(v1::Job ended, cluster->GetJob(job.id()));
+  EXPECT_EQ(ended.state(), v1::CANCELLED);
+}
+
+TEST(FaultE2eTest, SigtermAbortsJobAndExitsZero) {
+  ClusterOptions options;
+  options.workers = 2;
+  ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, cluster->Submit(LongJob(2)));
+  ASSERT_TRUE(WaitForStep(*cluster, job.id(), 2)) << cluster->Logs();
+  ASSERT_OK(cluster->worker(1).Signal(SIGTERM));
+  ASSERT_OK_AND_ASSIGN(int wait_status,
+                       cluster->worker(1).Wait(absl::Seconds(10)));
+  ASSERT_TRUE(WIFEXITED(wait_status));
+  EXPECT_EQ(WEXITSTATUS(wait_status), 0);
+  ASSERT_OK_AND_ASSIGN(v1::Job ended,
+                       cluster->WaitForEnd(job.id(), absl::Seconds(15)));
+  EXPECT_EQ(ended.state(), v1::FAILED);
+  ASSERT_TRUE(cluster->WaitForIdle(1, absl::Seconds(10)));
+}
+
+}  // namespace
+}  // namespace pshard::testing
