@@ -193,7 +193,7 @@ double BenchStep(int64_t total, double cap_mb, int steps, int device) {
     off += sizes[b];
   }
   BENCH_CHECK_OK(CudaStatus(cudaStreamSynchronize(comm->stream()), "sync"));
-  const float inv_world = 1.0f / comm->world_size();
+  const float world = static_cast<float>(comm->world_size());
   auto one_step = [&](int64_t step) {
     std::shared_ptr<Work> last;
     for (size_t b = sizes.size(); b-- > 0;) {  // backward order
@@ -202,16 +202,15 @@ double BenchStep(int64_t total, double cap_mb, int steps, int device) {
       const int64_t n = sizes[b];
       comm->Enqueue([&, g, n, b] {
         return CudaStatus(
-            gpu::LaunchSyntheticValues(g, n, gpu::SyntheticGradKey(1, 0, step, b),
-                                       0, 0.01f, comm->stream()),
+            gpu::LaunchSyntheticValues(
+                g, n, gpu::SyntheticGradKey(1, 0, step, static_cast<int>(b)),
+                0, 0.01f, comm->stream()),
             "synthetic gradients");
       });
       comm->Reduce(g, n, DataType::kFloat32, 0);
       comm->Enqueue([&, g, p, n, b] {
         absl::Status s = CudaStatus(
-            gpu::LaunchScale(g, gpu::kKernelFloat32, n, inv_world,
-                             comm->stream()),
-            "average");
+            gpu::LaunchDivide(g, n, world, comm->stream()), "average");
         if (!s.ok()) return s;
         return opt->EnqueueStep(static_cast<int>(b), p, g, comm->stream());
       });

@@ -171,6 +171,53 @@ class CudaEvent {
   cudaEvent_t event_ = nullptr;
 };
 
+// Page-locked host memory from cudaMallocHost (asynchronous copies to and
+// from the device need it), freed on destruction.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  static absl::StatusOr<PinnedBuffer> Allocate(size_t bytes,
+                                               absl::string_view what) {
+    PinnedBuffer buffer;
+    if (bytes == 0) return buffer;
+    void* ptr = nullptr;
+    absl::Status status = CudaStatus(cudaMallocHost(&ptr, bytes), what);
+    if (!status.ok()) return status;
+    buffer.ptr_ = ptr;
+    buffer.bytes_ = bytes;
+    return buffer;
+  }
+  PinnedBuffer(PinnedBuffer&& other) noexcept
+      : ptr_(std::exchange(other.ptr_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      ptr_ = std::exchange(other.ptr_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() { Reset(); }
+
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void Reset() {
+    if (ptr_ != nullptr) (void)cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 }  // namespace pshard::worker::gpu
 
 #endif  // PSHARD_WORKER_GPU_CUDA_UTIL_H_

@@ -290,6 +290,14 @@ __global__ void ScaleFloatKernel(float* __restrict__ data, int64_t n,
   }
 }
 
+__global__ void DivideFloatKernel(float* __restrict__ data, int64_t n,
+                                  float divisor) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    data[i] = __fdiv_rn(data[i], divisor);
+  }
+}
+
 __global__ void ScaleBf16Kernel(__nv_bfloat16* __restrict__ data, int64_t n,
                                 float factor) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -376,6 +384,13 @@ cudaError_t LaunchScale(void* data, int32_t dtype, int64_t n, float factor,
   } else {
     return cudaErrorInvalidValue;
   }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchDivide(float* data, int64_t n, float divisor,
+                         cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  DivideFloatKernel<<<GridFor(n), kThreads, 0, stream>>>(data, n, divisor);
   return cudaGetLastError();
 }
 

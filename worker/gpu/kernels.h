@@ -36,6 +36,10 @@ cudaError_t LaunchBFloat16ToFloat(const uint16_t* in, float* out, int64_t n,
 cudaError_t LaunchScale(void* data, int32_t dtype, int64_t n, float factor,
                         cudaStream_t stream);
 
+// data[i] /= divisor for fp32 (IEEE division, as the CPU hook's average).
+cudaError_t LaunchDivide(float* data, int64_t n, float divisor,
+                         cudaStream_t stream);
+
 // The synthetic workload's values: out[i] = SymmetricUniformAt(key,
 // first_index + i) * scale (synthetic.h; with scale 1 and first_index 0,
 // exactly FillUniformSymmetric(key, out, n) of worker/workload/random.h).
