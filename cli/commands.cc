@@ -5,6 +5,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "cli/format.h"
 #include "common/job_spec.h"
@@ -370,24 +372,22 @@ ProgressRenderer::ProgressRenderer(std::ostream& out, bool tty,
     : out_(out), tty_(tty), format_(format), total_steps_(total_steps) {}
 
 void ProgressRenderer::OnEvent(const v1::JobEvent& event) {
+  absl::MutexLock lock(&mu_);
   if (format_ == OutputFormat::kJson) {
     out_ << ToJsonLine(event);
     out_.flush();
     return;
   }
   if (event.has_progress()) {
-    v1::JobProgress progress = event.progress();
-    if (progress.total_steps() == 0) progress.set_total_steps(total_steps_);
     if (tty_) {
-      // \r returns to the line start, ESC[K clears what an older, longer
-      // line left behind.
-      out_ << "\r\033[K" << FormatProgressBar(progress, 30);
-      line_open_ = true;
+      DrawBar(event.progress());
     } else {
+      v1::JobProgress progress = event.progress();
+      if (progress.total_steps() == 0) progress.set_total_steps(total_steps_);
       out_ << FormatProgressLine(progress) << "\n";
     }
   } else if (event.has_state_change()) {
-    Finish();
+    FinishLocked();
     const auto& change = event.state_change();
     if (change.from() != v1::JOB_STATE_UNSPECIFIED) {
       out_ << JobStateName(change.from()) << " -> ";
@@ -395,11 +395,39 @@ void ProgressRenderer::OnEvent(const v1::JobEvent& event) {
     out_ << JobStateName(change.to());
     if (!change.reason().empty()) out_ << ": " << change.reason();
     out_ << "\n";
+    // A new attempt (epoch) starts counting again.
+    if (change.to() == v1::STARTING) shown_step_ = -1;
+    ended_ = IsTerminal(change.to());
   }
   out_.flush();
 }
 
+void ProgressRenderer::OnLatestProgress(const v1::JobProgress& progress) {
+  if (!tty_ || format_ != OutputFormat::kTable) return;
+  absl::MutexLock lock(&mu_);
+  if (ended_ || progress.step() <= shown_step_) return;
+  DrawBar(progress);
+  out_.flush();
+}
+
+void ProgressRenderer::DrawBar(v1::JobProgress progress) {
+  // The stream may replay older steps than a poll already showed.
+  if (progress.step() < shown_step_) return;
+  shown_step_ = progress.step();
+  if (progress.total_steps() == 0) progress.set_total_steps(total_steps_);
+  // \r returns to the line start, ESC[K clears what an older, longer line
+  // left behind.
+  out_ << "\r\033[K" << FormatProgressBar(progress, 30);
+  line_open_ = true;
+}
+
 void ProgressRenderer::Finish() {
+  absl::MutexLock lock(&mu_);
+  FinishLocked();
+  out_.flush();
+}
+
+void ProgressRenderer::FinishLocked() {
   if (line_open_) {
     out_ << "\n";
     line_open_ = false;
@@ -414,11 +442,37 @@ absl::StatusOr<v1::Job> WatchUntilDone(CoordinatorClient& client,
   ASSIGN_OR_RETURN(v1::Job job, client.GetJob(job_id));
   ProgressRenderer renderer(*io.out, io.out_is_tty, options.output,
                             job.spec().steps());
+  // The coordinator's event log keeps about one progress event a second; on
+  // a terminal the bar also follows the job's latest progress, polled.
+  absl::Notification stop_polling;
+  std::thread poller;
+  if (io.out_is_tty && options.output == OutputFormat::kTable) {
+    poller = std::thread([&] {
+      while (!stop_polling.WaitForNotificationWithTimeout(
+          absl::Milliseconds(200))) {
+        absl::StatusOr<v1::Job> latest = client.GetJob(job_id);
+        if (latest.ok() && latest->state() == v1::RUNNING) {
+          renderer.OnLatestProgress(latest->progress());
+        }
+      }
+    });
+  }
+  // Stops the poller (before the last line is drawn) on every way out.
+  struct PollerGuard {
+    absl::Notification& stop;
+    std::thread& thread;
+    void Stop() {
+      if (!stop.HasBeenNotified()) stop.Notify();
+      if (thread.joinable()) thread.join();
+    }
+    ~PollerGuard() { Stop(); }
+  } poller_guard{stop_polling, poller};
   int64_t last_sequence = 0;
   int failures = 0;
   while (true) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
+      poller_guard.Stop();
       renderer.Finish();
       return absl::DeadlineExceededError(
           absl::StrCat("watch ", job_id, ": still ", JobStateName(job.state()),
@@ -433,6 +487,7 @@ absl::StatusOr<v1::Job> WatchUntilDone(CoordinatorClient& client,
         },
         cancel);
     if (status.code() == absl::StatusCode::kCancelled) {
+      poller_guard.Stop();
       renderer.Finish();
       return status;
     }
@@ -440,6 +495,7 @@ absl::StatusOr<v1::Job> WatchUntilDone(CoordinatorClient& client,
       // A broken stream (coordinator restart, network blip) is resumed from
       // the last event seen; anything else is final.
       if (status.code() != absl::StatusCode::kUnavailable || ++failures > 10) {
+        poller_guard.Stop();
         renderer.Finish();
         return status;
       }
@@ -449,6 +505,7 @@ absl::StatusOr<v1::Job> WatchUntilDone(CoordinatorClient& client,
     failures = 0;
     ASSIGN_OR_RETURN(job, client.GetJob(job_id));
     if (IsTerminal(job.state())) {
+      poller_guard.Stop();
       renderer.Finish();
       return job;
     }

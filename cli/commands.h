@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "cli/client.h"
 #include "pshard/v1/job.pb.h"
@@ -89,20 +91,31 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
 
 // Draws a job's events: an in-place progress bar on a terminal, one plain
 // line per event otherwise, or one JSON object per event.
+// Thread-safe: a poller may feed it progress while the event stream does.
 class ProgressRenderer {
  public:
   ProgressRenderer(std::ostream& out, bool tty, OutputFormat format,
                    int64_t total_steps);
   void OnEvent(const v1::JobEvent& event);
+  // Redraws the bar from a job's latest progress (terminal and table format
+  // only), if it is newer than what is shown.
+  void OnLatestProgress(const v1::JobProgress& progress);
   // Ends a bar left open on the current line.
   void Finish();
 
  private:
-  std::ostream& out_;
-  bool tty_;
-  OutputFormat format_;
-  int64_t total_steps_;
-  bool line_open_ = false;
+  void DrawBar(v1::JobProgress progress) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  std::ostream& out_ ABSL_GUARDED_BY(mu_);
+  const bool tty_;
+  const OutputFormat format_;
+  const int64_t total_steps_;
+  bool line_open_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t shown_step_ ABSL_GUARDED_BY(mu_) = -1;
+  // A terminal state change was drawn: polled progress is stale from now on.
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Follows `job_id` until it reaches a terminal state, rendering its events,

@@ -328,6 +328,42 @@ TEST_F(CommandsTest, WatchIsInterruptedByCancellation) {
   EXPECT_EQ(err_.str(), "pshardctl: interrupted\n");
 }
 
+TEST(ProgressRendererTest, TerminalBarNeverGoesBackwardsNorOutlivesTheJob) {
+  std::ostringstream out;
+  ProgressRenderer renderer(out, /*tty=*/true, OutputFormat::kTable, 10);
+  v1::JobProgress p;
+  p.set_step(6);
+  renderer.OnLatestProgress(p);
+  EXPECT_THAT(out.str(), HasSubstr("6/10  60%"));
+  // The stream replays an older step: not drawn.
+  v1::JobEvent old_event;
+  old_event.mutable_progress()->set_step(3);
+  renderer.OnEvent(old_event);
+  EXPECT_THAT(out.str(), Not(HasSubstr("3/10")));
+  v1::JobEvent done;
+  done.mutable_state_change()->set_from(v1::RUNNING);
+  done.mutable_state_change()->set_to(v1::SUCCEEDED);
+  renderer.OnEvent(done);
+  EXPECT_THAT(out.str(), EndsWith("\nRUNNING -> SUCCEEDED\n"));
+  // A poll that raced the end draws nothing more.
+  p.set_step(9);
+  renderer.OnLatestProgress(p);
+  EXPECT_THAT(out.str(), EndsWith("RUNNING -> SUCCEEDED\n"));
+}
+
+TEST(ProgressRendererTest, PlainModeIgnoresPolls) {
+  std::ostringstream out;
+  ProgressRenderer renderer(out, /*tty=*/false, OutputFormat::kTable, 10);
+  v1::JobProgress p;
+  p.set_step(6);
+  renderer.OnLatestProgress(p);
+  EXPECT_THAT(out.str(), IsEmpty());
+  v1::JobEvent event;
+  *event.mutable_progress() = p;
+  renderer.OnEvent(event);
+  EXPECT_EQ(out.str(), "step 6/10 (60%)\n");
+}
+
 TEST(ConnectTest, UnreachableCoordinatorIsAClearError) {
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =

@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <iterator>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -13,8 +15,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "cli/client.h"
 #include "cli/commands.h"
@@ -74,6 +79,37 @@ std::string UserPath(const std::string& path) {
   return base.empty() ? path : absl::StrCat(base, "/", path);
 }
 
+// Abseil exits with 1 on an unknown flag; for pshardctl that is bad input,
+// exit code 2, so unknown flags are caught here first. Returns the first
+// unknown flag, or "".
+std::string FindUnknownFlag(const std::vector<char*>& args) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    absl::string_view arg = args[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    absl::string_view name = arg.substr(arg[1] == '-' ? 2 : 1);
+    name = name.substr(0, name.find('='));
+    if (name.empty()) continue;
+    if (absl::FindCommandLineFlag(name) != nullptr) continue;
+    // Abseil's own flags, handled inside ParseCommandLine.
+    static constexpr absl::string_view kBuiltin[] = {
+        "helpfull", "helpshort", "helppackage", "helpon", "helpmatch",
+        "version",  "only_check_args", "flagfile", "fromenv", "tryfromenv",
+        "undefok"};
+    if (std::find(std::begin(kBuiltin), std::end(kBuiltin), name) !=
+        std::end(kBuiltin)) {
+      continue;
+    }
+    // --nofoo negates the bool flag --foo.
+    if (absl::StartsWith(name, "no") &&
+        absl::FindCommandLineFlag(name.substr(2)) != nullptr) {
+      continue;
+    }
+    return std::string(arg);
+  }
+  return "";
+}
+
 std::string SelfPath(const char* argv0) {
   char buffer[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
@@ -106,6 +142,11 @@ int main(int argc, char** argv) {
     }
   }
   absl::SetProgramUsageMessage(pshard::cli::UsageText());
+  if (std::string unknown = FindUnknownFlag(args); !unknown.empty()) {
+    std::cerr << "pshardctl: unknown flag " << unknown
+              << " (see pshardctl --help)\n";
+    return pshard::cli::kExitUsage;
+  }
   std::vector<char*> positional =
       absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
   std::vector<std::string> command(positional.begin() + 1, positional.end());

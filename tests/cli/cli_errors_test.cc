@@ -75,6 +75,9 @@ TEST(CliErrorsTest, UsageErrorsExit2) {
   r = RunPshardctl({"list", "--output=yaml"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--output"));
+  r = RunPshardctl({"list", "--no_such_flag=1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown flag --no_such_flag=1"));
   r = RunPshardctl({});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("usage: pshardctl COMMAND"));
