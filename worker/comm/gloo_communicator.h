@@ -52,7 +52,7 @@ struct GlooOptions {
   // (tests; several communicators of one job) do not collide.
   std::string key_prefix;
   // Operations posted but not yet completed, at most.
-  int max_in_flight = 32;
+  int max_in_flight = 256;
 };
 
 // Connects to the peers of `options.rank` through `kv` (used only during the

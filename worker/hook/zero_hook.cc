@@ -60,10 +60,39 @@ ZeroHook::~ZeroHook() {
 }
 
 int64_t ZeroHook::bucket_steps(int b) const {
-  if (bucket_steps_ == nullptr || b < 0 || b >= layout_->num_buckets()) {
+  if (piece_steps_ == nullptr || b < 0 || b >= layout_->num_buckets()) {
     return 0;
   }
-  return bucket_steps_[b].load();
+  const std::vector<int>& pieces = bucket_pieces_[b];
+  const int64_t steps = piece_steps_[pieces[0]].load();
+  for (int p : pieces) {
+    if (piece_steps_[p].load() != steps) return -1;
+  }
+  return steps;
+}
+
+int64_t ZeroHook::bucket_state_bytes(int b) const {
+  if (state_ != HookState::kInitialized || b < 0 ||
+      b >= layout_->num_buckets()) {
+    return 0;
+  }
+  int64_t bytes = 0;
+  for (int p : bucket_pieces_[b]) bytes += optimizer_->state_bytes(p);
+  return bytes;
+}
+
+std::vector<ParamSpan> ZeroHook::PieceSpans(int p) const {
+  const Piece& piece = pieces_[p];
+  std::vector<ParamSpan> spans;
+  for (const ParamSpan& span : layout_->Spans(piece.bucket)) {
+    const int64_t begin = std::max(span.offset, piece.offset);
+    const int64_t end =
+        std::min(span.offset + span.numel, piece.offset + piece.numel);
+    if (begin < end) {
+      spans.push_back(ParamSpan{span.name, begin - piece.offset, end - begin});
+    }
+  }
+  return spans;
 }
 
 void ZeroHook::GradientReady(int param_index) {
@@ -103,10 +132,15 @@ absl::Status ZeroHook::MarkGradientReady(int param_index) {
 }
 
 void ZeroHook::LaunchBucket(int b) {
-  const int owner = assignment_.owners[b];
-  const int64_t numel = layout_->buckets()[b].numel;
-  float* grads = storage_->bucket_grads(b);
-  float* params = storage_->bucket_params(b);
+  for (int p : bucket_pieces_[b]) LaunchPiece(p);
+}
+
+void ZeroHook::LaunchPiece(int p) {
+  const Piece& piece = pieces_[p];
+  const int owner = assignment_.owners[piece.bucket];
+  const int64_t numel = piece.numel;
+  float* grads = storage_->bucket_grads(piece.bucket) + piece.offset;
+  float* params = storage_->bucket_params(piece.bucket) + piece.offset;
   if (options_.comm_mode == v1::JobSpec::ALLREDUCE_BROADCAST) {
     works_.push_back(comm_->AllReduce(grads, numel, DataType::kFloat32));
   } else {
@@ -115,29 +149,30 @@ void ZeroHook::LaunchBucket(int b) {
   if (comm_->rank() == owner) {
     const int world = comm_->world_size();
     ShardOptimizer* optimizer = optimizer_.get();
-    std::atomic<int64_t>* counter = &bucket_steps_[b];
+    std::atomic<int64_t>* counter = &piece_steps_[p];
     works_.push_back(comm_->EnqueueTouching(
-        [optimizer, counter, b, grads, params, numel, world]() -> absl::Status {
+        [optimizer, counter, p, grads, params, numel, world]() -> absl::Status {
           if (world > 1) {
             const float divisor = static_cast<float>(world);
             for (int64_t i = 0; i < numel; ++i) grads[i] /= divisor;
           }
-          RETURN_IF_ERROR(optimizer->Step(b, params, grads));
+          RETURN_IF_ERROR(optimizer->Step(p, params, grads));
           counter->fetch_add(1);
           return absl::OkStatus();
         },
         {{grads, numel * 4}, {params, numel * 4}}));
   }
-  // The previous bucket's broadcast goes after this bucket's reduction, so
-  // that the owner's step on the previous bucket overlaps this transfer.
+  // The previous piece's broadcast goes after this piece's reduction, so
+  // that the owner's step on the previous piece overlaps this transfer.
   if (deferred_broadcast_ >= 0) IssueBroadcast(deferred_broadcast_);
-  deferred_broadcast_ = b;
+  deferred_broadcast_ = p;
 }
 
-void ZeroHook::IssueBroadcast(int b) {
-  works_.push_back(comm_->Broadcast(storage_->bucket_params(b),
-                                    layout_->buckets()[b].numel,
-                                    DataType::kFloat32, assignment_.owners[b]));
+void ZeroHook::IssueBroadcast(int p) {
+  const Piece& piece = pieces_[p];
+  works_.push_back(comm_->Broadcast(
+      storage_->bucket_params(piece.bucket) + piece.offset, piece.numel,
+      DataType::kFloat32, assignment_.owners[piece.bucket]));
 }
 
 absl::Status ZeroHook::Fail(absl::Status status) {
@@ -179,14 +214,29 @@ absl::Status ZeroHook::Initialize() {
                        comm_->world_size(), ")"));
     }
   }
-  for (int b = 0; b < num_buckets; ++b) {
-    if (assignment.owners[b] == comm_->rank()) {
-      RETURN_IF_ERROR(optimizer_->AddBucket(b, layout_->Spans(b)));
+  // Cut buckets into pieces; the optimizer sees each owned piece as one of
+  // its buckets.
+  const int64_t piece_elems =
+      options_.piece_bytes > 0 ? std::max<int64_t>(1, options_.piece_bytes / 4)
+                               : 0;
+  pieces_.clear();
+  bucket_pieces_.assign(num_buckets, {});
+  for (const Bucket& bucket : layout_->buckets()) {
+    const int64_t step = piece_elems > 0 ? piece_elems : bucket.numel;
+    for (int64_t off = 0; off < bucket.numel; off += step) {
+      bucket_pieces_[bucket.index].push_back(static_cast<int>(pieces_.size()));
+      pieces_.push_back(
+          Piece{bucket.index, off, std::min(step, bucket.numel - off)});
     }
   }
   assignment_ = std::move(assignment);
-  bucket_steps_.reset(new std::atomic<int64_t>[num_buckets]);
-  for (int b = 0; b < num_buckets; ++b) bucket_steps_[b] = 0;
+  for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
+    if (assignment_.owners[pieces_[p].bucket] == comm_->rank()) {
+      RETURN_IF_ERROR(optimizer_->AddBucket(p, PieceSpans(p)));
+    }
+  }
+  piece_steps_.reset(new std::atomic<int64_t>[pieces_.size()]);
+  for (size_t p = 0; p < pieces_.size(); ++p) piece_steps_[p] = 0;
   bucket_pending_.assign(num_buckets, 0);
   state_ = HookState::kInitialized;
   return absl::OkStatus();

@@ -69,6 +69,11 @@ struct ZeroHookOptions {
   double bucket_cap_mb = 25;
   // Deadline for FinishStep's wait on all of a step's communication.
   absl::Duration timeout = absl::Seconds(60);
+  // Buckets travel and are stepped in pieces of at most this many bytes, so
+  // that the owner steps piece k while piece k+1 is still arriving and piece
+  // k-1 is already on its way back (a bucket is still owned, stepped and
+  // broadcast by one rank; pieces only pipeline it). 0: whole buckets.
+  int64_t piece_bytes = int64_t{2} << 20;
 };
 
 class ZeroHook : public GradientSink {
@@ -111,17 +116,30 @@ class ZeroHook : public GradientSink {
   ShardOptimizer& optimizer() { return *optimizer_; }
   int64_t steps_finished() const { return steps_finished_; }
 
-  // How many times this rank has run the optimizer on bucket b.
+  // How many times this rank has run the optimizer on bucket b (on every
+  // piece of it; -1 if its pieces disagree).
   int64_t bucket_steps(int b) const;
+
+  // Optimizer state this rank holds for bucket b.
+  int64_t bucket_state_bytes(int b) const;
 
  private:
   ZeroHook(std::vector<ParameterInfo> params, Communicator* comm,
            std::unique_ptr<ShardOptimizer> optimizer,
            AssignmentProvider provider, const ZeroHookOptions& options);
 
+  // A contiguous part of a bucket: the unit of transfer and of stepping.
+  struct Piece {
+    int bucket = 0;
+    int64_t offset = 0;  // elements from the bucket's start
+    int64_t numel = 0;
+  };
+
   absl::Status Initialize();
   void LaunchBucket(int b);
-  void IssueBroadcast(int b);
+  void LaunchPiece(int p);
+  void IssueBroadcast(int p);
+  std::vector<ParamSpan> PieceSpans(int p) const;
   absl::Status Fail(absl::Status status);
 
   std::vector<ParameterInfo> infos_;
@@ -146,7 +164,10 @@ class ZeroHook : public GradientSink {
   int deferred_broadcast_ = -1;
   std::vector<std::shared_ptr<Work>> works_;
 
-  std::unique_ptr<std::atomic<int64_t>[]> bucket_steps_;
+  std::vector<Piece> pieces_;
+  std::vector<std::vector<int>> bucket_pieces_;
+  // Optimizer steps run on each piece by this rank.
+  std::unique_ptr<std::atomic<int64_t>[]> piece_steps_;
 };
 
 }  // namespace pshard::worker

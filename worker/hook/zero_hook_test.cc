@@ -100,6 +100,9 @@ absl::Status RunRank(const v1::JobSpec& spec, Communicator* comm,
   options.comm_mode = spec.comm_mode();
   options.bucket_cap_mb = spec.bucket_cap_mb();
   options.timeout = absl::Seconds(30);
+  // Pieces of 100 floats: buckets of ~260 travel in 3, parameters of 130
+  // straddle pieces.
+  options.piece_bytes = 400;
   auto policy = spec.assignment_policy();
   auto hook = ZeroHook::Create(
       (*workload)->parameters(), comm, *std::move(optimizer),

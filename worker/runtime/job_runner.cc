@@ -302,7 +302,7 @@ absl::Status JobRunner::RunSteps() {
           shard.set_bucket_index(b);
           shard.set_num_elements(layout.buckets()[b].numel);
           shard.set_bytes(layout.buckets()[b].numel * 4);
-          shard.set_optimizer_state_bytes(hook->optimizer().state_bytes(b));
+          shard.set_optimizer_state_bytes(hook->bucket_state_bytes(b));
           snapshot_.owned_shards.push_back(shard);
         }
         snapshot_.optimizer_state_bytes = hook->optimizer().total_state_bytes();

@@ -1,0 +1,126 @@
+// hook_benchmark: step time of the comm + optimizer path (the ZeroHook over
+// Gloo on loopback, ranks as threads, synthetic gradients generated once
+// outside the timed region), for tuning the communicator and the hook.
+//
+//   bazel run -c opt //worker/hook:hook_benchmark -- --world=2 --params=16777216 \
+//       --bucket_mb=25 --mode=reduce_broadcast --steps=10
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/kv_store.h"
+#include "worker/hook/local_assignment.h"
+#include "worker/hook/zero_hook.h"
+#include "worker/optim/shard_optimizer.h"
+
+ABSL_FLAG(int, world, 2, "ranks (threads)");
+ABSL_FLAG(int64_t, params, 16 << 20, "fp32 parameters");
+ABSL_FLAG(int64_t, tensor_numel, 1 << 20, "elements per parameter tensor");
+ABSL_FLAG(double, bucket_mb, 25, "bucket cap in MiB");
+ABSL_FLAG(std::string, mode, "reduce_broadcast",
+          "reduce_broadcast or allreduce_broadcast");
+ABSL_FLAG(int, steps, 10, "timed steps (after 2 warm-up steps)");
+ABSL_FLAG(int64_t, piece_kb, 2048, "piece size in KiB (0: whole buckets)");
+
+namespace pshard::worker {
+namespace {
+
+int Main() {
+  const int world = absl::GetFlag(FLAGS_world);
+  const int64_t total = absl::GetFlag(FLAGS_params);
+  const int64_t per = absl::GetFlag(FLAGS_tensor_numel);
+  std::vector<ParameterInfo> infos;
+  for (int64_t off = 0, i = 0; off < total; off += per, ++i) {
+    const int64_t n = std::min(per, total - off);
+    infos.push_back({absl::StrCat("t", i), {n}, n});
+  }
+  const bool allreduce = absl::GetFlag(FLAGS_mode) == "allreduce_broadcast";
+  const int steps = absl::GetFlag(FLAGS_steps);
+  InMemoryKvStore store;
+  std::vector<std::vector<double>> times(world);
+  std::vector<int64_t> bytes(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      GlooOptions gloo;
+      gloo.rank = r;
+      gloo.world_size = world;
+      auto comm = CreateGlooCommunicator(gloo, store);
+      if (!comm.ok()) {
+        std::fprintf(stderr, "%s\n", comm.status().ToString().c_str());
+        return;
+      }
+      v1::OptimizerSpec opt;
+      opt.set_kind(v1::OptimizerSpec::ADAM);
+      auto optimizer = ShardOptimizer::Create(opt);
+      ZeroHookOptions options;
+      options.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_mb);
+      options.piece_bytes = absl::GetFlag(FLAGS_piece_kb) * 1024;
+      options.comm_mode = allreduce ? v1::JobSpec::ALLREDUCE_BROADCAST
+                                    : v1::JobSpec::REDUCE_BROADCAST;
+      auto hook = ZeroHook::Create(
+          infos, comm->get(), *std::move(optimizer),
+          [world](const BucketLayout& layout)
+              -> absl::StatusOr<BucketAssignment> {
+            auto owners = LocalAssignBuckets(v1::JobSpec::BALANCED,
+                                             layout.BucketBytes(), world);
+            if (!owners.ok()) return owners.status();
+            return BucketAssignment{1, *owners};
+          },
+          options);
+      if (!hook.ok()) return;
+      std::mt19937 rng(r);
+      std::uniform_real_distribution<float> u(-1, 1);
+      std::vector<std::vector<float>> grads(infos.size());
+      for (size_t i = 0; i < infos.size(); ++i) {
+        grads[i].resize(infos[i].numel);
+        for (float& g : grads[i]) g = u(rng);
+      }
+      for (int step = 0; step < steps + 2; ++step) {
+        // Copying the fixed gradients in stands for backward writing them.
+        const absl::Time start = absl::Now();
+        for (int i = static_cast<int>(infos.size()) - 1; i >= 0; --i) {
+          std::copy(grads[i].begin(), grads[i].end(), (*hook)->grads()[i]);
+          (*hook)->GradientReady(i);
+        }
+        absl::Status s = (*hook)->FinishStep();
+        if (!s.ok()) {
+          std::fprintf(stderr, "rank %d: %s\n", r, s.ToString().c_str());
+          return;
+        }
+        if (step >= 2) {
+          times[r].push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+        }
+      }
+      bytes[r] = (*comm)->bytes_sent();
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<double> t = times[0];
+  if (t.empty()) return 1;
+  std::sort(t.begin(), t.end());
+  std::printf(
+      "{\"impl\": \"pshard-hook\", \"world\": %d, \"params\": %lld, "
+      "\"bucket_mb\": %g, \"mode\": \"%s\", \"step_time_ms_median\": %.1f, "
+      "\"step_time_ms_min\": %.1f, \"bytes_sent_per_step_rank0\": %lld}\n",
+      world, static_cast<long long>(total), absl::GetFlag(FLAGS_bucket_mb),
+      absl::GetFlag(FLAGS_mode).c_str(), t[t.size() / 2], t[0],
+      static_cast<long long>(bytes[0] / (steps + 2)));
+  return 0;
+}
+
+}  // namespace
+}  // namespace pshard::worker
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return pshard::worker::Main();
+}
