@@ -1,7 +1,7 @@
 // GPU benchmark: the fused optimizer kernels' memory bandwidth against the
 // device's own copy bandwidth, measured in the same run, and the step time of
-// a 1-GPU ZeRO step (synthetic gradients -> NCCL reduce -> owner's Adam step
-// on the communication stream -> NCCL broadcast, bucket by bucket).
+// a 1-GPU job (GpuZeroHook + GPU synthetic workload: gradients -> NCCL reduce
+// -> owner's Adam step on the communication stream -> NCCL broadcast).
 //
 //   bazel run //bench/gpu:gpu_bench -- --elements=67108864
 //
@@ -33,10 +33,14 @@
 #include "pshard/v1/job_spec.pb.h"
 #include "worker/comm/kv_store.h"
 #include "worker/gpu/cuda_util.h"
+#include "worker/bucket/bucket_layout.h"
 #include "worker/gpu/gpu_shard_optimizer.h"
+#include "worker/gpu/gpu_workloads.h"
+#include "worker/gpu/gpu_zero_hook.h"
 #include "worker/gpu/kernels.h"
 #include "worker/gpu/nccl_communicator.h"
-#include "worker/gpu/synthetic.h"
+#include "worker/hook/zero_hook.h"
+#include "worker/workload/workload.h"
 #endif
 
 ABSL_FLAG(int64_t, elements, int64_t{1} << 26,
@@ -163,9 +167,10 @@ OptResult BenchOptimizer(const char* name, const char* json, bool bf16,
   return r;
 }
 
-// One ZeRO step on one GPU: per bucket, synthetic gradients, reduce, the
-// owner's (this rank's) averaged Adam step on the communication stream,
-// broadcast; the step ends when the last broadcast is done.
+// The step of a 1-GPU job, as the worker runs it: the synthetic workload
+// generates gradients on the compute stream, the GpuZeroHook reduces each
+// bucket over NCCL, runs the owner's Adam step on the communication stream
+// and broadcasts it; FinishStep waits for the step. Host-timed, per step.
 double BenchStep(int64_t total, double cap_mb, int steps, int device) {
   InMemoryKvStore kv;
   NcclOptions options;
@@ -176,55 +181,41 @@ double BenchStep(int64_t total, double cap_mb, int steps, int device) {
   const v1::OptimizerSpec spec = Spec(R"({"kind": "ADAM"})");
   std::unique_ptr<GpuShardOptimizer> opt =
       CheckValue(GpuShardOptimizer::Create(spec, device));
-  const int64_t per_bucket =
-      std::max<int64_t>(1, static_cast<int64_t>(cap_mb * (1 << 20) / 4));
-  std::vector<int64_t> sizes;
-  for (int64_t off = 0; off < total; off += per_bucket) {
-    sizes.push_back(std::min(per_bucket, total - off));
-  }
-  DeviceBuffer params = Filled(total, 3, 1.0f, comm->stream());
-  DeviceBuffer grads = CheckValue(DeviceBuffer::Allocate(total * 4, "grads"));
-  std::vector<int64_t> offsets;
-  int64_t off = 0;
-  for (size_t b = 0; b < sizes.size(); ++b) {
-    offsets.push_back(off);
-    BENCH_CHECK_OK(opt->AddBucket(static_cast<int>(b),
-                                  {{absl::StrCat("b", b), 0, sizes[b]}}));
-    off += sizes[b];
-  }
-  BENCH_CHECK_OK(CudaStatus(cudaStreamSynchronize(comm->stream()), "sync"));
-  const float world = static_cast<float>(comm->world_size());
-  auto one_step = [&](int64_t step) {
-    std::shared_ptr<Work> last;
-    for (size_t b = sizes.size(); b-- > 0;) {  // backward order
-      float* g = grads.as<float>() + offsets[b];
-      float* p = params.as<float>() + offsets[b];
-      const int64_t n = sizes[b];
-      comm->Enqueue([&, g, n, b] {
-        return CudaStatus(
-            gpu::LaunchSyntheticValues(
-                g, n, gpu::SyntheticGradKey(1, 0, step, static_cast<int>(b)),
-                0, 0.01f, comm->stream()),
-            "synthetic gradients");
-      });
-      comm->Reduce(g, n, DataType::kFloat32, 0);
-      comm->Enqueue([&, g, p, n, b] {
-        absl::Status s = CudaStatus(
-            gpu::LaunchDivide(g, n, world, comm->stream()), "average");
-        if (!s.ok()) return s;
-        return opt->EnqueueStep(static_cast<int>(b), p, g, comm->stream());
-      });
-      last = comm->Broadcast(p, n, DataType::kFloat32, 0);
-    }
-    BENCH_CHECK_OK(last->Wait(absl::Seconds(60)));
+  CudaStream compute = CheckValue(CudaStream::Create("compute stream"));
+  v1::SyntheticWorkload synthetic;
+  synthetic.set_num_parameters(total);
+  std::unique_ptr<Workload> workload = CheckValue(CreateGpuSyntheticWorkload(
+      synthetic, /*seed=*/1, /*rank=*/0, device, compute.get()));
+  GpuZeroHookOptions hook_options;
+  hook_options.bucket_cap_mb = cap_mb;
+  hook_options.compute_stream = compute.get();
+  AssignmentProvider provider = [](const BucketLayout& layout)
+      -> absl::StatusOr<BucketAssignment> {
+    BucketAssignment a;
+    a.epoch = 1;
+    a.owners.assign(layout.num_buckets(), 0);
+    return a;
   };
-  for (int64_t s = 1; s <= 3; ++s) one_step(s);
+  std::unique_ptr<GpuZeroHook> hook = CheckValue(
+      GpuZeroHook::Create(workload->parameters(), comm.get(), std::move(opt),
+                          provider, hook_options));
+  BENCH_CHECK_OK(workload->InitializeParameters(hook->params()));
+  auto one_step = [&](int64_t step) {
+    std::vector<const float*> params(hook->params().begin(),
+                                     hook->params().end());
+    BENCH_CHECK_OK(
+        workload->ComputeGradients(step, params, hook->grads(), *hook)
+            .status());
+    BENCH_CHECK_OK(hook->FinishStep());
+  };
+  for (int64_t s = 1; s <= 3; ++s) one_step(s);  // includes the rebuild step
   const absl::Time start = absl::Now();
   for (int64_t s = 4; s < 4 + steps; ++s) one_step(s);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start) / steps;
-  std::printf("  1-GPU step: %lld params in %zu buckets, Adam: %.3f ms/step "
-              "(host-timed, includes gradient generation)\n",
-              static_cast<long long>(total), sizes.size(), seconds * 1e3);
+  std::printf("  1-GPU job step: %lld params, %d buckets of %.0f MiB, Adam: "
+              "%.3f ms/step (synthetic gradients + reduce + step + broadcast)\n",
+              static_cast<long long>(total), hook->layout().num_buckets(),
+              cap_mb, seconds * 1e3);
   return seconds;
 }
 
@@ -291,7 +282,7 @@ int Run() {
   double step_ms = -1;
   const int64_t step_params = absl::GetFlag(FLAGS_step_params);
   if (step_params > 0) {
-    std::printf("1-GPU ZeRO step (NCCL world size 1):\n");
+    std::printf("1-GPU job step (NCCL world size 1):\n");
     step_ms = 1e3 * BenchStep(step_params, absl::GetFlag(FLAGS_bucket_cap_mb),
                               absl::GetFlag(FLAGS_steps), device);
   }

@@ -234,6 +234,10 @@ class GpuZeroHookImpl final : public GpuZeroHook {
   }
 
   absl::Status LaunchBucket(int b) {
+    // Called from GradientReady on the training thread: the legacy default
+    // stream and the events are per device, so make ours current.
+    ScopedDevice scoped(comm_->device());
+    RETURN_IF_ERROR(scoped.status());
     const int owner = assignment_.owners[b];
     const int64_t numel = layout_->buckets()[b].numel;
     float* grads = storage_->bucket_grads(b);
