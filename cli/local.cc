@@ -430,7 +430,9 @@ int RunLocal(const LocalOptions& options, const CliIo& io,
           cluster.client().CancelJob(job_id, "interrupted (pshardctl local)");
       (void)cancelled;  // Best effort: the cluster goes away regardless.
     } else {
-      PrintError(*io.err, final_job.status());
+      // A lost stream is often a dead process: say which, with its log.
+      absl::Status died = cluster.CheckChildren();
+      PrintError(*io.err, died.ok() ? final_job.status() : died);
     }
     cluster.Shutdown();
     return ExitCodeFor(final_job.status());
