@@ -34,7 +34,10 @@ struct CommandDoc {
 
 constexpr const char* kCommonFlags =
     "  --coordinator=HOST:PORT  coordinator address (default "
-    "$PSHARD_COORDINATOR, else localhost:7070)\n";
+    "$PSHARD_COORDINATOR, else localhost:7070)\n"
+    "  --connect_timeout=5s     give up if the coordinator does not answer "
+    "within this long\n"
+    "  --rpc_timeout=30s        deadline of each request\n";
 constexpr const char* kOutputFlag =
     "  --output=table|json      output format (default table; json prints the "
     "API message under protobuf's JSON mapping)\n";
@@ -340,7 +343,7 @@ std::string CommandHelp(absl::string_view command) {
                                  " [FLAGS]\n\n", doc->summary, ".\n");
   if (doc->details[0] != '\0') absl::StrAppend(&out, "\n", doc->details);
   absl::StrAppend(&out, "\nCommon flags:\n", kCommonFlags);
-  if (command != "local" && command != "cancel") {
+  if (command != "local") {
     absl::StrAppend(&out, kOutputFlag);
   }
   return out;
