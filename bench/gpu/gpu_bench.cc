@@ -31,9 +31,9 @@
 #include "absl/time/time.h"
 #include "google/protobuf/util/json_util.h"
 #include "pshard/v1/job_spec.pb.h"
+#include "worker/bucket/bucket_layout.h"
 #include "worker/comm/kv_store.h"
 #include "worker/gpu/cuda_util.h"
-#include "worker/bucket/bucket_layout.h"
 #include "worker/gpu/gpu_shard_optimizer.h"
 #include "worker/gpu/gpu_workloads.h"
 #include "worker/gpu/gpu_zero_hook.h"
@@ -60,14 +60,14 @@ using gpu::CudaStatus;
 using gpu::CudaStream;
 using gpu::DeviceBuffer;
 
-#define BENCH_CHECK_OK(expr)                                         \
-  do {                                                               \
-    const absl::Status bench_status_ = (expr);                       \
-    if (!bench_status_.ok()) {                                       \
-      std::fprintf(stderr, "gpu_bench: %s\n",                        \
-                   bench_status_.ToString().c_str());                \
-      std::exit(1);                                                  \
-    }                                                                \
+#define BENCH_CHECK_OK(expr)                          \
+  do {                                                \
+    const absl::Status bench_status_ = (expr);        \
+    if (!bench_status_.ok()) {                        \
+      std::fprintf(stderr, "gpu_bench: %s\n",         \
+                   bench_status_.ToString().c_str()); \
+      std::exit(1);                                   \
+    }                                                 \
   } while (false)
 
 template <typename T>
@@ -143,20 +143,19 @@ OptResult BenchOptimizer(const char* name, const char* json, bool bf16,
     BENCH_CHECK_OK(opt->AddBucket(0, Spans(n)));
   }
   const int64_t state_bytes = opt->state_bytes(0);
-  const int arrays = static_cast<int>(
-      (bf16 ? state_bytes - n * 4 : state_bytes) / (n * 4));
+  const int arrays =
+      static_cast<int>((bf16 ? state_bytes - n * 4 : state_bytes) / (n * 4));
   // Per element: state arrays read + written; gradient read; parameters read
   // + written (fp32), or master read + written plus a bf16 write.
-  const double bytes_per_element =
-      8.0 * arrays + 4 + (bf16 ? 8 + 2 : 8);
+  const double bytes_per_element = 8.0 * arrays + 4 + (bf16 ? 8 + 2 : 8);
   const double seconds = TimeOnStream(s, iters, [&] {
     if (bf16) {
-      BENCH_CHECK_OK(opt->EnqueueBf16Step(
-          0, params_bf16.as<uint16_t>(), grads.get(),
-          GpuShardOptimizer::GradType::kFloat32, s));
+      BENCH_CHECK_OK(
+          opt->EnqueueBf16Step(0, params_bf16.as<uint16_t>(), grads.get(),
+                               GpuShardOptimizer::GradType::kFloat32, s));
     } else {
-      BENCH_CHECK_OK(opt->EnqueueStep(0, params.as<float>(),
-                                      grads.as<float>(), s));
+      BENCH_CHECK_OK(
+          opt->EnqueueStep(0, params.as<float>(), grads.as<float>(), s));
     }
   });
   OptResult r;
@@ -189,16 +188,16 @@ double BenchStep(int64_t total, double cap_mb, int steps, int device) {
   GpuZeroHookOptions hook_options;
   hook_options.bucket_cap_mb = cap_mb;
   hook_options.compute_stream = compute.get();
-  AssignmentProvider provider = [](const BucketLayout& layout)
-      -> absl::StatusOr<BucketAssignment> {
+  AssignmentProvider provider =
+      [](const BucketLayout& layout) -> absl::StatusOr<BucketAssignment> {
     BucketAssignment a;
     a.epoch = 1;
     a.owners.assign(layout.num_buckets(), 0);
     return a;
   };
-  std::unique_ptr<GpuZeroHook> hook = CheckValue(
-      GpuZeroHook::Create(workload->parameters(), comm.get(), std::move(opt),
-                          provider, hook_options));
+  std::unique_ptr<GpuZeroHook> hook =
+      CheckValue(GpuZeroHook::Create(workload->parameters(), comm.get(),
+                                     std::move(opt), provider, hook_options));
   BENCH_CHECK_OK(workload->InitializeParameters(hook->params()));
   auto one_step = [&](int64_t step) {
     std::vector<const float*> params(hook->params().begin(),
@@ -212,10 +211,11 @@ double BenchStep(int64_t total, double cap_mb, int steps, int device) {
   const absl::Time start = absl::Now();
   for (int64_t s = 4; s < 4 + steps; ++s) one_step(s);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start) / steps;
-  std::printf("  1-GPU job step: %lld params, %d buckets of %.0f MiB, Adam: "
-              "%.3f ms/step (synthetic gradients + reduce + step + broadcast)\n",
-              static_cast<long long>(total), hook->layout().num_buckets(),
-              cap_mb, seconds * 1e3);
+  std::printf(
+      "  1-GPU job step: %lld params, %d buckets of %.0f MiB, Adam: "
+      "%.3f ms/step (synthetic gradients + reduce + step + broadcast)\n",
+      static_cast<long long>(total), hook->layout().num_buckets(), cap_mb,
+      seconds * 1e3);
   return seconds;
 }
 
@@ -240,31 +240,33 @@ int Run() {
   DeviceBuffer a = Filled(n, 4, 1.0f, s);
   DeviceBuffer b = CheckValue(DeviceBuffer::Allocate(n * 4, "copy dst"));
   const double memcpy_s = TimeOnStream(s, iters, [&] {
-    BENCH_CHECK_OK(CudaStatus(cudaMemcpyAsync(b.get(), a.get(), n * 4,
-                                              cudaMemcpyDeviceToDevice, s),
-                              "cudaMemcpyAsync"));
+    BENCH_CHECK_OK(CudaStatus(
+        cudaMemcpyAsync(b.get(), a.get(), n * 4, cudaMemcpyDeviceToDevice, s),
+        "cudaMemcpyAsync"));
   });
   const double memcpy_gbps = 8.0 * n / memcpy_s / 1e9;
   std::printf("  %-28s %8.1f GB/s\n", "cudaMemcpyAsync D2D", memcpy_gbps);
   const double kernel_s = TimeOnStream(s, iters, [&] {
-    BENCH_CHECK_OK(CudaStatus(gpu::LaunchCopy(a.as<float>(), b.as<float>(), n, s),
-                              "copy kernel"));
+    BENCH_CHECK_OK(CudaStatus(
+        gpu::LaunchCopy(a.as<float>(), b.as<float>(), n, s), "copy kernel"));
   });
   std::printf("  %-28s %8.1f GB/s\n", "copy kernel", 8.0 * n / kernel_s / 1e9);
   a = DeviceBuffer();
   b = DeviceBuffer();
 
-  std::printf("optimizer kernels (%lld parameters in 1M-element tensors, one "
-              "launch per step):\n",
-              static_cast<long long>(n));
+  std::printf(
+      "optimizer kernels (%lld parameters in 1M-element tensors, one "
+      "launch per step):\n",
+      static_cast<long long>(n));
   std::vector<OptResult> results;
   results.push_back(BenchOptimizer(
       "sgd momentum fp32",
       R"({"kind": "SGD", "hyperParameters": {"lr": 0.1, "momentum": 0.9}})",
       false, n, iters, device, s));
   results.push_back(BenchOptimizer(
-      "adam fp32", R"({"kind": "ADAM", "hyperParameters": {"weightDecay": 0.01}})",
-      false, n, iters, device, s));
+      "adam fp32",
+      R"({"kind": "ADAM", "hyperParameters": {"weightDecay": 0.01}})", false, n,
+      iters, device, s));
   results.push_back(BenchOptimizer("adamw fp32", R"({"kind": "ADAMW"})", false,
                                    n, iters, device, s));
   results.push_back(BenchOptimizer("adamw bf16 + fp32 master",
@@ -275,8 +277,8 @@ int Run() {
     const double ratio = r.gbps / memcpy_gbps;
     worst = std::min(worst, ratio);
     std::printf("  %-28s %5.1f%% of cudaMemcpy  %s\n", r.name.c_str(),
-                100 * ratio, ratio >= 0.8 ? "(goal >= 80%: met)"
-                                          : "(goal >= 80%: NOT met)");
+                100 * ratio,
+                ratio >= 0.8 ? "(goal >= 80%: met)" : "(goal >= 80%: NOT met)");
   }
 
   double step_ms = -1;

@@ -69,8 +69,8 @@ absl::Status CudaErrorToStatus(int code, absl::string_view name,
   if (code == kCudaSuccess) return absl::OkStatus();
   return absl::Status(
       CudaCode(code),
-      absl::StrCat(context, ": ", name.empty() ? "cudaError" : name, " (",
-                   code, "): ", text.empty() ? "unknown CUDA error" : text));
+      absl::StrCat(context, ": ", name.empty() ? "cudaError" : name, " (", code,
+                   "): ", text.empty() ? "unknown CUDA error" : text));
 }
 
 absl::Status NcclResultToStatus(int result, absl::string_view text,
@@ -79,9 +79,8 @@ absl::Status NcclResultToStatus(int result, absl::string_view text,
   if (result == kNcclSuccess || result == kNcclInProgress) {
     return absl::OkStatus();
   }
-  std::string message =
-      absl::StrCat(context, ": NCCL ", text.empty() ? "error" : text, " (",
-                   result, ")");
+  std::string message = absl::StrCat(
+      context, ": NCCL ", text.empty() ? "error" : text, " (", result, ")");
   if (!last_error.empty()) absl::StrAppend(&message, ": ", last_error);
   return absl::Status(NcclCode(result), message);
 }

@@ -20,9 +20,9 @@ inline constexpr absl::string_view kBuiltWithoutCuda =
 // The status of a CUDA runtime call that returned `code` (cudaError_t):
 // OK for 0 (cudaSuccess); otherwise "<context>: <name> (<code>): <text>".
 // Codes: out of memory -> ResourceExhausted; no device / driver too old /
-// device unavailable -> Unavailable; invalid value or device -> InvalidArgument;
-// not ready -> Unavailable; anything else (launch failures, illegal address,
-// sticky errors) -> Internal.
+// device unavailable -> Unavailable; invalid value or device ->
+// InvalidArgument; not ready -> Unavailable; anything else (launch failures,
+// illegal address, sticky errors) -> Internal.
 absl::Status CudaErrorToStatus(int code, absl::string_view name,
                                absl::string_view text,
                                absl::string_view context);

@@ -121,11 +121,10 @@ TEST(CudaConstantsTest, RealLibraryTextsConvert) {
                                 cudaGetErrorString(err), "alloc"),
               StatusIs(absl::StatusCode::kResourceExhausted,
                        HasSubstr("cudaErrorMemoryAllocation")));
-  EXPECT_THAT(NcclResultToStatus(ncclInvalidArgument,
-                                 ncclGetErrorString(ncclInvalidArgument), "",
-                                 "nccl"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("nccl: NCCL ")));
+  EXPECT_THAT(
+      NcclResultToStatus(ncclInvalidArgument,
+                         ncclGetErrorString(ncclInvalidArgument), "", "nccl"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nccl: NCCL ")));
 }
 #endif
 

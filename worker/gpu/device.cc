@@ -34,13 +34,13 @@ absl::StatusOr<std::string> CudaDeviceDescription(int device) {
         "CUDA device ", device, " does not exist (", count, " present)"));
   }
   cudaDeviceProp prop;
-  absl::Status status = gpu::CudaStatus(
-      cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  absl::Status status = gpu::CudaStatus(cudaGetDeviceProperties(&prop, device),
+                                        "cudaGetDeviceProperties");
   if (!status.ok()) return status;
-  return absl::StrFormat("%s (sm_%d%d, %d SMs, %.0f GiB)", prop.name,
-                         prop.major, prop.minor, prop.multiProcessorCount,
-                         static_cast<double>(prop.totalGlobalMem) /
-                             (1024.0 * 1024.0 * 1024.0));
+  return absl::StrFormat(
+      "%s (sm_%d%d, %d SMs, %.0f GiB)", prop.name, prop.major, prop.minor,
+      prop.multiProcessorCount,
+      static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
 }
 
 }  // namespace pshard::worker

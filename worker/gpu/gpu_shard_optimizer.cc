@@ -74,10 +74,11 @@ class GpuShardOptimizer::Impl {
     auto bucket = std::make_unique<GpuBucket>();
     const std::string what = absl::StrCat("bucket ", bucket_index);
     cudaStream_t s = stream_.get();
-    ASSIGN_OR_RETURN(bucket->chunks,
-                     DeviceBuffer::Allocate(
-                         plan.chunks.size() * sizeof(ChunkDescriptor),
-                         absl::StrCat(what, ": cudaMalloc(chunk descriptors)")));
+    ASSIGN_OR_RETURN(
+        bucket->chunks,
+        DeviceBuffer::Allocate(
+            plan.chunks.size() * sizeof(ChunkDescriptor),
+            absl::StrCat(what, ": cudaMalloc(chunk descriptors)")));
     if (!plan.chunks.empty()) {
       RETURN_IF_ERROR(CudaStatus(
           cudaMemcpyAsync(bucket->chunks.get(), plan.chunks.data(),
@@ -85,15 +86,16 @@ class GpuShardOptimizer::Impl {
           absl::StrCat(what, ": upload chunk descriptors")));
     }
     for (int i = 0; i < plan.num_state_arrays; ++i) {
-      const size_t bytes = static_cast<size_t>(plan.state_numel) * sizeof(float);
+      const size_t bytes =
+          static_cast<size_t>(plan.state_numel) * sizeof(float);
       ASSIGN_OR_RETURN(bucket->state[i],
                        DeviceBuffer::Allocate(
                            bytes, absl::StrCat(what, ": cudaMalloc(state ", i,
                                                ", ", bytes, " bytes)")));
       if (bytes > 0) {
-        RETURN_IF_ERROR(CudaStatus(
-            cudaMemsetAsync(bucket->state[i].get(), 0, bytes, s),
-            absl::StrCat(what, ": zero state")));
+        RETURN_IF_ERROR(
+            CudaStatus(cudaMemsetAsync(bucket->state[i].get(), 0, bytes, s),
+                       absl::StrCat(what, ": zero state")));
       }
     }
     bucket->state_bytes = plan.state_bytes();
@@ -120,18 +122,18 @@ class GpuShardOptimizer::Impl {
                                          plan.extent, s),
               absl::StrCat(what, ": widen initial bf16 parameters")));
         } else {
-          RETURN_IF_ERROR(CudaStatus(
-              cudaMemcpyAsync(bucket->master.get(), initial, bytes,
-                              cudaMemcpyDeviceToDevice, s),
-              absl::StrCat(what, ": copy initial parameters")));
+          RETURN_IF_ERROR(
+              CudaStatus(cudaMemcpyAsync(bucket->master.get(), initial, bytes,
+                                         cudaMemcpyDeviceToDevice, s),
+                         absl::StrCat(what, ": copy initial parameters")));
         }
       }
       bucket->state_bytes += static_cast<int64_t>(bytes);
       bucket->bf16 = true;
     }
     // Setup time: wait here so the host plan vector may go and errors show.
-    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s),
-                               absl::StrCat(what, ": set-up")));
+    RETURN_IF_ERROR(
+        CudaStatus(cudaStreamSynchronize(s), absl::StrCat(what, ": set-up")));
     bucket->plan = std::move(plan);
 
     absl::MutexLock lock(&mu_);
@@ -160,17 +162,19 @@ class GpuShardOptimizer::Impl {
     }
     GpuBucket& bucket = *it->second;
     if (bucket.bf16 != bf16_params) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "bucket ", bucket_index, " holds ", bucket.bf16 ? "bf16" : "fp32",
-          " parameters; use ",
-          bucket.bf16 ? "EnqueueBf16Step" : "EnqueueStep/Step"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("bucket ", bucket_index, " holds ",
+                       bucket.bf16 ? "bf16" : "fp32", " parameters; use ",
+                       bucket.bf16 ? "EnqueueBf16Step" : "EnqueueStep/Step"));
     }
     const int64_t step = bucket.steps + 1;
     gpu::OptimizerBuffers buffers{};
     buffers.params = params;
-    buffers.param_dtype = bf16_params ? gpu::kKernelBFloat16 : gpu::kKernelFloat32;
+    buffers.param_dtype =
+        bf16_params ? gpu::kKernelBFloat16 : gpu::kKernelFloat32;
     buffers.grads = grads;
-    buffers.grad_dtype = bf16_grads ? gpu::kKernelBFloat16 : gpu::kKernelFloat32;
+    buffers.grad_dtype =
+        bf16_grads ? gpu::kKernelBFloat16 : gpu::kKernelFloat32;
     buffers.master = bucket.master.as<float>();
     buffers.state0 = bucket.state[0].as<float>();
     buffers.state1 = bucket.state[1].as<float>();
@@ -211,18 +215,17 @@ class GpuShardOptimizer::Impl {
       src = &bucket.master;
     } else {
       if (which < 0 || which >= bucket.plan.num_state_arrays) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("bucket ", bucket_index, " has ",
-                         bucket.plan.num_state_arrays, " state arrays, not ",
-                         which + 1));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "bucket ", bucket_index, " has ", bucket.plan.num_state_arrays,
+            " state arrays, not ", which + 1));
       }
       src = &bucket.state[which];
     }
     if (src->bytes() == 0) return absl::OkStatus();
-    RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(out, src->get(), src->bytes(), cudaMemcpyDeviceToDevice,
-                        stream_.get()),
-        absl::StrCat("bucket ", bucket_index, ": copy out")));
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(out, src->get(), src->bytes(),
+                                   cudaMemcpyDeviceToDevice, stream_.get()),
+                   absl::StrCat("bucket ", bucket_index, ": copy out")));
     return CudaStatus(cudaStreamSynchronize(stream_.get()),
                       absl::StrCat("bucket ", bucket_index, ": copy out"));
   }
@@ -259,10 +262,9 @@ absl::StatusOr<std::unique_ptr<GpuShardOptimizer>> GpuShardOptimizer::Create(
     case v1::OptimizerSpec::ADAMW:
       break;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("optimizer kind ",
-                       v1::OptimizerSpec::Kind_Name(spec.kind()),
-                       " is not supported; use SGD, ADAM or ADAMW"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer kind ", v1::OptimizerSpec::Kind_Name(spec.kind()),
+          " is not supported; use SGD, ADAM or ADAMW"));
   }
   std::string why;
   const int count = CudaDeviceCount(&why);

@@ -61,7 +61,6 @@ const char kAdamWJson[] =
         "paramGroups": [{"params": ["*.bias"],
                          "hyperParameters": {"weightDecay": 0}}]})";
 
-
 TEST(GpuShardOptimizerTest, CreateFailsWithAReasonWithoutAGpu) {
   std::string why;
   if (CudaDeviceCount(&why) > 0) GTEST_SKIP() << "a CUDA device is present";
@@ -85,11 +84,11 @@ std::vector<ParamSpan> Spans() {
 }
 constexpr int64_t kExtent = 1065563;
 
-std::vector<float> Values(uint64_t seed, int64_t step, int64_t n,
-                          float scale) {
+std::vector<float> Values(uint64_t seed, int64_t step, int64_t n, float scale) {
   std::vector<float> v(n);
   const uint64_t key = gpu::SyntheticGradKey(seed, 0, step, 0);
-  for (int64_t i = 0; i < n; ++i) v[i] = gpu::SymmetricUniformAt(key, i) * scale;
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = gpu::SymmetricUniformAt(key, i) * scale;
   return v;
 }
 
@@ -98,10 +97,10 @@ DeviceBuffer Upload(const std::vector<T>& host) {
   absl::StatusOr<DeviceBuffer> buf =
       DeviceBuffer::Allocate(host.size() * sizeof(T), "test upload");
   EXPECT_OK(buf.status());
-  EXPECT_OK(CudaStatus(cudaMemcpy(buf->get(), host.data(),
-                                  host.size() * sizeof(T),
-                                  cudaMemcpyHostToDevice),
-                       "upload"));
+  EXPECT_OK(
+      CudaStatus(cudaMemcpy(buf->get(), host.data(), host.size() * sizeof(T),
+                            cudaMemcpyHostToDevice),
+                 "upload"));
   // A pageable cudaMemcpy may return before its DMA is done; kernels on
   // non-blocking streams would not wait for it.
   EXPECT_OK(CudaStatus(cudaDeviceSynchronize(), "upload sync"));
@@ -112,9 +111,9 @@ template <typename T>
 std::vector<T> Download(const DeviceBuffer& buf, int64_t n) {
   std::vector<T> host(n);
   EXPECT_OK(CudaStatus(cudaDeviceSynchronize(), "sync"));
-  EXPECT_OK(CudaStatus(cudaMemcpy(host.data(), buf.get(), n * sizeof(T),
-                                  cudaMemcpyDeviceToHost),
-                       "download"));
+  EXPECT_OK(CudaStatus(
+      cudaMemcpy(host.data(), buf.get(), n * sizeof(T), cudaMemcpyDeviceToHost),
+      "download"));
   return host;
 }
 
@@ -136,8 +135,8 @@ void ExpectSameParams(const std::vector<float>& gpu,
     const double tol = 1e-5 * std::max(1e-3, std::fabs(double{cpu[i]}));
     if (!(std::fabs(double{gpu[i]} - double{cpu[i]}) <= tol) &&
         reported++ < 10) {
-      ADD_FAILURE() << what << ": element " << i << " GPU " << gpu[i]
-                    << " CPU " << cpu[i];
+      ADD_FAILURE() << what << ": element " << i << " GPU " << gpu[i] << " CPU "
+                    << cpu[i];
     }
   }
   EXPECT_EQ(identical, static_cast<int64_t>(gpu.size()))
@@ -274,26 +273,26 @@ TEST_F(GpuShardOptimizerGpuTest, ErrorsNameTheProblem) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuShardOptimizer> gpu,
                        GpuShardOptimizer::Create(Spec(kAdamJson), 0));
   ASSERT_OK(gpu->AddBucket(2, {{"a", 0, 16}}));
-  EXPECT_THAT(gpu->AddBucket(2, {{"b", 0, 16}}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("already added")));
-  EXPECT_THAT(gpu->AddBucket(3, {{"a", 0, 16}, {"b", 8, 16}}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("overlap")));
+  EXPECT_THAT(
+      gpu->AddBucket(2, {{"b", 0, 16}}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("already added")));
+  EXPECT_THAT(
+      gpu->AddBucket(3, {{"a", 0, 16}, {"b", 8, 16}}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("overlap")));
   ASSERT_OK_AND_ASSIGN(DeviceBuffer buf, DeviceBuffer::Allocate(64, "buf"));
   EXPECT_THAT(gpu->Step(9, buf.as<float>(), buf.as<float>()),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("bucket 9")));
   EXPECT_THAT(gpu->Step(2, nullptr, buf.as<float>()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("null")));
-  EXPECT_THAT(gpu->EnqueueBf16Step(2, buf.as<uint16_t>(), buf.get(),
-                                   GpuShardOptimizer::GradType::kFloat32,
-                                   nullptr),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("fp32")));
+  EXPECT_THAT(
+      gpu->EnqueueBf16Step(2, buf.as<uint16_t>(), buf.get(),
+                           GpuShardOptimizer::GradType::kFloat32, nullptr),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("fp32")));
   EXPECT_THAT(gpu->CopyMasterWeights(2, buf.as<float>()),
               StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
-  EXPECT_THAT(GpuShardOptimizer::Create(Spec(kAdamJson), 1 << 20),
-              StatusIs(absl::StatusCode::kUnavailable,
-                       HasSubstr("does not exist")));
+  EXPECT_THAT(
+      GpuShardOptimizer::Create(Spec(kAdamJson), 1 << 20),
+      StatusIs(absl::StatusCode::kUnavailable, HasSubstr("does not exist")));
   EXPECT_EQ(gpu->state_bytes(2), 2 * 16 * 4);
   EXPECT_EQ(gpu->state_bytes(3), 0);
 }
@@ -309,7 +308,8 @@ TEST_F(GpuShardOptimizerGpuTest, StateMatchesTheCpuLayout) {
   for (int i = 0; i < 154; ++i) g[i] = static_cast<float>(i);
   DeviceBuffer dp = Upload(p), dg = Upload(g);
   ASSERT_OK(gpu->Step(0, dp.as<float>(), dg.as<float>()));
-  ASSERT_OK_AND_ASSIGN(DeviceBuffer state, DeviceBuffer::Allocate(150 * 4, "s"));
+  ASSERT_OK_AND_ASSIGN(DeviceBuffer state,
+                       DeviceBuffer::Allocate(150 * 4, "s"));
   ASSERT_OK(gpu->CopyState(0, 0, state.as<float>()));
   const std::vector<float> m = Download<float>(state, 150);
   const float omb1 = static_cast<float>(1.0 - 0.9);
@@ -333,27 +333,28 @@ TEST_F(GpuShardOptimizerGpuTest, HelperKernels) {
     ASSERT_EQ(synthetic[i], gpu::SymmetricUniformAt(key, 10 + i) * 0.5f) << i;
   }
   // Copy (both the vector body and the scalar tail), then scale.
-  ASSERT_OK(CudaStatus(gpu::LaunchCopy(a.as<float>(), b.as<float>(), n, nullptr),
-                       "copy"));
+  ASSERT_OK(CudaStatus(
+      gpu::LaunchCopy(a.as<float>(), b.as<float>(), n, nullptr), "copy"));
   EXPECT_EQ(Download<float>(b, n), synthetic);
-  ASSERT_OK(CudaStatus(gpu::LaunchScale(b.get(), gpu::kKernelFloat32, n, 0.25f,
-                                        nullptr),
-                       "scale"));
+  ASSERT_OK(CudaStatus(
+      gpu::LaunchScale(b.get(), gpu::kKernelFloat32, n, 0.25f, nullptr),
+      "scale"));
   std::vector<float> scaled = Download<float>(b, n);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(scaled[i], synthetic[i] * 0.25f);
   // bf16 round trip: round to nearest even as the host does, widen exactly.
-  ASSERT_OK(CudaStatus(gpu::LaunchFloatToBFloat16(a.as<float>(),
-                                                  h.as<uint16_t>(), n, nullptr),
-                       "to bf16"));
+  ASSERT_OK(CudaStatus(
+      gpu::LaunchFloatToBFloat16(a.as<float>(), h.as<uint16_t>(), n, nullptr),
+      "to bf16"));
   std::vector<uint16_t> half = Download<uint16_t>(h, n);
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(half[i], FloatToBFloat16(synthetic[i])) << i;
   }
-  ASSERT_OK(CudaStatus(gpu::LaunchBFloat16ToFloat(h.as<uint16_t>(),
-                                                  b.as<float>(), n, nullptr),
-                       "from bf16"));
+  ASSERT_OK(CudaStatus(
+      gpu::LaunchBFloat16ToFloat(h.as<uint16_t>(), b.as<float>(), n, nullptr),
+      "from bf16"));
   std::vector<float> widened = Download<float>(b, n);
-  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(widened[i], BFloat16ToFloat(half[i]));
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(widened[i], BFloat16ToFloat(half[i]));
 }
 
 #endif  // PSHARD_HAS_CUDA

@@ -23,20 +23,20 @@ inline bool GpuRequired() {
 // Skips the current test unless at least `n` CUDA devices are present. With
 // PSHARD_REQUIRE_GPU=1 and no device at all, fails instead (a machine with
 // fewer than `n` but some devices still skips multi-GPU tests).
-#define PSHARD_SKIP_WITHOUT_GPUS(n)                                         \
-  do {                                                                      \
-    std::string pshard_why_;                                                \
+#define PSHARD_SKIP_WITHOUT_GPUS(n)                                            \
+  do {                                                                         \
+    std::string pshard_why_;                                                   \
     const int pshard_count_ = ::pshard::worker::CudaDeviceCount(&pshard_why_); \
-    if (pshard_count_ == 0) {                                               \
-      if (::pshard::worker::testing::GpuRequired()) {                       \
-        FAIL() << "PSHARD_REQUIRE_GPU=1 but no CUDA device: " << pshard_why_; \
-      }                                                                     \
-      GTEST_SKIP() << "no CUDA device: " << pshard_why_;                    \
-    }                                                                       \
-    if (pshard_count_ < (n)) {                                              \
-      GTEST_SKIP() << "needs " << (n) << " CUDA devices, found "            \
-                   << pshard_count_;                                        \
-    }                                                                       \
+    if (pshard_count_ == 0) {                                                  \
+      if (::pshard::worker::testing::GpuRequired()) {                          \
+        FAIL() << "PSHARD_REQUIRE_GPU=1 but no CUDA device: " << pshard_why_;  \
+      }                                                                        \
+      GTEST_SKIP() << "no CUDA device: " << pshard_why_;                       \
+    }                                                                          \
+    if (pshard_count_ < (n)) {                                                 \
+      GTEST_SKIP() << "needs " << (n) << " CUDA devices, found "               \
+                   << pshard_count_;                                           \
+    }                                                                          \
   } while (false)
 
 #endif  // PSHARD_WORKER_GPU_GPU_TEST_UTIL_H_

@@ -26,8 +26,8 @@ using gpu::ScopedDevice;
 
 absl::Status CheckCount(absl::string_view who, size_t expected, size_t got) {
   if (expected == got) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      who, ": expected ", expected, " buffers, got ", got));
+  return absl::InvalidArgumentError(
+      absl::StrCat(who, ": expected ", expected, " buffers, got ", got));
 }
 
 class GpuSyntheticWorkload final : public Workload {
@@ -45,35 +45,39 @@ class GpuSyntheticWorkload final : public Workload {
   }
 
   absl::Status InitializeParameters(absl::Span<float* const> params) override {
-    RETURN_IF_ERROR(CheckCount("synthetic (GPU)", params_.size(), params.size()));
+    RETURN_IF_ERROR(
+        CheckCount("synthetic (GPU)", params_.size(), params.size()));
     ScopedDevice scoped(device_);
     RETURN_IF_ERROR(scoped.status());
     for (size_t i = 0; i < params_.size(); ++i) {
-      RETURN_IF_ERROR(CudaStatus(
-          gpu::LaunchSyntheticValues(
-              params[i], params_[i].numel,
-              gpu::SyntheticInitKey(seed_, static_cast<int>(i)), 0, 1.0f,
-              stream_),
-          "synthetic (GPU): initial parameters"));
+      RETURN_IF_ERROR(
+          CudaStatus(gpu::LaunchSyntheticValues(
+                         params[i], params_[i].numel,
+                         gpu::SyntheticInitKey(seed_, static_cast<int>(i)), 0,
+                         1.0f, stream_),
+                     "synthetic (GPU): initial parameters"));
     }
     // Set-up: whoever reads the parameters next may use another stream.
     return CudaStatus(cudaStreamSynchronize(stream_),
                       "synthetic (GPU): initial parameters");
   }
 
-  absl::StatusOr<double> ComputeGradients(
-      int64_t step, absl::Span<const float* const> params,
-      absl::Span<float* const> grads, GradientSink& sink) override {
-    RETURN_IF_ERROR(CheckCount("synthetic (GPU)", params_.size(), params.size()));
-    RETURN_IF_ERROR(CheckCount("synthetic (GPU)", params_.size(), grads.size()));
+  absl::StatusOr<double> ComputeGradients(int64_t step,
+                                          absl::Span<const float* const> params,
+                                          absl::Span<float* const> grads,
+                                          GradientSink& sink) override {
+    RETURN_IF_ERROR(
+        CheckCount("synthetic (GPU)", params_.size(), params.size()));
+    RETURN_IF_ERROR(
+        CheckCount("synthetic (GPU)", params_.size(), grads.size()));
     ScopedDevice scoped(device_);
     RETURN_IF_ERROR(scoped.status());
     for (size_t k = params_.size(); k-- > 0;) {
       RETURN_IF_ERROR(CudaStatus(
           gpu::LaunchSyntheticValues(
               grads[k], params_[k].numel,
-              gpu::SyntheticGradKey(seed_, rank_, step, static_cast<int>(k)),
-              0, 1.0f, stream_),
+              gpu::SyntheticGradKey(seed_, rank_, step, static_cast<int>(k)), 0,
+              1.0f, stream_),
           absl::StrCat("synthetic (GPU): gradient of ", params_[k].name)));
       sink.GradientReady(static_cast<int>(k));
     }
@@ -111,7 +115,8 @@ class HostWorkloadAdapter final : public Workload {
     ScopedDevice scoped(device_);
     RETURN_IF_ERROR(scoped.status());
     std::vector<float*> host(infos.size());
-    for (size_t i = 0; i < infos.size(); ++i) host[i] = host_params_[i].as<float>();
+    for (size_t i = 0; i < infos.size(); ++i)
+      host[i] = host_params_[i].as<float>();
     RETURN_IF_ERROR(host_->InitializeParameters(host));
     for (size_t i = 0; i < infos.size(); ++i) {
       RETURN_IF_ERROR(CudaStatus(
@@ -123,9 +128,10 @@ class HostWorkloadAdapter final : public Workload {
                       "host workload: upload initial parameters");
   }
 
-  absl::StatusOr<double> ComputeGradients(
-      int64_t step, absl::Span<const float* const> params,
-      absl::Span<float* const> grads, GradientSink& sink) override {
+  absl::StatusOr<double> ComputeGradients(int64_t step,
+                                          absl::Span<const float* const> params,
+                                          absl::Span<float* const> grads,
+                                          GradientSink& sink) override {
     const auto& infos = host_->parameters();
     RETURN_IF_ERROR(CheckCount("host workload", infos.size(), params.size()));
     RETURN_IF_ERROR(CheckCount("host workload", infos.size(), grads.size()));
@@ -134,11 +140,11 @@ class HostWorkloadAdapter final : public Workload {
     // The host needs this step's parameters; the stream orders the copies
     // after the previous step's broadcasts (the hook made it wait on them).
     for (size_t i = 0; i < infos.size(); ++i) {
-      RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpyAsync(host_params_[i].as<float>(), params[i],
-                          infos[i].numel * sizeof(float),
-                          cudaMemcpyDeviceToHost, stream_),
-          "host workload: download parameters"));
+      RETURN_IF_ERROR(
+          CudaStatus(cudaMemcpyAsync(host_params_[i].as<float>(), params[i],
+                                     infos[i].numel * sizeof(float),
+                                     cudaMemcpyDeviceToHost, stream_),
+                     "host workload: download parameters"));
     }
     RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_),
                                "host workload: download parameters"));
@@ -203,8 +209,8 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateGpuSyntheticWorkload(
   // The CPU workload defines the tensors (names, sizes, limits).
   ASSIGN_OR_RETURN(std::unique_ptr<SyntheticWorkload> cpu,
                    SyntheticWorkload::Create(spec, seed, rank));
-  return std::unique_ptr<Workload>(new GpuSyntheticWorkload(
-      cpu->parameters(), seed, rank, device, stream));
+  return std::unique_ptr<Workload>(
+      new GpuSyntheticWorkload(cpu->parameters(), seed, rank, device, stream));
 }
 
 absl::StatusOr<std::unique_ptr<Workload>> AdaptHostWorkloadToDevice(

@@ -17,8 +17,9 @@ absl::StatusOr<std::unique_ptr<Workload>> AdaptHostWorkloadToDevice(
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
 
-absl::StatusOr<std::unique_ptr<Workload>> CreateGpuWorkload(
-    const v1::JobSpec&, int, int, int, CUstream_st*) {
+absl::StatusOr<std::unique_ptr<Workload>> CreateGpuWorkload(const v1::JobSpec&,
+                                                            int, int, int,
+                                                            CUstream_st*) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
 

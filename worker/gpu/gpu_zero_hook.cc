@@ -29,21 +29,22 @@ class DeviceBucketStorage {
  public:
   static absl::StatusOr<std::unique_ptr<DeviceBucketStorage>> Create(
       const BucketLayout& layout, int num_params) {
-    auto storage = std::unique_ptr<DeviceBucketStorage>(new DeviceBucketStorage);
+    auto storage =
+        std::unique_ptr<DeviceBucketStorage>(new DeviceBucketStorage);
     storage->param_views_.assign(num_params, nullptr);
     storage->grad_views_.assign(num_params, nullptr);
     for (const Bucket& bucket : layout.buckets()) {
       const size_t bytes = static_cast<size_t>(bucket.numel) * sizeof(float);
-      ASSIGN_OR_RETURN(DeviceBuffer params,
-                       DeviceBuffer::Allocate(
-                           bytes, absl::StrCat("bucket ", bucket.index,
-                                               ": parameters (", bytes,
-                                               " bytes)")));
-      ASSIGN_OR_RETURN(DeviceBuffer grads,
-                       DeviceBuffer::Allocate(
-                           bytes, absl::StrCat("bucket ", bucket.index,
-                                               ": gradients (", bytes,
-                                               " bytes)")));
+      ASSIGN_OR_RETURN(
+          DeviceBuffer params,
+          DeviceBuffer::Allocate(
+              bytes, absl::StrCat("bucket ", bucket.index, ": parameters (",
+                                  bytes, " bytes)")));
+      ASSIGN_OR_RETURN(
+          DeviceBuffer grads,
+          DeviceBuffer::Allocate(
+              bytes, absl::StrCat("bucket ", bucket.index, ": gradients (",
+                                  bytes, " bytes)")));
       for (const BucketEntry& e : bucket.entries) {
         storage->param_views_[e.param_index] = params.as<float>() + e.offset;
         storage->grad_views_[e.param_index] = grads.as<float>() + e.offset;
@@ -96,10 +97,10 @@ class GpuZeroHookImpl final : public GpuZeroHook {
     ScopedDevice scoped(comm_->device());
     RETURN_IF_ERROR(scoped.status());
     const int n = static_cast<int>(infos_.size());
-    ASSIGN_OR_RETURN(BucketLayout layout,
-                     BucketLayout::Build(infos_,
-                                         BucketLayout::DefaultReadyOrder(n),
-                                         CapBytes()));
+    ASSIGN_OR_RETURN(
+        BucketLayout layout,
+        BucketLayout::Build(infos_, BucketLayout::DefaultReadyOrder(n),
+                            CapBytes()));
     layout_ = std::make_unique<BucketLayout>(std::move(layout));
     ASSIGN_OR_RETURN(storage_, DeviceBucketStorage::Create(*layout_, n));
     param_ready_.assign(n, 0);
@@ -204,9 +205,9 @@ class GpuZeroHookImpl final : public GpuZeroHook {
                         infos_[param_index].numel * sizeof(float),
                         cudaMemcpyDeviceToHost, compute_),
         absl::StrCat("download parameter ", infos_[param_index].name)));
-    return CudaStatus(cudaStreamSynchronize(compute_),
-                      absl::StrCat("download parameter ",
-                                   infos_[param_index].name));
+    return CudaStatus(
+        cudaStreamSynchronize(compute_),
+        absl::StrCat("download parameter ", infos_[param_index].name));
   }
 
   HookState state() const override { return state_; }
@@ -245,8 +246,9 @@ class GpuZeroHookImpl final : public GpuZeroHook {
     // The communication stream waits (on the device) for the compute stream
     // to have produced the bucket's gradients.
     cudaEvent_t ready = ready_events_[b].get();
-    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(ready, compute_),
-                               absl::StrCat("bucket ", b, ": gradients ready")));
+    RETURN_IF_ERROR(
+        CudaStatus(cudaEventRecord(ready, compute_),
+                   absl::StrCat("bucket ", b, ": gradients ready")));
     NcclCommunicator* comm = comm_;
     works_.push_back(comm->Enqueue([comm, ready, b] {
       return CudaStatus(cudaStreamWaitEvent(comm->stream(), ready, 0),
@@ -261,23 +263,22 @@ class GpuZeroHookImpl final : public GpuZeroHook {
       const int world = comm->world_size();
       GpuShardOptimizer* optimizer = optimizer_.get();
       int64_t* counter = &bucket_steps_[b];
-      works_.push_back(comm->Enqueue(
-          [comm, optimizer, counter, b, grads, params, numel,
-           world]() -> absl::Status {
-            if (world > 1) {
-              // The average, as the CPU hook computes it: g / n, rounded.
-              // (g * (1/n) could differ in the last bit for n not a power
-              // of two, so divide.)
-              RETURN_IF_ERROR(CudaStatus(
-                  gpu::LaunchDivide(grads, numel, static_cast<float>(world),
-                                    comm->stream()),
-                  absl::StrCat("bucket ", b, ": average gradient")));
-            }
-            RETURN_IF_ERROR(
-                optimizer->EnqueueStep(b, params, grads, comm->stream()));
-            ++*counter;
-            return absl::OkStatus();
-          }));
+      works_.push_back(comm->Enqueue([comm, optimizer, counter, b, grads,
+                                      params, numel, world]() -> absl::Status {
+        if (world > 1) {
+          // The average, as the CPU hook computes it: g / n, rounded.
+          // (g * (1/n) could differ in the last bit for n not a power
+          // of two, so divide.)
+          RETURN_IF_ERROR(CudaStatus(
+              gpu::LaunchDivide(grads, numel, static_cast<float>(world),
+                                comm->stream()),
+              absl::StrCat("bucket ", b, ": average gradient")));
+        }
+        RETURN_IF_ERROR(
+            optimizer->EnqueueStep(b, params, grads, comm->stream()));
+        ++*counter;
+        return absl::OkStatus();
+      }));
     }
     works_.push_back(comm->Broadcast(params, numel, DataType::kFloat32, owner));
     return absl::OkStatus();
@@ -286,18 +287,19 @@ class GpuZeroHookImpl final : public GpuZeroHook {
   absl::Status Initialize() {
     // The layout is final only now that the ready order has been observed.
     if (observed_order_ != layout_->ready_order()) {
-      ASSIGN_OR_RETURN(BucketLayout rebuilt,
-                       BucketLayout::Build(infos_, observed_order_, CapBytes()));
+      ASSIGN_OR_RETURN(
+          BucketLayout rebuilt,
+          BucketLayout::Build(infos_, observed_order_, CapBytes()));
       ASSIGN_OR_RETURN(std::unique_ptr<DeviceBucketStorage> storage,
                        DeviceBucketStorage::Create(
                            rebuilt, static_cast<int>(infos_.size())));
       for (size_t i = 0; i < infos_.size(); ++i) {
         const size_t bytes = infos_[i].numel * sizeof(float);
-        RETURN_IF_ERROR(CudaStatus(
-            cudaMemcpyAsync(storage->param_views()[i],
-                            storage_->param_views()[i], bytes,
-                            cudaMemcpyDeviceToDevice, compute_),
-            "re-pack parameters"));
+        RETURN_IF_ERROR(
+            CudaStatus(cudaMemcpyAsync(storage->param_views()[i],
+                                       storage_->param_views()[i], bytes,
+                                       cudaMemcpyDeviceToDevice, compute_),
+                       "re-pack parameters"));
         RETURN_IF_ERROR(CudaStatus(
             cudaMemcpyAsync(storage->grad_views()[i], storage_->grad_views()[i],
                             bytes, cudaMemcpyDeviceToDevice, compute_),
@@ -333,8 +335,8 @@ class GpuZeroHookImpl final : public GpuZeroHook {
     }
     ready_events_.clear();
     for (int b = 0; b < num_buckets; ++b) {
-      ASSIGN_OR_RETURN(CudaEvent event,
-                       CudaEvent::Create(absl::StrCat("bucket ", b, ": event")));
+      ASSIGN_OR_RETURN(CudaEvent event, CudaEvent::Create(absl::StrCat(
+                                            "bucket ", b, ": event")));
       ready_events_.push_back(std::move(event));
     }
     assignment_ = std::move(assignment);
@@ -382,17 +384,17 @@ absl::StatusOr<std::unique_ptr<GpuZeroHook>> GpuZeroHook::Create(
         "a communicator, an optimizer and an assignment provider are needed");
   }
   if (optimizer->device() != comm->device()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the optimizer is on CUDA device ", optimizer->device(),
-        ", the communicator on ", comm->device()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the optimizer is on CUDA device ", optimizer->device(),
+                     ", the communicator on ", comm->device()));
   }
   if (!(options.bucket_cap_mb > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("bucket_cap_mb must be > 0, got ", options.bucket_cap_mb));
   }
-  auto hook = std::make_unique<GpuZeroHookImpl>(
-      std::move(params), comm, std::move(optimizer), std::move(provider),
-      options);
+  auto hook = std::make_unique<GpuZeroHookImpl>(std::move(params), comm,
+                                                std::move(optimizer),
+                                                std::move(provider), options);
   RETURN_IF_ERROR(hook->Init());
   return std::unique_ptr<GpuZeroHook>(std::move(hook));
 }

@@ -3,12 +3,12 @@
 // algorithm, state machine and AssignmentProvider as ZeroHook; the difference
 // is that nothing inside a step waits on the host:
 //
-//   compute stream:  forward/backward kernels ... grad of bucket b final
-//                      └─ event ─┐
-//   comm stream:               wait ─ reduce(b) ─ [owner: grad /= n,
-//                              fused optimizer step] ─ broadcast(b) ─ ...
-//                                                                   └─ event ─┐
-//   compute stream (next step):                                    wait ─ forward
+//   compute:  backward kernels ... gradients of bucket b final
+//               └─ event ─┐
+//   comm:                wait ─ reduce(b) ─ [owner: grad /= n, fused
+//                        optimizer step] ─ broadcast(b) ─ ... last broadcast
+//                                                              └─ event ─┐
+//   compute (next step):                                      wait ─ forward
 //
 // The owner's step is enqueued on the communication stream between the
 // bucket's reduction and its broadcast (NcclCommunicator::Enqueue), and the
@@ -60,8 +60,8 @@ class GpuZeroHook : public GradientSink {
   // Unavailable without CUDA; ResourceExhausted when device memory runs out.
   static absl::StatusOr<std::unique_ptr<GpuZeroHook>> Create(
       std::vector<ParameterInfo> params, NcclCommunicator* comm,
-      std::unique_ptr<GpuShardOptimizer> optimizer,
-      AssignmentProvider provider, const GpuZeroHookOptions& options);
+      std::unique_ptr<GpuShardOptimizer> optimizer, AssignmentProvider provider,
+      const GpuZeroHookOptions& options);
 
   ~GpuZeroHook() override = default;
 

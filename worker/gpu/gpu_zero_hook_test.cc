@@ -61,22 +61,22 @@ const char kMlpSgdJob[] = R"({
                 "momentum": 0.9, "nesterov": true}}})";
 
 AssignmentProvider Provider(int world) {
-  return [world](const BucketLayout& layout)
-             -> absl::StatusOr<BucketAssignment> {
-    BucketAssignment a;
-    a.epoch = 1;
-    absl::StatusOr<std::vector<int>> owners = LocalAssignBuckets(
-        v1::JobSpec::BALANCED, layout.BucketBytes(), world);
-    if (!owners.ok()) return owners.status();
-    a.owners = *std::move(owners);
-    return a;
-  };
+  return
+      [world](const BucketLayout& layout) -> absl::StatusOr<BucketAssignment> {
+        BucketAssignment a;
+        a.epoch = 1;
+        absl::StatusOr<std::vector<int>> owners = LocalAssignBuckets(
+            v1::JobSpec::BALANCED, layout.BucketBytes(), world);
+        if (!owners.ok()) return owners.status();
+        a.owners = *std::move(owners);
+        return a;
+      };
 }
 
 // The reference: the CPU hook on a FakeCommunicator. Returns every
 // parameter's final values.
 absl::StatusOr<std::vector<std::vector<float>>> RunCpu(const v1::JobSpec& spec,
-                                                      Communicator* comm) {
+                                                       Communicator* comm) {
   const int rank = comm->rank();
   const int world = comm->world_size();
   absl::StatusOr<std::unique_ptr<Workload>> workload =
@@ -105,16 +105,17 @@ absl::StatusOr<std::vector<std::vector<float>>> RunCpu(const v1::JobSpec& spec,
   std::vector<std::vector<float>> out;
   const auto& infos = (*workload)->parameters();
   for (size_t i = 0; i < infos.size(); ++i) {
-    out.emplace_back((*hook)->params()[i], (*hook)->params()[i] + infos[i].numel);
+    out.emplace_back((*hook)->params()[i],
+                     (*hook)->params()[i] + infos[i].numel);
   }
   return out;
 }
 
 // The GPU path for `rank` on CUDA device `rank`.
 absl::StatusOr<std::vector<std::vector<float>>> RunGpu(const v1::JobSpec& spec,
-                                                      int rank, int world,
-                                                      KvClient& kv,
-                                                      bool adapt_host) {
+                                                       int rank, int world,
+                                                       KvClient& kv,
+                                                       bool adapt_host) {
   NcclOptions nccl;
   nccl.job_id = spec.name();
   nccl.epoch = 1;
@@ -131,12 +132,12 @@ absl::StatusOr<std::vector<std::vector<float>>> RunGpu(const v1::JobSpec& spec,
   // the hook orders the communication stream after it with events.
   absl::StatusOr<std::unique_ptr<Workload>> workload =
       adapt_host ? [&]() -> absl::StatusOr<std::unique_ptr<Workload>> {
-        absl::StatusOr<std::unique_ptr<Workload>> host =
-            CreateWorkload(spec, rank, world);
-        if (!host.ok()) return host.status();
-        return AdaptHostWorkloadToDevice(*std::move(host), rank, nullptr);
-      }()
-                 : CreateGpuWorkload(spec, rank, world, rank, nullptr);
+    absl::StatusOr<std::unique_ptr<Workload>> host =
+        CreateWorkload(spec, rank, world);
+    if (!host.ok()) return host.status();
+    return AdaptHostWorkloadToDevice(*std::move(host), rank, nullptr);
+  }()
+      : CreateGpuWorkload(spec, rank, world, rank, nullptr);
   if (!workload.ok()) return workload.status();
   GpuZeroHookOptions options;
   options.bucket_cap_mb = spec.bucket_cap_mb();
@@ -239,12 +240,12 @@ TEST(GpuZeroHookTest, MissingGradientFailsTheStep) {
       GpuZeroHook::Create({{"a", {10}, 10}, {"b", {10}, 10}}, comm.get(),
                           std::move(opt), Provider(1), GpuZeroHookOptions()));
   hook->GradientReady(1);
-  EXPECT_THAT(hook->MarkGradientReady(1),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("twice")));
-  EXPECT_THAT(hook->FinishStep(),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("\"a\"")));
+  EXPECT_THAT(
+      hook->MarkGradientReady(1),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("twice")));
+  EXPECT_THAT(
+      hook->FinishStep(),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("\"a\"")));
   // The failure aborted the communicator.
   EXPECT_FALSE(comm->health().ok());
 }

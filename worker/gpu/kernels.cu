@@ -33,16 +33,14 @@ struct Flags {
   bool decoupled;     // AdamW: p *= decay
 };
 
-__device__ __forceinline__ void SgdUpdate(const GroupScalars& s,
-                                          const Flags& f, float& p, float g,
-                                          float& buf) {
+__device__ __forceinline__ void SgdUpdate(const GroupScalars& s, const Flags& f,
+                                          float& p, float g, float& buf) {
   float d = g;
   if (f.weight_decay) d = __fmaf_rn(p, s.sgd_weight_decay, d);
   if (f.momentum) {
-    const float b = f.first_step
-                        ? d
-                        : __fmaf_rn(d, s.one_minus_dampening,
-                                    __fmul_rn(buf, s.momentum));
+    const float b = f.first_step ? d
+                                 : __fmaf_rn(d, s.one_minus_dampening,
+                                             __fmul_rn(buf, s.momentum));
     buf = b;
     d = f.nesterov ? __fmaf_rn(b, s.momentum, d) : b;
   }
@@ -153,8 +151,7 @@ __global__ void __launch_bounds__(kThreads)
   // Without state (SGD, momentum 0) m/v are never touched; point them at a
   // dummy so the code below needs no null checks.
   const float scratch = 0.0f;
-  float* __restrict__ m =
-      has_state ? buffers.state0 + c.state_offset : nullptr;
+  float* __restrict__ m = has_state ? buffers.state0 + c.state_offset : nullptr;
   float* __restrict__ v =
       (kAdam && has_state) ? buffers.state1 + c.state_offset : nullptr;
   const bool uses_m = kAdam || f.momentum;
@@ -250,8 +247,7 @@ cudaError_t DispatchDtypes(const OptimizerLaunchParams& launch,
   }
   if (buffers.param_dtype == kKernelBFloat16 &&
       buffers.grad_dtype == kKernelBFloat16) {
-    return Launch<kAdam, __nv_bfloat16, __nv_bfloat16>(launch, buffers,
-                                                        stream);
+    return Launch<kAdam, __nv_bfloat16, __nv_bfloat16>(launch, buffers, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -326,8 +322,8 @@ __global__ void CopyKernel(const float4* __restrict__ src,
 __global__ void CopyScalarKernel(const float* __restrict__ src,
                                  float* __restrict__ dst, int64_t begin,
                                  int64_t n) {
-  for (int64_t i = begin + blockIdx.x * static_cast<int64_t>(blockDim.x) +
-                   threadIdx.x;
+  for (int64_t i =
+           begin + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     dst[i] = src[i];
   }
@@ -398,8 +394,8 @@ cudaError_t LaunchSyntheticValues(float* out, int64_t n, uint64_t key,
                                   int64_t first_index, float scale,
                                   cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  SyntheticKernel<<<GridFor(n), kThreads, 0, stream>>>(out, n, key,
-                                                       first_index, scale);
+  SyntheticKernel<<<GridFor(n), kThreads, 0, stream>>>(out, n, key, first_index,
+                                                       scale);
   return cudaGetLastError();
 }
 

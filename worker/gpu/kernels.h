@@ -6,9 +6,9 @@
 #ifndef PSHARD_WORKER_GPU_KERNELS_H_
 #define PSHARD_WORKER_GPU_KERNELS_H_
 
-#include <cstdint>
-
 #include <cuda_runtime_api.h>
+
+#include <cstdint>
 
 #include "worker/gpu/kernel_params.h"
 

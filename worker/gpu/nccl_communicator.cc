@@ -116,8 +116,8 @@ class NcclWorkImpl final : public NcclWork,
 
   // An operation that finished (or failed) before reaching the device.
   static std::shared_ptr<NcclWorkImpl> Done(absl::Status status) {
-    auto work = std::make_shared<NcclWorkImpl>(nullptr, nullptr, -1,
-                                               CudaEvent());
+    auto work =
+        std::make_shared<NcclWorkImpl>(nullptr, nullptr, -1, CudaEvent());
     absl::MutexLock lock(&work->mu_);
     work->done_ = true;
     work->status_ = std::move(status);
@@ -401,8 +401,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     if (!scoped.status().ok()) return FailAndReturn(scoped.status());
     absl::MutexLock lock(&issue_mu_);
     if (shared_->failed()) return NcclWorkImpl::Done(shared_->failure());
-    absl::Status status = fn ? fn() : absl::InvalidArgumentError(
-                                          "Enqueue of an empty function");
+    absl::Status status =
+        fn ? fn() : absl::InvalidArgumentError("Enqueue of an empty function");
     if (!status.ok()) {
       shared_->Fail(status);
       FinishAbortLocked();
@@ -442,10 +442,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     // bad arguments fail the communicator, not just the operation.
     if (count < 0 || (count > 0 && data == nullptr) || root < 0 ||
         root >= options_.world_size) {
-      return FailAndReturn(absl::InvalidArgumentError(absl::StrCat(
-          op, ": invalid arguments (count ", count, ", data ",
-          data == nullptr ? "null" : "set", ", root ", root, " of ",
-          options_.world_size, " ranks)")));
+      return FailAndReturn(absl::InvalidArgumentError(
+          absl::StrCat(op, ": invalid arguments (count ", count, ", data ",
+                       data == nullptr ? "null" : "set", ", root ", root,
+                       " of ", options_.world_size, " ranks)")));
     }
     ScopedDevice scoped(options_.device);
     if (!scoped.status().ok()) return FailAndReturn(scoped.status());
@@ -518,10 +518,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       if (state != ncclInProgress) return NcclStatus(state, comm_, what);
       if (shared_->failed()) return shared_->failure();
       if (absl::Now() >= deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            what, " on rank ", options_.rank, " of ", options_.world_size,
-            " was still in progress after ",
-            absl::FormatDuration(options_.timeout)));
+        return absl::DeadlineExceededError(
+            absl::StrCat(what, " on rank ", options_.rank, " of ",
+                         options_.world_size, " was still in progress after ",
+                         absl::FormatDuration(options_.timeout)));
       }
       backoff.Pause();
     }
@@ -646,9 +646,9 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(
                                absl::StrCat(scope, ": ncclGetUniqueId")));
     RETURN_IF_ERROR(kv.Put(key, std::string(id.internal, sizeof(id.internal))));
   } else {
-    ASSIGN_OR_RETURN(std::string value,
-                     kv.Get(key, std::max(deadline - absl::Now(),
-                                          absl::ZeroDuration())));
+    ASSIGN_OR_RETURN(
+        std::string value,
+        kv.Get(key, std::max(deadline - absl::Now(), absl::ZeroDuration())));
     if (value.size() != sizeof(id.internal)) {
       return absl::DataLossError(absl::StrCat(
           scope, ": the NCCL unique id in the rendezvous store has ",
@@ -663,21 +663,21 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(
   config.blocking = 0;
   config.commName = name->c_str();
   CommGuard guard;
-  const ncclResult_t r = ncclCommInitRankConfig(
-      &guard.comm, options.world_size, id, options.rank, &config);
+  const ncclResult_t r = ncclCommInitRankConfig(&guard.comm, options.world_size,
+                                                id, options.rank, &config);
   RETURN_IF_ERROR(NcclStatus(r, guard.comm,
                              absl::StrCat(scope, ": ncclCommInitRankConfig")));
   if (guard.comm == nullptr) {
-    return absl::InternalError(
-        absl::StrCat(scope, ": ncclCommInitRankConfig returned no communicator"));
+    return absl::InternalError(absl::StrCat(
+        scope, ": ncclCommInitRankConfig returned no communicator"));
   }
   // Initialisation proceeds in NCCL's threads; poll it with the deadline.
   Backoff backoff;
   while (true) {
     ncclResult_t state = ncclSuccess;
     const ncclResult_t q = ncclCommGetAsyncError(guard.comm, &state);
-    RETURN_IF_ERROR(NcclStatus(
-        q, guard.comm, absl::StrCat(scope, ": ncclCommGetAsyncError")));
+    RETURN_IF_ERROR(NcclStatus(q, guard.comm,
+                               absl::StrCat(scope, ": ncclCommGetAsyncError")));
     if (state == ncclSuccess) break;
     if (state != ncclInProgress) {
       return NcclStatus(state, guard.comm,
@@ -685,21 +685,20 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(
                                      options.rank, " of ", options.world_size));
     }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          scope, ": NCCL initialisation of rank ", options.rank, " of ",
-          options.world_size, " did not finish within ",
-          absl::FormatDuration(options.timeout),
-          " (are all ranks up and reachable?)"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(scope, ": NCCL initialisation of rank ", options.rank,
+                       " of ", options.world_size, " did not finish within ",
+                       absl::FormatDuration(options.timeout),
+                       " (are all ranks up and reachable?)"));
     }
     backoff.Pause();
   }
 
-  ASSIGN_OR_RETURN(CudaStream stream,
-                   CudaStream::Create(
-                       absl::StrCat(scope, ": communication stream")));
-  ASSIGN_OR_RETURN(DeviceBuffer barrier,
-                   DeviceBuffer::Allocate(sizeof(float),
-                                          absl::StrCat(scope, ": barrier")));
+  ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create(absl::StrCat(
+                                          scope, ": communication stream")));
+  ASSIGN_OR_RETURN(
+      DeviceBuffer barrier,
+      DeviceBuffer::Allocate(sizeof(float), absl::StrCat(scope, ": barrier")));
   RETURN_IF_ERROR(CudaStatus(cudaMemset(barrier.get(), 0, sizeof(float)),
                              absl::StrCat(scope, ": barrier")));
   return std::unique_ptr<NcclCommunicator>(

@@ -70,8 +70,9 @@ TEST(NcclCommunicatorTest, CreationValidatesAndExplainsMissingGpu) {
   // Arguments are checked before anything touches a device.
   options.rank = 2;
   options.world_size = 2;
-  EXPECT_THAT(CreateNcclCommunicator(options, kv),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 2")));
+  EXPECT_THAT(
+      CreateNcclCommunicator(options, kv),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 2")));
 #endif
   if (CudaDeviceCount() == 0) return;
   options.rank = 0;
@@ -91,10 +92,10 @@ DeviceBuffer Upload(const std::vector<float>& host) {
   absl::StatusOr<DeviceBuffer> buf =
       DeviceBuffer::Allocate(host.size() * sizeof(float), "test upload");
   EXPECT_OK(buf.status());
-  EXPECT_OK(CudaStatus(cudaMemcpy(buf->get(), host.data(),
-                                  host.size() * sizeof(float),
-                                  cudaMemcpyHostToDevice),
-                       "upload"));
+  EXPECT_OK(CudaStatus(
+      cudaMemcpy(buf->get(), host.data(), host.size() * sizeof(float),
+                 cudaMemcpyHostToDevice),
+      "upload"));
   EXPECT_OK(CudaStatus(cudaDeviceSynchronize(), "upload sync"));
   return *std::move(buf);
 }
@@ -125,11 +126,11 @@ class NcclOneGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
     PSHARD_SKIP_WITHOUT_GPUS(1);
-    ASSERT_OK_AND_ASSIGN(comm_, CreateNcclCommunicator(
-                                    OneRank(::testing::UnitTest::GetInstance()
-                                                ->current_test_info()
-                                                ->name()),
-                                    kv_));
+    ASSERT_OK_AND_ASSIGN(
+        comm_, CreateNcclCommunicator(OneRank(::testing::UnitTest::GetInstance()
+                                                  ->current_test_info()
+                                                  ->name()),
+                                      kv_));
     ASSERT_OK(CudaStatus(cudaSetDevice(0), "cudaSetDevice"));
   }
 
@@ -145,7 +146,8 @@ TEST_F(NcclOneGpuTest, CollectivesOnOneRank) {
   std::vector<float> host(1000);
   for (int i = 0; i < 1000; ++i) host[i] = 0.5f * i;
   DeviceBuffer buf = Upload(host);
-  std::shared_ptr<Work> a = comm_->AllReduce(buf.get(), 1000, DataType::kFloat32);
+  std::shared_ptr<Work> a =
+      comm_->AllReduce(buf.get(), 1000, DataType::kFloat32);
   std::shared_ptr<Work> r =
       comm_->Reduce(buf.get(), 1000, DataType::kFloat32, 0);
   std::shared_ptr<Work> b =
@@ -233,10 +235,10 @@ TEST_F(NcclOneGpuTest, StepIsStreamOrderedBetweenReduceAndBroadcast) {
   // The ZeRO hook on one rank: reduce the gradient, the owner's step on the
   // communication stream, broadcast the parameters; no host sync between.
   v1::OptimizerSpec spec;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
-                  R"({"kind": "ADAMW", "hyperParameters": {"lr": 0.01}})",
-                  &spec)
-                  .ok());
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(
+          R"({"kind": "ADAMW", "hyperParameters": {"lr": 0.01}})", &spec)
+          .ok());
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuShardOptimizer> gpu_opt,
                        GpuShardOptimizer::Create(spec, 0));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShardOptimizer> cpu_opt,
@@ -278,7 +280,8 @@ TEST_F(NcclOneGpuTest, FailingEnqueueFailsLaterOperations) {
   EXPECT_TRUE(later->IsCompleted());
   EXPECT_THAT(later->Wait(kWait), StatusIs(absl::StatusCode::kInternal,
                                            HasSubstr("step exploded")));
-  EXPECT_THAT(comm_->health(), StatusIs(absl::StatusCode::kInternal, ::testing::_));
+  EXPECT_THAT(comm_->health(),
+              StatusIs(absl::StatusCode::kInternal, ::testing::_));
   // The earlier operation either finished cleanly or reports the failure.
   const absl::Status first = ok->Wait(kWait);
   if (!first.ok()) {
@@ -358,8 +361,8 @@ TEST(NcclInitTest, MissingPeersHitTheDeadline) {
                 StatusIs(absl::StatusCode::kDeadlineExceeded,
                          HasSubstr("did not finish")));
     EXPECT_LT(absl::Now() - start, absl::Seconds(30));
-    EXPECT_OK(kv.Get("nccl-unique-id/lonely-root/1", absl::ZeroDuration())
-                  .status());
+    EXPECT_OK(
+        kv.Get("nccl-unique-id/lonely-root/1", absl::ZeroDuration()).status());
   }
 }
 

@@ -53,10 +53,9 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
       plan.decoupled = true;
       break;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("optimizer kind ",
-                       v1::OptimizerSpec::Kind_Name(spec.kind()),
-                       " is not supported; use SGD, ADAM or ADAMW"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer kind ", v1::OptimizerSpec::Kind_Name(spec.kind()),
+          " is not supported; use SGD, ADAM or ADAMW"));
   }
 
   if (bucket_index < 0) {
@@ -71,15 +70,15 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
   for (const ParamSpan& span : spans) {
     if (span.offset < 0 || span.numel < 0 || span.offset > kMaxBucketElements ||
         span.numel > kMaxBucketElements) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bucket ", bucket_index, ": parameter '", span.name,
-          "' has an invalid span (offset ", span.offset, ", numel ",
-          span.numel, ")"));
-    }
-    if (!names.insert(span.name).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("bucket ", bucket_index, ": parameter '", span.name,
-                       "' appears twice"));
+                       "' has an invalid span (offset ", span.offset,
+                       ", numel ", span.numel, ")"));
+    }
+    if (!names.insert(span.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("bucket ", bucket_index,
+                                                     ": parameter '", span.name,
+                                                     "' appears twice"));
     }
   }
   std::sort(spans.begin(), spans.end(),
@@ -89,11 +88,11 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
   for (size_t i = 1; i < spans.size(); ++i) {
     const ParamSpan& prev = spans[i - 1];
     if (prev.offset + prev.numel > spans[i].offset) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bucket ", bucket_index, ": parameters '", prev.name, "' [",
-          prev.offset, ", ", prev.offset + prev.numel, ") and '",
-          spans[i].name, "' [", spans[i].offset, ", ",
-          spans[i].offset + spans[i].numel, ") overlap"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket ", bucket_index, ": parameters '", prev.name,
+                       "' [", prev.offset, ", ", prev.offset + prev.numel,
+                       ") and '", spans[i].name, "' [", spans[i].offset, ", ",
+                       spans[i].offset + spans[i].numel, ") overlap"));
     }
   }
 
@@ -114,7 +113,8 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
            !(plan.groups[group] == hp)) {
       ++group;
     }
-    if (group == static_cast<int>(plan.groups.size())) plan.groups.push_back(hp);
+    if (group == static_cast<int>(plan.groups.size()))
+      plan.groups.push_back(hp);
     const bool has_state = adam || hp.momentum != 0;
     const int64_t state_offset = has_state ? plan.state_numel : -1;
     if (has_state) plan.state_numel += span.numel;
@@ -139,7 +139,8 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
     BucketPlan::Launch launch;
     launch.first_chunk = static_cast<int>(plan.chunks.size());
     launch.first_group = first_group;
-    launch.num_groups = std::min(max_groups_per_launch, num_groups - first_group);
+    launch.num_groups =
+        std::min(max_groups_per_launch, num_groups - first_group);
     for (const Segment& seg : segments) {
       if (seg.group < first_group ||
           seg.group >= first_group + launch.num_groups) {
@@ -173,8 +174,8 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
   return plan;
 }
 
-GroupScalars MakeGroupScalars(const BucketPlan& plan,
-                              const HyperParameters& hp, int64_t step) {
+GroupScalars MakeGroupScalars(const BucketPlan& plan, const HyperParameters& hp,
+                              int64_t step) {
   GroupScalars g{};
   if (plan.kind == kKernelSgd) {
     const cpu::SgdScalars s =
@@ -190,8 +191,8 @@ GroupScalars MakeGroupScalars(const BucketPlan& plan,
     g.decay = 1.0f;
   } else {
     const cpu::AdamScalars s =
-        cpu::MakeAdamScalars(hp.lr, hp.beta1, hp.beta2, hp.eps,
-                             hp.weight_decay, plan.decoupled, step);
+        cpu::MakeAdamScalars(hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
+                             plan.decoupled, step);
     g.beta1 = s.beta1;
     g.one_minus_beta1 = s.one_minus_beta1;
     g.beta2 = s.beta2;
@@ -207,8 +208,7 @@ GroupScalars MakeGroupScalars(const BucketPlan& plan,
   return g;
 }
 
-OptimizerLaunchParams MakeLaunchParams(const BucketPlan& plan,
-                                       int launch_index,
+OptimizerLaunchParams MakeLaunchParams(const BucketPlan& plan, int launch_index,
                                        const ChunkDescriptor* device_chunks,
                                        int64_t step) {
   const BucketPlan::Launch& launch = plan.launches[launch_index];

@@ -61,13 +61,12 @@ absl::StatusOr<BucketPlan> PlanBucket(
 // The fp32 scalars of `hp` for step `step` (1-based) of a bucket, from the
 // CPU kernels' own MakeSgdScalars/MakeAdamScalars, so both backends step with
 // identical bits.
-GroupScalars MakeGroupScalars(const BucketPlan& plan,
-                              const HyperParameters& hp, int64_t step);
+GroupScalars MakeGroupScalars(const BucketPlan& plan, const HyperParameters& hp,
+                              int64_t step);
 
 // The kernel arguments of launch `launch_index` of `plan` at `step`;
 // `device_chunks` is the device copy of plan.chunks.
-OptimizerLaunchParams MakeLaunchParams(const BucketPlan& plan,
-                                       int launch_index,
+OptimizerLaunchParams MakeLaunchParams(const BucketPlan& plan, int launch_index,
                                        const ChunkDescriptor* device_chunks,
                                        int64_t step);
 

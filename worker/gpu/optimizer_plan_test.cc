@@ -99,8 +99,8 @@ TEST(PlanBucketTest, SgdStateOnlyWhereMomentum) {
   EXPECT_EQ(plan.num_state_arrays, 1);
   EXPECT_EQ(plan.state_numel, 40005);  // w0 and w1; biases have momentum 0
   for (const ChunkDescriptor& c : plan.chunks) {
-    const bool bias = (c.offset >= 40000 && c.offset < 40010) ||
-                      c.offset >= 40018;
+    const bool bias =
+        (c.offset >= 40000 && c.offset < 40010) || c.offset >= 40018;
     EXPECT_EQ(c.state_offset < 0, bias) << c.offset;
   }
 }
@@ -121,8 +121,8 @@ TEST(PlanBucketTest, ManyGroupsSplitIntoLaunches) {
   for (int i = 0; i < 20; ++i) {
     if (i > 0) json += ",";
     json += R"({"params": ["p)" + std::to_string(i) +
-            R"("], "hyperParameters": {"lr": )" + std::to_string(0.001 * (i + 1)) +
-            "}}";
+            R"("], "hyperParameters": {"lr": )" +
+            std::to_string(0.001 * (i + 1)) + "}}";
     spans.push_back({"p" + std::to_string(i), i * 100, 100});
   }
   json += "]}";
@@ -145,8 +145,8 @@ TEST(PlanBucketTest, ManyGroupsSplitIntoLaunches) {
   EXPECT_EQ(params.chunks, plan.chunks.data() + plan.launches[1].first_chunk);
   // Group 16 of the bucket is local group 0 of launch 1 (lr 0.017).
   EXPECT_DOUBLE_EQ(plan.groups[16].lr, 0.017);
-  const cpu::AdamScalars expected = cpu::MakeAdamScalars(
-      plan.groups[16].lr, 0.9, 0.999, 1e-8, 0, false, 1);
+  const cpu::AdamScalars expected =
+      cpu::MakeAdamScalars(plan.groups[16].lr, 0.9, 0.999, 1e-8, 0, false, 1);
   EXPECT_EQ(params.groups[0].neg_step_size, expected.neg_step_size);
 }
 
@@ -155,24 +155,24 @@ TEST(PlanBucketTest, RejectsBadSpans) {
   EXPECT_THAT(PlanBucket(spec, 0, {}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("no parameter spans")));
-  EXPECT_THAT(PlanBucket(spec, -1, MixedSpans()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("bucket index")));
-  EXPECT_THAT(PlanBucket(spec, 0, {{"a", 0, 10}, {"b", 5, 10}}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("overlap")));
-  EXPECT_THAT(PlanBucket(spec, 0, {{"a", 0, 10}, {"a", 10, 10}}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("appears twice")));
-  EXPECT_THAT(PlanBucket(spec, 0, {{"a", -1, 10}}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("invalid span")));
+  EXPECT_THAT(
+      PlanBucket(spec, -1, MixedSpans()),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bucket index")));
+  EXPECT_THAT(
+      PlanBucket(spec, 0, {{"a", 0, 10}, {"b", 5, 10}}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("overlap")));
+  EXPECT_THAT(
+      PlanBucket(spec, 0, {{"a", 0, 10}, {"a", 10, 10}}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("appears twice")));
+  EXPECT_THAT(
+      PlanBucket(spec, 0, {{"a", -1, 10}}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("invalid span")));
   EXPECT_THAT(
       PlanBucket(Spec(R"({"kind": "SGD"})"), 0, {{"a", 0, 10}}),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("learning rate")));
-  EXPECT_THAT(PlanBucket(v1::OptimizerSpec(), 0, {{"a", 0, 10}}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("not supported")));
+  EXPECT_THAT(
+      PlanBucket(v1::OptimizerSpec(), 0, {{"a", 0, 10}}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not supported")));
 }
 
 TEST(MakeGroupScalarsTest, SameBitsAsTheCpuKernels) {
@@ -245,13 +245,13 @@ void EmulateStep(const BucketPlan& plan, int64_t step, float* params,
         if (buf == nullptr) {
           ASSERT_EQ(s.momentum, 0.0f);
         }
-        cpu::SgdStepReference(params + c.offset, grads + c.offset, buf,
-                              c.numel, s);
+        cpu::SgdStepReference(params + c.offset, grads + c.offset, buf, c.numel,
+                              s);
       } else {
         ASSERT_GE(c.state_offset, 0);
         cpu::AdamStepReference(params + c.offset, grads + c.offset,
-                               state0 + c.state_offset,
-                               state1 + c.state_offset, c.numel, ToAdam(g));
+                               state0 + c.state_offset, state1 + c.state_offset,
+                               c.numel, ToAdam(g));
       }
     }
   }

@@ -18,8 +18,10 @@
 namespace pshard::worker::gpu {
 
 // Stream tags of worker/workload/synthetic_workload.cc.
-inline constexpr uint64_t kSyntheticTagInit = 0x73796e2d696e6974ULL;  // "syn-init"
-inline constexpr uint64_t kSyntheticTagGrad = 0x73796e2d67726164ULL;  // "syn-grad"
+inline constexpr uint64_t kSyntheticTagInit =
+    0x73796e2d696e6974ULL;  // "syn-init"
+inline constexpr uint64_t kSyntheticTagGrad =
+    0x73796e2d67726164ULL;  // "syn-grad"
 
 // SplitMix64's finaliser (random.h's Mix64).
 PSHARD_HOST_DEVICE inline uint64_t Mix64(uint64_t x) {
