@@ -1,0 +1,140 @@
+#include "worker/runtime/agent.h"
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
+#include "worker/runtime/fake_control_plane.h"
+
+namespace pshard::worker {
+namespace {
+
+using ::pshard::testing::WaitUntil;
+
+AgentOptions Options() {
+  AgentOptions options;
+  options.name = "alpha";
+  options.incarnation = "inc-1";
+  options.address = "127.0.0.1:1";
+  options.host = "127.0.0.1";
+  options.gloo_hostname = "127.0.0.1";
+  options.rpc_timeout = absl::Seconds(2);
+  return options;
+}
+
+v1::Directive RunJob(const std::string& id, int64_t steps) {
+  v1::Directive directive;
+  v1::RunJobDirective* d = directive.mutable_run_job();
+  d->set_job_id(id);
+  d->set_epoch(1);
+  d->set_rank(0);
+  d->set_world_size(1);
+  v1::JobSpec& spec = *d->mutable_spec();
+  spec.set_name(id);
+  spec.set_world_size(1);
+  spec.mutable_synthetic()->set_num_parameters(1000);
+  spec.set_bucket_cap_mb(25);
+  spec.set_steps(steps);
+  spec.set_progress_every(1);
+  spec.set_collective_timeout_seconds(10);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
+  return directive;
+}
+
+TEST(AgentTest, RunsJobFromHeartbeatAndReturnsToIdle) {
+  FakeControlPlane control(1);
+  Agent agent(&control, Options());
+  agent.Start();
+  ASSERT_TRUE(WaitUntil([&] { return control.heartbeats() > 0; },
+                        absl::Seconds(10)));
+  EXPECT_EQ(agent.Status().worker_id(), "w-alpha");
+  EXPECT_EQ(agent.Status().state(), v1::IDLE);
+  control.QueueDirective(RunJob("job-1", 3));
+  ASSERT_TRUE(control.WaitForResults(1, absl::Seconds(20)));
+  EXPECT_TRUE(control.results()[0].ok()) << control.results()[0].error();
+  ASSERT_TRUE(WaitUntil([&] { return agent.Status().state() == v1::IDLE; },
+                        absl::Seconds(10)));
+  // Heartbeats carried BUSY with the job while it ran, or went straight
+  // back to IDLE for this short job; never anything else.
+  for (const auto& beat : control.heartbeat_log()) {
+    EXPECT_TRUE(beat.state() == v1::IDLE || beat.state() == v1::BUSY);
+    EXPECT_EQ(beat.incarnation(), "inc-1");
+  }
+  agent.Stop(absl::CancelledError("test over"));
+}
+
+TEST(AgentTest, AbortDirectiveStopsTheJob) {
+  FakeControlPlane control(1);
+  Agent agent(&control, Options());
+  agent.Start();
+  control.QueueDirective(RunJob("job-2", 100000000));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto s = agent.Status();
+        return s.state() == v1::BUSY && s.step() > 2;
+      },
+      absl::Seconds(20)));
+  v1::GetWorkerStatusResponse busy = agent.Status();
+  EXPECT_EQ(busy.job_id(), "job-2");
+  EXPECT_EQ(busy.optimizer_state_bytes(), 1000 * 8);
+  EXPECT_EQ(busy.owned_shards_size(), 1);
+  v1::Directive abort;
+  abort.mutable_abort_job()->set_job_id("job-2");
+  abort.mutable_abort_job()->set_epoch(1);
+  abort.mutable_abort_job()->set_reason("cancelled by user");
+  const absl::Time start = absl::Now();
+  control.QueueDirective(abort);
+  ASSERT_TRUE(control.WaitForResults(1, absl::Seconds(10)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_FALSE(control.results()[0].ok());
+  EXPECT_THAT(control.results()[0].error(),
+              ::testing::HasSubstr("cancelled by user"));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Status().state() == v1::IDLE; },
+                        absl::Seconds(10)));
+  agent.Stop(absl::CancelledError("test over"));
+}
+
+TEST(AgentTest, NotFoundMakesItRegisterAgain) {
+  FakeControlPlane control(1);
+  Agent agent(&control, Options());
+  agent.Start();
+  ASSERT_TRUE(WaitUntil([&] { return control.heartbeats() > 0; },
+                        absl::Seconds(10)));
+  EXPECT_EQ(control.registrations(), 1);
+  control.FailNextHeartbeatWithNotFound();
+  ASSERT_TRUE(WaitUntil([&] { return control.registrations() == 2; },
+                        absl::Seconds(10)));
+  agent.Stop(absl::CancelledError("test over"));
+}
+
+TEST(AgentTest, DrainFinishesTheJobFirst) {
+  FakeControlPlane control(1);
+  Agent agent(&control, Options());
+  agent.Start();
+  control.QueueDirective(RunJob("job-3", 20));
+  v1::Directive drain;
+  drain.mutable_drain();
+  control.QueueDirective(drain);
+  EXPECT_TRUE(agent.WaitForDrained(absl::Seconds(20)));
+  ASSERT_EQ(control.results().size(), 1u);
+  EXPECT_TRUE(control.results()[0].ok());
+  EXPECT_EQ(control.results()[0].final_step(), 20);
+  agent.Stop(absl::CancelledError("test over"));
+}
+
+TEST(AgentTest, StopAbortsRunningJob) {
+  FakeControlPlane control(1);
+  Agent agent(&control, Options());
+  agent.Start();
+  control.QueueDirective(RunJob("job-4", 100000000));
+  ASSERT_TRUE(WaitUntil([&] { return agent.Status().step() > 1; },
+                        absl::Seconds(20)));
+  const absl::Time start = absl::Now();
+  agent.Stop(absl::AbortedError("SIGTERM"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  ASSERT_EQ(control.results().size(), 1u);
+  EXPECT_THAT(control.results()[0].error(), ::testing::HasSubstr("SIGTERM"));
+}
+
+}  // namespace
+}  // namespace pshard::worker
