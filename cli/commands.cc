@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -46,8 +47,8 @@ const CommandDoc kCommands[] = {
     {"submit", "JOB.json",
      "validate a job spec, submit it, print the job id",
      "Validates JOB.json (the JSON form of pshard.v1.JobSpec; see "
-     "docs/user-guide.md) before contacting the coordinator, then submits it "
-     "and prints the new job id.\n\n"
+     "docs/user-guide.md; `-` reads it from stdin) before contacting the "
+     "coordinator, then submits it and prints the new job id.\n\n"
      "Flags:\n"
      "  --watch                  follow the job until it ends (as `watch`); "
      "exit 0 only if it SUCCEEDED\n"},
@@ -350,6 +351,16 @@ std::string CommandHelp(absl::string_view command) {
 }
 
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
+  if (path == "-") {
+    std::stringstream buffer;
+    buffer << std::cin.rdbuf();
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(buffer.str());
+    if (!spec.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "invalid job spec on stdin: ", spec.status().message()));
+    }
+    return spec;
+  }
   std::ifstream file(path, std::ios::binary);
   if (!file) {
     return absl::InvalidArgumentError(

@@ -85,8 +85,9 @@ std::string UsageText();
 // command.
 std::string CommandHelp(absl::string_view command);
 
-// Reads and validates a job-spec file (JSON of JobSpec). InvalidArgument
-// names the file and the offending field; NotFound if it cannot be read.
+// Reads and validates a job-spec file (JSON of JobSpec; "-" is stdin).
+// InvalidArgument names the file and the offending field, or says the file
+// cannot be read.
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
 
 // Draws a job's events: an in-place progress bar on a terminal, one plain

@@ -74,7 +74,7 @@ std::string UserWorkingDirectory() {
 }
 
 std::string UserPath(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
+  if (path.empty() || path[0] == '/' || path == "-") return path;
   const std::string base = UserWorkingDirectory();
   return base.empty() ? path : absl::StrCat(base, "/", path);
 }

@@ -58,6 +58,15 @@ TEST(CliErrorsTest, BadSpecNamesTheFieldAndExits2BeforeConnecting) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(4));
 }
 
+TEST(CliErrorsTest, SubmitReadsTheSpecFromStdin) {
+  const std::string spec = WriteTempFile("bad.json", R"({"name": "x", "world_size": 9999})");
+  CliResult r = RunPshardctl({"submit", "-"}, {}, absl::Seconds(30),
+                             /*stdin_path=*/spec);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, AllOf(StartsWith("pshardctl: invalid job spec on stdin: "),
+                           HasSubstr("world_size")));
+}
+
 TEST(CliErrorsTest, LocalWithABadSpecExits2) {
   const std::string spec = WriteTempFile("bad.json", R"({"name": "x"})");
   CliResult r = RunPshardctl({"local", spec});

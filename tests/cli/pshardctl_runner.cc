@@ -39,7 +39,8 @@ std::string WriteTempFile(const std::string& name, const std::string& content) {
 
 CliResult RunPshardctl(const std::vector<std::string>& args,
                        const std::vector<std::string>& extra_env,
-                       absl::Duration timeout) {
+                       absl::Duration timeout,
+                       const std::string& stdin_path) {
   const std::string dir = MakeTempDir("pshardctl");
   std::vector<std::string> quoted;
   for (const std::string& a : args) quoted.push_back(Quote(a));
@@ -47,7 +48,8 @@ CliResult RunPshardctl(const std::vector<std::string>& args,
   const std::string command =
       absl::StrCat("exec ", Quote(RunfilePath("cli/pshardctl")), " ",
                    absl::StrJoin(quoted, " "), " >", dir, "/out 2>", dir,
-                   "/err");
+                   "/err <",
+                   Quote(stdin_path.empty() ? "/dev/null" : stdin_path));
   CliResult result;
   auto process = Subprocess::Start({"/bin/sh", "-c", command}, extra_env);
   EXPECT_OK(process.status());

@@ -20,10 +20,11 @@ struct CliResult {
 };
 
 // Runs `pshardctl args...` with the test's environment plus `extra_env`
-// ("NAME=value"), waiting up to `timeout`.
+// ("NAME=value"), waiting up to `timeout`; stdin is `stdin_path`, or empty.
 CliResult RunPshardctl(const std::vector<std::string>& args,
                        const std::vector<std::string>& extra_env = {},
-                       absl::Duration timeout = absl::Seconds(60));
+                       absl::Duration timeout = absl::Seconds(60),
+                       const std::string& stdin_path = "");
 
 std::string ReadFile(const std::string& path);
 
