@@ -23,6 +23,7 @@
 #include "worker/bucket/bucket_layout.h"
 #include "worker/comm/fake_communicator.h"
 #include "worker/comm/kv_store.h"
+#include "worker/gpu/gpu_job.h"
 #include "worker/gpu/gpu_shard_optimizer.h"
 #include "worker/gpu/gpu_test_util.h"
 #include "worker/gpu/gpu_workloads.h"
@@ -248,6 +249,32 @@ TEST(GpuZeroHookTest, MissingGradientFailsTheStep) {
       StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("\"a\"")));
   // The failure aborted the communicator.
   EXPECT_FALSE(comm->health().ok());
+}
+
+TEST(GpuJobTest, OneGpuJobMatchesTheCpuHook) {
+  PSHARD_SKIP_WITHOUT_GPUS(1);
+  const v1::JobSpec spec = Job(kSyntheticAdamJob);
+  FakeHub hub(1);
+  std::unique_ptr<Communicator> fake = hub.Create(0);
+  ASSERT_OK_AND_ASSIGN(auto cpu, RunCpu(spec, fake.get()));
+  InMemoryKvStore kv;
+  GpuJobOptions options;
+  options.job_id = "gpu-job";
+  options.epoch = 3;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuJob> job,
+                       GpuJob::Create(spec, options, kv, Provider(1)));
+  for (int64_t step = 1; step <= spec.steps(); ++step) {
+    ASSERT_OK_AND_ASSIGN(double loss, job->RunStep(step));
+    EXPECT_TRUE(std::isnan(loss));  // synthetic has no loss
+  }
+  EXPECT_EQ(job->hook().steps_finished(), spec.steps());
+  EXPECT_EQ(job->communicator().bytes_sent(), 0);  // one rank sends nothing
+  EXPECT_GT(job->hook().optimizer().total_state_bytes(), 0);
+  ASSERT_OK_AND_ASSIGN(auto gpu, job->DownloadParameters());
+  ExpectSame(gpu, cpu);
+  // A key in the job's store, scoped by job and epoch.
+  EXPECT_OK(
+      kv.Get("nccl/nccl-unique-id/gpu-job/3", absl::ZeroDuration()).status());
 }
 
 TEST(GpuZeroHookTest, TwoGpusMatchTheCpuHookOnTwoRanks) {
