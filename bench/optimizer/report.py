@@ -21,7 +21,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def run_bench(binary, repetitions, min_time, size_filter):
     cmd = [binary, "--benchmark_format=json",
            "--benchmark_repetitions=%d" % repetitions,
-           "--benchmark_min_time=%g" % min_time]
+           "--benchmark_min_time=%g" % min_time,
+           # Interleave the repetitions of all benchmarks, so that load from
+           # other processes hits the kernels and the baselines alike.
+           "--benchmark_enable_random_interleaving=true"]
     if size_filter:
         cmd.append("--benchmark_filter=%s" % size_filter)
     print("$ " + " ".join(cmd), file=sys.stderr)
@@ -52,13 +55,13 @@ def main():
     for size in sizes:
         base = best.get(("Memcpy", size, 1))
         print("\n%d elements (%.0f MiB per array)" % (size, size * 4 / 2**20))
-        print("%-28s %8s %10s" % ("benchmark", "GB/s", "vs memcpy"))
+        print("%-36s %8s %10s" % ("benchmark", "GB/s", "vs memcpy"))
         for (name, s, threads), gbs in sorted(best.items(), key=lambda kv: kv[0]):
             if s != size:
                 continue
             label = name if threads == 1 else "%s (%d threads)" % (name, threads)
             ratio = "%9.0f%%" % (100 * gbs / base) if base else ""
-            print("%-28s %8.2f %s" % (label, gbs, ratio))
+            print("%-36s %8.2f %s" % (label, gbs, ratio))
 
     if not args.no_torch:
         cmd = [sys.executable, os.path.join(HERE, "torch_adam.py"), "--json"]
