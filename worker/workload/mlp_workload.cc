@@ -184,6 +184,9 @@ absl::StatusOr<double> MlpWorkload::ComputeGradients(
   const double loss = Forward(params);
 
   // Backward, last layer first. delta_ holds dL/d(pre-activation) of layer l.
+  // A layer's gradients are signalled only after the last read of its
+  // weight (for the gradient of the layer below): the hook may step the
+  // optimizer on them, and so rewrite the parameter, as soon as it hears.
   const int layers = static_cast<int>(dims_.size()) - 1;
   for (int l = layers - 1; l >= 0; --l) {
     const int in = dims_[l], out = dims_[l + 1];
@@ -194,21 +197,22 @@ absl::StatusOr<double> MlpWorkload::ComputeGradients(
       const float* row = delta_.data() + int64_t{r} * out;
       for (int j = 0; j < out; ++j) db[j] += row[j];
     }
-    sink.GradientReady(2 * l + 1);
     // Weight: dW[out, in] = delta^T[out, batch] * act[batch, in].
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, batch_, 1.0f,
                 delta_.data(), out, act_[l].data(), in, 0.0f, grads[2 * l], in);
-    sink.GradientReady(2 * l);
-    if (l == 0) break;
-    // dL/d(act[l]) = delta * W, then through the ReLU of layer l-1.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch_, in, out,
-                1.0f, delta_.data(), out, params[2 * l], in, 0.0f,
-                delta_prev_.data(), in);
-    const float* pre = pre_[l - 1].data();
-    const int64_t n = int64_t{batch_} * in;
-    for (int64_t i = 0; i < n; ++i) {
-      if (!(pre[i] > 0.0f)) delta_prev_[i] = 0.0f;
+    if (l > 0) {
+      // dL/d(act[l]) = delta * W, then through the ReLU of layer l-1.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch_, in, out,
+                  1.0f, delta_.data(), out, params[2 * l], in, 0.0f,
+                  delta_prev_.data(), in);
+      const float* pre = pre_[l - 1].data();
+      const int64_t n = int64_t{batch_} * in;
+      for (int64_t i = 0; i < n; ++i) {
+        if (!(pre[i] > 0.0f)) delta_prev_[i] = 0.0f;
+      }
     }
+    sink.GradientReady(2 * l + 1);
+    sink.GradientReady(2 * l);
     std::swap(delta_, delta_prev_);
   }
   return loss;

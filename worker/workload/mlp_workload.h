@@ -20,6 +20,10 @@
 // lr 0.2 (0.46), SGD lr 0.05 momentum 0.9 (0.37) or Adam lr 3e-3 (0.37);
 // Adam at its default lr 1e-3 is slower (0.59 after 100 steps).
 //
+// Backward signals a layer's bias, then its weight, once both gradients are
+// computed and the layer's weight has been read for the last time, so a hook
+// may update those parameters in place as soon as it is told.
+//
 // Forward and backward use OpenBLAS sgemm; see blas_threads.h for threads.
 #ifndef PSHARD_WORKER_WORKLOAD_MLP_WORKLOAD_H_
 #define PSHARD_WORKER_WORKLOAD_MLP_WORKLOAD_H_

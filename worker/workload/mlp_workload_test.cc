@@ -1,5 +1,6 @@
 #include "worker/workload/mlp_workload.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <string>
@@ -102,6 +103,35 @@ TEST_F(MlpWorkloadTest, GradientsReadyLastLayerFirstAndFinalWhenSignalled) {
   for (size_t k = 0; k < sink.order.size(); ++k) {
     EXPECT_EQ(sink.snapshots[k], b.grads[sink.order[k]]) << "param " << sink.order[k];
   }
+}
+
+// A sink that behaves like an eager hook: it "steps" (here: poisons) a
+// parameter the moment its gradient is declared ready. The workload must not
+// read a parameter after signalling it, so gradients are unchanged.
+class PoisoningSink : public GradientSink {
+ public:
+  explicit PoisoningSink(Buffers& b) : b_(b) {}
+  void GradientReady(int i) override {
+    std::fill(b_.params[i].begin(), b_.params[i].end(), std::nanf(""));
+  }
+
+ private:
+  Buffers& b_;
+};
+
+TEST_F(MlpWorkloadTest, NeverReadsAParameterAfterSignallingIt) {
+  ASSERT_OK_AND_ASSIGN(auto w, MlpWorkload::Create(Shape(6, {8, 7}, 3, 5), 9, 0));
+  Buffers calm(*w), eager(*w);
+  ASSERT_OK(w->InitializeParameters(calm.param_ptrs));
+  ASSERT_OK(w->InitializeParameters(eager.param_ptrs));
+  RecordingSink sink;
+  ASSERT_OK_AND_ASSIGN(double l1, w->ComputeGradients(2, calm.const_param_ptrs,
+                                                      calm.grad_ptrs, sink));
+  PoisoningSink poison(eager);
+  ASSERT_OK_AND_ASSIGN(double l2, w->ComputeGradients(2, eager.const_param_ptrs,
+                                                      eager.grad_ptrs, poison));
+  EXPECT_EQ(l1, l2);
+  EXPECT_EQ(calm.grads, eager.grads);
 }
 
 TEST_F(MlpWorkloadTest, GradientsMatchFiniteDifferences) {
