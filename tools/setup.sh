@@ -10,7 +10,7 @@ PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libsqlite3-dev libopenblas-dev
   python3-torch python3-numpy
-  procps iproute2
+  procps iproute2 python3-yaml
 )
 
 missing=()
@@ -20,10 +20,27 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# Tools that this machine image usually ships outside Debian's archive; fall
+# back to Debian's packages where they are missing. kubectl renders the
+# Kubernetes manifests (deploy/ tests); node and npm run the offline manifest
+# validator.
+fallbacks=()
+command -v kubectl >/dev/null || fallbacks+=(kubernetes-client)
+command -v node >/dev/null || fallbacks+=(nodejs)
+command -v npm >/dev/null || fallbacks+=(npm)
+if [ ${#fallbacks[@]} -gt 0 ]; then
+  echo "setup: installing ${fallbacks[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${fallbacks[@]}" >/dev/null
+fi
+
+# The pinned npm packages of the manifest validator (a no-op when installed).
+"$(dirname "$0")/../deploy/tools/setup_validator.sh"
