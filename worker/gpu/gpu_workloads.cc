@@ -243,6 +243,9 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateGpuWorkload(
     return CreateGpuSyntheticWorkload(spec.synthetic(), spec.seed(), rank,
                                       device, stream);
   }
+  if (spec.workload_case() == v1::JobSpec::kMlp) {
+    return CreateGpuMlpWorkload(spec.mlp(), spec.seed(), rank, device, stream);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Workload> host,
                    CreateWorkload(spec, rank, world_size));
   return AdaptHostWorkloadToDevice(std::move(host), device, stream);

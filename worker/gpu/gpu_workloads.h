@@ -5,11 +5,12 @@
 //   - synthetic: generated on the GPU by a kernel, with exactly the CPU
 //     SyntheticWorkload's values (worker/gpu/synthetic.h), so CPU and GPU jobs
 //     step identical numbers;
-//   - mlp, replay: the host implementations (worker/workload), adapted: the
+//   - mlp: cuBLAS forward/backward on the CPU workload's problem;
+//   - any host workload (replay; mlp too, bit for bit): adapted: the
 //     parameters are copied to pinned host memory before each step, and each
 //     gradient is copied to the device as soon as the host workload declares
 //     it final, so the hook still overlaps communication with backward.
-//     (A cuBLAS mlp would avoid the copies; see the report in issue 5.)
+//     CreateGpuWorkload runs mlp on the GPU (cuBLAS) and replay adapted.
 #ifndef PSHARD_WORKER_GPU_GPU_WORKLOADS_H_
 #define PSHARD_WORKER_GPU_GPU_WORKLOADS_H_
 
@@ -30,13 +31,21 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateGpuSyntheticWorkload(
     const v1::SyntheticWorkload& spec, uint64_t seed, int rank, int device,
     CUstream_st* stream);
 
+// The mlp workload on the GPU: cuBLAS matrix products, the CPU workload's
+// initial parameters, teacher and batches (gpu_mlp_workload.cc). Results
+// match the CPU workload to rounding. InvalidArgument as MlpWorkload;
+// Unavailable without CUDA.
+absl::StatusOr<std::unique_ptr<Workload>> CreateGpuMlpWorkload(
+    const v1::MlpWorkload& spec, uint64_t seed, int rank, int device,
+    CUstream_st* stream);
+
 // Runs `host` (a Workload on host memory) for callers that pass device
 // buffers. Unavailable without CUDA.
 absl::StatusOr<std::unique_ptr<Workload>> AdaptHostWorkloadToDevice(
     std::unique_ptr<Workload> host, int device, CUstream_st* stream);
 
-// The workload `spec` names, on device memory: synthetic on the GPU, the
-// others through AdaptHostWorkloadToDevice(CreateWorkload(...)).
+// The workload `spec` names, on device memory: synthetic and mlp on the GPU,
+// replay through AdaptHostWorkloadToDevice(CreateWorkload(...)).
 absl::StatusOr<std::unique_ptr<Workload>> CreateGpuWorkload(
     const v1::JobSpec& spec, int rank, int world_size, int device,
     CUstream_st* stream);

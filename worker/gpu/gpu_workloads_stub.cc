@@ -12,6 +12,11 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateGpuSyntheticWorkload(
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
 
+absl::StatusOr<std::unique_ptr<Workload>> CreateGpuMlpWorkload(
+    const v1::MlpWorkload&, uint64_t, int, int, CUstream_st*) {
+  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
+}
+
 absl::StatusOr<std::unique_ptr<Workload>> AdaptHostWorkloadToDevice(
     std::unique_ptr<Workload>, int, CUstream_st*) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);

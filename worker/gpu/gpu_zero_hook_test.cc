@@ -5,6 +5,7 @@
 // GPU; 2 ranks as threads with two GPUs. Skips without a GPU.
 #include "worker/gpu/gpu_zero_hook.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -223,6 +224,26 @@ TEST(GpuZeroHookTest, OneGpuAdaptedHostWorkloadMatchesTheCpuHook) {
     InMemoryKvStore kv;
     ASSERT_OK_AND_ASSIGN(auto gpu, RunGpu(spec, 0, 1, kv, /*adapt_host=*/true));
     ExpectSame(gpu, cpu);
+  }
+}
+
+TEST(GpuZeroHookTest, OneGpuCublasMlpTracksTheCpuHook) {
+  PSHARD_SKIP_WITHOUT_GPUS(1);
+  // Same problem, matrix products summed in another order: close, not equal.
+  const v1::JobSpec spec = Job(kMlpSgdJob);
+  FakeHub hub(1);
+  std::unique_ptr<Communicator> fake = hub.Create(0);
+  ASSERT_OK_AND_ASSIGN(auto cpu, RunCpu(spec, fake.get()));
+  InMemoryKvStore kv;
+  ASSERT_OK_AND_ASSIGN(auto gpu, RunGpu(spec, 0, 1, kv, /*adapt_host=*/false));
+  ASSERT_EQ(gpu.size(), cpu.size());
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    ASSERT_EQ(gpu[i].size(), cpu[i].size());
+    for (size_t j = 0; j < gpu[i].size(); ++j) {
+      ASSERT_NEAR(gpu[i][j], cpu[i][j],
+                  1e-5 * std::max(1.0f, std::fabs(cpu[i][j])))
+          << "parameter " << i << " element " << j;
+    }
   }
 }
 

@@ -311,6 +311,61 @@ __global__ void SyntheticKernel(float* __restrict__ out, int64_t n,
   }
 }
 
+__global__ void AddBiasKernel(float* __restrict__ y,
+                              const float* __restrict__ b, int64_t rows,
+                              int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    y[i] = __fadd_rn(y[i], b[i % cols]);
+  }
+}
+
+__global__ void ReluKernel(const float* in, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = in[i];
+    out[i] = v > 0.0f ? v : 0.0f;
+  }
+}
+
+__global__ void ReluBackwardKernel(const float* __restrict__ pre,
+                                   float* __restrict__ delta, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (!(pre[i] > 0.0f)) delta[i] = 0.0f;
+  }
+}
+
+__global__ void MseGradKernel(const float* __restrict__ out,
+                              const float* __restrict__ target, int64_t n,
+                              float scale, float* __restrict__ delta,
+                              double* __restrict__ sum) {
+  double local = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float diff = __fsub_rn(out[i], target[i]);
+    local += static_cast<double>(diff) * diff;
+    delta[i] = __fmul_rn(scale, diff);
+  }
+  // Warp, then block reduction; one atomic per block.
+  for (int offset = 16; offset > 0; offset /= 2) {
+    local += __shfl_down_sync(0xffffffffu, local, offset);
+  }
+  __shared__ double warp_sums[kThreads / 32];
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  if (lane == 0) warp_sums[warp] = local;
+  __syncthreads();
+  if (warp == 0) {
+    local = lane < kThreads / 32 ? warp_sums[lane] : 0.0;
+    for (int offset = 16; offset > 0; offset /= 2) {
+      local += __shfl_down_sync(0xffffffffu, local, offset);
+    }
+    if (lane == 0) atomicAdd(sum, local);
+  }
+}
+
 __global__ void CopyKernel(const float4* __restrict__ src,
                            float4* __restrict__ dst, int64_t n4) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -396,6 +451,39 @@ cudaError_t LaunchSyntheticValues(float* out, int64_t n, uint64_t key,
   if (n <= 0) return cudaSuccess;
   SyntheticKernel<<<GridFor(n), kThreads, 0, stream>>>(out, n, key, first_index,
                                                        scale);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddBias(float* y, const float* b, int64_t rows, int64_t cols,
+                          cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  AddBiasKernel<<<GridFor(rows * cols), kThreads, 0, stream>>>(y, b, rows,
+                                                               cols);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRelu(const float* in, float* out, int64_t n,
+                       cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  ReluKernel<<<GridFor(n), kThreads, 0, stream>>>(in, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchReluBackward(const float* pre, float* delta, int64_t n,
+                               cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  ReluBackwardKernel<<<GridFor(n), kThreads, 0, stream>>>(pre, delta, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMseGrad(const float* out, const float* target, int64_t n,
+                          float scale, float* delta, double* sum,
+                          cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  // Every thread of every block reaches the block reduction: the grid is
+  // sized by GridFor and the loop above has no early exit.
+  MseGradKernel<<<GridFor(n), kThreads, 0, stream>>>(out, target, n, scale,
+                                                     delta, sum);
   return cudaGetLastError();
 }
 

@@ -47,6 +47,26 @@ cudaError_t LaunchSyntheticValues(float* out, int64_t n, uint64_t key,
                                   int64_t first_index, float scale,
                                   cudaStream_t stream);
 
+// ---- the mlp workload's element-wise pieces (cuBLAS does the matmuls) ----
+
+// y[r * cols + c] += b[c] for r < rows: a Linear layer's bias.
+cudaError_t LaunchAddBias(float* y, const float* b, int64_t rows, int64_t cols,
+                          cudaStream_t stream);
+
+// out[i] = in[i] > 0 ? in[i] : 0 (in == out allowed).
+cudaError_t LaunchRelu(const float* in, float* out, int64_t n,
+                       cudaStream_t stream);
+
+// delta[i] = 0 where !(pre[i] > 0): the gradient through a ReLU.
+cudaError_t LaunchReluBackward(const float* pre, float* delta, int64_t n,
+                               cudaStream_t stream);
+
+// Mean squared error pieces: diff = out[i] - target[i]; delta[i] = scale *
+// diff; *sum += sum of diff^2 (in double; *sum must be zeroed first).
+cudaError_t LaunchMseGrad(const float* out, const float* target, int64_t n,
+                          float scale, float* delta, double* sum,
+                          cudaStream_t stream);
+
 // dst[i] = src[i] for n floats with a plain vectorised copy kernel: the
 // benchmark's second reference point next to cudaMemcpyAsync.
 cudaError_t LaunchCopy(const float* src, float* dst, int64_t n,
