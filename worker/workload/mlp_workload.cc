@@ -126,7 +126,7 @@ void MlpWorkload::MakeBatch(int64_t step) {
   const uint64_t key =
       StreamKey(seed_, {kTagData, uint64_t(rank_), uint64_t(step)});
   std::vector<float>& x = act_[0];
-  for (size_t i = 0; i < x.size(); ++i) x[i] = NormalAt(key, i);
+  FillNormal(key, x.data(), static_cast<int64_t>(x.size()));
 
   const int layers = static_cast<int>(dims_.size()) - 1;
   const float* in = x.data();

@@ -140,8 +140,9 @@ TEST_F(MlpWorkloadTest, GradientsMatchFiniteDifferences) {
   ASSERT_OK(w->InitializeParameters(b.param_ptrs));
   RecordingSink sink;
   ASSERT_OK(w->ComputeGradients(3, b.const_param_ptrs, b.grad_ptrs, sink).status());
-  const float h = 1e-2f;
-  int checked = 0;
+  ASSERT_OK_AND_ASSIGN(const double base, w->Loss(3, b.const_param_ptrs));
+  const float h = 2e-3f;
+  int checked = 0, kinks = 0;
   for (size_t i = 0; i < b.params.size(); ++i) {
     for (size_t j = 0; j < b.params[i].size(); ++j) {
       const float saved = b.params[i][j];
@@ -152,11 +153,21 @@ TEST_F(MlpWorkloadTest, GradientsMatchFiniteDifferences) {
       b.params[i][j] = saved;
       const double numeric = (up - down) / (2.0 * h);
       const double analytic = b.grads[i][j];
-      EXPECT_NEAR(analytic, numeric, 2e-3 + 2e-2 * std::abs(numeric))
+      const double tolerance = 2e-3 + 2e-2 * std::abs(numeric);
+      // A ReLU switching inside [-h, h] makes the loss non-smooth there: the
+      // one-sided slopes disagree. Such elements prove nothing; skip them.
+      const double right = (up - base) / h, left = (base - down) / h;
+      if (std::abs(right - left) > tolerance) {
+        ++kinks;
+        continue;
+      }
+      EXPECT_NEAR(analytic, numeric, tolerance)
           << w->parameters()[i].name << "[" << j << "]";
       ++checked;
     }
   }
+  EXPECT_LE(kinks, 3);
+  checked += kinks;
   EXPECT_EQ(checked, 12 + 4 + 8 + 2);
 }
 

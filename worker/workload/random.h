@@ -49,6 +49,23 @@ inline float NormalAt(uint64_t key, uint64_t index) {
                             std::cos(6.283185307179586 * u2));
 }
 
+// Fills out[0, n) with standard normal values, two per hash (Box-Muller's
+// cosine and sine branch, in float): out[2j] and out[2j+1] come from hash
+// (key, j), so every element is still a pure function of (key, index). About
+// 4x cheaper than NormalAt per element; tails are cut at ~5.8 sigma.
+inline void FillNormal(uint64_t key, float* out, int64_t n) {
+  for (int64_t j = 0; 2 * j < n; ++j) {
+    const uint64_t h = Mix64(key + static_cast<uint64_t>(j));
+    // u1 in (0, 1] (24 bits), u2 in [0, 1) (24 bits).
+    const float u1 = static_cast<float>((h >> 40) + 1) * 0x1.0p-24f;
+    const float u2 = static_cast<float>(h & 0xffffffULL) * 0x1.0p-24f;
+    const float r = std::sqrt(-2.0f * std::log(u1));
+    const float theta = 6.2831853071795865f * u2;
+    out[2 * j] = r * std::cos(theta);
+    if (2 * j + 1 < n) out[2 * j + 1] = r * std::sin(theta);
+  }
+}
+
 // Fills out[0, n) with uniform values in [-1, 1) from a 32-bit counter hash
 // (lowbias32 by Chris Wellons) that GCC vectorises: cheap enough to generate
 // gigabytes of synthetic gradients per second. `key` selects the stream.

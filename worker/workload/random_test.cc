@@ -30,6 +30,24 @@ TEST(RandomTest, NormalHasUnitVariance) {
   EXPECT_NEAR(sum_sq / kN, 1.0, 0.02);
 }
 
+TEST(RandomTest, FillNormalHasUnitVarianceAndIsPure) {
+  constexpr int kN = 200001;  // odd: the last element has no partner
+  std::vector<float> a(kN), b(1001);
+  FillNormal(StreamKey(7, {3}), a.data(), kN);
+  FillNormal(StreamKey(7, {3}), b.data(), b.size());
+  double sum = 0, sum_sq = 0, sum_pair = 0;
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_TRUE(std::isfinite(a[i]));
+    sum += a[i];
+    sum_sq += double{a[i]} * a[i];
+    if (i % 2 == 1) sum_pair += double{a[i]} * a[i - 1];
+  }
+  EXPECT_NEAR(sum / kN, 0.0, 0.01);
+  EXPECT_NEAR(sum_sq / kN, 1.0, 0.02);
+  EXPECT_NEAR(sum_pair / (kN / 2), 0.0, 0.02);  // the two branches are uncorrelated
+  for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(a[i], b[i]);
+}
+
 TEST(RandomTest, UniformIsInRange) {
   const uint64_t key = StreamKey(7, {2});
   for (int i = 0; i < 100000; ++i) {
