@@ -258,35 +258,39 @@ class GpuMlpWorkload final : public Workload {
                            delta_.as<float>(), loss_sum_.as<double>(), stream_),
         "mlp (GPU): loss"));
 
-    // Backward, last layer first; each gradient is announced as soon as its
-    // kernels are enqueued (the hook orders its collectives after them).
+    // Backward, last layer first. A gradient is announced once its kernels
+    // are enqueued and its parameter is no longer read by this backward pass
+    // (the hook may then update the parameter on the communication stream):
+    // so a weight's gradient only after the input gradient that reads the
+    // weight, as autograd fires DDP's hooks.
     const float one = 1.0f, zero = 0.0f;
     float* delta = delta_.as<float>();
     float* delta_prev = delta_prev_.as<float>();
     for (int l = layers - 1; l >= 0; --l) {
       const int fan_in = dims_[l], fan_out = dims_[l + 1];
-      RETURN_IF_ERROR(
-          CublasStatus(cublasSgemv(cublas_.get(), CUBLAS_OP_N, fan_out, batch_,
-                                   &one, delta, fan_out, ones_.as<float>(), 1,
-                                   &zero, grads[2 * l + 1], 1),
-                       "mlp (GPU): bias gradient"));
+      RETURN_IF_ERROR(CublasStatus(
+          cublasSgemv(cublas_.get(), CUBLAS_OP_N, fan_out, batch_, &one, delta,
+                      fan_out, ones_.as<float>(), 1, &zero, grads[2 * l + 1],
+                      1),
+          "mlp (GPU): bias gradient"));
       sink.GradientReady(2 * l + 1);
       RETURN_IF_ERROR(CublasStatus(
           cublasSgemm(cublas_.get(), CUBLAS_OP_N, CUBLAS_OP_T, fan_in, fan_out,
-                      batch_, &one, act_[l].as<float>(), fan_in, delta, fan_out,
-                      &zero, grads[2 * l], fan_in),
+                      batch_, &one, act_[l].as<float>(), fan_in, delta,
+                      fan_out, &zero, grads[2 * l], fan_in),
           "mlp (GPU): weight gradient"));
+      if (l > 0) {
+        RETURN_IF_ERROR(CublasStatus(
+            cublasSgemm(cublas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, fan_in,
+                        batch_, fan_out, &one, params[2 * l], fan_in, delta,
+                        fan_out, &zero, delta_prev, fan_in),
+            "mlp (GPU): input gradient"));
+        RETURN_IF_ERROR(CudaStatus(
+            gpu::LaunchReluBackward(pre_[l - 1].as<float>(), delta_prev,
+                                    int64_t{batch_} * fan_in, stream_),
+            "mlp (GPU): ReLU gradient"));
+      }
       sink.GradientReady(2 * l);
-      if (l == 0) break;
-      RETURN_IF_ERROR(CublasStatus(
-          cublasSgemm(cublas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, fan_in, batch_,
-                      fan_out, &one, params[2 * l], fan_in, delta, fan_out,
-                      &zero, delta_prev, fan_in),
-          "mlp (GPU): input gradient"));
-      RETURN_IF_ERROR(CudaStatus(
-          gpu::LaunchReluBackward(pre_[l - 1].as<float>(), delta_prev,
-                                  int64_t{batch_} * fan_in, stream_),
-          "mlp (GPU): ReLU gradient"));
       std::swap(delta, delta_prev);
     }
     RETURN_IF_ERROR(CudaStatus(
