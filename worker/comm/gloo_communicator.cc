@@ -1,6 +1,7 @@
 #include "worker/comm/gloo_communicator.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -29,6 +30,12 @@ namespace pshard::worker {
 namespace {
 
 using ::gloo::transport::UnboundBuffer;
+
+#define RETURN_IF_ERROR_GLOO(expr)                 \
+  do {                                             \
+    absl::Status pshard_gloo_status_ = (expr);     \
+    if (!pshard_gloo_status_.ok()) return pshard_gloo_status_; \
+  } while (false)
 
 // Our slots live in their own range so they never meet Gloo's own
 // collectives' slots (which use small prefixes in the top byte).
@@ -147,10 +154,16 @@ struct Op {
   std::shared_ptr<CompletionWork> work;
   uint64_t seq = 0;
 
-  // Transport state, once posted.
-  std::unique_ptr<UnboundBuffer> own;  // over `data`
-  std::vector<std::unique_ptr<UnboundBuffer>> peer;  // per rank, or null
-  std::vector<std::unique_ptr<char[]>> scratch;      // per rank, or null
+  // Transport state, once posted: one unbound buffer per transfer (a send to
+  // or a receive from one peer), each on the context of its direction.
+  struct Transfer {
+    std::unique_ptr<UnboundBuffer> buffer;
+    bool send = false;
+    int peer = 0;
+    int64_t bytes = 0;
+  };
+  std::vector<Transfer> transfers;
+  std::vector<std::unique_ptr<char[]>> scratch;  // per rank, or null
   std::vector<size_t> scratch_bytes;
   int64_t pending_send_bytes = 0;
 
@@ -177,13 +190,17 @@ bool Conflicts(const Op& earlier, const Op& later) {
 
 class GlooCommunicator : public Communicator {
  public:
+  // contexts[0] carries data from lower to higher ranks, contexts[1] from
+  // higher to lower: Gloo's TCP pair serialises reads and writes on one
+  // socket under one lock, so one context per direction keeps both
+  // directions of every link busy at once.
   GlooCommunicator(const GlooOptions& options,
-                   std::shared_ptr<::gloo::Context> context)
+                   std::array<std::shared_ptr<::gloo::Context>, 2> contexts)
       : rank_(options.rank),
         world_size_(options.world_size),
         timeout_(options.timeout),
         max_in_flight_(std::max(1, options.max_in_flight)),
-        context_(std::move(context)) {
+        contexts_(std::move(contexts)) {
     issuer_ = std::thread([this] { IssueLoop(); });
     completer_ = std::thread([this] { CompleteLoop(); });
   }
@@ -200,7 +217,7 @@ class GlooCommunicator : public Communicator {
     // buffer; only then may the buffers of failed operations go.
     CloseConnections();
     graveyard_.clear();
-    context_.reset();
+    for (auto& context : contexts_) context.reset();
   }
 
   int rank() const override { return rank_; }
@@ -298,26 +315,23 @@ class GlooCommunicator : public Communicator {
   }
 
   static void AbortWaits(Op& op) {
-    if (op.own) {
-      op.own->abortWaitSend();
-      op.own->abortWaitRecv();
-    }
-    for (auto& buffer : op.peer) {
-      if (buffer) {
-        buffer->abortWaitSend();
-        buffer->abortWaitRecv();
-      }
+    for (auto& t : op.transfers) {
+      if (t.buffer == nullptr) continue;
+      t.send ? t.buffer->abortWaitSend() : t.buffer->abortWaitRecv();
     }
   }
 
   void CloseConnections() {
     absl::MutexLock lock(&close_mu_);
-    if (closed_ || context_ == nullptr) return;
+    if (closed_) return;
     closed_ = true;
-    try {
-      context_->closeConnections();
-    } catch (const std::exception&) {
-      // Already broken: nothing more to close.
+    for (auto& context : contexts_) {
+      if (context == nullptr) continue;
+      try {
+        context->closeConnections();
+      } catch (const std::exception&) {
+        // Already broken: nothing more to close.
+      }
     }
   }
 
@@ -422,10 +436,36 @@ class GlooCommunicator : public Communicator {
     return ChunkBegin(op, c + 1) - ChunkBegin(op, c);
   }
 
-  void AddScratch(Op& op, int r, size_t bytes) {
+  ::gloo::Context& ContextFor(int src, int dst) {
+    return *contexts_[src < dst ? 0 : 1];
+  }
+
+  // Posts a send of [data, data + bytes) to `peer`.
+  void PostSend(Op& op, int peer, char* data, int64_t bytes, int phase) {
+    Op::Transfer t;
+    t.buffer = ContextFor(rank_, peer).createUnboundBuffer(data, bytes);
+    t.send = true;
+    t.peer = peer;
+    t.bytes = bytes;
+    t.buffer->send(peer, SlotOf(op.seq, phase));
+    op.pending_send_bytes += bytes;
+    op.transfers.push_back(std::move(t));
+  }
+
+  // Posts a receive from `peer` into [data, data + bytes).
+  void PostRecv(Op& op, int peer, char* data, int64_t bytes, int phase) {
+    Op::Transfer t;
+    t.buffer = ContextFor(peer, rank_).createUnboundBuffer(data, bytes);
+    t.peer = peer;
+    t.bytes = bytes;
+    t.buffer->recv(peer, SlotOf(op.seq, phase));
+    op.transfers.push_back(std::move(t));
+  }
+
+  char* Scratch(Op& op, int r, size_t bytes) {
     op.scratch_bytes[r] = bytes;
     op.scratch[r] = pool_.Acquire(bytes);
-    op.peer[r] = context_->createUnboundBuffer(op.scratch[r].get(), bytes);
+    return op.scratch[r].get();
   }
 
   // Hands the op's first transfers to the transport without waiting.
@@ -433,7 +473,6 @@ class GlooCommunicator : public Communicator {
     if (op.kind == OpKind::kEnqueue || world_size_ == 1) return absl::OkStatus();
     const int n = world_size_;
     const size_t esize = DataTypeSize(op.dtype);
-    op.peer.resize(n);
     op.scratch.resize(n);
     op.scratch_bytes.assign(n, 0);
     try {
@@ -442,43 +481,34 @@ class GlooCommunicator : public Communicator {
           if (op.bytes() == 0) break;
           if (rank_ == op.root) {
             for (int r = 0; r < n; ++r) {
-              if (r == rank_) continue;
-              AddScratch(op, r, op.bytes());
-              op.peer[r]->recv(r, SlotOf(op.seq, 0));
+              if (r != rank_) PostRecv(op, r, Scratch(op, r, op.bytes()), op.bytes(), 0);
             }
           } else {
-            op.own = context_->createUnboundBuffer(op.data, op.bytes());
-            op.own->send(op.root, SlotOf(op.seq, 0));
-            op.pending_send_bytes = op.bytes();
+            PostSend(op, op.root, op.data, op.bytes(), 0);
           }
           break;
         case OpKind::kBroadcast:
           if (op.bytes() == 0) break;
-          op.own = context_->createUnboundBuffer(op.data, op.bytes());
           if (rank_ == op.root) {
             for (int r = 0; r < n; ++r) {
-              if (r != rank_) op.own->send(r, SlotOf(op.seq, 0));
+              if (r != rank_) PostSend(op, r, op.data, op.bytes(), 0);
             }
-            op.pending_send_bytes = (n - 1) * op.bytes();
           } else {
-            op.own->recv(op.root, SlotOf(op.seq, 0));
+            PostRecv(op, op.root, op.data, op.bytes(), 0);
           }
           break;
         case OpKind::kAllReduce: {
           if (op.bytes() == 0) break;
           // Phase 0 (reduce-scatter): chunk c goes to rank c.
-          op.own = context_->createUnboundBuffer(op.data, op.bytes());
           const int64_t mine = ChunkElems(op, rank_);
           for (int r = 0; r < n; ++r) {
             if (r == rank_) continue;
             if (ChunkElems(op, r) > 0) {
-              op.own->send(r, SlotOf(op.seq, 0), ChunkBegin(op, r) * esize,
-                           ChunkElems(op, r) * esize);
-              op.pending_send_bytes += ChunkElems(op, r) * esize;
+              PostSend(op, r, op.data + ChunkBegin(op, r) * esize,
+                       ChunkElems(op, r) * esize, 0);
             }
             if (mine > 0) {
-              AddScratch(op, r, mine * esize);
-              op.peer[r]->recv(r, SlotOf(op.seq, 0));
+              PostRecv(op, r, Scratch(op, r, mine * esize), mine * esize, 0);
             }
           }
           break;
@@ -486,9 +516,9 @@ class GlooCommunicator : public Communicator {
         case OpKind::kBarrier:
           for (int r = 0; r < n; ++r) {
             if (r == rank_) continue;
-            AddScratch(op, r, 2);
-            op.peer[r]->send(r, SlotOf(op.seq, 0), 0, 1);
-            op.peer[r]->recv(r, SlotOf(op.seq, 0), 1, 1);
+            char* token = Scratch(op, r, 2);
+            PostSend(op, r, token, 1, 0);
+            PostRecv(op, r, token + 1, 1, 0);
           }
           break;
         case OpKind::kEnqueue:
@@ -500,24 +530,29 @@ class GlooCommunicator : public Communicator {
     return absl::OkStatus();
   }
 
-  absl::Status WaitSend(UnboundBuffer& buffer, const Op& op) {
+  absl::Status Wait(Op::Transfer& t, const Op& op) {
     try {
-      if (!buffer.waitSend(ToChrono(timeout_))) return CurrentError();
+      const bool done = t.send ? t.buffer->waitSend(ToChrono(timeout_))
+                               : t.buffer->waitRecv(ToChrono(timeout_));
+      if (!done) return CurrentError();
     } catch (const std::exception& e) {
       return FromGlooException(
-          e, absl::StrCat("sending for operation #", op.seq, " on rank ",
+          e, absl::StrCat(t.send ? "sending to rank " : "receiving from rank ",
+                          t.peer, " for operation #", op.seq, " on rank ",
                           rank_));
     }
     return absl::OkStatus();
   }
 
-  absl::Status WaitRecv(UnboundBuffer& buffer, const Op& op) {
-    try {
-      if (!buffer.waitRecv(ToChrono(timeout_))) return CurrentError();
-    } catch (const std::exception& e) {
-      return FromGlooException(
-          e, absl::StrCat("receiving for operation #", op.seq, " on rank ",
-                          rank_));
+  // Waits for transfers [first, end) of `op`; receives into scratch are
+  // added into `sum_into` (count elements) as they arrive.
+  absl::Status WaitAll(Op& op, size_t first, char* sum_into, int64_t count) {
+    for (size_t i = first; i < op.transfers.size(); ++i) {
+      Op::Transfer& t = op.transfers[i];
+      RETURN_IF_ERROR_GLOO(Wait(t, op));
+      if (!t.send && sum_into != nullptr && op.scratch[t.peer] != nullptr) {
+        AddInto(sum_into, op.scratch[t.peer].get(), count, op.dtype);
+      }
     }
     return absl::OkStatus();
   }
@@ -531,82 +566,46 @@ class GlooCommunicator : public Communicator {
   // its second phase.
   absl::Status Finish(Op& op) {
     if (op.kind == OpKind::kEnqueue) return op.fn();
-    if (world_size_ == 1) return absl::OkStatus();
+    if (world_size_ == 1 || op.transfers.empty()) return absl::OkStatus();
     const int n = world_size_;
     const size_t esize = DataTypeSize(op.dtype);
     switch (op.kind) {
       case OpKind::kReduce:
-        if (op.bytes() == 0) break;
-        if (rank_ == op.root) {
-          for (int r = 0; r < n; ++r) {
-            if (r == rank_) continue;
-            if (absl::Status s = WaitRecv(*op.peer[r], op); !s.ok()) return s;
-            AddInto(op.data, op.scratch[r].get(), op.count, op.dtype);
-          }
-        } else {
-          if (absl::Status s = WaitSend(*op.own, op); !s.ok()) return s;
-        }
+        RETURN_IF_ERROR_GLOO(WaitAll(
+            op, 0, rank_ == op.root ? op.data : nullptr, op.count));
         break;
       case OpKind::kBroadcast:
-        if (op.bytes() == 0) break;
-        if (rank_ == op.root) {
-          for (int r = 0; r < n - 1; ++r) {
-            if (absl::Status s = WaitSend(*op.own, op); !s.ok()) return s;
-          }
-        } else {
-          if (absl::Status s = WaitRecv(*op.own, op); !s.ok()) return s;
-        }
+      case OpKind::kBarrier:
+        RETURN_IF_ERROR_GLOO(WaitAll(op, 0, nullptr, 0));
         break;
       case OpKind::kAllReduce: {
-        if (op.bytes() == 0) break;
         const int64_t mine = ChunkElems(op, rank_);
         char* my_chunk = op.data + ChunkBegin(op, rank_) * esize;
-        for (int r = 0; r < n; ++r) {
-          if (r == rank_ || mine == 0) continue;
-          if (absl::Status s = WaitRecv(*op.peer[r], op); !s.ok()) return s;
-          AddInto(my_chunk, op.scratch[r].get(), mine, op.dtype);
-        }
-        for (int r = 0; r < n; ++r) {
-          if (r == rank_ || ChunkElems(op, r) == 0) continue;
-          if (absl::Status s = WaitSend(*op.own, op); !s.ok()) return s;
-        }
-        if (absl::Status s = CheckNotFailed(); !s.ok()) return s;
+        RETURN_IF_ERROR_GLOO(WaitAll(op, 0, my_chunk, mine));
+        RETURN_IF_ERROR_GLOO(CheckNotFailed());
         // Phase 1 (all-gather): my reduced chunk to everyone, theirs to me.
-        int sends = 0, recvs = 0;
+        const size_t first = op.transfers.size();
         try {
           for (int r = 0; r < n; ++r) {
             if (r == rank_) continue;
-            if (mine > 0) {
-              op.own->send(r, SlotOf(op.seq, 1), ChunkBegin(op, rank_) * esize,
-                           mine * esize);
-              op.pending_send_bytes += mine * esize;
-              ++sends;
-            }
+            if (mine > 0) PostSend(op, r, my_chunk, mine * esize, 1);
             if (ChunkElems(op, r) > 0) {
-              op.own->recv(r, SlotOf(op.seq, 1), ChunkBegin(op, r) * esize,
-                           ChunkElems(op, r) * esize);
-              ++recvs;
+              PostRecv(op, r, op.data + ChunkBegin(op, r) * esize,
+                       ChunkElems(op, r) * esize, 1);
             }
           }
         } catch (const std::exception& e) {
           return FromGlooException(
               e, absl::StrCat("posting all-gather of operation #", op.seq));
         }
-        for (int i = 0; i < sends; ++i) {
-          if (absl::Status s = WaitSend(*op.own, op); !s.ok()) return s;
+        {
+          // Abort() must see the new buffers.
+          absl::MutexLock lock(&mu_);
+          if (!error_.ok()) AbortWaits(op);
         }
-        for (int i = 0; i < recvs; ++i) {
-          if (absl::Status s = WaitRecv(*op.own, op); !s.ok()) return s;
-        }
+        RETURN_IF_ERROR_GLOO(WaitAll(op, first, nullptr, 0));
         break;
       }
-      case OpKind::kBarrier:
-        for (int r = 0; r < n; ++r) {
-          if (r == rank_) continue;
-          if (absl::Status s = WaitSend(*op.peer[r], op); !s.ok()) return s;
-          if (absl::Status s = WaitRecv(*op.peer[r], op); !s.ok()) return s;
-        }
-        break;
       case OpKind::kEnqueue:
         break;
     }
@@ -618,7 +617,7 @@ class GlooCommunicator : public Communicator {
   const int world_size_;
   const absl::Duration timeout_;
   const int max_in_flight_;
-  std::shared_ptr<::gloo::Context> context_;
+  std::array<std::shared_ptr<::gloo::Context>, 2> contexts_;
   ScratchPool pool_;
   std::atomic<int64_t> bytes_sent_{0};
 
@@ -653,37 +652,41 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("timeout must be positive");
   }
-  std::shared_ptr<::gloo::Context> context;
+  std::array<std::shared_ptr<::gloo::Context>, 2> contexts;
   if (options.world_size > 1) {
-    try {
-      ::gloo::transport::tcp::attr attr;
-      attr.hostname = options.hostname;
-      auto device = ::gloo::transport::tcp::CreateDevice(attr);
-      auto rendezvous = std::make_shared<::gloo::rendezvous::Context>(
-          options.rank, options.world_size);
-      rendezvous->setTimeout(ToChrono(options.timeout));
-      KvGlooStore store(kv, options.key_prefix, options.timeout);
+    for (int c = 0; c < 2; ++c) {
       try {
-        rendezvous->connectFullMesh(store, device);
-      } catch (const std::exception& e) {
-        if (!store.error().ok()) {
-          return absl::Status(
-              store.error().code(),
-              absl::StrCat("rendezvous of rank ", options.rank, " of ",
-                           options.world_size, ": ", store.error().message()));
+        ::gloo::transport::tcp::attr attr;
+        attr.hostname = options.hostname;
+        // A device per context: its own event loop thread.
+        auto device = ::gloo::transport::tcp::CreateDevice(attr);
+        auto rendezvous = std::make_shared<::gloo::rendezvous::Context>(
+            options.rank, options.world_size);
+        rendezvous->setTimeout(ToChrono(options.timeout));
+        KvGlooStore store(kv, absl::StrCat(options.key_prefix, c, "/"),
+                          options.timeout);
+        try {
+          rendezvous->connectFullMesh(store, device);
+        } catch (const std::exception& e) {
+          if (!store.error().ok()) {
+            return absl::Status(
+                store.error().code(),
+                absl::StrCat("rendezvous of rank ", options.rank, " of ",
+                             options.world_size, ": ", store.error().message()));
+          }
+          throw;
         }
-        throw;
+        contexts[c] = std::move(rendezvous);
+      } catch (const std::exception& e) {
+        return FromGlooException(
+            e, absl::StrCat("connecting rank ", options.rank, " of ",
+                            options.world_size, " (listening on ",
+                            options.hostname, ")"));
       }
-      context = std::move(rendezvous);
-    } catch (const std::exception& e) {
-      return FromGlooException(
-          e, absl::StrCat("connecting rank ", options.rank, " of ",
-                          options.world_size, " (listening on ",
-                          options.hostname, ")"));
     }
   }
   return std::unique_ptr<Communicator>(
-      new GlooCommunicator(options, std::move(context)));
+      new GlooCommunicator(options, std::move(contexts)));
 }
 
 }  // namespace pshard::worker

@@ -29,6 +29,11 @@ ABSL_FLAG(std::string, mode, "reduce_broadcast",
           "reduce_broadcast or allreduce_broadcast");
 ABSL_FLAG(int, steps, 10, "timed steps (after 2 warm-up steps)");
 ABSL_FLAG(int64_t, piece_kb, 2048, "piece size in KiB (0: whole buckets)");
+ABSL_FLAG(int, broadcast_lag, 4, "pieces between a reduction and its broadcast");
+ABSL_FLAG(bool, copy_grads, false,
+          "copy fixed gradients into the buckets each step (as a backward "
+          "pass would write them); off: the peers' convention, gradients "
+          "generated once");
 
 namespace pshard::worker {
 namespace {
@@ -64,6 +69,7 @@ int Main() {
       ZeroHookOptions options;
       options.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_mb);
       options.piece_bytes = absl::GetFlag(FLAGS_piece_kb) * 1024;
+      options.broadcast_lag = absl::GetFlag(FLAGS_broadcast_lag);
       options.comm_mode = allreduce ? v1::JobSpec::ALLREDUCE_BROADCAST
                                     : v1::JobSpec::REDUCE_BROADCAST;
       auto hook = ZeroHook::Create(
@@ -84,11 +90,15 @@ int Main() {
         grads[i].resize(infos[i].numel);
         for (float& g : grads[i]) g = u(rng);
       }
+      const bool copy_grads = absl::GetFlag(FLAGS_copy_grads);
       for (int step = 0; step < steps + 2; ++step) {
-        // Copying the fixed gradients in stands for backward writing them.
+        // Gradients are reduced in place, so without copying each step they
+        // drift (sums of sums); harmless for timing.
         const absl::Time start = absl::Now();
         for (int i = static_cast<int>(infos.size()) - 1; i >= 0; --i) {
-          std::copy(grads[i].begin(), grads[i].end(), (*hook)->grads()[i]);
+          if (copy_grads || step == 0) {
+            std::copy(grads[i].begin(), grads[i].end(), (*hook)->grads()[i]);
+          }
           (*hook)->GradientReady(i);
         }
         absl::Status s = (*hook)->FinishStep();

@@ -162,10 +162,14 @@ void ZeroHook::LaunchPiece(int p) {
         },
         {{grads, numel * 4}, {params, numel * 4}}));
   }
-  // The previous piece's broadcast goes after this piece's reduction, so
-  // that the owner's step on the previous piece overlaps this transfer.
-  if (deferred_broadcast_ >= 0) IssueBroadcast(deferred_broadcast_);
-  deferred_broadcast_ = p;
+  // Earlier pieces' broadcasts go after this piece's reduction, so that the
+  // owner's steps on them overlap this transfer.
+  deferred_broadcasts_.push_back(p);
+  while (static_cast<int>(deferred_broadcasts_.size()) >
+         std::max(1, options_.broadcast_lag)) {
+    IssueBroadcast(deferred_broadcasts_.front());
+    deferred_broadcasts_.pop_front();
+  }
 }
 
 void ZeroHook::IssueBroadcast(int p) {
@@ -257,8 +261,10 @@ absl::Status ZeroHook::FinishStep() {
     // The held buckets of the first step.
     for (int b = 0; b < layout_->num_buckets(); ++b) LaunchBucket(b);
   }
-  if (deferred_broadcast_ >= 0) IssueBroadcast(deferred_broadcast_);
-  deferred_broadcast_ = -1;
+  while (!deferred_broadcasts_.empty()) {
+    IssueBroadcast(deferred_broadcasts_.front());
+    deferred_broadcasts_.pop_front();
+  }
   for (const auto& work : works_) {
     absl::Status status = work->Wait(options_.timeout);
     if (!status.ok()) {

@@ -34,6 +34,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -74,6 +75,10 @@ struct ZeroHookOptions {
   // k-1 is already on its way back (a bucket is still owned, stepped and
   // broadcast by one rank; pieces only pipeline it). 0: whole buckets.
   int64_t piece_bytes = int64_t{2} << 20;
+  // A piece's broadcast is issued after the reductions of this many later
+  // pieces, so that the owner's communicator keeps posting reductions while
+  // it steps (every rank issues the same order; >= 1).
+  int broadcast_lag = 4;
 };
 
 class ZeroHook : public GradientSink {
@@ -161,7 +166,7 @@ class ZeroHook : public GradientSink {
   std::vector<int> bucket_pending_;       // gradients not yet ready
   std::vector<int> buckets_launched_;     // in launch order
   int next_bucket_ = 0;                   // next bucket to launch
-  int deferred_broadcast_ = -1;
+  std::deque<int> deferred_broadcasts_;  // pieces, oldest first
   std::vector<std::shared_ptr<Work>> works_;
 
   std::vector<Piece> pieces_;
