@@ -39,30 +39,37 @@ inline float UniformAt(uint64_t key, uint64_t index, float lo, float hi) {
   return lo + (hi - lo) * UniformAt(key, index);
 }
 
-// Standard normal (Box-Muller on two 32-bit halves of one 64-bit hash).
-inline float NormalAt(uint64_t key, uint64_t index) {
-  const uint64_t h = Mix64(key + index);
-  // u1 in (0, 1], so log(u1) is finite.
-  const double u1 = (static_cast<double>(h >> 32) + 1.0) * 0x1.0p-32;
-  const double u2 = static_cast<double>(h & 0xffffffffULL) * 0x1.0p-32;
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
-                            std::cos(6.283185307179586 * u2));
+// Standard normals by Box-Muller in float: the pair (2j, 2j+1) comes from one
+// hash of (key, j), element 2j from the cosine branch and 2j+1 from the sine
+// branch. u1 has 24 bits, so tails are cut at ~5.8 sigma.
+inline void NormalPairAt(uint64_t key, uint64_t pair, float* c, float* s) {
+  const uint64_t h = Mix64(key + pair);
+  // u1 in (0, 1], u2 in [0, 1), 24 bits each: exact floats.
+  const float u1 = static_cast<float>((h >> 40) + 1) * 0x1.0p-24f;
+  const float u2 = static_cast<float>(h & 0xffffffULL) * 0x1.0p-24f;
+  const float r = std::sqrt(-2.0f * std::log(u1));
+  const float theta = 6.2831853071795865f * u2;
+  *c = r * std::cos(theta);
+  *s = r * std::sin(theta);
 }
 
-// Fills out[0, n) with standard normal values, two per hash (Box-Muller's
-// cosine and sine branch, in float): out[2j] and out[2j+1] come from hash
-// (key, j), so every element is still a pure function of (key, index). About
-// 4x cheaper than NormalAt per element; tails are cut at ~5.8 sigma.
+// Element `index` of the normal stream `key`: bit-identical to
+// FillNormal(key, out, n)[index] (other implementations of a workload, such
+// as the GPU mlp, draw element by element and must agree).
+inline float NormalAt(uint64_t key, uint64_t index) {
+  float c, s;
+  NormalPairAt(key, index >> 1, &c, &s);
+  return (index & 1) ? s : c;
+}
+
+// Fills out[0, n) with NormalAt(key, 0..n-1), computing each pair once:
+// about 4x cheaper per element than a double-precision Box-Muller.
 inline void FillNormal(uint64_t key, float* out, int64_t n) {
   for (int64_t j = 0; 2 * j < n; ++j) {
-    const uint64_t h = Mix64(key + static_cast<uint64_t>(j));
-    // u1 in (0, 1] (24 bits), u2 in [0, 1) (24 bits).
-    const float u1 = static_cast<float>((h >> 40) + 1) * 0x1.0p-24f;
-    const float u2 = static_cast<float>(h & 0xffffffULL) * 0x1.0p-24f;
-    const float r = std::sqrt(-2.0f * std::log(u1));
-    const float theta = 6.2831853071795865f * u2;
-    out[2 * j] = r * std::cos(theta);
-    if (2 * j + 1 < n) out[2 * j + 1] = r * std::sin(theta);
+    float c, s;
+    NormalPairAt(key, static_cast<uint64_t>(j), &c, &s);
+    out[2 * j] = c;
+    if (2 * j + 1 < n) out[2 * j + 1] = s;
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -46,6 +47,11 @@ TEST(RandomTest, FillNormalHasUnitVarianceAndIsPure) {
   EXPECT_NEAR(sum_sq / kN, 1.0, 0.02);
   EXPECT_NEAR(sum_pair / (kN / 2), 0.0, 0.02);  // the two branches are uncorrelated
   for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(a[i], b[i]);
+  // Element by element gives the same bits.
+  for (int i = 0; i < kN; ++i) {
+    const float one = NormalAt(StreamKey(7, {3}), i);
+    ASSERT_EQ(std::memcmp(&one, &a[i], sizeof(float)), 0) << i;
+  }
 }
 
 TEST(RandomTest, UniformIsInRange) {
