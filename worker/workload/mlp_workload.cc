@@ -17,7 +17,8 @@
 namespace pshard::worker {
 namespace {
 
-// Purpose tags of the random streams (see random.h).
+// Purpose tags of the random streams (see random.h). worker/gpu's mlp draws
+// the same streams with the same tags: change them together.
 constexpr uint64_t kTagStudentInit = 0x6d6c702d696e6974ULL;  // "mlp-init"
 constexpr uint64_t kTagTeacher = 0x6d6c702d74636872ULL;      // "mlp-tchr"
 constexpr uint64_t kTagData = 0x6d6c702d64617461ULL;         // "mlp-data"
