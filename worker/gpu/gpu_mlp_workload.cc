@@ -68,6 +68,9 @@ class CublasHandle {
     RETURN_IF_ERROR(CublasStatus(cublasCreate(&h.handle_), "cublasCreate"));
     RETURN_IF_ERROR(
         CublasStatus(cublasSetStream(h.handle_, stream), "cublasSetStream"));
+    // Plain fp32 products (no TF32), like the CPU workload's sgemm.
+    RETURN_IF_ERROR(CublasStatus(
+        cublasSetMathMode(h.handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
     return h;
   }
   CublasHandle(CublasHandle&& other) noexcept
