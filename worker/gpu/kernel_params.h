@@ -11,10 +11,11 @@
 namespace pshard::worker::gpu {
 
 // Elements per chunk of the multi-tensor optimizer kernel: one CUDA block
-// steps one chunk. 16K fp32 elements (64 KiB per array) keeps blocks long
-// enough to amortise their start-up and numerous enough (a 25 MiB bucket gives
-// ~400) to fill every SM of an H100/H200.
-inline constexpr int64_t kOptimizerChunkElements = 16384;
+// (256 threads, 4-element vectors, 2 iterations of 4 vectors in flight) steps
+// one chunk. 8K elements keeps blocks numerous enough that a 25 MiB bucket
+// (~800 chunks) runs in several waves on an H100/H200's 132 SMs, so the last,
+// partly filled wave costs little, and long enough to amortise block start-up.
+inline constexpr int64_t kOptimizerChunkElements = 8192;
 
 // Hyper-parameter groups one launch can address (their scalars are passed by
 // value in the kernel's parameter block). A bucket with more distinct groups is

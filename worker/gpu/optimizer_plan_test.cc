@@ -82,13 +82,14 @@ TEST(PlanBucketTest, ChunksCoverEverySpanOnceAligned) {
   for (int64_t i = 0; i < plan.extent; ++i) {
     EXPECT_EQ(covered[i], (i >= 40010 && i < 40013) ? 0 : 1) << i;
   }
-  // 40000 = 16384 + 16384 + 7232; then w0.bias (group 1) merges with nothing.
+  // 40000 = 4 * 8192 + 7232; then w0.bias (group 1) merges with nothing.
+  static_assert(kOptimizerChunkElements == 8192, "update the numbers below");
   EXPECT_EQ(plan.chunks[0].offset, 0);
-  EXPECT_EQ(plan.chunks[0].numel, 16384);
-  EXPECT_EQ(plan.chunks[2].numel, 40000 - 2 * 16384);
-  EXPECT_EQ(plan.chunks[3].offset, 40000);
-  EXPECT_EQ(plan.chunks[3].group, 1);
-  EXPECT_EQ(plan.chunks[3].state_offset, 40000);
+  EXPECT_EQ(plan.chunks[0].numel, 8192);
+  EXPECT_EQ(plan.chunks[4].numel, 40000 - 4 * 8192);
+  EXPECT_EQ(plan.chunks[5].offset, 40000);
+  EXPECT_EQ(plan.chunks[5].group, 1);
+  EXPECT_EQ(plan.chunks[5].state_offset, 40000);
   EXPECT_EQ(plan.state_bytes(), 2 * 40022 * 4);
 }
 
