@@ -69,7 +69,8 @@ ran=0; skipped=0
 for t in bazel-testlogs/worker/gpu/*/test.log; do
   [ -f "$t" ] || continue
   ran=$((ran + $(grep -c '^\[       OK \]' "$t" || true)))
-  skipped=$((skipped + $(grep -c '^\[  SKIPPED \]' "$t" || true)))
+  # Per-test lines end in "(N ms)"; gtest's closing list repeats the names.
+  skipped=$((skipped + $(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$t" || true)))
 done
 # GTEST_SKIP prints "<file>:<line>: Skipped" and the reason on the next line.
 skips=$(grep -h -A1 ': Skipped$' bazel-testlogs/worker/gpu/*/test.log 2>/dev/null |
