@@ -28,7 +28,7 @@ ABSL_FLAG(double, bucket_mb, 25, "bucket cap in MiB");
 ABSL_FLAG(std::string, mode, "reduce_broadcast",
           "reduce_broadcast or allreduce_broadcast");
 ABSL_FLAG(int, steps, 10, "timed steps (after 2 warm-up steps)");
-ABSL_FLAG(int64_t, piece_kb, 2048, "piece size in KiB (0: whole buckets)");
+ABSL_FLAG(int64_t, piece_kb, 4096, "piece size in KiB (0: whole buckets)");
 ABSL_FLAG(int, broadcast_lag, 4, "pieces between a reduction and its broadcast");
 ABSL_FLAG(bool, copy_grads, false,
           "copy fixed gradients into the buckets each step (as a backward "

@@ -74,7 +74,7 @@ struct ZeroHookOptions {
   // that the owner steps piece k while piece k+1 is still arriving and piece
   // k-1 is already on its way back (a bucket is still owned, stepped and
   // broadcast by one rank; pieces only pipeline it). 0: whole buckets.
-  int64_t piece_bytes = int64_t{2} << 20;
+  int64_t piece_bytes = int64_t{4} << 20;
   // A piece's broadcast is issued after the reductions of this many later
   // pieces, so that the owner's communicator keeps posting reductions while
   // it steps (every rank issues the same order; >= 1).
