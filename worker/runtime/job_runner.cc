@@ -280,6 +280,8 @@ absl::Status JobRunner::RunSteps() {
   }
   const int64_t steps = spec.steps();
   const int64_t every = spec.progress_every() > 0 ? spec.progress_every() : 1;
+  // Only the mlp workload has a loss (the others report NaN).
+  const bool has_loss = spec.has_mlp();
   for (int64_t step = 1; step <= steps; ++step) {
     RETURN_IF_ERROR(CheckAborted());
     const absl::Time start = absl::Now();
@@ -289,6 +291,15 @@ absl::Status JobRunner::RunSteps() {
                                       step, params, hook->grads(), *hook));
     RETURN_IF_ERROR(hook->FinishStep());
     const absl::Duration step_time = absl::Now() - start;
+    const bool report = step % every == 0 || step == steps;
+    if (report && has_loss && world > 1) {
+      // The reported loss is the average over ranks. Every rank takes part
+      // (same steps, same workload kind), so the collective order matches.
+      float sum = static_cast<float>(loss);
+      RETURN_IF_ERROR(
+          comm->AllReduce(&sum, 1, DataType::kFloat32)->Wait(timeout));
+      loss = sum / world;
+    }
     {
       absl::MutexLock lock(&mu_);
       snapshot_.step = step;
@@ -308,7 +319,7 @@ absl::Status JobRunner::RunSteps() {
         snapshot_.optimizer_state_bytes = hook->optimizer().total_state_bytes();
       }
     }
-    if (reporter != nullptr && (step % every == 0 || step == steps)) {
+    if (reporter != nullptr && report) {
       v1::ReportProgressRequest request;
       request.set_job_id(directive_.job_id());
       request.set_epoch(directive_.epoch());
