@@ -118,12 +118,14 @@ struct Coordinator::JobRec {
   int reference_rank = -1;
   int layouts_reported = 0;
   // The latest published assignment (any epoch).
-  std::optional<v1::ShardAssignment> assignment;
+  AssignmentPtr assignment;
   absl::flat_hash_map<std::string, std::string> kv;
   int64_t kv_bytes = 0;
   absl::flat_hash_map<std::string, std::vector<WaitId>> kv_waiters;
   std::vector<WaitId> assignment_waiters;
   std::vector<WaitId> event_waiters;
+  // spec + members of the current epoch's RunJob, serialized once.
+  std::shared_ptr<const std::string> run_job_tail;
   bool recovering = false;
   bool progress_dirty = false;
   absl::Time last_progress_event = absl::InfinitePast();
@@ -222,7 +224,10 @@ absl::Status Coordinator::Load() {
     j->job = std::move(job);
     j->events = std::move(snap.events[num]);
     auto a = snap.assignments.find(num);
-    if (a != snap.assignments.end()) j->assignment = std::move(a->second);
+    if (a != snap.assignments.end()) {
+      j->assignment =
+          std::make_shared<const v1::ShardAssignment>(std::move(a->second));
+    }
     next_job_ = std::max(next_job_, num);
     const v1::JobState state = j->job.state();
     if (state == v1::QUEUED) queued_.insert(num);
@@ -518,6 +523,7 @@ void Coordinator::StartEpoch(JobRec& job,
   job.recovering = false;
   job.job.set_epoch(job.job.epoch() + 1);
   job.job.clear_members();
+  job.run_job_tail.reset();
   job.ranks.assign(worker_nums.size(), RankRec{});
   for (size_t r = 0; r < worker_nums.size(); ++r) {
     WorkerRec& w = *workers_[worker_nums[r]];
@@ -701,6 +707,20 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
 
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
     const v1::HeartbeatRequest& req) {
+  ASSIGN_OR_RETURN(SharedHeartbeat shared, HeartbeatShared(req));
+  if (shared.run_job_tail != nullptr) {
+    for (v1::Directive& d : *shared.response.mutable_directives()) {
+      if (d.has_run_job() &&
+          !d.mutable_run_job()->MergeFromString(*shared.run_job_tail)) {
+        return absl::InternalError("RunJob tail does not parse");
+      }
+    }
+  }
+  return std::move(shared.response);
+}
+
+absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
+    const v1::HeartbeatRequest& req) {
   Locked lock(this);
   WorkerRec* w = FindWorker(req.worker_id());
   if (w == nullptr || w->lost || w->info.incarnation() != req.incarnation()) {
@@ -730,7 +750,8 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
   const bool reports_assignment = matches_assignment();
   w->reports_assignment = reports_assignment;
 
-  v1::HeartbeatResponse resp;
+  SharedHeartbeat out;
+  v1::HeartbeatResponse& resp = out.response;
   for (v1::Directive& d : w->directives) *resp.add_directives() = std::move(d);
   w->directives.clear();
 
@@ -766,8 +787,14 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
         run->set_epoch(job.job.epoch());
         run->set_rank(w->rank);
         run->set_world_size(job.job.spec().world_size());
-        *run->mutable_spec() = job.job.spec();
-        *run->mutable_members() = job.job.members();
+        if (job.run_job_tail == nullptr) {
+          v1::RunJobDirective tail;
+          *tail.mutable_spec() = job.job.spec();
+          *tail.mutable_members() = job.job.members();
+          job.run_job_tail =
+              std::make_shared<const std::string>(tail.SerializeAsString());
+        }
+        out.run_job_tail = job.run_job_tail;
       }
     } else if (!job.recovering && ++w->missing_reports >= 2) {
       EndJob(job, v1::FAILED,
@@ -780,7 +807,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
   }
   if (!was_confirmed) Schedule();
   RETURN_IF_ERROR(Commit());
-  return resp;
+  return out;
 }
 
 absl::Status Coordinator::DrainWorker(absl::string_view worker_id) {
@@ -1109,7 +1136,7 @@ void Coordinator::PublishAssignment(JobRec& job) {
            absl::StrCat("cannot compute the assignment: ", a.status().message()));
     return;
   }
-  job.assignment = *std::move(a);
+  job.assignment = std::make_shared<const v1::ShardAssignment>(*std::move(a));
   pending_->assignments.emplace_back(job.num, *job.assignment);
   Transition(job, v1::RUNNING,
              absl::StrFormat("assignment published: epoch %d, %d buckets, "
@@ -1123,7 +1150,7 @@ void Coordinator::PublishAssignment(JobRec& job) {
     if (it == waiters_.end()) continue;
     AssignmentCallback done = std::move(it->second->assignment_done);
     waiters_.erase(it);
-    Defer([done = std::move(done), a = *job.assignment] { done(a); });
+    Defer([done = std::move(done), a = job.assignment] { done(a); });
   }
   job.assignment_waiters.clear();
 }
@@ -1133,7 +1160,7 @@ Coordinator::WaitId Coordinator::GetAssignment(absl::string_view job_id,
                                                absl::Time deadline,
                                                AssignmentCallback done) {
   Locked lock(this);
-  absl::StatusOr<v1::ShardAssignment> immediate;
+  absl::StatusOr<AssignmentPtr> immediate;
   JobRec* j = FindJob(job_id);
   if (j == nullptr) {
     immediate = absl::NotFoundError(absl::StrCat("no job ", Clip(job_id, 64)));
@@ -1143,7 +1170,7 @@ Coordinator::WaitId Coordinator::GetAssignment(absl::string_view job_id,
         epoch < j->job.epoch() ? "stale" : "unknown", "; current epoch is ",
         j->job.epoch()));
   } else if (j->assignment && j->assignment->epoch() == epoch) {
-    immediate = *j->assignment;
+    immediate = j->assignment;
   } else if (!IsActive(j->job.state())) {
     immediate = absl::FailedPreconditionError(absl::StrCat(
         j->job.id(), " is ", v1::JobState_Name(j->job.state()),

@@ -119,8 +119,10 @@ class Coordinator {
  public:
   using WaitId = uint64_t;
   using KvCallback = std::function<void(absl::StatusOr<std::string>)>;
-  using AssignmentCallback =
-      std::function<void(absl::StatusOr<v1::ShardAssignment>)>;
+  // Assignments are shared, not copied: thousands of ranks wait for the same
+  // one.
+  using AssignmentPtr = std::shared_ptr<const v1::ShardAssignment>;
+  using AssignmentCallback = std::function<void(absl::StatusOr<AssignmentPtr>)>;
   using EventsCallback = std::function<void(absl::Status)>;
 
   // Loads the state in `store` (see "Restart" above).
@@ -144,6 +146,20 @@ class Coordinator {
   //   replaced: register again.
   // Internal: the state database failed.
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request);
+
+  // Heartbeat for servers that send bytes: the RunJob directive in
+  // `response` (at most one) lacks `spec` and `members`; `run_job_tail` is
+  // the wire form of a RunJobDirective holding just those two fields, shared
+  // by every rank of the job's epoch. Appending it to the serialized RunJob
+  // gives the full directive (protobuf merges concatenated messages). This
+  // keeps a 4096-rank job's start from copying and serializing the member
+  // list 4096 times. Errors: as Heartbeat.
+  struct SharedHeartbeat {
+    v1::HeartbeatResponse response;
+    std::shared_ptr<const std::string> run_job_tail;
+  };
+  absl::StatusOr<SharedHeartbeat> HeartbeatShared(
       const v1::HeartbeatRequest& request);
 
   // Marks a worker DRAINING (it finishes its job, takes no new one, and is

@@ -357,7 +357,7 @@ TEST_F(CoordinatorTest, FullLifecycle) {
   EXPECT_EQ(**got.result, "\x01\x02");
 
   // Assignment.
-  Capture<v1::ShardAssignment> assignment;
+  Capture<Coordinator::AssignmentPtr> assignment;
   c_->GetAssignment(job.id(), 1, clock_.Now() + absl::Seconds(30), assignment.Callback());
   EXPECT_FALSE(assignment.result.has_value());
   EXPECT_THAT(c_->GetShardAssignment(job.id()),
@@ -367,9 +367,9 @@ TEST_F(CoordinatorTest, FullLifecycle) {
   ASSERT_OK(c_->ReportBuckets(Buckets(job, 1, {100, 300, 200})));
   ASSERT_TRUE(assignment.result.has_value());
   ASSERT_OK(*assignment.result);
-  EXPECT_EQ((*assignment.result)->epoch(), 1);
-  EXPECT_THAT((*assignment.result)->buckets(), SizeIs(3));
-  EXPECT_DOUBLE_EQ((*assignment.result)->imbalance(), 1.0);  // 1200 | 1200
+  EXPECT_EQ((**assignment.result)->epoch(), 1);
+  EXPECT_THAT((**assignment.result)->buckets(), SizeIs(3));
+  EXPECT_DOUBLE_EQ((**assignment.result)->imbalance(), 1.0);  // 1200 | 1200
   EXPECT_EQ(GetJob(job.id()).state(), v1::RUNNING);
   ASSERT_OK_AND_ASSIGN(auto published, c_->GetShardAssignment(job.id()));
   EXPECT_EQ(published.total_bytes(), 2400);
@@ -602,7 +602,7 @@ TEST_F(CoordinatorTest, LayoutMismatchFailsTheJobNamingRankAndBucket) {
   Worker b = Register("b");
   ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(2)));
   job = GetJob(job.id());
-  Capture<v1::ShardAssignment> waiting;
+  Capture<Coordinator::AssignmentPtr> waiting;
   c_->GetAssignment(job.id(), job.epoch(), clock_.Now() + absl::Seconds(60), waiting.Callback());
   ASSERT_OK(c_->ReportBuckets(Buckets(job, 0, {10, 20, 30})));
   EXPECT_THAT(c_->ReportBuckets(Buckets(job, 1, {10, 21, 30})),
@@ -760,7 +760,7 @@ TEST_F(CoordinatorTest, WaitersAreCapped) {
 }
 
 TEST_F(CoordinatorTest, GetAssignmentErrors) {
-  Capture<v1::ShardAssignment> none;
+  Capture<Coordinator::AssignmentPtr> none;
   c_->GetAssignment("job-1", 1, clock_.Now() + absl::Seconds(1), none.Callback());
   EXPECT_THAT(*none.result, StatusIs(absl::StatusCode::kNotFound, ::testing::_));
   EXPECT_THAT(c_->GetShardAssignment("job-1"), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
@@ -770,17 +770,17 @@ TEST_F(CoordinatorTest, GetAssignmentErrors) {
   Register("a");
   v1::Job job = GetJob(queued.id());
   ASSERT_EQ(job.epoch(), 1);
-  Capture<v1::ShardAssignment> stale;
+  Capture<Coordinator::AssignmentPtr> stale;
   c_->GetAssignment(job.id(), 0, clock_.Now() + absl::Seconds(1), stale.Callback());
   EXPECT_THAT(*stale.result, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale")));
-  Capture<v1::ShardAssignment> timeout;
+  Capture<Coordinator::AssignmentPtr> timeout;
   c_->GetAssignment(job.id(), 1, clock_.Now() + absl::Seconds(1), timeout.Callback());
   clock_.Advance(absl::Seconds(1));
   c_->Tick();
   EXPECT_THAT(*timeout.result,
               StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("0 of 1")));
   PublishLayout(job, {5});
-  Capture<v1::ShardAssignment> now;
+  Capture<Coordinator::AssignmentPtr> now;
   c_->GetAssignment(job.id(), 1, clock_.Now(), now.Callback());
   EXPECT_OK(*now.result);
 }
@@ -969,7 +969,7 @@ TEST_F(CoordinatorTest, RestartRestartsARunningJobWhoseRankStopped) {
   v1::Job after = GetJob(job.id());
   EXPECT_EQ(after.state(), v1::STARTING);
   EXPECT_EQ(after.epoch(), 2);
-  Capture<v1::ShardAssignment> stale;
+  Capture<Coordinator::AssignmentPtr> stale;
   c_->GetAssignment(job.id(), 1, clock_.Now() + absl::Seconds(1), stale.Callback());
   EXPECT_THAT(*stale.result, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale")));
 }

@@ -45,22 +45,24 @@ absl::Status ValidateLayout(const Layout& layout, const LayoutLimits& limits) {
     }
     for (int j = 0; j < bucket.parameters_size(); ++j) {
       const v1::BucketParameter& p = bucket.parameters(j);
-      const std::string where = absl::StrCat("buckets[", i, "].parameters[", j, "]");
+      auto where = [i, j] {
+        return absl::StrCat("buckets[", i, "].parameters[", j, "]");
+      };
       if (p.name().empty() ||
           p.name().size() > static_cast<size_t>(limits.max_name_length)) {
         return absl::InvalidArgumentError(
-            absl::StrCat(where, ".name: must be 1..", limits.max_name_length,
+            absl::StrCat(where(), ".name: must be 1..", limits.max_name_length,
                          " characters, got ", p.name().size()));
       }
       if (p.num_elements() < 1 ||
           p.num_elements() > limits.max_parameter_elements) {
         return absl::InvalidArgumentError(absl::StrCat(
-            where, ".num_elements: must be in 1..",
+            where(), ".num_elements: must be in 1..",
             limits.max_parameter_elements, ", got ", p.num_elements()));
       }
       if (DtypeSize(p.dtype()) == 0) {
         return absl::InvalidArgumentError(
-            absl::StrCat(where, ".dtype: must be F32, BF16 or F16, got \"",
+            absl::StrCat(where(), ".dtype: must be F32, BF16 or F16, got \"",
                          p.dtype().substr(0, 16), "\""));
       }
     }

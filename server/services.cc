@@ -23,6 +23,33 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
+void AppendVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+// Field `field` (wire type 2) holding `bytes`.
+void WriteLengthDelimited(int field, const std::string& bytes,
+                          std::string* out) {
+  AppendVarint((static_cast<uint64_t>(field) << 3) | 2, out);
+  AppendVarint(bytes.size(), out);
+  *out += bytes;
+}
+
+bool ParseByteBuffer(const grpc::ByteBuffer& buffer,
+                     google::protobuf::MessageLite* message) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return false;
+  std::string bytes;
+  for (const grpc::Slice& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return message->ParseFromString(bytes);
+}
+
 absl::Duration FromProto(const google::protobuf::Duration& d) {
   return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
 }
@@ -35,13 +62,14 @@ absl::Duration FromProto(const google::protobuf::Duration& d) {
 template <typename T, typename Response>
 class WaitReactor final : public grpc::ServerUnaryReactor {
  public:
-  using Fill = void (*)(T&& value, Response* response);
+  using Fill = std::function<void(T&& value, Response* response)>;
   using StartFn =
       std::function<Coordinator::WaitId(std::function<void(absl::StatusOr<T>)>)>;
 
   // Starts the wait; the reactor deletes itself when the call is done.
   static WaitReactor* Start(Coordinator* c, Response* response, Fill fill,
                             const StartFn& start) {
+    // `fill` runs at most once, from the callback.
     auto* reactor = new WaitReactor(c);
     std::shared_ptr<State> state = reactor->state_;
     const Coordinator::WaitId id =
@@ -228,12 +256,53 @@ grpc::ServerUnaryReactor* WorkerControlImpl::RegisterWorker(
   return Done(ctx, r.status());
 }
 
+grpc::Slice WorkerControlImpl::TailSlice(
+    const std::shared_ptr<const std::string>& tail) {
+  absl::MutexLock lock(&cache_mu_);
+  for (const auto& [ptr, slice] : tail_cache_) {
+    if (ptr == tail) return slice;
+  }
+  grpc::Slice slice(*tail);
+  tail_cache_.emplace_back(tail, slice);
+  if (tail_cache_.size() > 16) tail_cache_.pop_front();
+  return slice;
+}
+
 grpc::ServerUnaryReactor* WorkerControlImpl::Heartbeat(
-    grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* req,
-    v1::HeartbeatResponse* resp) {
-  absl::StatusOr<v1::HeartbeatResponse> r = c_->Heartbeat(*req);
-  if (r.ok()) *resp = *std::move(r);
-  return Done(ctx, r.status());
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  v1::HeartbeatRequest req;
+  if (!ParseByteBuffer(*request, &req)) {
+    return Done(ctx, absl::InvalidArgumentError("HeartbeatRequest does not parse"));
+  }
+  absl::StatusOr<Coordinator::SharedHeartbeat> r = c_->HeartbeatShared(req);
+  if (!r.ok()) return Done(ctx, r.status());
+  // HeartbeatResponse { repeated Directive directives = 1; } written by hand
+  // so that a RunJob's shared tail (spec + members) is sent by reference:
+  //   0x0A len(Directive) [ 0x0A len(RunJob) <RunJob head> <tail> ]
+  std::vector<grpc::Slice> slices;
+  for (const v1::Directive& d : r->response.directives()) {
+    if (!d.has_run_job() || r->run_job_tail == nullptr) {
+      std::string bytes;
+      WriteLengthDelimited(1, d.SerializeAsString(), &bytes);
+      slices.emplace_back(bytes);
+      continue;
+    }
+    const std::string head = d.run_job().SerializeAsString();
+    const size_t run_len = head.size() + r->run_job_tail->size();
+    std::string directive_header;
+    directive_header.push_back(0x0A);  // Directive.run_job, length-delimited
+    AppendVarint(run_len, &directive_header);
+    std::string bytes;
+    bytes.push_back(0x0A);  // HeartbeatResponse.directives
+    AppendVarint(directive_header.size() + run_len, &bytes);
+    bytes += directive_header;
+    bytes += head;
+    slices.emplace_back(bytes);
+    slices.push_back(TailSlice(r->run_job_tail));
+  }
+  *response = grpc::ByteBuffer(slices.data(), slices.size());
+  return Done(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* WorkerControlImpl::KvPut(
@@ -265,18 +334,38 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportBuckets(
   return Done(ctx, c_->ReportBuckets(*req));
 }
 
+grpc::Slice WorkerControlImpl::Serialized(
+    const Coordinator::AssignmentPtr& a) {
+  absl::MutexLock lock(&cache_mu_);
+  for (const auto& [ptr, slice] : cache_) {
+    if (ptr == a) return slice;
+  }
+  std::string bytes = a->SerializeAsString();
+  grpc::Slice slice(std::move(bytes));
+  cache_.emplace_back(a, slice);
+  if (cache_.size() > 8) cache_.pop_front();
+  return slice;
+}
+
 grpc::ServerUnaryReactor* WorkerControlImpl::GetAssignment(
-    grpc::CallbackServerContext* ctx, const v1::GetAssignmentRequest* req,
-    v1::ShardAssignment* resp) {
-  absl::StatusOr<absl::Time> deadline = WaitDeadline(ctx, req->timeout());
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  v1::GetAssignmentRequest req;
+  if (!ParseByteBuffer(*request, &req)) {
+    return Done(ctx, absl::InvalidArgumentError(
+                         "GetAssignmentRequest does not parse"));
+  }
+  absl::StatusOr<absl::Time> deadline = WaitDeadline(ctx, req.timeout());
   if (!deadline.ok()) return Done(ctx, deadline.status());
   Coordinator* c = c_;
-  return WaitReactor<v1::ShardAssignment, v1::ShardAssignment>::Start(
-      c_, resp,
-      [](v1::ShardAssignment&& a, v1::ShardAssignment* r) { *r = std::move(a); },
-      [c, req, d = *deadline](auto done) {
-        return c->GetAssignment(req->job_id(), req->epoch(), d,
-                                std::move(done));
+  return WaitReactor<Coordinator::AssignmentPtr, grpc::ByteBuffer>::Start(
+      c_, response,
+      [this](Coordinator::AssignmentPtr&& a, grpc::ByteBuffer* r) {
+        grpc::Slice slice = Serialized(a);
+        *r = grpc::ByteBuffer(&slice, 1);
+      },
+      [c, job = req.job_id(), epoch = req.epoch(), d = *deadline](auto done) {
+        return c->GetAssignment(job, epoch, d, std::move(done));
       });
 }
 

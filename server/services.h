@@ -14,6 +14,16 @@
 #define PSHARD_SERVER_SERVICES_H_
 
 #include <atomic>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/synchronization/mutex.h"
+#include "google/protobuf/arena.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/message_allocator.h"
+#include "grpcpp/support/slice.h"
 
 #include "absl/time/time.h"
 #include "coordinator/clock.h"
@@ -90,18 +100,63 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
   coordinator::Coordinator* const c_;
 };
 
-class WorkerControlImpl final : public v1::WorkerControl::CallbackService {
+// GetAssignment and Heartbeat are raw methods so that what every rank of a
+// job receives alike is serialized once and sent by reference: the published
+// assignment, and the spec + member list inside RunJob (a 4096-rank job's
+// member list is ~100 KB; copying it per rank would cost seconds).
+// Allocates a unary call's request and response on one protobuf Arena, freed
+// in one go when the call ends. A 1,000-bucket layout report parses into
+// thousands of small strings; from the heap that is the coordinator's main
+// cost when thousands of ranks report at once.
+template <typename Request, typename Response>
+class ArenaMessageAllocator final
+    : public grpc::MessageAllocator<Request, Response> {
+ public:
+  grpc::MessageHolder<Request, Response>* AllocateMessages() override {
+    return new Holder;
+  }
+
+ private:
+  static google::protobuf::ArenaOptions Options() {
+    google::protobuf::ArenaOptions options;
+    options.start_block_size = 16 << 10;
+    options.max_block_size = 1 << 20;
+    return options;
+  }
+  class Holder final : public grpc::MessageHolder<Request, Response> {
+   public:
+    Holder() : arena_(Options()) {
+      this->set_request(
+          google::protobuf::Arena::CreateMessage<Request>(&arena_));
+      this->set_response(
+          google::protobuf::Arena::CreateMessage<Response>(&arena_));
+    }
+    void Release() override { delete this; }
+
+   private:
+    google::protobuf::Arena arena_;
+  };
+};
+
+class WorkerControlImpl final
+    : public v1::WorkerControl::WithRawCallbackMethod_Heartbeat<
+          v1::WorkerControl::WithRawCallbackMethod_GetAssignment<
+              v1::WorkerControl::CallbackService>> {
  public:
   WorkerControlImpl(coordinator::Coordinator* c,
                     const coordinator::Clock* clock, ServiceOptions options)
-      : c_(c), clock_(clock), options_(options) {}
+      : c_(c), clock_(clock), options_(options) {
+    SetMessageAllocatorFor_ReportBuckets(&report_buckets_allocator_);
+    SetMessageAllocatorFor_KvPut(&kv_put_allocator_);
+  }
 
   grpc::ServerUnaryReactor* RegisterWorker(
       grpc::CallbackServerContext* ctx, const v1::RegisterWorkerRequest* req,
       v1::RegisterWorkerResponse* resp) override;
+  // Request: HeartbeatRequest; response: HeartbeatResponse, as bytes.
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
-                                      const v1::HeartbeatRequest* req,
-                                      v1::HeartbeatResponse* resp) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* KvPut(grpc::CallbackServerContext* ctx,
                                   const v1::KvPutRequest* req,
                                   v1::KvPutResponse* resp) override;
@@ -112,10 +167,11 @@ class WorkerControlImpl final : public v1::WorkerControl::CallbackService {
   grpc::ServerUnaryReactor* ReportBuckets(
       grpc::CallbackServerContext* ctx, const v1::ReportBucketsRequest* req,
       v1::ReportBucketsResponse* resp) override;
-  // Waits like KvGet.
-  grpc::ServerUnaryReactor* GetAssignment(
-      grpc::CallbackServerContext* ctx, const v1::GetAssignmentRequest* req,
-      v1::ShardAssignment* resp) override;
+  // Waits like KvGet. Request: GetAssignmentRequest; response:
+  // ShardAssignment, both as bytes.
+  grpc::ServerUnaryReactor* GetAssignment(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ReportProgress(
       grpc::CallbackServerContext* ctx, const v1::ReportProgressRequest* req,
       v1::ReportProgressResponse* resp) override;
@@ -130,9 +186,22 @@ class WorkerControlImpl final : public v1::WorkerControl::CallbackService {
       const grpc::CallbackServerContext* ctx,
       const google::protobuf::Duration& timeout) const;
 
+  // The wire form of `a`, from a small cache of recent assignments.
+  grpc::Slice Serialized(const coordinator::Coordinator::AssignmentPtr& a);
+  // `tail` as a slice, from a small cache.
+  grpc::Slice TailSlice(const std::shared_ptr<const std::string>& tail);
+
   coordinator::Coordinator* const c_;
   const coordinator::Clock* const clock_;
   const ServiceOptions options_;
+  ArenaMessageAllocator<v1::ReportBucketsRequest, v1::ReportBucketsResponse>
+      report_buckets_allocator_;
+  ArenaMessageAllocator<v1::KvPutRequest, v1::KvPutResponse> kv_put_allocator_;
+  absl::Mutex cache_mu_;
+  std::deque<std::pair<coordinator::Coordinator::AssignmentPtr, grpc::Slice>>
+      cache_ ABSL_GUARDED_BY(cache_mu_);
+  std::deque<std::pair<std::shared_ptr<const std::string>, grpc::Slice>>
+      tail_cache_ ABSL_GUARDED_BY(cache_mu_);
 };
 
 }  // namespace server

@@ -19,6 +19,9 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "pshard/v1/cluster.grpc.pb.h"
 #include "pshard/v1/job.grpc.pb.h"
@@ -32,19 +35,26 @@ namespace {
 
 using Clock = std::chrono::system_clock;
 
-// Latencies per method, from any thread.
+// Latencies per phase and method, from any thread.
 class Recorder {
  public:
+  void SetPhase(const std::string& phase) {
+    absl::MutexLock lock(&mu_);
+    phase_ = phase;
+  }
   void Add(const std::string& method, absl::Duration d, bool ok) {
     absl::MutexLock lock(&mu_);
-    auto& e = entries_[method];
-    e.samples.push_back(absl::ToDoubleMilliseconds(d));
-    if (!ok) ++e.errors;
+    for (const std::string& key : {std::string(), phase_}) {
+      auto& e = entries_[key][method];
+      e.samples.push_back(absl::ToDoubleMilliseconds(d));
+      if (!ok) ++e.errors;
+    }
   }
-  std::map<std::string, LatencyStats> Stats() {
+  // "" for the whole run.
+  std::map<std::string, LatencyStats> Stats(const std::string& phase) {
     absl::MutexLock lock(&mu_);
     std::map<std::string, LatencyStats> out;
-    for (auto& [method, e] : entries_) {
+    for (auto& [method, e] : entries_[phase]) {
       std::vector<double>& v = e.samples;
       std::sort(v.begin(), v.end());
       LatencyStats s;
@@ -66,7 +76,8 @@ class Recorder {
     int64_t errors = 0;
   };
   absl::Mutex mu_;
-  std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::string phase_ ABSL_GUARDED_BY(mu_) = "register";
+  std::map<std::string, std::map<std::string, Entry>> entries_ ABSL_GUARDED_BY(mu_);
 };
 
 // Limits concurrent async calls.
@@ -141,6 +152,79 @@ google::protobuf::Duration ToProto(absl::Duration d) {
   return out;
 }
 
+// What the benchmark needs from a HeartbeatResponse, read straight off the
+// wire: parsing thousands of 100 KB RunJob directives (spec + 4096 members)
+// would make the load generator, on the same cores, the bottleneck.
+struct DirectiveHead {
+  bool run_job = false;  // else abort_job
+  std::string job_id;
+  int64_t epoch = 0;
+  int rank = 0;  // proto3: absent means 0
+};
+
+bool ScanHeartbeatResponse(const std::string& bytes,
+                           std::vector<DirectiveHead>* out) {
+  using google::protobuf::internal::WireFormatLite;
+  google::protobuf::io::CodedInputStream in(
+      reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  in.SetTotalBytesLimit(INT32_MAX);
+  while (uint32_t tag = in.ReadTag()) {
+    if (tag != ((1 << 3) | 2)) {
+      if (!WireFormatLite::SkipField(&in, tag)) return false;
+      continue;
+    }
+    uint32_t len;
+    if (!in.ReadVarint32(&len)) return false;
+    auto directive_limit = in.PushLimit(len);
+    while (uint32_t t = in.ReadTag()) {
+      const int field = t >> 3;
+      if ((field == 1 || field == 2) && (t & 7) == 2) {
+        DirectiveHead head;
+        head.run_job = field == 1;
+        uint32_t inner;
+        if (!in.ReadVarint32(&inner)) return false;
+        auto limit = in.PushLimit(inner);
+        while (uint32_t f = in.ReadTag()) {
+          if (f == ((1 << 3) | 2)) {
+            if (!WireFormatLite::ReadString(&in, &head.job_id)) return false;
+          } else if (f == (2 << 3)) {
+            uint64_t v;
+            if (!in.ReadVarint64(&v)) return false;
+            head.epoch = static_cast<int64_t>(v);
+          } else if (f == (3 << 3) && head.run_job) {
+            uint32_t v;
+            if (!in.ReadVarint32(&v)) return false;
+            head.rank = static_cast<int>(v);
+          } else if (!WireFormatLite::SkipField(&in, f)) {
+            return false;
+          }
+        }
+        in.PopLimit(limit);
+        out->push_back(std::move(head));
+      } else if (!WireFormatLite::SkipField(&in, t)) {
+        return false;
+      }
+    }
+    in.PopLimit(directive_limit);
+  }
+  return true;
+}
+
+std::string BufferToString(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buffer.Dump(&slices).ok()) return out;
+  for (const grpc::Slice& s : slices) {
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return out;
+}
+
+grpc::ByteBuffer ToBuffer(const google::protobuf::MessageLite& message) {
+  grpc::Slice slice(message.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
+}
+
 struct SimState {
   std::string name;
   std::string id;
@@ -155,11 +239,14 @@ struct SimState {
 
 std::string BenchReport::ToString() const {
   std::string out;
-  absl::StrAppendFormat(&out, "%-16s %9s %7s %9s %9s %9s\n", "rpc", "count",
-                        "errors", "p50_ms", "p99_ms", "max_ms");
-  for (const auto& [method, s] : rpcs) {
-    absl::StrAppendFormat(&out, "%-16s %9d %7d %9.3f %9.3f %9.3f\n", method,
-                          s.count, s.errors, s.p50_ms, s.p99_ms, s.max_ms);
+  for (const auto& [phase, stats] : rpcs_by_phase) {
+    absl::StrAppendFormat(&out, "[%s phase]\n%-19s %9s %7s %9s %9s %9s\n",
+                          phase, "rpc", "count", "errors", "p50_ms", "p99_ms",
+                          "max_ms");
+    for (const auto& [method, s] : stats) {
+      absl::StrAppendFormat(&out, "%-19s %9d %7d %9.3f %9.3f %9.3f\n", method,
+                            s.count, s.errors, s.p50_ms, s.p99_ms, s.max_ms);
+    }
   }
   absl::StrAppendFormat(&out, "register all workers:            %.3f s\n",
                         register_all_s);
@@ -168,7 +255,14 @@ std::string BenchReport::ToString() const {
   absl::StrAppendFormat(&out, "submit -> all RunJob delivered:  %.3f s\n",
                         run_job_delivery_s);
   absl::StrAppendFormat(
-      &out, "last layout report -> assignment: first %.1f ms, all %.1f ms\n",
+      &out,
+      "last layout report sent -> its answer (assignment published inside): "
+      "%.1f ms\n",
+      last_report_ms);
+  absl::StrAppendFormat(
+      &out,
+      "last layout report sent -> GetAssignment answered: first %.1f ms, all "
+      "%.1f ms\n",
       assignment_first_ms, assignment_all_ms);
   absl::StrAppendFormat(&out, "assignment imbalance:            %.4f\n",
                         imbalance);
@@ -212,6 +306,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
 
   std::vector<std::unique_ptr<v1::WorkerControl::Stub>> stubs;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
+  std::vector<std::unique_ptr<grpc::GenericStub>> generic;
   for (int i = 0; i < std::max(1, opt.channels); ++i) {
     grpc::ChannelArguments args;
     args.SetInt("pshard.bench.channel", i);  // one connection per channel
@@ -219,7 +314,9 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     channels.push_back(grpc::CreateCustomChannel(
         address, grpc::InsecureChannelCredentials(), args));
     stubs.push_back(v1::WorkerControl::NewStub(channels.back()));
+    generic.push_back(std::make_unique<grpc::GenericStub>(channels.back()));
   }
+  auto generic_for = [&](int i) { return generic[i % generic.size()].get(); };
   auto stub_for = [&](int i) { return stubs[i % stubs.size()].get(); };
   auto jobs = v1::JobService::NewStub(channels[0]);
   auto shards = v1::ShardService::NewStub(channels[0]);
@@ -274,6 +371,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   std::atomic<int64_t> heartbeats_sent{0};
   std::atomic<int> run_jobs{0};
   std::atomic<int> outstanding{0};
+  std::atomic<int> scan_errors{0};
   std::thread heartbeater([&] {
     constexpr int kSlots = 100;
     const absl::Duration slot = opt.heartbeat_interval / kSlots;
@@ -285,40 +383,44 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
         if (sim->in_flight.exchange(true)) continue;  // previous one pending
         struct Call {
           grpc::ClientContext ctx;
-          v1::HeartbeatRequest req;
-          v1::HeartbeatResponse resp;
+          grpc::ByteBuffer req;
+          grpc::ByteBuffer resp;
           absl::Time start;
         };
         auto* call = new Call;
         call->ctx.set_deadline(Clock::now() + std::chrono::seconds(30));
-        call->req.set_worker_id(sim->id);
-        call->req.set_incarnation("bench");
+        v1::HeartbeatRequest req;
+        req.set_worker_id(sim->id);
+        req.set_incarnation("bench");
         {
           absl::MutexLock lock(&sim->mu);
-          call->req.set_state(sim->job_id.empty() ? v1::IDLE : v1::BUSY);
-          call->req.set_job_id(sim->job_id);
-          call->req.set_epoch(sim->epoch);
+          req.set_state(sim->job_id.empty() ? v1::IDLE : v1::BUSY);
+          req.set_job_id(sim->job_id);
+          req.set_epoch(sim->epoch);
         }
+        call->req = ToBuffer(req);
         call->start = absl::Now();
         ++heartbeats_sent;
         ++outstanding;
-        stub_for(i)->async()->Heartbeat(
-            &call->ctx, &call->req, &call->resp,
-            [&, call, sim](grpc::Status st) {
+        generic_for(i)->UnaryCall(
+            &call->ctx, "/pshard.v1.WorkerControl/Heartbeat", grpc::StubOptions(),
+            &call->req, &call->resp, [&, call, sim](grpc::Status st) {
               rec.Add("Heartbeat", absl::Now() - call->start, st.ok());
-              for (const auto& d : call->resp.directives()) {
-                if (d.has_run_job()) {
-                  absl::MutexLock lock(&sim->mu);
-                  if (sim->job_id != d.run_job().job_id() ||
-                      sim->epoch != d.run_job().epoch()) {
-                    sim->job_id = d.run_job().job_id();
-                    sim->epoch = d.run_job().epoch();
-                    sim->rank = d.run_job().rank();
+              std::vector<DirectiveHead> directives;
+              if (st.ok() &&
+                  !ScanHeartbeatResponse(BufferToString(call->resp), &directives)) {
+                ++scan_errors;
+              }
+              for (const DirectiveHead& d : directives) {
+                absl::MutexLock lock(&sim->mu);
+                if (d.run_job) {
+                  if (sim->job_id != d.job_id || sim->epoch != d.epoch) {
+                    sim->job_id = d.job_id;
+                    sim->epoch = d.epoch;
+                    sim->rank = d.rank;
                     ++run_jobs;
                   }
-                }
-                if (d.has_abort_job()) {
-                  absl::MutexLock lock(&sim->mu);
+                } else {
                   sim->job_id.clear();
                   sim->epoch = 0;
                 }
@@ -406,6 +508,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   };
 
   // ---- Steady phase ----
+  rec.SetPhase("steady");
   const ProcStats before_steady = ReadProc(coordinator->pid());
   const int64_t hb_before = heartbeats_sent;
   const absl::Time t_steady = absl::Now();
@@ -417,6 +520,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   report.heartbeats_per_second = (heartbeats_sent - hb_before) / steady_s;
 
   // ---- One job of `world` ranks ----
+  rec.SetPhase("job");
   const ProcStats before_job = ReadProc(coordinator->pid());
   v1::Job job;
   {
@@ -445,13 +549,23 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   }
   if (run_jobs < world) {
     finish_threads();
-    return absl::DeadlineExceededError(
-        absl::StrCat("only ", run_jobs.load(), " of ", world, " ranks got RunJob"));
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id(job.id());
+    v1::Job out;
+    grpc::Status s = jobs->GetJob(&ctx, req, &out);
+    return absl::DeadlineExceededError(absl::StrCat(
+        "only ", run_jobs.load(), " of ", world, " ranks got RunJob; job ",
+        s.ok() ? absl::StrCat(v1::JobState_Name(out.state()), ": ", out.reason())
+               : s.error_message()));
   }
   report.run_job_delivery_s = absl::ToDoubleSeconds(absl::Now() - t_submit);
 
   // Ranks by worker.
   std::vector<int> rank_of(n, -1);
+  auto all_ranks_known = [&](const std::vector<int>& w) {
+    return std::find(w.begin(), w.end(), -1) == w.end();
+  };
   std::vector<int> worker_of(world, -1);
   int64_t epoch = 0;
   for (int i = 0; i < n; ++i) {
@@ -461,6 +575,10 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
       worker_of[sims[i]->rank] = i;
       epoch = sims[i]->epoch;
     }
+  }
+  if (!all_ranks_known(worker_of)) {
+    finish_threads();
+    return absl::InternalError("some rank has no worker");
   }
 
   // Every rank parks in GetAssignment first (the worst case for the server).
@@ -473,24 +591,33 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   for (int r = 0; r < world; ++r) {
     struct Call {
       grpc::ClientContext ctx;
-      v1::GetAssignmentRequest req;
-      v1::ShardAssignment resp;
-      absl::Time start;
+      grpc::ByteBuffer req;
+      grpc::ByteBuffer resp;
     };
     auto* call = new Call;
     call->ctx.set_deadline(Clock::now() + std::chrono::seconds(300));
-    call->req.set_job_id(job.id());
-    call->req.set_epoch(epoch);
-    *call->req.mutable_timeout() = ToProto(absl::Seconds(290));
-    call->start = absl::Now();
-    stub_for(worker_of[r])->async()->GetAssignment(
-        &call->ctx, &call->req, &call->resp, [&, call](grpc::Status s) {
+    v1::GetAssignmentRequest req;
+    req.set_job_id(job.id());
+    req.set_epoch(epoch);
+    *req.mutable_timeout() = ToProto(absl::Seconds(290));
+    call->req = ToBuffer(req);
+    // Only rank 0's answer is parsed (for the imbalance); the others are
+    // counted, to keep the load generator light.
+    const bool parse = r == 0;
+    generic_for(worker_of[r])->UnaryCall(
+        &call->ctx, "/pshard.v1.WorkerControl/GetAssignment",
+        grpc::StubOptions(), &call->req, &call->resp,
+        [&, call, parse](grpc::Status s) {
           const absl::Time now = absl::Now();
+          v1::ShardAssignment a;
+          if (s.ok() && parse && !a.ParseFromString(BufferToString(call->resp))) {
+            ++assign_errors;
+          }
           {
             absl::MutexLock lock(&t_mu);
             first_answer = std::min(first_answer, now);
             last_answer = std::max(last_answer, now);
-            imbalance = call->resp.imbalance();
+            if (parse) imbalance = a.imbalance();
           }
           if (!s.ok()) ++assign_errors;
           ++assigned;
@@ -512,6 +639,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     }
   }
   absl::Time last_report_sent;
+  absl::Time last_report_answered = absl::InfinitePast();
   for (int r = 0; r < world; ++r) {
     gate.Acquire();
     struct Call {
@@ -529,8 +657,13 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     last_report_sent = call->start;
     stub_for(worker_of[r])->async()->ReportBuckets(
         &call->ctx, &call->req, &call->resp, [&, call](grpc::Status s) {
-          rec.Add("ReportBuckets", absl::Now() - call->start, s.ok());
+          const absl::Time now = absl::Now();
+          rec.Add("ReportBuckets", now - call->start, s.ok());
           if (!s.ok()) ++failures;
+          {
+            absl::MutexLock lock(&t_mu);
+            last_report_answered = std::max(last_report_answered, now);
+          }
           delete call;
           gate.Release();
         });
@@ -542,6 +675,8 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   }
   {
     absl::MutexLock lock(&t_mu);
+    report.last_report_ms =
+        absl::ToDoubleMilliseconds(last_report_answered - last_report_sent);
     report.assignment_first_ms =
         absl::ToDoubleMilliseconds(first_answer - last_report_sent);
     report.assignment_all_ms =
@@ -609,6 +744,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     report.job_state = s.ok() ? v1::JobState_Name(out.state()) : s.error_message();
   }
   const ProcStats after_job = ReadProc(coordinator->pid());
+  rec.SetPhase("end");
   report.job_cpu_seconds = after_job.cpu_seconds - before_job.cpu_seconds;
 
   finish_threads();
@@ -617,7 +753,14 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   report.wall_seconds = absl::ToDoubleSeconds(absl::Now() - t_begin);
   report.rss_mb = at_end.rss_mb;
   report.peak_rss_mb = at_end.hwm_mb;
-  report.rpcs = rec.Stats();
+  if (scan_errors > 0) {
+    return absl::InternalError(
+        absl::StrCat(scan_errors.load(), " heartbeat replies did not parse"));
+  }
+  report.rpcs = rec.Stats("");
+  for (const char* phase : {"register", "steady", "job"}) {
+    report.rpcs_by_phase[phase] = rec.Stats(phase);
+  }
   stubs.clear();
   channels.clear();
   RETURN_IF_ERROR(coordinator->Signal(SIGTERM));

@@ -48,10 +48,17 @@ struct LatencyStats {
 };
 
 struct BenchReport {
+  // Over the whole run, and per phase: "steady" (registered workers
+  // heartbeating, status queries) and "job" (submit to SUCCEEDED: RunJob
+  // delivery, layout reports, parked GetAssignment, results).
   std::map<std::string, LatencyStats> rpcs;
+  std::map<std::string, std::map<std::string, LatencyStats>> rpcs_by_phase;
   double register_all_s = 0;
   // Submit -> every rank has its RunJob directive.
   double run_job_delivery_s = 0;
+  // Last ReportBuckets sent -> its answer (the coordinator publishes the
+  // assignment before answering the report that completes the set).
+  double last_report_ms = 0;
   // Last ReportBuckets sent -> first / every GetAssignment answered.
   double assignment_first_ms = 0;
   double assignment_all_ms = 0;

@@ -4,6 +4,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/synchronization/mutex.h"
 #include "bench/coordinator/coordinator_bench.h"
 #include "tests/testing/subprocess.h"
 
@@ -14,10 +15,14 @@ ABSL_FLAG(int, parameters_per_bucket, 2, "parameters per bucket");
 ABSL_FLAG(absl::Duration, steady, absl::Seconds(10),
           "heartbeat-only phase before the job");
 ABSL_FLAG(int, status_qps, 20, "status queries per second");
+ABSL_FLAG(int, channels, 8,
+          "gRPC connections the simulated workers share (real workers have "
+          "one each)");
 ABSL_FLAG(std::string, work_dir, "/tmp", "for the state file and logs");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   pshard::bench::BenchOptions options;
   options.workers = absl::GetFlag(FLAGS_workers);
   options.world_size = absl::GetFlag(FLAGS_world_size);
@@ -26,6 +31,7 @@ int main(int argc, char** argv) {
   options.steady = absl::GetFlag(FLAGS_steady);
   options.status_qps = absl::GetFlag(FLAGS_status_qps);
   options.work_dir = absl::GetFlag(FLAGS_work_dir);
+  options.channels = absl::GetFlag(FLAGS_channels);
   options.coordinator_binary =
       pshard::testing::RunfilePath("server/pshard-coordinator");
   auto report = pshard::bench::RunCoordinatorBenchmark(options);
