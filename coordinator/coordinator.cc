@@ -505,6 +505,7 @@ void Coordinator::EndJob(JobRec& job, v1::JobState state, std::string reason) {
                           job.job.id(), " ended (", v1::JobState_Name(state),
                           "): ", reason)));
   job.kv.clear();
+  kv_bytes_total_ -= job.kv_bytes;
   job.kv_bytes = 0;
   job.reference_layout.reset();
 }
@@ -516,6 +517,7 @@ void Coordinator::StartEpoch(JobRec& job,
                           job.job.id(), " restarted with epoch ",
                           job.job.epoch() + 1)));
   job.kv.clear();
+  kv_bytes_total_ -= job.kv_bytes;
   job.kv_bytes = 0;
   job.reference_layout.reset();
   job.reference_rank = -1;
@@ -842,6 +844,10 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers(bool include_lost) const {
 absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(ValidateJobSpec(spec));
   Locked lock(this);
+  if (static_cast<int>(jobs_.size()) >= options_.max_jobs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many jobs kept (", options_.max_jobs, ")"));
+  }
   if (static_cast<int>(queued_.size() + active_.size()) >=
       options_.max_unfinished_jobs) {
     return absl::ResourceExhaustedError(
@@ -852,6 +858,8 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   j->num = ++next_job_;
   j->job.set_id(JobId(j->num));
   *j->job.mutable_spec() = ApplyJobSpecDefaults(spec);
+  // Unknown fields would be stored and echoed to every rank: drop them.
+  j->job.mutable_spec()->DiscardUnknownFields();
   j->job.set_state(v1::JOB_STATE_UNSPECIFIED);
   *j->job.mutable_submit_time() = ToProto(clock_->Now());
   j->job.mutable_progress()->set_total_steps(j->job.spec().steps());
@@ -1016,6 +1024,12 @@ absl::Status Coordinator::KvPut(const v1::KvPutRequest& req) {
         j->job.id(), ": rendezvous store full (", options_.max_kv_bytes_per_job,
         " bytes)"));
   }
+  if (kv_bytes_total_ + (new_bytes - j->kv_bytes) > options_.max_kv_bytes_total) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rendezvous stores of all jobs full (", options_.max_kv_bytes_total,
+        " bytes)"));
+  }
+  kv_bytes_total_ += new_bytes - j->kv_bytes;
   j->kv_bytes = new_bytes;
   j->kv[req.key()] = req.value();
   auto wit = j->kv_waiters.find(req.key());
@@ -1244,6 +1258,7 @@ absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
   if (req.rank() == 0) {
     v1::JobProgress* p = j->job.mutable_progress();
     *p = req.progress();
+    p->DiscardUnknownFields();
     p->set_total_steps(j->job.spec().steps());
     j->progress_dirty = true;
     if (clock_->Now() - j->last_progress_event >=

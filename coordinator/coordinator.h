@@ -106,11 +106,14 @@ struct CoordinatorOptions {
 
   int max_workers = 65536;
   int max_unfinished_jobs = 10000;
+  // Jobs kept, ended ones included (each holds its spec and event log).
+  int max_jobs = 100000;
   int max_waiters = 200000;
   int max_kv_key_bytes = 512;
   int64_t max_kv_value_bytes = int64_t{1} << 20;
   int64_t max_kv_keys_per_job = int64_t{1} << 18;
   int64_t max_kv_bytes_per_job = int64_t{256} << 20;
+  int64_t max_kv_bytes_total = int64_t{1} << 30;
   int max_reason_length = 1024;
   LayoutLimits layout_limits;
 };
@@ -171,7 +174,8 @@ class Coordinator {
   // ---- Jobs ----
 
   // InvalidArgument: the spec is invalid (names the field).
-  // ResourceExhausted: max_unfinished_jobs jobs are queued or running.
+  // ResourceExhausted: max_unfinished_jobs jobs are queued or running, or
+  //   max_jobs jobs are kept.
   // Internal: the state database failed.
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
 
@@ -208,7 +212,8 @@ class Coordinator {
 
   // InvalidArgument: key not 1..max_kv_key_bytes, value too large.
   // NotFound: no such job. FailedPrecondition: the job is not STARTING or
-  //   RUNNING at that epoch. ResourceExhausted: the job's store is full.
+  //   RUNNING at that epoch. ResourceExhausted: the job's store (or all
+  //   jobs' stores together) is full.
   absl::Status KvPut(const v1::KvPutRequest& request);
 
   // Calls `done` once with the value as soon as the key exists.
@@ -333,6 +338,7 @@ class Coordinator {
   mutable absl::Mutex mu_;
   int64_t next_worker_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_job_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t kv_bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
   WaitId next_wait_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, std::unique_ptr<WorkerRec>> workers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int64_t> worker_by_name_

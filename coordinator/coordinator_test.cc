@@ -746,6 +746,45 @@ TEST_F(CoordinatorTest, KvStoreIsCappedPerJob) {
   ASSERT_OK(c_->KvPut(put));
 }
 
+TEST_F(CoordinatorTest, KvStoresAreCappedTogether) {
+  options_.max_kv_bytes_total = 100;
+  Open(":memory:");
+  Register("a");
+  Register("b");
+  ASSERT_OK_AND_ASSIGN(v1::Job j1, c_->SubmitJob(Spec(1)));
+  ASSERT_OK_AND_ASSIGN(v1::Job j2, c_->SubmitJob(Spec(1)));
+  v1::KvPutRequest put;
+  put.set_job_id(j1.id());
+  put.set_epoch(1);
+  put.set_key("k");
+  put.set_value(std::string(70, 'x'));
+  ASSERT_OK(c_->KvPut(put));
+  put.set_job_id(j2.id());
+  EXPECT_THAT(c_->KvPut(put),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("all jobs")));
+  ASSERT_OK(c_->CancelJob(j1.id(), ""));  // frees j1's store
+  ASSERT_OK(c_->KvPut(put));
+}
+
+TEST_F(CoordinatorTest, JobsKeptAreCapped) {
+  options_.max_jobs = 2;
+  Open(":memory:");
+  ASSERT_OK_AND_ASSIGN(v1::Job j1, c_->SubmitJob(Spec(1)));
+  ASSERT_OK(c_->CancelJob(j1.id(), ""));
+  ASSERT_OK(c_->SubmitJob(Spec(1)));
+  EXPECT_THAT(c_->SubmitJob(Spec(1)),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("jobs kept")));
+}
+
+TEST_F(CoordinatorTest, UnknownFieldsAreNotStored) {
+  v1::JobSpec spec = Spec(1);
+  spec.GetReflection()->MutableUnknownFields(&spec)->AddLengthDelimited(
+      999, std::string(1000, 'u'));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(spec));
+  EXPECT_EQ(GetJob(job.id()).spec().GetReflection()->GetUnknownFields(
+                GetJob(job.id()).spec()).field_count(), 0);
+}
+
 TEST_F(CoordinatorTest, WaitersAreCapped) {
   options_.max_waiters = 1;
   Open(":memory:");
