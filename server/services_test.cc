@@ -483,6 +483,67 @@ TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
   }
 }
 
+// Heartbeat replies are encoded by hand (RunJob's spec and members are
+// shared bytes): a reply with AbortJob, then RunJob must parse as the typed
+// message.
+TEST_F(ServicesTest, HeartbeatReplyWithAbortAndRunJobParses) {
+  const std::string a = Register("a");
+  v1::Job first = Get(Submit(1).id());
+  auto beat = [&](v1::WorkerState state, const std::string& job, int64_t epoch) {
+    grpc::ClientContext ctx;
+    v1::HeartbeatRequest req;
+    req.set_worker_id(a);
+    req.set_incarnation("inc");
+    req.set_state(state);
+    req.set_job_id(job);
+    req.set_epoch(epoch);
+    v1::HeartbeatResponse resp;
+    grpc::Status s = control_->Heartbeat(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  };
+  v1::HeartbeatResponse r1 = beat(v1::IDLE, "", 0);
+  ASSERT_EQ(r1.directives_size(), 1);
+  ASSERT_EQ(r1.directives(0).run_job().job_id(), first.id());
+  beat(v1::BUSY, first.id(), 1);  // acknowledged
+  v1::Job second = Submit(1);
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_job_id(first.id());
+    v1::Job out;
+    ASSERT_TRUE(jobs_->CancelJob(&ctx, req, &out).ok());
+  }
+  v1::HeartbeatResponse r2 = beat(v1::BUSY, first.id(), 1);
+  ASSERT_EQ(r2.directives_size(), 2);
+  EXPECT_EQ(r2.directives(0).abort_job().job_id(), first.id());
+  EXPECT_EQ(r2.directives(0).abort_job().epoch(), 1);
+  const v1::RunJobDirective& run = r2.directives(1).run_job();
+  EXPECT_EQ(run.job_id(), second.id());
+  EXPECT_EQ(run.epoch(), 1);
+  EXPECT_EQ(run.rank(), 0);
+  EXPECT_EQ(run.world_size(), 1);
+  EXPECT_EQ(run.spec().name(), "grpc-test");
+  ASSERT_EQ(run.members_size(), 1);
+  EXPECT_EQ(run.members(0).worker_id(), a);
+  // And a malformed request is refused, not crashed on.
+  grpc::GenericStub stub(channel_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Slice garbage(std::string("\xff\xff\xff"));
+  grpc::ByteBuffer request(&garbage, 1);
+  grpc::ByteBuffer response;
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/pshard.v1.WorkerControl/Heartbeat", grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) {
+                   status = s;
+                   done.Notify();
+                 });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(ServicesTest, WorkerControlBadInput) {
   {
     grpc::ClientContext ctx;
