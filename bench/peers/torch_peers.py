@@ -12,11 +12,25 @@ Gloo (Debian's python3-torch, CPU) and prints one JSON line per run:
   ddp_zero  DDP + ZeroRedundancyOptimizer(Adam) on the MLP (end-to-end peer).
   ddp_mlp   DDP + unsharded Adam on the MLP.
 
-The synthetic modes use flat fp32 parameters split into buckets of
---bucket_mb; gradients are fixed pseudo-random tensors (generated once, so
-their cost is not timed), matching pshard's `synthetic` workload size.
+The synthetic modes use fp32 parameter tensors of --tensor_numel elements
+(pshard's `synthetic` workload: t0, t1, ... of 1 Mi elements) packed into
+buckets exactly as pshard packs them (in reverse order, at most --bucket_mb
+MiB each, a larger tensor alone); gradients are fixed pseudo-random tensors
+(generated once, so their cost is not timed, whereas pshard's step includes
+generating its gradients).
+
+The MLP modes build the model pshard's `mlp` workload builds: nn.Linear layers
+with ReLU between them, named layers.0.weight, layers.0.bias, layers.2...,
+default nn.Linear initialisation (U(-1/sqrt(fan_in), 1/sqrt(fan_in))), a
+teacher network of the same shape (U(-sqrt(6/fan_in), sqrt(6/fan_in))), inputs
+x ~ N(0, 1), MSELoss, Adam. As in pshard, drawing the batch and the teacher's
+forward pass are part of the timed step.
+
+Every step starts after a barrier; a step's time is the slowest rank's; the
+JSON line has the median over the steps after --warmup.
 
   /usr/bin/python3 bench/peers/torch_peers.py seed --world 2 --params 16M --bucket_mb 25
+  /usr/bin/python3 bench/peers/torch_peers.py ddp_zero --world 2 --mlp_dims 512,1024,1024,512 --batch 128
 """
 
 import argparse
@@ -44,19 +58,33 @@ def free_port():
         return s.getsockname()[1]
 
 
-def make_buckets(num_params, bucket_mb):
-    per_bucket = max(1, int(bucket_mb * (1 << 20)) // 4)
+def tensor_sizes(num_params, tensor_numel):
+    """pshard's synthetic parameters: tensors of tensor_numel, the last shorter."""
     sizes = []
     left = num_params
     while left > 0:
-        sizes.append(min(per_bucket, left))
+        sizes.append(min(tensor_numel, left))
         left -= sizes[-1]
     return sizes
 
 
+def make_buckets(num_params, tensor_numel, bucket_mb):
+    """Bucket sizes (elements) as pshard's BucketLayout packs the synthetic
+    tensors: in gradient-ready (reverse) order, at most the cap per bucket,
+    a tensor larger than the cap alone."""
+    cap = max(1, int(bucket_mb * (1 << 20)) // 4)
+    buckets = []
+    for n in reversed(tensor_sizes(num_params, tensor_numel)):
+        if buckets and buckets[-1] + n <= cap:
+            buckets[-1] += n
+        else:
+            buckets.append(n)
+    return buckets
+
+
 def run_seed(rank, world, args):
     torch.manual_seed(args.seed)
-    sizes = make_buckets(args.params, args.bucket_mb)
+    sizes = make_buckets(args.params, args.tensor_numel, args.bucket_mb)
     params = [torch.randn(n) for n in sizes]
     gen = torch.Generator().manual_seed(args.seed + 1 + rank)
     grads = [torch.randn(n, generator=gen) for n in sizes]
@@ -102,7 +130,7 @@ class FlatModel(torch.nn.Module):
 
 def run_ddp(rank, world, args):
     from torch.nn.parallel import DistributedDataParallel as DDP
-    sizes = make_buckets(args.params, args.tensor_mb)
+    sizes = tensor_sizes(args.params, args.tensor_numel)
     model = DDP(FlatModel(sizes, args.seed), bucket_cap_mb=args.bucket_mb)
     gen = torch.Generator().manual_seed(args.seed + 1 + rank)
     coefficients = [torch.randn(n, generator=gen) for n in sizes]
@@ -119,13 +147,31 @@ def run_ddp(rank, world, args):
     return times
 
 
-def mlp(dims):
-    layers = []
-    for i in range(len(dims) - 1):
-        layers.append(torch.nn.Linear(dims[i], dims[i + 1]))
-        if i < len(dims) - 2:
-            layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers)
+class Mlp(torch.nn.Module):
+    """Parameters named as pshard's mlp workload names them: layers.<i>.*"""
+
+    def __init__(self, dims):
+        super().__init__()
+        layers = []
+        for i in range(len(dims) - 1):
+            layers.append(torch.nn.Linear(dims[i], dims[i + 1]))
+            if i < len(dims) - 2:
+                layers.append(torch.nn.ReLU())
+        self.layers = torch.nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def make_teacher(dims):
+    teacher = Mlp(dims)
+    with torch.no_grad():
+        for layer in teacher.layers:
+            if isinstance(layer, torch.nn.Linear):
+                bound = (6.0 / layer.in_features) ** 0.5
+                layer.weight.uniform_(-bound, bound)
+                layer.bias.uniform_(-bound, bound)
+    return teacher
 
 
 def run_mlp(rank, world, args, sharded):
@@ -133,8 +179,8 @@ def run_mlp(rank, world, args, sharded):
     from torch.nn.parallel import DistributedDataParallel as DDP
     dims = [int(d) for d in args.mlp_dims.split(",")]
     torch.manual_seed(args.seed)
-    teacher = mlp(dims)
-    model = DDP(mlp(dims), bucket_cap_mb=args.bucket_mb)
+    teacher = make_teacher(dims)
+    model = DDP(Mlp(dims), bucket_cap_mb=args.bucket_mb)
     if sharded:
         optim = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=args.lr)
     else:
@@ -142,18 +188,21 @@ def run_mlp(rank, world, args, sharded):
     gen = torch.Generator().manual_seed(args.seed + 1 + rank)
     loss_fn = torch.nn.MSELoss()
     times = []
+    losses = []
     for step in range(args.warmup + args.steps):
+        dist.barrier()
+        start = time.perf_counter()
         x = torch.randn(args.batch, dims[0], generator=gen)
         with torch.no_grad():
             y = teacher(x)
-        dist.barrier()
-        start = time.perf_counter()
         optim.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
+        loss = loss_fn(model(x), y)
+        loss.backward()
         optim.step()
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
-    return times
+        losses.append(loss.item())
+    return times, losses
 
 
 def worker(rank, world, port, args, queue):
@@ -167,10 +216,11 @@ def worker(rank, world, port, args, queue):
         "ddp_zero": lambda r, w, a: run_mlp(r, w, a, sharded=True),
         "ddp_mlp": lambda r, w, a: run_mlp(r, w, a, sharded=False),
     }
-    times = runners[args.mode](rank, world, args)
+    result = runners[args.mode](rank, world, args)
+    times, losses = result if isinstance(result, tuple) else (result, [])
     dist.barrier()
     dist.destroy_process_group()
-    queue.put((rank, times))
+    queue.put((rank, times, losses))
 
 
 def main():
@@ -179,8 +229,9 @@ def main():
     parser.add_argument("--world", type=int, default=2)
     parser.add_argument("--params", type=parse_count, default=parse_count("16M"))
     parser.add_argument("--bucket_mb", type=float, default=25)
-    parser.add_argument("--tensor_mb", type=float, default=4, help="ddp: size of each parameter tensor")
-    parser.add_argument("--mlp_dims", default="512,1024,1024,256")
+    parser.add_argument("--tensor_numel", type=parse_count, default=parse_count("1M"),
+                        help="synthetic: elements per parameter tensor (pshard's default)")
+    parser.add_argument("--mlp_dims", default="512,1024,1024,512")
     parser.add_argument("--batch", type=int, default=64, help="mlp: samples per rank per step")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--steps", type=int, default=10)
@@ -195,7 +246,12 @@ def main():
     procs = [ctx.Process(target=worker, args=(r, args.world, port, args, queue)) for r in range(args.world)]
     for p in procs:
         p.start()
-    results = dict(queue.get() for _ in procs)
+    results = {}
+    losses = {}
+    for _ in procs:
+        rank, times, rank_losses = queue.get()
+        results[rank] = times
+        losses[rank] = rank_losses
     for p in procs:
         p.join(timeout=60)
     # A step ends when the slowest rank has finished it.
@@ -212,9 +268,14 @@ def main():
         "steps": args.steps,
     }
     if args.mode in ("ddp_zero", "ddp_mlp"):
+        dims = [int(d) for d in args.mlp_dims.split(",")]
+        out["params"] = sum(dims[i] * dims[i + 1] + dims[i + 1] for i in range(len(dims) - 1))
         out["mlp_dims"] = args.mlp_dims
         out["batch"] = args.batch
         out["samples_per_second"] = round(args.batch * args.world / median, 1)
+        # Mean over ranks, as pshard reports its loss.
+        out["loss_first"] = sum(losses[r][0] for r in losses) / len(losses)
+        out["loss_last"] = sum(losses[r][-1] for r in losses) / len(losses)
     print(json.dumps(out))
 
 
