@@ -27,9 +27,12 @@ std::optional<int64_t> ParseId(absl::string_view id, absl::string_view prefix) {
   if (!absl::ConsumePrefix(&id, prefix) || id.empty() || id.size() > 18) {
     return std::nullopt;
   }
+  // Canonical decimal only ("w-01" and "w-+1" are not "w-1").
+  if (id[0] == '0') return std::nullopt;
   int64_t n = 0;
-  if (!absl::SimpleAtoi(id, &n) || n <= 0 || absl::StrCat(n) != id) {
-    return std::nullopt;
+  for (char c : id) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + (c - '0');
   }
   return n;
 }
@@ -114,6 +117,8 @@ struct Coordinator::JobRec {
   std::vector<v1::JobEvent> events;
   // Per rank of the current epoch (empty while QUEUED).
   std::vector<RankRec> ranks;
+  // Ranks with finished == true.
+  int finished_ranks = 0;
   std::optional<Layout> reference_layout;
   int reference_rank = -1;
   int layouts_reported = 0;
@@ -246,6 +251,7 @@ absl::Status Coordinator::Load() {
           r.worker_num = *wnum;
         }
         r.finished = finished.count(m.rank()) > 0;
+        j->finished_ranks += r.finished ? 1 : 0;
         r.layout_reported = state == v1::RUNNING;
         j->ranks.push_back(r);
       }
@@ -527,6 +533,7 @@ void Coordinator::StartEpoch(JobRec& job,
   job.job.clear_members();
   job.run_job_tail.reset();
   job.ranks.assign(worker_nums.size(), RankRec{});
+  job.finished_ranks = 0;
   for (size_t r = 0; r < worker_nums.size(); ++r) {
     WorkerRec& w = *workers_[worker_nums[r]];
     job.ranks[r].worker_num = w.num;
@@ -698,6 +705,8 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   w->lost = false;
   w->confirmed = true;
   w->last_heartbeat = now;
+  next_loss_check_ =
+      std::min(next_loss_check_, now + options_.worker_timeout);
   PersistWorker(*w);
   Schedule();
   RETURN_IF_ERROR(Commit());
@@ -987,6 +996,7 @@ Coordinator::WaitId Coordinator::WaitForEvents(absl::string_view job_id,
   w->deadline = CapDeadline(deadline);
   w->events_done = std::move(done);
   const WaitId id = ++next_wait_;
+  deadlines_.emplace(w->deadline, id);
   waiters_[id] = std::move(w);
   j->event_waiters.push_back(id);
   return id;
@@ -1078,6 +1088,7 @@ Coordinator::WaitId Coordinator::KvGet(absl::string_view job_id,
         w->deadline = CapDeadline(deadline);
         w->kv_done = std::move(done);
         const WaitId id = ++next_wait_;
+        deadlines_.emplace(w->deadline, id);
         waiters_[id] = std::move(w);
         (*j)->kv_waiters[std::string(key)].push_back(id);
         return id;
@@ -1205,6 +1216,7 @@ Coordinator::WaitId Coordinator::GetAssignment(absl::string_view job_id,
     w->deadline = CapDeadline(deadline);
     w->assignment_done = std::move(done);
     const WaitId id = ++next_wait_;
+    deadlines_.emplace(w->deadline, id);
     waiters_[id] = std::move(w);
     j->assignment_waiters.push_back(id);
     return id;
@@ -1285,6 +1297,7 @@ absl::Status Coordinator::ReportResult(const v1::ReportResultRequest& req) {
   if (j->ranks[rank].finished) return absl::OkStatus();  // a retry
   if (!req.ok()) {
     j->ranks[rank].finished = true;
+    ++j->finished_ranks;
     ReleaseRank(*j, rank, false, "");
     EndJob(*j, v1::FAILED,
            absl::StrCat(Who(*j, rank), " failed: ",
@@ -1302,6 +1315,7 @@ absl::Status Coordinator::ReportResult(const v1::ReportResultRequest& req) {
     return absl::InvalidArgumentError("output_path: at most 4096 characters");
   }
   j->ranks[rank].finished = true;
+  ++j->finished_ranks;
   pending_->finished_ranks.push_back({j->num, j->job.epoch(), rank});
   ReleaseRank(*j, rank, false, "");
   if (rank == 0) {
@@ -1312,9 +1326,7 @@ absl::Status Coordinator::ReportResult(const v1::ReportResultRequest& req) {
     }
     PersistJob(*j);
   }
-  bool all = true;
-  for (const RankRec& r : j->ranks) all &= r.finished;
-  if (all) {
+  if (j->finished_ranks == static_cast<int>(j->ranks.size())) {
     EndJob(*j, v1::SUCCEEDED,
            absl::StrCat("all ", j->ranks.size(), " ranks finished ",
                         j->job.progress().step(), " steps"));
@@ -1333,25 +1345,35 @@ void Coordinator::CancelWait(WaitId id) {
 void Coordinator::Tick() {
   Locked lock(this);
   const absl::Time now = clock_->Now();
-  for (auto& [num, w] : workers_) {
-    if (w->lost) continue;
-    absl::Time limit = w->last_heartbeat + options_.worker_timeout;
-    if (!w->confirmed) limit = std::max(limit, started_ + options_.recovery_grace);
-    if (now > limit) {
-      MarkLost(*w, w->confirmed
-                       ? absl::StrCat("no heartbeat for ",
-                                      absl::FormatDuration(now - w->last_heartbeat))
-                       : absl::StrCat("not back within ",
-                                      absl::FormatDuration(options_.recovery_grace),
-                                      " of a coordinator restart"));
+  // Worker loss: scan only when the earliest possible loss is due (a
+  // heartbeat only ever moves a worker's limit later).
+  if (now >= next_loss_check_) {
+    next_loss_check_ = absl::InfiniteFuture();
+    for (auto& [num, w] : workers_) {
+      if (w->lost) continue;
+      absl::Time limit = w->last_heartbeat + options_.worker_timeout;
+      if (!w->confirmed) {
+        limit = std::max(limit, started_ + options_.recovery_grace);
+      }
+      if (now > limit) {
+        MarkLost(*w, w->confirmed
+                         ? absl::StrCat("no heartbeat for ",
+                                        absl::FormatDuration(now - w->last_heartbeat))
+                         : absl::StrCat("not back within ",
+                                        absl::FormatDuration(options_.recovery_grace),
+                                        " of a coordinator restart"));
+      } else {
+        next_loss_check_ = std::min(next_loss_check_, limit);
+      }
     }
   }
-  for (auto it = waiters_.begin(); it != waiters_.end();) {
+  // Wait deadlines, earliest first; entries of finished waits are skipped.
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    const WaitId id = deadlines_.begin()->second;
+    deadlines_.erase(deadlines_.begin());
+    auto it = waiters_.find(id);
+    if (it == waiters_.end()) continue;
     Waiter& w = *it->second;
-    if (now < w.deadline) {
-      ++it;
-      continue;
-    }
     std::string what = "no new event before the deadline";
     if (w.kind == Waiter::kKv) {
       what = "rendezvous key did not appear before the deadline";
@@ -1370,7 +1392,7 @@ void Coordinator::Tick() {
       Defer([done = std::move(w.assignment_done), s] { done(s); });
     }
     if (w.events_done) Defer([done = std::move(w.events_done), s] { done(s); });
-    it = waiters_.erase(it);
+    waiters_.erase(it);
   }
   for (int64_t num : std::vector<int64_t>(active_.begin(), active_.end())) {
     JobRec& job = *jobs_[num];

@@ -347,6 +347,10 @@ class Coordinator {
   std::set<int64_t> queued_ ABSL_GUARDED_BY(mu_);
   std::set<int64_t> active_ ABSL_GUARDED_BY(mu_);
   std::map<WaitId, std::unique_ptr<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
+  // (deadline, id) of waits; ids of waits already finished are skipped.
+  std::multimap<absl::Time, WaitId> deadlines_ ABSL_GUARDED_BY(mu_);
+  // No worker can be lost before this time.
+  absl::Time next_loss_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::unique_ptr<Pending> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void()>> deferred_ ABSL_GUARDED_BY(mu_);
 };

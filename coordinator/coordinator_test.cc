@@ -269,6 +269,10 @@ TEST_F(CoordinatorTest, SilentWorkerBecomesLostAndMayRegisterAgain) {
   EXPECT_THAT(Beat(a), StatusIs(absl::StatusCode::kNotFound, HasSubstr("lost")));
   EXPECT_EQ(Register("pod-a").id, a.id);
   EXPECT_EQ(StateOf(a.id), v1::IDLE);
+  // Registered again after every worker was lost: still watched.
+  clock_.Advance(absl::Seconds(5) + absl::Milliseconds(1));
+  c_->Tick();
+  EXPECT_EQ(StateOf(a.id), v1::LOST);
 }
 
 TEST_F(CoordinatorTest, DrainedWorkerGetsDirectiveAndNoJobs) {
