@@ -305,6 +305,28 @@ def mlp_spec(name, world, dims, batch, bucket_mb, steps):
 
 # ---- sections ----
 
+def section_limits(runner, bins, cfg):
+    cmd = [PYTHON, os.path.join(HERE, "step", "loopback_tcp.py"), "--json",
+           "--mib", str(cfg.loopback_mib)]
+    rc, out, err = runner.run(cmd, cfg.timeout, "limits-loopback")
+    if rc != 0:
+        runner.fail("limits-loopback", "exit %s: %s" % (rc, err.strip()[-300:]))
+        return {"command": show_cmd(cmd), "ok": False}
+    r = last_json_line(out)
+    r.update({"command": show_cmd(cmd), "ok": True})
+    runner.echo("  -> one way %.2f GB/s, both ways at once %.2f GB/s per direction" % (
+        r["one_way_GBps"], r["both_ways_GBps"]))
+    return r
+
+
+def wire_bytes(runner_label, n, size):
+    """Bytes one rank sends per step by the balanced formula."""
+    if n < 2:
+        return 0.0
+    factor = 2 if runner_label in ("reduce+bcast", "torch DDP") else 3
+    return factor * (n - 1) / n * size
+
+
 def section_steps(runner, bins, cfg):
     rows = []
     for world in cfg.worlds:
@@ -420,6 +442,15 @@ def machine():
     except OSError:
         info["commit"] = "?"
     try:
+        # Uncommitted changes to what the benchmarks run (other engineers
+        # work in the same tree): the binaries were built from them.
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "worker",
+                                "server", "coordinator", "cli", "common", "proto", "bench"],
+                               capture_output=True, text=True).stdout.split("\n")
+        info["uncommitted"] = [line[3:] for line in dirty if line.strip()]
+    except OSError:
+        info["uncommitted"] = []
+    try:
         info["torch"] = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
                                        capture_output=True, text=True).stdout.strip()
     except OSError:
@@ -449,19 +480,36 @@ def markdown(results, cfg):
              "start %s, at end %s." % (m["cpu"], m["cores"], m["ram"], m["date"], m["commit"],
                                      m["torch"], m["load"], results.get("load_end", "?")),
              ""]
+    if m.get("uncommitted"):
+        lines[0] += " Built with uncommitted changes to: %s." % ", ".join(m["uncommitted"])
+    limits = results.get("limits") or {}
+    if limits.get("ok"):
+        lines += ["### Loopback TCP", "",
+                  "| measure | GB/s | command |", "|---|---|---|",
+                  "| one way | %.2f | `%s` |" % (limits["one_way_GBps"], limits["command"]),
+                  "| both ways at once, per direction | %.2f | (same) |" % limits["both_ways_GBps"],
+                  ""]
+    both = limits.get("both_ways_GBps") if limits.get("ok") else None
     if "steps" in results:
         lines += ["### Step time (synthetic workload, Adam, median over %d steps after %d warm-up)"
                   % (cfg.steps, cfg.warmup), "",
+                  "Loopback floor: the time the kernel needs just to move the bytes all "
+                  "ranks send in a step (balanced formula) at the machine's aggregate "
+                  "loopback rate, 2 x the both-ways figure above (both cores copying).", "",
                   "| workers | params | bucket | runner | median ms/step | wall mean ms | "
-                  "seen | vs seed | vs DDP | command |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "seen | vs seed | vs DDP | loopback floor ms | command |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for g in results["steps"]:
             seed, ddp = g["seed"], g["ddp"]
             entries = [(COMM_MODES[mode], r) for mode, r in g["pshard"].items()]
             entries += [("torch seed", seed), ("torch DDP", ddp)]
             for label, r in entries:
                 is_pshard = not label.startswith("torch")
-                lines.append("| %d | %s | %g MB | %s | %s | %s | %s | %s | %s | `%s` |" % (
+                floor = "-"
+                if both:
+                    sent = g["world"] * wire_bytes(label, g["world"], 4 * g["params"])
+                    floor = "%.0f" % (sent / (2 * both * 1e9) * 1e3)
+                lines.append("| %d | %s | %g MB | %s | %s | %s | %s | %s | %s | %s | `%s` |" % (
                     g["world"], fmt_count(g["params"]), g["bucket_mb"],
                     ("pshard " + label) if is_pshard else label,
                     fmt_ms(r.get("step_time_s")) if r.get("ok") else "FAILED",
@@ -469,7 +517,7 @@ def markdown(results, cfg):
                     ("%d/%d" % (r["seen"], r["steps"])) if is_pshard and r.get("ok") else "",
                     fmt_ratio(r.get("step_time_s"), seed.get("step_time_s")) if label != "torch seed" else "1",
                     fmt_ratio(r.get("step_time_s"), ddp.get("step_time_s")) if label != "torch DDP" else "1",
-                    r["command"]))
+                    floor, r["command"]))
         lines += goal_lines(results["steps"])
         lines += ["", "### Bytes on the wire per rank per step (rank 0, pshard's communicator)", "",
                   "S = parameter bytes. The balanced formulas assume every rank owns S/n; "
@@ -550,8 +598,9 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="tiny sizes, a few steps: checks that everything builds and runs")
-    parser.add_argument("--only", default="steps,optim,mlp",
-                        help="comma-separated sections: steps (includes wire), optim, mlp")
+    parser.add_argument("--only", default="limits,steps,optim,mlp",
+                        help="comma-separated sections: limits (loopback TCP), steps (includes "
+                        "the bytes on the wire), optim, mlp")
     parser.add_argument("--out", default="", help="results directory (default: a new /tmp dir)")
     parser.add_argument("--worlds", default="", help="steps: worker counts, e.g. 2,4")
     parser.add_argument("--params", default="", help="steps: parameter counts, e.g. 16M,64M")
@@ -565,12 +614,14 @@ def main():
     if args.quick:
         cfg.worlds, cfg.params, cfg.buckets = [2], [1 << 20], [1]
         cfg.steps, cfg.warmup, cfg.timeout = 4, 1, 60
+        cfg.loopback_mib = 8
         cfg.optim_numels, cfg.optim_repetitions, cfg.optim_min_time = [4096], 1, 0.01
         cfg.mlp_worlds, cfg.mlp_dims, cfg.mlp_batch = [1, 2], [32, 64, 8], 16
         cfg.mlp_bucket_mb, cfg.mlp_steps, cfg.mlp_warmup = 0.01, 4, 1
     else:
         cfg.worlds, cfg.params, cfg.buckets = [2, 4], [16 * MiB, 64 * MiB], [8, 25]
         cfg.steps, cfg.warmup, cfg.timeout = 10, 3, 300
+        cfg.loopback_mib = 1024
         cfg.optim_numels, cfg.optim_repetitions, cfg.optim_min_time = [16 * MiB, 64 * MiB], 3, 0.3
         cfg.mlp_worlds, cfg.mlp_dims, cfg.mlp_batch = [1, 2, 4], [512, 1024, 1024, 512], 128
         cfg.mlp_bucket_mb, cfg.mlp_steps, cfg.mlp_warmup = 2, 30, 5
@@ -586,7 +637,7 @@ def main():
         cfg.warmup = args.warmup
     sections = [s.strip() for s in args.only.split(",") if s.strip()]
     for s in sections:
-        if s not in ("steps", "optim", "mlp"):
+        if s not in ("limits", "steps", "optim", "mlp"):
             parser.error("--only: unknown section %r" % s)
 
     bins = {"pshardctl": find_binary("cli/pshardctl"),
@@ -604,7 +655,7 @@ def main():
                                                             show(out_dir)))
         runner.echo("machine: %s" % json.dumps(results["machine"]))
         started = time.monotonic()
-        for section, fn in (("steps", section_steps), ("optim", section_optim),
+        for section, fn in (("limits", section_limits), ("steps", section_steps), ("optim", section_optim),
                             ("mlp", section_mlp)):
             if section not in sections:
                 continue

@@ -4,5 +4,5 @@
 # non-zero otherwise). Numbers are never asserted. Runs from the runfiles
 # root, where the driver finds the binaries.
 set -euo pipefail
-exec /usr/bin/python3 bench/run_benchmarks.py --quick --only steps,mlp \
+exec /usr/bin/python3 bench/run_benchmarks.py --quick --only limits,steps,mlp \
   --out "${TEST_TMPDIR:-/tmp}/bench"
