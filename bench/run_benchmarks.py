@@ -251,6 +251,27 @@ def summarize_probe(probe, warmup, cmd_text):
     return result
 
 
+def run_hook(runner, bins, name, world, params, bucket, mode, cfg):
+    """worker/hook's hook_benchmark: the ZeroHook over Gloo alone, ranks as
+    threads of one process, gradients generated once outside the timed step
+    (as the seed peer does); it has 2 warm-up steps of its own."""
+    cmd = [bins["hook_benchmark"], "--world=%d" % world, "--params=%d" % params,
+           "--bucket_mb=%g" % bucket, "--mode=%s" % mode.lower(), "--steps=%d" % cfg.steps]
+    rc, out, err = runner.run(cmd, cfg.timeout, name)
+    cmd_text = show_cmd(cmd)
+    if rc != 0:
+        runner.fail(name, "exit %s: %s" % (rc, err.strip()[-300:]))
+        return {"command": cmd_text, "ok": False}
+    try:
+        r = last_json_line(out)
+    except ValueError as e:
+        runner.fail(name, str(e))
+        return {"command": cmd_text, "ok": False}
+    r.update({"command": cmd_text, "ok": True, "step_time_s": r["step_time_ms_median"] / 1e3,
+              "step_time_min_s": r["step_time_ms_min"] / 1e3})
+    return r
+
+
 def run_torch(runner, name, args, timeout):
     cmd = [PYTHON, os.path.join(HERE, "peers", "torch_peers.py")] + [str(a) for a in args]
     rc, out, err = runner.run(cmd, timeout, name)
@@ -340,6 +361,12 @@ def section_steps(runner, bins, cfg):
                     group["pshard"][mode] = run_pshard(runner, bins, name, spec, world, cfg.warmup,
                                                        cfg.timeout)
                     report_row(runner, group["pshard"][mode])
+                group["hook"] = {}
+                for mode in cfg.modes:
+                    name = "steps-%s-hook-%s" % (size, mode.lower())
+                    group["hook"][mode] = run_hook(runner, bins, name, world, params, bucket,
+                                                   mode, cfg)
+                    report_row(runner, group["hook"][mode])
                 for peer in ("seed", "ddp"):
                     name = "steps-%s-torch-%s" % (size, peer)
                     group[peer] = run_torch(runner, name, [
@@ -502,16 +529,19 @@ def markdown(results, cfg):
         for g in results["steps"]:
             seed, ddp = g["seed"], g["ddp"]
             entries = [(COMM_MODES[mode], r) for mode, r in g["pshard"].items()]
+            entries += [("hook " + COMM_MODES[mode], r) for mode, r in g.get("hook", {}).items()]
             entries += [("torch seed", seed), ("torch DDP", ddp)]
             for label, r in entries:
-                is_pshard = not label.startswith("torch")
+                is_pshard = not label.startswith("torch") and not label.startswith("hook")
                 floor = "-"
                 if both:
-                    sent = g["world"] * wire_bytes(label, g["world"], 4 * g["params"])
+                    sent = g["world"] * wire_bytes(label.replace("hook ", ""), g["world"],
+                                                   4 * g["params"])
                     floor = "%.0f" % (sent / (2 * both * 1e9) * 1e3)
                 lines.append("| %d | %s | %g MB | %s | %s | %s | %s | %s | %s | %s | `%s` |" % (
                     g["world"], fmt_count(g["params"]), g["bucket_mb"],
-                    ("pshard " + label) if is_pshard else label,
+                    ("pshard " + label) if is_pshard else
+                    ("pshard ZeroHook alone, " + label[5:]) if label.startswith("hook") else label,
                     fmt_ms(r.get("step_time_s")) if r.get("ok") else "FAILED",
                     fmt_ms(r.get("wall_step_s")),
                     ("%d/%d" % (r["seen"], r["steps"])) if is_pshard and r.get("ok") else "",
@@ -641,7 +671,8 @@ def main():
             parser.error("--only: unknown section %r" % s)
 
     bins = {"pshardctl": find_binary("cli/pshardctl"),
-            "job_probe": find_binary("bench/step/job_probe")}
+            "job_probe": find_binary("bench/step/job_probe"),
+            "hook_benchmark": find_binary("worker/hook/hook_benchmark")}
     if "optim" in sections:
         bins["optimizer_bench"] = find_binary("bench/optimizer/optimizer_bench")
     out_dir = os.path.abspath(args.out) if args.out else tempfile.mkdtemp(
