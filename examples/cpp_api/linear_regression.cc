@@ -21,20 +21,24 @@ constexpr int kIn = 16;
 constexpr int kOut = 4;
 constexpr int kBatch = 32;
 
-// One rank's training loop: everything a user writes.
+// One rank's training loop: everything a user writes. The Trainer is
+// handed out through `trainer_out` so that the caller can destroy the
+// communicator first (see trainer.h).
 absl::Status TrainRank(worker::Communicator* comm, int steps, bool verbose,
-                       ExampleResult* result) {
+                       ExampleResult* result,
+                       std::unique_ptr<Trainer>& trainer_out) {
   worker::TrainerOptions options;
   options.optimizer.set_kind(v1::OptimizerSpec::ADAM);
   options.optimizer.mutable_hyper_parameters()->set_lr(0.05);
   // Tiny buckets so that this tiny model still has one bucket per rank.
   options.bucket_cap_mb = 64.0 / (1024 * 1024);
   ASSIGN_OR_RETURN(
-      std::unique_ptr<Trainer> trainer,
+      trainer_out,
       Trainer::Create(comm,
                       {{"linear.weight", {kOut, kIn}, kOut * kIn},
                        {"linear.bias", {kOut}, kOut}},
                       options));
+  Trainer* trainer = trainer_out.get();
 
   // Same initial parameters on every rank (same seed).
   std::mt19937 init(7);
@@ -116,8 +120,16 @@ absl::StatusOr<ExampleResult> RunLinearRegression(int world_size, int steps,
       gloo.timeout = absl::Seconds(30);
       absl::StatusOr<std::unique_ptr<worker::Communicator>> comm =
           worker::CreateGlooCommunicator(gloo, store);
-      statuses[r] = comm.ok() ? TrainRank(comm->get(), steps, verbose, &result)
-                              : comm.status();
+      if (!comm.ok()) {
+        statuses[r] = comm.status();
+        return;
+      }
+      // Destroyed after the communicator (declared first, so freed last).
+      std::unique_ptr<Trainer> trainer;
+      std::unique_ptr<worker::Communicator> communicator = *std::move(comm);
+      statuses[r] =
+          TrainRank(communicator.get(), steps, verbose, &result, trainer);
+      communicator.reset();
     });
   }
   for (auto& t : ranks) t.join();

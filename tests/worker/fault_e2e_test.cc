@@ -115,7 +115,9 @@ TEST(FaultE2eTest, SigtermAbortsJobAndExitsZero) {
   ASSERT_OK(cluster->worker(1).Signal(SIGTERM));
   ASSERT_OK_AND_ASSIGN(int wait_status,
                        cluster->worker(1).Wait(absl::Seconds(10)));
-  ASSERT_TRUE(WIFEXITED(wait_status));
+  ASSERT_TRUE(WIFEXITED(wait_status))
+      << "killed by signal " << WTERMSIG(wait_status) << "\n"
+      << cluster->Logs();
   EXPECT_EQ(WEXITSTATUS(wait_status), 0);
   ASSERT_OK_AND_ASSIGN(v1::Job ended,
                        cluster->WaitForEnd(job.id(), absl::Seconds(15)));

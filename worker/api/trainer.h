@@ -35,7 +35,8 @@
 //  - The first step already updates the parameters: the bucket layout and
 //    its owners are settled inside the first FinishStep.
 //  - Any error (a peer gone, a timeout) leaves the communicator aborted: end
-//    the run.
+//    the run, and destroy the communicator before the Trainer (an aborted
+//    transport may still hold the Trainer's buffers until it is destroyed).
 #ifndef PSHARD_WORKER_API_TRAINER_H_
 #define PSHARD_WORKER_API_TRAINER_H_
 

@@ -74,6 +74,13 @@ class Communicator {
   virtual std::shared_ptr<Work> Reduce(void* data, int64_t count,
                                        DataType dtype, int root) = 0;
 
+  // Like Reduce, but `root` ends with the element-wise mean: the sum divided
+  // by world_size(), as DDP averages gradients. Backends may fuse the
+  // division into the last addition (one pass less over the bucket); the
+  // default reduces, then divides in an Enqueue'd function on the root.
+  virtual std::shared_ptr<Work> ReduceMean(void* data, int64_t count,
+                                           DataType dtype, int root);
+
   // Copies `count` elements at `data` on `root` to `data` on every rank.
   virtual std::shared_ptr<Work> Broadcast(void* data, int64_t count,
                                           DataType dtype, int root) = 0;
@@ -110,6 +117,25 @@ class Communicator {
   // Payload bytes this rank has sent over the transport since creation.
   virtual int64_t bytes_sent() const = 0;
 };
+
+// Divides `count` elements at `data` by `divisor` in place (bf16 through
+// fp32, rounding to nearest even).
+void DivideInPlace(void* data, int64_t count, DataType dtype, float divisor);
+
+inline std::shared_ptr<Work> Communicator::ReduceMean(void* data,
+                                                      int64_t count,
+                                                      DataType dtype,
+                                                      int root) {
+  std::shared_ptr<Work> reduced = Reduce(data, count, dtype, root);
+  if (rank() != root || world_size() == 1) return reduced;
+  const float divisor = static_cast<float>(world_size());
+  return EnqueueTouching(
+      [data, count, dtype, divisor] {
+        DivideInPlace(data, count, dtype, divisor);
+        return absl::OkStatus();
+      },
+      {{data, count * DataTypeSize(dtype)}});
+}
 
 }  // namespace pshard::worker
 

@@ -48,6 +48,14 @@ class FakeCommunicator : public Communicator {
     return Collective(FakeHub::OpKind::kReduce, data, count, dtype, root, sent);
   }
 
+  std::shared_ptr<Work> ReduceMean(void* data, int64_t count, DataType dtype,
+                                   int root) override {
+    if (root < 0 || root >= world_size()) return BadRoot(root);
+    int64_t sent = rank_ == root ? 0 : count * DataTypeSize(dtype);
+    return Collective(FakeHub::OpKind::kReduceMean, data, count, dtype, root,
+                      sent);
+  }
+
   std::shared_ptr<Work> Broadcast(void* data, int64_t count, DataType dtype,
                                   int root) override {
     if (root < 0 || root >= world_size()) return BadRoot(root);
@@ -224,16 +232,23 @@ void FakeHub::Execute(Slot& slot) {
     case OpKind::kBarrier:
       return;
     case OpKind::kAllReduce:
-    case OpKind::kReduce: {
+    case OpKind::kReduce:
+    case OpKind::kReduceMean: {
       // Sum in rank order into a scratch buffer, so every rank sees the same
       // bits (a real all-reduce is deterministic too).
       std::vector<char> sum(bytes);
       if (bytes > 0) std::memcpy(sum.data(), slot.buffers[0], bytes);
       for (int r = 1; r < world_size_; ++r) {
-        AddInto(sum.data(), slot.buffers[r], slot.count, slot.dtype);
+        if (slot.kind == OpKind::kReduceMean && r == world_size_ - 1) {
+          AddIntoAndDivide(sum.data(), slot.buffers[r], slot.count, slot.dtype,
+                           static_cast<float>(world_size_));
+        } else {
+          AddInto(sum.data(), slot.buffers[r], slot.count, slot.dtype);
+        }
       }
       for (int r = 0; r < world_size_; ++r) {
         if (slot.kind == OpKind::kAllReduce || r == slot.root) {
+          // (A world of one has nothing to add: its mean is itself.)
           if (bytes > 0) std::memcpy(slot.buffers[r], sum.data(), bytes);
         }
       }

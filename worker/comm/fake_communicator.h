@@ -41,7 +41,7 @@ class FakeHub {
   // Fails all pending and future collectives with `reason`.
   void Break(const absl::Status& reason);
 
-  enum class OpKind { kAllReduce, kReduce, kBroadcast, kBarrier };
+  enum class OpKind { kAllReduce, kReduce, kReduceMean, kBroadcast, kBarrier };
 
   // Called on a rank's executor thread: joins collective number `seq` of that
   // rank and returns once every rank has joined and the result is in place.

@@ -147,6 +147,7 @@ struct Op {
   int64_t count = 0;
   DataType dtype = DataType::kFloat32;
   int root = 0;
+  bool mean = false;  // Reduce: the root divides the sum by the world size
   std::function<absl::Status()> fn;
   // Memory the op reads or writes; `full_barrier` ops conflict with all.
   std::vector<Communicator::MemoryRange> ranges;
@@ -233,6 +234,11 @@ class GlooCommunicator : public Communicator {
     return Issue(OpKind::kReduce, data, count, dtype, root);
   }
 
+  std::shared_ptr<Work> ReduceMean(void* data, int64_t count, DataType dtype,
+                                   int root) override {
+    return Issue(OpKind::kReduce, data, count, dtype, root, /*mean=*/true);
+  }
+
   std::shared_ptr<Work> Broadcast(void* data, int64_t count, DataType dtype,
                                   int root) override {
     return Issue(OpKind::kBroadcast, data, count, dtype, root);
@@ -268,7 +274,7 @@ class GlooCommunicator : public Communicator {
 
  private:
   std::shared_ptr<Work> Issue(OpKind kind, void* data, int64_t count,
-                              DataType dtype, int root) {
+                              DataType dtype, int root, bool mean = false) {
     if (count < 0) {
       return CompletionWork::Done(absl::InvalidArgumentError(
           absl::StrCat("negative element count ", count)));
@@ -287,6 +293,7 @@ class GlooCommunicator : public Communicator {
     op->count = count;
     op->dtype = dtype;
     op->root = root;
+    op->mean = mean;
     if (op->bytes() > 0) op->ranges.push_back({data, op->bytes()});
     return Push(std::move(op));
   }
@@ -546,12 +553,23 @@ class GlooCommunicator : public Communicator {
 
   // Waits for transfers [first, end) of `op`; receives into scratch are
   // added into `sum_into` (count elements) as they arrive.
-  absl::Status WaitAll(Op& op, size_t first, char* sum_into, int64_t count) {
+  // With `divisor` > 0 the last addition also divides (a fused mean).
+  absl::Status WaitAll(Op& op, size_t first, char* sum_into, int64_t count,
+                       float divisor = 0) {
+    size_t last_recv = op.transfers.size();
+    for (size_t i = first; i < op.transfers.size(); ++i) {
+      if (!op.transfers[i].send) last_recv = i;
+    }
     for (size_t i = first; i < op.transfers.size(); ++i) {
       Op::Transfer& t = op.transfers[i];
       RETURN_IF_ERROR_GLOO(Wait(t, op));
       if (!t.send && sum_into != nullptr && op.scratch[t.peer] != nullptr) {
-        AddInto(sum_into, op.scratch[t.peer].get(), count, op.dtype);
+        if (divisor > 0 && i == last_recv) {
+          AddIntoAndDivide(sum_into, op.scratch[t.peer].get(), count, op.dtype,
+                           divisor);
+        } else {
+          AddInto(sum_into, op.scratch[t.peer].get(), count, op.dtype);
+        }
       }
     }
     return absl::OkStatus();
@@ -572,7 +590,8 @@ class GlooCommunicator : public Communicator {
     switch (op.kind) {
       case OpKind::kReduce:
         RETURN_IF_ERROR_GLOO(WaitAll(
-            op, 0, rank_ == op.root ? op.data : nullptr, op.count));
+            op, 0, rank_ == op.root ? op.data : nullptr, op.count,
+            op.mean ? static_cast<float>(n) : 0.0f));
         break;
       case OpKind::kBroadcast:
       case OpKind::kBarrier:

@@ -30,14 +30,34 @@ inline uint16_t FloatToBFloat16(float value) {
 inline void AddInto(void* dst, const void* src, int64_t count,
                     DataType dtype) {
   if (dtype == DataType::kFloat32) {
-    float* d = static_cast<float*>(dst);
-    const float* s = static_cast<const float*>(src);
+    float* __restrict d = static_cast<float*>(dst);
+    const float* __restrict s = static_cast<const float*>(src);
     for (int64_t i = 0; i < count; ++i) d[i] += s[i];
   } else {
     uint16_t* d = static_cast<uint16_t*>(dst);
     const uint16_t* s = static_cast<const uint16_t*>(src);
     for (int64_t i = 0; i < count; ++i) {
       d[i] = FloatToBFloat16(BFloat16ToFloat(d[i]) + BFloat16ToFloat(s[i]));
+    }
+  }
+}
+
+// dst[i] = (dst[i] + src[i]) / divisor: the last addition of a mean, fused
+// with its division (the same two roundings as doing them apart).
+inline void AddIntoAndDivide(void* dst, const void* src, int64_t count,
+                             DataType dtype, float divisor) {
+  if (dtype == DataType::kFloat32) {
+    float* __restrict d = static_cast<float*>(dst);
+    const float* __restrict s = static_cast<const float*>(src);
+    for (int64_t i = 0; i < count; ++i) d[i] = (d[i] + s[i]) / divisor;
+  } else {
+    uint16_t* d = static_cast<uint16_t*>(dst);
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < count; ++i) {
+      // Summed in bf16 as AddInto does, then divided.
+      const float sum =
+          BFloat16ToFloat(FloatToBFloat16(BFloat16ToFloat(d[i]) + BFloat16ToFloat(s[i])));
+      d[i] = FloatToBFloat16(sum / divisor);
     }
   }
 }

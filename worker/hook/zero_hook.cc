@@ -144,17 +144,22 @@ void ZeroHook::LaunchPiece(int p) {
   if (options_.comm_mode == v1::JobSpec::ALLREDUCE_BROADCAST) {
     works_.push_back(comm_->AllReduce(grads, numel, DataType::kFloat32));
   } else {
-    works_.push_back(comm_->Reduce(grads, numel, DataType::kFloat32, owner));
+    // The owner receives the mean (the division fused into the sum).
+    works_.push_back(comm_->ReduceMean(grads, numel, DataType::kFloat32, owner));
   }
   if (comm_->rank() == owner) {
-    const int world = comm_->world_size();
+    // After an all-reduce the owner holds the sum: average it here (a
+    // division, as DDP does, not a multiply by the reciprocal).
+    const int world = options_.comm_mode == v1::JobSpec::ALLREDUCE_BROADCAST
+                          ? comm_->world_size()
+                          : 1;
     ShardOptimizer* optimizer = optimizer_.get();
     std::atomic<int64_t>* counter = &piece_steps_[p];
     works_.push_back(comm_->EnqueueTouching(
         [optimizer, counter, p, grads, params, numel, world]() -> absl::Status {
           if (world > 1) {
-            const float divisor = static_cast<float>(world);
-            for (int64_t i = 0; i < numel; ++i) grads[i] /= divisor;
+            DivideInPlace(grads, numel, DataType::kFloat32,
+                          static_cast<float>(world));
           }
           RETURN_IF_ERROR(optimizer->Step(p, params, grads));
           counter->fetch_add(1);

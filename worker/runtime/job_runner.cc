@@ -175,6 +175,11 @@ absl::Status JobRunner::RunSteps() {
   ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer,
                    ShardOptimizer::Create(spec.optimizer()));
 
+  // Declared before the communicator so that it is destroyed after it: the
+  // transport may use the hook's buffers until the communicator is gone
+  // (after a failure, posted transfers are only abandoned, not waited for).
+  std::unique_ptr<ZeroHook> hook;
+
   GlooOptions gloo;
   gloo.rank = rank;
   gloo.world_size = world;
@@ -264,7 +269,7 @@ absl::Status JobRunner::RunSteps() {
                                : v1::JobSpec::REDUCE_BROADCAST;
   hook_options.bucket_cap_mb = spec.bucket_cap_mb() > 0 ? spec.bucket_cap_mb() : 25;
   hook_options.timeout = timeout;
-  ASSIGN_OR_RETURN(std::unique_ptr<ZeroHook> hook,
+  ASSIGN_OR_RETURN(hook,
                    ZeroHook::Create(workload->parameters(), comm.get(),
                                     std::move(optimizer), std::move(provider),
                                     hook_options));
