@@ -43,7 +43,7 @@ inline absl::StatusOr<RunningCoordinator> StartCoordinator(
           {testing::RunfilePath("server/pshard-coordinator"),
            absl::StrCat("--listen=127.0.0.1:", port),
            "--port_file=" + port_file, "--state_path=" + state_path,
-           "--heartbeat_interval=100ms", "--worker_timeout=1500ms"},
+           "--heartbeat_interval=100ms", "--worker_timeout=3s"},
           {}, absl::StrCat(dir, "/coordinator.log")));
   ASSIGN_OR_RETURN(c.port, testing::WaitForPortFile(port_file, absl::Seconds(30)));
   return c;
