@@ -133,11 +133,13 @@ class Runner:
         self.echo("$ " + show_cmd(cmd))
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
+        start = time.monotonic()
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             out, err = stop(proc)
             err += "\nrun_benchmarks: stopped after %ds" % timeout
+        self.echo("  (%.1f s)" % (time.monotonic() - start))
         write(os.path.join(self.out_dir, "logs", name + ".out"), out)
         write(os.path.join(self.out_dir, "logs", name + ".err"), err)
         return proc.returncode, out, err
@@ -191,17 +193,38 @@ def run_pshard(runner, bins, name, spec, workers, warmup, timeout):
     probe_cmd = [bins["job_probe"], "--port_file", os.path.join(run_dir, "coordinator.port"),
                  "--job", "job-1", "--timeout", "%ds" % timeout]
     runner.echo("$ " + show_cmd(local_cmd) + " &")
+    runner.echo("$ " + show_cmd(probe_cmd))
+    start = time.monotonic()
     local = subprocess.Popen(local_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, start_new_session=True)
+    probe = subprocess.Popen(probe_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
     try:
-        rc, probe_out, probe_err = runner.run(probe_cmd, timeout + 10, name + ".probe")
+        # The probe ends when it sees the job end. If pshardctl local dies
+        # first (a bad spec, a crashed cluster), give the probe a moment,
+        # then stop it rather than wait for its timeout.
+        local_ended = None
+        while probe.poll() is None:
+            now = time.monotonic()
+            if local_ended is None and local.poll() is not None:
+                local_ended = now
+            if (local_ended is not None and now - local_ended > 10) or now - start > timeout + 10:
+                stop(probe)
+                break
+            time.sleep(0.1)
+        probe_out, probe_err = probe.communicate()
+        rc = probe.returncode
         try:
             local_out, _ = local.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             local_out, _ = stop(local)
     finally:
-        if local.poll() is None:
-            stop(local)
+        for proc in (probe, local):
+            if proc.poll() is None:
+                stop(proc)
+    runner.echo("  (%.1f s)" % (time.monotonic() - start))
+    write(os.path.join(runner.out_dir, "logs", name + ".probe.out"), probe_out)
+    write(os.path.join(runner.out_dir, "logs", name + ".probe.err"), probe_err)
     write(os.path.join(runner.out_dir, "logs", name + ".local"), local_out)
     # The final parameters (up to 256 MiB here) are not needed.
     shutil.rmtree(os.path.join(run_dir, "output"), ignore_errors=True)
@@ -209,7 +232,9 @@ def run_pshard(runner, bins, name, spec, workers, warmup, timeout):
     try:
         probe = json.loads(probe_out)
     except ValueError:
-        runner.fail(name, "job_probe printed no JSON (rc %d): %s" % (rc, probe_err.strip()[-300:]))
+        runner.fail(name, "job_probe saw no job (rc %s%s); pshardctl local (exit %s) said: %s" % (
+            rc, (", " + probe_err.strip()[-200:]) if probe_err.strip() else "",
+            local.returncode, (local_out or "").strip()[-300:]))
         return {"command": cmd_text, "ok": False}
     if probe["state"] != "SUCCEEDED" or local.returncode != 0:
         runner.fail(name, "job %s (%s), pshardctl local exit %s; see %s" % (
