@@ -41,6 +41,9 @@ using ::gloo::transport::UnboundBuffer;
 // collectives' slots (which use small prefixes in the top byte).
 constexpr uint64_t kSlotPrefix = uint64_t{0x5d} << 56;
 
+// All-reduces whose second round may be in flight at once.
+constexpr int kMaxGathering = 8;
+
 uint64_t SlotOf(uint64_t seq, int phase) {
   return kSlotPrefix | (seq << 2) | static_cast<uint64_t>(phase);
 }
@@ -165,6 +168,11 @@ struct Op {
   };
   std::vector<Transfer> transfers;
   std::vector<std::unique_ptr<char[]>> scratch;  // per rank, or null
+  // Completion: kPosted -> (all-reduce: kGathering ->) kDone with `result`.
+  enum Stage { kPosted, kGathering, kDone };
+  Stage stage = kPosted;
+  absl::Status result;
+  size_t gather_first = 0;
   std::vector<size_t> scratch_bytes;
   int64_t pending_send_bytes = 0;
 
@@ -390,10 +398,15 @@ class GlooCommunicator : public Communicator {
     }
   }
 
+  // Completes posted ops in order. An all-reduce needs a second round of
+  // transfers (its all-gather) once its first has arrived; rather than wait
+  // for that round before looking at later ops, the loop posts it and moves
+  // on to the next ops' arrivals, so consecutive all-reduces overlap. Ops
+  // still complete (their Work, and Enqueue'd functions run) in order.
   void CompleteLoop() {
     while (true) {
-      Op* op;
-      absl::Status error;
+      Op* op = nullptr;
+      bool finish_front = false;
       {
         absl::MutexLock lock(&mu_);
         mu_.Await(absl::Condition(
@@ -404,18 +417,60 @@ class GlooCommunicator : public Communicator {
             this));
         // The issuer has stopped and everything it posted is finished.
         if (in_flight_.empty()) return;
-        op = in_flight_.front().get();
-        error = error_;
+        Op* front = in_flight_.front().get();
+        Op* next = nullptr;
+        int gathering = 0;
+        for (const auto& o : in_flight_) {
+          if (o->stage == Op::kGathering) ++gathering;
+          if (o->stage == Op::kPosted) {
+            next = o.get();
+            break;
+          }
+        }
+        if (front->stage == Op::kDone) {
+          // Fall through to completing the front.
+        } else if (front->stage == Op::kGathering &&
+                   (next == nullptr || next->kind == OpKind::kEnqueue ||
+                    gathering >= kMaxGathering || !error_.ok())) {
+          finish_front = true;
+          op = front;
+        } else if (next != nullptr &&
+                   (next->kind != OpKind::kEnqueue || next == front)) {
+          op = next;
+        } else {
+          finish_front = true;
+          op = front;
+        }
+        if (op != nullptr && !error_.ok()) {
+          op->result = error_;
+          op->stage = Op::kDone;
+          op = nullptr;
+        }
       }
-      absl::Status status = error.ok() ? Finish(*op) : error;
-      if (!status.ok()) Fail(status);
+      if (op != nullptr) {
+        absl::Status status =
+            finish_front ? FinishGather(*op) : Process(*op);
+        if (!status.ok()) {
+          {
+            absl::MutexLock lock(&mu_);
+            op->result = status;
+            op->stage = Op::kDone;
+          }
+          Fail(status);
+        }
+        continue;
+      }
       std::unique_ptr<Op> done;
       {
         absl::MutexLock lock(&mu_);
+        if (in_flight_.empty() || in_flight_.front()->stage != Op::kDone) {
+          continue;
+        }
         done = std::move(in_flight_.front());
         in_flight_.pop_front();
       }
       std::shared_ptr<CompletionWork> work = done->work;
+      const absl::Status status = done->result;
       if (status.ok()) {
         Recycle(*done);
       } else {
@@ -575,16 +630,16 @@ class GlooCommunicator : public Communicator {
     return absl::OkStatus();
   }
 
-  absl::Status CheckNotFailed() {
-    absl::MutexLock lock(&mu_);
-    return error_;
-  }
 
-  // Waits for the op's transfers, does its arithmetic, and (all-reduce) runs
-  // its second phase.
-  absl::Status Finish(Op& op) {
-    if (op.kind == OpKind::kEnqueue) return op.fn();
-    if (world_size_ == 1 || op.transfers.empty()) return absl::OkStatus();
+  // Handles a posted op: waits for its transfers and does its arithmetic
+  // (kDone), or for an all-reduce, its first round, then posts the second
+  // (kGathering). Errors are returned (the caller fails the communicator).
+  absl::Status Process(Op& op) {
+    if (op.kind == OpKind::kEnqueue) {
+      RETURN_IF_ERROR_GLOO(op.fn());
+      return MarkDone(op);
+    }
+    if (world_size_ == 1 || op.transfers.empty()) return MarkDone(op);
     const int n = world_size_;
     const size_t esize = DataTypeSize(op.dtype);
     switch (op.kind) {
@@ -601,9 +656,11 @@ class GlooCommunicator : public Communicator {
         const int64_t mine = ChunkElems(op, rank_);
         char* my_chunk = op.data + ChunkBegin(op, rank_) * esize;
         RETURN_IF_ERROR_GLOO(WaitAll(op, 0, my_chunk, mine));
-        RETURN_IF_ERROR_GLOO(CheckNotFailed());
         // Phase 1 (all-gather): my reduced chunk to everyone, theirs to me.
-        const size_t first = op.transfers.size();
+        // Posted under the lock: Abort() walks the transfers.
+        absl::MutexLock lock(&mu_);
+        RETURN_IF_ERROR_GLOO(error_);
+        op.gather_first = op.transfers.size();
         try {
           for (int r = 0; r < n; ++r) {
             if (r == rank_) continue;
@@ -617,18 +674,26 @@ class GlooCommunicator : public Communicator {
           return FromGlooException(
               e, absl::StrCat("posting all-gather of operation #", op.seq));
         }
-        {
-          // Abort() must see the new buffers.
-          absl::MutexLock lock(&mu_);
-          if (!error_.ok()) AbortWaits(op);
-        }
-        RETURN_IF_ERROR_GLOO(WaitAll(op, first, nullptr, 0));
-        break;
+        op.stage = Op::kGathering;
+        return absl::OkStatus();
       }
       case OpKind::kEnqueue:
         break;
     }
+    return MarkDone(op);
+  }
+
+  // Waits for an all-reduce's second round.
+  absl::Status FinishGather(Op& op) {
+    RETURN_IF_ERROR_GLOO(WaitAll(op, op.gather_first, nullptr, 0));
+    return MarkDone(op);
+  }
+
+  absl::Status MarkDone(Op& op) {
     bytes_sent_ += op.pending_send_bytes;
+    absl::MutexLock lock(&mu_);
+    op.result = absl::OkStatus();
+    op.stage = Op::kDone;
     return absl::OkStatus();
   }
 
