@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -155,8 +157,65 @@ struct Coordinator::Pending {
   std::vector<StateStore::Batch::FinishedRank> finished_ranks;
 };
 
+// Runs batches of callbacks on its own thread, in order. The destructor runs
+// what is queued, then joins.
+class Coordinator::Notifier {
+ public:
+  Notifier() : thread_([this] { Loop(); }) {}
+  ~Notifier() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  void Post(std::vector<std::function<void()>> fns) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(fns));
+    ++posted_;
+  }
+  bool WaitIdle(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(
+        absl::Condition(
+            +[](Notifier* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(n->mu_) {
+              return n->done_ == n->posted_;
+            },
+            this),
+        timeout);
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      std::vector<std::function<void()>> fns;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](Notifier* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(n->mu_) {
+              return n->stop_ || !n->queue_.empty();
+            },
+            this));
+        if (queue_.empty()) return;  // stop_ and nothing left
+        fns = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      for (auto& fn : fns) fn();
+      absl::MutexLock lock(&mu_);
+      ++done_;
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<std::vector<std::function<void()>>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t posted_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
+};
+
 // Holds mu_; on destruction releases it and then runs the callbacks that
-// were deferred while it was held.
+// were deferred while it was held (many of them: on the notifier thread).
 class ABSL_SCOPED_LOCKABLE Coordinator::Locked {
  public:
   explicit Locked(const Coordinator* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->mu_)
@@ -167,6 +226,11 @@ class ABSL_SCOPED_LOCKABLE Coordinator::Locked {
     std::vector<std::function<void()>> fns = std::move(c_->deferred_);
     c_->deferred_.clear();
     c_->mu_.Unlock();
+    if (static_cast<int>(fns.size()) > c_->options_.max_inline_callbacks &&
+        c_->notifier_ != nullptr) {
+      c_->notifier_->Post(std::move(fns));
+      return;
+    }
     for (auto& fn : fns) fn();
   }
 
@@ -191,7 +255,12 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock,
       clock_(clock),
       store_(std::move(store)),
       started_(clock->Now()),
-      pending_(std::make_unique<Pending>()) {}
+      pending_(std::make_unique<Pending>()),
+      notifier_(std::make_unique<Notifier>()) {}
+
+bool Coordinator::WaitForNotifier(absl::Duration timeout) {
+  return notifier_->WaitIdle(timeout);
+}
 
 Coordinator::~Coordinator() {
   // Fail pending waits so that no caller waits for a callback that cannot
@@ -202,6 +271,7 @@ Coordinator::~Coordinator() {
     for (auto& [id, w] : waiters_) waiters.push_back(std::move(w));
     waiters_.clear();
   }
+  notifier_.reset();  // runs what it holds, then stops
   const absl::Status s = absl::UnavailableError("coordinator shutting down");
   for (auto& w : waiters) {
     if (w->kv_done) w->kv_done(s);

@@ -116,6 +116,11 @@ struct CoordinatorOptions {
   int64_t max_kv_bytes_total = int64_t{1} << 30;
   int max_reason_length = 1024;
   LayoutLimits layout_limits;
+  // A state change that completes more waits than this (e.g. an assignment
+  // published to 4096 parked ranks) runs their callbacks on the
+  // coordinator's notifier thread instead of the caller's, so the RPC that
+  // caused it answers at once.
+  int max_inline_callbacks = 64;
 };
 
 class Coordinator {
@@ -273,8 +278,13 @@ class Coordinator {
 
   const CoordinatorOptions& options() const { return options_; }
 
+  // Waits (up to `timeout`) until callbacks handed to the notifier thread
+  // have run; for tests.
+  bool WaitForNotifier(absl::Duration timeout);
+
  private:
   class Locked;
+  class Notifier;
   struct WorkerRec;
   struct RankRec;
   struct JobRec;
@@ -353,6 +363,8 @@ class Coordinator {
   absl::Time next_loss_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::unique_ptr<Pending> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void()>> deferred_ ABSL_GUARDED_BY(mu_);
+  // Declared last: destroyed first, after running what it was given.
+  std::unique_ptr<Notifier> notifier_;
 };
 
 }  // namespace coordinator

@@ -802,6 +802,24 @@ TEST_F(CoordinatorTest, WaitersAreCapped) {
   EXPECT_THAT(*two.result, StatusIs(absl::StatusCode::kResourceExhausted, ::testing::_));
 }
 
+TEST_F(CoordinatorTest, ManyWaitersAreAnsweredOnTheNotifierThread) {
+  options_.max_inline_callbacks = 4;
+  Open(":memory:");
+  Register("a");
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(1)));
+  job = GetJob(job.id());
+  std::vector<Capture<Coordinator::AssignmentPtr>> waits(50);
+  for (auto& w : waits) {
+    c_->GetAssignment(job.id(), 1, clock_.Now() + absl::Seconds(60), w.Callback());
+  }
+  PublishLayout(job, {10});
+  ASSERT_TRUE(c_->WaitForNotifier(absl::Seconds(30)));
+  for (auto& w : waits) {
+    ASSERT_TRUE(w.result.has_value());
+    EXPECT_OK(*w.result);
+  }
+}
+
 TEST_F(CoordinatorTest, GetAssignmentErrors) {
   Capture<Coordinator::AssignmentPtr> none;
   c_->GetAssignment("job-1", 1, clock_.Now() + absl::Seconds(1), none.Callback());
