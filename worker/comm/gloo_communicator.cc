@@ -133,7 +133,7 @@ class ScratchPool {
   void Release(size_t bytes, std::unique_ptr<char[]> buffer) {
     absl::MutexLock lock(&mu_);
     auto& free = free_[bytes];
-    if (free.size() < 8) free.push_back(std::move(buffer));
+    if (free.size() < 32) free.push_back(std::move(buffer));
   }
 
  private:
