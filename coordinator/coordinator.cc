@@ -122,6 +122,8 @@ struct Coordinator::JobRec {
   // Ranks with finished == true.
   int finished_ranks = 0;
   std::optional<Layout> reference_layout;
+  // The reference report's bytes (ReportBucketsWire's buckets_wire).
+  std::string reference_wire;
   int reference_rank = -1;
   int layouts_reported = 0;
   // The latest published assignment (any epoch).
@@ -584,6 +586,7 @@ void Coordinator::EndJob(JobRec& job, v1::JobState state, std::string reason) {
   kv_bytes_total_ -= job.kv_bytes;
   job.kv_bytes = 0;
   job.reference_layout.reset();
+  job.reference_wire.clear();
 }
 
 void Coordinator::StartEpoch(JobRec& job,
@@ -596,6 +599,7 @@ void Coordinator::StartEpoch(JobRec& job,
   kv_bytes_total_ -= job.kv_bytes;
   job.kv_bytes = 0;
   job.reference_layout.reset();
+  job.reference_wire.clear();
   job.reference_rank = -1;
   job.layouts_reported = 0;
   job.recovering = false;
@@ -1176,39 +1180,57 @@ Coordinator::WaitId Coordinator::KvGet(absl::string_view job_id,
 // ---- Buckets and assignment ----
 
 absl::Status Coordinator::ReportBuckets(const v1::ReportBucketsRequest& req) {
-  // Validation is the expensive part and needs no lock.
-  const absl::Status valid = ValidateLayout(req.buckets(), options_.layout_limits);
+  v1::ReportBucketsRequest buckets_only;
+  *buckets_only.mutable_buckets() = req.buckets();
+  return ReportBucketsWire(req.job_id(), req.epoch(), req.rank(),
+                           req.worker_id(), buckets_only.SerializeAsString());
+}
+
+absl::Status Coordinator::ReportBucketsWire(absl::string_view job_id,
+                                            int64_t epoch, int rank,
+                                            absl::string_view worker_id,
+                                            absl::string_view buckets_wire) {
   Locked lock(this);
-  ASSIGN_OR_RETURN(JobRec * j, ActiveJobAt(req.job_id(), req.epoch()));
-  RETURN_IF_ERROR(CheckRank(*j, req.rank(), req.worker_id()));
-  Acknowledge(*j, req.rank());
-  const int rank = req.rank();
-  if (!valid.ok()) {
-    const std::string reason =
-        absl::StrCat(Who(*j, rank), " reported an invalid bucket layout: ",
-                     valid.message());
+  ASSIGN_OR_RETURN(JobRec * j, ActiveJobAt(job_id, epoch));
+  RETURN_IF_ERROR(CheckRank(*j, rank, worker_id));
+  Acknowledge(*j, rank);
+  auto fail = [&](const std::string& reason) -> absl::Status {
     EndJob(*j, v1::FAILED, reason);
     Schedule();
     RETURN_IF_ERROR(Commit());
     return absl::InvalidArgumentError(reason);
-  }
-  if (!j->reference_layout) {
-    if (j->job.state() == v1::RUNNING) {
+  };
+  const bool same_bytes = j->reference_layout.has_value() &&
+                          buckets_wire == j->reference_wire;
+  if (!same_bytes) {
+    if (!j->reference_layout && j->job.state() == v1::RUNNING) {
       // Recovered after a restart: the layout was checked before, and the
       // published assignment stands.
       return absl::OkStatus();
     }
-    j->reference_layout = req.buckets();
-    j->reference_rank = rank;
-  } else if (std::optional<LayoutDifference> diff =
-                 CompareLayouts(*j->reference_layout, req.buckets())) {
-    const std::string reason = absl::StrCat(
-        "bucket layout mismatch: ", Who(*j, rank), " differs from rank ",
-        j->reference_rank, " at bucket ", diff->bucket, ": ", diff->detail);
-    EndJob(*j, v1::FAILED, reason);
-    Schedule();
-    RETURN_IF_ERROR(Commit());
-    return absl::InvalidArgumentError(reason);
+    v1::ReportBucketsRequest parsed;
+    if (!parsed.ParseFromArray(buckets_wire.data(),
+                               static_cast<int>(buckets_wire.size()))) {
+      return fail(absl::StrCat(Who(*j, rank),
+                               " sent a bucket layout that does not parse"));
+    }
+    const absl::Status valid =
+        ValidateLayout(parsed.buckets(), options_.layout_limits);
+    if (!valid.ok()) {
+      return fail(absl::StrCat(Who(*j, rank),
+                               " reported an invalid bucket layout: ",
+                               valid.message()));
+    }
+    if (!j->reference_layout) {
+      j->reference_layout = std::move(*parsed.mutable_buckets());
+      j->reference_rank = rank;
+      j->reference_wire = std::string(buckets_wire);
+    } else if (std::optional<LayoutDifference> diff =
+                   CompareLayouts(*j->reference_layout, parsed.buckets())) {
+      return fail(absl::StrCat("bucket layout mismatch: ", Who(*j, rank),
+                               " differs from rank ", j->reference_rank,
+                               " at bucket ", diff->bucket, ": ", diff->detail));
+    }
   }
   if (!j->ranks[rank].layout_reported) {
     j->ranks[rank].layout_reported = true;

@@ -239,6 +239,17 @@ class Coordinator {
   // Internal: the state database failed.
   absl::Status ReportBuckets(const v1::ReportBucketsRequest& request);
 
+  // ReportBuckets for servers that receive bytes: `buckets_wire` is the wire
+  // form of a ReportBucketsRequest holding only its `buckets` (field 5). A
+  // report byte-identical to the first one of the epoch is accepted after a
+  // comparison of bytes (the common case: every rank reports the same
+  // layout); any other is parsed, validated and compared field by field.
+  // Errors: as ReportBuckets; InvalidArgument also for bytes that do not
+  // parse (the job fails).
+  absl::Status ReportBucketsWire(absl::string_view job_id, int64_t epoch,
+                                 int rank, absl::string_view worker_id,
+                                 absl::string_view buckets_wire);
+
   // Calls `done` once with the assignment of (job, epoch) when published.
   // NotFound: no such job. FailedPrecondition: stale or unknown epoch, or the
   // job ended without one. Aborted: the job ended while waiting.

@@ -630,6 +630,38 @@ TEST_F(CoordinatorTest, InvalidLayoutFailsTheJob) {
   EXPECT_EQ(GetJob(job.id()).state(), v1::FAILED);
 }
 
+TEST_F(CoordinatorTest, ReportBucketsWireComparesBytesThenFields) {
+  for (int i = 0; i < 4; ++i) Register(absl::StrCat("w", i));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(4)));
+  job = GetJob(job.id());
+  auto wire = [&](const v1::ReportBucketsRequest& req) {
+    v1::ReportBucketsRequest only;
+    *only.mutable_buckets() = req.buckets();
+    return only.SerializeAsString();
+  };
+  auto report = [&](int rank, const std::string& bytes) {
+    return c_->ReportBucketsWire(job.id(), job.epoch(), rank,
+                                 job.members(rank).worker_id(), bytes);
+  };
+  const std::string reference = wire(Buckets(job, 0, {10, 20}));
+  ASSERT_OK(report(0, reference));
+  ASSERT_OK(report(1, reference));  // same bytes
+  // Different bytes, same layout (an unknown field): accepted.
+  v1::ReportBucketsRequest odd = Buckets(job, 2, {10, 20});
+  odd.mutable_buckets(0)->GetReflection()
+      ->MutableUnknownFields(odd.mutable_buckets(0))
+      ->AddVarint(77, 1);
+  ASSERT_NE(wire(odd), reference);
+  ASSERT_OK(report(2, wire(odd)));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::STARTING);
+  // Bytes that do not parse fail the job.
+  EXPECT_THAT(report(3, std::string("\xff\xff\xff", 3)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("rank 3 (worker w-4) sent a bucket layout that "
+                                 "does not parse")));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::FAILED);
+}
+
 TEST_F(CoordinatorTest, ReportBucketsBadInput) {
   Register("a");
   Register("b");

@@ -1,6 +1,7 @@
 #include "server/services.h"
 
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -9,6 +10,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/grpc_status.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
 
 namespace pshard {
 namespace server {
@@ -39,15 +42,22 @@ void WriteLengthDelimited(int field, const std::string& bytes,
   *out += bytes;
 }
 
-bool ParseByteBuffer(const grpc::ByteBuffer& buffer,
-                     google::protobuf::MessageLite* message) {
+std::string ByteBufferToString(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
-  if (!buffer.Dump(&slices).ok()) return false;
   std::string bytes;
+  if (!buffer.Dump(&slices).ok()) return bytes;
+  size_t total = 0;
+  for (const grpc::Slice& s : slices) total += s.size();
+  bytes.reserve(total);
   for (const grpc::Slice& s : slices) {
     bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
-  return message->ParseFromString(bytes);
+  return bytes;
+}
+
+bool ParseByteBuffer(const grpc::ByteBuffer& buffer,
+                     google::protobuf::MessageLite* message) {
+  return message->ParseFromString(ByteBufferToString(buffer));
 }
 
 absl::Duration FromProto(const google::protobuf::Duration& d) {
@@ -329,9 +339,69 @@ grpc::ServerUnaryReactor* WorkerControlImpl::KvGet(
 }
 
 grpc::ServerUnaryReactor* WorkerControlImpl::ReportBuckets(
-    grpc::CallbackServerContext* ctx, const v1::ReportBucketsRequest* req,
-    v1::ReportBucketsResponse*) {
-  return Done(ctx, c_->ReportBuckets(*req));
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  using google::protobuf::internal::WireFormatLite;
+  const std::string bytes = ByteBufferToString(*request);
+  // Read the scalar fields; copy every `buckets` entry (field 5) verbatim.
+  google::protobuf::io::CodedInputStream in(
+      reinterpret_cast<const uint8_t*>(bytes.data()),
+      static_cast<int>(bytes.size()));
+  std::string job_id, worker_id, buckets;
+  int64_t epoch = 0;
+  int64_t rank = 0;
+  bool ok = true;
+  while (ok) {
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) break;
+    switch (tag) {
+      case (1 << 3) | 2:
+        ok = WireFormatLite::ReadString(&in, &job_id);
+        break;
+      case (2 << 3): {
+        uint64_t v = 0;
+        ok = in.ReadVarint64(&v);
+        epoch = static_cast<int64_t>(v);
+        break;
+      }
+      case (3 << 3): {
+        uint64_t v = 0;
+        ok = in.ReadVarint64(&v);
+        rank = static_cast<int64_t>(v);
+        break;
+      }
+      case (4 << 3) | 2:
+        ok = WireFormatLite::ReadString(&in, &worker_id);
+        break;
+      case (5 << 3) | 2: {
+        uint32_t len = 0;
+        const void* data = nullptr;
+        int size = 0;
+        ok = in.ReadVarint32(&len) && in.GetDirectBufferPointer(&data, &size) &&
+             static_cast<uint32_t>(size) >= len;
+        if (ok) {
+          AppendVarint(tag, &buckets);
+          AppendVarint(len, &buckets);
+          buckets.append(static_cast<const char*>(data), len);
+          ok = in.Skip(static_cast<int>(len));
+        }
+        break;
+      }
+      default:
+        ok = WireFormatLite::SkipField(&in, tag);
+    }
+  }
+  if (!ok) {
+    return Done(ctx, absl::InvalidArgumentError(
+                         "ReportBucketsRequest does not parse"));
+  }
+  if (rank < 0 || rank > std::numeric_limits<int32_t>::max()) rank = -1;
+  const absl::Status status = c_->ReportBucketsWire(
+      job_id, epoch, static_cast<int>(rank), worker_id, buckets);
+  // An empty ReportBucketsResponse; a raw reply must be a valid buffer.
+  grpc::Slice empty;
+  *response = grpc::ByteBuffer(&empty, 1);
+  return Done(ctx, status);
 }
 
 grpc::Slice WorkerControlImpl::Serialized(

@@ -104,10 +104,11 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
 // job receives alike is serialized once and sent by reference: the published
 // assignment, and the spec + member list inside RunJob (a 4096-rank job's
 // member list is ~100 KB; copying it per rank would cost seconds).
+// ReportBuckets is raw too: every rank sends the same layout, so after the
+// first one a report is checked by comparing bytes, without parsing.
 // Allocates a unary call's request and response on one protobuf Arena, freed
-// in one go when the call ends. A 1,000-bucket layout report parses into
-// thousands of small strings; from the heap that is the coordinator's main
-// cost when thousands of ranks report at once.
+// in one go when the call ends (cheaper than many small heap allocations for
+// requests with many strings or large bytes).
 template <typename Request, typename Response>
 class ArenaMessageAllocator final
     : public grpc::MessageAllocator<Request, Response> {
@@ -141,12 +142,12 @@ class ArenaMessageAllocator final
 class WorkerControlImpl final
     : public v1::WorkerControl::WithRawCallbackMethod_Heartbeat<
           v1::WorkerControl::WithRawCallbackMethod_GetAssignment<
-              v1::WorkerControl::CallbackService>> {
+              v1::WorkerControl::WithRawCallbackMethod_ReportBuckets<
+                  v1::WorkerControl::CallbackService>>> {
  public:
   WorkerControlImpl(coordinator::Coordinator* c,
                     const coordinator::Clock* clock, ServiceOptions options)
       : c_(c), clock_(clock), options_(options) {
-    SetMessageAllocatorFor_ReportBuckets(&report_buckets_allocator_);
     SetMessageAllocatorFor_KvPut(&kv_put_allocator_);
   }
 
@@ -164,9 +165,10 @@ class WorkerControlImpl final
   grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx,
                                   const v1::KvGetRequest* req,
                                   v1::KvGetResponse* resp) override;
-  grpc::ServerUnaryReactor* ReportBuckets(
-      grpc::CallbackServerContext* ctx, const v1::ReportBucketsRequest* req,
-      v1::ReportBucketsResponse* resp) override;
+  // Request: ReportBucketsRequest, as bytes (see the class comment).
+  grpc::ServerUnaryReactor* ReportBuckets(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   // Waits like KvGet. Request: GetAssignmentRequest; response:
   // ShardAssignment, both as bytes.
   grpc::ServerUnaryReactor* GetAssignment(grpc::CallbackServerContext* ctx,
@@ -194,8 +196,6 @@ class WorkerControlImpl final
   coordinator::Coordinator* const c_;
   const coordinator::Clock* const clock_;
   const ServiceOptions options_;
-  ArenaMessageAllocator<v1::ReportBucketsRequest, v1::ReportBucketsResponse>
-      report_buckets_allocator_;
   ArenaMessageAllocator<v1::KvPutRequest, v1::KvPutResponse> kv_put_allocator_;
   absl::Mutex cache_mu_;
   std::deque<std::pair<coordinator::Coordinator::AssignmentPtr, grpc::Slice>>
