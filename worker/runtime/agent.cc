@@ -114,7 +114,11 @@ void Agent::HeartbeatLoop() {
       Beat();
     }
     absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait);
+    auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || wake_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&woken), wait);
+    wake_ = false;
   }
 }
 
@@ -123,6 +127,10 @@ void Agent::Beat() {
   {
     absl::MutexLock lock(&mu_);
     ReapJob();
+    if (pending_run_.has_value() && !job_running_) {
+      if (!stopping_ && !draining_) StartJob(*pending_run_);
+      pending_run_.reset();
+    }
     if (draining_ && !job_running_) {
       drained_ = true;
     }
@@ -152,7 +160,14 @@ void Agent::Beat() {
       case v1::Directive::kRunJob:
         if (stopping_ || draining_) break;
         if (job_running_) {
-          // One job at a time; a repeat of the current one is harmless.
+          // One job at a time. A repeat of the current one is ignored; a new
+          // one waits for the current one's thread to end (it has normally
+          // already reported its result, or the coordinator would not have
+          // sent another job).
+          if (directive.run_job().job_id() != job_->job_id() ||
+              directive.run_job().epoch() != job_->epoch()) {
+            pending_run_ = directive.run_job();
+          }
           break;
         }
         StartJob(directive.run_job());
@@ -197,6 +212,7 @@ void Agent::StartJob(const v1::RunJobDirective& directive) {
     (void)runner->Run();
     absl::MutexLock lock(&mu_);
     job_running_ = false;
+    wake_ = true;  // tell the coordinator at once, start a pending job
     if (draining_) drained_ = true;
   });
 }

@@ -17,6 +17,7 @@
 #define PSHARD_WORKER_RUNTIME_AGENT_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -86,6 +87,11 @@ class Agent {
   std::unique_ptr<JobRunner> job_ ABSL_GUARDED_BY(mu_);
   std::thread job_thread_ ABSL_GUARDED_BY(mu_);
   bool job_running_ ABSL_GUARDED_BY(mu_) = false;
+  // A RunJob that arrived while the previous job was still winding down
+  // (its result sent, its thread not yet gone); started on the next beat.
+  std::optional<v1::RunJobDirective> pending_run_ ABSL_GUARDED_BY(mu_);
+  // Set when a job ends, so that the next heartbeat goes at once.
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
   int64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::thread heartbeat_thread_;

@@ -136,5 +136,21 @@ TEST(AgentTest, StopAbortsRunningJob) {
   EXPECT_THAT(control.results()[0].error(), ::testing::HasSubstr("SIGTERM"));
 }
 
+// A second job handed over while the first is still winding down is not
+// lost: it starts once the first one's thread has ended.
+TEST(AgentTest, JobArrivingDuringWindDownIsStartedAfterwards) {
+  FakeControlPlane control(1);
+  Agent agent(&control, Options());
+  agent.Start();
+  control.QueueDirective(RunJob("job-5", 5));
+  control.QueueDirective(RunJob("job-6", 5));  // same reply: job-5 is busy
+  ASSERT_TRUE(control.WaitForResults(2, absl::Seconds(20)));
+  auto results = control.results();
+  EXPECT_EQ(results[0].job_id(), "job-5");
+  EXPECT_EQ(results[1].job_id(), "job-6");
+  EXPECT_TRUE(results[1].ok()) << results[1].error();
+  agent.Stop(absl::CancelledError("test over"));
+}
+
 }  // namespace
 }  // namespace pshard::worker
