@@ -24,9 +24,21 @@
 namespace pshard::worker {
 namespace {
 
-enum class Backend { kGloo, kFake };
+// kGloo: shared-memory rings between these same-host ranks for reduce and
+// broadcast, TCP for the rest; kGlooTcp: TCP only.
+enum class Backend { kGloo, kGlooTcp, kFake };
 
-std::string BackendName(Backend b) { return b == Backend::kGloo ? "Gloo" : "Fake"; }
+std::string BackendName(Backend b) {
+  switch (b) {
+    case Backend::kGloo:
+      return "Gloo";
+    case Backend::kGlooTcp:
+      return "GlooTcp";
+    case Backend::kFake:
+      return "Fake";
+  }
+  return "";
+}
 
 // Creates `n` communicators (concurrently: Gloo's rendezvous needs every rank)
 // and runs `body(comm)` on one thread per rank.
@@ -48,6 +60,9 @@ class Ranks {
         options.world_size = n;
         options.timeout = timeout;
         options.key_prefix = "test/";
+        options.shared_memory = backend == Backend::kGloo;
+        // Small rings, so that buckets wrap around them.
+        options.shm_ring_bytes = 64 * 1024;
         auto comm = CreateGlooCommunicator(options, store_);
         statuses[r] = comm.status();
         if (comm.ok()) comms_[r] = *std::move(comm);
@@ -234,7 +249,8 @@ TEST_P(CollectiveTest, BarrierAndEnqueueOrder) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllBackends, CollectiveTest,
-    ::testing::Combine(::testing::Values(Backend::kGloo, Backend::kFake),
+    ::testing::Combine(::testing::Values(Backend::kGloo, Backend::kGlooTcp,
+                                         Backend::kFake),
                        ::testing::Values(1, 2, 3, 4),
                        ::testing::Values(int64_t{0}, int64_t{1}, int64_t{5},
                                          int64_t{1000}, int64_t{1} << 17)),
@@ -321,7 +337,8 @@ TEST_P(BackendTest, DeadPeerFailsSurvivor) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, BackendTest,
-                         ::testing::Values(Backend::kGloo, Backend::kFake),
+                         ::testing::Values(Backend::kGloo, Backend::kGlooTcp,
+                                           Backend::kFake),
                          [](const auto& info) { return BackendName(info.param); });
 
 TEST(GlooCommunicatorTest, RendezvousTimesOutWithoutPeers) {

@@ -7,9 +7,12 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <thread>
+
+#include <unistd.h>
 #include <utility>
 #include <vector>
 
@@ -24,6 +27,7 @@
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
 #include "worker/comm/reduce_ops.h"
+#include "worker/comm/shm_channel.h"
 #include "worker/comm/work_impl.h"
 
 namespace pshard::worker {
@@ -161,10 +165,14 @@ struct Op {
   // Transport state, once posted: one unbound buffer per transfer (a send to
   // or a receive from one peer), each on the context of its direction.
   struct Transfer {
-    std::unique_ptr<UnboundBuffer> buffer;
+    std::unique_ptr<UnboundBuffer> buffer;  // TCP; null for shared memory
     bool send = false;
     int peer = 0;
     int64_t bytes = 0;
+    // Shared memory: a send completes when its sender thread has written it
+    // into the ring; a receive consumes from the ring into `dst`.
+    std::shared_ptr<CompletionWork> shm_sent;
+    char* dst = nullptr;
   };
   std::vector<Transfer> transfers;
   std::vector<std::unique_ptr<char[]>> scratch;  // per rank, or null
@@ -197,19 +205,52 @@ bool Conflicts(const Op& earlier, const Op& later) {
   return false;
 }
 
+struct ShmSend {
+  const char* data = nullptr;
+  int64_t bytes = 0;
+  std::shared_ptr<CompletionWork> done;
+};
+
+// The sending end of one shared-memory ring and the thread that feeds it (a
+// thread per ring, so that a full ring to one peer never holds up another).
+struct ShmSender {
+  std::unique_ptr<ShmChannel> channel;
+  absl::Mutex mu;
+  std::deque<ShmSend> queue ABSL_GUARDED_BY(mu);
+  bool stop ABSL_GUARDED_BY(mu) = false;
+  absl::Status failed;  // sender thread only
+  std::thread thread;
+};
+
 class GlooCommunicator : public Communicator {
  public:
   // contexts[0] carries data from lower to higher ranks, contexts[1] from
   // higher to lower: Gloo's TCP pair serialises reads and writes on one
   // socket under one lock, so one context per direction keeps both
   // directions of every link busy at once.
+  //
+  // shm_out[r]/shm_in[r]: shared-memory rings to/from rank r when it is on
+  // this host (null otherwise: TCP); used for reduce and broadcast.
   GlooCommunicator(const GlooOptions& options,
-                   std::array<std::shared_ptr<::gloo::Context>, 2> contexts)
+                   std::array<std::shared_ptr<::gloo::Context>, 2> contexts,
+                   std::vector<std::unique_ptr<ShmChannel>> shm_out,
+                   std::vector<std::unique_ptr<ShmChannel>> shm_in)
       : rank_(options.rank),
         world_size_(options.world_size),
         timeout_(options.timeout),
         max_in_flight_(std::max(1, options.max_in_flight)),
-        contexts_(std::move(contexts)) {
+        contexts_(std::move(contexts)),
+        shm_in_(std::move(shm_in)) {
+    shm_out_.resize(world_size_);
+    for (int r = 0; r < static_cast<int>(shm_out.size()); ++r) {
+      if (shm_out[r] == nullptr) continue;
+      auto sender = std::make_unique<ShmSender>();
+      sender->channel = std::move(shm_out[r]);
+      ShmSender* raw = sender.get();
+      sender->thread = std::thread([this, raw] { SendLoop(*raw); });
+      shm_out_[r] = std::move(sender);
+    }
+    shm_in_.resize(world_size_);
     issuer_ = std::thread([this] { IssueLoop(); });
     completer_ = std::thread([this] { CompleteLoop(); });
   }
@@ -222,6 +263,14 @@ class GlooCommunicator : public Communicator {
     }
     issuer_.join();
     completer_.join();
+    for (auto& sender : shm_out_) {
+      if (sender == nullptr) continue;
+      {
+        absl::MutexLock lock(&sender->mu);
+        sender->stop = true;
+      }
+      sender->thread.join();
+    }
     // Closing the pairs first guarantees the transport no longer touches any
     // buffer; only then may the buffers of failed operations go.
     CloseConnections();
@@ -325,6 +374,13 @@ class GlooCommunicator : public Communicator {
       if (!error_.ok()) return;
       error_ = status;
       for (const auto& op : in_flight_) AbortWaits(*op);
+    }
+    // Wakes every ring waiter here and on the peers.
+    for (auto& sender : shm_out_) {
+      if (sender != nullptr) sender->channel->Close();
+    }
+    for (auto& channel : shm_in_) {
+      if (channel != nullptr) channel->Close();
     }
     CloseConnections();
   }
@@ -502,6 +558,36 @@ class GlooCommunicator : public Communicator {
     return *contexts_[src < dst ? 0 : 1];
   }
 
+  // Reduce and broadcast transfers go through shared memory when the peer is
+  // on this host: each direction's transfers are posted in issue order on
+  // both ranks, which is the order a ring delivers them.
+  void PostShmSend(Op& op, int peer, char* data, int64_t bytes) {
+    Op::Transfer t;
+    t.send = true;
+    t.peer = peer;
+    t.bytes = bytes;
+    t.shm_sent = std::make_shared<CompletionWork>();
+    ShmSender& sender = *shm_out_[peer];
+    {
+      absl::MutexLock lock(&sender.mu);
+      sender.queue.push_back({data, bytes, t.shm_sent});
+    }
+    op.pending_send_bytes += bytes;
+    op.transfers.push_back(std::move(t));
+  }
+
+  void PostShmRecv(Op& op, int peer, char* dst, int64_t bytes) {
+    Op::Transfer t;
+    t.peer = peer;
+    t.bytes = bytes;
+    t.dst = dst;
+    op.transfers.push_back(std::move(t));
+  }
+
+  bool Shm(int peer, bool send) const {
+    return send ? shm_out_[peer] != nullptr : shm_in_[peer] != nullptr;
+  }
+
   // Posts a send of [data, data + bytes) to `peer`.
   void PostSend(Op& op, int peer, char* data, int64_t bytes, int phase) {
     Op::Transfer t;
@@ -543,8 +629,15 @@ class GlooCommunicator : public Communicator {
           if (op.bytes() == 0) break;
           if (rank_ == op.root) {
             for (int r = 0; r < n; ++r) {
-              if (r != rank_) PostRecv(op, r, Scratch(op, r, op.bytes()), op.bytes(), 0);
+              if (r == rank_) continue;
+              if (Shm(r, false)) {
+                PostShmRecv(op, r, nullptr, op.bytes());  // summed in place
+              } else {
+                PostRecv(op, r, Scratch(op, r, op.bytes()), op.bytes(), 0);
+              }
             }
+          } else if (Shm(op.root, true)) {
+            PostShmSend(op, op.root, op.data, op.bytes());
           } else {
             PostSend(op, op.root, op.data, op.bytes(), 0);
           }
@@ -553,8 +646,15 @@ class GlooCommunicator : public Communicator {
           if (op.bytes() == 0) break;
           if (rank_ == op.root) {
             for (int r = 0; r < n; ++r) {
-              if (r != rank_) PostSend(op, r, op.data, op.bytes(), 0);
+              if (r == rank_) continue;
+              if (Shm(r, true)) {
+                PostShmSend(op, r, op.data, op.bytes());
+              } else {
+                PostSend(op, r, op.data, op.bytes(), 0);
+              }
             }
+          } else if (Shm(op.root, false)) {
+            PostShmRecv(op, op.root, op.data, op.bytes());
           } else {
             PostRecv(op, op.root, op.data, op.bytes(), 0);
           }
@@ -593,6 +693,18 @@ class GlooCommunicator : public Communicator {
   }
 
   absl::Status Wait(Op::Transfer& t, const Op& op) {
+    if (t.shm_sent != nullptr) {
+      // The sender thread bounds each of its waits by the timeout; this wait
+      // only needs to outlast it.
+      absl::Status status = t.shm_sent->Wait(timeout_ + absl::Seconds(10));
+      if (!status.ok()) {
+        return absl::Status(status.code(),
+                            absl::StrCat("sending to rank ", t.peer,
+                                         " for operation #", op.seq, ": ",
+                                         status.message()));
+      }
+      return absl::OkStatus();
+    }
     try {
       const bool done = t.send ? t.buffer->waitSend(ToChrono(timeout_))
                                : t.buffer->waitRecv(ToChrono(timeout_));
@@ -606,6 +718,67 @@ class GlooCommunicator : public Communicator {
     return absl::OkStatus();
   }
 
+  // Consumes a shared-memory receive: straight into t.dst, or added into
+  // `sum_into` (the reduction's root), dividing when `divisor` > 0.
+  absl::Status ReadShm(Op& op, Op::Transfer& t, char* sum_into,
+                       float divisor) {
+    const int64_t esize = DataTypeSize(op.dtype);
+    const DataType dtype = op.dtype;
+    absl::Status status = shm_in_[t.peer]->Read(
+        t.bytes, esize, timeout_,
+        [&](int64_t offset, const char* data, int64_t length) {
+          if (sum_into == nullptr) {
+            std::memcpy(t.dst + offset, data, length);
+          } else if (divisor > 0) {
+            AddIntoAndDivide(sum_into + offset, data, length / esize, dtype,
+                             divisor);
+          } else {
+            AddInto(sum_into + offset, data, length / esize, dtype);
+          }
+        });
+    if (!status.ok()) {
+      absl::Status error = CurrentErrorIfFailed();
+      if (!error.ok()) return error;
+      return absl::Status(status.code(),
+                          absl::StrCat("receiving from rank ", t.peer,
+                                       " for operation #", op.seq, " on rank ",
+                                       rank_, ": ", status.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CurrentErrorIfFailed() {
+    absl::MutexLock lock(&mu_);
+    return error_;
+  }
+
+  // Writes the queued sends of one ring, in order.
+  void SendLoop(ShmSender& sender) {
+    while (true) {
+      ShmSend send;
+      {
+        absl::MutexLock lock(&sender.mu);
+        auto ready = [&sender]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sender.mu) {
+          return sender.stop || !sender.queue.empty();
+        };
+        sender.mu.Await(absl::Condition(&ready));
+        if (sender.queue.empty()) return;
+        send = std::move(sender.queue.front());
+        sender.queue.pop_front();
+      }
+      absl::Status status = sender.failed;
+      if (status.ok()) {
+        status = sender.channel->Write(send.data, send.bytes, timeout_);
+        if (!status.ok()) {
+          absl::Status error = CurrentErrorIfFailed();
+          if (!error.ok()) status = error;
+          sender.failed = status;  // later sends cannot be in order any more
+        }
+      }
+      send.done->Complete(status);
+    }
+  }
+
   // Waits for transfers [first, end) of `op`; receives into scratch are
   // added into `sum_into` (count elements) as they arrive.
   // With `divisor` > 0 the last addition also divides (a fused mean).
@@ -617,6 +790,11 @@ class GlooCommunicator : public Communicator {
     }
     for (size_t i = first; i < op.transfers.size(); ++i) {
       Op::Transfer& t = op.transfers[i];
+      if (!t.send && t.buffer == nullptr) {
+        RETURN_IF_ERROR_GLOO(ReadShm(op, t, sum_into,
+                                     divisor > 0 && i == last_recv ? divisor : 0));
+        continue;
+      }
       RETURN_IF_ERROR_GLOO(Wait(t, op));
       if (!t.send && sum_into != nullptr && op.scratch[t.peer] != nullptr) {
         if (divisor > 0 && i == last_recv) {
@@ -702,6 +880,8 @@ class GlooCommunicator : public Communicator {
   const absl::Duration timeout_;
   const int max_in_flight_;
   std::array<std::shared_ptr<::gloo::Context>, 2> contexts_;
+  std::vector<std::unique_ptr<ShmSender>> shm_out_;
+  std::vector<std::unique_ptr<ShmChannel>> shm_in_;
   ScratchPool pool_;
   std::atomic<int64_t> bytes_sent_{0};
 
@@ -722,6 +902,79 @@ class GlooCommunicator : public Communicator {
   std::thread issuer_;
   std::thread completer_;
 };
+
+}  // namespace
+
+namespace {
+
+// This machine's identity: ranks with equal ones may share memory.
+std::string HostIdentity() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(in, boot_id);
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(boot_id, "/", host);
+}
+
+// Sets up a ring in each direction with every rank on this host, through
+// the rendezvous store: publish identity; create my outgoing rings and
+// publish their names; open the incoming ones and say whether that worked;
+// keep an outgoing ring only if the peer could open it. Rendezvous failures
+// are errors; a ring that cannot be made just leaves that pair on TCP.
+absl::Status ConnectSharedMemory(
+    const GlooOptions& options, KvClient& kv,
+    std::vector<std::unique_ptr<ShmChannel>>& out,
+    std::vector<std::unique_ptr<ShmChannel>>& in) {
+  const std::string prefix = absl::StrCat(options.key_prefix, "shm/");
+  const int me = options.rank;
+  const std::string identity = HostIdentity();
+  RETURN_IF_ERROR_GLOO(kv.Put(absl::StrCat(prefix, "host/", me), identity));
+  std::vector<bool> same(options.world_size, false);
+  for (int r = 0; r < options.world_size; ++r) {
+    if (r == me) continue;
+    absl::StatusOr<std::string> other =
+        kv.Get(absl::StrCat(prefix, "host/", r), options.timeout);
+    if (!other.ok()) return other.status();
+    same[r] = *other == identity;
+  }
+  for (int r = 0; r < options.world_size; ++r) {
+    if (!same[r]) continue;
+    absl::StatusOr<std::unique_ptr<ShmChannel>> ring = ShmChannel::Create(
+        absl::StrCat(me, "to", r), options.shm_ring_bytes);
+    std::string name;
+    if (ring.ok()) {
+      name = (*ring)->name();
+      out[r] = *std::move(ring);
+    }
+    RETURN_IF_ERROR_GLOO(
+        kv.Put(absl::StrCat(prefix, "ring/", me, "/", r), name));
+  }
+  for (int r = 0; r < options.world_size; ++r) {
+    if (!same[r]) continue;
+    absl::StatusOr<std::string> name =
+        kv.Get(absl::StrCat(prefix, "ring/", r, "/", me), options.timeout);
+    if (!name.ok()) return name.status();
+    bool opened = false;
+    if (!name->empty()) {
+      absl::StatusOr<std::unique_ptr<ShmChannel>> ring = ShmChannel::Open(*name);
+      if (ring.ok()) {
+        in[r] = *std::move(ring);
+        opened = true;
+      }
+    }
+    RETURN_IF_ERROR_GLOO(kv.Put(absl::StrCat(prefix, "opened/", r, "/", me),
+                                opened ? "1" : "0"));
+  }
+  for (int r = 0; r < options.world_size; ++r) {
+    if (!same[r]) continue;
+    absl::StatusOr<std::string> opened =
+        kv.Get(absl::StrCat(prefix, "opened/", me, "/", r), options.timeout);
+    if (!opened.ok()) return opened.status();
+    if (*opened != "1") out[r].reset();
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -769,8 +1022,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
       }
     }
   }
-  return std::unique_ptr<Communicator>(
-      new GlooCommunicator(options, std::move(contexts)));
+  std::vector<std::unique_ptr<ShmChannel>> shm_out(options.world_size);
+  std::vector<std::unique_ptr<ShmChannel>> shm_in(options.world_size);
+  if (options.world_size > 1 && options.shared_memory) {
+    absl::Status status = ConnectSharedMemory(options, kv, shm_out, shm_in);
+    if (!status.ok()) return status;
+  }
+  return std::unique_ptr<Communicator>(new GlooCommunicator(
+      options, std::move(contexts), std::move(shm_out), std::move(shm_in)));
 }
 
 }  // namespace pshard::worker

@@ -53,6 +53,12 @@ struct GlooOptions {
   std::string key_prefix;
   // Operations posted but not yet completed, at most.
   int max_in_flight = 256;
+  // Reduce and broadcast between ranks on the same host (same kernel boot
+  // id, /dev/shm shared) go through shared-memory rings instead of loopback
+  // TCP; any rank pair where that fails falls back to TCP.
+  bool shared_memory = true;
+  // Size of each ring (one per ordered pair of same-host ranks).
+  int64_t shm_ring_bytes = int64_t{16} << 20;
 };
 
 // Connects to the peers of `options.rank` through `kv` (used only during the
