@@ -29,7 +29,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-enum class Backend { kFake, kGloo };
+// kGloo uses shared-memory rings between these same-host ranks; kGlooTcp
+// keeps every transfer on TCP.
+enum class Backend { kFake, kGloo, kGlooTcp };
 
 constexpr int kSteps = 3;
 
@@ -170,6 +172,8 @@ std::vector<RankResult> RunJob(const v1::JobSpec& spec, Backend backend) {
         options.rank = r;
         options.world_size = world;
         options.timeout = absl::Seconds(30);
+        options.shared_memory = backend == Backend::kGloo;
+        options.shm_ring_bytes = 4096;  // small: buckets wrap around it
         auto created = CreateGlooCommunicator(options, store);
         if (!created.ok()) {
           statuses[r] = created.status();
@@ -317,7 +321,7 @@ std::string KindName(v1::OptimizerSpec::Kind k) {
 INSTANTIATE_TEST_SUITE_P(
     AllConfigs, EquivalenceTest,
     ::testing::Combine(
-        ::testing::Values(Backend::kFake, Backend::kGloo),
+        ::testing::Values(Backend::kFake, Backend::kGloo, Backend::kGlooTcp),
         ::testing::Values(1, 2, 3),
         ::testing::Values(v1::OptimizerSpec::SGD, v1::OptimizerSpec::ADAM,
                           v1::OptimizerSpec::ADAMW),
@@ -325,8 +329,11 @@ INSTANTIATE_TEST_SUITE_P(
                           v1::JobSpec::REDUCE_BROADCAST),
         ::testing::Values(v1::JobSpec::ROUND_ROBIN, v1::JobSpec::BALANCED)),
     [](const auto& info) {
+      const Backend backend = std::get<0>(info.param);
       return absl::StrCat(
-          std::get<0>(info.param) == Backend::kFake ? "Fake" : "Gloo",
+          backend == Backend::kFake ? "Fake"
+                                    : (backend == Backend::kGloo ? "Gloo"
+                                                                 : "GlooTcp"),
           "_World", std::get<1>(info.param), "_",
           KindName(std::get<2>(info.param)), "_",
           v1::JobSpec::CommMode_Name(std::get<3>(info.param)), "_",
