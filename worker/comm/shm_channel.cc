@@ -1,6 +1,7 @@
 #include "worker/comm/shm_channel.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -27,6 +28,10 @@ struct ShmChannel::Header {
   alignas(64) std::atomic<uint32_t> data_seq;   // bumped after each write
   std::atomic<uint32_t> space_seq;              // bumped after each read
   std::atomic<uint32_t> closed;
+  // The two processes, so that each side notices when the other is gone
+  // (killed without closing the ring).
+  std::atomic<int32_t> writer_pid;
+  std::atomic<int32_t> reader_pid;
 };
 
 namespace {
@@ -78,6 +83,8 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(
   header->data_seq = 0;
   header->space_seq = 0;
   header->closed = 0;
+  header->writer_pid = getpid();
+  header->reader_pid = 0;
   std::atomic_thread_fence(std::memory_order_release);
   header->magic = kMagic;
   return std::unique_ptr<ShmChannel>(new ShmChannel(name, true, base, mapped));
@@ -104,6 +111,7 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Open(
     munmap(base, mapped);
     return absl::InvalidArgumentError(absl::StrCat(name, " is not a ring"));
   }
+  header->reader_pid.store(getpid());
   return std::unique_ptr<ShmChannel>(new ShmChannel(name, false, base, mapped));
 }
 
@@ -133,6 +141,13 @@ absl::Status ShmChannel::WaitFor(std::atomic<uint32_t>* word, uint32_t seen,
                                  absl::Time deadline, const char* what) {
   if (header_->closed.load()) {
     return absl::AbortedError("shared-memory channel closed");
+  }
+  const int32_t peer =
+      owner_ ? header_->reader_pid.load() : header_->writer_pid.load();
+  if (peer > 0 && kill(peer, 0) != 0 && errno == ESRCH) {
+    return absl::UnavailableError(absl::StrCat(
+        "the peer process (pid ", peer, ") at the other end of ", name_,
+        " is gone"));
   }
   const absl::Duration left = deadline - absl::Now();
   if (left <= absl::ZeroDuration()) {

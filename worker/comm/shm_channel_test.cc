@@ -1,0 +1,100 @@
+#include "worker/comm/shm_channel.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace pshard::worker {
+namespace {
+
+// Messages larger than the ring, odd sizes, and elements that straddle the
+// ring's end all arrive intact and in order.
+TEST(ShmChannelTest, StreamsMessagesThroughASmallRing) {
+  ASSERT_OK_AND_ASSIGN(auto writer, ShmChannel::Create("test", 256));
+  ASSERT_OK_AND_ASSIGN(auto reader, ShmChannel::Open(writer->name()));
+  const std::vector<int64_t> sizes = {6, 1000, 2, 4096, 10};  // bytes
+  std::vector<std::string> sent;
+  for (size_t m = 0; m < sizes.size(); ++m) {
+    std::string message(sizes[m], '\0');
+    for (int64_t i = 0; i < sizes[m]; ++i) message[i] = static_cast<char>(m * 31 + i);
+    sent.push_back(message);
+  }
+  std::thread producer([&] {
+    for (const auto& message : sent) {
+      ASSERT_OK(writer->Write(message.data(), message.size(), absl::Seconds(10)));
+    }
+  });
+  for (size_t m = 0; m < sizes.size(); ++m) {
+    std::string received(sizes[m], '?');
+    ASSERT_OK(reader->Read(sizes[m], 2, absl::Seconds(10),
+                           [&](int64_t offset, const char* data, int64_t n) {
+                             EXPECT_EQ(n % 2, 0);
+                             received.replace(offset, n, data, n);
+                           }));
+    EXPECT_EQ(received, sent[m]) << "message " << m;
+  }
+  producer.join();
+}
+
+TEST(ShmChannelTest, ReaderTimesOutWithoutData) {
+  ASSERT_OK_AND_ASSIGN(auto writer, ShmChannel::Create("test", 64));
+  ASSERT_OK_AND_ASSIGN(auto reader, ShmChannel::Open(writer->name()));
+  EXPECT_THAT(reader->Read(4, 4, absl::Milliseconds(200),
+                           [](int64_t, const char*, int64_t) {}),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, ::testing::_));
+}
+
+TEST(ShmChannelTest, CloseWakesBothSides) {
+  ASSERT_OK_AND_ASSIGN(auto writer, ShmChannel::Create("test", 64));
+  ASSERT_OK_AND_ASSIGN(auto reader, ShmChannel::Open(writer->name()));
+  std::thread closer([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    reader->Close();
+  });
+  const absl::Time start = absl::Now();
+  std::vector<char> big(1024);
+  // The ring fills after 64 bytes; the writer waits until the close.
+  EXPECT_THAT(writer->Write(big.data(), big.size(), absl::Seconds(30)),
+              StatusIs(absl::StatusCode::kAborted, ::testing::_));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  closer.join();
+}
+
+TEST(ShmChannelTest, NoticesADeadWriterProcess) {
+  // A child creates the ring and dies without writing or closing it.
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto ring = ShmChannel::Create("child", 64);
+    std::string name = ring.ok() ? (*ring)->name() : "";
+    (void)!write(pipefd[1], name.c_str(), name.size() + 1);
+    _exit(0);  // no destructor: the name stays, nobody closes the ring
+  }
+  char name[256] = {0};
+  ASSERT_GT(read(pipefd[0], name, sizeof(name) - 1), 0);
+  int status;
+  waitpid(child, &status, 0);
+  ASSERT_OK_AND_ASSIGN(auto reader, ShmChannel::Open(name));
+  EXPECT_THAT(reader->Read(4, 4, absl::Seconds(30),
+                           [](int64_t, const char*, int64_t) {}),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       ::testing::HasSubstr("is gone")));
+  close(pipefd[0]);
+  close(pipefd[1]);
+}
+
+TEST(ShmChannelTest, OpenRejectsUnknownName) {
+  EXPECT_FALSE(ShmChannel::Open("/pshard-does-not-exist").ok());
+}
+
+}  // namespace
+}  // namespace pshard::worker
