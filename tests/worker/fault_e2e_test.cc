@@ -101,7 +101,8 @@ TEST(FaultE2eTest, CancelStopsWorkersWithinAHeartbeat) {
       },
       absl::Seconds(10)))
       << cluster->Logs();
-  EXPECT_LT(absl::Now() - cancelled, absl::Seconds(2));
+  // A heartbeat is 100 ms here; the bound leaves room for a loaded CI host.
+  EXPECT_LT(absl::Now() - cancelled, absl::Seconds(4));
   ASSERT_OK_AND_ASSIGN(v1::Job ended, cluster->GetJob(job.id()));
   EXPECT_EQ(ended.state(), v1::CANCELLED);
 }
