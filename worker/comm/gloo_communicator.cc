@@ -173,6 +173,7 @@ struct Op {
     // into the ring; a receive consumes from the ring into `dst`.
     std::shared_ptr<CompletionWork> shm_sent;
     char* dst = nullptr;
+    int ring = 0;
   };
   std::vector<Transfer> transfers;
   std::vector<std::unique_ptr<char[]>> scratch;  // per rank, or null
@@ -229,8 +230,10 @@ class GlooCommunicator : public Communicator {
   // socket under one lock, so one context per direction keeps both
   // directions of every link busy at once.
   //
-  // shm_out[r]/shm_in[r]: shared-memory rings to/from rank r when it is on
-  // this host (null otherwise: TCP); used for reduce and broadcast.
+  // shm_out/shm_in[ring * world_size + r]: shared-memory rings to/from rank
+  // r when it is on this host (null otherwise: TCP). Ring 0 carries reduce,
+  // broadcast and the first round of all-reduce, in issue order; ring 1 the
+  // all-reduce's second round, which is posted later, in op order.
   GlooCommunicator(const GlooOptions& options,
                    std::array<std::shared_ptr<::gloo::Context>, 2> contexts,
                    std::vector<std::unique_ptr<ShmChannel>> shm_out,
@@ -241,7 +244,7 @@ class GlooCommunicator : public Communicator {
         max_in_flight_(std::max(1, options.max_in_flight)),
         contexts_(std::move(contexts)),
         shm_in_(std::move(shm_in)) {
-    shm_out_.resize(world_size_);
+    shm_out_.resize(2 * world_size_);
     for (int r = 0; r < static_cast<int>(shm_out.size()); ++r) {
       if (shm_out[r] == nullptr) continue;
       auto sender = std::make_unique<ShmSender>();
@@ -250,7 +253,7 @@ class GlooCommunicator : public Communicator {
       sender->thread = std::thread([this, raw] { SendLoop(*raw); });
       shm_out_[r] = std::move(sender);
     }
-    shm_in_.resize(world_size_);
+    shm_in_.resize(2 * world_size_);
     issuer_ = std::thread([this] { IssueLoop(); });
     completer_ = std::thread([this] { CompleteLoop(); });
   }
@@ -561,13 +564,14 @@ class GlooCommunicator : public Communicator {
   // Reduce and broadcast transfers go through shared memory when the peer is
   // on this host: each direction's transfers are posted in issue order on
   // both ranks, which is the order a ring delivers them.
-  void PostShmSend(Op& op, int peer, char* data, int64_t bytes) {
+  void PostShmSend(Op& op, int peer, char* data, int64_t bytes, int ring = 0) {
     Op::Transfer t;
     t.send = true;
     t.peer = peer;
     t.bytes = bytes;
+    t.ring = ring;
     t.shm_sent = std::make_shared<CompletionWork>();
-    ShmSender& sender = *shm_out_[peer];
+    ShmSender& sender = *shm_out_[ring * world_size_ + peer];
     {
       absl::MutexLock lock(&sender.mu);
       sender.queue.push_back({data, bytes, t.shm_sent});
@@ -576,16 +580,18 @@ class GlooCommunicator : public Communicator {
     op.transfers.push_back(std::move(t));
   }
 
-  void PostShmRecv(Op& op, int peer, char* dst, int64_t bytes) {
+  void PostShmRecv(Op& op, int peer, char* dst, int64_t bytes, int ring = 0) {
     Op::Transfer t;
     t.peer = peer;
     t.bytes = bytes;
     t.dst = dst;
+    t.ring = ring;
     op.transfers.push_back(std::move(t));
   }
 
-  bool Shm(int peer, bool send) const {
-    return send ? shm_out_[peer] != nullptr : shm_in_[peer] != nullptr;
+  bool Shm(int peer, bool send, int ring = 0) const {
+    const int i = ring * world_size_ + peer;
+    return send ? shm_out_[i] != nullptr : shm_in_[i] != nullptr;
   }
 
   // Posts a send of [data, data + bytes) to `peer`.
@@ -666,11 +672,20 @@ class GlooCommunicator : public Communicator {
           for (int r = 0; r < n; ++r) {
             if (r == rank_) continue;
             if (ChunkElems(op, r) > 0) {
-              PostSend(op, r, op.data + ChunkBegin(op, r) * esize,
-                       ChunkElems(op, r) * esize, 0);
+              char* chunk = op.data + ChunkBegin(op, r) * esize;
+              const int64_t bytes = ChunkElems(op, r) * esize;
+              if (Shm(r, true)) {
+                PostShmSend(op, r, chunk, bytes);
+              } else {
+                PostSend(op, r, chunk, bytes, 0);
+              }
             }
             if (mine > 0) {
-              PostRecv(op, r, Scratch(op, r, mine * esize), mine * esize, 0);
+              if (Shm(r, false)) {
+                PostShmRecv(op, r, nullptr, mine * esize);  // summed in place
+              } else {
+                PostRecv(op, r, Scratch(op, r, mine * esize), mine * esize, 0);
+              }
             }
           }
           break;
@@ -724,7 +739,7 @@ class GlooCommunicator : public Communicator {
                        float divisor) {
     const int64_t esize = DataTypeSize(op.dtype);
     const DataType dtype = op.dtype;
-    absl::Status status = shm_in_[t.peer]->Read(
+    absl::Status status = shm_in_[t.ring * world_size_ + t.peer]->Read(
         t.bytes, esize, timeout_,
         [&](int64_t offset, const char* data, int64_t length) {
           if (sum_into == nullptr) {
@@ -788,20 +803,27 @@ class GlooCommunicator : public Communicator {
     for (size_t i = first; i < op.transfers.size(); ++i) {
       if (!op.transfers[i].send) last_recv = i;
     }
-    for (size_t i = first; i < op.transfers.size(); ++i) {
-      Op::Transfer& t = op.transfers[i];
-      if (!t.send && t.buffer == nullptr) {
-        RETURN_IF_ERROR_GLOO(ReadShm(op, t, sum_into,
-                                     divisor > 0 && i == last_recv ? divisor : 0));
-        continue;
-      }
-      RETURN_IF_ERROR_GLOO(Wait(t, op));
-      if (!t.send && sum_into != nullptr && op.scratch[t.peer] != nullptr) {
-        if (divisor > 0 && i == last_recv) {
-          AddIntoAndDivide(sum_into, op.scratch[t.peer].get(), count, op.dtype,
-                           divisor);
-        } else {
-          AddInto(sum_into, op.scratch[t.peer].get(), count, op.dtype);
+    // Receives first, then sends: a rank that both sends and receives in one
+    // op (all-reduce) must drain its incoming ring before it waits for its
+    // own message to fit into the peer's, or two full rings would wait on
+    // each other.
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t i = first; i < op.transfers.size(); ++i) {
+        Op::Transfer& t = op.transfers[i];
+        if (t.send != (pass == 1)) continue;
+        if (!t.send && t.buffer == nullptr) {
+          RETURN_IF_ERROR_GLOO(ReadShm(op, t, sum_into,
+                                       divisor > 0 && i == last_recv ? divisor : 0));
+          continue;
+        }
+        RETURN_IF_ERROR_GLOO(Wait(t, op));
+        if (!t.send && sum_into != nullptr && op.scratch[t.peer] != nullptr) {
+          if (divisor > 0 && i == last_recv) {
+            AddIntoAndDivide(sum_into, op.scratch[t.peer].get(), count, op.dtype,
+                             divisor);
+          } else {
+            AddInto(sum_into, op.scratch[t.peer].get(), count, op.dtype);
+          }
         }
       }
     }
@@ -842,10 +864,21 @@ class GlooCommunicator : public Communicator {
         try {
           for (int r = 0; r < n; ++r) {
             if (r == rank_) continue;
-            if (mine > 0) PostSend(op, r, my_chunk, mine * esize, 1);
+            if (mine > 0) {
+              if (Shm(r, true, 1)) {
+                PostShmSend(op, r, my_chunk, mine * esize, 1);
+              } else {
+                PostSend(op, r, my_chunk, mine * esize, 1);
+              }
+            }
             if (ChunkElems(op, r) > 0) {
-              PostRecv(op, r, op.data + ChunkBegin(op, r) * esize,
-                       ChunkElems(op, r) * esize, 1);
+              char* chunk = op.data + ChunkBegin(op, r) * esize;
+              const int64_t bytes = ChunkElems(op, r) * esize;
+              if (Shm(r, false, 1)) {
+                PostShmRecv(op, r, chunk, bytes, 1);
+              } else {
+                PostRecv(op, r, chunk, bytes, 1);
+              }
             }
           }
         } catch (const std::exception& e) {
@@ -938,40 +971,54 @@ absl::Status ConnectSharedMemory(
     if (!other.ok()) return other.status();
     same[r] = *other == identity;
   }
-  for (int r = 0; r < options.world_size; ++r) {
+  const int n = options.world_size;
+  for (int r = 0; r < n; ++r) {
     if (!same[r]) continue;
-    absl::StatusOr<std::unique_ptr<ShmChannel>> ring = ShmChannel::Create(
-        absl::StrCat(me, "to", r), options.shm_ring_bytes);
-    std::string name;
-    if (ring.ok()) {
-      name = (*ring)->name();
-      out[r] = *std::move(ring);
-    }
-    RETURN_IF_ERROR_GLOO(
-        kv.Put(absl::StrCat(prefix, "ring/", me, "/", r), name));
-  }
-  for (int r = 0; r < options.world_size; ++r) {
-    if (!same[r]) continue;
-    absl::StatusOr<std::string> name =
-        kv.Get(absl::StrCat(prefix, "ring/", r, "/", me), options.timeout);
-    if (!name.ok()) return name.status();
-    bool opened = false;
-    if (!name->empty()) {
-      absl::StatusOr<std::unique_ptr<ShmChannel>> ring = ShmChannel::Open(*name);
+    for (int k = 0; k < 2; ++k) {
+      absl::StatusOr<std::unique_ptr<ShmChannel>> ring = ShmChannel::Create(
+          absl::StrCat(me, "to", r, "r", k), options.shm_ring_bytes);
+      std::string name;
       if (ring.ok()) {
-        in[r] = *std::move(ring);
-        opened = true;
+        name = (*ring)->name();
+        out[k * n + r] = *std::move(ring);
       }
+      RETURN_IF_ERROR_GLOO(
+          kv.Put(absl::StrCat(prefix, "ring/", me, "/", r, "/", k), name));
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    if (!same[r]) continue;
+    bool opened = true;
+    for (int k = 0; k < 2; ++k) {
+      absl::StatusOr<std::string> name = kv.Get(
+          absl::StrCat(prefix, "ring/", r, "/", me, "/", k), options.timeout);
+      if (!name.ok()) return name.status();
+      absl::StatusOr<std::unique_ptr<ShmChannel>> ring =
+          name->empty() ? absl::UnavailableError("no ring")
+                        : ShmChannel::Open(*name);
+      if (ring.ok()) {
+        in[k * n + r] = *std::move(ring);
+      } else {
+        opened = false;
+      }
+    }
+    // Both rings of a direction or neither.
+    if (!opened) {
+      in[r].reset();
+      in[n + r].reset();
     }
     RETURN_IF_ERROR_GLOO(kv.Put(absl::StrCat(prefix, "opened/", r, "/", me),
                                 opened ? "1" : "0"));
   }
-  for (int r = 0; r < options.world_size; ++r) {
+  for (int r = 0; r < n; ++r) {
     if (!same[r]) continue;
     absl::StatusOr<std::string> opened =
         kv.Get(absl::StrCat(prefix, "opened/", me, "/", r), options.timeout);
     if (!opened.ok()) return opened.status();
-    if (*opened != "1") out[r].reset();
+    if (*opened != "1") {
+      out[r].reset();
+      out[n + r].reset();
+    }
   }
   return absl::OkStatus();
 }
@@ -1022,8 +1069,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
       }
     }
   }
-  std::vector<std::unique_ptr<ShmChannel>> shm_out(options.world_size);
-  std::vector<std::unique_ptr<ShmChannel>> shm_in(options.world_size);
+  std::vector<std::unique_ptr<ShmChannel>> shm_out(2 * options.world_size);
+  std::vector<std::unique_ptr<ShmChannel>> shm_in(2 * options.world_size);
   if (options.world_size > 1 && options.shared_memory) {
     absl::Status status = ConnectSharedMemory(options, kv, shm_out, shm_in);
     if (!status.ok()) return status;
