@@ -23,6 +23,12 @@
 // posted: the owner's optimizer step sits between a bucket's reduction and its
 // broadcast, as the Communicator contract requires.
 //
+// Same host: ranks that share a machine (and /dev/shm) exchange data through
+// shared-memory rings instead of loopback TCP (ShmChannel): one copy into
+// the ring by a sender thread, the receiver summing or copying straight out
+// of it. Two rings per direction: one for transfers posted in issue order,
+// one for all-reduce's second round. Barriers and other hosts use TCP.
+//
 // Errors: Gloo reports failures by throwing; they are caught here and turned
 // into absl::Status (DeadlineExceeded for timeouts, Unavailable for transport
 // errors). The first failure is sticky: later operations fail with it, since
