@@ -22,6 +22,8 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "worker/gpu/backend_choice.h"
+#include "worker/gpu/device.h"
 #include "worker/runtime/agent.h"
 #include "worker/runtime/control_plane.h"
 #include "worker/runtime/worker_status_service.h"
@@ -86,14 +88,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pshard-worker: --coordinator is required\n");
     return 2;
   }
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device != "cpu" && device != "auto") {
-    // This build runs jobs on the CPU (Gloo); CUDA devices need the GPU
-    // build's NCCL path.
-    std::fprintf(stderr,
-                 "pshard-worker: --device=%s is not supported by this worker "
-                 "(use cpu or auto)\n",
-                 device.c_str());
+  std::string why_no_cuda;
+  const int cuda_devices = pshard::worker::CudaDeviceCount(&why_no_cuda);
+  absl::StatusOr<pshard::worker::WorkerDevice> device =
+      pshard::worker::ResolveWorkerDevice(absl::GetFlag(FLAGS_device),
+                                          cuda_devices, why_no_cuda);
+  if (!device.ok()) {
+    std::fprintf(stderr, "pshard-worker: --device: %s\n",
+                 device.status().ToString().c_str());
     return 2;
   }
   std::string host = absl::GetFlag(FLAGS_host);
@@ -118,8 +120,16 @@ int main(int argc, char** argv) {
   options.incarnation = RandomIncarnation();
   options.host = host;
   options.gloo_hostname = host;
-  options.device_kind = pshard::v1::CPU;
-  options.device = "cpu";
+  options.worker_device = *device;
+  options.device_kind = device->is_gpu() ? pshard::v1::GPU : pshard::v1::CPU;
+  options.device = device->name;
+  if (device->is_gpu()) {
+    absl::StatusOr<std::string> description =
+        pshard::worker::CudaDeviceDescription(device->cuda_device);
+    if (description.ok()) {
+      options.device = absl::StrCat(device->name, " ", *description);
+    }
+  }
 
   // The status server first: its address is part of the registration.
   grpc::EnableDefaultHealthCheckService(true);
@@ -166,8 +176,9 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "pshard-worker %s: status on port %d, coordinator %s, gloo "
-               "host %s\n",
-               name.c_str(), port, coordinator.c_str(), host.c_str());
+               "host %s, device %s\n",
+               name.c_str(), port, coordinator.c_str(), host.c_str(),
+               options.device.c_str());
 
   // Wait for a signal or for a drain to complete.
   while (g_signalled == 0) {

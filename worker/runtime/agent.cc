@@ -205,6 +205,7 @@ void Agent::StartJob(const v1::RunJobDirective& directive) {
   options.worker_id = worker_id_;
   options.gloo_hostname = options_.gloo_hostname;
   options.rpc_timeout = options_.rpc_timeout;
+  options.device = options_.worker_device;
   job_ = std::make_unique<JobRunner>(control_, directive, options);
   job_running_ = true;
   JobRunner* runner = job_.get();

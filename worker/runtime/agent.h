@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/worker_status.pb.h"
+#include "worker/gpu/backend_choice.h"
 #include "worker/runtime/control_plane.h"
 #include "worker/runtime/job_runner.h"
 
@@ -42,6 +43,8 @@ struct AgentOptions {
   std::string device = "cpu";
   // Where Gloo listens (usually the same as host).
   std::string gloo_hostname;
+  // The worker's device (--device); decides NCCL or Gloo per job.
+  WorkerDevice worker_device;
   absl::Duration rpc_timeout = absl::Seconds(5);
   // Used until the coordinator states its own in RegisterWorkerResponse.
   absl::Duration default_heartbeat_interval = absl::Seconds(1);

@@ -14,6 +14,8 @@
 #include "common/status_macros.h"
 #include "google/protobuf/duration.pb.h"
 #include "worker/comm/gloo_communicator.h"
+#include "worker/gpu/backend_choice.h"
+#include "worker/gpu/gpu_job.h"
 #include "worker/hook/zero_hook.h"
 #include "worker/io/safetensors.h"
 #include "worker/optim/shard_optimizer.h"
@@ -153,59 +155,103 @@ absl::Status JobRunner::Run() {
   return status;
 }
 
-absl::Status JobRunner::RunSteps() {
-  const v1::JobSpec& spec = directive_.spec();
-  const int rank = directive_.rank();
-  const int world = directive_.world_size();
-  if (world < 1 || rank < 0 || rank >= world) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "directive gives rank ", rank, " of world size ", world));
-  }
-  if (spec.backend() == v1::JobSpec::NCCL) {
-    return absl::FailedPreconditionError(
-        "job asks for the NCCL backend, but this worker runs on the CPU");
-  }
-  const absl::Duration timeout =
-      spec.collective_timeout_seconds() > 0
-          ? absl::Seconds(spec.collective_timeout_seconds())
-          : absl::Seconds(60);
+// What a step needs from the backend: the CPU path (ZeroHook + Gloo) and the
+// GPU path (GpuJob: GpuZeroHook + NCCL) behind one face.
+class StepEngine {
+ public:
+  virtual ~StepEngine() = default;
+  virtual absl::StatusOr<double> RunStep(int64_t step) = 0;
+  virtual Communicator& comm() = 0;
+  virtual const Workload& workload() const = 0;
+  // Owned shards and optimizer state, once the assignment is in.
+  virtual void FillSnapshot(int rank, JobSnapshot& snapshot) = 0;
+  // Every parameter's values on the host, in parameters() order.
+  virtual absl::StatusOr<std::vector<std::vector<float>>> Parameters() = 0;
+};
 
-  ASSIGN_OR_RETURN(std::unique_ptr<Workload> workload,
-                   CreateWorkload(spec, rank, world));
-  ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer,
-                   ShardOptimizer::Create(spec.optimizer()));
+namespace {
 
-  // Declared before the communicator so that it is destroyed after it: the
-  // transport may use the hook's buffers until the communicator is gone
-  // (after a failure, posted transfers are only abandoned, not waited for).
-  std::unique_ptr<ZeroHook> hook;
+class CpuEngine : public StepEngine {
+ public:
+  // Members in destruction order: the communicator goes before the hook,
+  // whose buffers an aborted transport may still hold until then.
+  std::unique_ptr<Workload> workload_;
+  std::unique_ptr<ZeroHook> hook_;
+  std::unique_ptr<Communicator> comm_;
 
-  GlooOptions gloo;
-  gloo.rank = rank;
-  gloo.world_size = world;
-  gloo.hostname = options_.gloo_hostname;
-  gloo.timeout = timeout;
-  gloo.key_prefix = "gloo/";
-  RETURN_IF_ERROR(CheckAborted());
-  ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                   CreateGlooCommunicator(gloo, kv_));
-  {
-    absl::MutexLock lock(&mu_);
-    comm_ = comm.get();
-    if (!abort_reason_.ok()) comm_->Abort(abort_reason_);
+  ~CpuEngine() override { comm_.reset(); }
+
+  absl::StatusOr<double> RunStep(int64_t step) override {
+    std::vector<const float*> params(hook_->params().begin(),
+                                     hook_->params().end());
+    ASSIGN_OR_RETURN(double loss, workload_->ComputeGradients(
+                                      step, params, hook_->grads(), *hook_));
+    RETURN_IF_ERROR(hook_->FinishStep());
+    return loss;
   }
-  // The communicator must not be reachable through comm_ once it is gone.
-  struct Unpublish {
-    JobRunner* runner;
-    ~Unpublish() {
-      absl::MutexLock lock(&runner->mu_);
-      runner->comm_ = nullptr;
+  Communicator& comm() override { return *comm_; }
+  const Workload& workload() const override { return *workload_; }
+  void FillSnapshot(int rank, JobSnapshot& snapshot) override {
+    const BucketLayout& layout = hook_->layout();
+    snapshot.owned_shards.clear();
+    for (int b = 0; b < layout.num_buckets(); ++b) {
+      if (hook_->owners()[b] != rank) continue;
+      v1::OwnedShard shard;
+      shard.set_bucket_index(b);
+      shard.set_num_elements(layout.buckets()[b].numel);
+      shard.set_bytes(layout.buckets()[b].numel * 4);
+      shard.set_optimizer_state_bytes(hook_->bucket_state_bytes(b));
+      snapshot.owned_shards.push_back(shard);
     }
-  } unpublish{this};
+    snapshot.optimizer_state_bytes = hook_->optimizer().total_state_bytes();
+  }
+  absl::StatusOr<std::vector<std::vector<float>>> Parameters() override {
+    std::vector<std::vector<float>> out;
+    const auto& infos = workload_->parameters();
+    for (size_t i = 0; i < infos.size(); ++i) {
+      const float* p = hook_->params()[i];
+      out.emplace_back(p, p + infos[i].numel);
+    }
+    return out;
+  }
+};
 
+class GpuEngine : public StepEngine {
+ public:
+  explicit GpuEngine(std::unique_ptr<GpuJob> job) : job_(std::move(job)) {}
+  absl::StatusOr<double> RunStep(int64_t step) override {
+    return job_->RunStep(step);
+  }
+  Communicator& comm() override { return job_->communicator(); }
+  const Workload& workload() const override { return job_->workload(); }
+  void FillSnapshot(int rank, JobSnapshot& snapshot) override {
+    GpuZeroHook& hook = job_->hook();
+    const BucketLayout& layout = hook.layout();
+    snapshot.owned_shards.clear();
+    for (int b = 0; b < layout.num_buckets(); ++b) {
+      if (hook.owners()[b] != rank) continue;
+      v1::OwnedShard shard;
+      shard.set_bucket_index(b);
+      shard.set_num_elements(layout.buckets()[b].numel);
+      shard.set_bytes(layout.buckets()[b].numel * 4);
+      shard.set_optimizer_state_bytes(hook.optimizer().state_bytes(b));
+      snapshot.owned_shards.push_back(shard);
+    }
+    snapshot.optimizer_state_bytes = hook.optimizer().total_state_bytes();
+  }
+  absl::StatusOr<std::vector<std::vector<float>>> Parameters() override {
+    return job_->DownloadParameters();
+  }
+
+ private:
+  std::unique_ptr<GpuJob> job_;
+};
+
+}  // namespace
+
+AssignmentProvider JobRunner::MakeProvider(absl::Duration timeout) {
   // Rebuild phase: report the observed layout, wait for the assignment.
-  AssignmentProvider provider =
-      [this, timeout](const BucketLayout& layout)
+  return [this, timeout](const BucketLayout& layout)
       -> absl::StatusOr<BucketAssignment> {
     v1::ReportBucketsRequest report;
     report.set_job_id(directive_.job_id());
@@ -263,18 +309,78 @@ absl::Status JobRunner::RunSteps() {
     return result;
   };
 
-  ZeroHookOptions hook_options;
-  hook_options.comm_mode = spec.comm_mode() == v1::JobSpec::ALLREDUCE_BROADCAST
-                               ? v1::JobSpec::ALLREDUCE_BROADCAST
-                               : v1::JobSpec::REDUCE_BROADCAST;
-  hook_options.bucket_cap_mb = spec.bucket_cap_mb() > 0 ? spec.bucket_cap_mb() : 25;
-  hook_options.timeout = timeout;
-  ASSIGN_OR_RETURN(hook,
-                   ZeroHook::Create(workload->parameters(), comm.get(),
-                                    std::move(optimizer), std::move(provider),
-                                    hook_options));
-  RETURN_IF_ERROR(workload->InitializeParameters(hook->params()));
+}
 
+absl::Status JobRunner::RunSteps() {
+  const v1::JobSpec& spec = directive_.spec();
+  const int rank = directive_.rank();
+  const int world = directive_.world_size();
+  if (world < 1 || rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "directive gives rank ", rank, " of world size ", world));
+  }
+  ASSIGN_OR_RETURN(CommBackend backend,
+                   ChooseBackend(spec.backend(), options_.device));
+  const absl::Duration timeout =
+      spec.collective_timeout_seconds() > 0
+          ? absl::Seconds(spec.collective_timeout_seconds())
+          : absl::Seconds(60);
+  RETURN_IF_ERROR(CheckAborted());
+
+  std::unique_ptr<StepEngine> engine;
+  if (backend == CommBackend::kNccl) {
+    GpuJobOptions gpu;
+    gpu.job_id = directive_.job_id();
+    gpu.epoch = directive_.epoch();
+    gpu.rank = rank;
+    gpu.world_size = world;
+    gpu.device = options_.device.cuda_device;
+    gpu.timeout = timeout;
+    ASSIGN_OR_RETURN(std::unique_ptr<GpuJob> job,
+                     GpuJob::Create(spec, gpu, kv_, MakeProvider(timeout)));
+    engine = std::make_unique<GpuEngine>(std::move(job));
+  } else {
+    auto cpu = std::make_unique<CpuEngine>();
+    ASSIGN_OR_RETURN(cpu->workload_, CreateWorkload(spec, rank, world));
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer,
+                     ShardOptimizer::Create(spec.optimizer()));
+    GlooOptions gloo;
+    gloo.rank = rank;
+    gloo.world_size = world;
+    gloo.hostname = options_.gloo_hostname;
+    gloo.timeout = timeout;
+    gloo.key_prefix = "gloo/";
+    ASSIGN_OR_RETURN(cpu->comm_, CreateGlooCommunicator(gloo, kv_));
+    ZeroHookOptions hook_options;
+    hook_options.comm_mode =
+        spec.comm_mode() == v1::JobSpec::ALLREDUCE_BROADCAST
+            ? v1::JobSpec::ALLREDUCE_BROADCAST
+            : v1::JobSpec::REDUCE_BROADCAST;
+    hook_options.bucket_cap_mb =
+        spec.bucket_cap_mb() > 0 ? spec.bucket_cap_mb() : 25;
+    hook_options.timeout = timeout;
+    ASSIGN_OR_RETURN(cpu->hook_,
+                     ZeroHook::Create(cpu->workload_->parameters(),
+                                      cpu->comm_.get(), std::move(optimizer),
+                                      MakeProvider(timeout), hook_options));
+    RETURN_IF_ERROR(
+        cpu->workload_->InitializeParameters(cpu->hook_->params()));
+    engine = std::move(cpu);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    comm_ = &engine->comm();
+    if (!abort_reason_.ok()) comm_->Abort(abort_reason_);
+  }
+  // The communicator must not be reachable through comm_ once it is gone.
+  struct Unpublish {
+    JobRunner* runner;
+    ~Unpublish() {
+      absl::MutexLock lock(&runner->mu_);
+      runner->comm_ = nullptr;
+    }
+  } unpublish{this};
+  const Workload& workload = engine->workload();
   std::unique_ptr<ProgressReporter> reporter;
   if (rank == 0) {
     reporter = std::make_unique<ProgressReporter>(
@@ -290,39 +396,24 @@ absl::Status JobRunner::RunSteps() {
   for (int64_t step = 1; step <= steps; ++step) {
     RETURN_IF_ERROR(CheckAborted());
     const absl::Time start = absl::Now();
-    std::vector<const float*> params(hook->params().begin(),
-                                     hook->params().end());
-    ASSIGN_OR_RETURN(double loss, workload->ComputeGradients(
-                                      step, params, hook->grads(), *hook));
-    RETURN_IF_ERROR(hook->FinishStep());
+    ASSIGN_OR_RETURN(double loss, engine->RunStep(step));
     const absl::Duration step_time = absl::Now() - start;
     const bool report = step % every == 0 || step == steps;
-    if (report && has_loss && world > 1) {
+    // (On NCCL the communicator takes device memory: rank 0's loss then.)
+    if (report && has_loss && world > 1 && backend == CommBackend::kGloo) {
       // The reported loss is the average over ranks. Every rank takes part
       // (same steps, same workload kind), so the collective order matches.
       float sum = static_cast<float>(loss);
-      RETURN_IF_ERROR(
-          comm->AllReduce(&sum, 1, DataType::kFloat32)->Wait(timeout));
+      RETURN_IF_ERROR(engine->comm()
+                          .AllReduce(&sum, 1, DataType::kFloat32)
+                          ->Wait(timeout));
       loss = sum / world;
     }
     {
       absl::MutexLock lock(&mu_);
       snapshot_.step = step;
-      if (step == 1) {
-        // Owned shards are known once the assignment is in.
-        const BucketLayout& layout = hook->layout();
-        snapshot_.owned_shards.clear();
-        for (int b = 0; b < layout.num_buckets(); ++b) {
-          if (hook->owners()[b] != rank) continue;
-          v1::OwnedShard shard;
-          shard.set_bucket_index(b);
-          shard.set_num_elements(layout.buckets()[b].numel);
-          shard.set_bytes(layout.buckets()[b].numel * 4);
-          shard.set_optimizer_state_bytes(hook->bucket_state_bytes(b));
-          snapshot_.owned_shards.push_back(shard);
-        }
-        snapshot_.optimizer_state_bytes = hook->optimizer().total_state_bytes();
-      }
+      // Owned shards are known once the assignment is in.
+      if (step == 1) engine->FillSnapshot(rank, snapshot_);
     }
     if (reporter != nullptr && report) {
       v1::ReportProgressRequest request;
@@ -335,10 +426,10 @@ absl::Status JobRunner::RunSteps() {
       progress->set_total_steps(steps);
       progress->set_loss(loss);
       SetDuration(step_time, progress->mutable_step_time());
-      progress->set_bytes_sent(comm->bytes_sent());
+      progress->set_bytes_sent(engine->comm().bytes_sent());
       const double seconds = absl::ToDoubleSeconds(step_time);
       progress->set_samples_per_second(
-          seconds > 0 ? workload->samples_per_step() * world / seconds : 0);
+          seconds > 0 ? workload.samples_per_step() * world / seconds : 0);
       reporter->Post(std::move(request));
     }
   }
@@ -348,12 +439,14 @@ absl::Status JobRunner::RunSteps() {
   if (rank == 0 && !spec.output_dir().empty()) {
     std::vector<std::string> names;
     std::vector<std::vector<int64_t>> shapes;
-    for (const ParameterInfo& p : workload->parameters()) {
+    for (const ParameterInfo& p : workload.parameters()) {
       names.push_back(p.name);
       shapes.push_back(p.shape.empty() ? std::vector<int64_t>{p.numel} : p.shape);
     }
     std::string path;
-    RETURN_IF_ERROR(WriteOutput(hook->params(), shapes, names, &path));
+    ASSIGN_OR_RETURN(std::vector<std::vector<float>> values,
+                     engine->Parameters());
+    RETURN_IF_ERROR(WriteOutput(values, shapes, names, &path));
     absl::MutexLock lock(&mu_);
     output_path_ = path;
   }
@@ -361,7 +454,7 @@ absl::Status JobRunner::RunSteps() {
 }
 
 absl::Status JobRunner::WriteOutput(
-    const std::vector<float*>& params,
+    const std::vector<std::vector<float>>& params,
     const std::vector<std::vector<int64_t>>& shapes,
     const std::vector<std::string>& names, std::string* output_path) {
   const std::string& dir = directive_.spec().output_dir();
@@ -374,8 +467,12 @@ absl::Status JobRunner::WriteOutput(
   for (size_t i = 0; i < params.size(); ++i) {
     int64_t numel = 1;
     for (int64_t d : shapes[i]) numel *= d;
-    views.push_back(SafetensorsTensorView{
-        names[i], shapes[i], absl::Span<const float>(params[i], numel)});
+    if (numel != static_cast<int64_t>(params[i].size())) {
+      return absl::InternalError(absl::StrCat(
+          "parameter ", names[i], " has ", params[i].size(),
+          " values for its shape of ", numel));
+    }
+    views.push_back(SafetensorsTensorView{names[i], shapes[i], params[i]});
   }
   *output_path = dir + "/params.safetensors";
   return WriteSafetensorsAtomic(*output_path, views);

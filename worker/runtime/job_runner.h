@@ -29,6 +29,8 @@
 #include "pshard/v1/worker_control.pb.h"
 #include "pshard/v1/worker_status.pb.h"
 #include "worker/comm/communicator.h"
+#include "worker/gpu/backend_choice.h"
+#include "worker/hook/zero_hook.h"
 #include "worker/runtime/control_plane.h"
 #include "worker/runtime/coordinator_kv.h"
 
@@ -40,6 +42,9 @@ struct JobRunnerOptions {
   std::string gloo_hostname = "127.0.0.1";
   // Deadline of control RPCs that do not wait on purpose.
   absl::Duration rpc_timeout = absl::Seconds(10);
+  // The worker's device: jobs run on NCCL + CUDA when it is a GPU and the
+  // job's backend allows (ChooseBackend), on Gloo otherwise.
+  WorkerDevice device;
 };
 
 // What the WorkerStatus service shows about the running job.
@@ -73,7 +78,8 @@ class JobRunner {
  private:
   absl::Status RunSteps();
   absl::Status CheckAborted();
-  absl::Status WriteOutput(const std::vector<float*>& params,
+  AssignmentProvider MakeProvider(absl::Duration timeout);
+  absl::Status WriteOutput(const std::vector<std::vector<float>>& params,
                            const std::vector<std::vector<int64_t>>& shapes,
                            const std::vector<std::string>& names,
                            std::string* output_path);
