@@ -63,8 +63,14 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return Errno(absl::StrCat("shm_open ", name));
   const size_t mapped = kHeaderBytes + static_cast<size_t>(capacity);
-  if (ftruncate(fd, static_cast<off_t>(mapped)) != 0) {
-    absl::Status status = Errno(absl::StrCat("ftruncate ", name));
+  // Reserve the pages now: a /dev/shm too small for the ring (a container's
+  // default 64 MiB) must fail here, not with SIGBUS on first touch.
+  const int reserved = posix_fallocate(fd, 0, static_cast<off_t>(mapped));
+  if (reserved != 0) errno = reserved;
+  if (reserved != 0 || ftruncate(fd, static_cast<off_t>(mapped)) != 0) {
+    absl::Status status = Errno(absl::StrCat("reserving ", mapped,
+                                             " bytes of shared memory for ",
+                                             name));
     close(fd);
     shm_unlink(name.c_str());
     return status;
