@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 
 namespace pshard::testing {
@@ -191,6 +192,41 @@ absl::StatusOr<v1::GetWorkerStatusResponse> Cluster::WorkerStatus(int i) {
       stub->GetStatus(&context, v1::GetWorkerStatusRequest(), &response);
   if (!status.ok()) return FromGrpcStatus(status, "GetStatus");
   return response;
+}
+
+absl::Status Cluster::WorkerHealth(int i) {
+  auto channel = grpc::CreateChannel(worker_status_address(i),
+                                     grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Seconds(10));
+  // An empty HealthCheckRequest (service "") asks for the server's health.
+  grpc::Slice empty("", 0);
+  grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  grpc::CompletionQueue cq;
+  grpc::Status status;
+  auto call = stub.PrepareUnaryCall(&context, "/grpc.health.v1.Health/Check",
+                                    request, &cq);
+  call->StartCall();
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  if (!cq.Next(&tag, &ok) || !ok) {
+    return absl::UnavailableError("health check did not complete");
+  }
+  if (!status.ok()) return FromGrpcStatus(status, "Health/Check");
+  std::vector<grpc::Slice> slices;
+  (void)response.Dump(&slices);
+  std::string bytes;
+  for (const auto& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  // HealthCheckResponse{status: SERVING (1)} is field 1, varint 1.
+  if (bytes != std::string("\x08\x01", 2)) {
+    return absl::UnavailableError("worker is not SERVING");
+  }
+  return absl::OkStatus();
 }
 
 bool Cluster::WaitForIdle(int count, absl::Duration timeout) {

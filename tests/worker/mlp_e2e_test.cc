@@ -14,6 +14,9 @@ TEST(MlpE2eTest, TwoWorkersHalveTheLossIn100Steps) {
   ClusterOptions options;
   options.workers = 2;
   ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
+  // Every worker serves gRPC health.
+  EXPECT_OK(cluster->WorkerHealth(0));
+  EXPECT_OK(cluster->WorkerHealth(1));
   v1::JobSpec spec;
   spec.set_name("mlp");
   spec.set_world_size(2);
