@@ -10,6 +10,10 @@
 //      bit stops the job), rank 0 writes <output_dir>/params.safetensors
 //      atomically, ReportResult.
 //
+// The data path is ZeroHook + GlooCommunicator on the CPU, or worker/gpu's
+// GpuJob (GpuZeroHook + NCCL) on a GPU worker when the job's backend allows
+// (ChooseBackend); the control flow above is the same for both.
+//
 // Abort() (the coordinator's AbortJob, SIGTERM, drain timeout) cancels the
 // rendezvous and aborts the communicator, so Run() returns promptly from any
 // phase; a dead peer surfaces as a collective error or timeout. Every wait has
