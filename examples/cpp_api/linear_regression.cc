@@ -93,6 +93,8 @@ absl::Status TrainRank(worker::Communicator* comm, int steps, bool verbose,
       }
     }
   }
+  // Every rank is done before anyone tears its connections down.
+  RETURN_IF_ERROR(comm->Barrier()->Wait(absl::Seconds(30)));
   result->state_bytes[comm->rank()] = trainer->optimizer_state_bytes();
   result->owned_buckets[comm->rank()] =
       static_cast<int>(trainer->owned_buckets().size());

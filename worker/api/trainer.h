@@ -34,6 +34,9 @@
 //    after it (they are stable from then on).
 //  - The first step already updates the parameters: the bucket layout and
 //    its owners are settled inside the first FinishStep.
+//  - After the last step, call comm->Barrier()->Wait(...) before destroying
+//    the communicator, so that no rank closes its connections while a peer
+//    is still receiving the last broadcasts.
 //  - Any error (a peer gone, a timeout) leaves the communicator aborted: end
 //    the run, and destroy the communicator before the Trainer (an aborted
 //    transport may still hold the Trainer's buffers until it is destroyed).

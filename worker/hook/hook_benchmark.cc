@@ -111,6 +111,7 @@ int Main() {
         }
       }
       bytes[r] = (*comm)->bytes_sent();
+      (void)(*comm)->Barrier()->Wait(absl::Seconds(60));
     });
   }
   for (auto& t : threads) t.join();

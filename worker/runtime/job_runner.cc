@@ -435,6 +435,9 @@ absl::Status JobRunner::RunSteps() {
   }
   if (reporter != nullptr) reporter->Flush(options_.rpc_timeout);
   RETURN_IF_ERROR(CheckAborted());
+  // Nobody tears down the transport while a peer may still be receiving the
+  // last broadcasts from it.
+  RETURN_IF_ERROR(engine->comm().Barrier()->Wait(timeout));
 
   if (rank == 0 && !spec.output_dir().empty()) {
     std::vector<std::string> names;
