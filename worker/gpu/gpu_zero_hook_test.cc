@@ -29,7 +29,7 @@
 #include "worker/gpu/gpu_test_util.h"
 #include "worker/gpu/gpu_workloads.h"
 #include "worker/gpu/nccl_communicator.h"
-#include "worker/hook/local_assignment.h"
+#include "coordinator/assignment.h"
 #include "worker/hook/zero_hook.h"
 #include "worker/optim/shard_optimizer.h"
 #include "worker/workload/workload.h"
@@ -70,7 +70,7 @@ AssignmentProvider Provider(int world) {
       [world](const BucketLayout& layout) -> absl::StatusOr<BucketAssignment> {
         BucketAssignment a;
         a.epoch = 1;
-        absl::StatusOr<std::vector<int>> owners = LocalAssignBuckets(
+        absl::StatusOr<std::vector<int>> owners = coordinator::AssignBuckets(
             v1::JobSpec::BALANCED, layout.BucketBytes(), world);
         if (!owners.ok()) return owners.status();
         a.owners = *std::move(owners);

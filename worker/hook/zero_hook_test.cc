@@ -20,7 +20,7 @@
 #include "worker/comm/fake_communicator.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/kv_store.h"
-#include "worker/hook/local_assignment.h"
+#include "coordinator/assignment.h"
 #include "worker/optim/shard_optimizer.h"
 #include "worker/workload/workload.h"
 
@@ -117,7 +117,7 @@ absl::Status RunRank(const v1::JobSpec& spec, Communicator* comm,
         }
         BucketAssignment a;
         a.epoch = 1;
-        auto owners = LocalAssignBuckets(policy, layout.BucketBytes(), world);
+        auto owners = coordinator::AssignBuckets(policy, layout.BucketBytes(), world);
         if (!owners.ok()) return owners.status();
         a.owners = *owners;
         return a;
@@ -394,7 +394,7 @@ TEST(ZeroHookTest, RebuildsLayoutFromObservedOrder) {
             reported_first_params.push_back(
                 layout.buckets()[0].entries[0].param_index);
             auto owners =
-                LocalAssignBuckets(v1::JobSpec::BALANCED, layout.BucketBytes(), 2);
+                coordinator::AssignBuckets(v1::JobSpec::BALANCED, layout.BucketBytes(), 2);
             if (!owners.ok()) return owners.status();
             return BucketAssignment{7, *owners};
           },

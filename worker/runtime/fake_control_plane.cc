@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/duration.pb.h"
-#include "worker/hook/local_assignment.h"
+#include "coordinator/assignment.h"
 
 namespace pshard::worker {
 namespace {
@@ -92,7 +92,7 @@ absl::StatusOr<v1::ShardAssignment> FakeControlPlane::GetAssignment(
     for (const auto& p : bucket.parameters()) n += p.num_elements() * 4;
     bytes.push_back(n);
   }
-  auto owners = LocalAssignBuckets(v1::JobSpec::ROUND_ROBIN, bytes, world_size_);
+  auto owners = coordinator::AssignBuckets(v1::JobSpec::ROUND_ROBIN, bytes, world_size_);
   if (!owners.ok()) return owners.status();
   v1::ShardAssignment assignment;
   assignment.set_job_id(request.job_id());
