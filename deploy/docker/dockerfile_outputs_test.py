@@ -93,8 +93,13 @@ class OutputsTest(unittest.TestCase):
                 for soname, path in needed.items():
                     pkg = owners[path]
                     if pkg is None:
-                        self.assertTrue("gpu" in name and "/cuda" in os.path.realpath(path),
-                                        f"{soname} ({path}) belongs to no Debian package")
+                        # CUDA's libraries come from no Debian package: the GPU
+                        # image's base provides them, and the CPU images are
+                        # built with --config=cpu_only (build_images.sh), which
+                        # links none of them, while this test sees the default
+                        # build.
+                        self.assertIn("/cuda", os.path.realpath(path),
+                                      f"{soname} ({path}) belongs to no Debian package")
                         continue
                     packages.add(pkg)
                 debian_stage = next(s for s in df.stages if s.image.startswith("debian:"))
