@@ -1,19 +1,24 @@
 #!/usr/bin/python3
 """pshard's benchmarks and their PyTorch peers, side by side in one run.
 
-    bazel build //bench:benchmarks            # every binary this script runs
-    /usr/bin/python3 bench/run_benchmarks.py  # full run (< 15 min on 2 cores)
+    bazel build //bench:benchmarks //bench/optimizer:optimizer_bench
+    /usr/bin/python3 bench/run_benchmarks.py  # full run (about 8 min on 2 cores)
     /usr/bin/python3 bench/run_benchmarks.py --quick   # tiny sizes (CI)
-    bazel test //bench:run_benchmarks_quick_test       # the same, under Bazel
+    bazel test //bench:run_benchmarks_quick_test       # the same but optim, under Bazel
 
-Sections (--only steps,optim,mlp picks some):
+Sections (--only limits,steps,optim,mlp picks some):
 
+  limits The machine: loopback TCP throughput one way and both ways at once
+         (bench/step/loopback_tcp.py), and how single-threaded sgemm adds up
+         over the cores (bench/step/compute_scaling.py).
   steps  Step time of the comm + optimizer path: pshard's `synthetic` workload
          with Adam on N CPU workers on loopback (pshardctl local), for every
          world size x parameter count x bucket cap x comm mode, against, for
          the same sizes, the seed's per-bucket algorithm written with
          torch.distributed on Gloo (`torch_peers.py seed`) and PyTorch DDP with
-         Adam (`torch_peers.py ddp`). Ratio pshard / seed.
+         Adam (`torch_peers.py ddp`). Ratio pshard / seed. Also pshard's
+         ZeroHook alone (worker/hook:hook_benchmark: ranks as threads,
+         gradients generated once, as the seed peer has them).
   wire   Bytes on the wire per rank per step for each comm mode, from the
          same pshard runs (the communicator's bytes_sent in job progress),
          against 3(n-1)/n*S (all-reduce + broadcast) and 2(n-1)/n*S (reduce
@@ -352,17 +357,30 @@ def mlp_spec(name, world, dims, batch, bucket_mb, steps):
 # ---- sections ----
 
 def section_limits(runner, bins, cfg):
+    result = {"ok": True}
     cmd = [PYTHON, os.path.join(HERE, "step", "loopback_tcp.py"), "--json",
            "--mib", str(cfg.loopback_mib)]
     rc, out, err = runner.run(cmd, cfg.timeout, "limits-loopback")
     if rc != 0:
         runner.fail("limits-loopback", "exit %s: %s" % (rc, err.strip()[-300:]))
-        return {"command": show_cmd(cmd), "ok": False}
-    r = last_json_line(out)
-    r.update({"command": show_cmd(cmd), "ok": True})
-    runner.echo("  -> one way %.2f GB/s, both ways at once %.2f GB/s per direction" % (
-        r["one_way_GBps"], r["both_ways_GBps"]))
-    return r
+        result["ok"] = False
+    else:
+        result.update(last_json_line(out))
+        result["command"] = show_cmd(cmd)
+        runner.echo("  -> one way %.2f GB/s, both ways at once %.2f GB/s per direction" % (
+            result["one_way_GBps"], result["both_ways_GBps"]))
+    cmd = [PYTHON, os.path.join(HERE, "step", "compute_scaling.py"), "--json",
+           "--seconds", str(cfg.scaling_seconds)]
+    rc, out, err = runner.run(cmd, cfg.timeout, "limits-compute")
+    if rc != 0:
+        runner.fail("limits-compute", "exit %s: %s" % (rc, err.strip()[-300:]))
+    else:
+        result["compute"] = last_json_line(out)
+        result["compute_command"] = show_cmd(cmd)
+        c = result["compute"]["sgemm_GFLOPs"]
+        runner.echo("  -> sgemm %.0f GFLOP/s in 1 process, %.0f in total on all cores (%.2fx)" % (
+            c["one_process"], c["all_cores_total"], c["scaling"]))
+    return result
 
 
 def wire_bytes(runner_label, n, size):
@@ -541,6 +559,17 @@ def markdown(results, cfg):
                   "| one way | %.2f | `%s` |" % (limits["one_way_GBps"], limits["command"]),
                   "| both ways at once, per direction | %.2f | (same) |" % limits["both_ways_GBps"],
                   ""]
+    if limits.get("compute"):
+        c = limits["compute"]
+        lines += ["### Compute scaling over the cores", "",
+                  "| measure | 1 process | %d processes at once, total | scaling | command |"
+                  % c["cores"], "|---|---|---|---|---|"]
+        for key, label in (("sgemm_GFLOPs", "sgemm GFLOP/s (torch.mm 1024², 1 thread)"),
+                           ("scalar_Mloops", "scalar Python loop, M iterations/s")):
+            lines.append("| %s | %.1f | %.1f | %.2fx | %s |" % (
+                label, c[key]["one_process"], c[key]["all_cores_total"], c[key]["scaling"],
+                ("`%s`" % limits["compute_command"]) if key == "sgemm_GFLOPs" else "(same)"))
+        lines.append("")
     both = limits.get("both_ways_GBps") if limits.get("ok") else None
     if "steps" in results:
         lines += ["### Step time (synthetic workload, Adam, median over %d steps after %d warm-up)"
@@ -669,14 +698,14 @@ def main():
     if args.quick:
         cfg.worlds, cfg.params, cfg.buckets = [2], [1 << 20], [1]
         cfg.steps, cfg.warmup, cfg.timeout = 4, 1, 60
-        cfg.loopback_mib = 8
+        cfg.loopback_mib, cfg.scaling_seconds = 8, 0.2
         cfg.optim_numels, cfg.optim_repetitions, cfg.optim_min_time = [4096], 1, 0.01
         cfg.mlp_worlds, cfg.mlp_dims, cfg.mlp_batch = [1, 2], [32, 64, 8], 16
         cfg.mlp_bucket_mb, cfg.mlp_steps, cfg.mlp_warmup = 0.01, 4, 1
     else:
         cfg.worlds, cfg.params, cfg.buckets = [2, 4], [16 * MiB, 64 * MiB], [8, 25]
         cfg.steps, cfg.warmup, cfg.timeout = 10, 3, 300
-        cfg.loopback_mib = 1024
+        cfg.loopback_mib, cfg.scaling_seconds = 1024, 2
         cfg.optim_numels, cfg.optim_repetitions, cfg.optim_min_time = [16 * MiB, 64 * MiB], 3, 0.3
         cfg.mlp_worlds, cfg.mlp_dims, cfg.mlp_batch = [1, 2, 4], [512, 1024, 1024, 512], 128
         cfg.mlp_bucket_mb, cfg.mlp_steps, cfg.mlp_warmup = 2, 30, 5
