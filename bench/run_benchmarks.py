@@ -76,7 +76,8 @@ def find_binary(rel):
         path = os.path.join(base, rel)
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
-    raise SystemExit("run_benchmarks: %s is not built; run: bazel build //bench:benchmarks" % rel)
+    raise SystemExit("run_benchmarks: %s is not built; run: bazel build //bench:benchmarks "
+                     "//bench/optimizer:optimizer_bench" % rel)
 
 
 def show(path):
