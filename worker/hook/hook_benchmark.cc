@@ -27,6 +27,9 @@ ABSL_FLAG(int64_t, tensor_numel, 1 << 20, "elements per parameter tensor");
 ABSL_FLAG(double, bucket_mb, 25, "bucket cap in MiB");
 ABSL_FLAG(std::string, mode, "reduce_broadcast",
           "reduce_broadcast or allreduce_broadcast");
+ABSL_FLAG(bool, shared_memory, true,
+          "same-host ranks exchange through shared-memory rings (false: "
+          "loopback TCP only, the transport the torch peers use)");
 ABSL_FLAG(int, steps, 10, "timed steps (after 2 warm-up steps)");
 ABSL_FLAG(int64_t, piece_kb, 4096, "piece size in KiB (0: whole buckets)");
 ABSL_FLAG(int, broadcast_lag, 4, "pieces between a reduction and its broadcast");
@@ -56,6 +59,7 @@ int Main() {
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       GlooOptions gloo;
+      gloo.shared_memory = absl::GetFlag(FLAGS_shared_memory);
       gloo.rank = r;
       gloo.world_size = world;
       auto comm = CreateGlooCommunicator(gloo, store);
