@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -27,6 +28,7 @@
 #include "worker/runtime/agent.h"
 #include "worker/runtime/control_plane.h"
 #include "worker/runtime/worker_status_service.h"
+#include "worker/workload/blas_threads.h"
 
 ABSL_FLAG(std::string, coordinator, "",
           "host:port of the coordinator (required)");
@@ -40,6 +42,9 @@ ABSL_FLAG(std::string, host, "",
           "host name peers use to reach this worker (Gloo); default the "
           "machine's host name");
 ABSL_FLAG(std::string, device, "cpu", "\"cpu\", \"auto\" or \"cuda:N\"");
+ABSL_FLAG(int, blas_threads, 0,
+          "threads for the mlp workload's BLAS calls; 0: $OPENBLAS_NUM_THREADS "
+          "if set, else 1 (one rank per core, as torchrun's OMP_NUM_THREADS=1)");
 
 namespace {
 
@@ -80,7 +85,8 @@ std::string HostOf(const std::string& address) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pshard-worker --coordinator=HOST:PORT [--name=N] [--listen=ADDR] "
-      "[--port_file=PATH] [--host=H] [--device=cpu|auto|cuda:N]");
+      "[--port_file=PATH] [--host=H] [--device=cpu|auto|cuda:N] "
+      "[--blas_threads=N]");
   absl::ParseCommandLine(argc, argv);
 
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -98,6 +104,20 @@ int main(int argc, char** argv) {
                  device.status().ToString().c_str());
     return 2;
   }
+  int blas_threads = absl::GetFlag(FLAGS_blas_threads);
+  if (blas_threads < 0) {
+    std::fprintf(stderr, "pshard-worker: --blas_threads must be >= 0, got %d\n",
+                 blas_threads);
+    return 2;
+  }
+  const char* blas_env = std::getenv("OPENBLAS_NUM_THREADS");
+  if (blas_threads == 0 && !(blas_env != nullptr &&
+                             absl::SimpleAtoi(blas_env, &blas_threads) &&
+                             blas_threads > 0)) {
+    blas_threads = 1;
+  }
+  pshard::worker::SetBlasNumThreads(blas_threads);
+
   std::string host = absl::GetFlag(FLAGS_host);
   if (host.empty()) host = Hostname();
   std::string name = absl::GetFlag(FLAGS_name);
