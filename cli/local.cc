@@ -23,6 +23,7 @@
 #include "cli/child_process.h"
 #include "cli/format.h"
 #include "common/job_spec.h"
+#include "common/port_file.h"
 #include "common/status_macros.h"
 
 namespace pshard::cli {
@@ -86,21 +87,6 @@ absl::StatusOr<std::string> MakeRunDir(const std::string& requested) {
   return std::string(buffer.data());
 }
 
-// Reads the port a process wrote to `path` (written atomically, so a file
-// that exists is complete).
-absl::StatusOr<int> ReadPortFile(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) return absl::NotFoundError(absl::StrCat(path, " not written yet"));
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  int port = 0;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(buffer.str()), &port) ||
-      port <= 0 || port > 65535) {
-    return absl::NotFoundError(
-        absl::StrCat(path, " does not hold a port yet: \"", buffer.str(), "\""));
-  }
-  return port;
-}
 
 absl::Status ChildDied(ChildProcess& child) {
   std::string tail = child.LogTail(15);
@@ -223,7 +209,7 @@ class LocalCluster {
   absl::StatusOr<int> WaitForPort(ChildProcess& child, const std::string& path,
                                   absl::Time deadline) {
     while (true) {
-      absl::StatusOr<int> port = ReadPortFile(path);
+      absl::StatusOr<int> port = pshard::ReadPortFile(path);
       if (port.ok()) return port;
       if (!child.Running()) return ChildDied(child);
       if (cancel_ != nullptr && cancel_->cancelled()) {

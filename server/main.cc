@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/port_file.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/state_store.h"
@@ -43,18 +44,6 @@ void OnSignal(int sig) {
   (void)ignored;
 }
 
-// Writes `port` to `path` atomically (write a temporary file, then rename),
-// so a reader never sees a partial number.
-bool WritePortFile(const std::string& path, int port) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    out.close();
-    if (!out) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
 
 }  // namespace
 
@@ -120,9 +109,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
-    fprintf(stderr, "pshard-coordinator: cannot write --port_file %s\n",
-            port_file.c_str());
+  if (absl::Status written = port_file.empty()
+                                ? absl::OkStatus()
+                                : pshard::WritePortFile(port_file, (*server)->port());
+      !written.ok()) {
+    fprintf(stderr, "pshard-coordinator: --port_file: %s\n",
+            written.ToString().c_str());
     return 1;
   }
   fprintf(stderr, "pshard-coordinator: serving on port %d, state in %s\n",

@@ -27,6 +27,7 @@
 #include "worker/gpu/device.h"
 #include "worker/runtime/agent.h"
 #include "worker/runtime/control_plane.h"
+#include "common/port_file.h"
 #include "worker/runtime/worker_status_service.h"
 #include "worker/workload/blas_threads.h"
 
@@ -63,16 +64,6 @@ std::string RandomIncarnation() {
   return absl::StrFormat("%08x%08x", device(), device());
 }
 
-bool WritePortFile(const std::string& path, int port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return false;
-    out << port << "\n";
-    if (!out.flush()) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
 
 // "0.0.0.0:7071" -> host part; "[::]:7071" -> "[::]".
 std::string HostOf(const std::string& address) {
@@ -188,8 +179,12 @@ int main(int argc, char** argv) {
   agent->Start();
 
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty() && !WritePortFile(port_file, port)) {
-    std::fprintf(stderr, "pshard-worker: cannot write %s\n", port_file.c_str());
+  if (absl::Status written = port_file.empty()
+                                ? absl::OkStatus()
+                                : pshard::WritePortFile(port_file, port);
+      !written.ok()) {
+    std::fprintf(stderr, "pshard-worker: --port_file: %s\n",
+                 written.ToString().c_str());
     agent->Stop(absl::CancelledError("startup failed"));
     server->Shutdown();
     return 1;

@@ -9,13 +9,10 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
+#include "common/port_file.h"
 
 extern char** environ;
 
@@ -107,19 +104,11 @@ absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
 
 absl::StatusOr<int> WaitForPortFile(const std::string& path,
                                     absl::Duration timeout) {
-  int port = 0;
-  const bool ok = WaitUntil(
-      [&] {
-        std::ifstream in(path);
-        std::stringstream text;
-        text << in.rdbuf();
-        return absl::SimpleAtoi(absl::StripAsciiWhitespace(text.str()), &port) &&
-               port > 0;
-      },
-      timeout);
-  if (!ok) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("no port in ", path, " after ", absl::FormatDuration(timeout)));
+  absl::StatusOr<int> port;
+  if (!WaitUntil([&] { return (port = ReadPortFile(path)).ok(); }, timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "no port in ", path, " after ", absl::FormatDuration(timeout), ": ",
+        port.status().message()));
   }
   return port;
 }
