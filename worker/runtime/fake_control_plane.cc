@@ -53,6 +53,7 @@ absl::StatusOr<v1::KvGetResponse> FakeControlPlane::KvGet(
   const auto key = std::make_tuple(request.job_id(), request.epoch(),
                                    request.key());
   absl::MutexLock lock(&mu_);
+  ++kv_gets_;
   auto present = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return kv_.count(key) > 0;
   };
@@ -171,6 +172,14 @@ bool FakeControlPlane::WaitForResults(size_t n, absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return results_.size() >= n;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+}
+
+bool FakeControlPlane::WaitForKvGets(int n, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return kv_gets_ >= n;
   };
   return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
 }

@@ -57,6 +57,9 @@ class FakeControlPlane : public ControlPlane {
   std::vector<v1::ReportResultRequest> results() const;
   // Waits until `n` results are in.
   bool WaitForResults(size_t n, absl::Duration timeout) const;
+  // Waits until `n` KvGet calls have started (e.g. a rank blocked in the
+  // rendezvous).
+  bool WaitForKvGets(int n, absl::Duration timeout) const;
 
  private:
   const int world_size_;
@@ -71,6 +74,7 @@ class FakeControlPlane : public ControlPlane {
   bool abort_on_progress_ ABSL_GUARDED_BY(mu_) = false;
   bool not_found_next_ ABSL_GUARDED_BY(mu_) = false;
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
+  int kv_gets_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<v1::HeartbeatRequest> heartbeats_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReportProgressRequest> progress_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReportResultRequest> results_ ABSL_GUARDED_BY(mu_);

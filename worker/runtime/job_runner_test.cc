@@ -125,7 +125,8 @@ TEST(JobRunnerTest, AbortDuringRendezvousReturnsPromptly) {
   JobRunner runner(&control, Directive(0, 2, 3), Options(0));
   absl::Status status;
   std::thread t([&] { status = runner.Run(); });
-  absl::SleepFor(absl::Milliseconds(300));
+  // Rank 0 is blocked in the rendezvous once it waits for rank 1's key.
+  EXPECT_TRUE(control.WaitForKvGets(1, absl::Seconds(30)));
   const absl::Time start = absl::Now();
   runner.Abort(absl::AbortedError("job job-1 cancelled"));
   t.join();
