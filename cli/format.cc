@@ -188,9 +188,13 @@ bool IsTerminal(v1::JobState state) {
          state == v1::CANCELLED;
 }
 
-std::string ToJson(const google::protobuf::Message& message) {
+namespace {
+
+// Prints `message` as JSON, always ending in exactly one newline.
+std::string MessageToJson(const google::protobuf::Message& message,
+                          bool add_whitespace) {
   google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
+  options.add_whitespace = add_whitespace;
   options.always_print_primitive_fields = true;
   options.preserve_proto_field_names = true;
   std::string out;
@@ -205,20 +209,14 @@ std::string ToJson(const google::protobuf::Message& message) {
   return out;
 }
 
+}  // namespace
+
+std::string ToJson(const google::protobuf::Message& message) {
+  return MessageToJson(message, /*add_whitespace=*/true);
+}
+
 std::string ToJsonLine(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = false;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  std::string out;
-  auto status =
-      google::protobuf::util::MessageToJsonString(message, &out, options);
-  if (!status.ok()) {
-    return absl::StrCat("{\"error\": \"cannot print as JSON: ",
-                        std::string(status.message()), "\"}\n");
-  }
-  out += '\n';
-  return out;
+  return MessageToJson(message, /*add_whitespace=*/false);
 }
 
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs, absl::Time now) {
