@@ -282,29 +282,10 @@ def summarize_probe(probe, warmup, cmd_text):
     return result
 
 
-def run_hook(runner, bins, name, world, params, bucket, mode, cfg):
-    """worker/hook's hook_benchmark: the ZeroHook over Gloo alone, ranks as
-    threads of one process, gradients generated once outside the timed step
-    (as the seed peer does); it has 2 warm-up steps of its own."""
-    cmd = [bins["hook_benchmark"], "--world=%d" % world, "--params=%d" % params,
-           "--bucket_mb=%g" % bucket, "--mode=%s" % mode.lower(), "--steps=%d" % cfg.steps]
-    rc, out, err = runner.run(cmd, cfg.timeout, name)
-    cmd_text = show_cmd(cmd)
-    if rc != 0:
-        runner.fail(name, "exit %s: %s" % (rc, err.strip()[-300:]))
-        return {"command": cmd_text, "ok": False}
-    try:
-        r = last_json_line(out)
-    except ValueError as e:
-        runner.fail(name, str(e))
-        return {"command": cmd_text, "ok": False}
-    r.update({"command": cmd_text, "ok": True, "step_time_s": r["step_time_ms_median"] / 1e3,
-              "step_time_min_s": r["step_time_ms_min"] / 1e3})
-    return r
-
-
-def run_torch(runner, name, args, timeout):
-    cmd = [PYTHON, os.path.join(HERE, "peers", "torch_peers.py")] + [str(a) for a in args]
+def run_step_timer(runner, name, cmd, timeout):
+    """Runs a command whose last stdout line is JSON with step_time_ms_median
+    and step_time_ms_min; returns that JSON with the command, ok and the
+    times in seconds, or {"command", "ok": False} after runner.fail."""
     rc, out, err = runner.run(cmd, timeout, name)
     cmd_text = show_cmd(cmd)
     if rc != 0:
@@ -318,6 +299,20 @@ def run_torch(runner, name, args, timeout):
     r.update({"command": cmd_text, "ok": True, "step_time_s": r["step_time_ms_median"] / 1e3,
               "step_time_min_s": r["step_time_ms_min"] / 1e3})
     return r
+
+
+def run_hook(runner, bins, name, world, params, bucket, mode, cfg):
+    """worker/hook's hook_benchmark: the ZeroHook over Gloo alone, ranks as
+    threads of one process, gradients generated once outside the timed step
+    (as the seed peer does); it has 2 warm-up steps of its own."""
+    cmd = [bins["hook_benchmark"], "--world=%d" % world, "--params=%d" % params,
+           "--bucket_mb=%g" % bucket, "--mode=%s" % mode.lower(), "--steps=%d" % cfg.steps]
+    return run_step_timer(runner, name, cmd, cfg.timeout)
+
+
+def run_torch(runner, name, args, timeout):
+    cmd = [PYTHON, os.path.join(HERE, "peers", "torch_peers.py")] + [str(a) for a in args]
+    return run_step_timer(runner, name, cmd, timeout)
 
 
 def synthetic_spec(name, world, params, bucket_mb, mode, steps):
