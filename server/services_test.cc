@@ -109,6 +109,24 @@ class ServicesTest : public ::testing::Test {
     return job;
   }
 
+  // CancelJob(job_id, reason); `out` may be null.
+  grpc::Status Cancel(const std::string& job_id, const std::string& reason = "",
+                      v1::Job* out = nullptr) {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_job_id(job_id);
+    req.set_reason(reason);
+    v1::Job job;
+    return jobs_->CancelJob(&ctx, req, out != nullptr ? out : &job);
+  }
+
+  grpc::Status GetShards(const std::string& job_id, v1::ShardAssignment* out) {
+    grpc::ClientContext ctx;
+    v1::GetShardAssignmentRequest req;
+    req.set_job_id(job_id);
+    return shards_->GetShardAssignment(&ctx, req, out);
+  }
+
   v1::ReportBucketsRequest Layout(const v1::Job& job, int rank, int64_t n) {
     v1::ReportBucketsRequest req;
     req.set_job_id(job.id());
@@ -186,39 +204,15 @@ TEST_F(ServicesTest, SubmitGetListCancel) {
     EXPECT_EQ(jobs_->ListJobs(&ctx, req, &resp).error_code(),
               grpc::StatusCode::INVALID_ARGUMENT);
   }
+  EXPECT_EQ(Cancel(job.id(), std::string(2000, 'r')).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
   {
-    grpc::ClientContext ctx;
-    v1::CancelJobRequest req;
-    req.set_job_id(job.id());
-    req.set_reason(std::string(2000, 'r'));
     v1::Job out;
-    EXPECT_EQ(jobs_->CancelJob(&ctx, req, &out).error_code(),
-              grpc::StatusCode::INVALID_ARGUMENT);
-  }
-  {
-    grpc::ClientContext ctx;
-    v1::CancelJobRequest req;
-    req.set_job_id(job.id());
-    req.set_reason("changed my mind");
-    v1::Job out;
-    ASSERT_TRUE(jobs_->CancelJob(&ctx, req, &out).ok());
+    ASSERT_TRUE(Cancel(job.id(), "changed my mind", &out).ok());
     EXPECT_EQ(out.state(), v1::CANCELLED);
   }
-  {
-    grpc::ClientContext ctx;
-    v1::CancelJobRequest req;
-    req.set_job_id(job.id());
-    v1::Job out;
-    EXPECT_EQ(jobs_->CancelJob(&ctx, req, &out).error_code(),
-              grpc::StatusCode::FAILED_PRECONDITION);
-  }
-  {
-    grpc::ClientContext ctx;
-    v1::CancelJobRequest req;
-    req.set_job_id("nope");
-    v1::Job out;
-    EXPECT_EQ(jobs_->CancelJob(&ctx, req, &out).error_code(), grpc::StatusCode::NOT_FOUND);
-  }
+  EXPECT_EQ(Cancel(job.id()).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Cancel("nope").error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(ServicesTest, WatchJobStreamsUntilTerminal) {
@@ -239,13 +233,7 @@ TEST_F(ServicesTest, WatchJobStreamsUntilTerminal) {
   });
   ASSERT_TRUE(first.WaitForNotificationWithTimeout(absl::Seconds(10)));
   Register("a");  // starts the job
-  {
-    grpc::ClientContext ctx;
-    v1::CancelJobRequest req;
-    req.set_job_id(job.id());
-    v1::Job out;
-    ASSERT_TRUE(jobs_->CancelJob(&ctx, req, &out).ok());
-  }
+  ASSERT_TRUE(Cancel(job.id()).ok());
   watcher.join();
   ASSERT_EQ(events.size(), 3u);
   for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(events[i].sequence(), i + 1);
@@ -408,11 +396,8 @@ TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
   EXPECT_EQ(assignment.epoch(), job.epoch());
   EXPECT_EQ(assignment.total_bytes(), 1024);
   {
-    grpc::ClientContext ctx;
-    v1::GetShardAssignmentRequest req;
-    req.set_job_id(job.id());
     v1::ShardAssignment out;
-    ASSERT_TRUE(shards_->GetShardAssignment(&ctx, req, &out).ok());
+    ASSERT_TRUE(GetShards(job.id(), &out).ok());
     EXPECT_EQ(out.buckets(0).owner_rank(), 0);
   }
   // A stale epoch is refused.
@@ -507,13 +492,7 @@ TEST_F(ServicesTest, HeartbeatReplyWithAbortAndRunJobParses) {
   ASSERT_EQ(r1.directives(0).run_job().job_id(), first.id());
   beat(v1::BUSY, first.id(), 1);  // acknowledged
   v1::Job second = Submit(1);
-  {
-    grpc::ClientContext ctx;
-    v1::CancelJobRequest req;
-    req.set_job_id(first.id());
-    v1::Job out;
-    ASSERT_TRUE(jobs_->CancelJob(&ctx, req, &out).ok());
-  }
+  ASSERT_TRUE(Cancel(first.id()).ok());
   v1::HeartbeatResponse r2 = beat(v1::BUSY, first.id(), 1);
   ASSERT_EQ(r2.directives_size(), 2);
   EXPECT_EQ(r2.directives(0).abort_job().job_id(), first.id());
@@ -653,22 +632,10 @@ TEST_F(ServicesTest, WorkerControlBadInput) {
     EXPECT_THAT(s.error_message(), HasSubstr("rank 0 (worker w-1)"));
   }
   EXPECT_EQ(Get(job.id()).state(), v1::FAILED);
-  {
-    grpc::ClientContext ctx;
-    v1::GetShardAssignmentRequest req;
-    req.set_job_id(job.id());
-    v1::ShardAssignment out;
-    EXPECT_EQ(shards_->GetShardAssignment(&ctx, req, &out).error_code(),
-              grpc::StatusCode::FAILED_PRECONDITION);
-  }
-  {
-    grpc::ClientContext ctx;
-    v1::GetShardAssignmentRequest req;
-    req.set_job_id("job-404");
-    v1::ShardAssignment out;
-    EXPECT_EQ(shards_->GetShardAssignment(&ctx, req, &out).error_code(),
-              grpc::StatusCode::NOT_FOUND);
-  }
+  v1::ShardAssignment out;
+  EXPECT_EQ(GetShards(job.id(), &out).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(GetShards("job-404", &out).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 // Many parked waits hold no threads: status RPCs keep answering quickly.
