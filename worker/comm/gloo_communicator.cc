@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "gloo/common/error.h"
 #include "gloo/context.h"
 #include "gloo/rendezvous/context.h"
@@ -34,12 +35,6 @@ namespace pshard::worker {
 namespace {
 
 using ::gloo::transport::UnboundBuffer;
-
-#define RETURN_IF_ERROR_GLOO(expr)                 \
-  do {                                             \
-    absl::Status pshard_gloo_status_ = (expr);     \
-    if (!pshard_gloo_status_.ok()) return pshard_gloo_status_; \
-  } while (false)
 
 // Our slots live in their own range so they never meet Gloo's own
 // collectives' slots (which use small prefixes in the top byte).
@@ -812,11 +807,11 @@ class GlooCommunicator : public Communicator {
         Op::Transfer& t = op.transfers[i];
         if (t.send != (pass == 1)) continue;
         if (!t.send && t.buffer == nullptr) {
-          RETURN_IF_ERROR_GLOO(ReadShm(op, t, sum_into,
-                                       divisor > 0 && i == last_recv ? divisor : 0));
+          RETURN_IF_ERROR(ReadShm(op, t, sum_into,
+                                  divisor > 0 && i == last_recv ? divisor : 0));
           continue;
         }
-        RETURN_IF_ERROR_GLOO(Wait(t, op));
+        RETURN_IF_ERROR(Wait(t, op));
         if (!t.send && sum_into != nullptr && op.scratch[t.peer] != nullptr) {
           if (divisor > 0 && i == last_recv) {
             AddIntoAndDivide(sum_into, op.scratch[t.peer].get(), count, op.dtype,
@@ -836,7 +831,7 @@ class GlooCommunicator : public Communicator {
   // (kGathering). Errors are returned (the caller fails the communicator).
   absl::Status Process(Op& op) {
     if (op.kind == OpKind::kEnqueue) {
-      RETURN_IF_ERROR_GLOO(op.fn());
+      RETURN_IF_ERROR(op.fn());
       return MarkDone(op);
     }
     if (world_size_ == 1 || op.transfers.empty()) return MarkDone(op);
@@ -844,22 +839,22 @@ class GlooCommunicator : public Communicator {
     const size_t esize = DataTypeSize(op.dtype);
     switch (op.kind) {
       case OpKind::kReduce:
-        RETURN_IF_ERROR_GLOO(WaitAll(
+        RETURN_IF_ERROR(WaitAll(
             op, 0, rank_ == op.root ? op.data : nullptr, op.count,
             op.mean ? static_cast<float>(n) : 0.0f));
         break;
       case OpKind::kBroadcast:
       case OpKind::kBarrier:
-        RETURN_IF_ERROR_GLOO(WaitAll(op, 0, nullptr, 0));
+        RETURN_IF_ERROR(WaitAll(op, 0, nullptr, 0));
         break;
       case OpKind::kAllReduce: {
         const int64_t mine = ChunkElems(op, rank_);
         char* my_chunk = op.data + ChunkBegin(op, rank_) * esize;
-        RETURN_IF_ERROR_GLOO(WaitAll(op, 0, my_chunk, mine));
+        RETURN_IF_ERROR(WaitAll(op, 0, my_chunk, mine));
         // Phase 1 (all-gather): my reduced chunk to everyone, theirs to me.
         // Posted under the lock: Abort() walks the transfers.
         absl::MutexLock lock(&mu_);
-        RETURN_IF_ERROR_GLOO(error_);
+        RETURN_IF_ERROR(error_);
         op.gather_first = op.transfers.size();
         try {
           for (int r = 0; r < n; ++r) {
@@ -896,7 +891,7 @@ class GlooCommunicator : public Communicator {
 
   // Waits for an all-reduce's second round.
   absl::Status FinishGather(Op& op) {
-    RETURN_IF_ERROR_GLOO(WaitAll(op, op.gather_first, nullptr, 0));
+    RETURN_IF_ERROR(WaitAll(op, op.gather_first, nullptr, 0));
     return MarkDone(op);
   }
 
@@ -962,7 +957,7 @@ absl::Status ConnectSharedMemory(
   const std::string prefix = absl::StrCat(options.key_prefix, "shm/");
   const int me = options.rank;
   const std::string identity = HostIdentity();
-  RETURN_IF_ERROR_GLOO(kv.Put(absl::StrCat(prefix, "host/", me), identity));
+  RETURN_IF_ERROR(kv.Put(absl::StrCat(prefix, "host/", me), identity));
   std::vector<bool> same(options.world_size, false);
   for (int r = 0; r < options.world_size; ++r) {
     if (r == me) continue;
@@ -982,7 +977,7 @@ absl::Status ConnectSharedMemory(
         name = (*ring)->name();
         out[k * n + r] = *std::move(ring);
       }
-      RETURN_IF_ERROR_GLOO(
+      RETURN_IF_ERROR(
           kv.Put(absl::StrCat(prefix, "ring/", me, "/", r, "/", k), name));
     }
   }
@@ -1007,7 +1002,7 @@ absl::Status ConnectSharedMemory(
       in[r].reset();
       in[n + r].reset();
     }
-    RETURN_IF_ERROR_GLOO(kv.Put(absl::StrCat(prefix, "opened/", r, "/", me),
+    RETURN_IF_ERROR(kv.Put(absl::StrCat(prefix, "opened/", r, "/", me),
                                 opened ? "1" : "0"));
   }
   for (int r = 0; r < n; ++r) {
