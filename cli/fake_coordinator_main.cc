@@ -3,16 +3,17 @@
 // the real binary's flags, so `pshardctl local` can be tested without the
 // real coordinator and workers.
 #include <signal.h>
-#include <stdio.h>
 
-#include <fstream>
 #include <iostream>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cli/fake_coordinator.h"
+#include "common/port_file.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Address to serve on.");
 ABSL_FLAG(std::string, port_file, "", "Where to write the bound port.");
@@ -39,12 +40,15 @@ int main(int argc, char** argv) {
   std::cout << "fake coordinator serving on " << *address << std::endl;
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
-    const std::string tmp = port_file + ".tmp";
-    {
-      std::ofstream out(tmp);
-      out << address->substr(address->rfind(':') + 1) << "\n";
+    int port = 0;
+    absl::Status written =
+        absl::SimpleAtoi(address->substr(address->rfind(':') + 1), &port)
+            ? pshard::WritePortFile(port_file, port)
+            : absl::InternalError(absl::StrCat("no port in ", *address));
+    if (!written.ok()) {
+      std::cerr << written << "\n";
+      return 1;
     }
-    if (rename(tmp.c_str(), port_file.c_str()) != 0) return 1;
   }
   int sig = 0;
   sigwait(&signals, &sig);
