@@ -8,7 +8,6 @@
 
 #include <fstream>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,24 +17,19 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/cli/pshardctl_runner.h"
 #include "tests/testing/subprocess.h"
 
 namespace pshard {
 namespace {
 
 using ::pshard::testing::MakeTempDir;
+using ::pshard::testing::ReadFile;
 using ::pshard::testing::RunfilePath;
 using ::pshard::testing::Subprocess;
 using ::pshard::testing::WaitUntil;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 bool Alive(pid_t pid) {
   std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
