@@ -3,20 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/optim/cpu_kernels.h"
 
 namespace pshard::worker::gpu {
 namespace {
-
-// Same bound as the CPU optimizer: far beyond any real bucket, and small
-// enough that offset + numel never overflows.
-constexpr int64_t kMaxBucketElements = int64_t{1} << 40;
 
 // A run of contiguous elements of one group (neighbouring spans merged).
 struct Segment {
@@ -58,43 +53,7 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
           " is not supported; use SGD, ADAM or ADAMW"));
   }
 
-  if (bucket_index < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bucket index must be >= 0, got ", bucket_index));
-  }
-  if (spans.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bucket ", bucket_index, " has no parameter spans"));
-  }
-  absl::flat_hash_set<std::string> names;
-  for (const ParamSpan& span : spans) {
-    if (span.offset < 0 || span.numel < 0 || span.offset > kMaxBucketElements ||
-        span.numel > kMaxBucketElements) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bucket ", bucket_index, ": parameter '", span.name,
-                       "' has an invalid span (offset ", span.offset,
-                       ", numel ", span.numel, ")"));
-    }
-    if (!names.insert(span.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("bucket ", bucket_index,
-                                                     ": parameter '", span.name,
-                                                     "' appears twice"));
-    }
-  }
-  std::sort(spans.begin(), spans.end(),
-            [](const ParamSpan& a, const ParamSpan& b) {
-              return a.offset < b.offset;
-            });
-  for (size_t i = 1; i < spans.size(); ++i) {
-    const ParamSpan& prev = spans[i - 1];
-    if (prev.offset + prev.numel > spans[i].offset) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bucket ", bucket_index, ": parameters '", prev.name,
-                       "' [", prev.offset, ", ", prev.offset + prev.numel,
-                       ") and '", spans[i].name, "' [", spans[i].offset, ", ",
-                       spans[i].offset + spans[i].numel, ") overlap"));
-    }
-  }
+  RETURN_IF_ERROR(SortAndCheckSpans(bucket_index, spans));
 
   const bool adam = plan.kind == kKernelAdam;
   std::vector<Segment> segments;

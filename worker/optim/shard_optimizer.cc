@@ -124,43 +124,8 @@ bool IsAdamKind(v1::OptimizerSpec::Kind kind) {
 
 absl::Status CpuShardOptimizer::AddBucket(int bucket_index,
                                           std::vector<ParamSpan> spans) {
-  if (bucket_index < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bucket index must be >= 0, got ", bucket_index));
-  }
-  if (spans.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bucket ", bucket_index, " has no parameter spans"));
-  }
-  absl::flat_hash_set<std::string> names;
-  for (const ParamSpan& span : spans) {
-    if (span.offset < 0 || span.numel < 0 || span.offset > kMaxBucketElements ||
-        span.numel > kMaxBucketElements) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bucket ", bucket_index, ": parameter '", span.name,
-          "' has an invalid span (offset ", span.offset, ", numel ",
-          span.numel, ")"));
-    }
-    if (!names.insert(span.name).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bucket ", bucket_index, ": parameter '", span.name,
-                       "' appears twice"));
-    }
-  }
-  std::sort(spans.begin(), spans.end(),
-            [](const ParamSpan& a, const ParamSpan& b) {
-              return a.offset < b.offset;
-            });
-  for (size_t i = 1; i < spans.size(); ++i) {
-    const ParamSpan& prev = spans[i - 1];
-    if (prev.offset + prev.numel > spans[i].offset) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bucket ", bucket_index, ": parameters '", prev.name, "' [",
-          prev.offset, ", ", prev.offset + prev.numel, ") and '",
-          spans[i].name, "' [", spans[i].offset, ", ",
-          spans[i].offset + spans[i].numel, ") overlap"));
-    }
-  }
+  absl::Status spans_status = SortAndCheckSpans(bucket_index, spans);
+  if (!spans_status.ok()) return spans_status;
 
   auto bucket = std::make_unique<Bucket>();
   const bool adam = IsAdamKind(spec_.kind());
@@ -304,6 +269,48 @@ int64_t CpuShardOptimizer::total_state_bytes() const {
 }
 
 }  // namespace
+
+absl::Status SortAndCheckSpans(int bucket_index,
+                               std::vector<ParamSpan>& spans) {
+  if (bucket_index < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bucket index must be >= 0, got ", bucket_index));
+  }
+  if (spans.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bucket ", bucket_index, " has no parameter spans"));
+  }
+  absl::flat_hash_set<std::string> names;
+  for (const ParamSpan& span : spans) {
+    if (span.offset < 0 || span.numel < 0 || span.offset > kMaxBucketElements ||
+        span.numel > kMaxBucketElements) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bucket ", bucket_index, ": parameter '", span.name,
+          "' has an invalid span (offset ", span.offset, ", numel ",
+          span.numel, ")"));
+    }
+    if (!names.insert(span.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket ", bucket_index, ": parameter '", span.name,
+                       "' appears twice"));
+    }
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const ParamSpan& a, const ParamSpan& b) {
+              return a.offset < b.offset;
+            });
+  for (size_t i = 1; i < spans.size(); ++i) {
+    const ParamSpan& prev = spans[i - 1];
+    if (prev.offset + prev.numel > spans[i].offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bucket ", bucket_index, ": parameters '", prev.name, "' [",
+          prev.offset, ", ", prev.offset + prev.numel, ") and '",
+          spans[i].name, "' [", spans[i].offset, ", ",
+          spans[i].offset + spans[i].numel, ") overlap"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<ShardOptimizer>> ShardOptimizer::Create(
     const v1::OptimizerSpec& spec) {

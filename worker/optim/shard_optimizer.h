@@ -36,6 +36,13 @@ struct ParamSpan {
   int64_t numel = 0;
 };
 
+// Checks the spans of bucket `bucket_index` and sorts them by offset; the
+// rules every ShardOptimizer backend applies in AddBucket. InvalidArgument:
+// no spans, a negative or huge (> 2^40) offset or numel, a name that appears
+// twice, or overlapping spans.
+absl::Status SortAndCheckSpans(int bucket_index,
+                               std::vector<ParamSpan>& spans);
+
 // Options of the CPU implementation.
 struct CpuOptimizerOptions {
   // Threads that step one bucket, the calling thread included; >= 1.
