@@ -41,40 +41,44 @@ v1::Directive RunJob(const std::string& id, int64_t steps) {
   return directive;
 }
 
-TEST(AgentTest, RunsJobFromHeartbeatAndReturnsToIdle) {
-  FakeControlPlane control(1);
-  Agent agent(&control, Options());
-  agent.Start();
-  ASSERT_TRUE(WaitUntil([&] { return control.heartbeats() > 0; },
+// Every test drives one agent, started, against a one-worker fake
+// coordinator; the agent is stopped when the test ends.
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override { agent_.Start(); }
+  void TearDown() override { agent_.Stop(absl::CancelledError("test over")); }
+
+  FakeControlPlane control_{1};
+  Agent agent_{&control_, Options()};
+};
+
+TEST_F(AgentTest, RunsJobFromHeartbeatAndReturnsToIdle) {
+  ASSERT_TRUE(WaitUntil([&] { return control_.heartbeats() > 0; },
                         absl::Seconds(10)));
-  EXPECT_EQ(agent.Status().worker_id(), "w-alpha");
-  EXPECT_EQ(agent.Status().state(), v1::IDLE);
-  control.QueueDirective(RunJob("job-1", 3));
-  ASSERT_TRUE(control.WaitForResults(1, absl::Seconds(20)));
-  EXPECT_TRUE(control.results()[0].ok()) << control.results()[0].error();
-  ASSERT_TRUE(WaitUntil([&] { return agent.Status().state() == v1::IDLE; },
+  EXPECT_EQ(agent_.Status().worker_id(), "w-alpha");
+  EXPECT_EQ(agent_.Status().state(), v1::IDLE);
+  control_.QueueDirective(RunJob("job-1", 3));
+  ASSERT_TRUE(control_.WaitForResults(1, absl::Seconds(20)));
+  EXPECT_TRUE(control_.results()[0].ok()) << control_.results()[0].error();
+  ASSERT_TRUE(WaitUntil([&] { return agent_.Status().state() == v1::IDLE; },
                         absl::Seconds(10)));
   // Heartbeats carried BUSY with the job while it ran, or went straight
   // back to IDLE for this short job; never anything else.
-  for (const auto& beat : control.heartbeat_log()) {
+  for (const auto& beat : control_.heartbeat_log()) {
     EXPECT_TRUE(beat.state() == v1::IDLE || beat.state() == v1::BUSY);
     EXPECT_EQ(beat.incarnation(), "inc-1");
   }
-  agent.Stop(absl::CancelledError("test over"));
 }
 
-TEST(AgentTest, AbortDirectiveStopsTheJob) {
-  FakeControlPlane control(1);
-  Agent agent(&control, Options());
-  agent.Start();
-  control.QueueDirective(RunJob("job-2", 100000000));
+TEST_F(AgentTest, AbortDirectiveStopsTheJob) {
+  control_.QueueDirective(RunJob("job-2", 100000000));
   ASSERT_TRUE(WaitUntil(
       [&] {
-        auto s = agent.Status();
+        auto s = agent_.Status();
         return s.state() == v1::BUSY && s.step() > 2;
       },
       absl::Seconds(20)));
-  v1::GetWorkerStatusResponse busy = agent.Status();
+  v1::GetWorkerStatusResponse busy = agent_.Status();
   EXPECT_EQ(busy.job_id(), "job-2");
   EXPECT_EQ(busy.optimizer_state_bytes(), 1000 * 8);
   EXPECT_EQ(busy.owned_shards_size(), 1);
@@ -83,73 +87,57 @@ TEST(AgentTest, AbortDirectiveStopsTheJob) {
   abort.mutable_abort_job()->set_epoch(1);
   abort.mutable_abort_job()->set_reason("cancelled by user");
   const absl::Time start = absl::Now();
-  control.QueueDirective(abort);
-  ASSERT_TRUE(control.WaitForResults(1, absl::Seconds(10)));
+  control_.QueueDirective(abort);
+  ASSERT_TRUE(control_.WaitForResults(1, absl::Seconds(10)));
   EXPECT_LT(absl::Now() - start, absl::Seconds(4));
-  EXPECT_FALSE(control.results()[0].ok());
-  EXPECT_THAT(control.results()[0].error(),
+  EXPECT_FALSE(control_.results()[0].ok());
+  EXPECT_THAT(control_.results()[0].error(),
               ::testing::HasSubstr("cancelled by user"));
-  ASSERT_TRUE(WaitUntil([&] { return agent.Status().state() == v1::IDLE; },
+  ASSERT_TRUE(WaitUntil([&] { return agent_.Status().state() == v1::IDLE; },
                         absl::Seconds(10)));
-  agent.Stop(absl::CancelledError("test over"));
 }
 
-TEST(AgentTest, NotFoundMakesItRegisterAgain) {
-  FakeControlPlane control(1);
-  Agent agent(&control, Options());
-  agent.Start();
-  ASSERT_TRUE(WaitUntil([&] { return control.heartbeats() > 0; },
+TEST_F(AgentTest, NotFoundMakesItRegisterAgain) {
+  ASSERT_TRUE(WaitUntil([&] { return control_.heartbeats() > 0; },
                         absl::Seconds(10)));
-  EXPECT_EQ(control.registrations(), 1);
-  control.FailNextHeartbeatWithNotFound();
-  ASSERT_TRUE(WaitUntil([&] { return control.registrations() == 2; },
+  EXPECT_EQ(control_.registrations(), 1);
+  control_.FailNextHeartbeatWithNotFound();
+  ASSERT_TRUE(WaitUntil([&] { return control_.registrations() == 2; },
                         absl::Seconds(10)));
-  agent.Stop(absl::CancelledError("test over"));
 }
 
-TEST(AgentTest, DrainFinishesTheJobFirst) {
-  FakeControlPlane control(1);
-  Agent agent(&control, Options());
-  agent.Start();
-  control.QueueDirective(RunJob("job-3", 20));
+TEST_F(AgentTest, DrainFinishesTheJobFirst) {
+  control_.QueueDirective(RunJob("job-3", 20));
   v1::Directive drain;
   drain.mutable_drain();
-  control.QueueDirective(drain);
-  EXPECT_TRUE(agent.WaitForDrained(absl::Seconds(20)));
-  ASSERT_EQ(control.results().size(), 1u);
-  EXPECT_TRUE(control.results()[0].ok());
-  EXPECT_EQ(control.results()[0].final_step(), 20);
-  agent.Stop(absl::CancelledError("test over"));
+  control_.QueueDirective(drain);
+  EXPECT_TRUE(agent_.WaitForDrained(absl::Seconds(20)));
+  ASSERT_EQ(control_.results().size(), 1u);
+  EXPECT_TRUE(control_.results()[0].ok());
+  EXPECT_EQ(control_.results()[0].final_step(), 20);
 }
 
-TEST(AgentTest, StopAbortsRunningJob) {
-  FakeControlPlane control(1);
-  Agent agent(&control, Options());
-  agent.Start();
-  control.QueueDirective(RunJob("job-4", 100000000));
-  ASSERT_TRUE(WaitUntil([&] { return agent.Status().step() > 1; },
+TEST_F(AgentTest, StopAbortsRunningJob) {
+  control_.QueueDirective(RunJob("job-4", 100000000));
+  ASSERT_TRUE(WaitUntil([&] { return agent_.Status().step() > 1; },
                         absl::Seconds(20)));
   const absl::Time start = absl::Now();
-  agent.Stop(absl::AbortedError("SIGTERM"));
+  agent_.Stop(absl::AbortedError("SIGTERM"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  ASSERT_EQ(control.results().size(), 1u);
-  EXPECT_THAT(control.results()[0].error(), ::testing::HasSubstr("SIGTERM"));
+  ASSERT_EQ(control_.results().size(), 1u);
+  EXPECT_THAT(control_.results()[0].error(), ::testing::HasSubstr("SIGTERM"));
 }
 
 // A second job handed over while the first is still winding down is not
 // lost: it starts once the first one's thread has ended.
-TEST(AgentTest, JobArrivingDuringWindDownIsStartedAfterwards) {
-  FakeControlPlane control(1);
-  Agent agent(&control, Options());
-  agent.Start();
-  control.QueueDirective(RunJob("job-5", 5));
-  control.QueueDirective(RunJob("job-6", 5));  // same reply: job-5 is busy
-  ASSERT_TRUE(control.WaitForResults(2, absl::Seconds(20)));
-  auto results = control.results();
+TEST_F(AgentTest, JobArrivingDuringWindDownIsStartedAfterwards) {
+  control_.QueueDirective(RunJob("job-5", 5));
+  control_.QueueDirective(RunJob("job-6", 5));  // same reply: job-5 is busy
+  ASSERT_TRUE(control_.WaitForResults(2, absl::Seconds(20)));
+  auto results = control_.results();
   EXPECT_EQ(results[0].job_id(), "job-5");
   EXPECT_EQ(results[1].job_id(), "job-6");
   EXPECT_TRUE(results[1].ok()) << results[1].error();
-  agent.Stop(absl::CancelledError("test over"));
 }
 
 }  // namespace
