@@ -10,6 +10,8 @@ namespace pshard::worker {
 namespace {
 
 class GrpcControlPlane : public ControlPlane {
+  using Stub = v1::WorkerControl::Stub;
+
  public:
   explicit GrpcControlPlane(const std::string& address)
       : address_(address),
@@ -19,90 +21,63 @@ class GrpcControlPlane : public ControlPlane {
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
       const v1::RegisterWorkerRequest& request,
       absl::Duration deadline) override {
-    return Call<v1::RegisterWorkerResponse>(
-        "RegisterWorker", request, deadline,
-        [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-          return stub_->RegisterWorker(c, req, resp);
-        });
+    return Call("RegisterWorker", &Stub::RegisterWorker, request, deadline);
   }
 
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request, absl::Duration deadline) override {
-    return Call<v1::HeartbeatResponse>(
-        "Heartbeat", request, deadline,
-        [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-          return stub_->Heartbeat(c, req, resp);
-        });
+    return Call("Heartbeat", &Stub::Heartbeat, request, deadline);
   }
 
   absl::Status KvPut(const v1::KvPutRequest& request,
                      absl::Duration deadline) override {
-    return Call<v1::KvPutResponse>(
-               "KvPut", request, deadline,
-               [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-                 return stub_->KvPut(c, req, resp);
-               })
+    return Call("KvPut", &Stub::KvPut, request, deadline)
         .status();
   }
 
   absl::StatusOr<v1::KvGetResponse> KvGet(const v1::KvGetRequest& request,
                                           absl::Duration deadline) override {
-    return Call<v1::KvGetResponse>(
-        "KvGet", request, deadline,
-        [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-          return stub_->KvGet(c, req, resp);
-        });
+    return Call("KvGet", &Stub::KvGet, request, deadline);
   }
 
   absl::Status ReportBuckets(const v1::ReportBucketsRequest& request,
                              absl::Duration deadline) override {
-    return Call<v1::ReportBucketsResponse>(
-               "ReportBuckets", request, deadline,
-               [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-                 return stub_->ReportBuckets(c, req, resp);
-               })
+    return Call("ReportBuckets", &Stub::ReportBuckets, request, deadline)
         .status();
   }
 
   absl::StatusOr<v1::ShardAssignment> GetAssignment(
       const v1::GetAssignmentRequest& request,
       absl::Duration deadline) override {
-    return Call<v1::ShardAssignment>(
-        "GetAssignment", request, deadline,
-        [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-          return stub_->GetAssignment(c, req, resp);
-        });
+    return Call("GetAssignment", &Stub::GetAssignment, request, deadline);
   }
 
   absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
       const v1::ReportProgressRequest& request,
       absl::Duration deadline) override {
-    return Call<v1::ReportProgressResponse>(
-        "ReportProgress", request, deadline,
-        [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-          return stub_->ReportProgress(c, req, resp);
-        });
+    return Call("ReportProgress", &Stub::ReportProgress, request, deadline);
   }
 
   absl::Status ReportResult(const v1::ReportResultRequest& request,
                             absl::Duration deadline) override {
-    return Call<v1::ReportResultResponse>(
-               "ReportResult", request, deadline,
-               [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-                 return stub_->ReportResult(c, req, resp);
-               })
+    return Call("ReportResult", &Stub::ReportResult, request, deadline)
         .status();
   }
 
  private:
-  template <typename Response, typename Request, typename Fn>
-  absl::StatusOr<Response> Call(const char* method, const Request& request,
-                                absl::Duration deadline, Fn fn) {
+  // Calls one unary method of the stub with a deadline; gRPC errors come
+  // back as statuses that name the method and the coordinator.
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Call(
+      const char* method,
+      grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&,
+                                Response*),
+      const Request& request, absl::Duration deadline) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
                          absl::ToChronoMilliseconds(deadline));
     Response response;
-    grpc::Status status = fn(&context, request, &response);
+    grpc::Status status = (stub_.get()->*rpc)(&context, request, &response);
     if (!status.ok()) {
       return FromGrpcStatus(status, absl::StrCat(method, " to ", address_));
     }
@@ -110,7 +85,7 @@ class GrpcControlPlane : public ControlPlane {
   }
 
   const std::string address_;
-  std::unique_ptr<v1::WorkerControl::Stub> stub_;
+  std::unique_ptr<Stub> stub_;
 };
 
 }  // namespace
