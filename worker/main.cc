@@ -6,11 +6,9 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -23,11 +21,11 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "common/port_file.h"
 #include "worker/gpu/backend_choice.h"
 #include "worker/gpu/device.h"
 #include "worker/runtime/agent.h"
 #include "worker/runtime/control_plane.h"
-#include "common/port_file.h"
 #include "worker/runtime/worker_status_service.h"
 #include "worker/workload/blas_threads.h"
 
@@ -63,7 +61,6 @@ std::string RandomIncarnation() {
   std::random_device device;
   return absl::StrFormat("%08x%08x", device(), device());
 }
-
 
 // "0.0.0.0:7071" -> host part; "[::]:7071" -> "[::]".
 std::string HostOf(const std::string& address) {
