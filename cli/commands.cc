@@ -471,23 +471,23 @@ absl::StatusOr<v1::Job> WatchUntilDone(CoordinatorClient& client,
       }
     });
   }
-  // Stops the poller (before the last line is drawn) on every way out.
-  struct PollerGuard {
+  // On every way out: stops the poller, then ends the progress output (so the
+  // poller cannot draw after the last line).
+  struct FinishGuard {
     absl::Notification& stop;
     std::thread& thread;
-    void Stop() {
-      if (!stop.HasBeenNotified()) stop.Notify();
+    ProgressRenderer& renderer;
+    ~FinishGuard() {
+      stop.Notify();
       if (thread.joinable()) thread.join();
+      renderer.Finish();
     }
-    ~PollerGuard() { Stop(); }
-  } poller_guard{stop_polling, poller};
+  } finish_guard{stop_polling, poller, renderer};
   int64_t last_sequence = 0;
   int failures = 0;
   while (true) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
-      poller_guard.Stop();
-      renderer.Finish();
       return absl::DeadlineExceededError(
           absl::StrCat("watch ", job_id, ": still ", JobStateName(job.state()),
                        " after --watch_timeout=",
@@ -500,17 +500,11 @@ absl::StatusOr<v1::Job> WatchUntilDone(CoordinatorClient& client,
           renderer.OnEvent(event);
         },
         cancel);
-    if (status.code() == absl::StatusCode::kCancelled) {
-      poller_guard.Stop();
-      renderer.Finish();
-      return status;
-    }
+    if (status.code() == absl::StatusCode::kCancelled) return status;
     if (!status.ok()) {
       // A broken stream (coordinator restart, network blip) is resumed from
       // the last event seen; anything else is final.
       if (status.code() != absl::StatusCode::kUnavailable || ++failures > 10) {
-        poller_guard.Stop();
-        renderer.Finish();
         return status;
       }
       absl::SleepFor(absl::Milliseconds(500));
@@ -519,8 +513,6 @@ absl::StatusOr<v1::Job> WatchUntilDone(CoordinatorClient& client,
     failures = 0;
     ASSIGN_OR_RETURN(job, client.GetJob(job_id));
     if (IsTerminal(job.state())) {
-      poller_guard.Stop();
-      renderer.Finish();
       return job;
     }
     // The stream ended but the job has not: resume after what we saw.
