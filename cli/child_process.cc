@@ -18,11 +18,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 
+extern char** environ;
+
 namespace pshard::cli {
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
     std::string name, const std::vector<std::string>& argv,
-    const std::string& log_path) {
+    const std::string& log_path, const std::vector<std::string>& extra_env) {
   if (argv.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("starting ", name, ": empty command line"));
@@ -32,16 +34,19 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
                                             " is not executable: ",
                                             std::strerror(errno)));
   }
-  const int log_fd = open(log_path.c_str(),
-                          O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) {
-    return absl::InternalError(absl::StrCat("starting ", name,
-                                            ": cannot open log ", log_path,
-                                            ": ", std::strerror(errno)));
+  int log_fd = -1;
+  if (!log_path.empty()) {
+    log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                  0644);
+    if (log_fd < 0) {
+      return absl::InternalError(absl::StrCat("starting ", name,
+                                              ": cannot open log ", log_path,
+                                              ": ", std::strerror(errno)));
+    }
   }
   const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd < 0) {
-    close(log_fd);
+    if (log_fd >= 0) close(log_fd);
     return absl::InternalError(
         absl::StrCat("cannot open /dev/null: ", std::strerror(errno)));
   }
@@ -51,12 +56,19 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
   cargv.reserve(argv.size() + 1);
   for (const std::string& arg : argv) cargv.push_back(const_cast<char*>(arg.c_str()));
   cargv.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
+  std::vector<char*> cenv;
+  cenv.reserve(env_strings.size() + 1);
+  for (std::string& e : env_strings) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
   const pid_t parent = getpid();
 
   const pid_t pid = fork();
   if (pid < 0) {
     const int err = errno;
-    close(log_fd);
+    if (log_fd >= 0) close(log_fd);
     close(null_fd);
     return absl::InternalError(
         absl::StrCat("starting ", name, ": fork: ", std::strerror(err)));
@@ -75,9 +87,11 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
     signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
     dup2(null_fd, STDIN_FILENO);
-    dup2(log_fd, STDOUT_FILENO);
-    dup2(log_fd, STDERR_FILENO);
-    execv(cargv[0], cargv.data());
+    if (log_fd >= 0) {
+      dup2(log_fd, STDOUT_FILENO);
+      dup2(log_fd, STDERR_FILENO);
+    }
+    execve(cargv[0], cargv.data(), cenv.data());
     static const char kMsg[] = "pshardctl: exec failed\n";
     ssize_t ignored = write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
     (void)ignored;
@@ -86,7 +100,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
   // Also set the group from the parent, so that it holds before we return
   // whichever process runs first.
   setpgid(pid, pid);
-  close(log_fd);
+  if (log_fd >= 0) close(log_fd);
   close(null_fd);
   return std::unique_ptr<ChildProcess>(
       new ChildProcess(std::move(name), pid, log_path));

@@ -1,5 +1,6 @@
 // ChildProcess: one program started by `pshardctl local` (the coordinator or
-// a worker), owned RAII-style. The child runs in its own process group (so a
+// a worker) or by a multi-process test (tests/testing/subprocess.h wraps it),
+// owned RAII-style. The child runs in its own process group (so a
 // terminal's Ctrl-C reaches pshardctl alone, which then stops the children in
 // order), with its output in a log file, and with PR_SET_PDEATHSIG so that it
 // dies if pshardctl is killed before it can clean up.
@@ -22,10 +23,13 @@ namespace pshard::cli {
 class ChildProcess {
  public:
   // Starts argv[0] (a path) with `argv`, stdin from /dev/null and stdout and
-  // stderr appended to `log_path`. `name` is used in messages.
+  // stderr appended to `log_path` (inherited when it is empty), with this
+  // process's environment plus `extra_env` ("NAME=value"). `name` is used in
+  // messages.
   static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(
       std::string name, const std::vector<std::string>& argv,
-      const std::string& log_path);
+      const std::string& log_path,
+      const std::vector<std::string>& extra_env = {});
 
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;

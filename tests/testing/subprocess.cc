@@ -1,105 +1,44 @@
 #include "tests/testing/subprocess.h"
 
-#include <fcntl.h>
-#include <signal.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/port_file.h"
 
-extern char** environ;
-
 namespace pshard::testing {
-namespace {
-
-absl::Status ErrnoError(absl::string_view what) {
-  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
     const std::vector<std::string>& argv,
     const std::vector<std::string>& extra_env, const std::string& log_path) {
-  if (argv.empty()) return absl::InvalidArgumentError("argv is empty");
-  if (access(argv[0].c_str(), X_OK) != 0) {
-    return absl::NotFoundError(
-        absl::StrCat("not an executable: ", argv[0], ": ", std::strerror(errno)));
-  }
-  // Everything the child needs is prepared before fork(): after it, only
-  // async-signal-safe calls are allowed.
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-  for (const std::string& e : extra_env) env_strings.push_back(e);
-  std::vector<char*> env;
-  for (std::string& e : env_strings) env.push_back(e.data());
-  env.push_back(nullptr);
-  int log_fd = -1;
-  if (!log_path.empty()) {
-    log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-                  0644);
-    if (log_fd < 0) return ErrnoError(absl::StrCat("open ", log_path));
-  }
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    if (log_fd >= 0) close(log_fd);
-    return ErrnoError("fork");
-  }
-  if (pid == 0) {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    if (log_fd >= 0) {
-      dup2(log_fd, STDOUT_FILENO);
-      dup2(log_fd, STDERR_FILENO);
-    }
-    execve(args[0], args.data(), env.data());
-    _exit(127);
-  }
-  if (log_fd >= 0) close(log_fd);
-  return std::unique_ptr<Subprocess>(new Subprocess(pid));
+  absl::StatusOr<std::unique_ptr<cli::ChildProcess>> child =
+      cli::ChildProcess::Start(argv.empty() ? "" : argv[0], argv, log_path,
+                               extra_env);
+  if (!child.ok()) return child.status();
+  return std::unique_ptr<Subprocess>(new Subprocess(*std::move(child)));
 }
 
-Subprocess::~Subprocess() {
-  if (exited_) return;
-  kill(-pid_, SIGKILL);
-  kill(pid_, SIGKILL);
-  waitpid(pid_, &wait_status_, 0);
-}
+Subprocess::~Subprocess() = default;
 
 absl::Status Subprocess::Signal(int signal) {
   if (Poll()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("process ", pid_, " has already exited"));
+        absl::StrCat("process ", pid(), " has already exited"));
   }
-  if (kill(pid_, signal) != 0) return ErrnoError(absl::StrCat("kill ", pid_));
+  child_->Signal(signal);
   return absl::OkStatus();
 }
 
-bool Subprocess::Poll() {
-  if (exited_) return true;
-  const pid_t r = waitpid(pid_, &wait_status_, WNOHANG);
-  if (r == pid_) exited_ = true;
-  return exited_;
-}
+bool Subprocess::Poll() { return !child_->Running(); }
 
 absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
-  if (!WaitUntil([this] { return Poll(); }, timeout)) {
+  if (!child_->WaitFor(timeout)) {
     return absl::DeadlineExceededError(absl::StrCat(
-        "process ", pid_, " still running after ", absl::FormatDuration(timeout)));
+        "process ", pid(), " still running after ", absl::FormatDuration(timeout)));
   }
-  return wait_status_;
+  return *child_->wait_status();
 }
 
 absl::StatusOr<int> WaitForPortFile(const std::string& path,

@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <utility>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,12 +20,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "cli/child_process.h"
 
 namespace pshard::testing {
 
-// A child process. The destructor sends SIGKILL to it (and its process
-// group) if it is still running and reaps it, so a failing test leaves no
-// process behind.
+// A child process, as tests want it (Status-returning Signal and Wait). The
+// process handling itself is pshardctl's cli::ChildProcess: its own process
+// group, PR_SET_PDEATHSIG, and SIGKILL to the group plus reaping in the
+// destructor, so a failing test leaves no process behind.
 class Subprocess {
  public:
   // Starts argv[0] (a path) with arguments argv[1..], in its own process
@@ -40,10 +43,11 @@ class Subprocess {
   Subprocess& operator=(const Subprocess&) = delete;
   ~Subprocess();
 
-  pid_t pid() const { return pid_; }
-  bool running() const { return !exited_; }
+  pid_t pid() const { return child_->pid(); }
+  bool running() const { return !child_->wait_status().has_value(); }
 
-  // Sends `signal` to the process. FailedPrecondition if it already exited.
+  // Sends `signal` to the process (and its group). FailedPrecondition if it
+  // already exited.
   absl::Status Signal(int signal);
 
   // Waits up to `timeout` for the process to exit and returns its wait
@@ -55,11 +59,10 @@ class Subprocess {
   bool Poll();
 
  private:
-  explicit Subprocess(pid_t pid) : pid_(pid) {}
+  explicit Subprocess(std::unique_ptr<cli::ChildProcess> child)
+      : child_(std::move(child)) {}
 
-  pid_t pid_;
-  bool exited_ = false;
-  int wait_status_ = 0;
+  std::unique_ptr<cli::ChildProcess> child_;
 };
 
 // Polls `path` until it holds a port number (as written by --port_file) or
