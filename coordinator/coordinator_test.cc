@@ -133,6 +133,18 @@ class CoordinatorTest : public ::testing::Test {
     return run;
   }
 
+  // Submits a two-rank job, which goes to `a` and `b`, and starts both ranks.
+  // Returns the job as it was before the ranks started (epoch 1, STARTING).
+  v1::Job StartJobOn(const Worker& a, const Worker& b) {
+    auto submitted = c_->SubmitJob(Spec(2));
+    EXPECT_OK(submitted);
+    if (!submitted.ok()) return v1::Job();
+    v1::Job job = GetJob(submitted->id());
+    StartRank(a);
+    StartRank(b);
+    return job;
+  }
+
   v1::Job GetJob(const std::string& id) {
     auto job = c_->GetJob(id);
     EXPECT_OK(job);
@@ -470,10 +482,7 @@ TEST_F(CoordinatorTest, CancelInEveryState) {
 
   Worker a = Register("a");
   Worker b = Register("b");
-  ASSERT_OK_AND_ASSIGN(v1::Job running, c_->SubmitJob(Spec(2)));
-  running = GetJob(running.id());
-  StartRank(a);
-  StartRank(b);
+  v1::Job running = StartJobOn(a, b);
   PublishLayout(running, {10, 20});
   ASSERT_EQ(GetJob(running.id()).state(), v1::RUNNING);
   Capture<std::string> waiting;
@@ -497,10 +506,7 @@ TEST_F(CoordinatorTest, CancelInEveryState) {
 TEST_F(CoordinatorTest, LostWorkerFailsItsJobAndFreesTheOthers) {
   Worker a = Register("a");
   Worker b = Register("b");
-  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(2)));
-  job = GetJob(job.id());
-  StartRank(a);
-  StartRank(b);
+  v1::Job job = StartJobOn(a, b);
   for (int i = 0; i < 6; ++i) {
     clock_.Advance(absl::Seconds(1));
     ASSERT_OK(Beat(b, v1::BUSY, job.id(), job.epoch()));
@@ -531,10 +537,7 @@ TEST_F(CoordinatorTest, RestartedWorkerFailsItsJob) {
 TEST_F(CoordinatorTest, RankErrorFailsTheJob) {
   Worker a = Register("a");
   Worker b = Register("b");
-  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(2)));
-  job = GetJob(job.id());
-  StartRank(a);
-  StartRank(b);
+  v1::Job job = StartJobOn(a, b);
   ASSERT_OK(Result(job, 1, false, "NCCL error: unhandled system error"));
   job = GetJob(job.id());
   EXPECT_EQ(job.state(), v1::FAILED);
@@ -1026,10 +1029,7 @@ TEST_F(CoordinatorTest, RestartFailsAJobWhoseWorkersDoNotComeBack) {
   Open(path);
   Worker a = Register("a");
   Worker b = Register("b");
-  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(2)));
-  job = GetJob(job.id());
-  StartRank(a);
-  StartRank(b);
+  v1::Job job = StartJobOn(a, b);
   PublishLayout(job, {1, 2});
   Open(path);
   for (int i = 0; i < 10; ++i) {
@@ -1051,10 +1051,7 @@ TEST_F(CoordinatorTest, RestartRestartsARunningJobWhoseRankStopped) {
   Open(path);
   Worker a = Register("a");
   Worker b = Register("b");
-  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(2)));
-  job = GetJob(job.id());
-  StartRank(a);
-  StartRank(b);
+  v1::Job job = StartJobOn(a, b);
   PublishLayout(job, {1, 2});
   Open(path);
   ASSERT_OK(Beat(a, v1::BUSY, job.id(), 1));
