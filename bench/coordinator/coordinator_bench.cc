@@ -225,6 +225,16 @@ grpc::ByteBuffer ToBuffer(const google::protobuf::MessageLite& message) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
+// One asynchronous unary call in flight: what the callback needs, freed by
+// it.
+template <typename Request, typename Response>
+struct AsyncCall {
+  grpc::ClientContext ctx;
+  Request req;
+  Response resp;
+  absl::Time start;
+};
+
 struct SimState {
   std::string name;
   std::string id;
@@ -334,12 +344,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   const absl::Time t_reg = absl::Now();
   for (int i = 0; i < n; ++i) {
     gate.Acquire();
-    struct Call {
-      grpc::ClientContext ctx;
-      v1::RegisterWorkerRequest req;
-      v1::RegisterWorkerResponse resp;
-      absl::Time start;
-    };
+    using Call = AsyncCall<v1::RegisterWorkerRequest, v1::RegisterWorkerResponse>;
     auto* call = new Call;
     call->ctx.set_deadline(Clock::now() + std::chrono::seconds(60));
     call->req.set_name(sims[i]->name);
@@ -381,12 +386,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
       for (int i = s; i < n; i += kSlots) {
         SimState* sim = sims[i].get();
         if (sim->in_flight.exchange(true)) continue;  // previous one pending
-        struct Call {
-          grpc::ClientContext ctx;
-          grpc::ByteBuffer req;
-          grpc::ByteBuffer resp;
-          absl::Time start;
-        };
+        using Call = AsyncCall<grpc::ByteBuffer, grpc::ByteBuffer>;
         auto* call = new Call;
         call->ctx.set_deadline(Clock::now() + std::chrono::seconds(30));
         v1::HeartbeatRequest req;
@@ -589,11 +589,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   absl::Time last_answer = absl::InfinitePast();
   double imbalance = 0;
   for (int r = 0; r < world; ++r) {
-    struct Call {
-      grpc::ClientContext ctx;
-      grpc::ByteBuffer req;
-      grpc::ByteBuffer resp;
-    };
+    using Call = AsyncCall<grpc::ByteBuffer, grpc::ByteBuffer>;
     auto* call = new Call;
     call->ctx.set_deadline(Clock::now() + std::chrono::seconds(300));
     v1::GetAssignmentRequest req;
@@ -649,12 +645,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     // "last report -> assignment" measures the coordinator, not queueing.
     if (r == world - 1) gate.Drain(opt.max_in_flight, opt.phase_timeout);
     gate.Acquire();
-    struct Call {
-      grpc::ClientContext ctx;
-      grpc::ByteBuffer req;
-      grpc::ByteBuffer resp;
-      absl::Time start;
-    };
+    using Call = AsyncCall<grpc::ByteBuffer, grpc::ByteBuffer>;
     auto* call = new Call;
     call->ctx.set_deadline(Clock::now() + std::chrono::seconds(60));
     v1::ReportBucketsRequest head;
@@ -718,12 +709,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   }
   for (int r = 0; r < world; ++r) {
     gate.Acquire();
-    struct Call {
-      grpc::ClientContext ctx;
-      v1::ReportResultRequest req;
-      v1::ReportResultResponse resp;
-      absl::Time start;
-    };
+    using Call = AsyncCall<v1::ReportResultRequest, v1::ReportResultResponse>;
     auto* call = new Call;
     call->ctx.set_deadline(Clock::now() + std::chrono::seconds(60));
     call->req.set_job_id(job.id());
