@@ -1,13 +1,10 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
-#include <cmath>
 #include <deque>
 #include <thread>
 #include <utility>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
