@@ -266,18 +266,6 @@ grpc::ServerUnaryReactor* WorkerControlImpl::RegisterWorker(
   return Done(ctx, r.status());
 }
 
-grpc::Slice WorkerControlImpl::TailSlice(
-    const std::shared_ptr<const std::string>& tail) {
-  absl::MutexLock lock(&cache_mu_);
-  for (const auto& [ptr, slice] : tail_cache_) {
-    if (ptr == tail) return slice;
-  }
-  grpc::Slice slice(*tail);
-  tail_cache_.emplace_back(tail, slice);
-  if (tail_cache_.size() > 16) tail_cache_.pop_front();
-  return slice;
-}
-
 grpc::ServerUnaryReactor* WorkerControlImpl::Heartbeat(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
@@ -309,7 +297,9 @@ grpc::ServerUnaryReactor* WorkerControlImpl::Heartbeat(
     bytes += directive_header;
     bytes += head;
     slices.emplace_back(bytes);
-    slices.push_back(TailSlice(r->run_job_tail));
+    slices.push_back(
+        tails_.Get(r->run_job_tail,
+                   [](const std::string& t) -> const std::string& { return t; }));
   }
   *response = grpc::ByteBuffer(slices.data(), slices.size());
   return Done(ctx, absl::OkStatus());
@@ -404,19 +394,6 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportBuckets(
   return Done(ctx, status);
 }
 
-grpc::Slice WorkerControlImpl::Serialized(
-    const Coordinator::AssignmentPtr& a) {
-  absl::MutexLock lock(&cache_mu_);
-  for (const auto& [ptr, slice] : cache_) {
-    if (ptr == a) return slice;
-  }
-  std::string bytes = a->SerializeAsString();
-  grpc::Slice slice(std::move(bytes));
-  cache_.emplace_back(a, slice);
-  if (cache_.size() > 8) cache_.pop_front();
-  return slice;
-}
-
 grpc::ServerUnaryReactor* WorkerControlImpl::GetAssignment(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
@@ -431,7 +408,8 @@ grpc::ServerUnaryReactor* WorkerControlImpl::GetAssignment(
   return WaitReactor<Coordinator::AssignmentPtr, grpc::ByteBuffer>::Start(
       c_, response,
       [this](Coordinator::AssignmentPtr&& a, grpc::ByteBuffer* r) {
-        grpc::Slice slice = Serialized(a);
+        grpc::Slice slice = assignments_.Get(
+            a, [](const v1::ShardAssignment& m) { return m.SerializeAsString(); });
         *r = grpc::ByteBuffer(&slice, 1);
       },
       [c, job = req.job_id(), epoch = req.epoch(), d = *deadline](auto done) {

@@ -100,12 +100,6 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
   coordinator::Coordinator* const c_;
 };
 
-// GetAssignment and Heartbeat are raw methods so that what every rank of a
-// job receives alike is serialized once and sent by reference: the published
-// assignment, and the spec + member list inside RunJob (a 4096-rank job's
-// member list is ~100 KB; copying it per rank would cost seconds).
-// ReportBuckets is raw too: every rank sends the same layout, so after the
-// first one a report is checked by comparing bytes, without parsing.
 // Allocates a unary call's request and response on one protobuf Arena, freed
 // in one go when the call ends (cheaper than many small heap allocations for
 // requests with many strings or large bytes).
@@ -139,6 +133,39 @@ class ArenaMessageAllocator final
   };
 };
 
+// The wire form of a few recently sent shared messages, keyed by pointer, so
+// that each is serialized once however many ranks receive it. Thread-safe.
+template <typename T>
+class SliceCache {
+ public:
+  explicit SliceCache(size_t capacity) : capacity_(capacity) {}
+
+  // The slice for `key`, made by `make(*key)` (a string) on a miss.
+  template <typename Make>
+  grpc::Slice Get(const std::shared_ptr<const T>& key, Make make) {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [ptr, slice] : entries_) {
+      if (ptr == key) return slice;
+    }
+    grpc::Slice slice(make(*key));
+    entries_.emplace_back(key, slice);
+    if (entries_.size() > capacity_) entries_.pop_front();
+    return slice;
+  }
+
+ private:
+  const size_t capacity_;
+  absl::Mutex mu_;
+  std::deque<std::pair<std::shared_ptr<const T>, grpc::Slice>> entries_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// GetAssignment and Heartbeat are raw methods so that what every rank of a
+// job receives alike is serialized once and sent by reference: the published
+// assignment, and the spec + member list inside RunJob (a 4096-rank job's
+// member list is ~100 KB; copying it per rank would cost seconds).
+// ReportBuckets is raw too: every rank sends the same layout, so after the
+// first one a report is checked by comparing bytes, without parsing.
 class WorkerControlImpl final
     : public v1::WorkerControl::WithRawCallbackMethod_Heartbeat<
           v1::WorkerControl::WithRawCallbackMethod_GetAssignment<
@@ -188,20 +215,13 @@ class WorkerControlImpl final
       const grpc::CallbackServerContext* ctx,
       const google::protobuf::Duration& timeout) const;
 
-  // The wire form of `a`, from a small cache of recent assignments.
-  grpc::Slice Serialized(const coordinator::Coordinator::AssignmentPtr& a);
-  // `tail` as a slice, from a small cache.
-  grpc::Slice TailSlice(const std::shared_ptr<const std::string>& tail);
-
   coordinator::Coordinator* const c_;
   const coordinator::Clock* const clock_;
   const ServiceOptions options_;
   ArenaMessageAllocator<v1::KvPutRequest, v1::KvPutResponse> kv_put_allocator_;
-  absl::Mutex cache_mu_;
-  std::deque<std::pair<coordinator::Coordinator::AssignmentPtr, grpc::Slice>>
-      cache_ ABSL_GUARDED_BY(cache_mu_);
-  std::deque<std::pair<std::shared_ptr<const std::string>, grpc::Slice>>
-      tail_cache_ ABSL_GUARDED_BY(cache_mu_);
+  // Published assignments and RunJob tails (spec + members).
+  SliceCache<v1::ShardAssignment> assignments_{8};
+  SliceCache<std::string> tails_{16};
 };
 
 }  // namespace server
