@@ -10,6 +10,7 @@
 #include "common/grpc_status.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "pshard/v1/worker_status.grpc.pb.h"
 
 namespace pshard::testing {
 namespace {
@@ -59,8 +60,9 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
   absl::StatusOr<int> port = WaitForPortFile(port_file, absl::Seconds(30));
   if (!port.ok()) return port.status();
   const std::string address = absl::StrCat("127.0.0.1:", *port);
-  cluster->jobs_ = MakeStub<v1::JobService>(address);
-  cluster->cluster_ = MakeStub<v1::ClusterService>(address);
+  cluster->client_ = std::make_unique<cli::CoordinatorClient>(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), address,
+      absl::Seconds(10));
 
   for (int i = 0; i < options.workers; ++i) {
     const std::string wport = absl::StrCat(cluster->dir_, "/worker", i, ".port");
@@ -102,37 +104,15 @@ std::string Cluster::worker_status_address(int i) const {
 }
 
 absl::StatusOr<v1::Job> Cluster::Submit(const v1::JobSpec& spec) {
-  grpc::ClientContext context;
-  SetDeadline(&context, absl::Seconds(10));
-  v1::SubmitJobRequest request;
-  *request.mutable_spec() = spec;
-  v1::Job job;
-  grpc::Status status = jobs_->SubmitJob(&context, request, &job);
-  if (!status.ok()) return FromGrpcStatus(status, "SubmitJob");
-  return job;
+  return client_->SubmitJob(spec);
 }
 
 absl::StatusOr<v1::Job> Cluster::GetJob(const std::string& id) {
-  grpc::ClientContext context;
-  SetDeadline(&context, absl::Seconds(10));
-  v1::GetJobRequest request;
-  request.set_job_id(id);
-  v1::Job job;
-  grpc::Status status = jobs_->GetJob(&context, request, &job);
-  if (!status.ok()) return FromGrpcStatus(status, "GetJob");
-  return job;
+  return client_->GetJob(id);
 }
 
 absl::StatusOr<v1::Job> Cluster::Cancel(const std::string& id) {
-  grpc::ClientContext context;
-  SetDeadline(&context, absl::Seconds(10));
-  v1::CancelJobRequest request;
-  request.set_job_id(id);
-  request.set_reason("test cancels it");
-  v1::Job job;
-  grpc::Status status = jobs_->CancelJob(&context, request, &job);
-  if (!status.ok()) return FromGrpcStatus(status, "CancelJob");
-  return job;
+  return client_->CancelJob(id, "test cancels it");
 }
 
 absl::StatusOr<v1::Job> Cluster::WaitForEnd(const std::string& id,
@@ -157,30 +137,18 @@ absl::StatusOr<v1::Job> Cluster::WaitForEnd(const std::string& id,
 
 absl::StatusOr<std::vector<v1::JobEvent>> Cluster::Events(
     const std::string& id, absl::Duration timeout) {
-  grpc::ClientContext context;
-  SetDeadline(&context, timeout);
-  v1::WatchJobRequest request;
-  request.set_job_id(id);
-  auto reader = jobs_->WatchJob(&context, request);
   std::vector<v1::JobEvent> events;
-  v1::JobEvent event;
-  while (reader->Read(&event)) events.push_back(event);
-  grpc::Status status = reader->Finish();
-  if (!status.ok()) return FromGrpcStatus(status, "WatchJob");
+  absl::Status status = client_->WatchJob(
+      id, /*after_sequence=*/0, timeout,
+      [&events](const v1::JobEvent& event) { events.push_back(event); },
+      /*cancel=*/nullptr);
+  if (!status.ok()) return status;
   return events;
 }
 
 absl::StatusOr<std::vector<v1::WorkerInfo>> Cluster::Workers(
     bool include_lost) {
-  grpc::ClientContext context;
-  SetDeadline(&context, absl::Seconds(10));
-  v1::ListWorkersRequest request;
-  request.set_include_lost(include_lost);
-  v1::ListWorkersResponse response;
-  grpc::Status status = cluster_->ListWorkers(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status, "ListWorkers");
-  return std::vector<v1::WorkerInfo>(response.workers().begin(),
-                                     response.workers().end());
+  return client_->ListWorkers(include_lost);
 }
 
 absl::StatusOr<v1::GetWorkerStatusResponse> Cluster::WorkerStatus(int i) {

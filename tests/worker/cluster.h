@@ -1,6 +1,7 @@
 // A local pshard cluster for end-to-end tests: the real pshard-coordinator
 // and N real pshard-worker processes on loopback (free ports, port files),
-// with gRPC stubs to drive and observe them. Every wait polls with a deadline.
+// with pshardctl's CoordinatorClient to drive and observe them. Every wait
+// polls with a deadline.
 #ifndef PSHARD_TESTS_WORKER_CLUSTER_H_
 #define PSHARD_TESTS_WORKER_CLUSTER_H_
 
@@ -10,9 +11,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "pshard/v1/cluster.grpc.pb.h"
-#include "pshard/v1/job.grpc.pb.h"
-#include "pshard/v1/worker_status.grpc.pb.h"
+#include "cli/client.h"
+#include "pshard/v1/cluster.pb.h"
+#include "pshard/v1/job.pb.h"
+#include "pshard/v1/worker_status.pb.h"
 #include "tests/testing/subprocess.h"
 
 namespace pshard::testing {
@@ -66,8 +68,7 @@ class Cluster {
   std::vector<std::unique_ptr<Subprocess>> workers_;
   std::vector<int> worker_ports_;
   std::vector<std::string> logs_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
-  std::unique_ptr<v1::ClusterService::Stub> cluster_;
+  std::unique_ptr<cli::CoordinatorClient> client_;
 };
 
 }  // namespace pshard::testing
