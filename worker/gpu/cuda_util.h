@@ -53,25 +53,29 @@ class ScopedDevice {
   absl::Status status_;
 };
 
-// Device memory from cudaMalloc, freed on destruction.
-class DeviceBuffer {
+namespace internal {
+
+// Owns memory from `Alloc` (cudaMalloc, cudaMallocHost), released with `Free`
+// on destruction; move-only. Use DeviceBuffer and PinnedBuffer below.
+template <cudaError_t (*Alloc)(void**, size_t), cudaError_t (*Free)(void*)>
+class CudaMemory {
  public:
-  DeviceBuffer() = default;
-  static absl::StatusOr<DeviceBuffer> Allocate(size_t bytes,
-                                               absl::string_view what) {
-    DeviceBuffer buffer;
+  CudaMemory() = default;
+  static absl::StatusOr<CudaMemory> Allocate(size_t bytes,
+                                             absl::string_view what) {
+    CudaMemory buffer;
     if (bytes == 0) return buffer;
     void* ptr = nullptr;
-    absl::Status status = CudaStatus(cudaMalloc(&ptr, bytes), what);
+    absl::Status status = CudaStatus(Alloc(&ptr, bytes), what);
     if (!status.ok()) return status;
     buffer.ptr_ = ptr;
     buffer.bytes_ = bytes;
     return buffer;
   }
-  DeviceBuffer(DeviceBuffer&& other) noexcept
+  CudaMemory(CudaMemory&& other) noexcept
       : ptr_(std::exchange(other.ptr_, nullptr)),
         bytes_(std::exchange(other.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+  CudaMemory& operator=(CudaMemory&& other) noexcept {
     if (this != &other) {
       Reset();
       ptr_ = std::exchange(other.ptr_, nullptr);
@@ -79,9 +83,9 @@ class DeviceBuffer {
     }
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { Reset(); }
+  CudaMemory(const CudaMemory&) = delete;
+  CudaMemory& operator=(const CudaMemory&) = delete;
+  ~CudaMemory() { Reset(); }
 
   void* get() const { return ptr_; }
   template <typename T>
@@ -92,7 +96,7 @@ class DeviceBuffer {
 
  private:
   void Reset() {
-    if (ptr_ != nullptr) (void)cudaFree(ptr_);
+    if (ptr_ != nullptr) (void)Free(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
   }
@@ -100,122 +104,73 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// A non-blocking stream (no implicit synchronisation with the legacy default
-// stream), destroyed on destruction.
-class CudaStream {
+// Owns a stream or event handle, released with `Destroy` on destruction;
+// move-only. The subclasses add the factory.
+template <typename Handle, cudaError_t (*Destroy)(Handle)>
+class CudaHandle {
  public:
-  CudaStream() = default;
+  CudaHandle() = default;
+  CudaHandle(CudaHandle&& other) noexcept
+      : handle_(std::exchange(other.handle_, nullptr)) {}
+  CudaHandle& operator=(CudaHandle&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  CudaHandle(const CudaHandle&) = delete;
+  CudaHandle& operator=(const CudaHandle&) = delete;
+  ~CudaHandle() { Reset(); }
+
+  Handle get() const { return handle_; }
+
+ protected:
+  Handle handle_ = nullptr;
+
+ private:
+  void Reset() {
+    if (handle_ != nullptr) (void)Destroy(handle_);
+    handle_ = nullptr;
+  }
+};
+
+}  // namespace internal
+
+// Device memory from cudaMalloc, freed on destruction.
+using DeviceBuffer = internal::CudaMemory<cudaMalloc, cudaFree>;
+
+// Page-locked host memory from cudaMallocHost (asynchronous copies to and
+// from the device need it), freed on destruction.
+using PinnedBuffer = internal::CudaMemory<cudaMallocHost, cudaFreeHost>;
+
+// A non-blocking stream (no implicit synchronisation with the legacy default
+// stream), destroyed on destruction. Work still queued when it is destroyed
+// completes; its resources are released afterwards.
+class CudaStream
+    : public internal::CudaHandle<cudaStream_t, cudaStreamDestroy> {
+ public:
   static absl::StatusOr<CudaStream> Create(absl::string_view what) {
     CudaStream stream;
     absl::Status status = CudaStatus(
-        cudaStreamCreateWithFlags(&stream.stream_, cudaStreamNonBlocking),
+        cudaStreamCreateWithFlags(&stream.handle_, cudaStreamNonBlocking),
         what);
     if (!status.ok()) return status;
     return stream;
   }
-  CudaStream(CudaStream&& other) noexcept
-      : stream_(std::exchange(other.stream_, nullptr)) {}
-  CudaStream& operator=(CudaStream&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      stream_ = std::exchange(other.stream_, nullptr);
-    }
-    return *this;
-  }
-  CudaStream(const CudaStream&) = delete;
-  CudaStream& operator=(const CudaStream&) = delete;
-  ~CudaStream() { Reset(); }
-
-  cudaStream_t get() const { return stream_; }
-
- private:
-  void Reset() {
-    // Work still queued completes; its resources are released afterwards.
-    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
-    stream_ = nullptr;
-  }
-  cudaStream_t stream_ = nullptr;
 };
 
 // An event without timing (cheapest to record and query).
-class CudaEvent {
+class CudaEvent : public internal::CudaHandle<cudaEvent_t, cudaEventDestroy> {
  public:
-  CudaEvent() = default;
   static absl::StatusOr<CudaEvent> Create(absl::string_view what) {
     CudaEvent event;
     absl::Status status = CudaStatus(
-        cudaEventCreateWithFlags(&event.event_, cudaEventDisableTiming), what);
+        cudaEventCreateWithFlags(&event.handle_, cudaEventDisableTiming),
+        what);
     if (!status.ok()) return status;
     return event;
   }
-  CudaEvent(CudaEvent&& other) noexcept
-      : event_(std::exchange(other.event_, nullptr)) {}
-  CudaEvent& operator=(CudaEvent&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      event_ = std::exchange(other.event_, nullptr);
-    }
-    return *this;
-  }
-  CudaEvent(const CudaEvent&) = delete;
-  CudaEvent& operator=(const CudaEvent&) = delete;
-  ~CudaEvent() { Reset(); }
-
-  cudaEvent_t get() const { return event_; }
-
- private:
-  void Reset() {
-    if (event_ != nullptr) (void)cudaEventDestroy(event_);
-    event_ = nullptr;
-  }
-  cudaEvent_t event_ = nullptr;
-};
-
-// Page-locked host memory from cudaMallocHost (asynchronous copies to and
-// from the device need it), freed on destruction.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  static absl::StatusOr<PinnedBuffer> Allocate(size_t bytes,
-                                               absl::string_view what) {
-    PinnedBuffer buffer;
-    if (bytes == 0) return buffer;
-    void* ptr = nullptr;
-    absl::Status status = CudaStatus(cudaMallocHost(&ptr, bytes), what);
-    if (!status.ok()) return status;
-    buffer.ptr_ = ptr;
-    buffer.bytes_ = bytes;
-    return buffer;
-  }
-  PinnedBuffer(PinnedBuffer&& other) noexcept
-      : ptr_(std::exchange(other.ptr_, nullptr)),
-        bytes_(std::exchange(other.bytes_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      ptr_ = std::exchange(other.ptr_, nullptr);
-      bytes_ = std::exchange(other.bytes_, 0);
-    }
-    return *this;
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() { Reset(); }
-
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void Reset() {
-    if (ptr_ != nullptr) (void)cudaFreeHost(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-  }
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
 };
 
 }  // namespace pshard::worker::gpu
