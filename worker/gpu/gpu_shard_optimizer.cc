@@ -155,12 +155,8 @@ class GpuShardOptimizer::Impl {
     ScopedDevice scoped(device_);
     RETURN_IF_ERROR(scoped.status());
     absl::MutexLock lock(&mu_);
-    auto it = buckets_.find(bucket_index);
-    if (it == buckets_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("bucket ", bucket_index, " is not owned by this rank"));
-    }
-    GpuBucket& bucket = *it->second;
+    ASSIGN_OR_RETURN(GpuBucket* found, FindBucket(bucket_index));
+    GpuBucket& bucket = *found;
     if (bucket.bf16 != bf16_params) {
       return absl::FailedPreconditionError(
           absl::StrCat("bucket ", bucket_index, " holds ",
@@ -200,12 +196,8 @@ class GpuShardOptimizer::Impl {
     ScopedDevice scoped(device_);
     RETURN_IF_ERROR(scoped.status());
     absl::MutexLock lock(&mu_);
-    auto it = buckets_.find(bucket_index);
-    if (it == buckets_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("bucket ", bucket_index, " is not owned by this rank"));
-    }
-    GpuBucket& bucket = *it->second;
+    ASSIGN_OR_RETURN(GpuBucket* found, FindBucket(bucket_index));
+    GpuBucket& bucket = *found;
     const DeviceBuffer* src = nullptr;
     if (master) {
       if (!bucket.bf16) {
@@ -246,6 +238,17 @@ class GpuShardOptimizer::Impl {
   }
 
  private:
+  // NotFound if this rank does not own bucket `bucket_index`.
+  absl::StatusOr<GpuBucket*> FindBucket(int bucket_index)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = buckets_.find(bucket_index);
+    if (it == buckets_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("bucket ", bucket_index, " is not owned by this rank"));
+    }
+    return it->second.get();
+  }
+
   const v1::OptimizerSpec spec_;
   const int device_;
   CudaStream stream_;  // for set-up copies and the synchronous Step()
