@@ -48,6 +48,26 @@ google::protobuf::Duration Millis(int64_t ms) {
   return d;
 }
 
+v1::KvGetRequest MakeKvGet(const v1::Job& job, const std::string& key,
+                           int64_t timeout_ms) {
+  v1::KvGetRequest req;
+  req.set_job_id(job.id());
+  req.set_epoch(job.epoch());
+  req.set_key(key);
+  *req.mutable_timeout() = Millis(timeout_ms);
+  return req;
+}
+
+v1::KvPutRequest MakeKvPut(const v1::Job& job, const std::string& key,
+                           const std::string& value) {
+  v1::KvPutRequest req;
+  req.set_job_id(job.id());
+  req.set_epoch(job.epoch());
+  req.set_key(key);
+  req.set_value(value);
+  return req;
+}
+
 class ServicesTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -354,20 +374,12 @@ TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
   grpc::Status get_status;
   std::thread getter([&] {
     grpc::ClientContext ctx;
-    v1::KvGetRequest req;
-    req.set_job_id(job.id());
-    req.set_epoch(job.epoch());
-    req.set_key("gloo/rank0");
-    *req.mutable_timeout() = Millis(20000);
+    const v1::KvGetRequest req = MakeKvGet(job, "gloo/rank0", 20000);
     get_status = control_->KvGet(&ctx, req, &got);
   });
   {
     grpc::ClientContext ctx;
-    v1::KvPutRequest req;
-    req.set_job_id(job.id());
-    req.set_epoch(job.epoch());
-    req.set_key("gloo/rank0");
-    req.set_value("127.0.0.1:5555");
+    const v1::KvPutRequest req = MakeKvPut(job, "gloo/rank0", "127.0.0.1:5555");
     v1::KvPutResponse resp;
     ASSERT_TRUE(control_->KvPut(&ctx, req, &resp).ok());
   }
@@ -545,43 +557,28 @@ TEST_F(ServicesTest, WorkerControlBadInput) {
   v1::Job job = Get(Submit(1).id());
   {
     grpc::ClientContext ctx;
-    v1::KvPutRequest req;
-    req.set_job_id(job.id());
-    req.set_epoch(job.epoch());
-    req.set_key(std::string(600, 'k'));
+    const v1::KvPutRequest req = MakeKvPut(job, std::string(600, 'k'), "");
     v1::KvPutResponse resp;
     EXPECT_EQ(control_->KvPut(&ctx, req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
   {
     // Over the 16 MiB message cap: refused before any handler runs.
     grpc::ClientContext ctx;
-    v1::KvPutRequest req;
-    req.set_job_id(job.id());
-    req.set_epoch(job.epoch());
-    req.set_key("big");
-    req.set_value(std::string(17 << 20, 'v'));
+    const v1::KvPutRequest req = MakeKvPut(job, "big", std::string(17 << 20, 'v'));
     v1::KvPutResponse resp;
     EXPECT_EQ(control_->KvPut(&ctx, req, &resp).error_code(),
               grpc::StatusCode::RESOURCE_EXHAUSTED);
   }
   {
     grpc::ClientContext ctx;
-    v1::KvGetRequest req;
-    req.set_job_id(job.id());
-    req.set_epoch(job.epoch());
-    req.set_key("k");
-    *req.mutable_timeout() = Millis(-5);
+    const v1::KvGetRequest req = MakeKvGet(job, "k", -5);
     v1::KvGetResponse resp;
     EXPECT_EQ(control_->KvGet(&ctx, req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
   {
     // The request's timeout.
     grpc::ClientContext ctx;
-    v1::KvGetRequest req;
-    req.set_job_id(job.id());
-    req.set_epoch(job.epoch());
-    req.set_key("never");
-    *req.mutable_timeout() = Millis(50);
+    const v1::KvGetRequest req = MakeKvGet(job, "never", 50);
     v1::KvGetResponse resp;
     EXPECT_EQ(control_->KvGet(&ctx, req, &resp).error_code(),
               grpc::StatusCode::DEADLINE_EXCEEDED);
@@ -601,11 +598,7 @@ TEST_F(ServicesTest, WorkerControlBadInput) {
   {
     // A client that cancels its wait.
     grpc::ClientContext ctx;
-    v1::KvGetRequest req;
-    req.set_job_id(job.id());
-    req.set_epoch(job.epoch());
-    req.set_key("never");
-    *req.mutable_timeout() = Millis(60000);
+    const v1::KvGetRequest req = MakeKvGet(job, "never", 60000);
     v1::KvGetResponse resp;
     std::thread canceller([&] {
       absl::SleepFor(absl::Milliseconds(50));
