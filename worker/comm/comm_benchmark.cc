@@ -21,6 +21,8 @@ ABSL_FLAG(std::string, op, "broadcast",
 ABSL_FLAG(int64_t, mb, 64, "MiB per operation");
 ABSL_FLAG(int64_t, piece_kb, 2048, "split into pieces of this many KiB");
 ABSL_FLAG(int, iters, 5, "timed iterations");
+ABSL_FLAG(bool, shared_memory, true,
+          "shared-memory rings between the ranks; false: loopback TCP only");
 
 namespace pshard::worker {
 namespace {
@@ -33,14 +35,20 @@ int Main() {
   const int iters = absl::GetFlag(FLAGS_iters);
   InMemoryKvStore store;
   std::vector<double> ms(world);
+  std::vector<char> done(world, 0);  // per rank: finished without an error
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       GlooOptions options;
       options.rank = r;
       options.world_size = world;
+      options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
       auto comm = CreateGlooCommunicator(options, store);
-      if (!comm.ok()) return;
+      if (!comm.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", r,
+                     comm.status().ToString().c_str());
+        return;
+      }
       std::vector<float> data(count, 1.0f);
       std::vector<double> times;
       for (int it = 0; it < iters + 1; ++it) {
@@ -71,14 +79,18 @@ int Main() {
       }
       std::sort(times.begin(), times.end());
       ms[r] = times[times.size() / 2];
+      done[r] = 1;
     });
   }
   for (auto& t : threads) t.join();
+  if (std::count(done.begin(), done.end(), 0) > 0) return 1;
   const double bytes = count * 4.0;
   std::printf("{\"op\": \"%s\", \"world\": %d, \"mb\": %lld, \"piece_kb\": %lld, "
-              "\"ms_median\": %.1f, \"algbw_gbps\": %.2f}\n",
+              "\"shared_memory\": %s, \"ms_median\": %.1f, "
+              "\"algbw_gbps\": %.2f}\n",
               op.c_str(), world, static_cast<long long>(absl::GetFlag(FLAGS_mb)),
-              static_cast<long long>(absl::GetFlag(FLAGS_piece_kb)), ms[0],
+              static_cast<long long>(absl::GetFlag(FLAGS_piece_kb)),
+              absl::GetFlag(FLAGS_shared_memory) ? "true" : "false", ms[0],
               bytes / (ms[0] * 1e6));
   return 0;
 }
