@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
-#include "grpcpp/generic/generic_stub.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "pshard/v1/worker_status.grpc.pb.h"
 
@@ -163,36 +163,18 @@ absl::StatusOr<v1::GetWorkerStatusResponse> Cluster::WorkerStatus(int i) {
 }
 
 absl::Status Cluster::WorkerHealth(int i) {
-  auto channel = grpc::CreateChannel(worker_status_address(i),
-                                     grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
+  auto stub = MakeStub<grpc::health::v1::Health>(worker_status_address(i));
   grpc::ClientContext context;
   SetDeadline(&context, absl::Seconds(10));
-  // An empty HealthCheckRequest (service "") asks for the server's health.
-  grpc::Slice empty("", 0);
-  grpc::ByteBuffer request(&empty, 1);
-  grpc::ByteBuffer response;
-  grpc::CompletionQueue cq;
-  grpc::Status status;
-  auto call = stub.PrepareUnaryCall(&context, "/grpc.health.v1.Health/Check",
-                                    request, &cq);
-  call->StartCall();
-  call->Finish(&response, &status, reinterpret_cast<void*>(1));
-  void* tag = nullptr;
-  bool ok = false;
-  if (!cq.Next(&tag, &ok) || !ok) {
-    return absl::UnavailableError("health check did not complete");
-  }
+  // service "" asks for the server's overall health.
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status = stub->Check(
+      &context, grpc::health::v1::HealthCheckRequest(), &response);
   if (!status.ok()) return FromGrpcStatus(status, "Health/Check");
-  std::vector<grpc::Slice> slices;
-  (void)response.Dump(&slices);
-  std::string bytes;
-  for (const auto& slice : slices) {
-    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  }
-  // HealthCheckResponse{status: SERVING (1)} is field 1, varint 1.
-  if (bytes != std::string("\x08\x01", 2)) {
-    return absl::UnavailableError("worker is not SERVING");
+  if (response.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+    return absl::UnavailableError(absl::StrCat(
+        "worker is ", grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
+                          response.status())));
   }
   return absl::OkStatus();
 }
