@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cli/format.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "google/protobuf/util/time_util.h"
@@ -17,10 +18,6 @@ namespace pshard::cli {
 namespace {
 
 using google::protobuf::util::TimeUtil;
-
-bool Terminal(v1::JobState s) {
-  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
-}
 
 google::protobuf::Timestamp Now() {
   return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(absl::Now()));
@@ -111,7 +108,7 @@ void FakeCoordinator::SetStateLocked(JobRecord& record, v1::JobState state,
     *record.job.mutable_start_time() = Now();
     record.job.set_epoch(record.job.epoch() + 1);
   }
-  if (Terminal(state)) *record.job.mutable_end_time() = Now();
+  if (IsTerminal(state)) *record.job.mutable_end_time() = Now();
   AppendEventLocked(record, std::move(event));
 }
 
@@ -255,7 +252,7 @@ void FakeCoordinator::AutoRun(std::string job_id) {
   {
     absl::MutexLock lock(&mu_);
     JobRecord& r = jobs_[job_id];
-    if (Terminal(r.job.state())) return;
+    if (IsTerminal(r.job.state())) return;
     r.assignment = MakeAssignment(job_id, world_size, r.job.epoch());
     r.has_assignment = true;
     SetStateLocked(r, v1::RUNNING, "assignment published");
@@ -264,7 +261,7 @@ void FakeCoordinator::AutoRun(std::string job_id) {
     if (!pause()) return;
     absl::MutexLock lock(&mu_);
     JobRecord& r = jobs_[job_id];
-    if (Terminal(r.job.state())) return;
+    if (IsTerminal(r.job.state())) return;
     v1::JobProgress p;
     p.set_step(step);
     p.set_total_steps(steps);
@@ -278,7 +275,7 @@ void FakeCoordinator::AutoRun(std::string job_id) {
   }
   absl::MutexLock lock(&mu_);
   JobRecord& r = jobs_[job_id];
-  if (Terminal(r.job.state())) return;
+  if (IsTerminal(r.job.state())) return;
   if (!r.job.spec().output_dir().empty()) {
     r.job.set_output_path(
         absl::StrCat(r.job.spec().output_dir(), "/params.safetensors"));
@@ -349,7 +346,7 @@ grpc::Status FakeCoordinator::CancelJob(grpc::ServerContext*,
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrCat("no job ", request->job_id()));
   }
-  if (Terminal(it->second.job.state())) {
+  if (IsTerminal(it->second.job.state())) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrCat("job ", request->job_id(),
                                      " has already ended"));
@@ -375,7 +372,7 @@ grpc::Status FakeCoordinator::WatchJob(grpc::ServerContext* context,
     std::vector<v1::JobEvent> pending(
         record.events.begin() + std::min<int64_t>(sent, record.events.size()),
         record.events.end());
-    const bool done = Terminal(record.job.state());
+    const bool done = IsTerminal(record.job.state());
     mu_.Unlock();
     for (const v1::JobEvent& event : pending) {
       if (!writer->Write(event)) break;
