@@ -6,7 +6,6 @@ command = ENTRYPOINT, pod user = image user, container ports exposed).
 dockerfile_outputs_test checks the copied files against the Bazel outputs."""
 
 import os
-import re
 import unittest
 
 import dockerfiles as d

@@ -28,7 +28,6 @@ What is simulated, and how:
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import tempfile
