@@ -287,8 +287,6 @@ class Coordinator {
   // wait deadlines, throttled progress events, restart recovery.
   void Tick();
 
-  const CoordinatorOptions& options() const { return options_; }
-
   // Waits (up to `timeout`) until callbacks handed to the notifier thread
   // have run; for tests.
   bool WaitForNotifier(absl::Duration timeout);

@@ -100,7 +100,6 @@ int main(int argc, char** argv) {
 
   pshard::server::ServerOptions server_options;
   server_options.listen = absl::GetFlag(FLAGS_listen);
-  server_options.services.max_wait = (*coordinator)->options().max_wait;
   auto server = pshard::server::CoordinatorServer::Start(
       coordinator->get(), &clock, server_options);
   if (!server.ok()) {

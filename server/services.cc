@@ -246,10 +246,10 @@ absl::StatusOr<absl::Time> WorkerControlImpl::WaitDeadline(
   if (wait < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("timeout: must not be negative");
   }
-  const absl::Time now = clock_->Now();
-  absl::Time deadline =
-      now + (wait == absl::ZeroDuration() ? options_.max_wait
-                                          : std::min(wait, options_.max_wait));
+  // The Coordinator caps every wait at its own max_wait.
+  absl::Time deadline = wait == absl::ZeroDuration()
+                            ? absl::InfiniteFuture()
+                            : clock_->Now() + wait;
   // The client's own deadline (gRPC reports "none" as a far future time).
   const auto client = ctx->deadline();
   if (client < std::chrono::system_clock::now() + std::chrono::hours(24 * 365)) {

@@ -44,8 +44,6 @@ struct ServiceOptions {
   // ListJobs stops adding jobs past this many bytes, so that clients with
   // gRPC's default 4 MiB receive limit can read the answer.
   int64_t max_list_response_bytes = int64_t{3} << 20;
-  // Longest KvGet/GetAssignment wait, whatever the request asks.
-  absl::Duration max_wait = absl::Seconds(300);
 };
 
 class JobServiceImpl final : public v1::JobService::Service {
@@ -188,7 +186,8 @@ class WorkerControlImpl final
   grpc::ServerUnaryReactor* KvPut(grpc::CallbackServerContext* ctx,
                                   const v1::KvPutRequest* req,
                                   v1::KvPutResponse* resp) override;
-  // Waits min(req->timeout (0: the cap), max_wait, the RPC deadline).
+  // Waits min(req->timeout (0: no limit), the RPC deadline), capped by the
+  // Coordinator at its max_wait.
   grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx,
                                   const v1::KvGetRequest* req,
                                   v1::KvGetResponse* resp) override;
