@@ -15,11 +15,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
-#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "pshard/v1/job_spec.pb.h"
 #include "worker/comm/reduce_ops.h"
 #include "worker/gpu/gpu_test_util.h"
+#include "worker/gpu/optimizer_test_specs.h"
 #include "worker/gpu/synthetic.h"
 #include "worker/optim/shard_optimizer.h"
 
@@ -35,31 +35,11 @@ namespace {
 
 using ::testing::HasSubstr;
 
-v1::OptimizerSpec Spec(const std::string& json) {
-  v1::OptimizerSpec spec;
-  const auto status = google::protobuf::util::JsonStringToMessage(json, &spec);
-  EXPECT_TRUE(status.ok()) << status.ToString() << " in " << json;
-  return spec;
-}
-
-const char kSgdJson[] =
-    R"({"kind": "SGD", "hyperParameters": {"lr": 0.1, "momentum": 0.9,
-        "weightDecay": 0.01, "nesterov": true},
-        "paramGroups": [{"params": ["*.bias"],
-                         "hyperParameters": {"momentum": 0, "lr": 0.05,
-                                             "nesterov": false}}]})";
-const char kSgdDampeningJson[] =
-    R"({"kind": "SGD", "hyperParameters": {"lr": 0.03, "momentum": 0.5,
-        "dampening": 0.25}})";
-const char kAdamJson[] =
-    R"({"kind": "ADAM", "hyperParameters": {"lr": 0.001, "weightDecay": 0.1},
-        "paramGroups": [{"params": ["*.bias"],
-                         "hyperParameters": {"lr": 0.01, "betas": [0.8, 0.99],
-                                             "weightDecay": 0}}]})";
-const char kAdamWJson[] =
-    R"({"kind": "ADAMW", "hyperParameters": {"lr": 0.002, "eps": 1e-6},
-        "paramGroups": [{"params": ["*.bias"],
-                         "hyperParameters": {"weightDecay": 0}}]})";
+using testing::kAdamJson;
+using testing::kAdamWJson;
+using testing::kSgdDampeningJson;
+using testing::kSgdJson;
+using testing::Spec;
 
 TEST(GpuShardOptimizerTest, CreateFailsWithAReasonWithoutAGpu) {
   std::string why;

@@ -13,10 +13,10 @@
 #include "common/job_spec.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
-#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "pshard/v1/job_spec.pb.h"
 #include "worker/gpu/kernel_params.h"
+#include "worker/gpu/optimizer_test_specs.h"
 #include "worker/gpu/synthetic.h"
 #include "worker/optim/cpu_kernels.h"
 #include "worker/optim/shard_optimizer.h"
@@ -28,28 +28,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-v1::OptimizerSpec Spec(const std::string& json) {
-  v1::OptimizerSpec spec;
-  const auto status = google::protobuf::util::JsonStringToMessage(json, &spec);
-  EXPECT_TRUE(status.ok()) << status.ToString() << " in " << json;
-  return spec;
-}
-
-const char kSgdJson[] =
-    R"({"kind": "SGD", "hyperParameters": {"lr": 0.1, "momentum": 0.9,
-        "weightDecay": 0.01, "nesterov": true},
-        "paramGroups": [{"params": ["*.bias"],
-                         "hyperParameters": {"momentum": 0, "lr": 0.05,
-                                             "nesterov": false}}]})";
-const char kAdamJson[] =
-    R"({"kind": "ADAM", "hyperParameters": {"lr": 0.001, "weightDecay": 0.1},
-        "paramGroups": [{"params": ["*.bias"],
-                         "hyperParameters": {"lr": 0.01, "betas": [0.8, 0.99],
-                                             "weightDecay": 0}}]})";
-const char kAdamWJson[] =
-    R"({"kind": "ADAMW", "hyperParameters": {"lr": 0.002, "eps": 1e-6},
-        "paramGroups": [{"params": ["*.bias"],
-                         "hyperParameters": {"weightDecay": 0}}]})";
+using testing::kAdamJson;
+using testing::kAdamWJson;
+using testing::kSgdJson;
+using testing::Spec;
 
 // A bucket with a large tensor, small odd-sized ones, and a 3-element gap.
 std::vector<ParamSpan> MixedSpans() {

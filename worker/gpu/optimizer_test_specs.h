@@ -1,0 +1,48 @@
+// Test helper: the optimizer specs that optimizer_plan_test and
+// gpu_shard_optimizer_test both step, so the host plan and the GPU optimizer
+// are checked on the same parameter groups.
+#ifndef PSHARD_WORKER_GPU_OPTIMIZER_TEST_SPECS_H_
+#define PSHARD_WORKER_GPU_OPTIMIZER_TEST_SPECS_H_
+
+#include <string>
+
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "pshard/v1/job_spec.pb.h"
+
+namespace pshard::worker::testing {
+
+// Parses `json` (proto3 JSON); a parse error fails the current test.
+inline v1::OptimizerSpec Spec(const std::string& json) {
+  v1::OptimizerSpec spec;
+  const auto status = google::protobuf::util::JsonStringToMessage(json, &spec);
+  EXPECT_TRUE(status.ok()) << status.ToString() << " in " << json;
+  return spec;
+}
+
+// Nesterov SGD with weight decay; "*.bias" in a momentum-free group.
+inline constexpr char kSgdJson[] =
+    R"({"kind": "SGD", "hyperParameters": {"lr": 0.1, "momentum": 0.9,
+        "weightDecay": 0.01, "nesterov": true},
+        "paramGroups": [{"params": ["*.bias"],
+                         "hyperParameters": {"momentum": 0, "lr": 0.05,
+                                             "nesterov": false}}]})";
+// SGD with momentum and dampening, one group.
+inline constexpr char kSgdDampeningJson[] =
+    R"({"kind": "SGD", "hyperParameters": {"lr": 0.03, "momentum": 0.5,
+        "dampening": 0.25}})";
+// Adam with weight decay; "*.bias" with its own lr and betas, no decay.
+inline constexpr char kAdamJson[] =
+    R"({"kind": "ADAM", "hyperParameters": {"lr": 0.001, "weightDecay": 0.1},
+        "paramGroups": [{"params": ["*.bias"],
+                         "hyperParameters": {"lr": 0.01, "betas": [0.8, 0.99],
+                                             "weightDecay": 0}}]})";
+// AdamW; "*.bias" without weight decay.
+inline constexpr char kAdamWJson[] =
+    R"({"kind": "ADAMW", "hyperParameters": {"lr": 0.002, "eps": 1e-6},
+        "paramGroups": [{"params": ["*.bias"],
+                         "hyperParameters": {"weightDecay": 0}}]})";
+
+}  // namespace pshard::worker::testing
+
+#endif  // PSHARD_WORKER_GPU_OPTIMIZER_TEST_SPECS_H_
