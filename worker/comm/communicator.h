@@ -118,6 +118,13 @@ class Communicator {
   virtual int64_t bytes_sent() const = 0;
 };
 
+// The argument checks every backend makes before it issues a collective:
+// InvalidArgument if `count` is negative, `root` is not a rank of a world of
+// `world_size`, or `data` is null with a non-zero `count`. (Collectives
+// without a root pass 0.)
+absl::Status CheckCollectiveArgs(const void* data, int64_t count, int root,
+                                 int world_size);
+
 // Divides `count` elements at `data` by `divisor` in place (bf16 through
 // fp32, rounding to nearest even).
 void DivideInPlace(void* data, int64_t count, DataType dtype, float divisor);

@@ -293,6 +293,20 @@ TEST_P(BackendTest, InvalidRootIsRejected) {
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("root rank 3")));
 }
 
+TEST_P(BackendTest, NegativeCountAndNullBufferAreRejected) {
+  Ranks ranks(GetParam(), 1);
+  float x = 0;
+  EXPECT_THAT(ranks.comm(0).AllReduce(&x, -1, DataType::kFloat32)->Wait(kWait),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("negative element count -1")));
+  EXPECT_THAT(
+      ranks.comm(0).Broadcast(nullptr, 4, DataType::kFloat32, 0)->Wait(kWait),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               ::testing::HasSubstr("null buffer")));
+  // A rejected call leaves the communicator usable.
+  EXPECT_OK(ranks.comm(0).AllReduce(&x, 1, DataType::kFloat32)->Wait(kWait));
+}
+
 // A peer that never joins: Abort() releases the blocked rank at once, with
 // the abort reason, long before the collective timeout.
 TEST_P(BackendTest, AbortReleasesBlockedCollective) {

@@ -43,14 +43,12 @@ class FakeCommunicator : public Communicator {
 
   std::shared_ptr<Work> Reduce(void* data, int64_t count, DataType dtype,
                                int root) override {
-    if (root < 0 || root >= world_size()) return BadRoot(root);
     int64_t sent = rank_ == root ? 0 : count * DataTypeSize(dtype);
     return Collective(FakeHub::OpKind::kReduce, data, count, dtype, root, sent);
   }
 
   std::shared_ptr<Work> ReduceMean(void* data, int64_t count, DataType dtype,
                                    int root) override {
-    if (root < 0 || root >= world_size()) return BadRoot(root);
     int64_t sent = rank_ == root ? 0 : count * DataTypeSize(dtype);
     return Collective(FakeHub::OpKind::kReduceMean, data, count, dtype, root,
                       sent);
@@ -58,7 +56,6 @@ class FakeCommunicator : public Communicator {
 
   std::shared_ptr<Work> Broadcast(void* data, int64_t count, DataType dtype,
                                   int root) override {
-    if (root < 0 || root >= world_size()) return BadRoot(root);
     int64_t sent =
         rank_ == root ? (world_size() - 1) * count * DataTypeSize(dtype) : 0;
     return Collective(FakeHub::OpKind::kBroadcast, data, count, dtype, root,
@@ -92,18 +89,13 @@ class FakeCommunicator : public Communicator {
     std::shared_ptr<CompletionWork> work;
   };
 
-  std::shared_ptr<Work> BadRoot(int root) {
-    return CompletionWork::Done(absl::InvalidArgumentError(
-        absl::StrCat("root rank ", root, " is outside [0, ", world_size(),
-                     ")")));
-  }
-
   std::shared_ptr<Work> Collective(FakeHub::OpKind kind, void* data,
                                    int64_t count, DataType dtype, int root,
                                    int64_t sent) {
-    if (count < 0) {
-      return CompletionWork::Done(absl::InvalidArgumentError(
-          absl::StrCat("negative element count ", count)));
+    if (absl::Status args =
+            CheckCollectiveArgs(data, count, root, world_size());
+        !args.ok()) {
+      return CompletionWork::Done(args);
     }
     return Push(
         [this, kind, data, count, dtype, root, sent](int64_t seq) {

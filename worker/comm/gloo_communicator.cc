@@ -330,17 +330,9 @@ class GlooCommunicator : public Communicator {
  private:
   std::shared_ptr<Work> Issue(OpKind kind, void* data, int64_t count,
                               DataType dtype, int root, bool mean = false) {
-    if (count < 0) {
-      return CompletionWork::Done(absl::InvalidArgumentError(
-          absl::StrCat("negative element count ", count)));
-    }
-    if (root < 0 || root >= world_size_) {
-      return CompletionWork::Done(absl::InvalidArgumentError(absl::StrCat(
-          "root rank ", root, " is outside [0, ", world_size_, ")")));
-    }
-    if (count > 0 && data == nullptr) {
-      return CompletionWork::Done(
-          absl::InvalidArgumentError("null buffer with a non-zero count"));
+    if (absl::Status args = CheckCollectiveArgs(data, count, root, world_size_);
+        !args.ok()) {
+      return CompletionWork::Done(args);
     }
     auto op = std::make_unique<Op>();
     op->kind = kind;
