@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, builds every target
-# (GPU code included where CUDA is installed) and runs every test.
-# Extra arguments go to `bazel test` (e.g. --config=cpu_only).
+# in the CPU-only configuration and in the default one (GPU code included
+# where CUDA is installed), and runs every test.
+# Extra arguments go to both bazel commands (e.g. --keep_going).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 tools/setup.sh
+
+# The CPU-only configuration (README: machines without CUDA) must build too;
+# only the GPU targets and what links them differ, so the two builds share
+# almost every action.
+bazel build --config=cpu_only //... "$@"
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
