@@ -29,26 +29,6 @@ v1::MlpWorkload Shape(int in, std::vector<int> hidden, int out, int batch) {
   return spec;
 }
 
-// Parameter and gradient storage for one workload.
-struct Buffers {
-  explicit Buffers(const Workload& w) {
-    for (const ParameterInfo& p : w.parameters()) {
-      params.emplace_back(p.numel);
-      grads.emplace_back(p.numel);
-      numels.push_back(p.numel);
-    }
-    for (size_t i = 0; i < params.size(); ++i) {
-      param_ptrs.push_back(params[i].data());
-      const_param_ptrs.push_back(params[i].data());
-      grad_ptrs.push_back(grads[i].data());
-    }
-  }
-  std::vector<std::vector<float>> params, grads;
-  std::vector<int64_t> numels;
-  std::vector<float*> param_ptrs, grad_ptrs;
-  std::vector<const float*> const_param_ptrs;
-};
-
 class MlpWorkloadTest : public ::testing::Test {
  protected:
   void SetUp() override { SetBlasNumThreads(1); }

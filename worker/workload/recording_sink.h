@@ -1,9 +1,12 @@
-// A GradientSink for tests: records the order of GradientReady calls and, at
-// each call, a copy of the gradient just declared final.
+// Test helpers for workloads: a GradientSink that records the order of
+// GradientReady calls and, at each call, a copy of the gradient just declared
+// final; and host buffers for a workload's parameters and gradients.
 #ifndef PSHARD_WORKER_WORKLOAD_RECORDING_SINK_H_
 #define PSHARD_WORKER_WORKLOAD_RECORDING_SINK_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "worker/workload/workload.h"
@@ -31,6 +34,27 @@ class RecordingSink : public GradientSink {
  private:
   std::vector<float*> grads_;
   std::vector<int64_t> numels_;
+};
+
+// Zeroed parameter and gradient storage for `w`, with the pointer arrays
+// InitializeParameters and ComputeGradients take.
+struct Buffers {
+  explicit Buffers(const Workload& w) {
+    for (const ParameterInfo& p : w.parameters()) {
+      params.emplace_back(p.numel);
+      grads.emplace_back(p.numel);
+      numels.push_back(p.numel);
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      param_ptrs.push_back(params[i].data());
+      const_param_ptrs.push_back(params[i].data());
+      grad_ptrs.push_back(grads[i].data());
+    }
+  }
+  std::vector<std::vector<float>> params, grads;
+  std::vector<int64_t> numels;
+  std::vector<float*> param_ptrs, grad_ptrs;
+  std::vector<const float*> const_param_ptrs;
 };
 
 }  // namespace pshard::worker

@@ -22,25 +22,6 @@ v1::SyntheticWorkload Spec(int64_t total, int64_t per_tensor) {
   return spec;
 }
 
-struct Buffers {
-  explicit Buffers(const Workload& w) {
-    for (const ParameterInfo& p : w.parameters()) {
-      params.emplace_back(p.numel);
-      grads.emplace_back(p.numel);
-    }
-    for (size_t i = 0; i < params.size(); ++i) {
-      param_ptrs.push_back(params[i].data());
-      const_param_ptrs.push_back(params[i].data());
-      grad_ptrs.push_back(grads[i].data());
-      numels.push_back(static_cast<int64_t>(params[i].size()));
-    }
-  }
-  std::vector<std::vector<float>> params, grads;
-  std::vector<float*> param_ptrs, grad_ptrs;
-  std::vector<const float*> const_param_ptrs;
-  std::vector<int64_t> numels;
-};
-
 TEST(SyntheticWorkloadTest, TensorsAreNamedAndTheLastIsShorter) {
   ASSERT_OK_AND_ASSIGN(auto w, SyntheticWorkload::Create(Spec(25, 10), 1, 0));
   const auto& p = w->parameters();
