@@ -60,13 +60,8 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
   for (const ParamSpan& span : spans) {
     plan.extent = std::max(plan.extent, span.offset + span.numel);
     if (span.numel == 0) continue;
-    const HyperParameters hp = ResolveHyperParameters(spec, span.name);
-    if (!(hp.lr > 0) || !std::isfinite(hp.lr)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bucket ", bucket_index, ": parameter '", span.name,
-                       "' resolves to learning rate ", hp.lr,
-                       "; it must be > 0 and finite"));
-    }
+    ASSIGN_OR_RETURN(const HyperParameters hp,
+                     ResolveSpanHyperParameters(spec, bucket_index, span));
     int group = 0;
     while (group < static_cast<int>(plan.groups.size()) &&
            !(plan.groups[group] == hp)) {

@@ -132,13 +132,10 @@ absl::Status CpuShardOptimizer::AddBucket(int bucket_index,
   int64_t state_numel = 0;
   for (const ParamSpan& span : spans) {
     if (span.numel == 0) continue;
-    const HyperParameters hp = ResolveHyperParameters(spec_, span.name);
-    if (!(hp.lr > 0) || !std::isfinite(hp.lr)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bucket ", bucket_index, ": parameter '", span.name,
-                       "' resolves to learning rate ", hp.lr,
-                       "; it must be > 0 and finite"));
-    }
+    absl::StatusOr<HyperParameters> resolved =
+        ResolveSpanHyperParameters(spec_, bucket_index, span);
+    if (!resolved.ok()) return resolved.status();
+    const HyperParameters& hp = *resolved;
     const bool has_state = adam || hp.momentum != 0;
     std::vector<Segment>& segs = bucket->segments;
     if (!segs.empty() && segs.back().offset + segs.back().numel == span.offset &&
@@ -310,6 +307,18 @@ absl::Status SortAndCheckSpans(int bucket_index,
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<HyperParameters> ResolveSpanHyperParameters(
+    const v1::OptimizerSpec& spec, int bucket_index, const ParamSpan& span) {
+  HyperParameters hp = ResolveHyperParameters(spec, span.name);
+  if (!(hp.lr > 0) || !std::isfinite(hp.lr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bucket ", bucket_index, ": parameter '", span.name,
+                     "' resolves to learning rate ", hp.lr,
+                     "; it must be > 0 and finite"));
+  }
+  return hp;
 }
 
 absl::StatusOr<std::unique_ptr<ShardOptimizer>> ShardOptimizer::Create(

@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/job_spec.h"
 #include "pshard/v1/job_spec.pb.h"
 
 namespace pshard::worker {
@@ -42,6 +43,12 @@ struct ParamSpan {
 // twice, or overlapping spans.
 absl::Status SortAndCheckSpans(int bucket_index,
                                std::vector<ParamSpan>& spans);
+
+// The hyper-parameters of `span` in bucket `bucket_index`, resolved with
+// ResolveHyperParameters. InvalidArgument if the learning rate is not > 0 and
+// finite.
+absl::StatusOr<HyperParameters> ResolveSpanHyperParameters(
+    const v1::OptimizerSpec& spec, int bucket_index, const ParamSpan& span);
 
 // Options of the CPU implementation.
 struct CpuOptimizerOptions {
