@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """pshard's benchmarks and their PyTorch peers, side by side in one run.
 
-    bazel build //bench:benchmarks //bench/optimizer:optimizer_bench
+    bazel build //bench:benchmarks
     /usr/bin/python3 bench/run_benchmarks.py  # full run (about 8 min on 2 cores)
     /usr/bin/python3 bench/run_benchmarks.py --quick   # tiny sizes (CI)
-    bazel test //bench:run_benchmarks_quick_test       # the same but optim, under Bazel
+    bazel test //bench:run_benchmarks_quick_test       # the quick run, under Bazel
 
 Sections (--only limits,steps,optim,mlp picks some):
 
@@ -76,8 +76,8 @@ def find_binary(rel):
         path = os.path.join(base, rel)
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
-    raise SystemExit("run_benchmarks: %s is not built; run: bazel build //bench:benchmarks "
-                     "//bench/optimizer:optimizer_bench" % rel)
+    raise SystemExit("run_benchmarks: %s is not built; run: bazel build //bench:benchmarks"
+                     % rel)
 
 
 def show(path):
