@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 
 #include <algorithm>
-#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -37,6 +36,7 @@ using ::pshard::testing::RunfilePath;
 using ::pshard::testing::Subprocess;
 using ::pshard::testing::WaitForPortFile;
 using ::pshard::testing::WaitUntil;
+using ::pshard::testing::WriteTempFile;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -45,12 +45,6 @@ using ::testing::StartsWith;
 CliResult RunCli(const std::vector<std::string>& args,
                  absl::Duration timeout = absl::Seconds(60)) {
   return RunPshardctl(args, {}, timeout);
-}
-
-std::string WriteSpec(const std::string& name, const std::string& json) {
-  const std::string path = absl::StrCat(MakeTempDir("spec"), "/", name);
-  std::ofstream(path) << json;
-  return path;
 }
 
 std::string MlpSpec(int steps, const std::string& output_dir) {
@@ -152,7 +146,7 @@ std::string* CliE2eTest::address_ = nullptr;
 
 TEST_F(CliE2eTest, SubmitWatchShardsSucceedsAndWritesParams) {
   const std::string output_dir = MakeTempDir("output");
-  const std::string spec = WriteSpec("mlp.json", MlpSpec(30, output_dir));
+  const std::string spec = WriteTempFile("mlp.json", MlpSpec(30, output_dir));
 
   CliResult submit = Cli({"submit", spec});
   ASSERT_EQ(submit.exit_code, 0) << submit.err;
@@ -191,7 +185,7 @@ TEST_F(CliE2eTest, SubmitWatchShardsSucceedsAndWritesParams) {
 
 TEST_F(CliE2eTest, SubmitWithWatchExitsZeroOnSuccess) {
   const std::string spec =
-      WriteSpec("mlp.json", MlpSpec(10, MakeTempDir("output")));
+      WriteTempFile("mlp.json", MlpSpec(10, MakeTempDir("output")));
   CliResult r = Cli({"submit", "--watch", spec});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, AllOf(StartsWith("job-"), HasSubstr("SUCCEEDED"),
@@ -199,7 +193,7 @@ TEST_F(CliE2eTest, SubmitWithWatchExitsZeroOnSuccess) {
 }
 
 TEST_F(CliE2eTest, CancelARunningJob) {
-  const std::string spec = WriteSpec("long.json", R"({
+  const std::string spec = WriteTempFile("long.json", R"({
     "name": "e2e-long", "world_size": 2, "backend": "gloo",
     "synthetic": {"num_parameters": 4096, "tensor_numel": 1024},
     "optimizer": {"kind": "sgd", "hyper_parameters": {"lr": 0.01}},
@@ -226,7 +220,7 @@ TEST_F(CliE2eTest, CancelARunningJob) {
 }
 
 TEST_F(CliE2eTest, BadSpecNamesTheFieldAndExits2) {
-  const std::string spec = WriteSpec("bad.json", R"({
+  const std::string spec = WriteTempFile("bad.json", R"({
     "name": "bad", "world_size": 2,
     "mlp": {"input_dim": 16, "output_dim": 4, "batch_size": 0},
     "optimizer": {"kind": "adam"}, "steps": 10})");
