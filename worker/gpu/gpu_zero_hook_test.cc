@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -70,10 +71,9 @@ AssignmentProvider Provider(int world) {
       [world](const BucketLayout& layout) -> absl::StatusOr<BucketAssignment> {
         BucketAssignment a;
         a.epoch = 1;
-        absl::StatusOr<std::vector<int>> owners = coordinator::AssignBuckets(
-            v1::JobSpec::BALANCED, layout.BucketBytes(), world);
-        if (!owners.ok()) return owners.status();
-        a.owners = *std::move(owners);
+        ASSIGN_OR_RETURN(a.owners,
+                         coordinator::AssignBuckets(v1::JobSpec::BALANCED,
+                                                    layout.BucketBytes(), world));
         return a;
       };
 }
@@ -84,34 +84,28 @@ absl::StatusOr<std::vector<std::vector<float>>> RunCpu(const v1::JobSpec& spec,
                                                        Communicator* comm) {
   const int rank = comm->rank();
   const int world = comm->world_size();
-  absl::StatusOr<std::unique_ptr<Workload>> workload =
-      CreateWorkload(spec, rank, world);
-  if (!workload.ok()) return workload.status();
-  absl::StatusOr<std::unique_ptr<ShardOptimizer>> opt =
-      ShardOptimizer::Create(spec.optimizer());
-  if (!opt.ok()) return opt.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<Workload> workload,
+                   CreateWorkload(spec, rank, world));
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> opt,
+                   ShardOptimizer::Create(spec.optimizer()));
   ZeroHookOptions options;
   options.bucket_cap_mb = spec.bucket_cap_mb();
-  absl::StatusOr<std::unique_ptr<ZeroHook>> hook =
-      ZeroHook::Create((*workload)->parameters(), comm, *std::move(opt),
-                       Provider(world), options);
-  if (!hook.ok()) return hook.status();
-  absl::Status s = (*workload)->InitializeParameters((*hook)->params());
-  if (!s.ok()) return s;
+  ASSIGN_OR_RETURN(std::unique_ptr<ZeroHook> hook,
+                   ZeroHook::Create(workload->parameters(), comm,
+                                    std::move(opt), Provider(world), options));
+  RETURN_IF_ERROR(workload->InitializeParameters(hook->params()));
   for (int64_t step = 1; step <= spec.steps(); ++step) {
-    std::vector<const float*> params((*hook)->params().begin(),
-                                     (*hook)->params().end());
-    absl::StatusOr<double> loss =
-        (*workload)->ComputeGradients(step, params, (*hook)->grads(), **hook);
-    if (!loss.ok()) return loss.status();
-    s = (*hook)->FinishStep();
-    if (!s.ok()) return s;
+    std::vector<const float*> params(hook->params().begin(),
+                                     hook->params().end());
+    RETURN_IF_ERROR(
+        workload->ComputeGradients(step, params, hook->grads(), *hook)
+            .status());
+    RETURN_IF_ERROR(hook->FinishStep());
   }
   std::vector<std::vector<float>> out;
-  const auto& infos = (*workload)->parameters();
+  const auto& infos = workload->parameters();
   for (size_t i = 0; i < infos.size(); ++i) {
-    out.emplace_back((*hook)->params()[i],
-                     (*hook)->params()[i] + infos[i].numel);
+    out.emplace_back(hook->params()[i], hook->params()[i] + infos[i].numel);
   }
   return out;
 }
@@ -127,49 +121,46 @@ absl::StatusOr<std::vector<std::vector<float>>> RunGpu(const v1::JobSpec& spec,
   nccl.rank = rank;
   nccl.world_size = world;
   nccl.device = rank;
-  absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm =
-      CreateNcclCommunicator(nccl, kv);
-  if (!comm.ok()) return comm.status();
-  absl::StatusOr<std::unique_ptr<GpuShardOptimizer>> opt =
-      GpuShardOptimizer::Create(spec.optimizer(), rank);
-  if (!opt.ok()) return opt.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm,
+                   CreateNcclCommunicator(nccl, kv));
+  ASSIGN_OR_RETURN(std::unique_ptr<GpuShardOptimizer> opt,
+                   GpuShardOptimizer::Create(spec.optimizer(), rank));
   // The compute stream: the legacy default stream keeps the test simple;
   // the hook orders the communication stream after it with events.
-  absl::StatusOr<std::unique_ptr<Workload>> workload =
-      adapt_host ? [&]() -> absl::StatusOr<std::unique_ptr<Workload>> {
-    absl::StatusOr<std::unique_ptr<Workload>> host =
-        CreateWorkload(spec, rank, world);
-    if (!host.ok()) return host.status();
-    return AdaptHostWorkloadToDevice(*std::move(host), rank, nullptr);
-  }()
-      : CreateGpuWorkload(spec, rank, world, rank, nullptr);
-  if (!workload.ok()) return workload.status();
+  std::unique_ptr<Workload> workload;
+  if (adapt_host) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Workload> host,
+                     CreateWorkload(spec, rank, world));
+    ASSIGN_OR_RETURN(workload,
+                     AdaptHostWorkloadToDevice(std::move(host), rank, nullptr));
+  } else {
+    ASSIGN_OR_RETURN(workload,
+                     CreateGpuWorkload(spec, rank, world, rank, nullptr));
+  }
   GpuZeroHookOptions options;
   options.bucket_cap_mb = spec.bucket_cap_mb();
-  absl::StatusOr<std::unique_ptr<GpuZeroHook>> hook =
-      GpuZeroHook::Create((*workload)->parameters(), comm->get(),
-                          *std::move(opt), Provider(world), options);
-  if (!hook.ok()) return hook.status();
-  absl::Status s = (*workload)->InitializeParameters((*hook)->params());
-  if (!s.ok()) return s;
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<GpuZeroHook> hook,
+      GpuZeroHook::Create(workload->parameters(), comm.get(), std::move(opt),
+                          Provider(world), options));
+  RETURN_IF_ERROR(workload->InitializeParameters(hook->params()));
   for (int64_t step = 1; step <= spec.steps(); ++step) {
-    std::vector<const float*> params((*hook)->params().begin(),
-                                     (*hook)->params().end());
-    absl::StatusOr<double> loss =
-        (*workload)->ComputeGradients(step, params, (*hook)->grads(), **hook);
-    if (!loss.ok()) return loss.status();
-    s = (*hook)->FinishStep();
-    if (!s.ok()) return s;
+    std::vector<const float*> params(hook->params().begin(),
+                                     hook->params().end());
+    RETURN_IF_ERROR(
+        workload->ComputeGradients(step, params, hook->grads(), *hook)
+            .status());
+    RETURN_IF_ERROR(hook->FinishStep());
   }
-  if ((*hook)->state() != HookState::kInitialized) {
+  if (hook->state() != HookState::kInitialized) {
     return absl::InternalError("hook not initialised after the steps");
   }
   std::vector<std::vector<float>> out;
-  const auto& infos = (*workload)->parameters();
+  const auto& infos = workload->parameters();
   for (size_t i = 0; i < infos.size(); ++i) {
     out.emplace_back(infos[i].numel);
-    s = (*hook)->CopyParameterToHost(static_cast<int>(i), out.back().data());
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(
+        hook->CopyParameterToHost(static_cast<int>(i), out.back().data()));
   }
   return out;
 }
