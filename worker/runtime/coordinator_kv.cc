@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "google/protobuf/duration.pb.h"
+#include "google/protobuf/util/time_util.h"
 
 namespace pshard::worker {
 namespace {
@@ -42,9 +42,9 @@ absl::StatusOr<std::string> CoordinatorKvClient::Get(const std::string& key,
     request.set_job_id(job_id_);
     request.set_epoch(epoch_);
     request.set_key(key);
-    const int64_t ms = absl::ToInt64Milliseconds(slice);
-    request.mutable_timeout()->set_seconds(ms / 1000);
-    request.mutable_timeout()->set_nanos(static_cast<int32_t>(ms % 1000) * 1000000);
+    *request.mutable_timeout() =
+        google::protobuf::util::TimeUtil::MillisecondsToDuration(
+            absl::ToInt64Milliseconds(slice));
     absl::StatusOr<v1::KvGetResponse> response =
         control_->KvGet(request, slice + kRpcSlack);
     if (response.ok()) return response->value();

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "google/protobuf/duration.pb.h"
+#include "google/protobuf/util/time_util.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/gpu/backend_choice.h"
 #include "worker/gpu/gpu_job.h"
@@ -24,10 +24,9 @@
 namespace pshard::worker {
 namespace {
 
-void SetDuration(absl::Duration d, google::protobuf::Duration* out) {
-  const int64_t ns = absl::ToInt64Nanoseconds(d);
-  out->set_seconds(ns / 1000000000);
-  out->set_nanos(static_cast<int32_t>(ns % 1000000000));
+google::protobuf::Duration ToProto(absl::Duration d) {
+  return google::protobuf::util::TimeUtil::NanosecondsToDuration(
+      absl::ToInt64Nanoseconds(d));
 }
 
 // Sends rank 0's progress off the training thread: at most one report in
@@ -278,7 +277,7 @@ AssignmentProvider JobRunner::MakeProvider(absl::Duration timeout) {
             directive_.epoch(), " not published within ",
             absl::FormatDuration(timeout)));
       }
-      SetDuration(slice, request.mutable_timeout());
+      *request.mutable_timeout() = ToProto(slice);
       assignment = control_->GetAssignment(request, slice + options_.rpc_timeout);
       if (assignment.ok()) break;
       const absl::StatusCode code = assignment.status().code();
@@ -425,7 +424,7 @@ absl::Status JobRunner::RunSteps() {
       progress->set_step(step);
       progress->set_total_steps(steps);
       progress->set_loss(loss);
-      SetDuration(step_time, progress->mutable_step_time());
+      *progress->mutable_step_time() = ToProto(step_time);
       progress->set_bytes_sent(engine->comm().bytes_sent());
       const double seconds = absl::ToDoubleSeconds(step_time);
       progress->set_samples_per_second(
