@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
@@ -170,6 +171,23 @@ class StepEngine {
 
 namespace {
 
+// snapshot.owned_shards: the buckets of `layout` that `owners` gives to
+// `rank`, each with its optimizer-state bytes from `state_bytes`.
+void FillOwnedShards(const BucketLayout& layout, const std::vector<int>& owners,
+                     int rank, absl::FunctionRef<int64_t(int)> state_bytes,
+                     JobSnapshot& snapshot) {
+  snapshot.owned_shards.clear();
+  for (int b = 0; b < layout.num_buckets(); ++b) {
+    if (owners[b] != rank) continue;
+    v1::OwnedShard shard;
+    shard.set_bucket_index(b);
+    shard.set_num_elements(layout.buckets()[b].numel);
+    shard.set_bytes(layout.buckets()[b].numel * 4);
+    shard.set_optimizer_state_bytes(state_bytes(b));
+    snapshot.owned_shards.push_back(shard);
+  }
+}
+
 class CpuEngine : public StepEngine {
  public:
   // Members in destruction order: the communicator goes before the hook,
@@ -191,17 +209,9 @@ class CpuEngine : public StepEngine {
   Communicator& comm() override { return *comm_; }
   const Workload& workload() const override { return *workload_; }
   void FillSnapshot(int rank, JobSnapshot& snapshot) override {
-    const BucketLayout& layout = hook_->layout();
-    snapshot.owned_shards.clear();
-    for (int b = 0; b < layout.num_buckets(); ++b) {
-      if (hook_->owners()[b] != rank) continue;
-      v1::OwnedShard shard;
-      shard.set_bucket_index(b);
-      shard.set_num_elements(layout.buckets()[b].numel);
-      shard.set_bytes(layout.buckets()[b].numel * 4);
-      shard.set_optimizer_state_bytes(hook_->bucket_state_bytes(b));
-      snapshot.owned_shards.push_back(shard);
-    }
+    FillOwnedShards(
+        hook_->layout(), hook_->owners(), rank,
+        [this](int b) { return hook_->bucket_state_bytes(b); }, snapshot);
     snapshot.optimizer_state_bytes = hook_->optimizer().total_state_bytes();
   }
   absl::StatusOr<std::vector<std::vector<float>>> Parameters() override {
@@ -225,17 +235,9 @@ class GpuEngine : public StepEngine {
   const Workload& workload() const override { return job_->workload(); }
   void FillSnapshot(int rank, JobSnapshot& snapshot) override {
     GpuZeroHook& hook = job_->hook();
-    const BucketLayout& layout = hook.layout();
-    snapshot.owned_shards.clear();
-    for (int b = 0; b < layout.num_buckets(); ++b) {
-      if (hook.owners()[b] != rank) continue;
-      v1::OwnedShard shard;
-      shard.set_bucket_index(b);
-      shard.set_num_elements(layout.buckets()[b].numel);
-      shard.set_bytes(layout.buckets()[b].numel * 4);
-      shard.set_optimizer_state_bytes(hook.optimizer().state_bytes(b));
-      snapshot.owned_shards.push_back(shard);
-    }
+    FillOwnedShards(
+        hook.layout(), hook.owners(), rank,
+        [&hook](int b) { return hook.optimizer().state_bytes(b); }, snapshot);
     snapshot.optimizer_state_bytes = hook.optimizer().total_state_bytes();
   }
   absl::StatusOr<std::vector<std::vector<float>>> Parameters() override {
