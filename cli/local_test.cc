@@ -22,26 +22,16 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
 
 namespace pshard::cli {
 namespace {
 
+using ::pshard::testing::MakeTempDir;
+using ::pshard::testing::RunfilePath;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/pshard/", path);
-}
-
-std::string NewDir(const std::string& name) {
-  static int counter = 0;
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name,
-                                       "-", getpid(), "-", ++counter);
-  mkdir(dir.c_str(), 0755);
-  return dir;
-}
 
 void WriteScript(const std::string& path, const std::string& body) {
   std::ofstream(path) << "#!/bin/sh\n" << body;
@@ -73,13 +63,13 @@ class LocalTest : public ::testing::Test {
   // A bin dir whose coordinator is the fake (reporting `workers` idle
   // workers) and whose worker writes its port file and sleeps.
   std::string MakeBinDir(int workers, bool worker_fails = false) {
-    const std::string bin = NewDir("bin");
+    const std::string bin = MakeTempDir("bin");
     WriteScript(absl::StrCat(bin, "/pshard-coordinator"),
                 absl::StrCat("for a in \"$@\"; do case \"$a\" in --state_path=*) "
                              "d=$(dirname \"${a#--state_path=}\");; esac; done\n"
                              "echo $$ > \"$d/coordinator.pid\"\n"
                              "exec ",
-                             Runfile("cli/fake_coordinator_main"),
+                             RunfilePath("cli/fake_coordinator_main"),
                              " --fake_workers=", workers, " \"$@\"\n"));
     WriteScript(
         absl::StrCat(bin, "/pshard-worker"),
@@ -110,7 +100,7 @@ class LocalTest : public ::testing::Test {
 TEST_F(LocalTest, DefaultJobRunsToCompletionAndLeavesNoProcess) {
   LocalOptions options;
   options.bin_dir = MakeBinDir(2);
-  options.run_dir = NewDir("run");
+  options.run_dir = MakeTempDir("run");
   EXPECT_EQ(RunLocalNow(options), kExitOk) << out_.str() << err_.str();
   const std::string out = out_.str();
   EXPECT_THAT(out, AllOf(HasSubstr("pshard local cluster: 2 CPU workers"),
@@ -130,7 +120,7 @@ TEST_F(LocalTest, DefaultJobRunsToCompletionAndLeavesNoProcess) {
 }
 
 TEST_F(LocalTest, WorkersFlagSetsWorldSize) {
-  const std::string spec = absl::StrCat(NewDir("spec"), "/job.json");
+  const std::string spec = absl::StrCat(MakeTempDir("spec"), "/job.json");
   std::ofstream(spec) << R"({"name": "three", "world_size": 2, "synthetic":
       {"num_parameters": 1000}, "optimizer": {"kind": "sgd",
       "hyper_parameters": {"lr": 0.1}}, "steps": 3, "output_dir": "out"})";
@@ -139,7 +129,7 @@ TEST_F(LocalTest, WorkersFlagSetsWorldSize) {
   options.workers = 3;
   options.base_dir = "/somewhere";
   options.bin_dir = MakeBinDir(3);
-  options.run_dir = NewDir("run");
+  options.run_dir = MakeTempDir("run");
   EXPECT_EQ(RunLocalNow(options), kExitOk) << out_.str() << err_.str();
   EXPECT_THAT(out_.str(),
               AllOf(HasSubstr("3 CPU workers"), HasSubstr("worker 2 "),
@@ -152,7 +142,7 @@ TEST_F(LocalTest, WorkersFlagSetsWorldSize) {
 TEST_F(LocalTest, InterruptStopsEverything) {
   LocalOptions options;
   options.bin_dir = MakeBinDir(2);
-  options.run_dir = NewDir("run");
+  options.run_dir = MakeTempDir("run");
   options.keep_running = true;  // Would never return without the interrupt.
   int code = -1;
   std::thread runner([&] { code = RunLocalNow(options); });
@@ -177,7 +167,7 @@ TEST_F(LocalTest, InterruptStopsEverything) {
 TEST_F(LocalTest, AWorkerThatDiesIsReportedWithItsLog) {
   LocalOptions options;
   options.bin_dir = MakeBinDir(2, /*worker_fails=*/true);
-  options.run_dir = NewDir("run");
+  options.run_dir = MakeTempDir("run");
   EXPECT_EQ(RunLocalNow(options), kExitError);
   EXPECT_THAT(err_.str(), AllOf(HasSubstr("pshard-worker 0"),
                                 HasSubstr("exited with code 1"),
@@ -187,19 +177,19 @@ TEST_F(LocalTest, AWorkerThatDiesIsReportedWithItsLog) {
 
 TEST_F(LocalTest, MissingBinariesAreNamed) {
   LocalOptions options;
-  options.bin_dir = NewDir("empty-bin");
-  options.run_dir = NewDir("run");
+  options.bin_dir = MakeTempDir("empty-bin");
+  options.run_dir = MakeTempDir("run");
   EXPECT_EQ(RunLocalNow(options), kExitError);
   EXPECT_THAT(err_.str(), AllOf(HasSubstr("cannot find pshard-coordinator"),
                                 HasSubstr("--bin_dir")));
 }
 
 TEST_F(LocalTest, BadSpecExits2BeforeStartingAnything) {
-  const std::string spec = absl::StrCat(NewDir("spec"), "/bad.json");
+  const std::string spec = absl::StrCat(MakeTempDir("spec"), "/bad.json");
   std::ofstream(spec) << R"({"name": "x", "world_size": 2, "steps": 0})";
   LocalOptions options;
   options.spec_path = spec;
-  options.bin_dir = NewDir("empty-bin");
+  options.bin_dir = MakeTempDir("empty-bin");
   EXPECT_EQ(RunLocalNow(options), kExitUsage);
   EXPECT_THAT(err_.str(), HasSubstr("invalid job spec"));
   EXPECT_THAT(out_.str(), Not(HasSubstr("pid")));
@@ -207,7 +197,7 @@ TEST_F(LocalTest, BadSpecExits2BeforeStartingAnything) {
 
 TEST(DefaultSpecTest, IsTheExampleFile) {
   ASSERT_OK_AND_ASSIGN(v1::JobSpec builtin, DefaultLocalJobSpec());
-  std::ifstream in(Runfile("examples/mlp_adam_2workers.json"));
+  std::ifstream in(RunfilePath("examples/mlp_adam_2workers.json"));
   std::stringstream text;
   text << in.rdbuf();
   ASSERT_OK_AND_ASSIGN(v1::JobSpec example, ParseJobSpecJson(text.str()));
@@ -218,7 +208,7 @@ TEST(DefaultSpecTest, IsTheExampleFile) {
 }
 
 TEST(FindSiblingBinaryTest, SearchOrder) {
-  const std::string root = NewDir("tree");
+  const std::string root = MakeTempDir("tree");
   mkdir(absl::StrCat(root, "/cli").c_str(), 0755);
   mkdir(absl::StrCat(root, "/server").c_str(), 0755);
   const std::string self = absl::StrCat(root, "/cli/pshardctl");
