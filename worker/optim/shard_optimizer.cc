@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
+#include "common/status_macros.h"
 #include "worker/optim/cpu_kernels.h"
 
 namespace pshard::worker {
@@ -124,18 +125,15 @@ bool IsAdamKind(v1::OptimizerSpec::Kind kind) {
 
 absl::Status CpuShardOptimizer::AddBucket(int bucket_index,
                                           std::vector<ParamSpan> spans) {
-  absl::Status spans_status = SortAndCheckSpans(bucket_index, spans);
-  if (!spans_status.ok()) return spans_status;
+  RETURN_IF_ERROR(SortAndCheckSpans(bucket_index, spans));
 
   auto bucket = std::make_unique<Bucket>();
   const bool adam = IsAdamKind(spec_.kind());
   int64_t state_numel = 0;
   for (const ParamSpan& span : spans) {
     if (span.numel == 0) continue;
-    absl::StatusOr<HyperParameters> resolved =
-        ResolveSpanHyperParameters(spec_, bucket_index, span);
-    if (!resolved.ok()) return resolved.status();
-    const HyperParameters& hp = *resolved;
+    ASSIGN_OR_RETURN(const HyperParameters hp,
+                     ResolveSpanHyperParameters(spec_, bucket_index, span));
     const bool has_state = adam || hp.momentum != 0;
     std::vector<Segment>& segs = bucket->segments;
     if (!segs.empty() && segs.back().offset + segs.back().numel == span.offset &&
