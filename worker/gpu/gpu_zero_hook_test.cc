@@ -55,9 +55,7 @@ const char kSyntheticAdamJob[] = R"({
   "optimizer": {"kind": "ADAM", "hyperParameters": {"lr": 0.01,
                 "weightDecay": 0.05}}})";
 
-// One bucket: the CPU mlp workload announces a weight's gradient before its
-// backward pass has read the weight for the input gradient, so with several
-// buckets the CPU reference itself would race with the owner's step.
+// The mlp job in one bucket (25 MB cap).
 const char kMlpSgdJob[] = R"({
   "name": "gpu-hook-mlp", "worldSize": 1, "steps": 3, "seed": 5,
   "mlp": {"inputDim": 8, "hiddenDims": [16, 12], "outputDim": 4,
