@@ -13,23 +13,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/proto_time.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace pshard::cli {
 namespace {
 
-absl::Time ToAbslTime(const google::protobuf::Timestamp& ts) {
-  return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
-}
-
-absl::Duration ToAbslDuration(const google::protobuf::Duration& d) {
-  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
-}
-
 // "3m ago" style age of `t`, or "-" when unset.
 std::string Age(const google::protobuf::Timestamp& ts, absl::Time now) {
   if (ts.seconds() == 0 && ts.nanos() == 0) return "-";
-  absl::Duration age = now - ToAbslTime(ts);
+  absl::Duration age = now - FromProto(ts);
   if (age < absl::Seconds(1)) return "just now";
   return absl::StrCat(HumanDuration(absl::Trunc(age, absl::Seconds(1))),
                       " ago");
@@ -38,7 +31,7 @@ std::string Age(const google::protobuf::Timestamp& ts, absl::Time now) {
 std::string Timestamp(const google::protobuf::Timestamp& ts, absl::Time now) {
   if (ts.seconds() == 0 && ts.nanos() == 0) return "-";
   return absl::StrCat(
-      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", ToAbslTime(ts),
+      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", FromProto(ts),
                        absl::UTCTimeZone()),
       " (", Age(ts, now), ")");
 }
@@ -56,7 +49,7 @@ std::string ProgressFigures(const v1::JobProgress& p) {
     parts.push_back(absl::StrFormat("loss %.6g", p.loss()));
   }
   if (p.has_step_time()) {
-    parts.push_back(absl::StrCat(HumanDuration(ToAbslDuration(p.step_time())),
+    parts.push_back(absl::StrCat(HumanDuration(FromProto(p.step_time())),
                                  "/step"));
   }
   if (p.samples_per_second() > 0) {
@@ -183,11 +176,6 @@ absl::StatusOr<v1::JobState> ParseJobState(absl::string_view name) {
       "cancelled"));
 }
 
-bool IsTerminal(v1::JobState state) {
-  return state == v1::SUCCEEDED || state == v1::FAILED ||
-         state == v1::CANCELLED;
-}
-
 namespace {
 
 // Prints `message` as JSON, always ending in exactly one newline.
@@ -254,10 +242,10 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
   line("started", Timestamp(job.start_time(), now));
   line("ended", Timestamp(job.end_time(), now));
   if (job.start_time().seconds() != 0) {
-    absl::Time end = job.end_time().seconds() != 0 ? ToAbslTime(job.end_time())
+    absl::Time end = job.end_time().seconds() != 0 ? FromProto(job.end_time())
                                                    : now;
     line("duration",
-         HumanDuration(absl::Trunc(end - ToAbslTime(job.start_time()),
+         HumanDuration(absl::Trunc(end - FromProto(job.start_time()),
                                    absl::Milliseconds(100))));
   }
   if (!job.output_path().empty()) line("output", job.output_path());
@@ -325,7 +313,7 @@ std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers) {
          WorkerStateName(w.state()), has_job ? w.job_id() : "-",
          has_job ? absl::StrCat(w.rank()) : "-",
          w.has_heartbeat_age()
-             ? absl::StrCat(HumanDuration(ToAbslDuration(w.heartbeat_age())),
+             ? absl::StrCat(HumanDuration(FromProto(w.heartbeat_age())),
                             " ago")
              : "-"});
   }

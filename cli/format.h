@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/job_state.h"
 #include "google/protobuf/message.h"
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/job.pb.h"
@@ -50,9 +51,6 @@ std::string PolicyName(v1::JobSpec::AssignmentPolicy policy);
 // Parses a job state name, case-insensitively ("running", "SUCCEEDED").
 // InvalidArgument lists the valid names.
 absl::StatusOr<v1::JobState> ParseJobState(absl::string_view name);
-
-// True for SUCCEEDED, FAILED and CANCELLED.
-bool IsTerminal(v1::JobState state);
 
 // The message under protobuf's JSON mapping (proto field names, indented,
 // default-valued scalars included so scripts see every field), ending in '\n'.

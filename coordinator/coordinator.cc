@@ -9,15 +9,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/job_spec.h"
+#include "common/job_state.h"
+#include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "coordinator/scheduler.h"
-#include "google/protobuf/util/time_util.h"
 
 namespace pshard {
 namespace coordinator {
 namespace {
-
-using google::protobuf::util::TimeUtil;
 
 constexpr char kWorkerPrefix[] = "w-";
 constexpr char kJobPrefix[] = "job-";
@@ -39,16 +38,6 @@ std::optional<int64_t> ParseId(absl::string_view id, absl::string_view prefix) {
 std::string WorkerId(int64_t num) { return absl::StrCat(kWorkerPrefix, num); }
 std::string JobId(int64_t num) { return absl::StrCat(kJobPrefix, num); }
 
-google::protobuf::Timestamp ToProto(absl::Time t) {
-  return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
-}
-google::protobuf::Duration ToProto(absl::Duration d) {
-  return TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(d));
-}
-
-bool IsTerminal(v1::JobState s) {
-  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
-}
 bool IsActive(v1::JobState s) { return s == v1::STARTING || s == v1::RUNNING; }
 
 // Printable, bounded text for messages that echo client input.

@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/grpc_status.h"
+#include "common/proto_time.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 
@@ -58,10 +59,6 @@ std::string ByteBufferToString(const grpc::ByteBuffer& buffer) {
 bool ParseByteBuffer(const grpc::ByteBuffer& buffer,
                      google::protobuf::MessageLite* message) {
   return message->ParseFromString(ByteBufferToString(buffer));
-}
-
-absl::Duration FromProto(const google::protobuf::Duration& d) {
-  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
 }
 
 // A unary call answered later, when the Coordinator calls back (KvGet,

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -144,13 +145,6 @@ ProcStats ReadProc(pid_t pid) {
   return s;
 }
 
-google::protobuf::Duration ToProto(absl::Duration d) {
-  google::protobuf::Duration out;
-  out.set_seconds(absl::ToInt64Seconds(d));
-  out.set_nanos(static_cast<int32_t>(
-      absl::ToInt64Nanoseconds(d - absl::Seconds(out.seconds()))));
-  return out;
-}
 
 // What the benchmark needs from a HeartbeatResponse, read straight off the
 // wire: parsing thousands of 100 KB RunJob directives (spec + 4096 members)

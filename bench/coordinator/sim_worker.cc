@@ -8,19 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/proto_time.h"
 #include "grpcpp/client_context.h"
 
 namespace pshard {
 namespace bench {
 namespace {
 
-google::protobuf::Duration ToProto(absl::Duration d) {
-  google::protobuf::Duration out;
-  out.set_seconds(absl::ToInt64Seconds(d));
-  out.set_nanos(static_cast<int32_t>(
-      absl::ToInt64Nanoseconds(d - absl::Seconds(out.seconds()))));
-  return out;
-}
 
 }  // namespace
 

@@ -39,6 +39,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
+#include "common/job_state.h"
+#include "common/proto_time.h"
 #include "grpcpp/grpcpp.h"
 #include "pshard/v1/job.grpc.pb.h"
 #include "pshard/v1/shard.grpc.pb.h"
@@ -68,16 +70,12 @@ struct Sample {
   double seen_s = 0;  // since the probe started
 };
 
-bool Terminal(v1::JobState s) {
-  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
-}
-
 double Seconds(const google::protobuf::Duration& d) {
-  return static_cast<double>(d.seconds()) + d.nanos() * 1e-9;
+  return absl::ToDoubleSeconds(FromProto(d));
 }
 
 double Seconds(const google::protobuf::Timestamp& t) {
-  return static_cast<double>(t.seconds()) + t.nanos() * 1e-9;
+  return absl::ToDoubleSeconds(FromProto(t) - absl::UnixEpoch());
 }
 
 // JSON number, or null for NaN/inf (JSON has neither).
@@ -177,7 +175,7 @@ int Main() {
         s.seen_s = absl::ToDoubleSeconds(absl::Now() - begin);
         samples.push_back(s);
       }
-      if (!have_assignment && (job.state() == v1::RUNNING || Terminal(job.state()))) {
+      if (!have_assignment && (job.state() == v1::RUNNING || IsTerminal(job.state()))) {
         grpc::ClientContext sctx;
         sctx.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout));
         v1::GetShardAssignmentRequest sreq;
@@ -187,7 +185,7 @@ int Main() {
             shard_stub->GetShardAssignment(&sctx, sreq, &assignment).ok();
       }
       last = std::move(job);
-      if (Terminal(last.state())) {
+      if (IsTerminal(last.state())) {
         ended = true;
         break;
       }

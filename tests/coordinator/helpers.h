@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
+#include "common/job_state.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "pshard/v1/job.grpc.pb.h"
@@ -75,10 +76,6 @@ inline absl::StatusOr<v1::Job> SubmitJob(v1::JobService::Stub* stub,
   v1::Job job;
   RETURN_IF_ERROR(FromGrpcStatus(stub->SubmitJob(&ctx, req, &job), "SubmitJob"));
   return job;
-}
-
-inline bool IsTerminal(v1::JobState s) {
-  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
 }
 
 }  // namespace coordinator_test

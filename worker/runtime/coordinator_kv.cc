@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "google/protobuf/util/time_util.h"
+#include "common/proto_time.h"
 
 namespace pshard::worker {
 namespace {
@@ -42,9 +42,7 @@ absl::StatusOr<std::string> CoordinatorKvClient::Get(const std::string& key,
     request.set_job_id(job_id_);
     request.set_epoch(epoch_);
     request.set_key(key);
-    *request.mutable_timeout() =
-        google::protobuf::util::TimeUtil::MillisecondsToDuration(
-            absl::ToInt64Milliseconds(slice));
+    *request.mutable_timeout() = ToProto(slice);
     absl::StatusOr<v1::KvGetResponse> response =
         control_->KvGet(request, slice + kRpcSlack);
     if (response.ok()) return response->value();

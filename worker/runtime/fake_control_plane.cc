@@ -3,17 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/duration.pb.h"
+#include "common/proto_time.h"
 #include "coordinator/assignment.h"
 
 namespace pshard::worker {
-namespace {
-
-absl::Duration FromProto(const google::protobuf::Duration& d) {
-  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
-}
-
-}  // namespace
 
 absl::StatusOr<v1::RegisterWorkerResponse> FakeControlPlane::RegisterWorker(
     const v1::RegisterWorkerRequest& request, absl::Duration) {

@@ -12,8 +12,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/proto_time.h"
 #include "common/status_macros.h"
-#include "google/protobuf/util/time_util.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/gpu/backend_choice.h"
 #include "worker/gpu/gpu_job.h"
@@ -24,11 +24,6 @@
 
 namespace pshard::worker {
 namespace {
-
-google::protobuf::Duration ToProto(absl::Duration d) {
-  return google::protobuf::util::TimeUtil::NanosecondsToDuration(
-      absl::ToInt64Nanoseconds(d));
-}
 
 // Sends rank 0's progress off the training thread: at most one report in
 // flight, newer progress replacing an unsent one, so a slow coordinator never
