@@ -28,6 +28,7 @@ namespace pshard::cli {
 namespace {
 
 using ::pshard::testing::MakeTempDir;
+using ::pshard::testing::ProcessAlive;
 using ::pshard::testing::RunfilePath;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -36,13 +37,6 @@ using ::testing::Not;
 void WriteScript(const std::string& path, const std::string& body) {
   std::ofstream(path) << "#!/bin/sh\n" << body;
   chmod(path.c_str(), 0755);
-}
-
-bool Alive(pid_t pid) {
-  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  std::string id, comm, state;
-  if (!(stat >> id >> comm >> state)) return false;
-  return state != "Z";
 }
 
 // Every "*.pid" file the stand-ins wrote into `run_dir`.
@@ -116,7 +110,7 @@ TEST_F(LocalTest, DefaultJobRunsToCompletionAndLeavesNoProcess) {
                          HasSubstr("stopped 2 workers and the coordinator")));
   const std::vector<pid_t> pids = StartedPids(options.run_dir, 2);
   ASSERT_EQ(pids.size(), 3u);
-  for (pid_t pid : pids) EXPECT_FALSE(Alive(pid)) << "pid " << pid << " survived";
+  for (pid_t pid : pids) EXPECT_FALSE(ProcessAlive(pid)) << "pid " << pid << " survived";
 }
 
 TEST_F(LocalTest, WorkersFlagSetsWorldSize) {
@@ -136,7 +130,7 @@ TEST_F(LocalTest, WorkersFlagSetsWorldSize) {
                     HasSubstr("3 steps on 3 workers"),
                     // A relative output_dir is the user's, not the cwd's.
                     HasSubstr("final parameters: /somewhere/out/params")));
-  for (pid_t pid : StartedPids(options.run_dir, 3)) EXPECT_FALSE(Alive(pid));
+  for (pid_t pid : StartedPids(options.run_dir, 3)) EXPECT_FALSE(ProcessAlive(pid));
 }
 
 TEST_F(LocalTest, InterruptStopsEverything) {
@@ -161,7 +155,7 @@ TEST_F(LocalTest, InterruptStopsEverything) {
   EXPECT_THAT(out_.str(), HasSubstr("stopped 2 workers and the coordinator"));
   const std::vector<pid_t> pids = StartedPids(options.run_dir, 2);
   EXPECT_EQ(pids.size(), 3u);
-  for (pid_t pid : pids) EXPECT_FALSE(Alive(pid)) << "pid " << pid << " survived";
+  for (pid_t pid : pids) EXPECT_FALSE(ProcessAlive(pid)) << "pid " << pid << " survived";
 }
 
 TEST_F(LocalTest, AWorkerThatDiesIsReportedWithItsLog) {
@@ -172,7 +166,7 @@ TEST_F(LocalTest, AWorkerThatDiesIsReportedWithItsLog) {
   EXPECT_THAT(err_.str(), AllOf(HasSubstr("pshard-worker 0"),
                                 HasSubstr("exited with code 1"),
                                 HasSubstr("cannot open device")));
-  for (pid_t pid : StartedPids(options.run_dir, 2)) EXPECT_FALSE(Alive(pid));
+  for (pid_t pid : StartedPids(options.run_dir, 2)) EXPECT_FALSE(ProcessAlive(pid));
 }
 
 TEST_F(LocalTest, MissingBinariesAreNamed) {

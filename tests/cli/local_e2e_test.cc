@@ -25,19 +25,13 @@ namespace pshard {
 namespace {
 
 using ::pshard::testing::MakeTempDir;
+using ::pshard::testing::ProcessAlive;
 using ::pshard::testing::ReadFile;
 using ::pshard::testing::RunfilePath;
 using ::pshard::testing::Subprocess;
 using ::pshard::testing::WaitUntil;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-bool Alive(pid_t pid) {
-  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  std::string id, comm, state;
-  if (!(stat >> id >> comm >> state)) return false;
-  return state != "Z";
-}
 
 // The pids `pshardctl local` reported ("coordinator  pid N", "worker i  pid N").
 std::vector<pid_t> ReportedPids(const std::string& output) {
@@ -53,7 +47,7 @@ std::vector<pid_t> ReportedPids(const std::string& output) {
 
 void ExpectAllGone(const std::vector<pid_t>& pids) {
   for (pid_t pid : pids) {
-    EXPECT_TRUE(WaitUntil([pid] { return !Alive(pid); }, absl::Seconds(5)))
+    EXPECT_TRUE(WaitUntil([pid] { return !ProcessAlive(pid); }, absl::Seconds(5)))
         << "process " << pid << " survived pshardctl local";
   }
 }
@@ -146,7 +140,7 @@ TEST(LocalE2eTest, KilledPshardctlTakesItsChildrenWithIt) {
       << ReadFile(log);
   const std::vector<pid_t> pids = ReportedPids(ReadFile(log));
   ASSERT_EQ(pids.size(), 3u) << ReadFile(log);
-  for (pid_t pid : pids) EXPECT_TRUE(Alive(pid));
+  for (pid_t pid : pids) EXPECT_TRUE(ProcessAlive(pid));
   ASSERT_OK((*process)->Signal(SIGKILL));
   ASSERT_OK((*process)->Wait(absl::Seconds(10)).status());
   ExpectAllGone(pids);

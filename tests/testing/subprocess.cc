@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -63,6 +64,13 @@ std::string RunfilePath(absl::string_view workspace_relative_path) {
   if (n <= 0) return std::string(workspace_relative_path);
   self[n] = '\0';
   return absl::StrCat(self, ".runfiles/pshard/", workspace_relative_path);
+}
+
+bool ProcessAlive(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string id, comm, state;
+  if (!(stat >> id >> comm >> state)) return false;
+  return state != "Z";
 }
 
 std::string MakeTempDir(absl::string_view prefix) {

@@ -75,6 +75,10 @@ absl::StatusOr<int> WaitForPortFile(const std::string& path,
 // `bazel test`, else the runfiles tree next to the running binary.
 std::string RunfilePath(absl::string_view workspace_relative_path);
 
+// True while process `pid` exists and is not a zombie (for checking that a
+// program left no child behind).
+bool ProcessAlive(pid_t pid);
+
 // A fresh directory under $TEST_TMPDIR (or /tmp) for one test's files.
 std::string MakeTempDir(absl::string_view prefix);
 
