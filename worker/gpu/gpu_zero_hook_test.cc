@@ -105,9 +105,11 @@ absl::StatusOr<std::vector<Parameters>> OnEveryRank(
 }
 
 // The job runner's step loop, the same for both hooks (a GpuZeroHook is a
-// ZeroHook on device memory).
-absl::Status Train(const v1::JobSpec& spec, Workload& workload,
-                   ZeroHook& hook) {
+// ZeroHook on device memory); then every parameter, brought to the host by
+// `download(i, out)`.
+absl::StatusOr<Parameters> Train(
+    const v1::JobSpec& spec, Workload& workload, ZeroHook& hook,
+    const std::function<absl::Status(int, float*)>& download) {
   RETURN_IF_ERROR(workload.InitializeParameters(hook.params()));
   for (int64_t step = 1; step <= spec.steps(); ++step) {
     std::vector<const float*> params(hook.params().begin(),
@@ -119,7 +121,13 @@ absl::Status Train(const v1::JobSpec& spec, Workload& workload,
   if (hook.state() != HookState::kInitialized) {
     return absl::InternalError("hook not initialised after the steps");
   }
-  return absl::OkStatus();
+  Parameters out;
+  const std::vector<ParameterInfo>& infos = hook.parameter_infos();
+  for (size_t i = 0; i < infos.size(); ++i) {
+    out.emplace_back(infos[i].numel);
+    RETURN_IF_ERROR(download(static_cast<int>(i), out.back().data()));
+  }
+  return out;
 }
 
 // The reference: the CPU hook on a FakeCommunicator, every rank of
@@ -140,13 +148,10 @@ absl::StatusOr<std::vector<Parameters>> RunCpu(const v1::JobSpec& spec) {
         std::unique_ptr<ZeroHook> hook,
         ZeroHook::Create(workload->parameters(), comm.get(), std::move(opt),
                          Provider(world), options));
-    RETURN_IF_ERROR(Train(spec, *workload, *hook));
-    Parameters out;
-    const auto& infos = workload->parameters();
-    for (size_t i = 0; i < infos.size(); ++i) {
-      out.emplace_back(hook->params()[i], hook->params()[i] + infos[i].numel);
-    }
-    return out;
+    return Train(spec, *workload, *hook, [&](int i, float* out) {
+      std::copy_n(hook->params()[i], hook->parameter_infos()[i].numel, out);
+      return absl::OkStatus();
+    });
   });
 }
 
@@ -187,15 +192,9 @@ absl::StatusOr<std::vector<Parameters>> RunGpu(const v1::JobSpec& spec,
         std::unique_ptr<GpuZeroHook> hook,
         GpuZeroHook::Create(workload->parameters(), comm.get(), std::move(opt),
                             Provider(world), options));
-    RETURN_IF_ERROR(Train(spec, *workload, *hook));
-    Parameters out;
-    const auto& infos = workload->parameters();
-    for (size_t i = 0; i < infos.size(); ++i) {
-      out.emplace_back(infos[i].numel);
-      RETURN_IF_ERROR(
-          hook->CopyParameterToHost(static_cast<int>(i), out.back().data()));
-    }
-    return out;
+    return Train(spec, *workload, *hook, [&](int i, float* out) {
+      return hook->CopyParameterToHost(i, out);
+    });
   });
 }
 

@@ -442,12 +442,17 @@ TEST(ZeroHookTest, RebuildsLayoutFromObservedOrder) {
   EXPECT_EQ(finals[0], finals[1]);
 }
 
-absl::StatusOr<std::unique_ptr<ZeroHook>> SimpleHook(Communicator* comm,
-                                                     AssignmentProvider p) {
+// Plain SGD with lr 0.5: p -= g / 2.
+absl::StatusOr<std::unique_ptr<ShardOptimizer>> Sgd() {
   v1::OptimizerSpec opt;
   opt.set_kind(v1::OptimizerSpec::SGD);
   opt.mutable_hyper_parameters()->set_lr(0.5);
-  auto optimizer = ShardOptimizer::Create(opt);
+  return ShardOptimizer::Create(opt);
+}
+
+absl::StatusOr<std::unique_ptr<ZeroHook>> SimpleHook(Communicator* comm,
+                                                     AssignmentProvider p) {
+  auto optimizer = Sgd();
   if (!optimizer.ok()) return optimizer.status();
   std::vector<ParameterInfo> params = {{"a", {4}, 4}, {"b", {2}, 2}};
   ZeroHookOptions options;
@@ -616,11 +621,7 @@ class HookOnMemory : public ZeroHook {
 TEST(ZeroHookTest, HookMemoryCallsFollowTheAlgorithm) {
   FakeHub hub(1);
   auto comm = hub.Create(0);
-  v1::OptimizerSpec opt;
-  opt.set_kind(v1::OptimizerSpec::SGD);
-  opt.mutable_hyper_parameters()->set_lr(0.5);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShardOptimizer> optimizer,
-                       ShardOptimizer::Create(opt));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShardOptimizer> optimizer, Sgd());
   auto memory = std::make_unique<RecordingMemory>(optimizer.get(), comm.get());
   RecordingMemory& recorded = *memory;
   ZeroHookOptions options;
@@ -664,11 +665,7 @@ TEST(ZeroHookTest, HookMemoryCallsFollowTheAlgorithm) {
 TEST(ZeroHookTest, NegativeScheduleIsRefused) {
   FakeHub hub(1);
   auto comm = hub.Create(0);
-  v1::OptimizerSpec opt;
-  opt.set_kind(v1::OptimizerSpec::SGD);
-  opt.mutable_hyper_parameters()->set_lr(0.5);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShardOptimizer> optimizer,
-                       ShardOptimizer::Create(opt));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShardOptimizer> optimizer, Sgd());
   ZeroHookOptions options;
   options.broadcast_lag = -1;
   EXPECT_THAT(ZeroHook::Create({{"a", {4}, 4}}, comm.get(),
