@@ -387,11 +387,13 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   }
 
   // ncclAvg: the division happens on the device, inside the reduction (for
-  // floating types NCCL sums x_i * (1/n), as DDP's pre-division does).
+  // floating types NCCL sums x_i * (1/n), as DDP's pre-division does). The
+  // mean over one rank is its input: an in-place ncclSum there is free,
+  // where ncclAvg would still run a pass over the buffer.
   std::shared_ptr<Work> ReduceMean(void* data, int64_t count, DataType dtype,
                                    int root) override {
     return Collective(NcclOpKind::kReduce, data, count, dtype, root,
-                      /*mean=*/true);
+                      /*mean=*/options_.world_size > 1);
   }
 
   std::shared_ptr<Work> Broadcast(void* data, int64_t count, DataType dtype,

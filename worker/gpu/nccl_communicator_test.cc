@@ -167,9 +167,10 @@ TEST_F(NcclOneGpuTest, CollectivesOnOneRank) {
 }
 
 TEST_F(NcclOneGpuTest, ReduceMeanRunsOnTheDevice) {
-  // ncclAvg over one rank multiplies by 1 on the device: the values stay
-  // (a host division, Communicator's old default, would have read device
-  // memory from the host). Stream-ordered after the reduction before it.
+  // The mean over one rank is the input, left in place on the device (a
+  // host division, Communicator's old default, would have read device memory
+  // from the host); stream-ordered after the reduction before it. ncclAvg
+  // itself runs with two ranks (NcclTwoGpuTest.TwoRanksInThreads).
   std::vector<float> host(4099);
   for (int i = 0; i < 4099; ++i) host[i] = 0.25f * i - 100.0f;
   DeviceBuffer buf = Upload(host);
