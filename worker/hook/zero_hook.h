@@ -159,7 +159,6 @@ class ZeroHook : public GradientSink {
   HookMemory& memory() { return *memory_; }
 
  private:
-
   // A contiguous part of a bucket: the unit of transfer and of stepping.
   struct Piece {
     int bucket = 0;
@@ -192,7 +191,6 @@ class ZeroHook : public GradientSink {
   std::vector<int> observed_order_;       // first step only
   std::vector<char> param_ready_;
   std::vector<int> bucket_pending_;       // gradients not yet ready
-  std::vector<int> buckets_launched_;     // in launch order
   int next_bucket_ = 0;                   // next bucket to launch
   std::deque<int> deferred_broadcasts_;  // pieces, oldest first
   std::vector<std::shared_ptr<Work>> works_;
