@@ -31,7 +31,7 @@
 #
 # Environment: PSHARD_CUDA_PATH (CUDA for the build; default /usr/local/cuda),
 # GPU_CHECK_OUT (a folder that gets summary.txt and logs.txt),
-# GPU_CHECK_SUMMARY (a file that gets the summary, as before).
+# GPU_CHECK_SUMMARY (a file that gets the summary).
 # Exit status: 0 when every test and the benchmark passed (the bandwidth goal
 # is reported, not enforced), 1 otherwise, 2 for a usage or setup error.
 set -euo pipefail
@@ -352,6 +352,6 @@ case "$mode" in
   run) run "$dir" 0 || exit 1 ;;
   dry-run) pack "$dir" && { run "$dir" 1 || exit 1; } ;;
   all) pack "$dir" && { run "$dir" 0 || exit 1; } ;;
-  -h | --help | help) sed -n '2,38p' "$0" ;;
+  -h | --help | help) sed -n '2,36p' "$0" ;;
   *) die "unknown mode '$mode' (pack, run, dry-run, all)" ;;
 esac
