@@ -1,106 +1,357 @@
 #!/usr/bin/env bash
-# GPU check, for a machine with an NVIDIA GPU (an H200 in our runs): builds the
-# GPU code with the real nvcc, runs every GPU test with PSHARD_REQUIRE_GPU=1
-# (so "no device" is a failure, never a silent skip), runs the GPU benchmark
-# (optimizer-kernel bandwidth vs cudaMemcpy D2D, 1-GPU ZeRO step time), and
-# prints a summary. Budget: under 8 minutes on a fresh machine.
+# GPU check: every GPU test and the GPU benchmark (optimizer-kernel bandwidth
+# against the device's copy bandwidth in the same run, and the step time of a
+# 1-GPU job) on a machine with an NVIDIA GPU, then a summary.
 #
-#   tools/gpu_check.sh                 # CUDA at /usr/local/cuda
-#   PSHARD_CUDA_PATH=/opt/cuda tools/gpu_check.sh
-#   GPU_CHECK_SUMMARY=/tmp/summary.txt tools/gpu_check.sh   # also write it
+# The GPU machines we are lent (an H200) have the CUDA driver and toolkit but
+# no Bazel, none of the Debian packages pshard builds against, and no network.
+# So the check comes in two halves: build and pack where pshard builds, run
+# where the GPU is.
 #
-# Exit status: 0 when every step passed (the bandwidth goal is reported, not
-# enforced), 1 otherwise.
-set -uo pipefail
+#   tools/gpu_check.sh pack [DIR]      # build machine (nvcc, no GPU needed):
+#                                      # build the GPU tests and gpu_bench
+#                                      # with CUDA, pack them and the shared
+#                                      # libraries they need into
+#                                      # DIR/pack.tar.gz (DIR: .gpu_check)
+#   tools/gpu_check.sh run [DIR]       # GPU machine: unpack, find the CUDA
+#                                      # libraries there, run every test with
+#                                      # PSHARD_REQUIRE_GPU=1 (no device = a
+#                                      # failure, never a silent skip), then
+#                                      # gpu_bench; print the summary
+#   tools/gpu_check.sh dry-run [DIR]   # build machine: `run` without a GPU
+#                                      # (tests skip, the benchmark reports
+#                                      # "no CUDA device"), and check that the
+#                                      # pack holds every library the system
+#                                      # there will not have
+#   tools/gpu_check.sh [all]           # a GPU machine that can build: both
+#
+# Through the device tool: pack here, then one call with carry [".gpu_check"]
+# and the command `GPU_CHECK_OUT=$OUT tools/gpu_check.sh run` (under 5
+# minutes on an H200; the summary and the logs come back in $OUT).
+#
+# Environment: PSHARD_CUDA_PATH (CUDA for the build; default /usr/local/cuda),
+# GPU_CHECK_OUT (a folder that gets summary.txt and logs.txt),
+# GPU_CHECK_SUMMARY (a file that gets the summary).
+# Exit status: 0 when every test and the benchmark passed (the bandwidth goal
+# is reported, not enforced), 1 otherwise, 2 for a usage or setup error.
+set -euo pipefail
 cd "$(dirname "$0")/.."
 
-start=$(date +%s)
+readonly BENCH=//bench/gpu:gpu_bench
+# Every test of worker/gpu, and any test tagged "gpu" elsewhere.
+readonly TESTS_QUERY='tests(//worker/gpu/...) union attr(tags, "\bgpu\b", tests(//...))'
+# Per test binary and for the benchmark (the device call allows 10 minutes).
+readonly TEST_TIMEOUT_S=180
+readonly BENCH_TIMEOUT_S=240
+# What the pack may weigh: a device call carries 64 MiB, source tree included.
+readonly PACK_LIMIT_BYTES=$((48 << 20))
+work=""  # run's unpacked pack (global: the EXIT trap removes it)
+
+die() { echo "gpu_check: $*" >&2; exit 2; }
+
+# ---- library classes, by file name -----------------------------------------
+# The C library and the driver always come from the machine that runs.
+is_system_lib() {
+  case "$1" in
+    linux-vdso.so* | ld-linux* | libc.so* | libm.so* | libpthread.so* | \
+    libdl.so* | librt.so* | libresolv.so* | libutil.so* | libcuda.so* | \
+    libnvidia*) return 0 ;;
+  esac
+  return 1
+}
+# Too large to carry (hundreds of MiB); every CUDA machine has them, in the
+# toolkit or in PyTorch's wheels.
+is_gpu_machine_lib() {
+  case "$1" in
+    libcublas.so* | libcublasLt.so* | libnccl.so*) return 0 ;;
+  esac
+  return 1
+}
+# Carried, but used there only if the system's are too old for our binaries.
+is_fallback_lib() {
+  case "$1" in
+    libstdc++.so* | libgcc_s.so*) return 0 ;;
+  esac
+  return 1
+}
+
+# ---- pack ------------------------------------------------------------------
+pack() {
+  local dir=$1
+  command -v bazel >/dev/null || die "no bazel here (tools/setup.sh installs it)"
+  local cuda_path="${PSHARD_CUDA_PATH:-/usr/local/cuda}"
+  [ -x "$cuda_path/bin/nvcc" ] ||
+    die "no nvcc at $cuda_path/bin/nvcc (set PSHARD_CUDA_PATH)"
+  # .bazelrc passes these to the repository rule (third_party/cuda_configure.bzl).
+  unset PSHARD_DISABLE_CUDA
+  [ -n "${PSHARD_CUDA_PATH:-}" ] && export PSHARD_CUDA_PATH
+
+  local tests
+  tests=$(bazel query "$TESTS_QUERY" 2>/dev/null | sort -u)
+  [ -n "$tests" ] || die "bazel query found no GPU tests"
+  # The binaries run outside Bazel: a test with runfiles would not find them.
+  local data
+  data=$(bazel query "labels(data, set($tests))" 2>/dev/null || true)
+  [ -z "$data" ] || die "GPU tests with data dependencies cannot be packed: $data"
+  # shellcheck disable=SC2086
+  bazel build $tests "$BENCH" || die "build failed"
+
+  local stage
+  stage=$(mktemp -d)
+  mkdir -p "$stage/bin" "$stage/lib" "$stage/fallback"
+  local label path paths=() names=()
+  for label in $tests "$BENCH"; do
+    path="bazel-bin/${label#//}"
+    path="${path/://}"
+    [ -x "$path" ] || die "$label built, but $path is not there"
+    cp -L "$path" "$stage/bin/"
+    paths+=("$path")
+    names+=("$(basename "$path")")
+  done
+  # (ldd's output is kept whole: `ldd | grep -q` can fail under pipefail.)
+  local deps
+  deps=$(ldd "bazel-bin/bench/gpu/gpu_bench")
+  [[ "$deps" == *libcudart* ]] ||
+    die "gpu_bench does not link libcudart: CUDA was not built in"
+
+  # The shared libraries the binaries need, found here by the dynamic loader
+  # (the test libraries through the binaries' RUNPATH into bazel-bin).
+  local line soname target
+  : >"$stage/gpu_machine_libs"
+  for path in "${paths[@]}"; do
+    while IFS= read -r line; do
+      soname=$(awk '{print $1}' <<<"$line")
+      target=$(awk '$2 == "=>" {print $3}' <<<"$line")
+      if [ "$target" = "not" ]; then
+        die "$path: $soname not found here"
+      fi
+      if is_system_lib "$soname"; then continue; fi
+      if is_gpu_machine_lib "$soname"; then
+        echo "$soname" >>"$stage/gpu_machine_libs"
+      elif is_fallback_lib "$soname"; then
+        cp -Ln "$target" "$stage/fallback/$soname"
+      elif [ -n "$target" ]; then
+        cp -Ln "$target" "$stage/lib/$soname"
+      fi
+    done < <(ldd "$path")
+  done
+  sort -u -o "$stage/gpu_machine_libs" "$stage/gpu_machine_libs"
+  printf '%s\n' "${names[@]}" >"$stage/tests"
+  sed -i '/^gpu_bench$/d' "$stage/tests"
+  {
+    echo "packed: $(date -u +%FT%TZ) on $(hostname)"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+    echo "nvcc: $("$cuda_path/bin/nvcc" --version | tail -1)"
+  } >"$stage/MANIFEST"
+
+  mkdir -p "$dir"
+  tar czf "$dir/pack.tar.gz" -C "$stage" .
+  rm -rf "$stage"
+  local bytes
+  bytes=$(stat -c %s "$dir/pack.tar.gz")
+  echo "gpu_check: packed ${#names[@]} binaries into $dir/pack.tar.gz ($((bytes >> 20)) MiB)"
+  [ "$bytes" -le "$PACK_LIMIT_BYTES" ] ||
+    die "the pack is over $((PACK_LIMIT_BYTES >> 20)) MiB: too large to carry"
+}
+
+# ---- run -------------------------------------------------------------------
 summary=()
 failed=0
+start=$(date +%s)
 note() { summary+=("$1"); echo "== $1"; }
-elapsed() { echo $(( $(date +%s) - start ))s; }
+elapsed() { echo "$(($(date +%s) - start))s"; }
 
-tools/setup.sh || { echo "gpu_check: tools/setup.sh failed" >&2; exit 1; }
+# Folders on this machine that hold `soname` (CUDA toolkit, PyTorch's wheels,
+# the loader's cache).
+find_lib_dirs() {
+  local soname=$1 d
+  {
+    for d in "${PSHARD_CUDA_PATH:-/usr/local/cuda}"/{lib64,lib,targets/x86_64-linux/lib} \
+             /usr/local/cuda-*/{lib64,lib,targets/x86_64-linux/lib}; do
+      [ -e "$d/$soname" ] && echo "$d"
+    done
+    if command -v python3 >/dev/null; then
+      python3 - "$soname" 2>/dev/null <<'EOF' || true
+import glob, os, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for root in roots:
+    for path in glob.glob(os.path.join(root, "nvidia", "*", "lib", sys.argv[1])):
+        print(os.path.dirname(path))
+EOF
+    fi
+    ldconfig -p 2>/dev/null | awk -v s="$soname" '$1 == s {print $NF}' |
+      xargs -r -n1 dirname
+  } | awk '!seen[$0]++'
+}
 
-cuda_path="${PSHARD_CUDA_PATH:-/usr/local/cuda}"
-if [ ! -x "$cuda_path/bin/nvcc" ]; then
-  echo "gpu_check: no nvcc at $cuda_path/bin/nvcc (set PSHARD_CUDA_PATH)" >&2
-  exit 1
-fi
-if command -v nvidia-smi >/dev/null 2>&1; then
-  gpus=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true)
-  note "GPUs: ${gpus//$'\n'/; }"
-else
-  note "GPUs: nvidia-smi not found"
-fi
+run() {
+  local dir=$1 dry=$2
+  local pack="$dir/pack.tar.gz"
+  [ -f "$pack" ] || die "no $pack: run 'tools/gpu_check.sh pack' on a build machine first"
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  tar xzf "$pack" -C "$work"
+  sed 's/^/   /' "$work/MANIFEST"
 
-# .bazelrc passes PSHARD_CUDA_PATH and PSHARD_DISABLE_CUDA from the
-# environment to the repository rule (third_party/cuda_configure.bzl): a
-# custom CUDA location is exported as it is, and CUDA is never disabled here.
-unset PSHARD_DISABLE_CUDA
-[ -n "${PSHARD_CUDA_PATH:-}" ] && export PSHARD_CUDA_PATH
-flags=()
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    local gpus
+    gpus=$(nvidia-smi --query-gpu=name,driver_version,memory.total \
+      --format=csv,noheader 2>&1 || true)
+    note "GPUs: ${gpus//$'\n'/; }"
+  else
+    note "GPUs: nvidia-smi not found"
+  fi
 
-# 1. Build.
-if bazel build ${flags[@]+"${flags[@]}"} //worker/gpu/... //bench/gpu/...; then
-  note "build: ok ($(elapsed))"
-else
-  note "build: FAILED"
+  # Library path: the pack's, then wherever this machine has the CUDA
+  # libraries we did not carry.
+  local libpath="$work/lib" soname d found
+  while IFS= read -r soname; do
+    [ -n "$soname" ] || continue
+    found=$(find_lib_dirs "$soname" | head -1)
+    if [ -n "$found" ]; then
+      libpath="$libpath:$found"
+      note "$soname: from $found"
+    else
+      note "$soname: not found on this machine"
+    fi
+  done <"$work/gpu_machine_libs"
+  libpath="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+  # Every binary must load: name what is missing rather than fail later. A
+  # C++ runtime too old for our binaries is replaced by the carried one.
+  local bin unresolved
+  local deps
+  for bin in "$work"/bin/*; do
+    deps=$(LD_LIBRARY_PATH="$libpath" ldd "$bin" 2>&1 || true)
+    if grep -q 'GLIBCXX\|CXXABI\|GCC_[0-9]' <<<"$deps"; then
+      libpath="$work/fallback:$libpath"
+      note "system C++ runtime too old: using the carried libstdc++"
+      break
+    fi
+  done
+  unresolved=""
+  for bin in "$work"/bin/*; do
+    unresolved+=$(LD_LIBRARY_PATH="$libpath" ldd "$bin" 2>&1 |
+      awk -v b="$(basename "$bin")" '/not found/ {printf "%s: %s; ", b, $1}')
+  done
+  if [ -n "$unresolved" ]; then
+    note "libraries: MISSING $unresolved"
+    failed=1
+  else
+    note "libraries: every binary loads"
+  fi
+  if [ "$dry" = 1 ]; then
+    # Here the build machine's own libraries would hide a hole in the pack:
+    # everything but the C library, the driver and the CUDA libraries left
+    # to the GPU machine must come from the pack.
+    local line leaks=""
+    for bin in "$work"/bin/*; do
+      while IFS= read -r line; do
+        soname=$(awk '{print $1}' <<<"$line")
+        d=$(awk '$2 == "=>" {print $3}' <<<"$line")
+        [ -n "$d" ] || continue
+        is_system_lib "$soname" || is_gpu_machine_lib "$soname" ||
+          is_fallback_lib "$soname" || [[ "$d" == "$work"/* ]] ||
+          leaks+="$(basename "$bin"): $soname from $d; "
+      done < <(LD_LIBRARY_PATH="$libpath" ldd "$bin")
+    done
+    if [ -n "$leaks" ]; then
+      note "pack: INCOMPLETE, taken from this machine: $leaks"
+      failed=1
+    else
+      note "pack: complete (only libc, the driver and $(tr '\n' ' ' <"$work/gpu_machine_libs")from the system)"
+    fi
+  fi
+
+  local logs="$work/logs"
+  mkdir -p "$logs"
+  local require=1
+  [ "$dry" = 1 ] && require=0
+  # NCCL's own reason for a failure, in the logs.
+  export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+
+  # Tests: each binary on its own, with a timeout; a failure is counted and
+  # reported, and the rest still run.
+  local t rc ok skipped failed_cases reasons total_ok=0 total_skipped=0
+  local passed_bins=0 failed_bins=0
+  while IFS= read -r t; do
+    rc=0
+    (cd "$work" && PSHARD_REQUIRE_GPU=$require LD_LIBRARY_PATH="$libpath" \
+      timeout "$TEST_TIMEOUT_S" "bin/$t" --gtest_color=no) \
+      >"$logs/$t.log" 2>&1 || rc=$?
+    ok=$(grep -c '^\[       OK \]' "$logs/$t.log" || true)
+    # Per-test lines end in "(N ms)"; gtest's closing list repeats the names.
+    skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$logs/$t.log" || true)
+    failed_cases=$(grep -E '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$logs/$t.log" |
+      sed -E 's/^\[  FAILED  \] ([^ ,]+).*/\1/' | tr '\n' ' ' || true)
+    total_ok=$((total_ok + ok))
+    total_skipped=$((total_skipped + skipped))
+    if [ "$rc" -eq 0 ]; then
+      passed_bins=$((passed_bins + 1))
+      note "test $t: PASSED ($ok ok, $skipped skipped)"
+    else
+      failed_bins=$((failed_bins + 1))
+      failed=1
+      local why="exit $rc"
+      [ "$rc" -eq 124 ] && why="timed out after ${TEST_TIMEOUT_S}s"
+      note "test $t: FAILED ($why; $ok ok, $skipped skipped; failed: ${failed_cases:-none listed})"
+      tail -n 30 "$logs/$t.log" | sed 's/^/   | /'
+    fi
+  done <"$work/tests"
+  # GTEST_SKIP prints "<file>:<line>: Skipped" and the reason on the next line.
+  reasons=$(cat "$logs"/*.log | grep -A1 ': Skipped$' |
+    grep -v -e ': Skipped$' -e '^--$' | sort | uniq -c | sed 's/^ *//' |
+    tr '\n' ';' || true)
+  note "tests: $passed_bins binaries passed, $failed_bins failed; gtest cases: $total_ok ok, $total_skipped skipped${reasons:+ ($reasons)} ($(elapsed))"
+
+  # Benchmark: copy bandwidth and optimizer kernels in one run, then the
+  # 1-GPU job step.
+  rc=0
+  (cd "$work" && LD_LIBRARY_PATH="$libpath" timeout "$BENCH_TIMEOUT_S" \
+    bin/gpu_bench) >"$logs/gpu_bench.log" 2>&1 || rc=$?
+  cat "$logs/gpu_bench.log"
+  if [ "$rc" -eq 0 ]; then
+    note "bench: $(grep '^SUMMARY' "$logs/gpu_bench.log" | sed 's/^SUMMARY //') ($(elapsed))"
+    while IFS= read -r line; do summary+=("  $line"); done \
+      < <(grep -E 'GB/s|% of cudaMemcpy|ms/step|^device' "$logs/gpu_bench.log")
+  elif [ "$dry" = 1 ] && [ "$rc" -eq 2 ] &&
+       grep -q 'no CUDA device' "$logs/gpu_bench.log"; then
+    note "bench: not run, as expected in a dry run ($(head -1 "$logs/gpu_bench.log"))"
+  else
+    local why="exit $rc"
+    [ "$rc" -eq 124 ] && why="timed out after ${BENCH_TIMEOUT_S}s"
+    note "bench: FAILED ($why)"
+    failed=1
+  fi
+
+  local result
+  result=$([ "$failed" -eq 0 ] && echo PASS || echo FAIL)
+  [ "$dry" = 1 ] && result="$result (dry run: no GPU used)"
+  summary+=("total time: $(elapsed); result: $result")
+  echo
+  echo "==================== gpu_check summary ===================="
   printf '%s\n' "${summary[@]}"
-  exit 1
-fi
+  if [ -n "${GPU_CHECK_SUMMARY:-}" ]; then
+    printf '%s\n' "${summary[@]}" >"$GPU_CHECK_SUMMARY"
+  fi
+  if [ -n "${GPU_CHECK_OUT:-}" ]; then
+    mkdir -p "$GPU_CHECK_OUT"
+    printf '%s\n' "${summary[@]}" >"$GPU_CHECK_OUT/summary.txt"
+    for f in "$logs"/*.log; do
+      echo "===== $(basename "$f")"
+      cat "$f"
+    done >"$GPU_CHECK_OUT/logs.txt"
+  fi
+  return "$failed"
+}
 
-# 2. Tests: everything in worker/gpu plus any test tagged "gpu" elsewhere.
-tagged=$(bazel query --keep_going 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null || true)
-targets=$( { echo //worker/gpu/...; echo "$tagged"; } | sort -u | grep -v '^$')
-log=$(mktemp)
-# shellcheck disable=SC2086
-if bazel test ${flags[@]+"${flags[@]}"} --test_env=PSHARD_REQUIRE_GPU=1 \
-     --test_output=errors --test_summary=short $targets 2>&1 | tee "$log"; then
-  tests_ok=1
-else
-  tests_ok=0
-  failed=1
-fi
-passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log" || true)
-nfail=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE)' "$log" || true)
-# Count gtest cases that ran, and those skipped (multi-GPU tests on one GPU).
-ran=0; skipped=0
-for t in bazel-testlogs/worker/gpu/*/test.log; do
-  [ -f "$t" ] || continue
-  ran=$((ran + $(grep -c '^\[       OK \]' "$t" || true)))
-  # Per-test lines end in "(N ms)"; gtest's closing list repeats the names.
-  skipped=$((skipped + $(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$t" || true)))
-done
-# GTEST_SKIP prints "<file>:<line>: Skipped" and the reason on the next line.
-skips=$(grep -h -A1 ': Skipped$' bazel-testlogs/worker/gpu/*/test.log 2>/dev/null |
-        grep -v -e ': Skipped$' -e '^--$' | sort | uniq -c |
-        sed 's/^ *//' | tr '\n' ';' || true)
-note "tests: $passed targets passed, $nfail failed; gtest cases: $ran ok, $skipped skipped ${skips:+($skips)} ($(elapsed))"
-rm -f "$log"
-
-# 3. Benchmark.
-bench_out=$(mktemp)
-timeout 300 bazel-bin/bench/gpu/gpu_bench > "$bench_out" 2>&1
-bench_rc=$?
-cat "$bench_out"
-if [ "$bench_rc" -eq 0 ]; then
-  note "bench: $(grep '^SUMMARY' "$bench_out" | sed 's/^SUMMARY //') ($(elapsed))"
-  while IFS= read -r line; do summary+=("  $line"); done \
-    < <(grep -E 'GB/s|% of cudaMemcpy|ms/step|^device' "$bench_out")
-else
-  note "bench: FAILED (exit $bench_rc)"
-  failed=1
-fi
-rm -f "$bench_out"
-
-echo
-echo "==================== gpu_check summary ===================="
-printf '%s\n' "${summary[@]}"
-echo "total time: $(elapsed); result: $([ $failed -eq 0 ] && echo PASS || echo FAIL)"
-if [ -n "${GPU_CHECK_SUMMARY:-}" ]; then
-  { printf '%s\n' "${summary[@]}"
-    echo "total time: $(elapsed); result: $([ $failed -eq 0 ] && echo PASS || echo FAIL)"
-  } > "$GPU_CHECK_SUMMARY"
-fi
-exit $failed
+mode=${1:-all}
+dir=${2:-.gpu_check}
+case "$mode" in
+  pack) pack "$dir" ;;
+  run) run "$dir" 0 || exit 1 ;;
+  dry-run) pack "$dir" && { run "$dir" 1 || exit 1; } ;;
+  all) pack "$dir" && { run "$dir" 0 || exit 1; } ;;
+  -h | --help | help) sed -n '2,36p' "$0" ;;
+  *) die "unknown mode '$mode' (pack, run, dry-run, all)" ;;
+esac

@@ -74,12 +74,14 @@ class Communicator {
   virtual std::shared_ptr<Work> Reduce(void* data, int64_t count,
                                        DataType dtype, int root) = 0;
 
-  // Like Reduce, but `root` ends with the element-wise mean: the sum divided
-  // by world_size(), as DDP averages gradients. Backends may fuse the
-  // division into the last addition (one pass less over the bucket); the
-  // default reduces, then divides in an Enqueue'd function on the root.
+  // Like Reduce, but `root` ends with the element-wise mean, as DDP averages
+  // gradients, computed where the data lives and without a pass of its own:
+  // the host backends divide the sum by world_size() in the last addition;
+  // NCCL uses ncclAvg, which for floating types sums x_i * (1/n) on the
+  // device (DDP's pre-division) — the same bits for world sizes that are
+  // powers of two, within a rounding otherwise.
   virtual std::shared_ptr<Work> ReduceMean(void* data, int64_t count,
-                                           DataType dtype, int root);
+                                           DataType dtype, int root) = 0;
 
   // Copies `count` elements at `data` on `root` to `data` on every rank.
   virtual std::shared_ptr<Work> Broadcast(void* data, int64_t count,
@@ -125,24 +127,9 @@ class Communicator {
 absl::Status CheckCollectiveArgs(const void* data, int64_t count, int root,
                                  int world_size);
 
-// Divides `count` elements at `data` by `divisor` in place (bf16 through
-// fp32, rounding to nearest even).
+// Divides `count` elements at `data` (host memory) by `divisor` in place
+// (bf16 through fp32, rounding to nearest even).
 void DivideInPlace(void* data, int64_t count, DataType dtype, float divisor);
-
-inline std::shared_ptr<Work> Communicator::ReduceMean(void* data,
-                                                      int64_t count,
-                                                      DataType dtype,
-                                                      int root) {
-  std::shared_ptr<Work> reduced = Reduce(data, count, dtype, root);
-  if (rank() != root || world_size() == 1) return reduced;
-  const float divisor = static_cast<float>(world_size());
-  return EnqueueTouching(
-      [data, count, dtype, divisor] {
-        DivideInPlace(data, count, dtype, divisor);
-        return absl::OkStatus();
-      },
-      {{data, count * DataTypeSize(dtype)}});
-}
 
 }  // namespace pshard::worker
 

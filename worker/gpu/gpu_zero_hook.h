@@ -1,20 +1,26 @@
 // GpuZeroHook: the ZeRO hook of worker/hook/zero_hook.h for GPU workers, on
-// device memory, over an NcclCommunicator and a GpuShardOptimizer. Same
-// algorithm, state machine and AssignmentProvider as ZeroHook; the difference
-// is that nothing inside a step waits on the host:
+// device memory, over an NcclCommunicator and a GpuShardOptimizer. It IS a
+// ZeroHook — the same algorithm, state machine, AssignmentProvider and
+// errors, run by the same code the CPU tests run — with a device HookMemory
+// (hook_memory.h) that makes sure nothing inside a step waits on the host:
 //
 //   compute:  backward kernels ... gradients of bucket b final
 //               └─ event ─┐
-//   comm:                wait ─ reduce(b) ─ [owner: grad /= n, fused
-//                        optimizer step] ─ broadcast(b) ─ ... last broadcast
-//                                                              └─ event ─┐
+//   comm:                wait ─ reduce-mean(b) ─ [owner: fused optimizer
+//                        step] ─ broadcast(b) ─ ... last broadcast
+//                                                    └─ event ─┐
 //   compute (next step):                                      wait ─ forward
 //
 // The owner's step is enqueued on the communication stream between the
-// bucket's reduction and its broadcast (NcclCommunicator::Enqueue), and the
-// compute stream waits on the step's last broadcast on the device. FinishStep
-// also waits for the step on the host, with the deadline, so that errors (a
-// lost peer, an abort) surface in the step that caused them.
+// bucket's reduction and its broadcast (NcclCommunicator::Enqueue runs the
+// hook's function at issue time; it launches the kernels), and the compute
+// stream waits on the step's last operation on the device. FinishStep also
+// waits for the step on the host, with the deadline, so that errors (a lost
+// peer, an abort) surface in the step that caused them.
+//
+// Buckets travel whole (one NCCL call and one optimizer launch per bucket)
+// and each broadcast follows its own step: every operation is on one stream,
+// so pieces and deferred broadcasts could not overlap anything there.
 //
 // Buffers: one device allocation per bucket for parameters and one for
 // gradients; params()/grads() are device views into them (valid until the end
@@ -39,6 +45,7 @@
 #include "worker/hook/zero_hook.h"
 #include "worker/workload/workload.h"
 
+// cudaStream_t is `CUstream_st*`; declared here so this header needs no CUDA.
 struct CUstream_st;
 
 namespace pshard::worker {
@@ -53,7 +60,7 @@ struct GpuZeroHookOptions {
   CUstream_st* compute_stream = nullptr;
 };
 
-class GpuZeroHook : public GradientSink {
+class GpuZeroHook : public ZeroHook {
  public:
   // `comm` must outlive the hook; `optimizer` must be on comm->device().
   // InvalidArgument for an empty parameter list or missing pieces;
@@ -63,33 +70,14 @@ class GpuZeroHook : public GradientSink {
       std::unique_ptr<GpuShardOptimizer> optimizer, AssignmentProvider provider,
       const GpuZeroHookOptions& options);
 
-  ~GpuZeroHook() override = default;
-
-  // Device views of each parameter and its gradient inside the buckets.
-  virtual const std::vector<float*>& params() const = 0;
-  virtual const std::vector<float*>& grads() const = 0;
-
-  // GradientSink: as ZeroHook (launches a bucket's communication once all of
-  // its gradients are final, after the first step).
-  void GradientReady(int param_index) override = 0;
-  virtual absl::Status MarkGradientReady(int param_index) = 0;
-
-  // Ends the step; see ZeroHook::FinishStep. On return the parameters hold
-  // the step's update on every rank and the compute stream is ordered after
-  // the step's broadcasts.
-  virtual absl::Status FinishStep() = 0;
+  // params()/grads() (ZeroHook) are device pointers. FinishStep also orders
+  // the compute stream after the step's broadcasts.
 
   // Copies parameter `param_index` (numel floats) to host memory and waits.
   virtual absl::Status CopyParameterToHost(int param_index, float* out) = 0;
 
-  virtual HookState state() const = 0;
-  virtual int64_t epoch() const = 0;
-  virtual const BucketLayout& layout() const = 0;
-  virtual const std::vector<int>& owners() const = 0;
-  virtual GpuShardOptimizer& optimizer() = 0;
-  virtual int64_t steps_finished() const = 0;
-  // Optimizer steps this rank has enqueued for bucket b.
-  virtual int64_t bucket_steps(int b) const = 0;
+ protected:
+  using ZeroHook::ZeroHook;
 };
 
 }  // namespace pshard::worker

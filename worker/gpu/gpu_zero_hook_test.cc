@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -76,95 +77,128 @@ AssignmentProvider Provider(int world) {
       };
 }
 
-// The reference: the CPU hook on a FakeCommunicator. Returns every
-// parameter's final values.
-absl::StatusOr<std::vector<std::vector<float>>> RunCpu(const v1::JobSpec& spec,
-                                                       Communicator* comm) {
-  const int rank = comm->rank();
-  const int world = comm->world_size();
-  ASSIGN_OR_RETURN(std::unique_ptr<Workload> workload,
-                   CreateWorkload(spec, rank, world));
-  ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> opt,
-                   ShardOptimizer::Create(spec.optimizer()));
-  ZeroHookOptions options;
-  options.bucket_cap_mb = spec.bucket_cap_mb();
-  ASSIGN_OR_RETURN(std::unique_ptr<ZeroHook> hook,
-                   ZeroHook::Create(workload->parameters(), comm,
-                                    std::move(opt), Provider(world), options));
-  RETURN_IF_ERROR(workload->InitializeParameters(hook->params()));
-  for (int64_t step = 1; step <= spec.steps(); ++step) {
-    std::vector<const float*> params(hook->params().begin(),
-                                     hook->params().end());
-    RETURN_IF_ERROR(
-        workload->ComputeGradients(step, params, hook->grads(), *hook)
-            .status());
-    RETURN_IF_ERROR(hook->FinishStep());
+using Parameters = std::vector<std::vector<float>>;
+
+// The hook's mode for `spec`, as GpuJob and the job runner choose it.
+v1::JobSpec::CommMode CommMode(const v1::JobSpec& spec) {
+  return spec.comm_mode() == v1::JobSpec::ALLREDUCE_BROADCAST
+             ? v1::JobSpec::ALLREDUCE_BROADCAST
+             : v1::JobSpec::REDUCE_BROADCAST;
+}
+
+// Runs `rank_main(rank)` for every rank of `world`, each in its own thread;
+// returns every rank's result, or the first error.
+absl::StatusOr<std::vector<Parameters>> OnEveryRank(
+    int world, const std::function<absl::StatusOr<Parameters>(int)>& rank_main) {
+  std::vector<absl::StatusOr<Parameters>> results(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] { results[r] = rank_main(r); });
   }
-  std::vector<std::vector<float>> out;
-  const auto& infos = workload->parameters();
-  for (size_t i = 0; i < infos.size(); ++i) {
-    out.emplace_back(hook->params()[i], hook->params()[i] + infos[i].numel);
+  for (auto& t : threads) t.join();
+  std::vector<Parameters> out;
+  for (auto& result : results) {
+    RETURN_IF_ERROR(result.status());
+    out.push_back(*std::move(result));
   }
   return out;
 }
 
-// The GPU path for `rank` on CUDA device `rank`.
-absl::StatusOr<std::vector<std::vector<float>>> RunGpu(const v1::JobSpec& spec,
-                                                       int rank, int world,
-                                                       KvClient& kv,
-                                                       bool adapt_host) {
-  NcclOptions nccl;
-  nccl.job_id = spec.name();
-  nccl.epoch = 1;
-  nccl.rank = rank;
-  nccl.world_size = world;
-  nccl.device = rank;
-  ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm,
-                   CreateNcclCommunicator(nccl, kv));
-  ASSIGN_OR_RETURN(std::unique_ptr<GpuShardOptimizer> opt,
-                   GpuShardOptimizer::Create(spec.optimizer(), rank));
-  // The compute stream: the legacy default stream keeps the test simple;
-  // the hook orders the communication stream after it with events.
-  std::unique_ptr<Workload> workload;
-  if (adapt_host) {
-    ASSIGN_OR_RETURN(std::unique_ptr<Workload> host,
-                     CreateWorkload(spec, rank, world));
-    ASSIGN_OR_RETURN(workload,
-                     AdaptHostWorkloadToDevice(std::move(host), rank, nullptr));
-  } else {
-    ASSIGN_OR_RETURN(workload,
-                     CreateGpuWorkload(spec, rank, world, rank, nullptr));
-  }
-  GpuZeroHookOptions options;
-  options.bucket_cap_mb = spec.bucket_cap_mb();
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<GpuZeroHook> hook,
-      GpuZeroHook::Create(workload->parameters(), comm.get(), std::move(opt),
-                          Provider(world), options));
-  RETURN_IF_ERROR(workload->InitializeParameters(hook->params()));
+// The job runner's step loop, the same for both hooks (a GpuZeroHook is a
+// ZeroHook on device memory); then every parameter, brought to the host by
+// `download(i, out)`.
+absl::StatusOr<Parameters> Train(
+    const v1::JobSpec& spec, Workload& workload, ZeroHook& hook,
+    const std::function<absl::Status(int, float*)>& download) {
+  RETURN_IF_ERROR(workload.InitializeParameters(hook.params()));
   for (int64_t step = 1; step <= spec.steps(); ++step) {
-    std::vector<const float*> params(hook->params().begin(),
-                                     hook->params().end());
+    std::vector<const float*> params(hook.params().begin(),
+                                     hook.params().end());
     RETURN_IF_ERROR(
-        workload->ComputeGradients(step, params, hook->grads(), *hook)
-            .status());
-    RETURN_IF_ERROR(hook->FinishStep());
+        workload.ComputeGradients(step, params, hook.grads(), hook).status());
+    RETURN_IF_ERROR(hook.FinishStep());
   }
-  if (hook->state() != HookState::kInitialized) {
+  if (hook.state() != HookState::kInitialized) {
     return absl::InternalError("hook not initialised after the steps");
   }
-  std::vector<std::vector<float>> out;
-  const auto& infos = workload->parameters();
+  Parameters out;
+  const std::vector<ParameterInfo>& infos = hook.parameter_infos();
   for (size_t i = 0; i < infos.size(); ++i) {
     out.emplace_back(infos[i].numel);
-    RETURN_IF_ERROR(
-        hook->CopyParameterToHost(static_cast<int>(i), out.back().data()));
+    RETURN_IF_ERROR(download(static_cast<int>(i), out.back().data()));
   }
   return out;
 }
 
-void ExpectSame(const std::vector<std::vector<float>>& gpu,
-                const std::vector<std::vector<float>>& cpu) {
+// The reference: the CPU hook on a FakeCommunicator, every rank of
+// spec.world_size(). Returns each rank's final parameters.
+absl::StatusOr<std::vector<Parameters>> RunCpu(const v1::JobSpec& spec) {
+  const int world = spec.world_size();
+  FakeHub hub(world);
+  return OnEveryRank(world, [&](int rank) -> absl::StatusOr<Parameters> {
+    std::unique_ptr<Communicator> comm = hub.Create(rank);
+    ASSIGN_OR_RETURN(std::unique_ptr<Workload> workload,
+                     CreateWorkload(spec, rank, world));
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> opt,
+                     ShardOptimizer::Create(spec.optimizer()));
+    ZeroHookOptions options;
+    options.comm_mode = CommMode(spec);
+    options.bucket_cap_mb = spec.bucket_cap_mb();
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<ZeroHook> hook,
+        ZeroHook::Create(workload->parameters(), comm.get(), std::move(opt),
+                         Provider(world), options));
+    return Train(spec, *workload, *hook, [&](int i, float* out) {
+      std::copy_n(hook->params()[i], hook->parameter_infos()[i].numel, out);
+      return absl::OkStatus();
+    });
+  });
+}
+
+// The GPU path, rank r on CUDA device r: NCCL, the CUDA optimizer, and the
+// GPU workload (or, with `adapt_host`, the CPU workload behind the pinned
+// host adapter).
+absl::StatusOr<std::vector<Parameters>> RunGpu(const v1::JobSpec& spec,
+                                               bool adapt_host) {
+  const int world = spec.world_size();
+  InMemoryKvStore kv;
+  return OnEveryRank(world, [&](int rank) -> absl::StatusOr<Parameters> {
+    NcclOptions nccl;
+    nccl.job_id = spec.name();
+    nccl.epoch = 1;
+    nccl.rank = rank;
+    nccl.world_size = world;
+    nccl.device = rank;
+    ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm,
+                     CreateNcclCommunicator(nccl, kv));
+    ASSIGN_OR_RETURN(std::unique_ptr<GpuShardOptimizer> opt,
+                     GpuShardOptimizer::Create(spec.optimizer(), rank));
+    // The compute stream: the legacy default stream keeps the test simple;
+    // the hook orders the communication stream after it with events.
+    std::unique_ptr<Workload> workload;
+    if (adapt_host) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Workload> host,
+                       CreateWorkload(spec, rank, world));
+      ASSIGN_OR_RETURN(workload, AdaptHostWorkloadToDevice(std::move(host),
+                                                           rank, nullptr));
+    } else {
+      ASSIGN_OR_RETURN(workload,
+                       CreateGpuWorkload(spec, rank, world, rank, nullptr));
+    }
+    GpuZeroHookOptions options;
+    options.comm_mode = CommMode(spec);
+    options.bucket_cap_mb = spec.bucket_cap_mb();
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<GpuZeroHook> hook,
+        GpuZeroHook::Create(workload->parameters(), comm.get(), std::move(opt),
+                            Provider(world), options));
+    return Train(spec, *workload, *hook, [&](int i, float* out) {
+      return hook->CopyParameterToHost(i, out);
+    });
+  });
+}
+
+void ExpectSame(const Parameters& gpu, const Parameters& cpu) {
   ASSERT_EQ(gpu.size(), cpu.size());
   int64_t differing = 0;
   for (size_t i = 0; i < gpu.size(); ++i) {
@@ -197,12 +231,9 @@ TEST(GpuZeroHookTest, CreateRefusesMissingPieces) {
 TEST(GpuZeroHookTest, OneGpuSyntheticMatchesTheCpuHook) {
   PSHARD_SKIP_WITHOUT_GPUS(1);
   const v1::JobSpec spec = Job(kSyntheticAdamJob);
-  FakeHub hub(1);
-  std::unique_ptr<Communicator> fake = hub.Create(0);
-  ASSERT_OK_AND_ASSIGN(auto cpu, RunCpu(spec, fake.get()));
-  InMemoryKvStore kv;
-  ASSERT_OK_AND_ASSIGN(auto gpu, RunGpu(spec, 0, 1, kv, /*adapt_host=*/false));
-  ExpectSame(gpu, cpu);
+  ASSERT_OK_AND_ASSIGN(auto cpu, RunCpu(spec));
+  ASSERT_OK_AND_ASSIGN(auto gpu, RunGpu(spec, /*adapt_host=*/false));
+  ExpectSame(gpu[0], cpu[0]);
 }
 
 TEST(GpuZeroHookTest, OneGpuAdaptedHostWorkloadMatchesTheCpuHook) {
@@ -210,12 +241,9 @@ TEST(GpuZeroHookTest, OneGpuAdaptedHostWorkloadMatchesTheCpuHook) {
   for (const char* json : {kMlpSgdJob, kSyntheticAdamJob}) {
     SCOPED_TRACE(json);
     const v1::JobSpec spec = Job(json);
-    FakeHub hub(1);
-    std::unique_ptr<Communicator> fake = hub.Create(0);
-    ASSERT_OK_AND_ASSIGN(auto cpu, RunCpu(spec, fake.get()));
-    InMemoryKvStore kv;
-    ASSERT_OK_AND_ASSIGN(auto gpu, RunGpu(spec, 0, 1, kv, /*adapt_host=*/true));
-    ExpectSame(gpu, cpu);
+    ASSERT_OK_AND_ASSIGN(auto cpu, RunCpu(spec));
+    ASSERT_OK_AND_ASSIGN(auto gpu, RunGpu(spec, /*adapt_host=*/true));
+    ExpectSame(gpu[0], cpu[0]);
   }
 }
 
@@ -223,11 +251,10 @@ TEST(GpuZeroHookTest, OneGpuCublasMlpTracksTheCpuHook) {
   PSHARD_SKIP_WITHOUT_GPUS(1);
   // Same problem, matrix products summed in another order: close, not equal.
   const v1::JobSpec spec = Job(kMlpSgdJob);
-  FakeHub hub(1);
-  std::unique_ptr<Communicator> fake = hub.Create(0);
-  ASSERT_OK_AND_ASSIGN(auto cpu, RunCpu(spec, fake.get()));
-  InMemoryKvStore kv;
-  ASSERT_OK_AND_ASSIGN(auto gpu, RunGpu(spec, 0, 1, kv, /*adapt_host=*/false));
+  ASSERT_OK_AND_ASSIGN(auto cpu_ranks, RunCpu(spec));
+  ASSERT_OK_AND_ASSIGN(auto gpu_ranks, RunGpu(spec, /*adapt_host=*/false));
+  const Parameters& cpu = cpu_ranks[0];
+  const Parameters& gpu = gpu_ranks[0];
   ASSERT_EQ(gpu.size(), cpu.size());
   for (size_t i = 0; i < gpu.size(); ++i) {
     ASSERT_EQ(gpu[i].size(), cpu[i].size());
@@ -267,9 +294,7 @@ TEST(GpuZeroHookTest, MissingGradientFailsTheStep) {
 TEST(GpuJobTest, OneGpuJobMatchesTheCpuHook) {
   PSHARD_SKIP_WITHOUT_GPUS(1);
   const v1::JobSpec spec = Job(kSyntheticAdamJob);
-  FakeHub hub(1);
-  std::unique_ptr<Communicator> fake = hub.Create(0);
-  ASSERT_OK_AND_ASSIGN(auto cpu, RunCpu(spec, fake.get()));
+  ASSERT_OK_AND_ASSIGN(auto cpu, RunCpu(spec));
   InMemoryKvStore kv;
   GpuJobOptions options;
   options.job_id = "gpu-job";
@@ -284,7 +309,7 @@ TEST(GpuJobTest, OneGpuJobMatchesTheCpuHook) {
   EXPECT_EQ(job->communicator().bytes_sent(), 0);  // one rank sends nothing
   EXPECT_GT(job->hook().optimizer().total_state_bytes(), 0);
   ASSERT_OK_AND_ASSIGN(auto gpu, job->DownloadParameters());
-  ExpectSame(gpu, cpu);
+  ExpectSame(gpu, cpu[0]);
   // A key in the job's store, scoped by job and epoch.
   EXPECT_OK(
       kv.Get("nccl/nccl-unique-id/gpu-job/3", absl::ZeroDuration()).status());
@@ -292,45 +317,18 @@ TEST(GpuJobTest, OneGpuJobMatchesTheCpuHook) {
 
 TEST(GpuZeroHookTest, TwoGpusMatchTheCpuHookOnTwoRanks) {
   PSHARD_SKIP_WITHOUT_GPUS(2);
-  v1::JobSpec spec = Job(kSyntheticAdamJob);
-  spec.set_world_size(2);
-  std::vector<std::vector<float>> cpu[2], gpu[2];
-  absl::Status errors[4];
-  {
-    FakeHub hub(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        std::unique_ptr<Communicator> comm = hub.Create(r);
-        absl::StatusOr<std::vector<std::vector<float>>> out =
-            RunCpu(spec, comm.get());
-        if (out.ok()) {
-          cpu[r] = *std::move(out);
-        } else {
-          errors[r] = out.status();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
+  // Both modes: the mean by ncclAvg (x_i * 1/2 summed: the same bits as the
+  // CPU's sum / 2), and the all-reduced sum divided on the owner.
+  for (const auto mode : {v1::JobSpec::REDUCE_BROADCAST,
+                          v1::JobSpec::ALLREDUCE_BROADCAST}) {
+    SCOPED_TRACE(v1::JobSpec::CommMode_Name(mode));
+    v1::JobSpec spec = Job(kSyntheticAdamJob);
+    spec.set_world_size(2);
+    spec.set_comm_mode(mode);
+    ASSERT_OK_AND_ASSIGN(auto cpu, RunCpu(spec));
+    ASSERT_OK_AND_ASSIGN(auto gpu, RunGpu(spec, /*adapt_host=*/false));
+    for (int r = 0; r < 2; ++r) ExpectSame(gpu[r], cpu[r]);
   }
-  {
-    InMemoryKvStore kv;
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        absl::StatusOr<std::vector<std::vector<float>>> out =
-            RunGpu(spec, r, 2, kv, /*adapt_host=*/false);
-        if (out.ok()) {
-          gpu[r] = *std::move(out);
-        } else {
-          errors[2 + r] = out.status();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-  }
-  for (const absl::Status& s : errors) ASSERT_OK(s);
-  for (int r = 0; r < 2; ++r) ExpectSame(gpu[r], cpu[r]);
 }
 
 }  // namespace

@@ -386,6 +386,16 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     return Collective(NcclOpKind::kReduce, data, count, dtype, root);
   }
 
+  // ncclAvg: the division happens on the device, inside the reduction (for
+  // floating types NCCL sums x_i * (1/n), as DDP's pre-division does). The
+  // mean over one rank is its input: an in-place ncclSum there is free,
+  // where ncclAvg would still run a pass over the buffer.
+  std::shared_ptr<Work> ReduceMean(void* data, int64_t count, DataType dtype,
+                                   int root) override {
+    return Collective(NcclOpKind::kReduce, data, count, dtype, root,
+                      /*mean=*/options_.world_size > 1);
+  }
+
   std::shared_ptr<Work> Broadcast(void* data, int64_t count, DataType dtype,
                                   int root) override {
     return Collective(NcclOpKind::kBroadcast, data, count, dtype, root);
@@ -433,19 +443,23 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     return NcclWorkImpl::Done(std::move(status));
   }
 
+  // `mean` (kReduce only): the root receives the average (ncclAvg).
   std::shared_ptr<Work> Collective(NcclOpKind kind, void* data, int64_t count,
-                                   DataType dtype, int root) {
+                                   DataType dtype, int root,
+                                   bool mean = false) {
     const char* op = kind == NcclOpKind::kAllReduce ? "ncclAllReduce"
                      : kind == NcclOpKind::kReduce  ? "ncclReduce"
                                                     : "ncclBroadcast";
-    // A rank that skips a collective would leave its peers waiting forever:
-    // bad arguments fail the communicator, not just the operation.
-    if (count < 0 || (count > 0 && data == nullptr) || root < 0 ||
-        root >= options_.world_size) {
-      return FailAndReturn(absl::InvalidArgumentError(
-          absl::StrCat(op, ": invalid arguments (count ", count, ", data ",
-                       data == nullptr ? "null" : "set", ", root ", root,
-                       " of ", options_.world_size, " ranks)")));
+    // Unlike the host backends, where a bad argument fails only its
+    // operation: a rank that skips an NCCL collective leaves its peers'
+    // kernels waiting on the device, which only ncclCommAbort releases. So
+    // a bad argument fails the communicator.
+    if (absl::Status args =
+            CheckCollectiveArgs(data, count, root, options_.world_size);
+        !args.ok()) {
+      return FailAndReturn(absl::Status(
+          args.code(), absl::StrCat(op, " on rank ", options_.rank, ": ",
+                                    args.message())));
     }
     ScopedDevice scoped(options_.device);
     if (!scoped.status().ok()) return FailAndReturn(scoped.status());
@@ -459,7 +473,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
         r = ncclAllReduce(data, data, n, ToNccl(dtype), ncclSum, comm_, s);
         break;
       case NcclOpKind::kReduce:
-        r = ncclReduce(data, data, n, ToNccl(dtype), ncclSum, root, comm_, s);
+        r = ncclReduce(data, data, n, ToNccl(dtype), mean ? ncclAvg : ncclSum,
+                       root, comm_, s);
         break;
       case NcclOpKind::kBroadcast:
       default:

@@ -1,6 +1,8 @@
 #include "worker/hook/zero_hook.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,49 +10,125 @@
 
 namespace pshard::worker {
 
+namespace {
+
+// Buckets in host memory (BucketStorage); the owner's step runs on the
+// communicator's thread, in the reduction's completion.
+class HostMemory final : public HookMemory {
+ public:
+  explicit HostMemory(ShardOptimizer* optimizer) : optimizer_(optimizer) {}
+
+  absl::Status Arrange(const BucketLayout& layout) override {
+    auto storage = std::make_unique<BucketStorage>(layout);
+    if (storage_ != nullptr) {
+      for (const Bucket& bucket : layout.buckets()) {
+        for (const BucketEntry& e : bucket.entries) {
+          std::memcpy(storage->param(e.param_index),
+                      storage_->param(e.param_index), e.numel * 4);
+          std::memcpy(storage->grad(e.param_index),
+                      storage_->grad(e.param_index), e.numel * 4);
+        }
+      }
+    }
+    storage_ = std::move(storage);
+    return absl::OkStatus();
+  }
+
+  float* bucket_params(int b) override { return storage_->bucket_params(b); }
+  float* bucket_grads(int b) override { return storage_->bucket_grads(b); }
+  const std::vector<float*>& param_views() const override {
+    return storage_->param_views();
+  }
+  const std::vector<float*>& grad_views() const override {
+    return storage_->grad_views();
+  }
+
+  // The training thread wrote the gradients before announcing them.
+  absl::StatusOr<std::shared_ptr<Work>> OrderAfterGradients(int) override {
+    return nullptr;
+  }
+
+  absl::Status OwnerStep(int index, float* params, float* grads, int64_t numel,
+                         float divisor) override {
+    if (divisor != 1) DivideInPlace(grads, numel, DataType::kFloat32, divisor);
+    return optimizer_->Step(index, params, grads);
+  }
+
+  // FinishStep's host wait orders the next forward.
+  absl::Status OrderComputeAfter(Work&) override { return absl::OkStatus(); }
+
+ private:
+  ShardOptimizer* const optimizer_;
+  std::unique_ptr<BucketStorage> storage_;
+};
+
+}  // namespace
+
+std::unique_ptr<HookMemory> NewHostMemory(ShardOptimizer* optimizer) {
+  return std::make_unique<HostMemory>(optimizer);
+}
+
 absl::StatusOr<std::unique_ptr<ZeroHook>> ZeroHook::Create(
     std::vector<ParameterInfo> params, Communicator* comm,
     std::unique_ptr<ShardOptimizer> optimizer, AssignmentProvider provider,
     const ZeroHookOptions& options) {
-  if (params.empty()) {
-    return absl::InvalidArgumentError("the model has no parameters");
-  }
-  if (comm == nullptr || optimizer == nullptr || !provider) {
-    return absl::InvalidArgumentError(
-        "a communicator, an optimizer and an assignment provider are needed");
-  }
-  if (!(options.bucket_cap_mb > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bucket_cap_mb must be > 0, got ", options.bucket_cap_mb));
-  }
-  std::unique_ptr<ZeroHook> hook(new ZeroHook(std::move(params), comm,
-                                              std::move(optimizer),
-                                              std::move(provider), options));
-  const int n = static_cast<int>(hook->infos_.size());
-  const int64_t cap_bytes =
-      std::max<int64_t>(1, static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024));
-  ASSIGN_OR_RETURN(BucketLayout layout,
-                   BucketLayout::Build(hook->infos_,
-                                       BucketLayout::DefaultReadyOrder(n),
-                                       cap_bytes));
-  hook->layout_ = std::make_unique<BucketLayout>(std::move(layout));
-  hook->storage_ = std::make_unique<BucketStorage>(*hook->layout_);
-  hook->param_ready_.assign(n, 0);
+  std::unique_ptr<HookMemory> memory;
+  if (optimizer != nullptr) memory = NewHostMemory(optimizer.get());
+  std::unique_ptr<ZeroHook> hook(
+      new ZeroHook(std::move(params), comm, std::move(optimizer),
+                   std::move(memory), std::move(provider), options));
+  RETURN_IF_ERROR(hook->Init());
   return hook;
 }
 
 ZeroHook::ZeroHook(std::vector<ParameterInfo> params, Communicator* comm,
                    std::unique_ptr<ShardOptimizer> optimizer,
+                   std::unique_ptr<HookMemory> memory,
                    AssignmentProvider provider, const ZeroHookOptions& options)
     : infos_(std::move(params)),
       comm_(comm),
       optimizer_(std::move(optimizer)),
+      memory_(std::move(memory)),
       provider_(std::move(provider)),
       options_(options) {}
 
+absl::Status ZeroHook::Init() {
+  if (infos_.empty()) {
+    return absl::InvalidArgumentError("the model has no parameters");
+  }
+  if (comm_ == nullptr || optimizer_ == nullptr || memory_ == nullptr ||
+      !provider_) {
+    return absl::InvalidArgumentError(
+        "a communicator, an optimizer and an assignment provider are needed");
+  }
+  if (!(options_.bucket_cap_mb > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bucket_cap_mb must be > 0, got ", options_.bucket_cap_mb));
+  }
+  if (options_.piece_bytes < 0 || options_.broadcast_lag < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "piece_bytes and broadcast_lag must be >= 0, got ",
+        options_.piece_bytes, " and ", options_.broadcast_lag));
+  }
+  const int n = static_cast<int>(infos_.size());
+  ASSIGN_OR_RETURN(
+      BucketLayout layout,
+      BucketLayout::Build(infos_, BucketLayout::DefaultReadyOrder(n),
+                          CapBytes()));
+  layout_ = std::make_unique<BucketLayout>(std::move(layout));
+  RETURN_IF_ERROR(memory_->Arrange(*layout_));
+  param_ready_.assign(n, 0);
+  return absl::OkStatus();
+}
+
+int64_t ZeroHook::CapBytes() const {
+  return std::max<int64_t>(
+      1, static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024));
+}
+
 ZeroHook::~ZeroHook() {
-  // Optimizer steps still queued on the communicator point at this hook:
-  // make sure none is left before the hook goes.
+  // Owner steps still queued on the communicator use this hook's memory and
+  // optimizer: make sure none is left before they go.
   bool pending = false;
   for (const auto& work : works_) pending |= !work->IsCompleted();
   if (pending) {
@@ -125,43 +203,46 @@ absl::Status ZeroHook::MarkGradientReady(int param_index) {
     // collectives in the same order even if ready orders differed.
     while (next_bucket_ < layout_->num_buckets() &&
            bucket_pending_[next_bucket_] == 0) {
-      LaunchBucket(next_bucket_++);
+      absl::Status status = LaunchBucket(next_bucket_++);
+      // The step is broken, not just this call: FinishStep must fail too.
+      if (!status.ok()) return error_ = status;
     }
   }
   return absl::OkStatus();
 }
 
-void ZeroHook::LaunchBucket(int b) {
+absl::Status ZeroHook::LaunchBucket(int b) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Work> ordered,
+                   memory_->OrderAfterGradients(b));
+  if (ordered != nullptr) works_.push_back(std::move(ordered));
   for (int p : bucket_pieces_[b]) LaunchPiece(p);
+  return absl::OkStatus();
 }
 
 void ZeroHook::LaunchPiece(int p) {
   const Piece& piece = pieces_[p];
   const int owner = assignment_.owners[piece.bucket];
   const int64_t numel = piece.numel;
-  float* grads = storage_->bucket_grads(piece.bucket) + piece.offset;
-  float* params = storage_->bucket_params(piece.bucket) + piece.offset;
+  float* grads = memory_->bucket_grads(piece.bucket) + piece.offset;
+  float* params = memory_->bucket_params(piece.bucket) + piece.offset;
   if (options_.comm_mode == v1::JobSpec::ALLREDUCE_BROADCAST) {
     works_.push_back(comm_->AllReduce(grads, numel, DataType::kFloat32));
   } else {
-    // The owner receives the mean (the division fused into the sum).
+    // The owner receives the mean (the division fused into the reduction).
     works_.push_back(comm_->ReduceMean(grads, numel, DataType::kFloat32, owner));
   }
   if (comm_->rank() == owner) {
-    // After an all-reduce the owner holds the sum: average it here (a
+    // After an all-reduce the owner holds the sum: average it in the step (a
     // division, as DDP does, not a multiply by the reciprocal).
-    const int world = options_.comm_mode == v1::JobSpec::ALLREDUCE_BROADCAST
-                          ? comm_->world_size()
-                          : 1;
-    ShardOptimizer* optimizer = optimizer_.get();
+    const float divisor =
+        options_.comm_mode == v1::JobSpec::ALLREDUCE_BROADCAST
+            ? static_cast<float>(comm_->world_size())
+            : 1.0f;
+    HookMemory* memory = memory_.get();
     std::atomic<int64_t>* counter = &piece_steps_[p];
     works_.push_back(comm_->EnqueueTouching(
-        [optimizer, counter, p, grads, params, numel, world]() -> absl::Status {
-          if (world > 1) {
-            DivideInPlace(grads, numel, DataType::kFloat32,
-                          static_cast<float>(world));
-          }
-          RETURN_IF_ERROR(optimizer->Step(p, params, grads));
+        [memory, counter, p, grads, params, numel, divisor]() -> absl::Status {
+          RETURN_IF_ERROR(memory->OwnerStep(p, params, grads, numel, divisor));
           counter->fetch_add(1);
           return absl::OkStatus();
         },
@@ -171,7 +252,7 @@ void ZeroHook::LaunchPiece(int p) {
   // owner's steps on them overlap this transfer.
   deferred_broadcasts_.push_back(p);
   while (static_cast<int>(deferred_broadcasts_.size()) >
-         std::max(1, options_.broadcast_lag)) {
+         options_.broadcast_lag) {
     IssueBroadcast(deferred_broadcasts_.front());
     deferred_broadcasts_.pop_front();
   }
@@ -180,7 +261,7 @@ void ZeroHook::LaunchPiece(int p) {
 void ZeroHook::IssueBroadcast(int p) {
   const Piece& piece = pieces_[p];
   works_.push_back(comm_->Broadcast(
-      storage_->bucket_params(piece.bucket) + piece.offset, piece.numel,
+      memory_->bucket_params(piece.bucket) + piece.offset, piece.numel,
       DataType::kFloat32, assignment_.owners[piece.bucket]));
 }
 
@@ -193,17 +274,10 @@ absl::Status ZeroHook::Fail(absl::Status status) {
 absl::Status ZeroHook::Initialize() {
   // The layout is final only now that the ready order has been observed.
   if (observed_order_ != layout_->ready_order()) {
-    const int64_t cap_bytes = std::max<int64_t>(
-        1, static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024));
     ASSIGN_OR_RETURN(BucketLayout rebuilt,
-                     BucketLayout::Build(infos_, observed_order_, cap_bytes));
-    auto storage = std::make_unique<BucketStorage>(rebuilt);
-    for (size_t i = 0; i < infos_.size(); ++i) {
-      std::memcpy(storage->param(i), storage_->param(i), infos_[i].numel * 4);
-      std::memcpy(storage->grad(i), storage_->grad(i), infos_[i].numel * 4);
-    }
+                     BucketLayout::Build(infos_, observed_order_, CapBytes()));
+    RETURN_IF_ERROR(memory_->Arrange(rebuilt));
     layout_ = std::make_unique<BucketLayout>(std::move(rebuilt));
-    storage_ = std::move(storage);
   }
   state_ = HookState::kLayoutReported;
 
@@ -264,11 +338,19 @@ absl::Status ZeroHook::FinishStep() {
     absl::Status status = Initialize();
     if (!status.ok()) return Fail(status);
     // The held buckets of the first step.
-    for (int b = 0; b < layout_->num_buckets(); ++b) LaunchBucket(b);
+    for (int b = 0; b < layout_->num_buckets(); ++b) {
+      status = LaunchBucket(b);
+      if (!status.ok()) return Fail(status);
+    }
   }
   while (!deferred_broadcasts_.empty()) {
     IssueBroadcast(deferred_broadcasts_.front());
     deferred_broadcasts_.pop_front();
+  }
+  if (!works_.empty()) {
+    // E.g. the next forward after the last broadcast, on the device.
+    absl::Status status = memory_->OrderComputeAfter(*works_.back());
+    if (!status.ok()) return Fail(status);
   }
   for (const auto& work : works_) {
     absl::Status status = work->Wait(options_.timeout);

@@ -1,12 +1,13 @@
 // ZeroHook: DDP's gradient-bucket communication overlapped with a ZeRO-style
 // sharded optimizer step (the seed's hook_with_zero_step), for any
-// Communicator.
+// Communicator and any memory the buckets live in.
 //
 // For every bucket that becomes ready during backward, with owner o:
-//   1. reduce its gradient (REDUCE_BROADCAST: to o only; ALLREDUCE_BROADCAST:
-//      all-reduce, as the seed);
+//   1. reduce its gradient (REDUCE_BROADCAST: to o only, as the mean;
+//      ALLREDUCE_BROADCAST: all-reduce, as the seed);
 //   2. on o only, in the reduction's completion (Communicator::Enqueue):
-//      divide by the world size and run ShardOptimizer::Step on the bucket;
+//      divide by the world size (after an all-reduce) and run the optimizer
+//      step on the bucket;
 //   3. broadcast the bucket's parameters from o.
 // FinishStep() waits for every broadcast (with the deadline) and clears the
 // per-iteration state (the seed's wait_for_broadcasts/clear_per_iter_info).
@@ -27,8 +28,18 @@
 // reverse registration order up front (DDP's guess) and re-packed, values
 // copied, if the observed order differs.
 //
+// One algorithm, two memories. This class owns everything that decides what
+// happens and in which order: the state machine, held first-step gradients,
+// the observed ready order and the re-pack, launch in bucket order, pieces
+// and deferred broadcasts, per-piece step counts, and FinishStep's error
+// handling (abort the communicator, sticky error). A HookMemory
+// (hook_memory.h) supplies what differs between memories: the buffers, how
+// the owner's step runs, and ordering with the training's compute. Create()
+// below uses host memory; worker/gpu's GpuZeroHook is this class with device
+// memory, so the CPU tests run every line of the algorithm the GPU path runs.
+//
 // Thread-compatible: GradientReady/FinishStep are called from one training
-// thread; optimizer steps run on the communicator's thread.
+// thread; owner steps run where the communicator runs Enqueue'd functions.
 #ifndef PSHARD_WORKER_HOOK_ZERO_HOOK_H_
 #define PSHARD_WORKER_HOOK_ZERO_HOOK_H_
 
@@ -46,6 +57,7 @@
 #include "pshard/v1/job_spec.pb.h"
 #include "worker/bucket/bucket_layout.h"
 #include "worker/comm/communicator.h"
+#include "worker/hook/hook_memory.h"
 #include "worker/optim/shard_optimizer.h"
 #include "worker/workload/workload.h"
 
@@ -77,14 +89,15 @@ struct ZeroHookOptions {
   int64_t piece_bytes = int64_t{4} << 20;
   // A piece's broadcast is issued after the reductions of this many later
   // pieces, so that the owner's communicator keeps posting reductions while
-  // it steps (every rank issues the same order; >= 1).
+  // it steps (every rank issues the same order). 0: right after the piece's
+  // own step. >= 0.
   int broadcast_lag = 4;
 };
 
 class ZeroHook : public GradientSink {
  public:
-  // `comm` must outlive the hook. InvalidArgument for an empty or invalid
-  // parameter list.
+  // The hook on host memory. `comm` must outlive the hook. InvalidArgument
+  // for an empty or invalid parameter list, missing pieces or bad options.
   static absl::StatusOr<std::unique_ptr<ZeroHook>> Create(
       std::vector<ParameterInfo> params, Communicator* comm,
       std::unique_ptr<ShardOptimizer> optimizer, AssignmentProvider provider,
@@ -95,14 +108,17 @@ class ZeroHook : public GradientSink {
   // Views of each parameter and its gradient inside the bucket buffers. They
   // stay valid until the end of the first FinishStep, which may re-pack the
   // buffers; fetch them again after it.
-  const std::vector<float*>& params() const { return storage_->param_views(); }
-  const std::vector<float*>& grads() const { return storage_->grad_views(); }
+  const std::vector<float*>& params() const { return memory_->param_views(); }
+  const std::vector<float*>& grads() const { return memory_->grad_views(); }
   const std::vector<ParameterInfo>& parameter_infos() const { return infos_; }
 
   // GradientSink: parameter `param_index`'s gradient is final. Launches its
   // bucket's communication when the bucket is complete (after the first
   // step). Errors are kept and returned by FinishStep.
   void GradientReady(int param_index) override;
+  // The same, returning the error: InvalidArgument for an index out of
+  // range, FailedPrecondition for a gradient marked twice (the step goes on);
+  // a failure to launch is also kept and fails FinishStep.
   absl::Status MarkGradientReady(int param_index);
 
   // Ends the step: every gradient must have been marked ready. Waits for all
@@ -121,18 +137,28 @@ class ZeroHook : public GradientSink {
   ShardOptimizer& optimizer() { return *optimizer_; }
   int64_t steps_finished() const { return steps_finished_; }
 
-  // How many times this rank has run the optimizer on bucket b (on every
-  // piece of it; -1 if its pieces disagree).
+  // How many times this rank has run (host memory) or enqueued (device
+  // memory) the optimizer on bucket b (on every piece of it; -1 if its
+  // pieces disagree).
   int64_t bucket_steps(int b) const;
 
   // Optimizer state this rank holds for bucket b.
   int64_t bucket_state_bytes(int b) const;
 
- private:
+ protected:
+  // For hooks on other memories (GpuZeroHook): construct, then Init().
+  // `memory` runs `optimizer`'s steps; both must be non-null, as must comm.
   ZeroHook(std::vector<ParameterInfo> params, Communicator* comm,
            std::unique_ptr<ShardOptimizer> optimizer,
-           AssignmentProvider provider, const ZeroHookOptions& options);
+           std::unique_ptr<HookMemory> memory, AssignmentProvider provider,
+           const ZeroHookOptions& options);
 
+  // Checks the arguments and lays the buckets out in DDP's guessed order.
+  absl::Status Init();
+
+  HookMemory& memory() { return *memory_; }
+
+ private:
   // A contiguous part of a bucket: the unit of transfer and of stepping.
   struct Piece {
     int bucket = 0;
@@ -140,8 +166,9 @@ class ZeroHook : public GradientSink {
     int64_t numel = 0;
   };
 
+  int64_t CapBytes() const;
   absl::Status Initialize();
-  void LaunchBucket(int b);
+  absl::Status LaunchBucket(int b);
   void LaunchPiece(int p);
   void IssueBroadcast(int p);
   std::vector<ParamSpan> PieceSpans(int p) const;
@@ -150,12 +177,12 @@ class ZeroHook : public GradientSink {
   std::vector<ParameterInfo> infos_;
   Communicator* const comm_;
   std::unique_ptr<ShardOptimizer> optimizer_;
+  std::unique_ptr<HookMemory> memory_;
   AssignmentProvider provider_;
   const ZeroHookOptions options_;
 
   HookState state_ = HookState::kUninitialized;
   std::unique_ptr<BucketLayout> layout_;
-  std::unique_ptr<BucketStorage> storage_;
   BucketAssignment assignment_;
   absl::Status error_;
   int64_t steps_finished_ = 0;
@@ -164,7 +191,6 @@ class ZeroHook : public GradientSink {
   std::vector<int> observed_order_;       // first step only
   std::vector<char> param_ready_;
   std::vector<int> bucket_pending_;       // gradients not yet ready
-  std::vector<int> buckets_launched_;     // in launch order
   int next_bucket_ = 0;                   // next bucket to launch
   std::deque<int> deferred_broadcasts_;  // pieces, oldest first
   std::vector<std::shared_ptr<Work>> works_;

@@ -2,7 +2,8 @@
 // the optimizer state split across them must end with the same parameters as
 // one process that runs the unsharded optimizer on the rank-averaged
 // gradients — for every optimizer, comm mode and assignment policy, on the
-// fake communicator and on Gloo over loopback.
+// fake communicator and on Gloo over loopback, with the CPU's schedule and
+// with the GPU's. And the calls the hook makes on its HookMemory.
 #include "worker/hook/zero_hook.h"
 
 #include <cmath>
@@ -12,7 +13,9 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -20,6 +23,7 @@
 #include "worker/comm/fake_communicator.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/kv_store.h"
+#include "worker/hook/hook_memory.h"
 #include "coordinator/assignment.h"
 #include "worker/optim/shard_optimizer.h"
 #include "worker/workload/workload.h"
@@ -30,8 +34,10 @@ namespace {
 using ::testing::HasSubstr;
 
 // kGloo uses shared-memory rings between these same-host ranks; kGlooTcp
-// keeps every transfer on TCP.
-enum class Backend { kFake, kGloo, kGlooTcp };
+// keeps every transfer on TCP. kFakeGpuSchedule is kFake with the schedule
+// GpuZeroHook uses (whole buckets, each broadcast right after its step), so
+// that the GPU's configuration of the algorithm runs here too.
+enum class Backend { kFake, kGloo, kGlooTcp, kFakeGpuSchedule };
 
 constexpr int kSteps = 3;
 
@@ -89,8 +95,8 @@ std::vector<std::vector<float>> Snapshot(const ZeroHook& hook) {
 }
 
 // Runs one rank of the job.
-absl::Status RunRank(const v1::JobSpec& spec, Communicator* comm,
-                     RankResult* result) {
+absl::Status RunRank(const v1::JobSpec& spec, Backend backend,
+                     Communicator* comm, RankResult* result) {
   const int rank = comm->rank();
   const int world = comm->world_size();
   absl::StatusOr<std::unique_ptr<Workload>> workload =
@@ -105,6 +111,10 @@ absl::Status RunRank(const v1::JobSpec& spec, Communicator* comm,
   // Pieces of 100 floats: buckets of ~260 travel in 3, parameters of 130
   // straddle pieces.
   options.piece_bytes = 400;
+  if (backend == Backend::kFakeGpuSchedule) {
+    options.piece_bytes = 0;
+    options.broadcast_lag = 0;
+  }
   auto policy = spec.assignment_policy();
   auto hook = ZeroHook::Create(
       (*workload)->parameters(), comm, *std::move(optimizer),
@@ -166,7 +176,7 @@ std::vector<RankResult> RunJob(const v1::JobSpec& spec, Backend backend) {
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       std::unique_ptr<Communicator> comm;
-      if (backend == Backend::kFake) {
+      if (backend == Backend::kFake || backend == Backend::kFakeGpuSchedule) {
         comm = hub.Create(r);
       } else {
         GlooOptions options;
@@ -182,7 +192,7 @@ std::vector<RankResult> RunJob(const v1::JobSpec& spec, Backend backend) {
         }
         comm = *std::move(created);
       }
-      statuses[r] = RunRank(spec, comm.get(), &results[r]);
+      statuses[r] = RunRank(spec, backend, comm.get(), &results[r]);
     });
   }
   for (auto& t : threads) t.join();
@@ -315,6 +325,20 @@ TEST_P(EquivalenceTest, ShardedEqualsUnsharded) {
   }
 }
 
+const char* BackendName(Backend backend) {
+  switch (backend) {
+    case Backend::kFake:
+      return "Fake";
+    case Backend::kGloo:
+      return "Gloo";
+    case Backend::kGlooTcp:
+      return "GlooTcp";
+    case Backend::kFakeGpuSchedule:
+      return "FakeGpuSchedule";
+  }
+  return "?";
+}
+
 std::string KindName(v1::OptimizerSpec::Kind k) {
   return v1::OptimizerSpec::Kind_Name(k);
 }
@@ -322,7 +346,8 @@ std::string KindName(v1::OptimizerSpec::Kind k) {
 INSTANTIATE_TEST_SUITE_P(
     AllConfigs, EquivalenceTest,
     ::testing::Combine(
-        ::testing::Values(Backend::kFake, Backend::kGloo, Backend::kGlooTcp),
+        ::testing::Values(Backend::kFake, Backend::kGloo, Backend::kGlooTcp,
+                          Backend::kFakeGpuSchedule),
         ::testing::Values(1, 2, 3),
         ::testing::Values(v1::OptimizerSpec::SGD, v1::OptimizerSpec::ADAM,
                           v1::OptimizerSpec::ADAMW),
@@ -332,9 +357,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       const Backend backend = std::get<0>(info.param);
       return absl::StrCat(
-          backend == Backend::kFake ? "Fake"
-                                    : (backend == Backend::kGloo ? "Gloo"
-                                                                 : "GlooTcp"),
+          BackendName(backend),
           "_World", std::get<1>(info.param), "_",
           KindName(std::get<2>(info.param)), "_",
           v1::JobSpec::CommMode_Name(std::get<3>(info.param)), "_",
@@ -419,12 +442,17 @@ TEST(ZeroHookTest, RebuildsLayoutFromObservedOrder) {
   EXPECT_EQ(finals[0], finals[1]);
 }
 
-absl::StatusOr<std::unique_ptr<ZeroHook>> SimpleHook(Communicator* comm,
-                                                     AssignmentProvider p) {
+// Plain SGD with lr 0.5: p -= g / 2.
+absl::StatusOr<std::unique_ptr<ShardOptimizer>> Sgd() {
   v1::OptimizerSpec opt;
   opt.set_kind(v1::OptimizerSpec::SGD);
   opt.mutable_hyper_parameters()->set_lr(0.5);
-  auto optimizer = ShardOptimizer::Create(opt);
+  return ShardOptimizer::Create(opt);
+}
+
+absl::StatusOr<std::unique_ptr<ZeroHook>> SimpleHook(Communicator* comm,
+                                                     AssignmentProvider p) {
+  auto optimizer = Sgd();
   if (!optimizer.ok()) return optimizer.status();
   std::vector<ParameterInfo> params = {{"a", {4}, 4}, {"b", {2}, 2}};
   ZeroHookOptions options;
@@ -512,6 +540,138 @@ TEST(ZeroHookTest, MissingPeerFailsStepWithinTimeout) {
   EXPECT_THAT(hook->FinishStep(),
               StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("step 1")));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// Host memory that records what the hook asks of it: which calls come from
+// the training thread, and which run in the communicator's order.
+class RecordingMemory : public HookMemory {
+ public:
+  RecordingMemory(ShardOptimizer* optimizer, Communicator* comm)
+      : inner_(NewHostMemory(optimizer)), comm_(comm) {}
+
+  absl::Status Arrange(const BucketLayout& layout) override {
+    Log(training_, "arrange");
+    return inner_->Arrange(layout);
+  }
+  float* bucket_params(int b) override { return inner_->bucket_params(b); }
+  float* bucket_grads(int b) override { return inner_->bucket_grads(b); }
+  const std::vector<float*>& param_views() const override {
+    return inner_->param_views();
+  }
+  const std::vector<float*>& grad_views() const override {
+    return inner_->grad_views();
+  }
+  absl::StatusOr<std::shared_ptr<Work>> OrderAfterGradients(int b) override {
+    Log(training_, absl::StrCat("order ", b));
+    // As the device memory does: an operation in the communicator's order.
+    return comm_->Enqueue([this, b] {
+      Log(comm_order_, absl::StrCat("ordered ", b));
+      return absl::OkStatus();
+    });
+  }
+  absl::Status OwnerStep(int index, float* params, float* grads, int64_t numel,
+                         float divisor) override {
+    Log(comm_order_, absl::StrCat("step ", index, " /", divisor));
+    return inner_->OwnerStep(index, params, grads, numel, divisor);
+  }
+  absl::Status OrderComputeAfter(Work& last) override {
+    Log(training_, "compute after");
+    return inner_->OrderComputeAfter(last);
+  }
+
+  std::vector<std::string> training() {
+    absl::MutexLock lock(&mu_);
+    return training_;
+  }
+  std::vector<std::string> comm_order() {
+    absl::MutexLock lock(&mu_);
+    return comm_order_;
+  }
+
+ private:
+  void Log(std::vector<std::string>& log, std::string entry) {
+    absl::MutexLock lock(&mu_);
+    log.push_back(std::move(entry));
+  }
+
+  const std::unique_ptr<HookMemory> inner_;
+  Communicator* const comm_;
+  absl::Mutex mu_;
+  std::vector<std::string> training_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> comm_order_ ABSL_GUARDED_BY(mu_);
+};
+
+// ZeroHook on a memory of the test's choosing.
+class HookOnMemory : public ZeroHook {
+ public:
+  HookOnMemory(std::vector<ParameterInfo> params, Communicator* comm,
+               std::unique_ptr<ShardOptimizer> optimizer,
+               std::unique_ptr<HookMemory> memory, AssignmentProvider provider,
+               const ZeroHookOptions& options)
+      : ZeroHook(std::move(params), comm, std::move(optimizer),
+                 std::move(memory), std::move(provider), options) {}
+  using ZeroHook::Init;
+};
+
+// The contract GpuZeroHook's device memory relies on, with GpuZeroHook's
+// schedule (whole buckets, broadcast right after the step): the re-pack goes
+// through Arrange; each bucket is ordered after its gradients when it
+// launches, before its collectives, and the owner's step follows in the
+// communicator's order; the compute is ordered after each step once.
+TEST(ZeroHookTest, HookMemoryCallsFollowTheAlgorithm) {
+  FakeHub hub(1);
+  auto comm = hub.Create(0);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShardOptimizer> optimizer, Sgd());
+  auto memory = std::make_unique<RecordingMemory>(optimizer.get(), comm.get());
+  RecordingMemory& recorded = *memory;
+  ZeroHookOptions options;
+  options.timeout = absl::Seconds(5);
+  options.bucket_cap_mb = 8.0 / (1 << 20);  // 8 bytes: a bucket per parameter
+  options.piece_bytes = 0;
+  options.broadcast_lag = 0;
+  HookOnMemory hook({{"a", {4}, 4}, {"b", {2}, 2}}, comm.get(),
+                    std::move(optimizer), std::move(memory), AllToRankZero(),
+                    options);
+  ASSERT_OK(hook.Init());
+  for (int i = 0; i < 4; ++i) hook.params()[0][i] = 1;
+  for (int i = 0; i < 2; ++i) hook.params()[1][i] = 2;
+  for (int i = 0; i < 4; ++i) hook.grads()[0][i] = 1;
+  for (int i = 0; i < 2; ++i) hook.grads()[1][i] = -2;
+  // Forward order, unlike DDP's guess: the first step re-packs.
+  hook.GradientReady(0);
+  hook.GradientReady(1);
+  ASSERT_OK(hook.FinishStep());
+  EXPECT_EQ(hook.params()[0][3], 0.5f);  // values survived the re-pack
+  EXPECT_EQ(hook.params()[1][1], 3.0f);
+  // Step 2: bucket 0 launches as soon as its gradient is announced.
+  hook.GradientReady(0);
+  EXPECT_EQ(recorded.training().back(), "order 0");
+  hook.GradientReady(1);
+  ASSERT_OK(hook.FinishStep());
+  EXPECT_EQ(hook.params()[0][0], 0.0f);
+  EXPECT_EQ(hook.params()[1][0], 4.0f);
+  EXPECT_EQ(hook.bucket_steps(0), 2);
+  EXPECT_EQ(hook.bucket_steps(1), 2);
+  EXPECT_THAT(recorded.training(),
+              ::testing::ElementsAre("arrange", "arrange", "order 0",
+                                     "order 1", "compute after", "order 0",
+                                     "order 1", "compute after"));
+  EXPECT_THAT(recorded.comm_order(),
+              ::testing::ElementsAre("ordered 0", "step 0 /1", "ordered 1",
+                                     "step 1 /1", "ordered 0", "step 0 /1",
+                                     "ordered 1", "step 1 /1"));
+}
+
+TEST(ZeroHookTest, NegativeScheduleIsRefused) {
+  FakeHub hub(1);
+  auto comm = hub.Create(0);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShardOptimizer> optimizer, Sgd());
+  ZeroHookOptions options;
+  options.broadcast_lag = -1;
+  EXPECT_THAT(ZeroHook::Create({{"a", {4}, 4}}, comm.get(),
+                               std::move(optimizer), AllToRankZero(), options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("broadcast_lag")));
 }
 
 }  // namespace

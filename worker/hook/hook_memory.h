@@ -1,0 +1,86 @@
+// HookMemory: what the ZeRO hook (zero_hook.h) needs from the memory its
+// buckets live in. The hook owns the algorithm — which collective is issued,
+// when, on which piece, by whom; the state machine; the errors — and a
+// HookMemory owns the buffers and the few things that differ between host and
+// device memory, much as PyTorch's Reducer keeps the bucketing logic apart
+// from the process group and NCCL keeps its algorithms apart from transports:
+//
+//   storage      flat parameter and gradient buffers per bucket of a layout,
+//                views per parameter, and the re-pack into a new layout;
+//   owner step   averaging and the optimizer step on one piece, run from a
+//                function the hook Enqueue()s on its communicator: host
+//                memory runs it there (on the communicator's thread, after
+//                the reduction); device memory enqueues kernels on the
+//                communication stream at issue time (no host sync);
+//   ordering     before a bucket's first collective, after whatever wrote
+//                its gradients (device: the communication stream waits for
+//                the compute stream); after a step's last collective, before
+//                the next forward (device: the compute stream waits for it).
+//
+// Host memory: ZeroHook::Create (zero_hook.cc). Device memory: GpuZeroHook
+// (worker/gpu/gpu_zero_hook.cc). Every call but OwnerStep comes from the
+// training thread.
+#ifndef PSHARD_WORKER_HOOK_HOOK_MEMORY_H_
+#define PSHARD_WORKER_HOOK_HOOK_MEMORY_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/bucket/bucket_layout.h"
+#include "worker/comm/communicator.h"
+#include "worker/optim/shard_optimizer.h"
+
+namespace pshard::worker {
+
+class HookMemory {
+ public:
+  virtual ~HookMemory() = default;
+
+  // Lays the buffers out as `layout`. The first call allocates them
+  // (contents unspecified). A later call re-packs: every parameter's values
+  // and gradient are copied from the current buffers into new ones, complete
+  // when it returns, and the old buffers are freed. ResourceExhausted when
+  // memory runs out; other errors from the memory's runtime.
+  virtual absl::Status Arrange(const BucketLayout& layout) = 0;
+
+  // Start of bucket b's parameters / gradients in the current layout.
+  virtual float* bucket_params(int b) = 0;
+  virtual float* bucket_grads(int b) = 0;
+
+  // Per parameter (registration order), its values / gradient inside its
+  // bucket. Valid until the next Arrange().
+  virtual const std::vector<float*>& param_views() const = 0;
+  virtual const std::vector<float*>& grad_views() const = 0;
+
+  // Before bucket b's first collective in a step: orders the hook's
+  // communicator after whatever wrote the bucket's gradients. Returns the
+  // Work of that ordering, or null when nothing is needed (host memory: the
+  // training thread wrote them before announcing them).
+  virtual absl::StatusOr<std::shared_ptr<Work>> OrderAfterGradients(int b) = 0;
+
+  // The owner's step on `numel` elements at `params`/`grads`, optimizer
+  // bucket `index`: grads /= divisor (an IEEE division, unless divisor is 1),
+  // then the optimizer step. Called from a function Enqueue()d on the hook's
+  // communicator, so it sits between the reduction and the broadcast.
+  virtual absl::Status OwnerStep(int index, float* params, float* grads,
+                                 int64_t numel, float divisor) = 0;
+
+  // After the step's last operation `last` has been issued and before the
+  // host waits for the step: orders the training's next computation after
+  // it (device memory: the compute stream waits for it on the device). Host
+  // memory: nothing (the host wait orders it).
+  virtual absl::Status OrderComputeAfter(Work& last) = 0;
+};
+
+// Host memory (what ZeroHook::Create uses): BucketStorage buffers; the
+// owner's step runs `optimizer` (which must outlive it) right there, on the
+// communicator's thread; nothing to order with (the training thread writes
+// the gradients and waits for the step on the host).
+std::unique_ptr<HookMemory> NewHostMemory(ShardOptimizer* optimizer);
+
+}  // namespace pshard::worker
+
+#endif  // PSHARD_WORKER_HOOK_HOOK_MEMORY_H_
