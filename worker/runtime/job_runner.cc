@@ -20,6 +20,7 @@
 #include "worker/hook/zero_hook.h"
 #include "worker/io/safetensors.h"
 #include "worker/optim/shard_optimizer.h"
+#include "worker/runtime/sliced_wait.h"
 #include "worker/workload/workload.h"
 
 namespace pshard::worker {
@@ -262,27 +263,20 @@ AssignmentProvider JobRunner::MakeProvider(absl::Duration timeout) {
     request.set_epoch(directive_.epoch());
     // Every rank must finish its first backward first: allow the collective
     // timeout, waiting in slices so that an abort is noticed.
-    const absl::Time deadline = absl::Now() + timeout;
+    SlicedWaitOptions wait;
+    wait.timeout = timeout;
     absl::StatusOr<v1::ShardAssignment> assignment;
-    while (true) {
-      RETURN_IF_ERROR(CheckAborted());
-      const absl::Duration slice =
-          std::min(absl::Seconds(1), deadline - absl::Now());
-      if (slice <= absl::ZeroDuration()) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "assignment of job ", directive_.job_id(), " epoch ",
-            directive_.epoch(), " not published within ",
-            absl::FormatDuration(timeout)));
-      }
-      *request.mutable_timeout() = ToProto(slice);
-      assignment = control_->GetAssignment(request, slice + options_.rpc_timeout);
-      if (assignment.ok()) break;
-      const absl::StatusCode code = assignment.status().code();
-      if (code != absl::StatusCode::kDeadlineExceeded &&
-          code != absl::StatusCode::kUnavailable) {
-        return assignment.status();
-      }
-    }
+    RETURN_IF_ERROR(WaitInSlices(
+        wait,
+        absl::StrCat("assignment of job ", directive_.job_id(), " epoch ",
+                     directive_.epoch(), " not published"),
+        [this] { return CheckAborted(); },
+        [&](absl::Duration slice) {
+          *request.mutable_timeout() = ToProto(slice);
+          assignment =
+              control_->GetAssignment(request, slice + options_.rpc_timeout);
+          return assignment.status();
+        }));
     if (assignment->job_id() != directive_.job_id() ||
         assignment->epoch() != directive_.epoch()) {
       return absl::FailedPreconditionError(absl::StrCat(
