@@ -1,4 +1,4 @@
-#include "tests/worker/cluster.h"
+#include "tests/testing/cluster.h"
 
 #include <signal.h>
 
@@ -59,7 +59,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
   cluster->coordinator_ = *std::move(coordinator);
   absl::StatusOr<int> port = WaitForPortFile(port_file, absl::Seconds(30));
   if (!port.ok()) return port.status();
-  const std::string address = absl::StrCat("127.0.0.1:", *port);
+  const std::string& address = cluster->address_ =
+      absl::StrCat("127.0.0.1:", *port);
   cluster->client_ = std::make_unique<cli::CoordinatorClient>(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), address,
       absl::Seconds(10));
@@ -70,7 +71,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
     cluster->logs_.push_back(wlog);
     absl::StatusOr<std::unique_ptr<Subprocess>> worker = Subprocess::Start(
         {RunfilePath("worker/pshard-worker"), "--coordinator=" + address,
-         absl::StrCat("--name=worker-", i), "--listen=127.0.0.1:0",
+         absl::StrCat("--name=", options.worker_name_prefix, i), "--listen=127.0.0.1:0",
          "--port_file=" + wport, "--host=127.0.0.1"},
         {}, wlog);
     if (!worker.ok()) return worker.status();
