@@ -3,8 +3,6 @@
 #include <signal.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
@@ -31,10 +29,7 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration d) {
 }
 
 std::string Tail(const std::string& path, size_t max_bytes) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string text = buffer.str();
+  std::string text = ReadFile(path);
   if (text.size() > max_bytes) text = "..." + text.substr(text.size() - max_bytes);
   return text;
 }
