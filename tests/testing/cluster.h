@@ -15,6 +15,7 @@
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/job.pb.h"
 #include "pshard/v1/worker_status.pb.h"
+#include "tests/testing/coordinator.h"
 #include "tests/testing/subprocess.h"
 
 namespace pshard::testing {
