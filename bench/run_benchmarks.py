@@ -2,8 +2,8 @@
 """pshard's benchmarks and their PyTorch peers, side by side in one run.
 
     bazel build //bench:benchmarks
-    /usr/bin/python3 bench/run_benchmarks.py  # full run (about 8 min on 2 cores)
-    /usr/bin/python3 bench/run_benchmarks.py --quick   # tiny sizes (CI)
+    /usr/bin/python3 bench/run_benchmarks.py  # full run (docs/BENCHMARKS.md: 421 s on 2 vCPUs)
+    /usr/bin/python3 bench/run_benchmarks.py --quick   # tiny sizes (CI; 31 s on 2 vCPUs)
     bazel test //bench:run_benchmarks_quick_test       # the quick run, under Bazel
 
 Sections (--only limits,steps,optim,mlp picks some):

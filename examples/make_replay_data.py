@@ -14,8 +14,11 @@ averaged over ranks: lr 0.1, momentum 0.9, except parameters matching
 "*.bias", which use lr 0.05. Compare a job's output with --check:
 
   /usr/bin/python3 examples/make_replay_data.py            # writes the data
-  pshardctl local examples/replay_small.json
-  /usr/bin/python3 examples/make_replay_data.py --check /tmp/pshard-local-*/output/params.safetensors
+  bazel run //cli:pshardctl -- local examples/replay_small.json --run_dir /tmp/pshard-replay-run
+  /usr/bin/python3 examples/make_replay_data.py --check /tmp/pshard-replay-run/output/params.safetensors
+
+(--run_dir must not hold an earlier run; without it the run directory is a
+new /tmp/pshard-local-XXXXXX that pshardctl prints.)
 
 Needs only numpy. safetensors format: an 8-byte little-endian header length,
 a JSON header {name: {dtype, shape, data_offsets: [begin, end]}}, then the raw

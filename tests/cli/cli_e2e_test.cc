@@ -1,19 +1,14 @@
 // pshardctl end to end: a real pshard-coordinator and two real CPU
 // pshard-workers on loopback, driven only through the pshardctl binary, the
 // way a user drives them.
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "common/status_matchers.h"
@@ -23,18 +18,17 @@
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/job.pb.h"
 #include "tests/cli/pshardctl_runner.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/subprocess.h"
 
 namespace pshard {
 namespace {
 
 using ::pshard::testing::CliResult;
+using ::pshard::testing::Cluster;
+using ::pshard::testing::ClusterOptions;
 using ::pshard::testing::MakeTempDir;
-using ::pshard::testing::ReadFile;
 using ::pshard::testing::RunPshardctl;
-using ::pshard::testing::RunfilePath;
-using ::pshard::testing::Subprocess;
-using ::pshard::testing::WaitForPortFile;
 using ::pshard::testing::WaitUntil;
 using ::pshard::testing::WriteTempFile;
 using ::testing::AllOf;
@@ -60,50 +54,27 @@ std::string MlpSpec(int steps, const std::string& output_dir) {
 class CliE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string dir = MakeTempDir("cluster");
-    const std::string port_file = dir + "/coordinator.port";
-    auto coordinator = Subprocess::Start(
-        {RunfilePath("server/pshard-coordinator"), "--listen=127.0.0.1:0",
-         "--port_file=" + port_file, "--state_path=" + dir + "/state.db"},
-        {}, dir + "/coordinator.log");
-    ASSERT_OK(coordinator.status());
-    coordinator_ = coordinator->release();
-    absl::StatusOr<int> port = WaitForPortFile(port_file, absl::Seconds(30));
-    ASSERT_OK(port.status()) << ReadFile(dir + "/coordinator.log");
-    address_ = new std::string(absl::StrCat("127.0.0.1:", *port));
-    workers_ = new std::vector<Subprocess*>();
-    for (int i = 0; i < 2; ++i) {
-      auto worker = Subprocess::Start(
-          {RunfilePath("worker/pshard-worker"), "--coordinator=" + *address_,
-           absl::StrCat("--name=e2e-worker-", i), "--listen=127.0.0.1:0",
-           absl::StrCat("--port_file=", dir, "/worker-", i, ".port"),
-           "--host=127.0.0.1", "--device=cpu"},
-          {}, absl::StrCat(dir, "/worker-", i, ".log"));
-      ASSERT_OK(worker.status());
-      workers_->push_back(worker->release());
-    }
+    ClusterOptions options;
+    options.workers = 2;
+    // The coordinator's own defaults: this test drives a cluster as a user
+    // starts it.
+    options.heartbeat_interval = absl::Seconds(1);
+    options.worker_timeout = absl::Seconds(5);
+    options.worker_name_prefix = "e2e-worker-";
+    absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start(options);
+    ASSERT_OK(cluster.status());
+    cluster_ = cluster->release();
   }
 
   static void TearDownTestSuite() {
-    if (workers_ != nullptr) {
-      for (Subprocess* w : *workers_) {
-        w->Signal(SIGTERM).IgnoreError();
-        w->Wait(absl::Seconds(10)).IgnoreError();
-        delete w;
-      }
-      delete workers_;
-    }
-    if (coordinator_ != nullptr) {
-      coordinator_->Signal(SIGTERM).IgnoreError();
-      coordinator_->Wait(absl::Seconds(10)).IgnoreError();
-      delete coordinator_;
-    }
-    delete address_;
+    delete cluster_;
+    cluster_ = nullptr;
   }
 
   void SetUp() override {
-    ASSERT_NE(address_, nullptr);
-    // Both workers IDLE (registered, and back from any earlier test's job).
+    ASSERT_NE(cluster_, nullptr);
+    // Both workers IDLE (back from any earlier test's job), as pshardctl
+    // reports them.
     bool ready = WaitUntil(
         [] {
           CliResult r = Cli({"workers", "--output=json"});
@@ -117,12 +88,12 @@ class CliE2eTest : public ::testing::Test {
           return idle >= 2;
         },
         absl::Seconds(30));
-    ASSERT_TRUE(ready) << "workers did not become IDLE";
+    ASSERT_TRUE(ready) << "workers did not become IDLE\n" << cluster_->Logs();
   }
 
   static CliResult Cli(std::vector<std::string> args,
                        absl::Duration timeout = absl::Seconds(60)) {
-    args.push_back("--coordinator=" + *address_);
+    args.push_back("--coordinator=" + cluster_->address());
     return RunCli(args, timeout);
   }
 
@@ -135,14 +106,10 @@ class CliE2eTest : public ::testing::Test {
     return job;
   }
 
-  static Subprocess* coordinator_;
-  static std::vector<Subprocess*>* workers_;
-  static std::string* address_;
+  static Cluster* cluster_;
 };
 
-Subprocess* CliE2eTest::coordinator_ = nullptr;
-std::vector<Subprocess*>* CliE2eTest::workers_ = nullptr;
-std::string* CliE2eTest::address_ = nullptr;
+Cluster* CliE2eTest::cluster_ = nullptr;
 
 TEST_F(CliE2eTest, SubmitWatchShardsSucceedsAndWritesParams) {
   const std::string output_dir = MakeTempDir("output");

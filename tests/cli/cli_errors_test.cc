@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cli/pshardctl_runner.h"
+#include "tests/testing/subprocess.h"
 
 namespace pshard::testing {
 namespace {

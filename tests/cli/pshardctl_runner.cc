@@ -2,9 +2,7 @@
 
 #include <sys/wait.h>
 
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,19 +21,6 @@ std::string Quote(const std::string& arg) {
 }
 
 }  // namespace
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-std::string WriteTempFile(const std::string& name, const std::string& content) {
-  const std::string path = absl::StrCat(MakeTempDir("file"), "/", name);
-  std::ofstream(path) << content;
-  return path;
-}
 
 CliResult RunPshardctl(const std::vector<std::string>& args,
                        const std::vector<std::string>& extra_env,

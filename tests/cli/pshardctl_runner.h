@@ -26,12 +26,6 @@ CliResult RunPshardctl(const std::vector<std::string>& args,
                        absl::Duration timeout = absl::Seconds(60),
                        const std::string& stdin_path = "");
 
-std::string ReadFile(const std::string& path);
-
-// Writes `content` to a new file named `name` in a fresh temp dir; returns
-// its path.
-std::string WriteTempFile(const std::string& name, const std::string& content);
-
 }  // namespace pshard::testing
 
 #endif  // PSHARD_TESTS_CLI_PSHARDCTL_RUNNER_H_

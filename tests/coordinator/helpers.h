@@ -1,11 +1,9 @@
-// Shared pieces of the coordinator's multi-process tests: start the real
-// pshard-coordinator binary on a free loopback port, and small gRPC client
-// helpers.
+// Shared pieces of the coordinator's multi-process tests: the real
+// pshard-coordinator binary as they start it, and small gRPC client helpers.
 #ifndef PSHARD_TESTS_COORDINATOR_HELPERS_H_
 #define PSHARD_TESTS_COORDINATOR_HELPERS_H_
 
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -17,37 +15,24 @@
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "pshard/v1/job.grpc.pb.h"
+#include "tests/testing/coordinator.h"
 #include "tests/testing/subprocess.h"
 
 namespace pshard {
 namespace coordinator_test {
 
-struct RunningCoordinator {
-  std::unique_ptr<testing::Subprocess> process;
-  int port = 0;
-  std::string address() const { return absl::StrCat("127.0.0.1:", port); }
-  std::shared_ptr<grpc::Channel> Channel() const {
-    return grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
-  }
-};
+using testing::RunningCoordinator;
 
-// Starts pshard-coordinator on 127.0.0.1:<port> (0: a free one) with its
-// state in `state_path`, logging to `dir`/coordinator.log.
-inline absl::StatusOr<RunningCoordinator> StartCoordinator(
-    const std::string& dir, const std::string& state_path, int port = 0) {
-  const std::string port_file = absl::StrCat(dir, "/port");
-  std::remove(port_file.c_str());
-  RunningCoordinator c;
-  ASSIGN_OR_RETURN(
-      c.process,
-      testing::Subprocess::Start(
-          {testing::RunfilePath("server/pshard-coordinator"),
-           absl::StrCat("--listen=127.0.0.1:", port),
-           "--port_file=" + port_file, "--state_path=" + state_path,
-           "--heartbeat_interval=100ms", "--worker_timeout=3s"},
-          {}, absl::StrCat(dir, "/coordinator.log")));
-  ASSIGN_OR_RETURN(c.port, testing::WaitForPortFile(port_file, absl::Seconds(30)));
-  return c;
+// The coordinator these tests run: state in `dir`/state.db, a 3 s worker
+// timeout; `port` 0 picks a free one.
+inline absl::StatusOr<RunningCoordinator> StartTestCoordinator(
+    const std::string& dir, int port = 0) {
+  testing::CoordinatorOptions options;
+  options.dir = dir;
+  options.state_path = dir + "/state.db";
+  options.port = port;
+  options.worker_timeout = absl::Seconds(3);
+  return testing::StartCoordinator(options);
 }
 
 inline absl::StatusOr<v1::Job> GetJob(v1::JobService::Stub* stub,
@@ -59,6 +44,24 @@ inline absl::StatusOr<v1::Job> GetJob(v1::JobService::Stub* stub,
   v1::Job job;
   RETURN_IF_ERROR(FromGrpcStatus(stub->GetJob(&ctx, req, &job), "GetJob"));
   return job;
+}
+
+// Polls the job until it is SUCCEEDED, FAILED or CANCELLED; returns it then.
+// DeadlineExceeded (with its last state) if it does not end within `timeout`.
+inline absl::StatusOr<v1::Job> WaitForEnd(v1::JobService::Stub* stub,
+                                          const std::string& id,
+                                          absl::Duration timeout) {
+  absl::StatusOr<v1::Job> job;
+  const bool ended = testing::WaitUntil(
+      [&] {
+        job = GetJob(stub, id);
+        return job.ok() && IsTerminal(job->state());
+      },
+      timeout);
+  if (!job.ok() || ended) return job;
+  return absl::DeadlineExceededError(
+      absl::StrCat("job ", id, " still ", v1::JobState_Name(job->state()),
+                   " after ", absl::FormatDuration(timeout)));
 }
 
 inline absl::StatusOr<v1::Job> SubmitJob(v1::JobService::Stub* stub,

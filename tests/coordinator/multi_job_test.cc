@@ -24,8 +24,7 @@ using ::testing::HasSubstr;
 
 TEST(MultiJobTest, JobsShareThePoolFailCleanlyAndReturnWorkers) {
   const std::string dir = testing::MakeTempDir("multi_job");
-  ASSERT_OK_AND_ASSIGN(RunningCoordinator c,
-                       StartCoordinator(dir, dir + "/state.db"));
+  ASSERT_OK_AND_ASSIGN(RunningCoordinator c, StartTestCoordinator(dir));
   auto channel = c.Channel();
   auto jobs = v1::JobService::NewStub(channel);
 
@@ -107,13 +106,8 @@ TEST(MultiJobTest, JobsShareThePoolFailCleanlyAndReturnWorkers) {
   for (auto& w : workers) {
     if (w->id() == victim) w->StopHeartbeats();
   }
-  ASSERT_TRUE(testing::WaitUntil(
-      [&] {
-        auto job = GetJob(jobs.get(), slow.id());
-        return job.ok() && IsTerminal(job->state());
-      },
-      absl::Seconds(10)));
-  ASSERT_OK_AND_ASSIGN(slow, GetJob(jobs.get(), slow.id()));
+  ASSERT_OK_AND_ASSIGN(slow,
+                       WaitForEnd(jobs.get(), slow.id(), absl::Seconds(10)));
   EXPECT_EQ(slow.state(), v1::FAILED);
   EXPECT_THAT(slow.reason(), HasSubstr(absl::StrCat("worker ", victim, " (rank 1) lost")));
 

@@ -38,8 +38,7 @@ std::vector<v1::JobEvent> Events(v1::JobService::Stub* stub, const std::string& 
 
 TEST(RestartTest, KillNineAndRestartLosesNothing) {
   const std::string dir = testing::MakeTempDir("restart");
-  const std::string state = dir + "/state.db";
-  ASSERT_OK_AND_ASSIGN(RunningCoordinator c, StartCoordinator(dir, state));
+  ASSERT_OK_AND_ASSIGN(RunningCoordinator c, StartTestCoordinator(dir));
   auto jobs = v1::JobService::NewStub(c.Channel());
 
   std::vector<std::unique_ptr<bench::SimWorker>> workers;
@@ -79,7 +78,7 @@ TEST(RestartTest, KillNineAndRestartLosesNothing) {
   const int port = c.port;
   ASSERT_OK(c.process->Signal(SIGKILL));
   ASSERT_OK(c.process->Wait(absl::Seconds(10)));
-  ASSERT_OK_AND_ASSIGN(RunningCoordinator c2, StartCoordinator(dir, state, port));
+  ASSERT_OK_AND_ASSIGN(RunningCoordinator c2, StartTestCoordinator(dir, port));
   jobs = v1::JobService::NewStub(c2.Channel());
 
   ASSERT_OK_AND_ASSIGN(v1::Job q, GetJob(jobs.get(), queued.id()));
@@ -111,13 +110,8 @@ TEST(RestartTest, KillNineAndRestartLosesNothing) {
   }
 
   // The workers come back with the same ids and the job finishes.
-  ASSERT_TRUE(testing::WaitUntil(
-      [&] {
-        auto job = GetJob(jobs.get(), running.id());
-        return job.ok() && IsTerminal(job->state());
-      },
-      absl::Seconds(30)));
-  ASSERT_OK_AND_ASSIGN(r, GetJob(jobs.get(), running.id()));
+  ASSERT_OK_AND_ASSIGN(r,
+                       WaitForEnd(jobs.get(), running.id(), absl::Seconds(30)));
   EXPECT_EQ(r.state(), v1::SUCCEEDED) << r.reason();
   EXPECT_EQ(r.progress().step(), 150);
   EXPECT_EQ(r.epoch(), before.epoch());  // it continued; no restart needed

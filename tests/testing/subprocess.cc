@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -79,6 +80,19 @@ std::string MakeTempDir(absl::string_view prefix) {
       absl::StrCat(base ? base : "/tmp", "/", prefix, "XXXXXX");
   if (mkdtemp(pattern.data()) == nullptr) return "";
   return pattern;
+}
+
+std::string WriteTempFile(absl::string_view name, absl::string_view content) {
+  const std::string path = absl::StrCat(MakeTempDir("file"), "/", name);
+  std::ofstream(path) << content;
+  return path;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
 }
 
 bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout) {

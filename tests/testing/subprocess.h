@@ -82,6 +82,13 @@ bool ProcessAlive(pid_t pid);
 // A fresh directory under $TEST_TMPDIR (or /tmp) for one test's files.
 std::string MakeTempDir(absl::string_view prefix);
 
+// Writes `content` to a new file named `name` in a fresh temp dir; returns
+// its path.
+std::string WriteTempFile(absl::string_view name, absl::string_view content);
+
+// The whole file; empty if it cannot be read (tests show it in messages).
+std::string ReadFile(const std::string& path);
+
 // Polls `condition` every few milliseconds until it is true or `timeout`
 // passes; returns whether it became true. For waiting on another process's
 // observable state, never as a sleep.

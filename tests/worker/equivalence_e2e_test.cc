@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
-#include "tests/worker/cluster.h"
+#include "tests/testing/cluster.h"
 #include "tests/worker/reference.h"
 #include "worker/io/safetensors.h"
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
-#include "tests/worker/cluster.h"
+#include "tests/testing/cluster.h"
 
 namespace pshard::testing {
 namespace {

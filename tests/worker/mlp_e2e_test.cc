@@ -5,7 +5,7 @@
 
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
-#include "tests/worker/cluster.h"
+#include "tests/testing/cluster.h"
 
 namespace pshard::testing {
 namespace {

@@ -14,17 +14,14 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
 
 namespace pshard::worker {
 namespace {
 
+using ::pshard::testing::MakeTempDir;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
-}
 
 // A file image: length prefix, `header` verbatim, then `data`.
 std::string Image(const std::string& header, const std::string& data) {
@@ -57,8 +54,7 @@ std::vector<std::string> ListDir(const std::string& dir) {
 }
 
 TEST(SafetensorsTest, RoundTripKeepsWriteOrderNamesShapesAndData) {
-  const std::string dir = TempDir() + "/roundtrip";
-  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  const std::string dir = MakeTempDir("roundtrip");
   const std::string path = dir + "/params.safetensors";
   const std::vector<float> w = {1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, -7.0f};
   const std::vector<float> b = {0.5f, 9.0f};
@@ -109,7 +105,8 @@ TEST(SafetensorsTest, ReadsFilesOfTheReferenceLayoutOrderedByOffset) {
       R"({"__metadata__":{"format":"pt"},)"
       R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
       R"("b":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]}}  )";
-  const std::string path = TempDir() + "/reference.safetensors";
+  const std::string path =
+      MakeTempDir("safetensors") + "/reference.safetensors";
   WriteFile(path, Image(header, FloatBytes({1, 2, 3, 4})));
   ASSERT_OK_AND_ASSIGN(auto tensors, ReadSafetensors(path));
   ASSERT_EQ(tensors.size(), 2u);
@@ -121,7 +118,8 @@ TEST(SafetensorsTest, ReadsFilesOfTheReferenceLayoutOrderedByOffset) {
 }
 
 TEST(SafetensorsTest, MissingFileIsNotFound) {
-  EXPECT_THAT(ReadSafetensors(TempDir() + "/does-not-exist.safetensors"),
+  EXPECT_THAT(ReadSafetensors(MakeTempDir("safetensors") +
+                              "/does-not-exist.safetensors"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("does-not-exist")));
 }
 
@@ -186,7 +184,8 @@ TEST(SafetensorsTest, RejectsMalformedFiles) {
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          HasSubstr(c.message)));
     // The file reader validates the same way and names the path.
-    const std::string path = TempDir() + "/bad.safetensors";
+    const std::string path =
+        MakeTempDir("safetensors") + "/bad.safetensors";
     WriteFile(path, c.bytes);
     EXPECT_THAT(ReadSafetensors(path),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(path)));
@@ -223,8 +222,7 @@ TEST(SafetensorsTest, CorruptedFilesNeverCrash) {
 }
 
 TEST(SafetensorsTest, WriteRejectsBadTensorsAndLeavesNoFile) {
-  const std::string dir = TempDir() + "/badwrite";
-  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  const std::string dir = MakeTempDir("badwrite");
   const std::vector<float> x = {1, 2, 3};
   EXPECT_THAT(WriteSafetensorsAtomic(dir + "/a", {{"x", {2}, x}}),
               StatusIs(absl::StatusCode::kInvalidArgument,

@@ -12,6 +12,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/job_spec.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "worker/comm/gloo_communicator.h"
@@ -20,6 +21,7 @@
 #include "worker/hook/zero_hook.h"
 #include "worker/io/safetensors.h"
 #include "worker/optim/shard_optimizer.h"
+#include "worker/runtime/sliced_wait.h"
 #include "worker/workload/workload.h"
 
 namespace pshard::worker {
@@ -262,27 +264,20 @@ AssignmentProvider JobRunner::MakeProvider(absl::Duration timeout) {
     request.set_epoch(directive_.epoch());
     // Every rank must finish its first backward first: allow the collective
     // timeout, waiting in slices so that an abort is noticed.
-    const absl::Time deadline = absl::Now() + timeout;
+    SlicedWaitOptions wait;
+    wait.timeout = timeout;
     absl::StatusOr<v1::ShardAssignment> assignment;
-    while (true) {
-      RETURN_IF_ERROR(CheckAborted());
-      const absl::Duration slice =
-          std::min(absl::Seconds(1), deadline - absl::Now());
-      if (slice <= absl::ZeroDuration()) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "assignment of job ", directive_.job_id(), " epoch ",
-            directive_.epoch(), " not published within ",
-            absl::FormatDuration(timeout)));
-      }
-      *request.mutable_timeout() = ToProto(slice);
-      assignment = control_->GetAssignment(request, slice + options_.rpc_timeout);
-      if (assignment.ok()) break;
-      const absl::StatusCode code = assignment.status().code();
-      if (code != absl::StatusCode::kDeadlineExceeded &&
-          code != absl::StatusCode::kUnavailable) {
-        return assignment.status();
-      }
-    }
+    RETURN_IF_ERROR(WaitInSlices(
+        wait,
+        absl::StrCat("assignment of job ", directive_.job_id(), " epoch ",
+                     directive_.epoch(), " not published"),
+        [this] { return CheckAborted(); },
+        [&](absl::Duration slice) {
+          *request.mutable_timeout() = ToProto(slice);
+          assignment =
+              control_->GetAssignment(request, slice + options_.rpc_timeout);
+          return assignment.status();
+        }));
     if (assignment->job_id() != directive_.job_id() ||
         assignment->epoch() != directive_.epoch()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -308,7 +303,10 @@ AssignmentProvider JobRunner::MakeProvider(absl::Duration timeout) {
 }
 
 absl::Status JobRunner::RunSteps() {
-  const v1::JobSpec& spec = directive_.spec();
+  // The coordinator sends specs with their defaults applied; applying them
+  // again here keeps a hand-made directive (tests, older coordinators) on the
+  // same documented defaults, from the one place that defines them.
+  const v1::JobSpec spec = ApplyJobSpecDefaults(directive_.spec());
   const int rank = directive_.rank();
   const int world = directive_.world_size();
   if (world < 1 || rank < 0 || rank >= world) {
@@ -318,9 +316,7 @@ absl::Status JobRunner::RunSteps() {
   ASSIGN_OR_RETURN(CommBackend backend,
                    ChooseBackend(spec.backend(), options_.device));
   const absl::Duration timeout =
-      spec.collective_timeout_seconds() > 0
-          ? absl::Seconds(spec.collective_timeout_seconds())
-          : absl::Seconds(60);
+      absl::Seconds(spec.collective_timeout_seconds());
   RETURN_IF_ERROR(CheckAborted());
 
   std::unique_ptr<StepEngine> engine;
@@ -348,12 +344,8 @@ absl::Status JobRunner::RunSteps() {
     gloo.key_prefix = "gloo/";
     ASSIGN_OR_RETURN(cpu->comm_, CreateGlooCommunicator(gloo, kv_));
     ZeroHookOptions hook_options;
-    hook_options.comm_mode =
-        spec.comm_mode() == v1::JobSpec::ALLREDUCE_BROADCAST
-            ? v1::JobSpec::ALLREDUCE_BROADCAST
-            : v1::JobSpec::REDUCE_BROADCAST;
-    hook_options.bucket_cap_mb =
-        spec.bucket_cap_mb() > 0 ? spec.bucket_cap_mb() : 25;
+    hook_options.comm_mode = spec.comm_mode();
+    hook_options.bucket_cap_mb = spec.bucket_cap_mb();
     hook_options.timeout = timeout;
     ASSIGN_OR_RETURN(cpu->hook_,
                      ZeroHook::Create(cpu->workload_->parameters(),
@@ -386,7 +378,7 @@ absl::Status JobRunner::RunSteps() {
         });
   }
   const int64_t steps = spec.steps();
-  const int64_t every = spec.progress_every() > 0 ? spec.progress_every() : 1;
+  const int64_t every = spec.progress_every();
   // Only the mlp workload has a loss (the others report NaN).
   const bool has_loss = spec.has_mlp();
   for (int64_t step = 1; step <= steps; ++step) {

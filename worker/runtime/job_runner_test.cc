@@ -11,19 +11,15 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
 #include "worker/io/safetensors.h"
 #include "worker/runtime/fake_control_plane.h"
 
 namespace pshard::worker {
 namespace {
 
+using ::pshard::testing::MakeTempDir;
 using ::testing::HasSubstr;
-
-std::string TempDir() {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = absl::StrCat(base ? base : "/tmp", "/jobXXXXXX");
-  return mkdtemp(dir.data());
-}
 
 v1::RunJobDirective Directive(int rank, int world, int64_t steps) {
   v1::RunJobDirective d;
@@ -58,7 +54,7 @@ JobRunnerOptions Options(int rank) {
 
 TEST(JobRunnerTest, TwoRanksTrainReportAndWriteOutput) {
   FakeControlPlane control(2);
-  const std::string out = TempDir();
+  const std::string out = MakeTempDir("job");
   std::vector<absl::Status> statuses(2);
   std::vector<std::unique_ptr<JobRunner>> runners;
   for (int r = 0; r < 2; ++r) {

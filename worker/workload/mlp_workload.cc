@@ -6,12 +6,14 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/workload/random.h"
 
 namespace pshard::worker {
@@ -41,6 +43,19 @@ void Relu(const float* in, int64_t n, float* out) {
 
 void FillUniform(uint64_t key, float bound, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = UniformAt(key, i, -bound, bound);
+}
+
+// Weight [out, in] and bias [out] per layer, named as nn.Sequential names
+// them: Linear at even indices, ReLU at odd ones.
+std::vector<ParameterInfo> LayerParameters(const std::vector<int>& dims) {
+  std::vector<ParameterInfo> params;
+  for (size_t l = 0; l + 1 < dims.size(); ++l) {
+    const int in = dims[l], out = dims[l + 1];
+    const std::string prefix = absl::StrCat("layers.", 2 * l, ".");
+    params.push_back({prefix + "weight", {out, in}, int64_t{out} * in});
+    params.push_back({prefix + "bias", {out}, out});
+  }
+  return params;
 }
 
 }  // namespace
@@ -76,17 +91,16 @@ absl::StatusOr<std::unique_ptr<MlpWorkload>> MlpWorkload::Create(
 
 MlpWorkload::MlpWorkload(std::vector<int> dims, int batch, uint64_t seed,
                          int rank)
-    : dims_(std::move(dims)), batch_(batch), seed_(seed), rank_(rank) {
+    : FixedParametersWorkload("mlp", LayerParameters(dims)),
+      dims_(std::move(dims)),
+      batch_(batch),
+      seed_(seed),
+      rank_(rank) {
   const int layers = static_cast<int>(dims_.size()) - 1;
   int max_width = 0;
   for (int d : dims_) max_width = std::max(max_width, d);
   for (int l = 0; l < layers; ++l) {
     const int in = dims_[l], out = dims_[l + 1];
-    // nn.Sequential numbering: Linear at even indices, ReLU at odd ones.
-    const std::string prefix = absl::StrCat("layers.", 2 * l, ".");
-    params_.push_back({prefix + "weight", {out, in}, int64_t{out} * in});
-    params_.push_back({prefix + "bias", {out}, out});
-
     // Teacher: Kaiming-uniform for ReLU, so signals keep unit-order scale.
     const float bound = std::sqrt(6.0f / static_cast<float>(in));
     std::vector<float> w(int64_t{out} * in), b(out);
@@ -108,17 +122,13 @@ MlpWorkload::MlpWorkload(std::vector<int> dims, int batch, uint64_t seed,
 
 absl::Status MlpWorkload::InitializeParameters(
     absl::Span<float* const> params) {
-  if (params.size() != params_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mlp: expected ", params_.size(), " parameter buffers, got ",
-                     params.size()));
-  }
-  for (size_t i = 0; i < params_.size(); ++i) {
+  RETURN_IF_ERROR(CheckBuffers(params.size()));
+  for (size_t i = 0; i < parameters().size(); ++i) {
     const int layer = static_cast<int>(i / 2);
     // nn.Linear's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for both.
     const float bound = 1.0f / std::sqrt(static_cast<float>(dims_[layer]));
     FillUniform(StreamKey(seed_, {kTagStudentInit, uint64_t(layer), i % 2}),
-                bound, params[i], params_[i].numel);
+                bound, params[i], parameters()[i].numel);
   }
   return absl::OkStatus();
 }
@@ -164,11 +174,7 @@ double MlpWorkload::Forward(absl::Span<const float* const> params) {
 
 absl::StatusOr<double> MlpWorkload::Loss(
     int64_t step, absl::Span<const float* const> params) {
-  if (params.size() != params_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mlp: expected ", params_.size(), " parameter buffers, got ",
-                     params.size()));
-  }
+  RETURN_IF_ERROR(CheckBuffers(params.size()));
   MakeBatch(step);
   return Forward(params);
 }
@@ -176,11 +182,7 @@ absl::StatusOr<double> MlpWorkload::Loss(
 absl::StatusOr<double> MlpWorkload::ComputeGradients(
     int64_t step, absl::Span<const float* const> params,
     absl::Span<float* const> grads, GradientSink& sink) {
-  if (params.size() != params_.size() || grads.size() != params_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mlp: expected ", params_.size(), " parameter and gradient buffers, got ",
-        params.size(), " and ", grads.size()));
-  }
+  RETURN_IF_ERROR(CheckBuffers(params.size(), grads.size()));
   MakeBatch(step);
   const double loss = Forward(params);
 

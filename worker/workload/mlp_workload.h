@@ -35,20 +35,17 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "pshard/v1/job_spec.pb.h"
-#include "worker/workload/workload.h"
+#include "worker/workload/fixed_parameters_workload.h"
 
 namespace pshard::worker {
 
-class MlpWorkload final : public Workload {
+class MlpWorkload final : public FixedParametersWorkload {
  public:
   // `spec` must be valid (ValidateJobSpec). InvalidArgument for a shape that
   // is out of range or whose buffers would exceed the address space.
   static absl::StatusOr<std::unique_ptr<MlpWorkload>> Create(
       const v1::MlpWorkload& spec, uint64_t seed, int rank);
 
-  const std::vector<ParameterInfo>& parameters() const override {
-    return params_;
-  }
   absl::Status InitializeParameters(absl::Span<float* const> params) override;
   // Not thread-safe: one call at a time (it reuses activation buffers).
   absl::StatusOr<double> ComputeGradients(int64_t step,
@@ -75,7 +72,6 @@ class MlpWorkload final : public Workload {
   int batch_;
   uint64_t seed_;
   int rank_;
-  std::vector<ParameterInfo> params_;
   std::vector<std::vector<float>> teacher_;  // weight, bias per layer
   // Buffers: act_[0] = x, act_[l] = relu(pre_[l-1]); pre_[l] = layer l's
   // pre-activation [batch, dims_[l+1]].

@@ -58,17 +58,14 @@ std::string ReplayWorkload::GradientPath(int64_t step) const {
 
 absl::Status ReplayWorkload::InitializeParameters(
     absl::Span<float* const> params) {
-  if (params.size() != params_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("replay: expected ", params_.size(),
-                     " parameter buffers, got ", params.size()));
-  }
+  RETURN_IF_ERROR(CheckBuffers(params.size()));
+  const std::vector<ParameterInfo>& expected = parameters();
   ASSIGN_OR_RETURN(std::vector<SafetensorsTensor> tensors,
                    ReadSafetensors(params_path_));
   const std::vector<ParameterInfo> now = InfoOf(tensors);
-  bool same = now.size() == params_.size();
+  bool same = now.size() == expected.size();
   for (size_t i = 0; same && i < now.size(); ++i) {
-    same = now[i].name == params_[i].name && now[i].shape == params_[i].shape;
+    same = now[i].name == expected[i].name && now[i].shape == expected[i].shape;
   }
   if (!same) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -83,12 +80,7 @@ absl::Status ReplayWorkload::InitializeParameters(
 absl::StatusOr<double> ReplayWorkload::ComputeGradients(
     int64_t step, absl::Span<const float* const> params,
     absl::Span<float* const> grads, GradientSink& sink) {
-  if (params.size() != params_.size() || grads.size() != params_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "replay: expected ", params_.size(),
-        " parameter and gradient buffers, got ", params.size(), " and ",
-        grads.size()));
-  }
+  RETURN_IF_ERROR(CheckBuffers(params.size(), grads.size()));
   if (step < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("replay: steps are 1-based, got ", step));
@@ -100,19 +92,20 @@ absl::StatusOr<double> ReplayWorkload::ComputeGradients(
   for (SafetensorsTensor& t : tensors) by_name[t.name] = &t;
 
   // Check everything before signalling anything.
-  std::vector<const SafetensorsTensor*> found(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto it = by_name.find(params_[i].name);
+  const std::vector<ParameterInfo>& infos = parameters();
+  std::vector<const SafetensorsTensor*> found(infos.size());
+  for (size_t i = 0; i < infos.size(); ++i) {
+    auto it = by_name.find(infos[i].name);
     if (it == by_name.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("replay: ", path, " has no gradient for parameter '",
-                       params_[i].name, "'"));
+                       infos[i].name, "'"));
     }
-    if (it->second->shape != params_[i].shape) {
+    if (it->second->shape != infos[i].shape) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "replay: ", path, ": gradient '", params_[i].name, "' has shape ",
+          "replay: ", path, ": gradient '", infos[i].name, "' has shape ",
           ShapeString(it->second->shape), ", the parameter has ",
-          ShapeString(params_[i].shape)));
+          ShapeString(infos[i].shape)));
     }
     found[i] = it->second;
     by_name.erase(it);
@@ -122,7 +115,7 @@ absl::StatusOr<double> ReplayWorkload::ComputeGradients(
         absl::StrCat("replay: ", path, " holds tensor '",
                      by_name.begin()->first, "', which is not a parameter"));
   }
-  for (size_t k = params_.size(); k-- > 0;) {
+  for (size_t k = infos.size(); k-- > 0;) {
     std::copy(found[k]->data.begin(), found[k]->data.end(), grads[k]);
     sink.GradientReady(static_cast<int>(k));
   }

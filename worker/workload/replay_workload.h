@@ -19,20 +19,17 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "pshard/v1/job_spec.pb.h"
-#include "worker/workload/workload.h"
+#include "worker/workload/fixed_parameters_workload.h"
 
 namespace pshard::worker {
 
-class ReplayWorkload final : public Workload {
+class ReplayWorkload final : public FixedParametersWorkload {
  public:
   // Reads the parameters file. NotFound: no such file; InvalidArgument: not a
   // valid F32 safetensors file, or it holds no tensors.
   static absl::StatusOr<std::unique_ptr<ReplayWorkload>> Create(
       const v1::ReplayWorkload& spec, int rank);
 
-  const std::vector<ParameterInfo>& parameters() const override {
-    return params_;
-  }
   // Re-reads the parameters file. InvalidArgument if its tensors changed
   // since Create.
   absl::Status InitializeParameters(absl::Span<float* const> params) override;
@@ -51,15 +48,14 @@ class ReplayWorkload final : public Workload {
  private:
   ReplayWorkload(std::string params_path, std::string gradients_dir, int rank,
                  std::vector<ParameterInfo> params)
-      : params_path_(std::move(params_path)),
+      : FixedParametersWorkload("replay", std::move(params)),
+        params_path_(std::move(params_path)),
         gradients_dir_(std::move(gradients_dir)),
-        rank_(rank),
-        params_(std::move(params)) {}
+        rank_(rank) {}
 
   std::string params_path_;
   std::string gradients_dir_;
   int rank_;
-  std::vector<ParameterInfo> params_;
 };
 
 }  // namespace pshard::worker

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -10,22 +11,22 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
 #include "worker/io/safetensors.h"
 #include "worker/workload/recording_sink.h"
 
 namespace pshard::worker {
 namespace {
 
+using ::pshard::testing::MakeTempDir;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 class ReplayWorkloadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    dir_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/replay-",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    ASSERT_EQ(std::system(("rm -rf " + dir_ + " && mkdir -p " + dir_ + "/grads").c_str()), 0);
+    dir_ = MakeTempDir("replay");
+    ASSERT_TRUE(std::filesystem::create_directory(dir_ + "/grads"));
     // Written in this order, so "layers.2.weight" has the lowest offset.
     ASSERT_OK(WriteSafetensorsAtomic(
         dir_ + "/params.safetensors",
@@ -36,7 +37,7 @@ class ReplayWorkloadTest : public ::testing::Test {
 
   void WriteGrads(int step, int rank, std::vector<SafetensorsTensorView> tensors) {
     const std::string step_dir = absl::StrCat(dir_, "/grads/step-", step);
-    ASSERT_EQ(std::system(("mkdir -p " + step_dir).c_str()), 0);
+    std::filesystem::create_directories(step_dir);
     ASSERT_OK(WriteSafetensorsAtomic(
         absl::StrCat(step_dir, "/rank-", rank, ".safetensors"), tensors));
   }

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/workload/random.h"
 
 namespace pshard::worker {
@@ -56,14 +57,10 @@ absl::StatusOr<std::unique_ptr<SyntheticWorkload>> SyntheticWorkload::Create(
 
 absl::Status SyntheticWorkload::InitializeParameters(
     absl::Span<float* const> params) {
-  if (params.size() != params_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("synthetic: expected ", params_.size(),
-                     " parameter buffers, got ", params.size()));
-  }
-  for (size_t i = 0; i < params_.size(); ++i) {
+  RETURN_IF_ERROR(CheckBuffers(params.size()));
+  for (size_t i = 0; i < parameters().size(); ++i) {
     FillUniformSymmetric(StreamKey(seed_, {kTagInit, i}), params[i],
-                         params_[i].numel);
+                         parameters()[i].numel);
   }
   return absl::OkStatus();
 }
@@ -71,16 +68,11 @@ absl::Status SyntheticWorkload::InitializeParameters(
 absl::StatusOr<double> SyntheticWorkload::ComputeGradients(
     int64_t step, absl::Span<const float* const> params,
     absl::Span<float* const> grads, GradientSink& sink) {
-  if (params.size() != params_.size() || grads.size() != params_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "synthetic: expected ", params_.size(),
-        " parameter and gradient buffers, got ", params.size(), " and ",
-        grads.size()));
-  }
-  for (size_t k = params_.size(); k-- > 0;) {
+  RETURN_IF_ERROR(CheckBuffers(params.size(), grads.size()));
+  for (size_t k = parameters().size(); k-- > 0;) {
     FillUniformSymmetric(
         StreamKey(seed_, {kTagGrad, uint64_t(rank_), uint64_t(step), k}),
-        grads[k], params_[k].numel);
+        grads[k], parameters()[k].numel);
     sink.GradientReady(static_cast<int>(k));
   }
   return std::numeric_limits<double>::quiet_NaN();

@@ -17,20 +17,17 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "pshard/v1/job_spec.pb.h"
-#include "worker/workload/workload.h"
+#include "worker/workload/fixed_parameters_workload.h"
 
 namespace pshard::worker {
 
-class SyntheticWorkload final : public Workload {
+class SyntheticWorkload final : public FixedParametersWorkload {
  public:
   // tensor_numel 0 means the default, 1048576. InvalidArgument for
   // num_parameters < 1 or tensor_numel < 0.
   static absl::StatusOr<std::unique_ptr<SyntheticWorkload>> Create(
       const v1::SyntheticWorkload& spec, uint64_t seed, int rank);
 
-  const std::vector<ParameterInfo>& parameters() const override {
-    return params_;
-  }
   absl::Status InitializeParameters(absl::Span<float* const> params) override;
   // Returns NaN: there is no loss.
   absl::StatusOr<double> ComputeGradients(int64_t step,
@@ -41,9 +38,10 @@ class SyntheticWorkload final : public Workload {
 
  private:
   SyntheticWorkload(std::vector<ParameterInfo> params, uint64_t seed, int rank)
-      : params_(std::move(params)), seed_(seed), rank_(rank) {}
+      : FixedParametersWorkload("synthetic", std::move(params)),
+        seed_(seed),
+        rank_(rank) {}
 
-  std::vector<ParameterInfo> params_;
   uint64_t seed_;
   int rank_;
 };

@@ -2,8 +2,8 @@
 // and N real pshard-worker processes on loopback (free ports, port files),
 // with pshardctl's CoordinatorClient to drive and observe them. Every wait
 // polls with a deadline.
-#ifndef PSHARD_TESTS_WORKER_CLUSTER_H_
-#define PSHARD_TESTS_WORKER_CLUSTER_H_
+#ifndef PSHARD_TESTS_TESTING_CLUSTER_H_
+#define PSHARD_TESTS_TESTING_CLUSTER_H_
 
 #include <memory>
 #include <string>
@@ -15,14 +15,19 @@
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/job.pb.h"
 #include "pshard/v1/worker_status.pb.h"
+#include "tests/testing/coordinator.h"
 #include "tests/testing/subprocess.h"
 
 namespace pshard::testing {
 
 struct ClusterOptions {
   int workers = 2;
+  // The coordinator's --heartbeat_interval and --worker_timeout: short, so
+  // that a lost worker is noticed quickly.
   absl::Duration heartbeat_interval = absl::Milliseconds(100);
   absl::Duration worker_timeout = absl::Seconds(2);
+  // Worker i registers as <worker_name_prefix><i>.
+  std::string worker_name_prefix = "worker-";
 };
 
 class Cluster {
@@ -35,6 +40,8 @@ class Cluster {
   ~Cluster();
 
   const std::string& dir() const { return dir_; }
+  // host:port of the coordinator (for pshardctl --coordinator).
+  const std::string& address() const { return address_; }
   int num_workers() const { return static_cast<int>(workers_.size()); }
   Subprocess& worker(int i) { return *workers_[i]; }
   // host:port of worker i's WorkerStatus server.
@@ -64,6 +71,7 @@ class Cluster {
   Cluster() = default;
 
   std::string dir_;
+  std::string address_;
   std::unique_ptr<Subprocess> coordinator_;
   std::vector<std::unique_ptr<Subprocess>> workers_;
   std::vector<int> worker_ports_;
@@ -73,4 +81,4 @@ class Cluster {
 
 }  // namespace pshard::testing
 
-#endif  // PSHARD_TESTS_WORKER_CLUSTER_H_
+#endif  // PSHARD_TESTS_TESTING_CLUSTER_H_

@@ -1,10 +1,8 @@
-#include "tests/worker/cluster.h"
+#include "tests/testing/cluster.h"
 
 #include <signal.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
@@ -14,10 +12,6 @@
 
 namespace pshard::testing {
 namespace {
-
-std::string DurationFlag(absl::Duration d) {
-  return absl::StrCat(absl::ToInt64Milliseconds(d), "ms");
-}
 
 template <typename Service>
 std::unique_ptr<typename Service::Stub> MakeStub(const std::string& address) {
@@ -31,10 +25,7 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration d) {
 }
 
 std::string Tail(const std::string& path, size_t max_bytes) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string text = buffer.str();
+  std::string text = ReadFile(path);
   if (text.size() > max_bytes) text = "..." + text.substr(text.size() - max_bytes);
   return text;
 }
@@ -45,21 +36,18 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
     const ClusterOptions& options) {
   std::unique_ptr<Cluster> cluster(new Cluster());
   cluster->dir_ = MakeTempDir("cluster");
-  const std::string port_file = cluster->dir_ + "/coordinator.port";
-  const std::string log = cluster->dir_ + "/coordinator.log";
-  cluster->logs_.push_back(log);
-  absl::StatusOr<std::unique_ptr<Subprocess>> coordinator = Subprocess::Start(
-      {RunfilePath("server/pshard-coordinator"), "--listen=127.0.0.1:0",
-       "--port_file=" + port_file,
-       "--state_path=" + cluster->dir_ + "/state.db",
-       "--heartbeat_interval=" + DurationFlag(options.heartbeat_interval),
-       "--worker_timeout=" + DurationFlag(options.worker_timeout)},
-      {}, log);
+  CoordinatorOptions coordinator_options;
+  coordinator_options.dir = cluster->dir_;
+  coordinator_options.state_path = cluster->dir_ + "/state.db";
+  coordinator_options.heartbeat_interval = options.heartbeat_interval;
+  coordinator_options.worker_timeout = options.worker_timeout;
+  absl::StatusOr<RunningCoordinator> coordinator =
+      StartCoordinator(coordinator_options);
   if (!coordinator.ok()) return coordinator.status();
-  cluster->coordinator_ = *std::move(coordinator);
-  absl::StatusOr<int> port = WaitForPortFile(port_file, absl::Seconds(30));
-  if (!port.ok()) return port.status();
-  const std::string address = absl::StrCat("127.0.0.1:", *port);
+  cluster->logs_.push_back(coordinator->log);
+  cluster->coordinator_ = std::move(coordinator->process);
+  cluster->address_ = coordinator->address();
+  const std::string& address = cluster->address_;
   cluster->client_ = std::make_unique<cli::CoordinatorClient>(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), address,
       absl::Seconds(10));
@@ -70,8 +58,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
     cluster->logs_.push_back(wlog);
     absl::StatusOr<std::unique_ptr<Subprocess>> worker = Subprocess::Start(
         {RunfilePath("worker/pshard-worker"), "--coordinator=" + address,
-         absl::StrCat("--name=worker-", i), "--listen=127.0.0.1:0",
-         "--port_file=" + wport, "--host=127.0.0.1"},
+         absl::StrCat("--name=", options.worker_name_prefix, i),
+         "--listen=127.0.0.1:0", "--port_file=" + wport, "--host=127.0.0.1"},
         {}, wlog);
     if (!worker.ok()) return worker.status();
     cluster->workers_.push_back(*std::move(worker));

@@ -1,0 +1,45 @@
+#include "tests/testing/coordinator.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace pshard::testing {
+namespace {
+
+std::string DurationFlag(absl::Duration d) {
+  return absl::StrCat(absl::ToInt64Milliseconds(d), "ms");
+}
+
+}  // namespace
+
+std::string RunningCoordinator::address() const {
+  return absl::StrCat("127.0.0.1:", port);
+}
+
+std::shared_ptr<grpc::Channel> RunningCoordinator::Channel() const {
+  return grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
+}
+
+absl::StatusOr<RunningCoordinator> StartCoordinator(
+    const CoordinatorOptions& options) {
+  const std::string port_file = options.dir + "/coordinator.port";
+  // A restart must not read the previous process's port.
+  std::remove(port_file.c_str());
+  RunningCoordinator c;
+  c.log = options.dir + "/coordinator.log";
+  ASSIGN_OR_RETURN(
+      c.process,
+      Subprocess::Start(
+          {RunfilePath("server/pshard-coordinator"),
+           absl::StrCat("--listen=127.0.0.1:", options.port),
+           "--port_file=" + port_file, "--state_path=" + options.state_path,
+           "--heartbeat_interval=" + DurationFlag(options.heartbeat_interval),
+           "--worker_timeout=" + DurationFlag(options.worker_timeout)},
+          {}, c.log));
+  ASSIGN_OR_RETURN(c.port, WaitForPortFile(port_file, absl::Seconds(30)));
+  return c;
+}
+
+}  // namespace pshard::testing
