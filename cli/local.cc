@@ -71,6 +71,15 @@ absl::Status MakeDirs(const std::string& path) {
 absl::StatusOr<std::string> MakeRunDir(const std::string& requested) {
   if (!requested.empty()) {
     RETURN_IF_ERROR(MakeDirs(requested));
+    // An earlier run's state would be restored by the new coordinator (its
+    // workers still registered until they time out) and its port files read
+    // before the new processes write theirs: refuse rather than mix runs.
+    const std::string state = absl::StrCat(requested, "/coordinator.db");
+    if (access(state.c_str(), F_OK) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--run_dir: ", requested, " holds an earlier run (", state,
+          "); pass a new directory or remove that one"));
+    }
     return requested;
   }
   const char* tmp = std::getenv("TMPDIR");

@@ -189,6 +189,20 @@ TEST_F(LocalTest, BadSpecExits2BeforeStartingAnything) {
   EXPECT_THAT(out_.str(), Not(HasSubstr("pid")));
 }
 
+TEST_F(LocalTest, RunDirOfAnEarlierRunIsRefusedBeforeStartingAnything) {
+  const std::string run_dir = MakeTempDir("earlier-run");
+  std::ofstream(absl::StrCat(run_dir, "/coordinator.db")) << "state";
+  std::ofstream(absl::StrCat(run_dir, "/coordinator.port")) << "4242\n";
+  LocalOptions options;
+  options.run_dir = run_dir;
+  options.bin_dir = MakeBinDir(2);
+  EXPECT_EQ(RunLocalNow(options), kExitUsage);
+  EXPECT_THAT(err_.str(), AllOf(HasSubstr("--run_dir"),
+                                HasSubstr(run_dir + "/coordinator.db")));
+  EXPECT_THAT(out_.str(), Not(HasSubstr("pid")));
+  EXPECT_THAT(StartedPids(run_dir, 2), ::testing::IsEmpty());
+}
+
 TEST(DefaultSpecTest, IsTheExampleFile) {
   ASSERT_OK_AND_ASSIGN(v1::JobSpec builtin, DefaultLocalJobSpec());
   std::ifstream in(RunfilePath("examples/mlp_adam_2workers.json"));
