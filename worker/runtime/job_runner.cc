@@ -9,7 +9,6 @@
 #include <thread>
 #include <utility>
 
-#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/job_spec.h"
@@ -160,30 +159,30 @@ class StepEngine {
   virtual absl::StatusOr<double> RunStep(int64_t step) = 0;
   virtual Communicator& comm() = 0;
   virtual const Workload& workload() const = 0;
-  // Owned shards and optimizer state, once the assignment is in.
-  virtual void FillSnapshot(int rank, JobSnapshot& snapshot) = 0;
+  // The hook (host or device memory: GpuZeroHook is a ZeroHook).
+  virtual ZeroHook& hook() = 0;
   // Every parameter's values on the host, in parameters() order.
   virtual absl::StatusOr<std::vector<std::vector<float>>> Parameters() = 0;
+
+  // Owned shards and optimizer state, once the assignment is in.
+  void FillSnapshot(int rank, JobSnapshot& snapshot) {
+    ZeroHook& zero = hook();
+    const BucketLayout& layout = zero.layout();
+    snapshot.owned_shards.clear();
+    for (int b = 0; b < layout.num_buckets(); ++b) {
+      if (zero.owners()[b] != rank) continue;
+      v1::OwnedShard shard;
+      shard.set_bucket_index(b);
+      shard.set_num_elements(layout.buckets()[b].numel);
+      shard.set_bytes(layout.buckets()[b].numel * 4);
+      shard.set_optimizer_state_bytes(zero.bucket_state_bytes(b));
+      snapshot.owned_shards.push_back(shard);
+    }
+    snapshot.optimizer_state_bytes = zero.optimizer().total_state_bytes();
+  }
 };
 
 namespace {
-
-// snapshot.owned_shards: the buckets of `layout` that `owners` gives to
-// `rank`, each with its optimizer-state bytes from `state_bytes`.
-void FillOwnedShards(const BucketLayout& layout, const std::vector<int>& owners,
-                     int rank, absl::FunctionRef<int64_t(int)> state_bytes,
-                     JobSnapshot& snapshot) {
-  snapshot.owned_shards.clear();
-  for (int b = 0; b < layout.num_buckets(); ++b) {
-    if (owners[b] != rank) continue;
-    v1::OwnedShard shard;
-    shard.set_bucket_index(b);
-    shard.set_num_elements(layout.buckets()[b].numel);
-    shard.set_bytes(layout.buckets()[b].numel * 4);
-    shard.set_optimizer_state_bytes(state_bytes(b));
-    snapshot.owned_shards.push_back(shard);
-  }
-}
 
 class CpuEngine : public StepEngine {
  public:
@@ -205,12 +204,7 @@ class CpuEngine : public StepEngine {
   }
   Communicator& comm() override { return *comm_; }
   const Workload& workload() const override { return *workload_; }
-  void FillSnapshot(int rank, JobSnapshot& snapshot) override {
-    FillOwnedShards(
-        hook_->layout(), hook_->owners(), rank,
-        [this](int b) { return hook_->bucket_state_bytes(b); }, snapshot);
-    snapshot.optimizer_state_bytes = hook_->optimizer().total_state_bytes();
-  }
+  ZeroHook& hook() override { return *hook_; }
   absl::StatusOr<std::vector<std::vector<float>>> Parameters() override {
     std::vector<std::vector<float>> out;
     const auto& infos = workload_->parameters();
@@ -230,13 +224,7 @@ class GpuEngine : public StepEngine {
   }
   Communicator& comm() override { return job_->communicator(); }
   const Workload& workload() const override { return job_->workload(); }
-  void FillSnapshot(int rank, JobSnapshot& snapshot) override {
-    GpuZeroHook& hook = job_->hook();
-    FillOwnedShards(
-        hook.layout(), hook.owners(), rank,
-        [&hook](int b) { return hook.optimizer().state_bytes(b); }, snapshot);
-    snapshot.optimizer_state_bytes = hook.optimizer().total_state_bytes();
-  }
+  ZeroHook& hook() override { return job_->hook(); }
   absl::StatusOr<std::vector<std::vector<float>>> Parameters() override {
     return job_->DownloadParameters();
   }
