@@ -30,6 +30,7 @@
 #include "worker/gpu/cuda_util.h"
 #include "worker/gpu/gpu_workloads.h"
 #include "worker/gpu/kernels.h"
+#include "worker/workload/fixed_parameters_workload.h"
 #include "worker/workload/mlp_workload.h"
 #include "worker/workload/random.h"
 
@@ -100,12 +101,13 @@ absl::StatusOr<DeviceBuffer> Floats(int64_t n, absl::string_view what) {
                                 absl::StrCat("mlp (GPU): ", what));
 }
 
-class GpuMlpWorkload final : public Workload {
+class GpuMlpWorkload final : public FixedParametersWorkload {
  public:
   GpuMlpWorkload(std::unique_ptr<MlpWorkload> host, std::vector<int> dims,
                  int batch, uint64_t seed, int rank, int device,
                  cudaStream_t stream)
-      : host_(std::move(host)),
+      : FixedParametersWorkload("mlp (GPU)", host->parameters()),
+        host_(std::move(host)),
         dims_(std::move(dims)),
         batch_(batch),
         seed_(seed),
@@ -168,17 +170,9 @@ class GpuMlpWorkload final : public Workload {
     return CudaStatus(cudaStreamSynchronize(stream_), "mlp (GPU): set-up");
   }
 
-  const std::vector<ParameterInfo>& parameters() const override {
-    return host_->parameters();
-  }
-
   absl::Status InitializeParameters(absl::Span<float* const> params) override {
-    const auto& infos = host_->parameters();
-    if (params.size() != infos.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mlp (GPU): expected ", infos.size(),
-                       " parameter buffers, got ", params.size()));
-    }
+    RETURN_IF_ERROR(CheckBuffers(params.size()));
+    const auto& infos = parameters();
     ScopedDevice scoped(device_);
     RETURN_IF_ERROR(scoped.status());
     std::vector<std::vector<float>> values(infos.size());
@@ -202,12 +196,7 @@ class GpuMlpWorkload final : public Workload {
                                           absl::Span<const float* const> params,
                                           absl::Span<float* const> grads,
                                           GradientSink& sink) override {
-    const size_t n = host_->parameters().size();
-    if (params.size() != n || grads.size() != n) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mlp (GPU): expected ", n, " parameter and gradient buffers, got ",
-          params.size(), " and ", grads.size()));
-    }
+    RETURN_IF_ERROR(CheckBuffers(params.size(), grads.size()));
     ScopedDevice scoped(device_);
     RETURN_IF_ERROR(scoped.status());
     const int layers = static_cast<int>(dims_.size()) - 1;

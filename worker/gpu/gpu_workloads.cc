@@ -15,6 +15,7 @@
 #include "worker/gpu/cuda_util.h"
 #include "worker/gpu/kernels.h"
 #include "worker/gpu/synthetic.h"
+#include "worker/workload/fixed_parameters_workload.h"
 #include "worker/workload/synthetic_workload.h"
 
 namespace pshard::worker {
@@ -24,35 +25,25 @@ using gpu::CudaStatus;
 using gpu::PinnedBuffer;
 using gpu::ScopedDevice;
 
-absl::Status CheckCount(absl::string_view who, size_t expected, size_t got) {
-  if (expected == got) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(who, ": expected ", expected, " buffers, got ", got));
-}
-
-class GpuSyntheticWorkload final : public Workload {
+class GpuSyntheticWorkload final : public FixedParametersWorkload {
  public:
   GpuSyntheticWorkload(std::vector<ParameterInfo> params, uint64_t seed,
                        int rank, int device, cudaStream_t stream)
-      : params_(std::move(params)),
+      : FixedParametersWorkload("synthetic (GPU)", std::move(params)),
         seed_(seed),
         rank_(rank),
         device_(device),
         stream_(stream) {}
 
-  const std::vector<ParameterInfo>& parameters() const override {
-    return params_;
-  }
-
   absl::Status InitializeParameters(absl::Span<float* const> params) override {
-    RETURN_IF_ERROR(
-        CheckCount("synthetic (GPU)", params_.size(), params.size()));
+    RETURN_IF_ERROR(CheckBuffers(params.size()));
     ScopedDevice scoped(device_);
     RETURN_IF_ERROR(scoped.status());
-    for (size_t i = 0; i < params_.size(); ++i) {
+    const std::vector<ParameterInfo>& infos = parameters();
+    for (size_t i = 0; i < infos.size(); ++i) {
       RETURN_IF_ERROR(
           CudaStatus(gpu::LaunchSyntheticValues(
-                         params[i], params_[i].numel,
+                         params[i], infos[i].numel,
                          gpu::SyntheticInitKey(seed_, static_cast<int>(i)), 0,
                          1.0f, stream_),
                      "synthetic (GPU): initial parameters"));
@@ -66,19 +57,17 @@ class GpuSyntheticWorkload final : public Workload {
                                           absl::Span<const float* const> params,
                                           absl::Span<float* const> grads,
                                           GradientSink& sink) override {
-    RETURN_IF_ERROR(
-        CheckCount("synthetic (GPU)", params_.size(), params.size()));
-    RETURN_IF_ERROR(
-        CheckCount("synthetic (GPU)", params_.size(), grads.size()));
+    RETURN_IF_ERROR(CheckBuffers(params.size(), grads.size()));
     ScopedDevice scoped(device_);
     RETURN_IF_ERROR(scoped.status());
-    for (size_t k = params_.size(); k-- > 0;) {
+    const std::vector<ParameterInfo>& infos = parameters();
+    for (size_t k = infos.size(); k-- > 0;) {
       RETURN_IF_ERROR(CudaStatus(
           gpu::LaunchSyntheticValues(
-              grads[k], params_[k].numel,
+              grads[k], infos[k].numel,
               gpu::SyntheticGradKey(seed_, rank_, step, static_cast<int>(k)), 0,
               1.0f, stream_),
-          absl::StrCat("synthetic (GPU): gradient of ", params_[k].name)));
+          absl::StrCat("synthetic (GPU): gradient of ", infos[k].name)));
       sink.GradientReady(static_cast<int>(k));
     }
     return std::numeric_limits<double>::quiet_NaN();
@@ -87,31 +76,27 @@ class GpuSyntheticWorkload final : public Workload {
   int64_t samples_per_step() const override { return 0; }
 
  private:
-  const std::vector<ParameterInfo> params_;
   const uint64_t seed_;
   const int rank_;
   const int device_;
   const cudaStream_t stream_;
 };
 
-class HostWorkloadAdapter final : public Workload {
+class HostWorkloadAdapter final : public FixedParametersWorkload {
  public:
   HostWorkloadAdapter(std::unique_ptr<Workload> host, int device,
                       cudaStream_t stream, std::vector<PinnedBuffer> params,
                       std::vector<PinnedBuffer> grads)
-      : host_(std::move(host)),
+      : FixedParametersWorkload("host workload", host->parameters()),
+        host_(std::move(host)),
         device_(device),
         stream_(stream),
         host_params_(std::move(params)),
         host_grads_(std::move(grads)) {}
 
-  const std::vector<ParameterInfo>& parameters() const override {
-    return host_->parameters();
-  }
-
   absl::Status InitializeParameters(absl::Span<float* const> params) override {
-    const auto& infos = host_->parameters();
-    RETURN_IF_ERROR(CheckCount("host workload", infos.size(), params.size()));
+    RETURN_IF_ERROR(CheckBuffers(params.size()));
+    const auto& infos = parameters();
     ScopedDevice scoped(device_);
     RETURN_IF_ERROR(scoped.status());
     std::vector<float*> host(infos.size());
@@ -132,9 +117,8 @@ class HostWorkloadAdapter final : public Workload {
                                           absl::Span<const float* const> params,
                                           absl::Span<float* const> grads,
                                           GradientSink& sink) override {
-    const auto& infos = host_->parameters();
-    RETURN_IF_ERROR(CheckCount("host workload", infos.size(), params.size()));
-    RETURN_IF_ERROR(CheckCount("host workload", infos.size(), grads.size()));
+    RETURN_IF_ERROR(CheckBuffers(params.size(), grads.size()));
+    const auto& infos = parameters();
     ScopedDevice scoped(device_);
     RETURN_IF_ERROR(scoped.status());
     // The host needs this step's parameters; the stream orders the copies
