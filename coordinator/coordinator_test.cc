@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "coordinator/fake_clock.h"
+#include "coordinator/layout.h"
+#include "coordinator/layout_fingerprint.h"
 #include "coordinator/state_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -354,7 +356,8 @@ TEST_F(CoordinatorTest, FullLifecycle) {
   EXPECT_EQ(run_a.world_size(), 2);
   EXPECT_EQ(run_a.rank() + run_b.rank(), 1);
   EXPECT_EQ(run_a.spec().assignment_policy(), v1::JobSpec::BALANCED);
-  EXPECT_THAT(run_a.members(), SizeIs(2));
+  // No member list: ranks find each other through the rendezvous store.
+  EXPECT_THAT(run_a.members(), SizeIs(0));
   // Acknowledged: no more RunJob.
   ASSERT_OK_AND_ASSIGN(auto resp, Beat(a, v1::BUSY, job.id(), 1));
   EXPECT_THAT(resp.directives(), SizeIs(0));
@@ -374,7 +377,7 @@ TEST_F(CoordinatorTest, FullLifecycle) {
 
   // Assignment.
   Capture<Coordinator::AssignmentPtr> assignment;
-  c_->GetAssignment(job.id(), 1, clock_.Now() + absl::Seconds(30), assignment.Callback());
+  c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_FULL, clock_.Now() + absl::Seconds(30), assignment.Callback());
   EXPECT_FALSE(assignment.result.has_value());
   EXPECT_THAT(c_->GetShardAssignment(job.id()),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("0 of 2")));
@@ -610,7 +613,7 @@ TEST_F(CoordinatorTest, LayoutMismatchFailsTheJobNamingRankAndBucket) {
   ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(2)));
   job = GetJob(job.id());
   Capture<Coordinator::AssignmentPtr> waiting;
-  c_->GetAssignment(job.id(), job.epoch(), clock_.Now() + absl::Seconds(60), waiting.Callback());
+  c_->GetAssignment(job.id(), job.epoch(), v1::ASSIGNMENT_VIEW_FULL, clock_.Now() + absl::Seconds(60), waiting.Callback());
   ASSERT_OK(c_->ReportBuckets(Buckets(job, 0, {10, 20, 30})));
   EXPECT_THAT(c_->ReportBuckets(Buckets(job, 1, {10, 21, 30})),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -642,9 +645,14 @@ TEST_F(CoordinatorTest, ReportBucketsWireComparesBytesThenFields) {
     *only.mutable_buckets() = req.buckets();
     return only.SerializeAsString();
   };
-  auto report = [&](int rank, const std::string& bytes) {
-    return c_->ReportBucketsWire(job.id(), job.epoch(), rank,
-                                 job.members(rank).worker_id(), bytes);
+  auto report = [&](int rank, const std::string& bytes)
+      -> absl::StatusOr<v1::ReportBucketsResponse> {
+    Capture<v1::ReportBucketsResponse> got;
+    c_->ReportBucketsWire(job.id(), job.epoch(), rank,
+                          job.members(rank).worker_id(), bytes, "",
+                          absl::InfinitePast(), got.Callback());
+    if (!got.result.has_value()) return absl::InternalError("no answer");
+    return *got.result;
   };
   const std::string reference = wire(Buckets(job, 0, {10, 20}));
   ASSERT_OK(report(0, reference));
@@ -663,6 +671,148 @@ TEST_F(CoordinatorTest, ReportBucketsWireComparesBytesThenFields) {
                        HasSubstr("rank 3 (worker w-4) sent a bucket layout that "
                                  "does not parse")));
   EXPECT_EQ(GetJob(job.id()).state(), v1::FAILED);
+}
+
+TEST_F(CoordinatorTest, ReportBucketsByFingerprint) {
+  for (int i = 0; i < 4; ++i) Register(absl::StrCat("w", i));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(4)));
+  job = GetJob(job.id());
+  auto by_fingerprint = [&](int rank, const std::vector<int64_t>& sizes) {
+    v1::ReportBucketsRequest req = Buckets(job, rank, sizes);
+    req.set_layout_fingerprint(LayoutFingerprint(req.buckets()));
+    req.clear_buckets();
+    return c_->ReportBuckets(req);
+  };
+  // Nobody has sent the layout yet: rank 0 is asked for it.
+  ASSERT_OK_AND_ASSIGN(v1::ReportBucketsResponse r0, by_fingerprint(0, {10, 20}));
+  EXPECT_TRUE(r0.send_layout());
+  ASSERT_OK_AND_ASSIGN(r0, c_->ReportBuckets(Buckets(job, 0, {10, 20})));
+  EXPECT_FALSE(r0.send_layout());
+  // The same layout by fingerprint: accepted.
+  ASSERT_OK_AND_ASSIGN(v1::ReportBucketsResponse r1, by_fingerprint(1, {10, 20}));
+  EXPECT_FALSE(r1.send_layout());
+  // A wrong length is refused without failing the job.
+  v1::ReportBucketsRequest short_fp = Buckets(job, 2, {10, 20});
+  short_fp.clear_buckets();
+  short_fp.set_layout_fingerprint("abc");
+  EXPECT_THAT(c_->ReportBuckets(short_fp),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("layout_fingerprint: must be 32 bytes")));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::STARTING);
+  // A different layout's fingerprint is not taken on trust: send_layout, and
+  // the full report then fails the job naming the rank and bucket.
+  ASSERT_OK_AND_ASSIGN(v1::ReportBucketsResponse r2, by_fingerprint(2, {10, 21}));
+  EXPECT_TRUE(r2.send_layout());
+  EXPECT_EQ(GetJob(job.id()).state(), v1::STARTING);
+  EXPECT_THAT(c_->ReportBuckets(Buckets(job, 2, {10, 21})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("rank 2 (worker w-3) differs from rank 0 at bucket 1")));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::FAILED);
+}
+
+// Ranks that report their fingerprint before anyone sent the layout wait for
+// it; a wrong fingerprint is then asked for the layout, and a wait that runs
+// out asks for it too.
+TEST_F(CoordinatorTest, FingerprintReportsWaitForTheFirstFullLayout) {
+  for (int i = 0; i < 4; ++i) Register(absl::StrCat("w", i));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(4)));
+  job = GetJob(job.id());
+  auto park = [&](int rank, const std::vector<int64_t>& sizes,
+                  absl::Duration wait, Capture<v1::ReportBucketsResponse>* got) {
+    v1::ReportBucketsRequest req = Buckets(job, rank, sizes);
+    c_->ReportBucketsWire(job.id(), job.epoch(), rank,
+                          job.members(rank).worker_id(), "",
+                          LayoutFingerprint(req.buckets()),
+                          clock_.Now() + wait, got->Callback());
+  };
+  Capture<v1::ReportBucketsResponse> same, other, late;
+  park(1, {10, 20}, absl::Seconds(10), &same);
+  park(2, {10, 99}, absl::Seconds(10), &other);
+  park(3, {10, 20}, absl::Seconds(1), &late);
+  EXPECT_FALSE(same.result.has_value());
+  EXPECT_FALSE(other.result.has_value());
+  // Rank 3's wait runs out: it is asked for the layout.
+  clock_.Advance(absl::Seconds(2));
+  c_->Tick();
+  ASSERT_TRUE(late.result.has_value());
+  ASSERT_OK(*late.result);
+  EXPECT_TRUE((*late.result)->send_layout());
+  EXPECT_FALSE(same.result.has_value());
+  // Rank 0's full report answers the other two.
+  ASSERT_OK(c_->ReportBuckets(Buckets(job, 0, {10, 20})));
+  ASSERT_TRUE(same.result.has_value());
+  ASSERT_OK(*same.result);
+  EXPECT_FALSE((*same.result)->send_layout());
+  ASSERT_TRUE(other.result.has_value());
+  ASSERT_OK(*other.result);
+  EXPECT_TRUE((*other.result)->send_layout());
+  EXPECT_EQ(GetJob(job.id()).state(), v1::STARTING);
+  // Ranks 2 and 3 report: rank 3 by fingerprint now, rank 2 in full.
+  Capture<v1::ReportBucketsResponse> now;
+  park(3, {10, 20}, absl::Seconds(1), &now);
+  ASSERT_TRUE(now.result.has_value());
+  ASSERT_OK(*now.result);
+  EXPECT_FALSE((*now.result)->send_layout());
+  ASSERT_OK(c_->ReportBuckets(Buckets(job, 2, {10, 20})));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::RUNNING);
+}
+
+TEST_F(CoordinatorTest, ParkedFingerprintReportIsAbortedWhenTheJobEnds) {
+  Register("a");
+  Register("b");
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(2)));
+  job = GetJob(job.id());
+  Capture<v1::ReportBucketsResponse> parked;
+  v1::ReportBucketsRequest req = Buckets(job, 1, {10});
+  c_->ReportBucketsWire(job.id(), job.epoch(), 1, job.members(1).worker_id(),
+                        "", LayoutFingerprint(req.buckets()),
+                        clock_.Now() + absl::Seconds(10), parked.Callback());
+  EXPECT_FALSE(parked.result.has_value());
+  ASSERT_OK(c_->CancelJob(job.id(), "test"));
+  ASSERT_TRUE(parked.result.has_value());
+  EXPECT_THAT(*parked.result, StatusIs(absl::StatusCode::kAborted,
+                                       HasSubstr("CANCELLED")));
+}
+
+TEST_F(CoordinatorTest, FingerprintReportsCountTowardsTheAssignment) {
+  Register("a");
+  Register("b");
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(2)));
+  job = GetJob(job.id());
+  Capture<Coordinator::AssignmentPtr> owners;
+  c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_OWNERS,
+                    clock_.Now() + absl::Seconds(30), owners.Callback());
+  ASSERT_OK(c_->ReportBuckets(Buckets(job, 0, {100, 300, 200})));
+  v1::ReportBucketsRequest req = Buckets(job, 1, {100, 300, 200});
+  req.set_layout_fingerprint(LayoutFingerprint(req.buckets()));
+  req.clear_buckets();
+  ASSERT_OK(c_->ReportBuckets(req));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::RUNNING);
+  // The parked OWNERS waiter and a later one share the owners view.
+  ASSERT_TRUE(owners.result.has_value());
+  ASSERT_OK(*owners.result);
+  const v1::ShardAssignment& view = ***owners.result;
+  ASSERT_OK_AND_ASSIGN(v1::ShardAssignment full, c_->GetShardAssignment(job.id()));
+  EXPECT_EQ(view.SerializeAsString(), OwnersView(full).SerializeAsString());
+  EXPECT_THAT(view.ranks(), SizeIs(0));
+  Capture<Coordinator::AssignmentPtr> later;
+  c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_OWNERS,
+                    clock_.Now() + absl::Seconds(1), later.Callback());
+  ASSERT_TRUE(later.result.has_value());
+  ASSERT_OK(*later.result);
+  EXPECT_EQ(**later.result, **owners.result);  // the same shared message
+  Capture<Coordinator::AssignmentPtr> unspecified;
+  c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_UNSPECIFIED,
+                    clock_.Now() + absl::Seconds(1), unspecified.Callback());
+  ASSERT_TRUE(unspecified.result.has_value());
+  ASSERT_OK(*unspecified.result);
+  EXPECT_EQ((**unspecified.result)->SerializeAsString(), full.SerializeAsString());
+  Capture<Coordinator::AssignmentPtr> bad;
+  c_->GetAssignment(job.id(), 1, static_cast<v1::AssignmentView>(9),
+                    clock_.Now() + absl::Seconds(1), bad.Callback());
+  ASSERT_TRUE(bad.result.has_value());
+  EXPECT_THAT(*bad.result, StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("view: unknown assignment view 9")));
 }
 
 TEST_F(CoordinatorTest, ReportBucketsBadInput) {
@@ -845,7 +995,7 @@ TEST_F(CoordinatorTest, ManyWaitersAreAnsweredOnTheNotifierThread) {
   job = GetJob(job.id());
   std::vector<Capture<Coordinator::AssignmentPtr>> waits(50);
   for (auto& w : waits) {
-    c_->GetAssignment(job.id(), 1, clock_.Now() + absl::Seconds(60), w.Callback());
+    c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_FULL, clock_.Now() + absl::Seconds(60), w.Callback());
   }
   PublishLayout(job, {10});
   ASSERT_TRUE(c_->WaitForNotifier(absl::Seconds(30)));
@@ -857,7 +1007,7 @@ TEST_F(CoordinatorTest, ManyWaitersAreAnsweredOnTheNotifierThread) {
 
 TEST_F(CoordinatorTest, GetAssignmentErrors) {
   Capture<Coordinator::AssignmentPtr> none;
-  c_->GetAssignment("job-1", 1, clock_.Now() + absl::Seconds(1), none.Callback());
+  c_->GetAssignment("job-1", 1, v1::ASSIGNMENT_VIEW_FULL, clock_.Now() + absl::Seconds(1), none.Callback());
   EXPECT_THAT(*none.result, StatusIs(absl::StatusCode::kNotFound, ::testing::_));
   EXPECT_THAT(c_->GetShardAssignment("job-1"), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
   ASSERT_OK_AND_ASSIGN(v1::Job queued, c_->SubmitJob(Spec(1)));
@@ -867,17 +1017,17 @@ TEST_F(CoordinatorTest, GetAssignmentErrors) {
   v1::Job job = GetJob(queued.id());
   ASSERT_EQ(job.epoch(), 1);
   Capture<Coordinator::AssignmentPtr> stale;
-  c_->GetAssignment(job.id(), 0, clock_.Now() + absl::Seconds(1), stale.Callback());
+  c_->GetAssignment(job.id(), 0, v1::ASSIGNMENT_VIEW_FULL, clock_.Now() + absl::Seconds(1), stale.Callback());
   EXPECT_THAT(*stale.result, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale")));
   Capture<Coordinator::AssignmentPtr> timeout;
-  c_->GetAssignment(job.id(), 1, clock_.Now() + absl::Seconds(1), timeout.Callback());
+  c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_FULL, clock_.Now() + absl::Seconds(1), timeout.Callback());
   clock_.Advance(absl::Seconds(1));
   c_->Tick();
   EXPECT_THAT(*timeout.result,
               StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("0 of 1")));
   PublishLayout(job, {5});
   Capture<Coordinator::AssignmentPtr> now;
-  c_->GetAssignment(job.id(), 1, clock_.Now(), now.Callback());
+  c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_FULL, clock_.Now(), now.Callback());
   EXPECT_OK(*now.result);
 }
 
@@ -1060,7 +1210,7 @@ TEST_F(CoordinatorTest, RestartRestartsARunningJobWhoseRankStopped) {
   EXPECT_EQ(after.state(), v1::STARTING);
   EXPECT_EQ(after.epoch(), 2);
   Capture<Coordinator::AssignmentPtr> stale;
-  c_->GetAssignment(job.id(), 1, clock_.Now() + absl::Seconds(1), stale.Callback());
+  c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_FULL, clock_.Now() + absl::Seconds(1), stale.Callback());
   EXPECT_THAT(*stale.result, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale")));
 }
 

@@ -334,7 +334,8 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportBuckets(
   google::protobuf::io::CodedInputStream in(
       reinterpret_cast<const uint8_t*>(bytes.data()),
       static_cast<int>(bytes.size()));
-  std::string job_id, worker_id, buckets;
+  std::string job_id, worker_id, buckets, fingerprint;
+  google::protobuf::Duration timeout;
   int64_t epoch = 0;
   int64_t rank = 0;
   bool ok = true;
@@ -360,6 +361,15 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportBuckets(
       case (4 << 3) | 2:
         ok = WireFormatLite::ReadString(&in, &worker_id);
         break;
+      case (6 << 3) | 2:
+        ok = WireFormatLite::ReadBytes(&in, &fingerprint);
+        break;
+      case (7 << 3) | 2: {
+        std::string bytes;
+        ok = WireFormatLite::ReadBytes(&in, &bytes) &&
+             timeout.ParseFromString(bytes);
+        break;
+      }
       case (5 << 3) | 2: {
         uint32_t len = 0;
         const void* data = nullptr;
@@ -383,12 +393,25 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportBuckets(
                          "ReportBucketsRequest does not parse"));
   }
   if (rank < 0 || rank > std::numeric_limits<int32_t>::max()) rank = -1;
-  const absl::Status status = c_->ReportBucketsWire(
-      job_id, epoch, static_cast<int>(rank), worker_id, buckets);
-  // An empty ReportBucketsResponse; a raw reply must be a valid buffer.
-  grpc::Slice empty;
-  *response = grpc::ByteBuffer(&empty, 1);
-  return Done(ctx, status);
+  // 0 means "answer at once" here (not "the longest wait", as for KvGet).
+  absl::StatusOr<absl::Time> deadline =
+      FromProto(timeout) == absl::ZeroDuration()
+          ? absl::StatusOr<absl::Time>(absl::InfinitePast())
+          : WaitDeadline(ctx, timeout);
+  if (!deadline.ok()) return Done(ctx, deadline.status());
+  Coordinator* c = c_;
+  return WaitReactor<v1::ReportBucketsResponse, grpc::ByteBuffer>::Start(
+      c_, response,
+      [](v1::ReportBucketsResponse&& r, grpc::ByteBuffer* out) {
+        grpc::Slice slice(r.SerializeAsString());
+        *out = grpc::ByteBuffer(&slice, 1);
+      },
+      [c, job_id = std::move(job_id), epoch, rank = static_cast<int>(rank),
+       worker_id = std::move(worker_id), buckets = std::move(buckets),
+       fingerprint = std::move(fingerprint), d = *deadline](auto done) {
+        return c->ReportBucketsWire(job_id, epoch, rank, worker_id, buckets,
+                                    fingerprint, d, std::move(done));
+      });
 }
 
 grpc::ServerUnaryReactor* WorkerControlImpl::GetAssignment(
@@ -409,8 +432,9 @@ grpc::ServerUnaryReactor* WorkerControlImpl::GetAssignment(
             a, [](const v1::ShardAssignment& m) { return m.SerializeAsString(); });
         *r = grpc::ByteBuffer(&slice, 1);
       },
-      [c, job = req.job_id(), epoch = req.epoch(), d = *deadline](auto done) {
-        return c->GetAssignment(job, epoch, d, std::move(done));
+      [c, job = req.job_id(), epoch = req.epoch(), view = req.view(),
+       d = *deadline](auto done) {
+        return c->GetAssignment(job, epoch, view, d, std::move(done));
       });
 }
 

@@ -160,10 +160,11 @@ class SliceCache {
 
 // GetAssignment and Heartbeat are raw methods so that what every rank of a
 // job receives alike is serialized once and sent by reference: the published
-// assignment, and the spec + member list inside RunJob (a 4096-rank job's
-// member list is ~100 KB; copying it per rank would cost seconds).
-// ReportBuckets is raw too: every rank sends the same layout, so after the
-// first one a report is checked by comparing bytes, without parsing.
+// assignment (in the view asked for), and the spec inside RunJob.
+// ReportBuckets is raw too: every rank sends the same layout (or only its
+// fingerprint), so after the first one a report is checked by comparing
+// bytes, without parsing; a fingerprint-only report may wait (like KvGet) for
+// the first full one.
 class WorkerControlImpl final
     : public v1::WorkerControl::WithRawCallbackMethod_Heartbeat<
           v1::WorkerControl::WithRawCallbackMethod_GetAssignment<
@@ -191,7 +192,9 @@ class WorkerControlImpl final
   grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx,
                                   const v1::KvGetRequest* req,
                                   v1::KvGetResponse* resp) override;
-  // Request: ReportBucketsRequest, as bytes (see the class comment).
+  // Request: ReportBucketsRequest, as bytes (see the class comment); a
+  // fingerprint-only report waits up to min(req.timeout (0: not at all), the
+  // RPC deadline).
   grpc::ServerUnaryReactor* ReportBuckets(grpc::CallbackServerContext* ctx,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) override;
@@ -218,7 +221,7 @@ class WorkerControlImpl final
   const coordinator::Clock* const clock_;
   const ServiceOptions options_;
   ArenaMessageAllocator<v1::KvPutRequest, v1::KvPutResponse> kv_put_allocator_;
-  // Published assignments and RunJob tails (spec + members).
+  // Published assignments (both views) and RunJob tails (the spec).
   SliceCache<v1::ShardAssignment> assignments_{8};
   SliceCache<std::string> tails_{16};
 };

@@ -14,6 +14,8 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/layout.h"
+#include "coordinator/layout_fingerprint.h"
 #include "coordinator/state_store.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -368,7 +370,8 @@ TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
     ASSERT_TRUE(control_->Heartbeat(&ctx, req, &resp).ok());
     ASSERT_EQ(resp.directives_size(), 1);
     EXPECT_EQ(resp.directives(0).run_job().job_id(), job.id());
-    EXPECT_EQ(resp.directives(0).run_job().members_size(), 2);
+    EXPECT_EQ(resp.directives(0).run_job().spec().name(), "grpc-test");
+    EXPECT_EQ(resp.directives(0).run_job().members_size(), 0);
   }
   // KvGet blocks until another rank puts the key.
   v1::KvGetResponse got;
@@ -399,10 +402,30 @@ TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
     *req.mutable_timeout() = Millis(20000);
     assignment_status = control_->GetAssignment(&ctx, req, &assignment);
   });
-  for (int r = 0; r < 2; ++r) {
+  // Rank 1 reports by fingerprint: unknown before rank 0's full report,
+  // accepted after it.
+  auto by_fingerprint = [&](v1::ReportBucketsResponse* resp) {
+    grpc::ClientContext ctx;
+    v1::ReportBucketsRequest req = Layout(job, 1, 256);
+    req.set_layout_fingerprint(coordinator::LayoutFingerprint(req.buckets()));
+    req.clear_buckets();
+    return control_->ReportBuckets(&ctx, req, resp);
+  };
+  {
+    v1::ReportBucketsResponse resp;
+    ASSERT_TRUE(by_fingerprint(&resp).ok());
+    EXPECT_TRUE(resp.send_layout());
+  }
+  {
     grpc::ClientContext ctx;
     v1::ReportBucketsResponse resp;
-    ASSERT_TRUE(control_->ReportBuckets(&ctx, Layout(job, r, 256), &resp).ok());
+    ASSERT_TRUE(control_->ReportBuckets(&ctx, Layout(job, 0, 256), &resp).ok());
+    EXPECT_FALSE(resp.send_layout());
+  }
+  {
+    v1::ReportBucketsResponse resp;
+    ASSERT_TRUE(by_fingerprint(&resp).ok());
+    EXPECT_FALSE(resp.send_layout());
   }
   waiter.join();
   ASSERT_TRUE(assignment_status.ok()) << assignment_status.error_message();
@@ -412,6 +435,17 @@ TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
     v1::ShardAssignment out;
     ASSERT_TRUE(GetShards(job.id(), &out).ok());
     EXPECT_EQ(out.buckets(0).owner_rank(), 0);
+    // What a rank asks for: the owners view.
+    grpc::ClientContext ctx;
+    v1::GetAssignmentRequest req;
+    req.set_job_id(job.id());
+    req.set_epoch(job.epoch());
+    req.set_view(v1::ASSIGNMENT_VIEW_OWNERS);
+    v1::ShardAssignment owners;
+    ASSERT_TRUE(control_->GetAssignment(&ctx, req, &owners).ok());
+    EXPECT_EQ(owners.SerializeAsString(),
+              coordinator::OwnersView(out).SerializeAsString());
+    EXPECT_EQ(owners.ranks_size(), 0);
   }
   // A stale epoch is refused.
   {
@@ -481,8 +515,7 @@ TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
   }
 }
 
-// Heartbeat replies are encoded by hand (RunJob's spec and members are
-// shared bytes): a reply with AbortJob, then RunJob must parse as the typed
+// Heartbeat replies are encoded by hand (RunJob's spec is shared bytes): a reply with AbortJob, then RunJob must parse as the typed
 // message.
 TEST_F(ServicesTest, HeartbeatReplyWithAbortAndRunJobParses) {
   const std::string a = Register("a");
@@ -516,8 +549,7 @@ TEST_F(ServicesTest, HeartbeatReplyWithAbortAndRunJobParses) {
   EXPECT_EQ(run.rank(), 0);
   EXPECT_EQ(run.world_size(), 1);
   EXPECT_EQ(run.spec().name(), "grpc-test");
-  ASSERT_EQ(run.members_size(), 1);
-  EXPECT_EQ(run.members(0).worker_id(), a);
+  EXPECT_EQ(run.members_size(), 0);
   // And a malformed request is refused, not crashed on.
   grpc::GenericStub stub(channel_);
   grpc::ClientContext ctx;
