@@ -1,5 +1,6 @@
 #include "cli/client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
@@ -93,17 +95,49 @@ absl::StatusOr<v1::Job> CoordinatorClient::GetJob(const std::string& job_id) {
   return job;
 }
 
+namespace {
+
+// Asks for pages of at most this many items (the servers' maximum).
+constexpr int kPageSize = 1000;
+
+// Calls `list(page_size, page_token, &items)` page after page until the last
+// page or `limit` items (0: no limit); returns the next_page_token given.
+template <typename Item, typename ListPage>
+absl::StatusOr<std::vector<Item>> FollowPages(int limit, ListPage list) {
+  std::vector<Item> items;
+  std::string token;
+  do {
+    int page_size = kPageSize;
+    if (limit > 0) {
+      page_size = std::min<int>(page_size, limit - static_cast<int>(items.size()));
+    }
+    ASSIGN_OR_RETURN(token, list(page_size, token, &items));
+  } while (!token.empty() &&
+           (limit == 0 || static_cast<int>(items.size()) < limit));
+  if (limit > 0 && static_cast<int>(items.size()) > limit) items.resize(limit);
+  return items;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs(
     const std::vector<v1::JobState>& states, int limit) {
-  grpc::ClientContext context;
-  SetDeadline(context);
-  v1::ListJobsRequest request;
-  for (v1::JobState s : states) request.add_states(s);
-  request.set_limit(limit);
-  v1::ListJobsResponse response;
-  grpc::Status status = jobs_->ListJobs(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status, "ListJobs");
-  return std::vector<v1::Job>(response.jobs().begin(), response.jobs().end());
+  return FollowPages<v1::Job>(
+      limit,
+      [&](int page_size, const std::string& token,
+          std::vector<v1::Job>* jobs) -> absl::StatusOr<std::string> {
+        grpc::ClientContext context;
+        SetDeadline(context);
+        v1::ListJobsRequest request;
+        for (v1::JobState s : states) request.add_states(s);
+        request.set_page_size(page_size);
+        request.set_page_token(token);
+        v1::ListJobsResponse response;
+        grpc::Status status = jobs_->ListJobs(&context, request, &response);
+        if (!status.ok()) return FromGrpcStatus(status, "ListJobs");
+        for (v1::Job& job : *response.mutable_jobs()) jobs->push_back(std::move(job));
+        return std::move(*response.mutable_next_page_token());
+      });
 }
 
 absl::StatusOr<v1::Job> CoordinatorClient::CancelJob(const std::string& job_id,
@@ -133,16 +167,61 @@ absl::StatusOr<v1::ShardAssignment> CoordinatorClient::GetShardAssignment(
 }
 
 absl::StatusOr<std::vector<v1::WorkerInfo>> CoordinatorClient::ListWorkers(
-    bool include_lost) {
+    bool include_lost, int limit) {
+  return FollowPages<v1::WorkerInfo>(
+      limit,
+      [&](int page_size, const std::string& token,
+          std::vector<v1::WorkerInfo>* workers) -> absl::StatusOr<std::string> {
+        grpc::ClientContext context;
+        SetDeadline(context);
+        v1::ListWorkersRequest request;
+        request.set_include_lost(include_lost);
+        request.set_page_size(page_size);
+        request.set_page_token(token);
+        v1::ListWorkersResponse response;
+        grpc::Status status = cluster_->ListWorkers(&context, request, &response);
+        if (!status.ok()) return FromGrpcStatus(status, "ListWorkers");
+        for (v1::WorkerInfo& w : *response.mutable_workers()) {
+          workers->push_back(std::move(w));
+        }
+        return std::move(*response.mutable_next_page_token());
+      });
+}
+
+absl::StatusOr<v1::WorkerInfo> CoordinatorClient::GetWorker(
+    const std::string& worker) {
   grpc::ClientContext context;
   SetDeadline(context);
-  v1::ListWorkersRequest request;
-  request.set_include_lost(include_lost);
-  v1::ListWorkersResponse response;
-  grpc::Status status = cluster_->ListWorkers(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status, "ListWorkers");
-  return std::vector<v1::WorkerInfo>(response.workers().begin(),
-                                     response.workers().end());
+  v1::GetWorkerRequest request;
+  request.set_worker(worker);
+  v1::WorkerInfo info;
+  grpc::Status status = cluster_->GetWorker(&context, request, &info);
+  if (!status.ok()) return FromGrpcStatus(status, "GetWorker");
+  return info;
+}
+
+absl::StatusOr<v1::WorkerInfo> CoordinatorClient::DrainWorker(
+    const std::string& worker) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::DrainWorkerRequest request;
+  request.set_worker(worker);
+  v1::WorkerInfo info;
+  grpc::Status status = cluster_->DrainWorker(&context, request, &info);
+  if (!status.ok()) return FromGrpcStatus(status, "DrainWorker");
+  return info;
+}
+
+absl::StatusOr<v1::WorkerInfo> CoordinatorClient::UndrainWorker(
+    const std::string& worker) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::UndrainWorkerRequest request;
+  request.set_worker(worker);
+  v1::WorkerInfo info;
+  grpc::Status status = cluster_->UndrainWorker(&context, request, &info);
+  if (!status.ok()) return FromGrpcStatus(status, "UndrainWorker");
+  return info;
 }
 
 absl::Status CoordinatorClient::WatchJob(

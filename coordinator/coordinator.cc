@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/job_spec.h"
 #include "common/job_state.h"
@@ -77,7 +78,6 @@ struct Coordinator::WorkerRec {
   // Heartbeated since this coordinator started (restart recovery waits for
   // a heartbeat: only it says what the worker runs).
   bool heartbeated = false;
-  bool draining = false;
   absl::Time last_heartbeat;
   // The coordinator's assignment; job_num == 0 when none.
   int64_t job_num = 0;
@@ -428,7 +428,7 @@ std::string Coordinator::Who(const JobRec& job, int rank) const {
 
 v1::WorkerState Coordinator::StateOf(const WorkerRec& w) const {
   if (w.lost) return v1::LOST;
-  if (w.draining) return v1::DRAINING;
+  if (w.info.drain_requested()) return v1::DRAINING;
   if (w.job_num != 0) return v1::BUSY;
   return v1::IDLE;
 }
@@ -630,11 +630,6 @@ void Coordinator::ReleaseRank(JobRec& job, int rank, bool send_abort,
     abort->set_reason(std::string(reason));
     w.directives.push_back(std::move(d));
   }
-  if (w.draining && !w.lost) {
-    v1::Directive d;
-    d.mutable_drain();
-    w.directives.push_back(std::move(d));
-  }
 }
 
 void Coordinator::EndJob(JobRec& job, v1::JobState state, std::string reason) {
@@ -707,7 +702,8 @@ void Coordinator::Schedule() {
     const int world_size = job.job.spec().world_size();
     std::vector<IdleWorker> idle;
     for (const auto& [num, w] : workers_) {
-      if (w->confirmed && !w->lost && !w->draining && w->job_num == 0) {
+      if (w->confirmed && !w->lost && !w->info.drain_requested() &&
+          w->job_num == 0) {
         idle.push_back({num, w->info.host()});
       }
     }
@@ -827,7 +823,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
         MarkLost(*w, "it restarted (new incarnation)");
       }
       w->directives.clear();
-      w->draining = false;
+      w->info.set_drain_requested(false);
       *w->info.mutable_registered_time() = ToProto(now);
     }
   } else {
@@ -893,7 +889,11 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
   w->confirmed = true;
   w->heartbeated = true;
   w->last_heartbeat = clock_->Now();
-  if (req.state() == v1::DRAINING) w->draining = true;
+  if (req.state() == v1::DRAINING && !w->info.drain_requested()) {
+    // The worker is on its way out (it was told to drain before).
+    w->info.set_drain_requested(true);
+    PersistWorker(*w);
+  }
 
   const bool reports_job = !req.job_id().empty() && req.state() != v1::IDLE;
   auto matches_assignment = [&] {
@@ -967,31 +967,79 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
   return out;
 }
 
-absl::Status Coordinator::DrainWorker(absl::string_view worker_id) {
-  Locked lock(this);
-  WorkerRec* w = FindWorker(worker_id);
-  if (w == nullptr || w->lost) {
-    return absl::NotFoundError(
-        absl::StrCat("no live worker ", Clip(worker_id, 64)));
+absl::StatusOr<Coordinator::WorkerRec*> Coordinator::ResolveWorker(
+    absl::string_view worker) const {
+  if (std::optional<int64_t> num = ParseId(worker, kWorkerPrefix)) {
+    auto it = workers_.find(*num);
+    if (it != workers_.end()) return it->second.get();
   }
-  if (w->draining) return absl::OkStatus();
-  w->draining = true;
-  if (w->job_num == 0) {
-    v1::Directive d;
-    d.mutable_drain();
-    w->directives.push_back(std::move(d));
+  auto by_name = worker_by_name_.find(worker);
+  if (by_name != worker_by_name_.end()) {
+    return workers_.at(by_name->second).get();
   }
-  return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat(
+      "no worker \"", Clip(worker, 253), "\" (neither a worker id nor a name)"));
 }
 
-std::vector<v1::WorkerInfo> Coordinator::ListWorkers(bool include_lost) const {
+absl::StatusOr<v1::WorkerInfo> Coordinator::GetWorker(
+    absl::string_view worker) const {
   Locked lock(this);
-  std::vector<v1::WorkerInfo> out;
-  for (const auto& [num, w] : workers_) {
-    if (w->lost && !include_lost) continue;
-    out.push_back(InfoOf(*w));
+  ASSIGN_OR_RETURN(const WorkerRec* w, ResolveWorker(worker));
+  return InfoOf(*w);
+}
+
+absl::StatusOr<v1::WorkerInfo> Coordinator::DrainWorker(
+    absl::string_view worker) {
+  return SetDrainRequested(worker, true);
+}
+
+absl::StatusOr<v1::WorkerInfo> Coordinator::UndrainWorker(
+    absl::string_view worker) {
+  return SetDrainRequested(worker, false);
+}
+
+absl::StatusOr<v1::WorkerInfo> Coordinator::SetDrainRequested(
+    absl::string_view worker, bool drain) {
+  Locked lock(this);
+  ASSIGN_OR_RETURN(WorkerRec * w, ResolveWorker(worker));
+  if (w->lost) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", w->info.id(), " (", w->info.name(),
+        ") is LOST; it can be ", drain ? "drained" : "undrained",
+        " once it registers again"));
   }
-  return out;
+  if (w->info.drain_requested() != drain) {
+    w->info.set_drain_requested(drain);
+    PersistWorker(*w);
+    if (!drain) Schedule();  // a queued job may fit now
+    RETURN_IF_ERROR(Commit());
+  }
+  return InfoOf(*w);
+}
+
+absl::StatusOr<Coordinator::WorkerPage> Coordinator::ListWorkers(
+    bool include_lost, int page_size, absl::string_view page_token) const {
+  ASSIGN_OR_RETURN(const int size, ResolvePageSize(page_size, kWorkerPages));
+  const std::string filter = include_lost ? "lost=1" : "lost=0";
+  int64_t after = 0;
+  if (!page_token.empty()) {
+    ASSIGN_OR_RETURN(after, DecodePageToken(page_token, "workers", filter));
+  }
+  Locked lock(this);
+  WorkerPage page;
+  int64_t last = after;
+  for (auto it = workers_.upper_bound(after); it != workers_.end(); ++it) {
+    const WorkerRec& w = *it->second;
+    if (w.lost && !include_lost) continue;
+    if (static_cast<int>(page.workers.size()) == size) {
+      // There is more: the next page starts after the last one listed.
+      page.next_page_token = EncodePageToken("workers", filter, last);
+      break;
+    }
+    page.workers.push_back(InfoOf(w));
+    last = it->first;
+  }
+  return page;
 }
 
 // ---- Jobs ----
@@ -1040,31 +1088,46 @@ absl::StatusOr<v1::Job> Coordinator::GetJob(absl::string_view job_id) const {
   return j->job;
 }
 
-absl::StatusOr<std::vector<v1::Job>> Coordinator::ListJobs(
-    const std::vector<v1::JobState>& states, int limit) const {
-  if (limit < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("limit: must be >= 0, got ", limit));
-  }
+absl::StatusOr<Coordinator::JobPage> Coordinator::ListJobs(
+    const std::vector<v1::JobState>& states, int page_size,
+    absl::string_view page_token, int64_t max_bytes) const {
+  ASSIGN_OR_RETURN(const int size, ResolvePageSize(page_size, kJobPages));
   for (v1::JobState s : states) {
     if (!v1::JobState_IsValid(s) || s == v1::JOB_STATE_UNSPECIFIED) {
       return absl::InvalidArgumentError(
           absl::StrCat("states: unknown job state ", static_cast<int>(s)));
     }
   }
-  if (limit == 0 || limit > 1000) limit = 1000;
+  std::vector<int> wanted(states.begin(), states.end());
+  std::sort(wanted.begin(), wanted.end());
+  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  const std::string filter = absl::StrCat("states=", absl::StrJoin(wanted, ","));
+  // Newest first: the next page starts below the last job listed.
+  int64_t before = INT64_MAX;
+  if (!page_token.empty()) {
+    ASSIGN_OR_RETURN(before, DecodePageToken(page_token, "jobs", filter));
+  }
   Locked lock(this);
-  std::vector<v1::Job> out;
-  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
-    if (static_cast<int>(out.size()) >= limit) break;
+  JobPage page;
+  int64_t last = before;
+  int64_t bytes = 0;
+  for (auto it = std::make_reverse_iterator(jobs_.lower_bound(before));
+       it != jobs_.rend(); ++it) {
     const v1::Job& job = it->second->job;
-    if (!states.empty() &&
-        std::find(states.begin(), states.end(), job.state()) == states.end()) {
+    if (!wanted.empty() &&
+        !std::binary_search(wanted.begin(), wanted.end(), job.state())) {
       continue;
     }
-    out.push_back(job);
+    bytes += static_cast<int64_t>(job.ByteSizeLong()) + 8;
+    if (static_cast<int>(page.jobs.size()) == size ||
+        (bytes > max_bytes && !page.jobs.empty())) {
+      page.next_page_token = EncodePageToken("jobs", filter, last);
+      break;
+    }
+    page.jobs.push_back(job);
+    last = it->first;
   }
-  return out;
+  return page;
 }
 
 absl::StatusOr<v1::Job> Coordinator::CancelJob(absl::string_view job_id,

@@ -90,6 +90,7 @@
 #include "absl/time/time.h"
 #include "coordinator/clock.h"
 #include "coordinator/layout.h"
+#include "coordinator/paging.h"
 #include "coordinator/state_store.h"
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/job.pb.h"
@@ -181,11 +182,36 @@ class Coordinator {
   absl::StatusOr<SharedHeartbeat> HeartbeatShared(
       const v1::HeartbeatRequest& request);
 
-  // Marks a worker DRAINING (it finishes its job, takes no new one, and is
-  // sent a Drain directive). NotFound: unknown or LOST worker.
-  absl::Status DrainWorker(absl::string_view worker_id);
+  // `worker` is a worker id ("w-7") or a worker name; an id wins.
+  // NotFound: no such worker (the message names `worker`).
+  absl::StatusOr<v1::WorkerInfo> GetWorker(absl::string_view worker) const;
 
-  std::vector<v1::WorkerInfo> ListWorkers(bool include_lost) const;
+  // Takes the worker out of scheduling: it finishes its job, if any, and
+  // takes no new one until UndrainWorker (or until it restarts with a new
+  // incarnation). Its state is DRAINING. Idempotent; durable. The worker is
+  // not told to exit (no Drain directive).
+  // NotFound: no such worker. FailedPrecondition: the worker is LOST.
+  // Internal: the state database failed.
+  absl::StatusOr<v1::WorkerInfo> DrainWorker(absl::string_view worker);
+
+  // Makes the worker schedulable again (a queued job may start on it at
+  // once). Idempotent; durable. Errors: as DrainWorker.
+  absl::StatusOr<v1::WorkerInfo> UndrainWorker(absl::string_view worker);
+
+  // Page sizes of ListWorkers and ListJobs (AIP-158).
+  static constexpr PageLimits kWorkerPages{500, 1000};
+  static constexpr PageLimits kJobPages{100, 1000};
+
+  // Workers in id order, a page at a time.
+  // InvalidArgument: negative page_size, or a page_token that is not the
+  // next_page_token of an earlier call with the same include_lost.
+  struct WorkerPage {
+    std::vector<v1::WorkerInfo> workers;
+    // Empty on the last page.
+    std::string next_page_token;
+  };
+  absl::StatusOr<WorkerPage> ListWorkers(bool include_lost, int page_size,
+                                         absl::string_view page_token) const;
 
   // ---- Jobs ----
 
@@ -198,9 +224,18 @@ class Coordinator {
   // NotFound: no such job.
   absl::StatusOr<v1::Job> GetJob(absl::string_view job_id) const;
 
-  // Newest first. InvalidArgument: limit < 0 or an unknown state.
-  absl::StatusOr<std::vector<v1::Job>> ListJobs(
-      const std::vector<v1::JobState>& states, int limit) const;
+  // Newest first, a page at a time; a page also ends before its jobs would
+  // pass `max_bytes` serialized (it always holds at least one job).
+  // InvalidArgument: page_size < 0, an unknown state, or a page_token that is
+  // not the next_page_token of an earlier call with the same states.
+  struct JobPage {
+    std::vector<v1::Job> jobs;
+    // Empty on the last page.
+    std::string next_page_token;
+  };
+  absl::StatusOr<JobPage> ListJobs(const std::vector<v1::JobState>& states,
+                                   int page_size, absl::string_view page_token,
+                                   int64_t max_bytes = INT64_MAX) const;
 
   // NotFound: no such job. FailedPrecondition: already ended.
   // InvalidArgument: reason longer than max_reason_length.
@@ -336,6 +371,12 @@ class Coordinator {
   // Helpers; all need mu_.
   WorkerRec* FindWorker(absl::string_view worker_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // By id, else by name; NotFound naming `worker`.
+  absl::StatusOr<WorkerRec*> ResolveWorker(absl::string_view worker) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::WorkerInfo> SetDrainRequested(absl::string_view worker,
+                                                   bool drain)
+      ABSL_LOCKS_EXCLUDED(mu_);
   JobRec* FindJob(absl::string_view job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const JobRec* FindJob(absl::string_view job_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

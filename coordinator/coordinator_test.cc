@@ -180,10 +180,15 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   v1::WorkerState StateOf(const std::string& id) {
-    for (const auto& w : c_->ListWorkers(true)) {
-      if (w.id() == id) return w.state();
-    }
-    return v1::WORKER_STATE_UNSPECIFIED;
+    auto w = c_->GetWorker(id);
+    return w.ok() ? w->state() : v1::WORKER_STATE_UNSPECIFIED;
+  }
+
+  // The first page of workers (every worker, in these tests).
+  std::vector<v1::WorkerInfo> Workers(bool include_lost) {
+    auto page = c_->ListWorkers(include_lost, 1000, "");
+    EXPECT_OK(page);
+    return page.ok() ? page->workers : std::vector<v1::WorkerInfo>();
   }
 
   static bool HasAbort(const v1::HeartbeatResponse& resp, const std::string& job) {
@@ -207,7 +212,7 @@ TEST_F(CoordinatorTest, RegisterGivesStableIds) {
   EXPECT_EQ(b.id, "w-2");
   EXPECT_EQ(Register("pod-a").id, "w-1");  // same name, same id
   EXPECT_OK(Beat(a));
-  auto workers = c_->ListWorkers(false);
+  auto workers = Workers(false);
   ASSERT_THAT(workers, SizeIs(2));
   EXPECT_EQ(workers[0].name(), "pod-a");
   EXPECT_EQ(workers[0].state(), v1::IDLE);
@@ -242,7 +247,7 @@ TEST_F(CoordinatorTest, RegisterRejectsBadInput) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("device")));
   EXPECT_THAT(reg([](R& r) { r.set_device_kind(static_cast<v1::DeviceKind>(99)); }),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("device_kind")));
-  EXPECT_THAT(c_->ListWorkers(true), SizeIs(0));
+  EXPECT_THAT(Workers(true), SizeIs(0));
 }
 
 TEST_F(CoordinatorTest, RegistryIsCapped) {
@@ -279,7 +284,7 @@ TEST_F(CoordinatorTest, SilentWorkerBecomesLostAndMayRegisterAgain) {
   clock_.Advance(absl::Milliseconds(1));
   c_->Tick();
   EXPECT_EQ(StateOf(a.id), v1::LOST);
-  EXPECT_THAT(c_->ListWorkers(false), SizeIs(0));
+  EXPECT_THAT(Workers(false), SizeIs(0));
   EXPECT_THAT(Beat(a), StatusIs(absl::StatusCode::kNotFound, HasSubstr("lost")));
   EXPECT_EQ(Register("pod-a").id, a.id);
   EXPECT_EQ(StateOf(a.id), v1::IDLE);
@@ -289,16 +294,100 @@ TEST_F(CoordinatorTest, SilentWorkerBecomesLostAndMayRegisterAgain) {
   EXPECT_EQ(StateOf(a.id), v1::LOST);
 }
 
-TEST_F(CoordinatorTest, DrainedWorkerGetsDirectiveAndNoJobs) {
+TEST_F(CoordinatorTest, DrainStopsSchedulingAndUndrainResumesIt) {
   Worker a = Register("pod-a");
-  EXPECT_THAT(c_->DrainWorker("w-9"), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
-  ASSERT_OK(c_->DrainWorker(a.id));
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo info, c_->DrainWorker("pod-a"));  // by name
+  EXPECT_EQ(info.id(), a.id);
+  EXPECT_EQ(info.state(), v1::DRAINING);
+  EXPECT_TRUE(info.drain_requested());
+  ASSERT_OK(c_->DrainWorker(a.id));  // by id; idempotent
   EXPECT_EQ(StateOf(a.id), v1::DRAINING);
+  // The worker is not told to exit, and gets no job.
   ASSERT_OK_AND_ASSIGN(auto resp, Beat(a));
-  ASSERT_THAT(resp.directives(), SizeIs(1));
-  EXPECT_TRUE(resp.directives(0).has_drain());
+  EXPECT_THAT(resp.directives(), SizeIs(0));
   ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(1)));
   EXPECT_EQ(GetJob(job.id()).state(), v1::QUEUED);
+  clock_.Advance(absl::Seconds(1));
+  c_->Tick();
+  EXPECT_EQ(GetJob(job.id()).state(), v1::QUEUED);
+  // Undrain: the queued job starts on it at once.
+  ASSERT_OK_AND_ASSIGN(info, c_->UndrainWorker(a.id));
+  EXPECT_FALSE(info.drain_requested());
+  EXPECT_EQ(info.state(), v1::BUSY);
+  EXPECT_EQ(GetJob(job.id()).state(), v1::STARTING);
+  ASSERT_OK(c_->UndrainWorker(a.id));  // idempotent
+  EXPECT_EQ(StartRank(a).job_id(), job.id());
+}
+
+TEST_F(CoordinatorTest, DrainingABusyWorkerLetsItsJobFinish) {
+  Worker a = Register("a");
+  Worker b = Register("b");
+  v1::Job job = StartJobOn(a, b);
+  PublishLayout(job, {1, 2});
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo info, c_->DrainWorker(a.id));
+  EXPECT_EQ(info.state(), v1::DRAINING);
+  EXPECT_EQ(info.job_id(), job.id());  // still running it
+  // The job goes on: heartbeats, then every rank finishes.
+  ASSERT_OK_AND_ASSIGN(auto resp, Beat(a, v1::BUSY, job.id(), 1));
+  EXPECT_THAT(resp.directives(), SizeIs(0));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::RUNNING);
+  for (int r = 0; r < 2; ++r) ASSERT_OK(Result(job, r, true));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::SUCCEEDED);
+  ASSERT_OK_AND_ASSIGN(info, c_->GetWorker(a.id));
+  EXPECT_EQ(info.state(), v1::DRAINING);
+  EXPECT_EQ(info.job_id(), "");
+  EXPECT_EQ(StateOf(b.id), v1::IDLE);
+  // Taken out of scheduling: a two-rank job waits, a one-rank one goes to b.
+  ASSERT_OK_AND_ASSIGN(v1::Job two, c_->SubmitJob(Spec(2)));
+  EXPECT_EQ(GetJob(two.id()).state(), v1::QUEUED);
+  ASSERT_OK(c_->CancelJob(two.id(), ""));
+  ASSERT_OK_AND_ASSIGN(v1::Job one, c_->SubmitJob(Spec(1)));
+  v1::Job started = GetJob(one.id());
+  EXPECT_EQ(started.state(), v1::STARTING);
+  EXPECT_EQ(started.members(0).worker_id(), b.id);
+}
+
+TEST_F(CoordinatorTest, DrainIsDurableAndEndsWithANewIncarnation) {
+  const std::string path = TempPath("drain.db");
+  Open(path);
+  Worker a = Register("a");
+  ASSERT_OK(c_->DrainWorker("a"));
+  Open(path);  // a coordinator restart keeps it
+  ASSERT_OK(Beat(a));
+  EXPECT_EQ(StateOf(a.id), v1::DRAINING);
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(1)));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::QUEUED);
+  // The worker restarts (a replacement pod): schedulable again.
+  Worker again = Register("a", "h1", "inc-2");
+  EXPECT_EQ(again.id, a.id);
+  EXPECT_EQ(StateOf(a.id), v1::BUSY);
+  EXPECT_EQ(GetJob(job.id()).state(), v1::STARTING);
+}
+
+TEST_F(CoordinatorTest, DrainValidatesTheWorker) {
+  Worker a = Register("a");
+  EXPECT_THAT(c_->DrainWorker("w-9"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no worker \"w-9\"")));
+  EXPECT_THAT(c_->UndrainWorker("pod-x"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no worker \"pod-x\"")));
+  EXPECT_THAT(c_->GetWorker(""), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  clock_.Advance(absl::Seconds(6));
+  c_->Tick();
+  ASSERT_EQ(StateOf(a.id), v1::LOST);
+  EXPECT_THAT(c_->DrainWorker(a.id),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("worker w-1 (a) is LOST")));
+  EXPECT_THAT(c_->UndrainWorker("a"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("LOST")));
+}
+
+TEST_F(CoordinatorTest, AnIdWinsOverAnotherWorkersName) {
+  Worker a = Register("a");
+  Worker named_like_a = Register(a.id);  // a worker whose name is "w-1"
+  ASSERT_EQ(named_like_a.id, "w-2");
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo info, c_->DrainWorker("w-1"));
+  EXPECT_EQ(info.name(), "a");
+  EXPECT_EQ(StateOf(named_like_a.id), v1::IDLE);
 }
 
 // ---- Jobs ----
@@ -312,8 +401,8 @@ TEST_F(CoordinatorTest, SubmitValidatesTheSpec) {
   spec.clear_name();
   EXPECT_THAT(c_->SubmitJob(spec),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("name")));
-  ASSERT_OK_AND_ASSIGN(auto jobs, c_->ListJobs({}, 0));
-  EXPECT_THAT(jobs, SizeIs(0));
+  ASSERT_OK_AND_ASSIGN(auto jobs, c_->ListJobs({}, 0, ""));
+  EXPECT_THAT(jobs.jobs, SizeIs(0));
 }
 
 TEST_F(CoordinatorTest, SubmitAppliesDefaultsAndQueues) {
@@ -1089,22 +1178,80 @@ TEST_F(CoordinatorTest, WaitForEvents) {
   EXPECT_FALSE(batch.terminal);
 }
 
-TEST_F(CoordinatorTest, ListJobsFiltersAndLimits) {
+TEST_F(CoordinatorTest, ListJobsFiltersAndPages) {
   for (int i = 0; i < 5; ++i) ASSERT_OK(c_->SubmitJob(Spec(1)));
   ASSERT_OK(c_->CancelJob("job-2", ""));
-  ASSERT_OK_AND_ASSIGN(auto all, c_->ListJobs({}, 0));
-  ASSERT_THAT(all, SizeIs(5));
-  EXPECT_EQ(all[0].id(), "job-5");  // newest first
-  ASSERT_OK_AND_ASSIGN(auto two, c_->ListJobs({}, 2));
-  EXPECT_THAT(two, SizeIs(2));
-  ASSERT_OK_AND_ASSIGN(auto cancelled, c_->ListJobs({v1::CANCELLED}, 0));
-  ASSERT_THAT(cancelled, SizeIs(1));
-  EXPECT_EQ(cancelled[0].id(), "job-2");
-  EXPECT_THAT(c_->ListJobs({}, -1), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
-  EXPECT_THAT(c_->ListJobs({static_cast<v1::JobState>(77)}, 0),
-              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  ASSERT_OK(c_->CancelJob("job-4", ""));
+  ASSERT_OK_AND_ASSIGN(auto all, c_->ListJobs({}, 0, ""));
+  ASSERT_THAT(all.jobs, SizeIs(5));
+  EXPECT_EQ(all.jobs[0].id(), "job-5");  // newest first
+  EXPECT_EQ(all.next_page_token, "");
+  // Pages of 2: 5 4 | 3 2 | 1, and a job submitted meanwhile is newer than
+  // the first page, so it does not show up on later ones.
+  std::vector<std::string> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    ASSERT_OK_AND_ASSIGN(auto page, c_->ListJobs({}, 2, token));
+    EXPECT_LE(page.jobs.size(), 2u);
+    for (const v1::Job& j : page.jobs) seen.push_back(j.id());
+    token = page.next_page_token;
+    if (++pages == 1) ASSERT_OK(c_->SubmitJob(Spec(1)));
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  EXPECT_THAT(seen, ElementsAre("job-5", "job-4", "job-3", "job-2", "job-1"));
+  // A filter pages too, and its token is refused with another filter.
+  ASSERT_OK_AND_ASSIGN(auto c1, c_->ListJobs({v1::CANCELLED}, 1, ""));
+  ASSERT_THAT(c1.jobs, SizeIs(1));
+  EXPECT_EQ(c1.jobs[0].id(), "job-4");
+  ASSERT_FALSE(c1.next_page_token.empty());
+  // The same states in another order and repeated are the same filter.
+  ASSERT_OK_AND_ASSIGN(auto c2, c_->ListJobs({v1::CANCELLED, v1::CANCELLED}, 1,
+                                             c1.next_page_token));
+  ASSERT_THAT(c2.jobs, SizeIs(1));
+  EXPECT_EQ(c2.jobs[0].id(), "job-2");
+  EXPECT_EQ(c2.next_page_token, "");
+  EXPECT_THAT(c_->ListJobs({v1::QUEUED}, 1, c1.next_page_token),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("page_token: made with other filters")));
+  EXPECT_THAT(c_->ListJobs({}, 0, "bogus"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("page_token: not a page token")));
+  EXPECT_THAT(c_->ListJobs({}, -1, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("page_size")));
+  EXPECT_THAT(c_->ListJobs({static_cast<v1::JobState>(77)}, 0, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("states")));
+  // A byte cap ends a page early (but never empty).
+  ASSERT_OK_AND_ASSIGN(auto small, c_->ListJobs({}, 0, "", 1));
+  ASSERT_THAT(small.jobs, SizeIs(1));
+  EXPECT_FALSE(small.next_page_token.empty());
   EXPECT_THAT(c_->GetJob("job-0"), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
   EXPECT_THAT(c_->GetJob("job-01"), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+}
+
+TEST_F(CoordinatorTest, ListWorkersPagesInIdOrder) {
+  for (int i = 0; i < 5; ++i) Register(absl::StrCat("pod-", i));
+  std::vector<std::string> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    ASSERT_OK_AND_ASSIGN(auto page, c_->ListWorkers(false, 2, token));
+    for (const v1::WorkerInfo& w : page.workers) seen.push_back(w.id());
+    token = page.next_page_token;
+    // Registered while paging: a new, larger id, on a later page.
+    if (++pages == 1) Register("pod-late");
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  EXPECT_THAT(seen, ElementsAre("w-1", "w-2", "w-3", "w-4", "w-5", "w-6"));
+  ASSERT_OK_AND_ASSIGN(auto first, c_->ListWorkers(false, 4, ""));
+  EXPECT_THAT(c_->ListWorkers(true, 4, first.next_page_token),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("page_token: made with other filters")));
+  EXPECT_THAT(c_->ListWorkers(false, -5, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("page_size: must be >= 0, got -5")));
+  ASSERT_OK_AND_ASSIGN(auto capped, c_->ListWorkers(false, 1 << 20, ""));
+  EXPECT_THAT(capped.workers, SizeIs(6));
 }
 
 // ---- Restart ----

@@ -152,14 +152,17 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*,
                                       v1::ListJobsResponse* resp) {
   std::vector<v1::JobState> states;
   for (int s : req->states()) states.push_back(static_cast<v1::JobState>(s));
-  absl::StatusOr<std::vector<v1::Job>> jobs = c_->ListJobs(states, req->limit());
-  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  int64_t bytes = 0;
-  for (v1::Job& job : *jobs) {
-    bytes += static_cast<int64_t>(job.ByteSizeLong()) + 8;
-    if (bytes > options_.max_list_response_bytes && resp->jobs_size() > 0) break;
-    *resp->add_jobs() = std::move(job);
+  if (req->limit() < 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("limit: must be >= 0, got ", req->limit())));
   }
+  // `limit` is the page size of clients written before paging.
+  const int page_size = req->page_size() != 0 ? req->page_size() : req->limit();
+  absl::StatusOr<Coordinator::JobPage> page = c_->ListJobs(
+      states, page_size, req->page_token(), options_.max_list_response_bytes);
+  if (!page.ok()) return ToGrpcStatus(page.status());
+  for (v1::Job& job : page->jobs) *resp->add_jobs() = std::move(job);
+  resp->set_next_page_token(std::move(page->next_page_token));
   return grpc::Status::OK;
 }
 
@@ -228,10 +231,36 @@ grpc::Status ShardServiceImpl::GetShardAssignment(
 grpc::Status ClusterServiceImpl::ListWorkers(grpc::ServerContext*,
                                              const v1::ListWorkersRequest* req,
                                              v1::ListWorkersResponse* resp) {
-  for (v1::WorkerInfo& w : c_->ListWorkers(req->include_lost())) {
-    *resp->add_workers() = std::move(w);
-  }
+  absl::StatusOr<Coordinator::WorkerPage> page =
+      c_->ListWorkers(req->include_lost(), req->page_size(), req->page_token());
+  if (!page.ok()) return ToGrpcStatus(page.status());
+  for (v1::WorkerInfo& w : page->workers) *resp->add_workers() = std::move(w);
+  resp->set_next_page_token(std::move(page->next_page_token));
   return grpc::Status::OK;
+}
+
+grpc::Status ClusterServiceImpl::GetWorker(grpc::ServerContext*,
+                                           const v1::GetWorkerRequest* req,
+                                           v1::WorkerInfo* resp) {
+  absl::StatusOr<v1::WorkerInfo> w = c_->GetWorker(req->worker());
+  if (w.ok()) *resp = *std::move(w);
+  return ToGrpcStatus(w.status());
+}
+
+grpc::Status ClusterServiceImpl::DrainWorker(grpc::ServerContext*,
+                                             const v1::DrainWorkerRequest* req,
+                                             v1::WorkerInfo* resp) {
+  absl::StatusOr<v1::WorkerInfo> w = c_->DrainWorker(req->worker());
+  if (w.ok()) *resp = *std::move(w);
+  return ToGrpcStatus(w.status());
+}
+
+grpc::Status ClusterServiceImpl::UndrainWorker(
+    grpc::ServerContext*, const v1::UndrainWorkerRequest* req,
+    v1::WorkerInfo* resp) {
+  absl::StatusOr<v1::WorkerInfo> w = c_->UndrainWorker(req->worker());
+  if (w.ok()) *resp = *std::move(w);
+  return ToGrpcStatus(w.status());
 }
 
 // ---- WorkerControl ----

@@ -41,8 +41,8 @@ struct ServiceOptions {
   int max_watchers = 32;
   // How long WatchJob waits for news before it checks for cancellation.
   absl::Duration watch_poll = absl::Seconds(1);
-  // ListJobs stops adding jobs past this many bytes, so that clients with
-  // gRPC's default 4 MiB receive limit can read the answer.
+  // A ListJobs page ends before this many bytes, so that clients with
+  // gRPC's default 4 MiB receive limit can read it.
   int64_t max_list_response_bytes = int64_t{3} << 20;
 };
 
@@ -93,6 +93,15 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
   grpc::Status ListWorkers(grpc::ServerContext* ctx,
                            const v1::ListWorkersRequest* req,
                            v1::ListWorkersResponse* resp) override;
+  grpc::Status GetWorker(grpc::ServerContext* ctx,
+                         const v1::GetWorkerRequest* req,
+                         v1::WorkerInfo* resp) override;
+  grpc::Status DrainWorker(grpc::ServerContext* ctx,
+                           const v1::DrainWorkerRequest* req,
+                           v1::WorkerInfo* resp) override;
+  grpc::Status UndrainWorker(grpc::ServerContext* ctx,
+                             const v1::UndrainWorkerRequest* req,
+                             v1::WorkerInfo* resp) override;
 
  private:
   coordinator::Coordinator* const c_;
