@@ -463,9 +463,12 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
       const char* method = "";
       switch (k % 4) {
         case 0: {
+          // One page, as a paging client asks for the first one.
           method = "ListWorkers";
+          v1::ListWorkersRequest req;
+          req.set_page_size(opt.list_page_size);
           v1::ListWorkersResponse resp;
-          s = cluster->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp);
+          s = cluster->ListWorkers(&ctx, req, &resp);
           break;
         }
         case 1: {

@@ -29,6 +29,9 @@ struct BenchOptions {
   absl::Duration steady = absl::Seconds(10);
   // Status queries per second during the whole run.
   int status_qps = 20;
+  // page_size of the status client's ListWorkers (0: the server's default,
+  // 500).
+  int list_page_size = 0;
   // Concurrent RegisterWorker / ReportBuckets / ReportResult calls.
   int max_in_flight = 128;
   // gRPC channels the simulated workers spread over.
