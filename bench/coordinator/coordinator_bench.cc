@@ -285,6 +285,10 @@ std::string BenchReport::ToString() const {
       assignment_first_ms, assignment_all_ms);
   absl::StrAppendFormat(&out, "assignment imbalance:            %.4f\n",
                         imbalance);
+  absl::StrAppendFormat(&out,
+                        "message bytes: layout report (rank 0) %d, fingerprint "
+                        "report (other ranks) %d, assignment as a rank gets it %d\n",
+                        layout_bytes, fingerprint_report_bytes, assignment_bytes);
   absl::StrAppendFormat(&out, "job state:                       %s\n", job_state);
   absl::StrAppendFormat(&out, "coordinator CPU steady phase:    %.1f%% of a core\n",
                         steady_cpu_percent);
@@ -624,6 +628,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   absl::Time first_answer = absl::InfiniteFuture();
   absl::Time last_answer = absl::InfinitePast();
   double imbalance = 0;
+  int64_t assignment_bytes = 0;
   for (int r = 0; r < world; ++r) {
     using Call = AsyncCall<grpc::ByteBuffer, grpc::ByteBuffer>;
     auto* call = new Call;
@@ -643,14 +648,16 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
         [&, call, parse](grpc::Status s) {
           const absl::Time now = absl::Now();
           v1::ShardAssignment a;
-          if (s.ok() && parse && !a.ParseFromString(BufferToString(call->resp))) {
-            ++assign_errors;
-          }
+          const std::string bytes = parse ? BufferToString(call->resp) : "";
+          if (s.ok() && parse && !a.ParseFromString(bytes)) ++assign_errors;
           {
             absl::MutexLock lock(&t_mu);
             first_answer = std::min(first_answer, now);
             last_answer = std::max(last_answer, now);
-            if (parse) imbalance = a.imbalance();
+            if (parse) {
+              imbalance = a.imbalance();
+              assignment_bytes = static_cast<int64_t>(bytes.size());
+            }
           }
           if (!s.ok()) ++assign_errors;
           ++assigned;
@@ -678,6 +685,17 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   const std::string fingerprint =
       coordinator::LayoutFingerprint(layout.buckets());
   const grpc::Slice shared_buckets(layout.SerializeAsString());
+  report.layout_bytes = static_cast<int64_t>(layout.ByteSizeLong());
+  report.fingerprint_report_bytes = [&] {
+    v1::ReportBucketsRequest head;
+    head.set_job_id(job.id());
+    head.set_epoch(epoch);
+    head.set_rank(world - 1);
+    head.set_worker_id(sims[worker_of[world - 1]]->id);
+    head.set_layout_fingerprint(fingerprint);
+    *head.mutable_timeout() = ToProto(absl::Seconds(30));
+    return static_cast<int64_t>(head.ByteSizeLong());
+  }();
   absl::Time last_report_sent;
   absl::Time last_report_answered = absl::InfinitePast();
   for (int r = 0; r < world; ++r) {
@@ -741,6 +759,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     report.assignment_all_ms =
         absl::ToDoubleMilliseconds(last_answer - last_report_sent);
     report.imbalance = imbalance;
+    report.assignment_bytes = assignment_bytes;
   }
   if (assign_errors > 0 || assigned < world) {
     finish_threads();

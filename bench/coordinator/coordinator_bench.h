@@ -71,6 +71,12 @@ struct BenchReport {
   double assignment_first_ms = 0;
   double assignment_all_ms = 0;
   double imbalance = 0;
+  // Sizes on the wire: rank 0's layout report (the ReportBucketsRequest
+  // with job id, epoch, rank and worker id too), another rank's fingerprint
+  // report, and the assignment as rank 0 receives it (owners view).
+  int64_t layout_bytes = 0;
+  int64_t fingerprint_report_bytes = 0;
+  int64_t assignment_bytes = 0;
   std::string job_state;
   // Coordinator process: CPU seconds and share of one core per phase.
   double steady_cpu_percent = 0;
