@@ -73,26 +73,30 @@ void CoordinatorClient::SetDeadline(grpc::ClientContext& context) const {
   context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
 }
 
-absl::StatusOr<v1::Job> CoordinatorClient::SubmitJob(const v1::JobSpec& spec) {
+template <typename Stub, typename Request, typename Response>
+absl::StatusOr<Response> CoordinatorClient::Call(
+    const char* method, Stub* stub,
+    grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
+    const Request& request) const {
   grpc::ClientContext context;
   SetDeadline(context);
+  Response response;
+  grpc::Status status = (stub->*rpc)(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status, method);
+  return response;
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::SubmitJob(const v1::JobSpec& spec) {
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
-  v1::Job job;
-  grpc::Status status = jobs_->SubmitJob(&context, request, &job);
-  if (!status.ok()) return FromGrpcStatus(status, "SubmitJob");
-  return job;
+  return Call("SubmitJob", jobs_.get(), &v1::JobService::Stub::SubmitJob,
+              request);
 }
 
 absl::StatusOr<v1::Job> CoordinatorClient::GetJob(const std::string& job_id) {
-  grpc::ClientContext context;
-  SetDeadline(context);
   v1::GetJobRequest request;
   request.set_job_id(job_id);
-  v1::Job job;
-  grpc::Status status = jobs_->GetJob(&context, request, &job);
-  if (!status.ok()) return FromGrpcStatus(status, "GetJob");
-  return job;
+  return Call("GetJob", jobs_.get(), &v1::JobService::Stub::GetJob, request);
 }
 
 namespace {
@@ -126,15 +130,13 @@ absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs(
       limit,
       [&](int page_size, const std::string& token,
           std::vector<v1::Job>* jobs) -> absl::StatusOr<std::string> {
-        grpc::ClientContext context;
-        SetDeadline(context);
         v1::ListJobsRequest request;
         for (v1::JobState s : states) request.add_states(s);
         request.set_page_size(page_size);
         request.set_page_token(token);
-        v1::ListJobsResponse response;
-        grpc::Status status = jobs_->ListJobs(&context, request, &response);
-        if (!status.ok()) return FromGrpcStatus(status, "ListJobs");
+        ASSIGN_OR_RETURN(v1::ListJobsResponse response,
+                         Call("ListJobs", jobs_.get(),
+                              &v1::JobService::Stub::ListJobs, request));
         for (v1::Job& job : *response.mutable_jobs()) jobs->push_back(std::move(job));
         return std::move(*response.mutable_next_page_token());
       });
@@ -142,28 +144,19 @@ absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs(
 
 absl::StatusOr<v1::Job> CoordinatorClient::CancelJob(const std::string& job_id,
                                                      const std::string& reason) {
-  grpc::ClientContext context;
-  SetDeadline(context);
   v1::CancelJobRequest request;
   request.set_job_id(job_id);
   request.set_reason(reason);
-  v1::Job job;
-  grpc::Status status = jobs_->CancelJob(&context, request, &job);
-  if (!status.ok()) return FromGrpcStatus(status, "CancelJob");
-  return job;
+  return Call("CancelJob", jobs_.get(), &v1::JobService::Stub::CancelJob,
+              request);
 }
 
 absl::StatusOr<v1::ShardAssignment> CoordinatorClient::GetShardAssignment(
     const std::string& job_id) {
-  grpc::ClientContext context;
-  SetDeadline(context);
   v1::GetShardAssignmentRequest request;
   request.set_job_id(job_id);
-  v1::ShardAssignment assignment;
-  grpc::Status status =
-      shards_->GetShardAssignment(&context, request, &assignment);
-  if (!status.ok()) return FromGrpcStatus(status, "GetShardAssignment");
-  return assignment;
+  return Call("GetShardAssignment", shards_.get(),
+              &v1::ShardService::Stub::GetShardAssignment, request);
 }
 
 absl::StatusOr<std::vector<v1::WorkerInfo>> CoordinatorClient::ListWorkers(
@@ -172,15 +165,13 @@ absl::StatusOr<std::vector<v1::WorkerInfo>> CoordinatorClient::ListWorkers(
       limit,
       [&](int page_size, const std::string& token,
           std::vector<v1::WorkerInfo>* workers) -> absl::StatusOr<std::string> {
-        grpc::ClientContext context;
-        SetDeadline(context);
         v1::ListWorkersRequest request;
         request.set_include_lost(include_lost);
         request.set_page_size(page_size);
         request.set_page_token(token);
-        v1::ListWorkersResponse response;
-        grpc::Status status = cluster_->ListWorkers(&context, request, &response);
-        if (!status.ok()) return FromGrpcStatus(status, "ListWorkers");
+        ASSIGN_OR_RETURN(v1::ListWorkersResponse response,
+                         Call("ListWorkers", cluster_.get(),
+                              &v1::ClusterService::Stub::ListWorkers, request));
         for (v1::WorkerInfo& w : *response.mutable_workers()) {
           workers->push_back(std::move(w));
         }
@@ -190,38 +181,26 @@ absl::StatusOr<std::vector<v1::WorkerInfo>> CoordinatorClient::ListWorkers(
 
 absl::StatusOr<v1::WorkerInfo> CoordinatorClient::GetWorker(
     const std::string& worker) {
-  grpc::ClientContext context;
-  SetDeadline(context);
   v1::GetWorkerRequest request;
   request.set_worker(worker);
-  v1::WorkerInfo info;
-  grpc::Status status = cluster_->GetWorker(&context, request, &info);
-  if (!status.ok()) return FromGrpcStatus(status, "GetWorker");
-  return info;
+  return Call("GetWorker", cluster_.get(),
+              &v1::ClusterService::Stub::GetWorker, request);
 }
 
 absl::StatusOr<v1::WorkerInfo> CoordinatorClient::DrainWorker(
     const std::string& worker) {
-  grpc::ClientContext context;
-  SetDeadline(context);
   v1::DrainWorkerRequest request;
   request.set_worker(worker);
-  v1::WorkerInfo info;
-  grpc::Status status = cluster_->DrainWorker(&context, request, &info);
-  if (!status.ok()) return FromGrpcStatus(status, "DrainWorker");
-  return info;
+  return Call("DrainWorker", cluster_.get(),
+              &v1::ClusterService::Stub::DrainWorker, request);
 }
 
 absl::StatusOr<v1::WorkerInfo> CoordinatorClient::UndrainWorker(
     const std::string& worker) {
-  grpc::ClientContext context;
-  SetDeadline(context);
   v1::UndrainWorkerRequest request;
   request.set_worker(worker);
-  v1::WorkerInfo info;
-  grpc::Status status = cluster_->UndrainWorker(&context, request, &info);
-  if (!status.ok()) return FromGrpcStatus(status, "UndrainWorker");
-  return info;
+  return Call("UndrainWorker", cluster_.get(),
+              &v1::ClusterService::Stub::UndrainWorker, request);
 }
 
 absl::Status CoordinatorClient::WatchJob(

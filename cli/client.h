@@ -90,6 +90,13 @@ class CoordinatorClient {
 
  private:
   void SetDeadline(grpc::ClientContext& context) const;
+  // One unary call with the RPC deadline; a failure names `method`.
+  template <typename Stub, typename Request, typename Response>
+  absl::StatusOr<Response> Call(
+      const char* method, Stub* stub,
+      grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&,
+                                Response*),
+      const Request& request) const;
 
   std::string address_;
   absl::Duration rpc_timeout_;

@@ -456,48 +456,46 @@ v1::WorkerInfo* FakeCoordinator::FindWorkerLocked(const std::string& worker) {
   return nullptr;
 }
 
+grpc::Status FakeCoordinator::UpdateWorker(
+    const std::string& worker, v1::WorkerInfo* response,
+    const std::function<void(v1::WorkerInfo&)>& change) {
+  absl::MutexLock lock(&mu_);
+  v1::WorkerInfo* w = FindWorkerLocked(worker);
+  if (w == nullptr) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("no worker \"", worker, "\""));
+  }
+  change(*w);
+  *response = *w;
+  return grpc::Status::OK;
+}
+
 grpc::Status FakeCoordinator::GetWorker(grpc::ServerContext*,
                                         const v1::GetWorkerRequest* request,
                                         v1::WorkerInfo* response) {
-  absl::MutexLock lock(&mu_);
-  ++get_worker_calls_;
-  v1::WorkerInfo* w = FindWorkerLocked(request->worker());
-  if (w == nullptr) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        absl::StrCat("no worker \"", request->worker(), "\""));
+  {
+    absl::MutexLock lock(&mu_);
+    ++get_worker_calls_;
   }
-  *response = *w;
-  return grpc::Status::OK;
+  return UpdateWorker(request->worker(), response, [](v1::WorkerInfo&) {});
 }
 
 grpc::Status FakeCoordinator::DrainWorker(grpc::ServerContext*,
                                           const v1::DrainWorkerRequest* request,
                                           v1::WorkerInfo* response) {
-  absl::MutexLock lock(&mu_);
-  v1::WorkerInfo* w = FindWorkerLocked(request->worker());
-  if (w == nullptr) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        absl::StrCat("no worker \"", request->worker(), "\""));
-  }
-  w->set_drain_requested(true);
-  w->set_state(v1::DRAINING);
-  *response = *w;
-  return grpc::Status::OK;
+  return UpdateWorker(request->worker(), response, [](v1::WorkerInfo& w) {
+    w.set_drain_requested(true);
+    w.set_state(v1::DRAINING);
+  });
 }
 
 grpc::Status FakeCoordinator::UndrainWorker(
     grpc::ServerContext*, const v1::UndrainWorkerRequest* request,
     v1::WorkerInfo* response) {
-  absl::MutexLock lock(&mu_);
-  v1::WorkerInfo* w = FindWorkerLocked(request->worker());
-  if (w == nullptr) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        absl::StrCat("no worker \"", request->worker(), "\""));
-  }
-  w->set_drain_requested(false);
-  w->set_state(w->job_id().empty() ? v1::IDLE : v1::BUSY);
-  *response = *w;
-  return grpc::Status::OK;
+  return UpdateWorker(request->worker(), response, [](v1::WorkerInfo& w) {
+    w.set_drain_requested(false);
+    w.set_state(w.job_id().empty() ? v1::IDLE : v1::BUSY);
+  });
 }
 
 void FakeCoordinator::FinishWorkerJob(const std::string& id) {

@@ -8,6 +8,7 @@
 #define PSHARD_CLI_FAKE_COORDINATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -125,6 +126,11 @@ class FakeCoordinator final : public v1::JobService::Service,
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::WorkerInfo* FindWorkerLocked(const std::string& worker)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies `change` to the worker with that id or name and returns it;
+  // NOT_FOUND naming `worker` if there is none.
+  grpc::Status UpdateWorker(const std::string& worker, v1::WorkerInfo* response,
+                            const std::function<void(v1::WorkerInfo&)>& change)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void SetStateLocked(JobRecord& record, v1::JobState state,
                       const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

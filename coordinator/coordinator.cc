@@ -572,32 +572,21 @@ void Coordinator::WakeEventWaiters(JobRec& job) {
 }
 
 void Coordinator::FailJobWaiters(JobRec& job, const absl::Status& status) {
-  for (auto& [key, ids] : job.kv_waiters) {
+  // Ends the waits in `ids` (those not already gone) with `status`.
+  auto fail = [&](std::vector<WaitId>& ids, auto Waiter::*callback) {
     for (WaitId id : ids) {
       auto it = waiters_.find(id);
       if (it == waiters_.end()) continue;
-      KvCallback done = std::move(it->second->kv_done);
+      auto done = std::move(it->second.get()->*callback);
       waiters_.erase(it);
       Defer([done = std::move(done), status] { done(status); });
     }
-  }
+    ids.clear();
+  };
+  for (auto& [key, ids] : job.kv_waiters) fail(ids, &Waiter::kv_done);
   job.kv_waiters.clear();
-  for (WaitId id : job.assignment_waiters) {
-    auto it = waiters_.find(id);
-    if (it == waiters_.end()) continue;
-    AssignmentCallback done = std::move(it->second->assignment_done);
-    waiters_.erase(it);
-    Defer([done = std::move(done), status] { done(status); });
-  }
-  job.assignment_waiters.clear();
-  for (WaitId id : job.layout_waiters) {
-    auto it = waiters_.find(id);
-    if (it == waiters_.end()) continue;
-    ReportCallback done = std::move(it->second->report_done);
-    waiters_.erase(it);
-    Defer([done = std::move(done), status] { done(status); });
-  }
-  job.layout_waiters.clear();
+  fail(job.assignment_waiters, &Waiter::assignment_done);
+  fail(job.layout_waiters, &Waiter::report_done);
 }
 
 absl::Status Coordinator::CheckWaiterCapacity() const {

@@ -126,6 +126,23 @@ class CliE2eTest : public ::testing::Test {
     return RunCli(args, timeout);
   }
 
+  // Submits a two-rank job that runs until cancelled; returns its id once it
+  // is RUNNING.
+  static std::string SubmitRunningJob(const std::string& name) {
+    const std::string spec = WriteTempFile(name + ".json", absl::StrCat(R"({
+      "name": ")", name, R"(", "world_size": 2, "backend": "gloo",
+      "synthetic": {"num_parameters": 4096, "tensor_numel": 1024},
+      "optimizer": {"kind": "sgd", "hyper_parameters": {"lr": 0.01}},
+      "steps": 100000000, "progress_every": 10})"));
+    CliResult submit = Cli({"submit", spec});
+    EXPECT_EQ(submit.exit_code, 0) << submit.err;
+    const std::string id(absl::StripTrailingAsciiWhitespace(submit.out));
+    EXPECT_TRUE(WaitUntil([&] { return GetJob(id).state() == v1::RUNNING; },
+                          absl::Seconds(30)))
+        << "job never RUNNING: " << GetJob(id).reason();
+    return id;
+  }
+
   static v1::Job GetJob(const std::string& id) {
     CliResult r = Cli({"get", id, "--output=json"});
     v1::Job job;
@@ -193,17 +210,8 @@ TEST_F(CliE2eTest, SubmitWithWatchExitsZeroOnSuccess) {
 }
 
 TEST_F(CliE2eTest, CancelARunningJob) {
-  const std::string spec = WriteTempFile("long.json", R"({
-    "name": "e2e-long", "world_size": 2, "backend": "gloo",
-    "synthetic": {"num_parameters": 4096, "tensor_numel": 1024},
-    "optimizer": {"kind": "sgd", "hyper_parameters": {"lr": 0.01}},
-    "steps": 100000000, "progress_every": 10})");
-  CliResult submit = Cli({"submit", spec});
-  ASSERT_EQ(submit.exit_code, 0) << submit.err;
-  const std::string id(absl::StripTrailingAsciiWhitespace(submit.out));
-  ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state() == v1::RUNNING; },
-                        absl::Seconds(30)))
-      << "job never RUNNING: " << GetJob(id).reason();
+  const std::string id = SubmitRunningJob("e2e-long");
+  ASSERT_FALSE(HasFailure());
 
   CliResult cancel = Cli({"cancel", id, "--reason=e2e test"});
   EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
@@ -222,17 +230,8 @@ TEST_F(CliE2eTest, CancelARunningJob) {
 // drain / undrain through the real binaries: a drained worker keeps its
 // running job, takes no new one, and comes back with undrain.
 TEST_F(CliE2eTest, DrainKeepsTheJobAndStopsSchedulingUntilUndrain) {
-  const std::string spec = WriteTempFile("drain-long.json", R"({
-    "name": "e2e-drain", "world_size": 2, "backend": "gloo",
-    "synthetic": {"num_parameters": 4096, "tensor_numel": 1024},
-    "optimizer": {"kind": "sgd", "hyper_parameters": {"lr": 0.01}},
-    "steps": 100000000, "progress_every": 10})");
-  CliResult submit = Cli({"submit", spec});
-  ASSERT_EQ(submit.exit_code, 0) << submit.err;
-  const std::string id(absl::StripTrailingAsciiWhitespace(submit.out));
-  ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state() == v1::RUNNING; },
-                        absl::Seconds(30)))
-      << "job never RUNNING: " << GetJob(id).reason();
+  const std::string id = SubmitRunningJob("e2e-drain");
+  ASSERT_FALSE(HasFailure());
 
   CliResult drain = Cli({"drain", "e2e-worker-0"});  // by name
   EXPECT_EQ(drain.exit_code, 0) << drain.err;
