@@ -1,5 +1,6 @@
 #include "cli/client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
@@ -71,78 +73,134 @@ void CoordinatorClient::SetDeadline(grpc::ClientContext& context) const {
   context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
 }
 
-absl::StatusOr<v1::Job> CoordinatorClient::SubmitJob(const v1::JobSpec& spec) {
+template <typename Stub, typename Request, typename Response>
+absl::StatusOr<Response> CoordinatorClient::Call(
+    const char* method, Stub* stub,
+    grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
+    const Request& request) const {
   grpc::ClientContext context;
   SetDeadline(context);
+  Response response;
+  grpc::Status status = (stub->*rpc)(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status, method);
+  return response;
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::SubmitJob(const v1::JobSpec& spec) {
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
-  v1::Job job;
-  grpc::Status status = jobs_->SubmitJob(&context, request, &job);
-  if (!status.ok()) return FromGrpcStatus(status, "SubmitJob");
-  return job;
+  return Call("SubmitJob", jobs_.get(), &v1::JobService::Stub::SubmitJob,
+              request);
 }
 
 absl::StatusOr<v1::Job> CoordinatorClient::GetJob(const std::string& job_id) {
-  grpc::ClientContext context;
-  SetDeadline(context);
   v1::GetJobRequest request;
   request.set_job_id(job_id);
-  v1::Job job;
-  grpc::Status status = jobs_->GetJob(&context, request, &job);
-  if (!status.ok()) return FromGrpcStatus(status, "GetJob");
-  return job;
+  return Call("GetJob", jobs_.get(), &v1::JobService::Stub::GetJob, request);
 }
+
+namespace {
+
+// Asks for pages of at most this many items (the servers' maximum).
+constexpr int kPageSize = 1000;
+
+// Calls `list(page_size, page_token, &items)` page after page until the last
+// page or `limit` items (0: no limit); returns the next_page_token given.
+template <typename Item, typename ListPage>
+absl::StatusOr<std::vector<Item>> FollowPages(int limit, ListPage list) {
+  std::vector<Item> items;
+  std::string token;
+  do {
+    int page_size = kPageSize;
+    if (limit > 0) {
+      page_size = std::min<int>(page_size, limit - static_cast<int>(items.size()));
+    }
+    ASSIGN_OR_RETURN(token, list(page_size, token, &items));
+  } while (!token.empty() &&
+           (limit == 0 || static_cast<int>(items.size()) < limit));
+  if (limit > 0 && static_cast<int>(items.size()) > limit) items.resize(limit);
+  return items;
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs(
     const std::vector<v1::JobState>& states, int limit) {
-  grpc::ClientContext context;
-  SetDeadline(context);
-  v1::ListJobsRequest request;
-  for (v1::JobState s : states) request.add_states(s);
-  request.set_limit(limit);
-  v1::ListJobsResponse response;
-  grpc::Status status = jobs_->ListJobs(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status, "ListJobs");
-  return std::vector<v1::Job>(response.jobs().begin(), response.jobs().end());
+  return FollowPages<v1::Job>(
+      limit,
+      [&](int page_size, const std::string& token,
+          std::vector<v1::Job>* jobs) -> absl::StatusOr<std::string> {
+        v1::ListJobsRequest request;
+        for (v1::JobState s : states) request.add_states(s);
+        request.set_page_size(page_size);
+        request.set_page_token(token);
+        ASSIGN_OR_RETURN(v1::ListJobsResponse response,
+                         Call("ListJobs", jobs_.get(),
+                              &v1::JobService::Stub::ListJobs, request));
+        for (v1::Job& job : *response.mutable_jobs()) jobs->push_back(std::move(job));
+        return std::move(*response.mutable_next_page_token());
+      });
 }
 
 absl::StatusOr<v1::Job> CoordinatorClient::CancelJob(const std::string& job_id,
                                                      const std::string& reason) {
-  grpc::ClientContext context;
-  SetDeadline(context);
   v1::CancelJobRequest request;
   request.set_job_id(job_id);
   request.set_reason(reason);
-  v1::Job job;
-  grpc::Status status = jobs_->CancelJob(&context, request, &job);
-  if (!status.ok()) return FromGrpcStatus(status, "CancelJob");
-  return job;
+  return Call("CancelJob", jobs_.get(), &v1::JobService::Stub::CancelJob,
+              request);
 }
 
 absl::StatusOr<v1::ShardAssignment> CoordinatorClient::GetShardAssignment(
     const std::string& job_id) {
-  grpc::ClientContext context;
-  SetDeadline(context);
   v1::GetShardAssignmentRequest request;
   request.set_job_id(job_id);
-  v1::ShardAssignment assignment;
-  grpc::Status status =
-      shards_->GetShardAssignment(&context, request, &assignment);
-  if (!status.ok()) return FromGrpcStatus(status, "GetShardAssignment");
-  return assignment;
+  return Call("GetShardAssignment", shards_.get(),
+              &v1::ShardService::Stub::GetShardAssignment, request);
 }
 
 absl::StatusOr<std::vector<v1::WorkerInfo>> CoordinatorClient::ListWorkers(
-    bool include_lost) {
-  grpc::ClientContext context;
-  SetDeadline(context);
-  v1::ListWorkersRequest request;
-  request.set_include_lost(include_lost);
-  v1::ListWorkersResponse response;
-  grpc::Status status = cluster_->ListWorkers(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status, "ListWorkers");
-  return std::vector<v1::WorkerInfo>(response.workers().begin(),
-                                     response.workers().end());
+    bool include_lost, int limit) {
+  return FollowPages<v1::WorkerInfo>(
+      limit,
+      [&](int page_size, const std::string& token,
+          std::vector<v1::WorkerInfo>* workers) -> absl::StatusOr<std::string> {
+        v1::ListWorkersRequest request;
+        request.set_include_lost(include_lost);
+        request.set_page_size(page_size);
+        request.set_page_token(token);
+        ASSIGN_OR_RETURN(v1::ListWorkersResponse response,
+                         Call("ListWorkers", cluster_.get(),
+                              &v1::ClusterService::Stub::ListWorkers, request));
+        for (v1::WorkerInfo& w : *response.mutable_workers()) {
+          workers->push_back(std::move(w));
+        }
+        return std::move(*response.mutable_next_page_token());
+      });
+}
+
+absl::StatusOr<v1::WorkerInfo> CoordinatorClient::GetWorker(
+    const std::string& worker) {
+  v1::GetWorkerRequest request;
+  request.set_worker(worker);
+  return Call("GetWorker", cluster_.get(),
+              &v1::ClusterService::Stub::GetWorker, request);
+}
+
+absl::StatusOr<v1::WorkerInfo> CoordinatorClient::DrainWorker(
+    const std::string& worker) {
+  v1::DrainWorkerRequest request;
+  request.set_worker(worker);
+  return Call("DrainWorker", cluster_.get(),
+              &v1::ClusterService::Stub::DrainWorker, request);
+}
+
+absl::StatusOr<v1::WorkerInfo> CoordinatorClient::UndrainWorker(
+    const std::string& worker) {
+  v1::UndrainWorkerRequest request;
+  request.set_worker(worker);
+  return Call("UndrainWorker", cluster_.get(),
+              &v1::ClusterService::Stub::UndrainWorker, request);
 }
 
 absl::Status CoordinatorClient::WatchJob(

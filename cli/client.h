@@ -62,13 +62,22 @@ class CoordinatorClient {
   // named in the message.
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  // Newest first, following the pages: every job when `limit` is 0,
+  // otherwise at most `limit`.
   absl::StatusOr<std::vector<v1::Job>> ListJobs(
       const std::vector<v1::JobState>& states, int limit);
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id,
                                     const std::string& reason);
   absl::StatusOr<v1::ShardAssignment> GetShardAssignment(
       const std::string& job_id);
-  absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers(bool include_lost);
+  // In id order, following the pages: every worker when `limit` is 0,
+  // otherwise at most `limit`.
+  absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers(bool include_lost,
+                                                          int limit = 0);
+  // `worker` is a worker id or name.
+  absl::StatusOr<v1::WorkerInfo> GetWorker(const std::string& worker);
+  absl::StatusOr<v1::WorkerInfo> DrainWorker(const std::string& worker);
+  absl::StatusOr<v1::WorkerInfo> UndrainWorker(const std::string& worker);
 
   // Streams the job's events after `after_sequence` to `on_event` until the
   // server ends the stream (the job reached a terminal state), `timeout`
@@ -81,6 +90,13 @@ class CoordinatorClient {
 
  private:
   void SetDeadline(grpc::ClientContext& context) const;
+  // One unary call with the RPC deadline; a failure names `method`.
+  template <typename Stub, typename Request, typename Response>
+  absl::StatusOr<Response> Call(
+      const char* method, Stub* stub,
+      grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&,
+                                Response*),
+      const Request& request) const;
 
   std::string address_;
   absl::Duration rpc_timeout_;

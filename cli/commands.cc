@@ -56,7 +56,8 @@ const CommandDoc kCommands[] = {
      "Flags:\n"
      "  --state=S1,S2            only jobs in these states (queued, starting, "
      "running, succeeded, failed, cancelled)\n"
-     "  --limit=N                at most N jobs (default: the server's, 1000)\n"},
+     "  --limit=N                at most N jobs (default 0: all, fetched page "
+     "by page)\n"},
     {"get", "JOB", "show one job: state, progress, members, output path", ""},
     {"watch", "JOB",
      "follow a job's progress until it ends; exit 0 only if it SUCCEEDED",
@@ -71,8 +72,24 @@ const CommandDoc kCommands[] = {
      "Fails (exit 1) while the job has no assignment yet: it is published "
      "once every rank has reported its bucket layout.\n"},
     {"workers", "", "list the worker pool",
+     "A worker taken out of scheduling by `drain` shows as DRAINING (with its "
+     "job while that still runs).\n\n"
      "Flags:\n"
-     "  --include_lost           also list LOST workers\n"},
+     "  --include_lost           also list LOST workers\n"
+     "  --limit=N                at most N workers (default 0: all, fetched "
+     "page by page)\n"},
+    {"drain", "WORKER",
+     "take a worker out of scheduling; its running job, if any, finishes",
+     "WORKER is a worker id (w-7) or name (e.g. the pod name). The worker "
+     "keeps running and heartbeating but gets no new job until `undrain` (or "
+     "until it restarts). Like `kubectl cordon`; with --wait, like `kubectl "
+     "drain`, it then waits until the worker runs no job.\n\n"
+     "Flags:\n"
+     "  --wait                   wait until the worker's job (if any) has ended\n"
+     "  --wait_timeout=DURATION  give up waiting after this long (default 1h; "
+     "exit 1)\n"},
+    {"undrain", "WORKER", "make a drained worker schedulable again",
+     "WORKER is a worker id (w-7) or name.\n"},
     {"cancel", "JOB", "cancel a job that has not ended",
      "Flags:\n"
      "  --reason=TEXT            recorded in the job's event log\n"},
@@ -162,6 +179,8 @@ class Runner {
     if (cmd == "watch") return Watch(args);
     if (cmd == "shards") return Shards(args);
     if (cmd == "workers") return Workers(args);
+    if (cmd == "drain") return Drain(args);
+    if (cmd == "undrain") return Undrain(args);
     if (cmd == "cancel") return Cancel(args);
     return UsageError(absl::StrCat("unknown command \"", cmd,
                                    "\"; run `pshardctl --help` for the list"));
@@ -243,9 +262,10 @@ class Runner {
 
   absl::StatusOr<int> Workers(const std::vector<std::string>& args) {
     RETURN_IF_ERROR(ExpectArgs(args, 0));
+    if (options_.limit < 0) return UsageError("--limit: must be >= 0");
     ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
     ASSIGN_OR_RETURN(std::vector<v1::WorkerInfo> workers,
-                     client->ListWorkers(options_.include_lost));
+                     client->ListWorkers(options_.include_lost, options_.limit));
     if (json()) {
       v1::ListWorkersResponse response;
       for (v1::WorkerInfo& w : workers) *response.add_workers() = std::move(w);
@@ -254,6 +274,65 @@ class Runner {
       *io_.out << FormatWorkersTable(workers);
     }
     return kExitOk;
+  }
+
+  absl::StatusOr<int> Drain(const std::vector<std::string>& args) {
+    RETURN_IF_ERROR(ExpectArgs(args, 1));
+    if (args[1].empty()) return UsageError("drain: WORKER must not be empty");
+    if (options_.wait_timeout <= absl::ZeroDuration()) {
+      return UsageError("--wait_timeout: must be positive");
+    }
+    ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
+    ASSIGN_OR_RETURN(v1::WorkerInfo worker, client->DrainWorker(args[1]));
+    if (options_.wait) {
+      const absl::Time give_up = absl::Now() + options_.wait_timeout;
+      while (!worker.job_id().empty()) {
+        if (!json()) {
+          *io_.out << DrainLine(worker) << "\n";
+          io_.out->flush();
+        }
+        // Poll once a poll interval, noticing Ctrl-C within 100 ms.
+        const absl::Time next = absl::Now() + options_.drain_poll;
+        while (absl::Now() < next) {
+          if (cancel_ != nullptr && cancel_->cancelled()) {
+            return absl::CancelledError("drain: interrupted while waiting");
+          }
+          absl::SleepFor(std::min(absl::Milliseconds(100), next - absl::Now()));
+        }
+        if (absl::Now() > give_up) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "drain: ", worker.id(), " still runs ", worker.job_id(), " after ",
+              absl::FormatDuration(options_.wait_timeout)));
+        }
+        ASSIGN_OR_RETURN(worker, client->GetWorker(worker.id()));
+      }
+    }
+    *io_.out << (json() ? ToJson(worker) : DrainLine(worker) + "\n");
+    return kExitOk;
+  }
+
+  absl::StatusOr<int> Undrain(const std::vector<std::string>& args) {
+    RETURN_IF_ERROR(ExpectArgs(args, 1));
+    if (args[1].empty()) return UsageError("undrain: WORKER must not be empty");
+    ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
+    ASSIGN_OR_RETURN(v1::WorkerInfo worker, client->UndrainWorker(args[1]));
+    if (json()) {
+      *io_.out << ToJson(worker);
+    } else {
+      *io_.out << worker.id() << " (" << worker.name() << ") "
+               << WorkerStateName(worker.state()) << ": schedulable\n";
+    }
+    return kExitOk;
+  }
+
+  // "w-3 (pod-a) DRAINING: runs job-4 (rank 0) until it ends, then no new job"
+  static std::string DrainLine(const v1::WorkerInfo& w) {
+    return absl::StrCat(
+        w.id(), " (", w.name(), ") ", WorkerStateName(w.state()), ": ",
+        w.job_id().empty()
+            ? "no job running, takes no new one"
+            : absl::StrCat("runs ", w.job_id(), " (rank ", w.rank(),
+                           ") until it ends, then no new job"));
   }
 
   absl::StatusOr<int> Cancel(const std::vector<std::string>& args) {

@@ -1,5 +1,5 @@
 // The pshardctl subcommands that talk to a running coordinator: submit, list,
-// get, watch, shards, workers, cancel. main() turns flags into CliOptions and
+// get, watch, shards, workers, drain, undrain, cancel. main() turns flags into CliOptions and
 // calls RunCommand; tests call it directly against an in-process server.
 //
 // Exit codes: 0 success; 1 a server or connection error, or a watched job that
@@ -52,10 +52,15 @@ struct CliOptions {
   bool watch = false;
   // list: comma-separated state names; empty = all.
   std::string states;
-  // list: at most this many jobs (0 = the server's default).
+  // list, workers: at most this many (0 = all, page after page).
   int limit = 0;
   // workers: include LOST workers.
   bool include_lost = false;
+  // drain: wait until the worker runs no job, polling every drain_poll, for
+  // at most wait_timeout.
+  bool wait = false;
+  absl::Duration wait_timeout = absl::Hours(1);
+  absl::Duration drain_poll = absl::Seconds(1);
   // cancel: recorded in the job's event log.
   std::string reason = "by pshardctl cancel";
 };
@@ -73,7 +78,7 @@ using Connector =
     std::function<absl::StatusOr<std::unique_ptr<CoordinatorClient>>()>;
 
 // Runs `args` (args[0] is the subcommand: submit, list, get, watch, shards,
-// workers, cancel) and returns the exit code. Errors are printed as one line
+// workers, drain, undrain, cancel) and returns the exit code. Errors are printed as one line
 // on io.err. `cancel` (may be null) interrupts a watch.
 int RunCommand(const std::vector<std::string>& args, const CliOptions& options,
                const CliIo& io, const Connector& connect,

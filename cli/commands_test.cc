@@ -247,6 +247,99 @@ TEST_F(CommandsTest, WorkersListsThePool) {
   EXPECT_THAT(out_.str(), AllOf(HasSubstr("w-1"), HasSubstr("LOST")));
 }
 
+TEST_F(CommandsTest, WorkersAndListFollowEveryPageOrStopAtTheLimit) {
+  for (int i = 1; i <= 1203; ++i) {
+    v1::WorkerInfo w;
+    w.set_id(absl::StrCat("w-", i));
+    w.set_name(absl::StrCat("pod-", i));
+    w.set_state(v1::IDLE);
+    fake_->AddWorker(w);
+  }
+  options_.output = OutputFormat::kJson;
+  EXPECT_EQ(Run({"workers"}), kExitOk) << err_.str();
+  v1::ListWorkersResponse all;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_.str(), &all).ok());
+  ASSERT_EQ(all.workers_size(), 1203);  // two pages of 1000 and 203
+  EXPECT_EQ(all.workers(1202).id(), "w-1203");
+  EXPECT_EQ(fake_->list_calls(), 2);
+  options_.limit = 5;
+  EXPECT_EQ(Run({"workers"}), kExitOk) << err_.str();
+  v1::ListWorkersResponse five;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_.str(), &five).ok());
+  EXPECT_EQ(five.workers_size(), 5);
+  EXPECT_EQ(fake_->list_calls(), 3);
+  for (int i = 0; i < 7; ++i) fake_->AddJob(ValidSpec());
+  options_.limit = 3;
+  EXPECT_EQ(Run({"list"}), kExitOk) << err_.str();
+  v1::ListJobsResponse jobs;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_.str(), &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 3);
+  options_.limit = -1;
+  EXPECT_EQ(Run({"workers"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--limit: must be >= 0"));
+}
+
+TEST_F(CommandsTest, DrainAndUndrain) {
+  v1::WorkerInfo w;
+  w.set_id("w-1");
+  w.set_name("pod-a");
+  w.set_state(v1::BUSY);
+  w.set_job_id("job-4");
+  w.set_rank(0);
+  fake_->AddWorker(w);
+  EXPECT_EQ(Run({"drain", "pod-a"}), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(),
+            "w-1 (pod-a) DRAINING: runs job-4 (rank 0) until it ends, then no "
+            "new job\n");
+  EXPECT_EQ(Run({"workers"}), kExitOk);
+  EXPECT_THAT(out_.str(), AllOf(HasSubstr("DRAINING"), HasSubstr("job-4")));
+  // --wait polls until the job has ended.
+  options_.wait = true;
+  options_.drain_poll = absl::Milliseconds(10);
+  std::thread finisher([&] {
+    const absl::Time until = absl::Now() + absl::Seconds(20);
+    while (fake_->get_worker_calls() < 2 && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    fake_->FinishWorkerJob("w-1");
+  });
+  EXPECT_EQ(Run({"drain", "w-1"}), kExitOk) << err_.str();
+  finisher.join();
+  EXPECT_THAT(out_.str(),
+              EndsWith("w-1 (pod-a) DRAINING: no job running, takes no new "
+                       "one\n"));
+  EXPECT_GE(fake_->get_worker_calls(), 2);
+  options_.wait = false;
+  EXPECT_EQ(Run({"undrain", "w-1"}), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "w-1 (pod-a) IDLE: schedulable\n");
+  options_.output = OutputFormat::kJson;
+  EXPECT_EQ(Run({"drain", "w-1"}), kExitOk) << err_.str();
+  v1::WorkerInfo info;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_.str(), &info).ok());
+  EXPECT_TRUE(info.drain_requested());
+  // Bad input.
+  EXPECT_EQ(Run({"drain", "pod-x"}), kExitError);
+  EXPECT_THAT(err_.str(), HasSubstr("no worker \"pod-x\""));
+  EXPECT_EQ(Run({"drain"}), kExitUsage);
+  EXPECT_EQ(Run({"undrain", "a", "b"}), kExitUsage);
+  options_.wait_timeout = absl::ZeroDuration();
+  EXPECT_EQ(Run({"drain", "w-1"}), kExitUsage);
+}
+
+TEST_F(CommandsTest, DrainWaitGivesUpAfterTheTimeout) {
+  v1::WorkerInfo w;
+  w.set_id("w-1");
+  w.set_name("pod-a");
+  w.set_state(v1::BUSY);
+  w.set_job_id("job-4");
+  fake_->AddWorker(w);
+  options_.wait = true;
+  options_.drain_poll = absl::Milliseconds(10);
+  options_.wait_timeout = absl::Milliseconds(50);
+  EXPECT_EQ(Run({"drain", "w-1"}), kExitError);
+  EXPECT_THAT(err_.str(), HasSubstr("w-1 still runs job-4 after 50ms"));
+}
+
 TEST_F(CommandsTest, CancelPassesTheReason) {
   const std::string id = fake_->AddJob(ValidSpec());
   options_.reason = "not needed";

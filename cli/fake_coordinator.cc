@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cli/format.h"
@@ -16,6 +17,28 @@
 
 namespace pshard::cli {
 namespace {
+
+// One page of `items` at offset `token` ("" = 0): a fake's paging, with the
+// coordinator's default page size and the same errors for bad input.
+template <typename T, typename Repeated>
+grpc::Status Page(const std::vector<const T*>& items, int page_size,
+                  const std::string& token, Repeated* out,
+                  std::string* next_token) {
+  if (page_size < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "page_size: must be >= 0");
+  }
+  if (page_size == 0) page_size = 500;
+  size_t start = 0;
+  if (!token.empty() && !absl::SimpleAtoi(token, &start)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "page_token: not a page token");
+  }
+  size_t i = start;
+  for (; i < items.size() && i < start + page_size; ++i) *out->Add() = *items[i];
+  if (i < items.size()) *next_token = absl::StrCat(i);
+  return grpc::Status::OK;
+}
 
 using google::protobuf::util::TimeUtil;
 
@@ -324,6 +347,8 @@ grpc::Status FakeCoordinator::ListJobs(grpc::ServerContext*,
   for (int s : request->states()) {
     last_list_states_.push_back(static_cast<v1::JobState>(s));
   }
+  ++list_calls_;
+  std::vector<const v1::Job*> matching;
   for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
     const v1::Job& job = it->second.job;
     if (!request->states().empty() &&
@@ -331,9 +356,10 @@ grpc::Status FakeCoordinator::ListJobs(grpc::ServerContext*,
                   job.state()) == request->states().end()) {
       continue;
     }
-    *response->add_jobs() = job;
+    matching.push_back(&job);
   }
-  return grpc::Status::OK;
+  return Page(matching, request->page_size(), request->page_token(),
+              response->mutable_jobs(), response->mutable_next_page_token());
 }
 
 grpc::Status FakeCoordinator::CancelJob(grpc::ServerContext*,
@@ -410,11 +436,85 @@ grpc::Status FakeCoordinator::ListWorkers(grpc::ServerContext*,
                                           const v1::ListWorkersRequest* request,
                                           v1::ListWorkersResponse* response) {
   absl::MutexLock lock(&mu_);
+  ++list_calls_;
+  std::vector<const v1::WorkerInfo*> matching;
   for (const v1::WorkerInfo& w : workers_) {
     if (w.state() == v1::LOST && !request->include_lost()) continue;
-    *response->add_workers() = w;
+    matching.push_back(&w);
   }
+  return Page(matching, request->page_size(), request->page_token(),
+              response->mutable_workers(), response->mutable_next_page_token());
+}
+
+v1::WorkerInfo* FakeCoordinator::FindWorkerLocked(const std::string& worker) {
+  for (v1::WorkerInfo& w : workers_) {
+    if (w.id() == worker) return &w;
+  }
+  for (v1::WorkerInfo& w : workers_) {
+    if (w.name() == worker) return &w;
+  }
+  return nullptr;
+}
+
+grpc::Status FakeCoordinator::UpdateWorker(
+    const std::string& worker, v1::WorkerInfo* response,
+    const std::function<void(v1::WorkerInfo&)>& change) {
+  absl::MutexLock lock(&mu_);
+  v1::WorkerInfo* w = FindWorkerLocked(worker);
+  if (w == nullptr) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("no worker \"", worker, "\""));
+  }
+  change(*w);
+  *response = *w;
   return grpc::Status::OK;
+}
+
+grpc::Status FakeCoordinator::GetWorker(grpc::ServerContext*,
+                                        const v1::GetWorkerRequest* request,
+                                        v1::WorkerInfo* response) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++get_worker_calls_;
+  }
+  return UpdateWorker(request->worker(), response, [](v1::WorkerInfo&) {});
+}
+
+grpc::Status FakeCoordinator::DrainWorker(grpc::ServerContext*,
+                                          const v1::DrainWorkerRequest* request,
+                                          v1::WorkerInfo* response) {
+  return UpdateWorker(request->worker(), response, [](v1::WorkerInfo& w) {
+    w.set_drain_requested(true);
+    w.set_state(v1::DRAINING);
+  });
+}
+
+grpc::Status FakeCoordinator::UndrainWorker(
+    grpc::ServerContext*, const v1::UndrainWorkerRequest* request,
+    v1::WorkerInfo* response) {
+  return UpdateWorker(request->worker(), response, [](v1::WorkerInfo& w) {
+    w.set_drain_requested(false);
+    w.set_state(w.job_id().empty() ? v1::IDLE : v1::BUSY);
+  });
+}
+
+void FakeCoordinator::FinishWorkerJob(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  v1::WorkerInfo* w = FindWorkerLocked(id);
+  if (w == nullptr) return;
+  w->clear_job_id();
+  w->set_rank(-1);
+  w->set_state(w->drain_requested() ? v1::DRAINING : v1::IDLE);
+}
+
+int FakeCoordinator::list_calls() const {
+  absl::MutexLock lock(&mu_);
+  return list_calls_;
+}
+
+int FakeCoordinator::get_worker_calls() const {
+  absl::MutexLock lock(&mu_);
+  return get_worker_calls_;
 }
 
 }  // namespace pshard::cli

@@ -8,6 +8,7 @@
 #define PSHARD_CLI_FAKE_COORDINATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -59,6 +60,11 @@ class FakeCoordinator final : public v1::JobService::Service,
   void SetAssignment(const std::string& job_id, v1::ShardAssignment assignment);
   void SetOutputPath(const std::string& job_id, const std::string& path);
   void AddWorker(v1::WorkerInfo worker);
+  // Ends the job of worker `id` (as if it finished): IDLE or DRAINING.
+  void FinishWorkerJob(const std::string& id);
+  // Requests served by ListJobs / ListWorkers / GetWorker so far.
+  int list_calls() const;
+  int get_worker_calls() const;
   // What the last ListJobs / CancelJob asked for.
   std::vector<v1::JobState> last_list_states() const;
   std::string last_cancel_reason() const;
@@ -86,9 +92,22 @@ class FakeCoordinator final : public v1::JobService::Service,
   grpc::Status GetShardAssignment(grpc::ServerContext* context,
                                   const v1::GetShardAssignmentRequest* request,
                                   v1::ShardAssignment* response) override;
+  // ListJobs and ListWorkers page like the coordinator (page_size, default
+  // 500; the token is the offset, not opaque).
   grpc::Status ListWorkers(grpc::ServerContext* context,
                            const v1::ListWorkersRequest* request,
                            v1::ListWorkersResponse* response) override;
+  // By id or name; Drain sets drain_requested and DRAINING, Undrain clears
+  // them (IDLE, or BUSY with a job).
+  grpc::Status GetWorker(grpc::ServerContext* context,
+                         const v1::GetWorkerRequest* request,
+                         v1::WorkerInfo* response) override;
+  grpc::Status DrainWorker(grpc::ServerContext* context,
+                           const v1::DrainWorkerRequest* request,
+                           v1::WorkerInfo* response) override;
+  grpc::Status UndrainWorker(grpc::ServerContext* context,
+                             const v1::UndrainWorkerRequest* request,
+                             v1::WorkerInfo* response) override;
 
   // A plausible assignment for `spec` with `world_size` ranks: four buckets
   // of different sizes, balanced.
@@ -105,6 +124,13 @@ class FakeCoordinator final : public v1::JobService::Service,
 
   std::string AddJobLocked(const v1::JobSpec& spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::WorkerInfo* FindWorkerLocked(const std::string& worker)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies `change` to the worker with that id or name and returns it;
+  // NOT_FOUND naming `worker` if there is none.
+  grpc::Status UpdateWorker(const std::string& worker, v1::WorkerInfo* response,
+                            const std::function<void(v1::WorkerInfo&)>& change)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void SetStateLocked(JobRecord& record, v1::JobState state,
                       const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -118,6 +144,8 @@ class FakeCoordinator final : public v1::JobService::Service,
   std::map<std::string, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
   int next_job_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<v1::WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
+  int list_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int get_worker_calls_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status next_submit_error_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::JobState> last_list_states_ ABSL_GUARDED_BY(mu_);
   std::string last_cancel_reason_ ABSL_GUARDED_BY(mu_);

@@ -32,7 +32,11 @@ ABSL_FLAG(std::string, output, "table", "Output format: table or json.");
 ABSL_FLAG(bool, watch, false, "submit: follow the job until it ends.");
 ABSL_FLAG(std::string, state, "",
           "list: comma-separated job states to show (e.g. running,queued).");
-ABSL_FLAG(int, limit, 0, "list: at most this many jobs (0: server default).");
+ABSL_FLAG(int, limit, 0,
+          "list, workers: at most this many (0: all, fetched page by page).");
+ABSL_FLAG(bool, wait, false, "drain: wait until the worker's job has ended.");
+ABSL_FLAG(absl::Duration, wait_timeout, absl::Hours(1),
+          "drain --wait: give up after this long.");
 ABSL_FLAG(bool, include_lost, false, "workers: include LOST workers.");
 ABSL_FLAG(std::string, reason, "by pshardctl cancel",
           "cancel: reason recorded in the job's event log.");
@@ -189,6 +193,8 @@ int main(int argc, char** argv) {
   options.states = absl::GetFlag(FLAGS_state);
   options.limit = absl::GetFlag(FLAGS_limit);
   options.include_lost = absl::GetFlag(FLAGS_include_lost);
+  options.wait = absl::GetFlag(FLAGS_wait);
+  options.wait_timeout = absl::GetFlag(FLAGS_wait_timeout);
   options.reason = absl::GetFlag(FLAGS_reason);
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);

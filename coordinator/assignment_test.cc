@@ -220,6 +220,32 @@ TEST(LayoutTest, BuildShardAssignment) {
   EXPECT_EQ(a.policy(), v1::JobSpec::ROUND_ROBIN);
 }
 
+TEST(LayoutTest, OwnersViewKeepsOnlyWhatARankNeeds) {
+  Layout layout = MakeLayout({{{"a", 4}}, {{"b", 2}, {"c", 3}}, {{"d", 1}}});
+  google::protobuf::RepeatedPtrField<v1::JobMember> members;
+  members.Add()->set_worker_id("w-7");
+  members.Add()->set_worker_id("w-9");
+  ASSERT_OK_AND_ASSIGN(
+      v1::ShardAssignment full,
+      BuildShardAssignment("job-1", 3, v1::JobSpec::BALANCED, layout, members));
+  const v1::ShardAssignment owners = OwnersView(full);
+  EXPECT_EQ(owners.job_id(), "job-1");
+  EXPECT_EQ(owners.epoch(), 3);
+  EXPECT_EQ(owners.policy(), v1::JobSpec::BALANCED);
+  EXPECT_DOUBLE_EQ(owners.imbalance(), full.imbalance());
+  EXPECT_EQ(owners.total_bytes(), full.total_bytes());
+  EXPECT_EQ(owners.ranks_size(), 0);
+  ASSERT_EQ(owners.buckets_size(), 3);
+  for (int b = 0; b < 3; ++b) {
+    v1::BucketAssignment expected;
+    expected.set_index(full.buckets(b).index());
+    expected.set_owner_rank(full.buckets(b).owner_rank());
+    EXPECT_EQ(owners.buckets(b).SerializeAsString(), expected.SerializeAsString())
+        << "bucket " << b;
+  }
+  EXPECT_LT(owners.ByteSizeLong(), full.ByteSizeLong() / 2);
+}
+
 }  // namespace
 }  // namespace coordinator
 }  // namespace pshard

@@ -2,16 +2,19 @@
 
 #include <algorithm>
 #include <deque>
+#include <iterator>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/job_spec.h"
 #include "common/job_state.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
+#include "coordinator/layout_fingerprint.h"
 #include "coordinator/scheduler.h"
 
 namespace pshard {
@@ -75,7 +78,6 @@ struct Coordinator::WorkerRec {
   // Heartbeated since this coordinator started (restart recovery waits for
   // a heartbeat: only it says what the worker runs).
   bool heartbeated = false;
-  bool draining = false;
   absl::Time last_heartbeat;
   // The coordinator's assignment; job_num == 0 when none.
   int64_t job_num = 0;
@@ -108,18 +110,23 @@ struct Coordinator::JobRec {
   // Ranks with finished == true.
   int finished_ranks = 0;
   std::optional<Layout> reference_layout;
-  // The reference report's bytes (ReportBucketsWire's buckets_wire).
+  // The reference report's bytes (ReportBucketsWire's buckets_wire) and
+  // their LayoutFingerprint.
   std::string reference_wire;
+  std::string reference_fingerprint;
   int reference_rank = -1;
   int layouts_reported = 0;
-  // The latest published assignment (any epoch).
+  // The latest published assignment (any epoch), and its OwnersView.
   AssignmentPtr assignment;
+  AssignmentPtr assignment_owners;
   absl::flat_hash_map<std::string, std::string> kv;
   int64_t kv_bytes = 0;
   absl::flat_hash_map<std::string, std::vector<WaitId>> kv_waiters;
   std::vector<WaitId> assignment_waiters;
+  // Fingerprint-only layout reports waiting for the first full one.
+  std::vector<WaitId> layout_waiters;
   std::vector<WaitId> event_waiters;
-  // spec + members of the current epoch's RunJob, serialized once.
+  // The spec of the current epoch's RunJob, serialized once.
   std::shared_ptr<const std::string> run_job_tail;
   bool recovering = false;
   bool progress_dirty = false;
@@ -127,12 +134,18 @@ struct Coordinator::JobRec {
 };
 
 struct Coordinator::Waiter {
-  enum Kind { kKv, kAssignment, kEvents } kind;
+  enum Kind { kKv, kAssignment, kEvents, kLayout } kind;
   int64_t job_num = 0;
   int64_t epoch = 0;
+  // kAssignment: wants the OwnersView.
+  bool owners_view = false;
+  // kLayout: the parked fingerprint report.
+  int rank = -1;
+  std::string fingerprint;
   absl::Time deadline;
   KvCallback kv_done;
   AssignmentCallback assignment_done;
+  ReportCallback report_done;
   EventsCallback events_done;
 };
 
@@ -264,6 +277,7 @@ Coordinator::~Coordinator() {
   for (auto& w : waiters) {
     if (w->kv_done) w->kv_done(s);
     if (w->assignment_done) w->assignment_done(s);
+    if (w->report_done) w->report_done(s);
     if (w->events_done) w->events_done(s);
   }
 }
@@ -290,6 +304,8 @@ absl::Status Coordinator::Load() {
     if (a != snap.assignments.end()) {
       j->assignment =
           std::make_shared<const v1::ShardAssignment>(std::move(a->second));
+      j->assignment_owners =
+          std::make_shared<const v1::ShardAssignment>(OwnersView(*j->assignment));
     }
     next_job_ = std::max(next_job_, num);
     const v1::JobState state = j->job.state();
@@ -412,7 +428,7 @@ std::string Coordinator::Who(const JobRec& job, int rank) const {
 
 v1::WorkerState Coordinator::StateOf(const WorkerRec& w) const {
   if (w.lost) return v1::LOST;
-  if (w.draining) return v1::DRAINING;
+  if (w.info.drain_requested()) return v1::DRAINING;
   if (w.job_num != 0) return v1::BUSY;
   return v1::IDLE;
 }
@@ -440,20 +456,81 @@ void Coordinator::PersistWorker(const WorkerRec& w) {
 }
 
 absl::Status Coordinator::Commit() {
-  StateStore::Batch batch;
-  for (int64_t num : pending_->jobs) {
-    auto it = jobs_.find(num);
-    if (it != jobs_.end()) batch.jobs.emplace_back(num, it->second->job);
+  uint64_t mine = 0;
+  if (!pending_->jobs.empty() || !pending_->workers.empty() ||
+      !pending_->events.empty() || !pending_->assignments.empty() ||
+      !pending_->finished_ranks.empty()) {
+    StateStore::Batch batch;
+    for (int64_t num : pending_->jobs) {
+      auto it = jobs_.find(num);
+      if (it != jobs_.end()) batch.jobs.emplace_back(num, it->second->job);
+    }
+    for (int64_t num : pending_->workers) {
+      auto it = workers_.find(num);
+      if (it != workers_.end()) {
+        batch.workers.emplace_back(num, it->second->info);
+      }
+    }
+    batch.events = std::move(pending_->events);
+    batch.assignments = std::move(pending_->assignments);
+    batch.finished_ranks = std::move(pending_->finished_ranks);
+    pending_ = std::make_unique<Pending>();
+    mine = ++sealed_seq_;
+    sealed_.emplace_back(mine, std::move(batch));
   }
-  for (int64_t num : pending_->workers) {
-    auto it = workers_.find(num);
-    if (it != workers_.end()) batch.workers.emplace_back(num, it->second->info);
+  // Wait for every batch sealed so far, ours or not: no reply may rest on
+  // state that is not durable yet.
+  const uint64_t ticket = sealed_seq_;
+  if (written_seq_ >= ticket) return absl::OkStatus();  // also: mine == 0
+  // Callbacks deferred so far belong to this section: they run when it ends,
+  // after the write, not from another section's Locked in the meantime.
+  std::vector<std::function<void()>> held = std::move(deferred_);
+  deferred_.clear();
+  mu_.Unlock();
+  absl::Status status = WriteSealed(ticket);
+  mu_.Lock();
+  held.insert(held.end(), std::make_move_iterator(deferred_.begin()),
+              std::make_move_iterator(deferred_.end()));
+  deferred_ = std::move(held);
+  return mine == 0 ? absl::OkStatus() : status;
+}
+
+absl::Status Coordinator::WriteSealed(uint64_t ticket) {
+  absl::MutexLock store_lock(&store_mu_);
+  std::deque<std::pair<uint64_t, StateStore::Batch>> group;
+  {
+    absl::MutexLock lock(&mu_);
+    if (written_seq_ >= ticket) {
+      // Another section wrote it while this one waited for store_mu_.
+      auto failed = failed_writes_.lower_bound(ticket);
+      if (failed != failed_writes_.end() && failed->second.first <= ticket) {
+        return failed->second.second;
+      }
+      return absl::OkStatus();
+    }
+    group.swap(sealed_);
   }
-  batch.events = std::move(pending_->events);
-  batch.assignments = std::move(pending_->assignments);
-  batch.finished_ranks = std::move(pending_->finished_ranks);
-  pending_ = std::make_unique<Pending>();
-  return store_->Commit(batch);
+  StateStore::Batch all;
+  for (auto& [seq, batch] : group) {
+    // Later batches' rows replace earlier ones (INSERT OR REPLACE, in order).
+    auto append = [](auto& to, auto& from) {
+      to.insert(to.end(), std::make_move_iterator(from.begin()),
+                std::make_move_iterator(from.end()));
+    };
+    append(all.workers, batch.workers);
+    append(all.jobs, batch.jobs);
+    append(all.events, batch.events);
+    append(all.assignments, batch.assignments);
+    append(all.finished_ranks, batch.finished_ranks);
+  }
+  const absl::Status status = store_->Commit(all);
+  absl::MutexLock lock(&mu_);
+  written_seq_ = group.back().first;
+  if (!status.ok()) {
+    failed_writes_[group.back().first] = {group.front().first, status};
+    if (failed_writes_.size() > 64) failed_writes_.erase(failed_writes_.begin());
+  }
+  return status;
 }
 
 void Coordinator::AppendEvent(JobRec& job, v1::JobEvent event) {
@@ -495,24 +572,21 @@ void Coordinator::WakeEventWaiters(JobRec& job) {
 }
 
 void Coordinator::FailJobWaiters(JobRec& job, const absl::Status& status) {
-  for (auto& [key, ids] : job.kv_waiters) {
+  // Ends the waits in `ids` (those not already gone) with `status`.
+  auto fail = [&](std::vector<WaitId>& ids, auto Waiter::*callback) {
     for (WaitId id : ids) {
       auto it = waiters_.find(id);
       if (it == waiters_.end()) continue;
-      KvCallback done = std::move(it->second->kv_done);
+      auto done = std::move(it->second.get()->*callback);
       waiters_.erase(it);
       Defer([done = std::move(done), status] { done(status); });
     }
-  }
+    ids.clear();
+  };
+  for (auto& [key, ids] : job.kv_waiters) fail(ids, &Waiter::kv_done);
   job.kv_waiters.clear();
-  for (WaitId id : job.assignment_waiters) {
-    auto it = waiters_.find(id);
-    if (it == waiters_.end()) continue;
-    AssignmentCallback done = std::move(it->second->assignment_done);
-    waiters_.erase(it);
-    Defer([done = std::move(done), status] { done(status); });
-  }
-  job.assignment_waiters.clear();
+  fail(job.assignment_waiters, &Waiter::assignment_done);
+  fail(job.layout_waiters, &Waiter::report_done);
 }
 
 absl::Status Coordinator::CheckWaiterCapacity() const {
@@ -545,11 +619,6 @@ void Coordinator::ReleaseRank(JobRec& job, int rank, bool send_abort,
     abort->set_reason(std::string(reason));
     w.directives.push_back(std::move(d));
   }
-  if (w.draining && !w.lost) {
-    v1::Directive d;
-    d.mutable_drain();
-    w.directives.push_back(std::move(d));
-  }
 }
 
 void Coordinator::EndJob(JobRec& job, v1::JobState state, std::string reason) {
@@ -573,6 +642,7 @@ void Coordinator::EndJob(JobRec& job, v1::JobState state, std::string reason) {
   job.kv_bytes = 0;
   job.reference_layout.reset();
   job.reference_wire.clear();
+  job.reference_fingerprint.clear();
 }
 
 void Coordinator::StartEpoch(JobRec& job,
@@ -586,6 +656,7 @@ void Coordinator::StartEpoch(JobRec& job,
   job.kv_bytes = 0;
   job.reference_layout.reset();
   job.reference_wire.clear();
+  job.reference_fingerprint.clear();
   job.reference_rank = -1;
   job.layouts_reported = 0;
   job.recovering = false;
@@ -620,7 +691,8 @@ void Coordinator::Schedule() {
     const int world_size = job.job.spec().world_size();
     std::vector<IdleWorker> idle;
     for (const auto& [num, w] : workers_) {
-      if (w->confirmed && !w->lost && !w->draining && w->job_num == 0) {
+      if (w->confirmed && !w->lost && !w->info.drain_requested() &&
+          w->job_num == 0) {
         idle.push_back({num, w->info.host()});
       }
     }
@@ -740,7 +812,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
         MarkLost(*w, "it restarted (new incarnation)");
       }
       w->directives.clear();
-      w->draining = false;
+      w->info.set_drain_requested(false);
       *w->info.mutable_registered_time() = ToProto(now);
     }
   } else {
@@ -806,7 +878,11 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
   w->confirmed = true;
   w->heartbeated = true;
   w->last_heartbeat = clock_->Now();
-  if (req.state() == v1::DRAINING) w->draining = true;
+  if (req.state() == v1::DRAINING && !w->info.drain_requested()) {
+    // The worker is on its way out (it was told to drain before).
+    w->info.set_drain_requested(true);
+    PersistWorker(*w);
+  }
 
   const bool reports_job = !req.job_id().empty() && req.state() != v1::IDLE;
   auto matches_assignment = [&] {
@@ -861,7 +937,6 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
         if (job.run_job_tail == nullptr) {
           v1::RunJobDirective tail;
           *tail.mutable_spec() = job.job.spec();
-          *tail.mutable_members() = job.job.members();
           job.run_job_tail =
               std::make_shared<const std::string>(tail.SerializeAsString());
         }
@@ -881,31 +956,79 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
   return out;
 }
 
-absl::Status Coordinator::DrainWorker(absl::string_view worker_id) {
-  Locked lock(this);
-  WorkerRec* w = FindWorker(worker_id);
-  if (w == nullptr || w->lost) {
-    return absl::NotFoundError(
-        absl::StrCat("no live worker ", Clip(worker_id, 64)));
+absl::StatusOr<Coordinator::WorkerRec*> Coordinator::ResolveWorker(
+    absl::string_view worker) const {
+  if (std::optional<int64_t> num = ParseId(worker, kWorkerPrefix)) {
+    auto it = workers_.find(*num);
+    if (it != workers_.end()) return it->second.get();
   }
-  if (w->draining) return absl::OkStatus();
-  w->draining = true;
-  if (w->job_num == 0) {
-    v1::Directive d;
-    d.mutable_drain();
-    w->directives.push_back(std::move(d));
+  auto by_name = worker_by_name_.find(worker);
+  if (by_name != worker_by_name_.end()) {
+    return workers_.at(by_name->second).get();
   }
-  return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat(
+      "no worker \"", Clip(worker, 253), "\" (neither a worker id nor a name)"));
 }
 
-std::vector<v1::WorkerInfo> Coordinator::ListWorkers(bool include_lost) const {
+absl::StatusOr<v1::WorkerInfo> Coordinator::GetWorker(
+    absl::string_view worker) const {
   Locked lock(this);
-  std::vector<v1::WorkerInfo> out;
-  for (const auto& [num, w] : workers_) {
-    if (w->lost && !include_lost) continue;
-    out.push_back(InfoOf(*w));
+  ASSIGN_OR_RETURN(const WorkerRec* w, ResolveWorker(worker));
+  return InfoOf(*w);
+}
+
+absl::StatusOr<v1::WorkerInfo> Coordinator::DrainWorker(
+    absl::string_view worker) {
+  return SetDrainRequested(worker, true);
+}
+
+absl::StatusOr<v1::WorkerInfo> Coordinator::UndrainWorker(
+    absl::string_view worker) {
+  return SetDrainRequested(worker, false);
+}
+
+absl::StatusOr<v1::WorkerInfo> Coordinator::SetDrainRequested(
+    absl::string_view worker, bool drain) {
+  Locked lock(this);
+  ASSIGN_OR_RETURN(WorkerRec * w, ResolveWorker(worker));
+  if (w->lost) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", w->info.id(), " (", w->info.name(),
+        ") is LOST; it can be ", drain ? "drained" : "undrained",
+        " once it registers again"));
   }
-  return out;
+  if (w->info.drain_requested() != drain) {
+    w->info.set_drain_requested(drain);
+    PersistWorker(*w);
+    if (!drain) Schedule();  // a queued job may fit now
+    RETURN_IF_ERROR(Commit());
+  }
+  return InfoOf(*w);
+}
+
+absl::StatusOr<Coordinator::WorkerPage> Coordinator::ListWorkers(
+    bool include_lost, int page_size, absl::string_view page_token) const {
+  ASSIGN_OR_RETURN(const int size, ResolvePageSize(page_size, kWorkerPages));
+  const std::string filter = include_lost ? "lost=1" : "lost=0";
+  int64_t after = 0;
+  if (!page_token.empty()) {
+    ASSIGN_OR_RETURN(after, DecodePageToken(page_token, "workers", filter));
+  }
+  Locked lock(this);
+  WorkerPage page;
+  int64_t last = after;
+  for (auto it = workers_.upper_bound(after); it != workers_.end(); ++it) {
+    const WorkerRec& w = *it->second;
+    if (w.lost && !include_lost) continue;
+    if (static_cast<int>(page.workers.size()) == size) {
+      // There is more: the next page starts after the last one listed.
+      page.next_page_token = EncodePageToken("workers", filter, last);
+      break;
+    }
+    page.workers.push_back(InfoOf(w));
+    last = it->first;
+  }
+  return page;
 }
 
 // ---- Jobs ----
@@ -954,31 +1077,46 @@ absl::StatusOr<v1::Job> Coordinator::GetJob(absl::string_view job_id) const {
   return j->job;
 }
 
-absl::StatusOr<std::vector<v1::Job>> Coordinator::ListJobs(
-    const std::vector<v1::JobState>& states, int limit) const {
-  if (limit < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("limit: must be >= 0, got ", limit));
-  }
+absl::StatusOr<Coordinator::JobPage> Coordinator::ListJobs(
+    const std::vector<v1::JobState>& states, int page_size,
+    absl::string_view page_token, int64_t max_bytes) const {
+  ASSIGN_OR_RETURN(const int size, ResolvePageSize(page_size, kJobPages));
   for (v1::JobState s : states) {
     if (!v1::JobState_IsValid(s) || s == v1::JOB_STATE_UNSPECIFIED) {
       return absl::InvalidArgumentError(
           absl::StrCat("states: unknown job state ", static_cast<int>(s)));
     }
   }
-  if (limit == 0 || limit > 1000) limit = 1000;
+  std::vector<int> wanted(states.begin(), states.end());
+  std::sort(wanted.begin(), wanted.end());
+  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  const std::string filter = absl::StrCat("states=", absl::StrJoin(wanted, ","));
+  // Newest first: the next page starts below the last job listed.
+  int64_t before = INT64_MAX;
+  if (!page_token.empty()) {
+    ASSIGN_OR_RETURN(before, DecodePageToken(page_token, "jobs", filter));
+  }
   Locked lock(this);
-  std::vector<v1::Job> out;
-  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
-    if (static_cast<int>(out.size()) >= limit) break;
+  JobPage page;
+  int64_t last = before;
+  int64_t bytes = 0;
+  for (auto it = std::make_reverse_iterator(jobs_.lower_bound(before));
+       it != jobs_.rend(); ++it) {
     const v1::Job& job = it->second->job;
-    if (!states.empty() &&
-        std::find(states.begin(), states.end(), job.state()) == states.end()) {
+    if (!wanted.empty() &&
+        !std::binary_search(wanted.begin(), wanted.end(), job.state())) {
       continue;
     }
-    out.push_back(job);
+    bytes += static_cast<int64_t>(job.ByteSizeLong()) + 8;
+    if (static_cast<int>(page.jobs.size()) == size ||
+        (bytes > max_bytes && !page.jobs.empty())) {
+      page.next_page_token = EncodePageToken("jobs", filter, last);
+      break;
+    }
+    page.jobs.push_back(job);
+    last = it->first;
   }
-  return out;
+  return page;
 }
 
 absl::StatusOr<v1::Job> Coordinator::CancelJob(absl::string_view job_id,
@@ -1165,34 +1303,98 @@ Coordinator::WaitId Coordinator::KvGet(absl::string_view job_id,
 
 // ---- Buckets and assignment ----
 
-absl::Status Coordinator::ReportBuckets(const v1::ReportBucketsRequest& req) {
+absl::StatusOr<v1::ReportBucketsResponse> Coordinator::ReportBuckets(
+    const v1::ReportBucketsRequest& req) {
   v1::ReportBucketsRequest buckets_only;
   *buckets_only.mutable_buckets() = req.buckets();
-  return ReportBucketsWire(req.job_id(), req.epoch(), req.rank(),
-                           req.worker_id(), buckets_only.SerializeAsString());
+  Locked lock(this);
+  // A deadline in the past: an unknown fingerprint is answered at once.
+  std::optional<absl::StatusOr<v1::ReportBucketsResponse>> answer =
+      ReportBucketsLocked(req.job_id(), req.epoch(), req.rank(),
+                          req.worker_id(), buckets_only.SerializeAsString(),
+                          req.layout_fingerprint(), absl::InfinitePast(),
+                          nullptr);
+  return *std::move(answer);
 }
 
-absl::Status Coordinator::ReportBucketsWire(absl::string_view job_id,
-                                            int64_t epoch, int rank,
-                                            absl::string_view worker_id,
-                                            absl::string_view buckets_wire) {
-  Locked lock(this);
-  ASSIGN_OR_RETURN(JobRec * j, ActiveJobAt(job_id, epoch));
-  RETURN_IF_ERROR(CheckRank(*j, rank, worker_id));
+Coordinator::WaitId Coordinator::ReportBucketsWire(
+    absl::string_view job_id, int64_t epoch, int rank,
+    absl::string_view worker_id, absl::string_view buckets_wire,
+    absl::string_view fingerprint, absl::Time deadline, ReportCallback done) {
+  std::optional<absl::StatusOr<v1::ReportBucketsResponse>> answer;
+  {
+    Locked lock(this);
+    WaitId id = 0;
+    answer = ReportBucketsLocked(job_id, epoch, rank, worker_id, buckets_wire,
+                                 fingerprint, deadline, &id);
+    if (!answer.has_value()) {
+      waiters_[id]->report_done = std::move(done);
+      return id;
+    }
+  }
+  // Answered here, not deferred: the report that completes the set would
+  // otherwise be answered after the thousands of assignment callbacks it
+  // released (on the notifier thread).
+  done(*std::move(answer));
+  return 0;
+}
+
+std::optional<absl::StatusOr<v1::ReportBucketsResponse>>
+Coordinator::ReportBucketsLocked(absl::string_view job_id, int64_t epoch,
+                                 int rank, absl::string_view worker_id,
+                                 absl::string_view buckets_wire,
+                                 absl::string_view fingerprint,
+                                 absl::Time deadline, WaitId* parked) {
+  const bool by_fingerprint = buckets_wire.empty() && !fingerprint.empty();
+  if (by_fingerprint && fingerprint.size() != kLayoutFingerprintBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layout_fingerprint: must be ", kLayoutFingerprintBytes,
+                     " bytes (SHA-256), got ", fingerprint.size()));
+  }
+  absl::StatusOr<JobRec*> found = ActiveJobAt(job_id, epoch);
+  if (!found.ok()) return found.status();
+  JobRec* j = *found;
+  if (absl::Status s = CheckRank(*j, rank, worker_id); !s.ok()) return s;
   Acknowledge(*j, rank);
+  v1::ReportBucketsResponse resp;
   auto fail = [&](const std::string& reason) -> absl::Status {
     EndJob(*j, v1::FAILED, reason);
     Schedule();
     RETURN_IF_ERROR(Commit());
     return absl::InvalidArgumentError(reason);
   };
-  const bool same_bytes = j->reference_layout.has_value() &&
-                          buckets_wire == j->reference_wire;
+  const bool same_bytes =
+      j->reference_layout.has_value() &&
+      (by_fingerprint ? fingerprint == j->reference_fingerprint
+                      : buckets_wire == j->reference_wire);
   if (!same_bytes) {
     if (!j->reference_layout && j->job.state() == v1::RUNNING) {
       // Recovered after a restart: the layout was checked before, and the
       // published assignment stands.
-      return absl::OkStatus();
+      return resp;
+    }
+    if (by_fingerprint) {
+      // Nothing is recorded (the Acknowledge above needs no commit). Before
+      // any rank has sent the layout in full, wait for one to do so, so
+      // that ranks reporting at the same moment do not all have to send it;
+      // otherwise this rank's layout differs and must be seen in full.
+      if (!j->reference_layout && clock_->Now() < deadline && parked != nullptr &&
+          CheckWaiterCapacity().ok()) {
+        auto w = std::make_unique<Waiter>();
+        w->kind = Waiter::kLayout;
+        w->job_num = j->num;
+        w->epoch = epoch;
+        w->deadline = CapDeadline(deadline);
+        w->rank = rank;
+        w->fingerprint = std::string(fingerprint);
+        *parked = ++next_wait_;
+        deadlines_.emplace(w->deadline, *parked);
+        waiters_[*parked] = std::move(w);
+        j->layout_waiters.push_back(*parked);
+        return std::nullopt;
+      }
+      resp.set_send_layout(true);
+      return resp;
     }
     v1::ReportBucketsRequest parsed;
     if (!parsed.ParseFromArray(buckets_wire.data(),
@@ -1211,6 +1413,8 @@ absl::Status Coordinator::ReportBucketsWire(absl::string_view job_id,
       j->reference_layout = std::move(*parsed.mutable_buckets());
       j->reference_rank = rank;
       j->reference_wire = std::string(buckets_wire);
+      j->reference_fingerprint = LayoutFingerprint(buckets_wire);
+      AnswerLayoutWaiters(*j);
     } else if (std::optional<LayoutDifference> diff =
                    CompareLayouts(*j->reference_layout, parsed.buckets())) {
       return fail(absl::StrCat("bucket layout mismatch: ", Who(*j, rank),
@@ -1218,16 +1422,37 @@ absl::Status Coordinator::ReportBucketsWire(absl::string_view job_id,
                                " at bucket ", diff->bucket, ": ", diff->detail));
     }
   }
-  if (!j->ranks[rank].layout_reported) {
-    j->ranks[rank].layout_reported = true;
-    ++j->layouts_reported;
-  }
+  MarkLayoutReported(*j, rank);
   if (j->job.state() == v1::STARTING &&
       j->layouts_reported == static_cast<int>(j->ranks.size())) {
     PublishAssignment(*j);
     Schedule();
   }
-  return Commit();
+  RETURN_IF_ERROR(Commit());
+  return resp;
+}
+
+void Coordinator::MarkLayoutReported(JobRec& job, int rank) {
+  if (!job.ranks[rank].layout_reported) {
+    job.ranks[rank].layout_reported = true;
+    ++job.layouts_reported;
+  }
+}
+
+void Coordinator::AnswerLayoutWaiters(JobRec& job) {
+  for (WaitId id : job.layout_waiters) {
+    auto it = waiters_.find(id);
+    if (it == waiters_.end()) continue;
+    v1::ReportBucketsResponse resp;
+    if (it->second->fingerprint == job.reference_fingerprint) {
+      MarkLayoutReported(job, it->second->rank);
+    } else {
+      resp.set_send_layout(true);
+    }
+    Defer([done = std::move(it->second->report_done), resp] { done(resp); });
+    waiters_.erase(it);
+  }
+  job.layout_waiters.clear();
 }
 
 void Coordinator::PublishAssignment(JobRec& job) {
@@ -1240,6 +1465,8 @@ void Coordinator::PublishAssignment(JobRec& job) {
     return;
   }
   job.assignment = std::make_shared<const v1::ShardAssignment>(*std::move(a));
+  job.assignment_owners =
+      std::make_shared<const v1::ShardAssignment>(OwnersView(*job.assignment));
   pending_->assignments.emplace_back(job.num, *job.assignment);
   Transition(job, v1::RUNNING,
              absl::StrFormat("assignment published: epoch %d, %d buckets, "
@@ -1252,20 +1479,27 @@ void Coordinator::PublishAssignment(JobRec& job) {
     auto it = waiters_.find(id);
     if (it == waiters_.end()) continue;
     AssignmentCallback done = std::move(it->second->assignment_done);
+    AssignmentPtr a = it->second->owners_view ? job.assignment_owners
+                                              : job.assignment;
     waiters_.erase(it);
-    Defer([done = std::move(done), a = job.assignment] { done(a); });
+    Defer([done = std::move(done), a = std::move(a)] { done(a); });
   }
   job.assignment_waiters.clear();
 }
 
 Coordinator::WaitId Coordinator::GetAssignment(absl::string_view job_id,
                                                int64_t epoch,
+                                               v1::AssignmentView view,
                                                absl::Time deadline,
                                                AssignmentCallback done) {
   Locked lock(this);
   absl::StatusOr<AssignmentPtr> immediate;
+  const bool owners_view = view == v1::ASSIGNMENT_VIEW_OWNERS;
   JobRec* j = FindJob(job_id);
-  if (j == nullptr) {
+  if (!v1::AssignmentView_IsValid(view)) {
+    immediate = absl::InvalidArgumentError(
+        absl::StrCat("view: unknown assignment view ", static_cast<int>(view)));
+  } else if (j == nullptr) {
     immediate = absl::NotFoundError(absl::StrCat("no job ", Clip(job_id, 64)));
   } else if (epoch != j->job.epoch()) {
     immediate = absl::FailedPreconditionError(absl::StrCat(
@@ -1273,7 +1507,7 @@ Coordinator::WaitId Coordinator::GetAssignment(absl::string_view job_id,
         epoch < j->job.epoch() ? "stale" : "unknown", "; current epoch is ",
         j->job.epoch()));
   } else if (j->assignment && j->assignment->epoch() == epoch) {
-    immediate = j->assignment;
+    immediate = owners_view ? j->assignment_owners : j->assignment;
   } else if (!IsActive(j->job.state())) {
     immediate = absl::FailedPreconditionError(absl::StrCat(
         j->job.id(), " is ", v1::JobState_Name(j->job.state()),
@@ -1291,6 +1525,7 @@ Coordinator::WaitId Coordinator::GetAssignment(absl::string_view job_id,
     w->kind = Waiter::kAssignment;
     w->job_num = j->num;
     w->epoch = epoch;
+    w->owners_view = owners_view;
     w->deadline = CapDeadline(deadline);
     w->assignment_done = std::move(done);
     const WaitId id = ++next_wait_;
@@ -1468,6 +1703,12 @@ void Coordinator::Tick() {
     if (w.kv_done) Defer([done = std::move(w.kv_done), s] { done(s); });
     if (w.assignment_done) {
       Defer([done = std::move(w.assignment_done), s] { done(s); });
+    }
+    if (w.report_done) {
+      // Nobody sent the layout in full in time: this rank sends it.
+      v1::ReportBucketsResponse send;
+      send.set_send_layout(true);
+      Defer([done = std::move(w.report_done), send] { done(send); });
     }
     if (w.events_done) Defer([done = std::move(w.events_done), s] { done(s); });
     waiters_.erase(it);

@@ -9,7 +9,16 @@
 // few tens of milliseconds and tests call after advancing a FakeClock.
 // Thread-safe: one mutex guards all state; every state change is committed to
 // the store before the method returns; callbacks of blocking waits run after
-// the mutex is released, never under it.
+// the mutex is released, never under it. The store is written without the
+// mutex (group commit): a method seals its writes as a batch, releases the
+// mutex while the batches sealed so far are written in order, in one
+// transaction, by whichever waiting method gets there first, and retakes it
+// (see Commit()). So a slow disk delays the methods that changed state, not
+// the heartbeats and status reads meanwhile. A method that changed nothing
+// still waits until every earlier batch is written, so no reply depends on
+// state that a crash could lose; only the read-only status methods (GetJob,
+// ListJobs, ListWorkers, GetShardAssignment, GetEvents) may show a change
+// a few hundred microseconds before it is durable.
 //
 // Worker membership (WorkerState):
 //
@@ -81,6 +90,7 @@
 #include "absl/time/time.h"
 #include "coordinator/clock.h"
 #include "coordinator/layout.h"
+#include "coordinator/paging.h"
 #include "coordinator/state_store.h"
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/job.pb.h"
@@ -132,6 +142,8 @@ class Coordinator {
   using AssignmentPtr = std::shared_ptr<const v1::ShardAssignment>;
   using AssignmentCallback = std::function<void(absl::StatusOr<AssignmentPtr>)>;
   using EventsCallback = std::function<void(absl::Status)>;
+  using ReportCallback =
+      std::function<void(absl::StatusOr<v1::ReportBucketsResponse>)>;
 
   // Loads the state in `store` (see "Restart" above).
   // Errors: those of StateStore::Load.
@@ -157,12 +169,12 @@ class Coordinator {
       const v1::HeartbeatRequest& request);
 
   // Heartbeat for servers that send bytes: the RunJob directive in
-  // `response` (at most one) lacks `spec` and `members`; `run_job_tail` is
-  // the wire form of a RunJobDirective holding just those two fields, shared
-  // by every rank of the job's epoch. Appending it to the serialized RunJob
-  // gives the full directive (protobuf merges concatenated messages). This
-  // keeps a 4096-rank job's start from copying and serializing the member
-  // list 4096 times. Errors: as Heartbeat.
+  // `response` (at most one) lacks `spec`; `run_job_tail` is the wire form of
+  // a RunJobDirective holding just that field, shared by every rank of the
+  // job's epoch. Appending it to the serialized RunJob gives the full
+  // directive (protobuf merges concatenated messages). RunJob carries no
+  // member list (ranks find each other through the rendezvous store).
+  // Errors: as Heartbeat.
   struct SharedHeartbeat {
     v1::HeartbeatResponse response;
     std::shared_ptr<const std::string> run_job_tail;
@@ -170,11 +182,36 @@ class Coordinator {
   absl::StatusOr<SharedHeartbeat> HeartbeatShared(
       const v1::HeartbeatRequest& request);
 
-  // Marks a worker DRAINING (it finishes its job, takes no new one, and is
-  // sent a Drain directive). NotFound: unknown or LOST worker.
-  absl::Status DrainWorker(absl::string_view worker_id);
+  // `worker` is a worker id ("w-7") or a worker name; an id wins.
+  // NotFound: no such worker (the message names `worker`).
+  absl::StatusOr<v1::WorkerInfo> GetWorker(absl::string_view worker) const;
 
-  std::vector<v1::WorkerInfo> ListWorkers(bool include_lost) const;
+  // Takes the worker out of scheduling: it finishes its job, if any, and
+  // takes no new one until UndrainWorker (or until it restarts with a new
+  // incarnation). Its state is DRAINING. Idempotent; durable. The worker is
+  // not told to exit (no Drain directive).
+  // NotFound: no such worker. FailedPrecondition: the worker is LOST.
+  // Internal: the state database failed.
+  absl::StatusOr<v1::WorkerInfo> DrainWorker(absl::string_view worker);
+
+  // Makes the worker schedulable again (a queued job may start on it at
+  // once). Idempotent; durable. Errors: as DrainWorker.
+  absl::StatusOr<v1::WorkerInfo> UndrainWorker(absl::string_view worker);
+
+  // Page sizes of ListWorkers and ListJobs (AIP-158).
+  static constexpr PageLimits kWorkerPages{500, 1000};
+  static constexpr PageLimits kJobPages{100, 1000};
+
+  // Workers in id order, a page at a time.
+  // InvalidArgument: negative page_size, or a page_token that is not the
+  // next_page_token of an earlier call with the same include_lost.
+  struct WorkerPage {
+    std::vector<v1::WorkerInfo> workers;
+    // Empty on the last page.
+    std::string next_page_token;
+  };
+  absl::StatusOr<WorkerPage> ListWorkers(bool include_lost, int page_size,
+                                         absl::string_view page_token) const;
 
   // ---- Jobs ----
 
@@ -187,9 +224,18 @@ class Coordinator {
   // NotFound: no such job.
   absl::StatusOr<v1::Job> GetJob(absl::string_view job_id) const;
 
-  // Newest first. InvalidArgument: limit < 0 or an unknown state.
-  absl::StatusOr<std::vector<v1::Job>> ListJobs(
-      const std::vector<v1::JobState>& states, int limit) const;
+  // Newest first, a page at a time; a page also ends before its jobs would
+  // pass `max_bytes` serialized (it always holds at least one job).
+  // InvalidArgument: page_size < 0, an unknown state, or a page_token that is
+  // not the next_page_token of an earlier call with the same states.
+  struct JobPage {
+    std::vector<v1::Job> jobs;
+    // Empty on the last page.
+    std::string next_page_token;
+  };
+  absl::StatusOr<JobPage> ListJobs(const std::vector<v1::JobState>& states,
+                                   int page_size, absl::string_view page_token,
+                                   int64_t max_bytes = INT64_MAX) const;
 
   // NotFound: no such job. FailedPrecondition: already ended.
   // InvalidArgument: reason longer than max_reason_length.
@@ -231,31 +277,49 @@ class Coordinator {
 
   // ---- Buckets and assignment ----
 
+  // A report with no buckets and a layout_fingerprint is accepted when the
+  // fingerprint is that of the epoch's first full report; otherwise the
+  // answer is send_layout=true and nothing is recorded (this form never
+  // waits; ReportBucketsWire does).
   // InvalidArgument: bad rank or worker, invalid layout, or a layout that
   //   differs from another rank's (both fail the job: "rank R (worker w-N)
-  //   ... at bucket B: ...").
+  //   ... at bucket B: ..."); a fingerprint that is not 32 bytes (the job
+  //   goes on).
   // NotFound: no such job. FailedPrecondition: the job is not STARTING or
   //   RUNNING at that epoch (stale epoch).
   // Internal: the state database failed.
-  absl::Status ReportBuckets(const v1::ReportBucketsRequest& request);
+  absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
+      const v1::ReportBucketsRequest& request);
 
-  // ReportBuckets for servers that receive bytes: `buckets_wire` is the wire
-  // form of a ReportBucketsRequest holding only its `buckets` (field 5). A
-  // report byte-identical to the first one of the epoch is accepted after a
-  // comparison of bytes (the common case: every rank reports the same
-  // layout); any other is parsed, validated and compared field by field.
+  // ReportBuckets for servers that receive bytes, answered through `done`
+  // (once; maybe before returning, never under the lock): `buckets_wire` is
+  // the wire form of a ReportBucketsRequest holding only its `buckets`
+  // (field 5), and `fingerprint` its layout_fingerprint. A report
+  // byte-identical to the first one of the epoch is accepted after a
+  // comparison of bytes; any other is parsed, validated and compared field by
+  // field. A fingerprint-only report that arrives before any rank sent the
+  // layout in full waits for that (until `deadline`, capped at now +
+  // max_wait; then send_layout=true), so that ranks reporting together need
+  // not all send it.
   // Errors: as ReportBuckets; InvalidArgument also for bytes that do not
-  // parse (the job fails).
-  absl::Status ReportBucketsWire(absl::string_view job_id, int64_t epoch,
-                                 int rank, absl::string_view worker_id,
-                                 absl::string_view buckets_wire);
+  // parse (the job fails); Aborted: the job ended or restarted while
+  // waiting.
+  WaitId ReportBucketsWire(absl::string_view job_id, int64_t epoch, int rank,
+                           absl::string_view worker_id,
+                           absl::string_view buckets_wire,
+                           absl::string_view fingerprint, absl::Time deadline,
+                           ReportCallback done);
 
-  // Calls `done` once with the assignment of (job, epoch) when published.
+  // Calls `done` once with the assignment of (job, epoch) when published, in
+  // `view` (UNSPECIFIED is FULL); every caller of a view gets the same
+  // shared message.
   // NotFound: no such job. FailedPrecondition: stale or unknown epoch, or the
   // job ended without one. Aborted: the job ended while waiting.
+  // InvalidArgument: unknown view.
   // DeadlineExceeded / ResourceExhausted: as KvGet.
   WaitId GetAssignment(absl::string_view job_id, int64_t epoch,
-                       absl::Time deadline, AssignmentCallback done);
+                       v1::AssignmentView view, absl::Time deadline,
+                       AssignmentCallback done);
 
   // The latest published assignment. NotFound: no such job.
   // FailedPrecondition: none published yet.
@@ -307,6 +371,12 @@ class Coordinator {
   // Helpers; all need mu_.
   WorkerRec* FindWorker(absl::string_view worker_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // By id, else by name; NotFound naming `worker`.
+  absl::StatusOr<WorkerRec*> ResolveWorker(absl::string_view worker) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::WorkerInfo> SetDrainRequested(absl::string_view worker,
+                                                   bool drain)
+      ABSL_LOCKS_EXCLUDED(mu_);
   JobRec* FindJob(absl::string_view job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const JobRec* FindJob(absl::string_view job_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -338,6 +408,17 @@ class Coordinator {
   void CheckRecovery(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Acknowledge(JobRec& job, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishAssignment(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The answer of a layout report, or nullopt when it was parked as wait
+  // `*parked` (only when `parked` is not null; the caller sets its callback).
+  std::optional<absl::StatusOr<v1::ReportBucketsResponse>> ReportBucketsLocked(
+      absl::string_view job_id, int64_t epoch, int rank,
+      absl::string_view worker_id, absl::string_view buckets_wire,
+      absl::string_view fingerprint, absl::Time deadline, WaitId* parked)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkLayoutReported(JobRec& job, int rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers the parked fingerprint reports once the reference layout is set.
+  void AnswerLayoutWaiters(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlushProgress(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailJobWaiters(JobRec& job, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -346,7 +427,14 @@ class Coordinator {
   absl::Time CapDeadline(absl::Time deadline) const;
   void PersistJob(const JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistWorker(const WorkerRec& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Seals the pending writes as the next batch; then, if any batch up to
+  // now is not yet written, releases mu_ (keeping the callbacks deferred so
+  // far for this section), writes through WriteSealed, and retakes mu_.
+  // Returns the outcome of this section's batch (OK when it had none).
   absl::Status Commit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes every sealed batch not yet written, unless batch `ticket` is
+  // written already; the outcome of `ticket`'s batch.
+  absl::Status WriteSealed(uint64_t ticket) ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
   void Defer(std::function<void()> fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
@@ -371,6 +459,17 @@ class Coordinator {
   // No worker can be lost before this time.
   absl::Time next_loss_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::unique_ptr<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // Group commit (Commit()): sealed batches in order, numbered from 1.
+  std::deque<std::pair<uint64_t, StateStore::Batch>> sealed_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t sealed_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // Batches up to this one are written (or failed).
+  uint64_t written_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // Failed writes: last ticket -> (first ticket, error); the latest 64.
+  std::map<uint64_t, std::pair<uint64_t, absl::Status>> failed_writes_
+      ABSL_GUARDED_BY(mu_);
+  // Held while writing; taken before mu_, never while holding it.
+  absl::Mutex store_mu_;
   std::vector<std::function<void()>> deferred_ ABSL_GUARDED_BY(mu_);
   // Declared last: destroyed first, after running what it was given.
   std::unique_ptr<Notifier> notifier_;

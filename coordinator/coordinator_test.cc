@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "coordinator/fake_clock.h"
+#include "coordinator/layout.h"
+#include "coordinator/layout_fingerprint.h"
 #include "coordinator/state_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -178,10 +180,15 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   v1::WorkerState StateOf(const std::string& id) {
-    for (const auto& w : c_->ListWorkers(true)) {
-      if (w.id() == id) return w.state();
-    }
-    return v1::WORKER_STATE_UNSPECIFIED;
+    auto w = c_->GetWorker(id);
+    return w.ok() ? w->state() : v1::WORKER_STATE_UNSPECIFIED;
+  }
+
+  // The first page of workers (every worker, in these tests).
+  std::vector<v1::WorkerInfo> Workers(bool include_lost) {
+    auto page = c_->ListWorkers(include_lost, 1000, "");
+    EXPECT_OK(page);
+    return page.ok() ? page->workers : std::vector<v1::WorkerInfo>();
   }
 
   static bool HasAbort(const v1::HeartbeatResponse& resp, const std::string& job) {
@@ -205,7 +212,7 @@ TEST_F(CoordinatorTest, RegisterGivesStableIds) {
   EXPECT_EQ(b.id, "w-2");
   EXPECT_EQ(Register("pod-a").id, "w-1");  // same name, same id
   EXPECT_OK(Beat(a));
-  auto workers = c_->ListWorkers(false);
+  auto workers = Workers(false);
   ASSERT_THAT(workers, SizeIs(2));
   EXPECT_EQ(workers[0].name(), "pod-a");
   EXPECT_EQ(workers[0].state(), v1::IDLE);
@@ -240,7 +247,7 @@ TEST_F(CoordinatorTest, RegisterRejectsBadInput) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("device")));
   EXPECT_THAT(reg([](R& r) { r.set_device_kind(static_cast<v1::DeviceKind>(99)); }),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("device_kind")));
-  EXPECT_THAT(c_->ListWorkers(true), SizeIs(0));
+  EXPECT_THAT(Workers(true), SizeIs(0));
 }
 
 TEST_F(CoordinatorTest, RegistryIsCapped) {
@@ -277,7 +284,7 @@ TEST_F(CoordinatorTest, SilentWorkerBecomesLostAndMayRegisterAgain) {
   clock_.Advance(absl::Milliseconds(1));
   c_->Tick();
   EXPECT_EQ(StateOf(a.id), v1::LOST);
-  EXPECT_THAT(c_->ListWorkers(false), SizeIs(0));
+  EXPECT_THAT(Workers(false), SizeIs(0));
   EXPECT_THAT(Beat(a), StatusIs(absl::StatusCode::kNotFound, HasSubstr("lost")));
   EXPECT_EQ(Register("pod-a").id, a.id);
   EXPECT_EQ(StateOf(a.id), v1::IDLE);
@@ -287,16 +294,100 @@ TEST_F(CoordinatorTest, SilentWorkerBecomesLostAndMayRegisterAgain) {
   EXPECT_EQ(StateOf(a.id), v1::LOST);
 }
 
-TEST_F(CoordinatorTest, DrainedWorkerGetsDirectiveAndNoJobs) {
+TEST_F(CoordinatorTest, DrainStopsSchedulingAndUndrainResumesIt) {
   Worker a = Register("pod-a");
-  EXPECT_THAT(c_->DrainWorker("w-9"), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
-  ASSERT_OK(c_->DrainWorker(a.id));
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo info, c_->DrainWorker("pod-a"));  // by name
+  EXPECT_EQ(info.id(), a.id);
+  EXPECT_EQ(info.state(), v1::DRAINING);
+  EXPECT_TRUE(info.drain_requested());
+  ASSERT_OK(c_->DrainWorker(a.id));  // by id; idempotent
   EXPECT_EQ(StateOf(a.id), v1::DRAINING);
+  // The worker is not told to exit, and gets no job.
   ASSERT_OK_AND_ASSIGN(auto resp, Beat(a));
-  ASSERT_THAT(resp.directives(), SizeIs(1));
-  EXPECT_TRUE(resp.directives(0).has_drain());
+  EXPECT_THAT(resp.directives(), SizeIs(0));
   ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(1)));
   EXPECT_EQ(GetJob(job.id()).state(), v1::QUEUED);
+  clock_.Advance(absl::Seconds(1));
+  c_->Tick();
+  EXPECT_EQ(GetJob(job.id()).state(), v1::QUEUED);
+  // Undrain: the queued job starts on it at once.
+  ASSERT_OK_AND_ASSIGN(info, c_->UndrainWorker(a.id));
+  EXPECT_FALSE(info.drain_requested());
+  EXPECT_EQ(info.state(), v1::BUSY);
+  EXPECT_EQ(GetJob(job.id()).state(), v1::STARTING);
+  ASSERT_OK(c_->UndrainWorker(a.id));  // idempotent
+  EXPECT_EQ(StartRank(a).job_id(), job.id());
+}
+
+TEST_F(CoordinatorTest, DrainingABusyWorkerLetsItsJobFinish) {
+  Worker a = Register("a");
+  Worker b = Register("b");
+  v1::Job job = StartJobOn(a, b);
+  PublishLayout(job, {1, 2});
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo info, c_->DrainWorker(a.id));
+  EXPECT_EQ(info.state(), v1::DRAINING);
+  EXPECT_EQ(info.job_id(), job.id());  // still running it
+  // The job goes on: heartbeats, then every rank finishes.
+  ASSERT_OK_AND_ASSIGN(auto resp, Beat(a, v1::BUSY, job.id(), 1));
+  EXPECT_THAT(resp.directives(), SizeIs(0));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::RUNNING);
+  for (int r = 0; r < 2; ++r) ASSERT_OK(Result(job, r, true));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::SUCCEEDED);
+  ASSERT_OK_AND_ASSIGN(info, c_->GetWorker(a.id));
+  EXPECT_EQ(info.state(), v1::DRAINING);
+  EXPECT_EQ(info.job_id(), "");
+  EXPECT_EQ(StateOf(b.id), v1::IDLE);
+  // Taken out of scheduling: a two-rank job waits, a one-rank one goes to b.
+  ASSERT_OK_AND_ASSIGN(v1::Job two, c_->SubmitJob(Spec(2)));
+  EXPECT_EQ(GetJob(two.id()).state(), v1::QUEUED);
+  ASSERT_OK(c_->CancelJob(two.id(), ""));
+  ASSERT_OK_AND_ASSIGN(v1::Job one, c_->SubmitJob(Spec(1)));
+  v1::Job started = GetJob(one.id());
+  EXPECT_EQ(started.state(), v1::STARTING);
+  EXPECT_EQ(started.members(0).worker_id(), b.id);
+}
+
+TEST_F(CoordinatorTest, DrainIsDurableAndEndsWithANewIncarnation) {
+  const std::string path = TempPath("drain.db");
+  Open(path);
+  Worker a = Register("a");
+  ASSERT_OK(c_->DrainWorker("a"));
+  Open(path);  // a coordinator restart keeps it
+  ASSERT_OK(Beat(a));
+  EXPECT_EQ(StateOf(a.id), v1::DRAINING);
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(1)));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::QUEUED);
+  // The worker restarts (a replacement pod): schedulable again.
+  Worker again = Register("a", "h1", "inc-2");
+  EXPECT_EQ(again.id, a.id);
+  EXPECT_EQ(StateOf(a.id), v1::BUSY);
+  EXPECT_EQ(GetJob(job.id()).state(), v1::STARTING);
+}
+
+TEST_F(CoordinatorTest, DrainValidatesTheWorker) {
+  Worker a = Register("a");
+  EXPECT_THAT(c_->DrainWorker("w-9"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no worker \"w-9\"")));
+  EXPECT_THAT(c_->UndrainWorker("pod-x"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no worker \"pod-x\"")));
+  EXPECT_THAT(c_->GetWorker(""), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  clock_.Advance(absl::Seconds(6));
+  c_->Tick();
+  ASSERT_EQ(StateOf(a.id), v1::LOST);
+  EXPECT_THAT(c_->DrainWorker(a.id),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("worker w-1 (a) is LOST")));
+  EXPECT_THAT(c_->UndrainWorker("a"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("LOST")));
+}
+
+TEST_F(CoordinatorTest, AnIdWinsOverAnotherWorkersName) {
+  Worker a = Register("a");
+  Worker named_like_a = Register(a.id);  // a worker whose name is "w-1"
+  ASSERT_EQ(named_like_a.id, "w-2");
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo info, c_->DrainWorker("w-1"));
+  EXPECT_EQ(info.name(), "a");
+  EXPECT_EQ(StateOf(named_like_a.id), v1::IDLE);
 }
 
 // ---- Jobs ----
@@ -310,8 +401,8 @@ TEST_F(CoordinatorTest, SubmitValidatesTheSpec) {
   spec.clear_name();
   EXPECT_THAT(c_->SubmitJob(spec),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("name")));
-  ASSERT_OK_AND_ASSIGN(auto jobs, c_->ListJobs({}, 0));
-  EXPECT_THAT(jobs, SizeIs(0));
+  ASSERT_OK_AND_ASSIGN(auto jobs, c_->ListJobs({}, 0, ""));
+  EXPECT_THAT(jobs.jobs, SizeIs(0));
 }
 
 TEST_F(CoordinatorTest, SubmitAppliesDefaultsAndQueues) {
@@ -354,7 +445,8 @@ TEST_F(CoordinatorTest, FullLifecycle) {
   EXPECT_EQ(run_a.world_size(), 2);
   EXPECT_EQ(run_a.rank() + run_b.rank(), 1);
   EXPECT_EQ(run_a.spec().assignment_policy(), v1::JobSpec::BALANCED);
-  EXPECT_THAT(run_a.members(), SizeIs(2));
+  // No member list: ranks find each other through the rendezvous store.
+  EXPECT_THAT(run_a.members(), SizeIs(0));
   // Acknowledged: no more RunJob.
   ASSERT_OK_AND_ASSIGN(auto resp, Beat(a, v1::BUSY, job.id(), 1));
   EXPECT_THAT(resp.directives(), SizeIs(0));
@@ -374,7 +466,7 @@ TEST_F(CoordinatorTest, FullLifecycle) {
 
   // Assignment.
   Capture<Coordinator::AssignmentPtr> assignment;
-  c_->GetAssignment(job.id(), 1, clock_.Now() + absl::Seconds(30), assignment.Callback());
+  c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_FULL, clock_.Now() + absl::Seconds(30), assignment.Callback());
   EXPECT_FALSE(assignment.result.has_value());
   EXPECT_THAT(c_->GetShardAssignment(job.id()),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("0 of 2")));
@@ -610,7 +702,7 @@ TEST_F(CoordinatorTest, LayoutMismatchFailsTheJobNamingRankAndBucket) {
   ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(2)));
   job = GetJob(job.id());
   Capture<Coordinator::AssignmentPtr> waiting;
-  c_->GetAssignment(job.id(), job.epoch(), clock_.Now() + absl::Seconds(60), waiting.Callback());
+  c_->GetAssignment(job.id(), job.epoch(), v1::ASSIGNMENT_VIEW_FULL, clock_.Now() + absl::Seconds(60), waiting.Callback());
   ASSERT_OK(c_->ReportBuckets(Buckets(job, 0, {10, 20, 30})));
   EXPECT_THAT(c_->ReportBuckets(Buckets(job, 1, {10, 21, 30})),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -642,9 +734,14 @@ TEST_F(CoordinatorTest, ReportBucketsWireComparesBytesThenFields) {
     *only.mutable_buckets() = req.buckets();
     return only.SerializeAsString();
   };
-  auto report = [&](int rank, const std::string& bytes) {
-    return c_->ReportBucketsWire(job.id(), job.epoch(), rank,
-                                 job.members(rank).worker_id(), bytes);
+  auto report = [&](int rank, const std::string& bytes)
+      -> absl::StatusOr<v1::ReportBucketsResponse> {
+    Capture<v1::ReportBucketsResponse> got;
+    c_->ReportBucketsWire(job.id(), job.epoch(), rank,
+                          job.members(rank).worker_id(), bytes, "",
+                          absl::InfinitePast(), got.Callback());
+    if (!got.result.has_value()) return absl::InternalError("no answer");
+    return *got.result;
   };
   const std::string reference = wire(Buckets(job, 0, {10, 20}));
   ASSERT_OK(report(0, reference));
@@ -663,6 +760,148 @@ TEST_F(CoordinatorTest, ReportBucketsWireComparesBytesThenFields) {
                        HasSubstr("rank 3 (worker w-4) sent a bucket layout that "
                                  "does not parse")));
   EXPECT_EQ(GetJob(job.id()).state(), v1::FAILED);
+}
+
+TEST_F(CoordinatorTest, ReportBucketsByFingerprint) {
+  for (int i = 0; i < 4; ++i) Register(absl::StrCat("w", i));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(4)));
+  job = GetJob(job.id());
+  auto by_fingerprint = [&](int rank, const std::vector<int64_t>& sizes) {
+    v1::ReportBucketsRequest req = Buckets(job, rank, sizes);
+    req.set_layout_fingerprint(LayoutFingerprint(req.buckets()));
+    req.clear_buckets();
+    return c_->ReportBuckets(req);
+  };
+  // Nobody has sent the layout yet: rank 0 is asked for it.
+  ASSERT_OK_AND_ASSIGN(v1::ReportBucketsResponse r0, by_fingerprint(0, {10, 20}));
+  EXPECT_TRUE(r0.send_layout());
+  ASSERT_OK_AND_ASSIGN(r0, c_->ReportBuckets(Buckets(job, 0, {10, 20})));
+  EXPECT_FALSE(r0.send_layout());
+  // The same layout by fingerprint: accepted.
+  ASSERT_OK_AND_ASSIGN(v1::ReportBucketsResponse r1, by_fingerprint(1, {10, 20}));
+  EXPECT_FALSE(r1.send_layout());
+  // A wrong length is refused without failing the job.
+  v1::ReportBucketsRequest short_fp = Buckets(job, 2, {10, 20});
+  short_fp.clear_buckets();
+  short_fp.set_layout_fingerprint("abc");
+  EXPECT_THAT(c_->ReportBuckets(short_fp),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("layout_fingerprint: must be 32 bytes")));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::STARTING);
+  // A different layout's fingerprint is not taken on trust: send_layout, and
+  // the full report then fails the job naming the rank and bucket.
+  ASSERT_OK_AND_ASSIGN(v1::ReportBucketsResponse r2, by_fingerprint(2, {10, 21}));
+  EXPECT_TRUE(r2.send_layout());
+  EXPECT_EQ(GetJob(job.id()).state(), v1::STARTING);
+  EXPECT_THAT(c_->ReportBuckets(Buckets(job, 2, {10, 21})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("rank 2 (worker w-3) differs from rank 0 at bucket 1")));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::FAILED);
+}
+
+// Ranks that report their fingerprint before anyone sent the layout wait for
+// it; a wrong fingerprint is then asked for the layout, and a wait that runs
+// out asks for it too.
+TEST_F(CoordinatorTest, FingerprintReportsWaitForTheFirstFullLayout) {
+  for (int i = 0; i < 4; ++i) Register(absl::StrCat("w", i));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(4)));
+  job = GetJob(job.id());
+  auto park = [&](int rank, const std::vector<int64_t>& sizes,
+                  absl::Duration wait, Capture<v1::ReportBucketsResponse>* got) {
+    v1::ReportBucketsRequest req = Buckets(job, rank, sizes);
+    c_->ReportBucketsWire(job.id(), job.epoch(), rank,
+                          job.members(rank).worker_id(), "",
+                          LayoutFingerprint(req.buckets()),
+                          clock_.Now() + wait, got->Callback());
+  };
+  Capture<v1::ReportBucketsResponse> same, other, late;
+  park(1, {10, 20}, absl::Seconds(10), &same);
+  park(2, {10, 99}, absl::Seconds(10), &other);
+  park(3, {10, 20}, absl::Seconds(1), &late);
+  EXPECT_FALSE(same.result.has_value());
+  EXPECT_FALSE(other.result.has_value());
+  // Rank 3's wait runs out: it is asked for the layout.
+  clock_.Advance(absl::Seconds(2));
+  c_->Tick();
+  ASSERT_TRUE(late.result.has_value());
+  ASSERT_OK(*late.result);
+  EXPECT_TRUE((*late.result)->send_layout());
+  EXPECT_FALSE(same.result.has_value());
+  // Rank 0's full report answers the other two.
+  ASSERT_OK(c_->ReportBuckets(Buckets(job, 0, {10, 20})));
+  ASSERT_TRUE(same.result.has_value());
+  ASSERT_OK(*same.result);
+  EXPECT_FALSE((*same.result)->send_layout());
+  ASSERT_TRUE(other.result.has_value());
+  ASSERT_OK(*other.result);
+  EXPECT_TRUE((*other.result)->send_layout());
+  EXPECT_EQ(GetJob(job.id()).state(), v1::STARTING);
+  // Ranks 2 and 3 report: rank 3 by fingerprint now, rank 2 in full.
+  Capture<v1::ReportBucketsResponse> now;
+  park(3, {10, 20}, absl::Seconds(1), &now);
+  ASSERT_TRUE(now.result.has_value());
+  ASSERT_OK(*now.result);
+  EXPECT_FALSE((*now.result)->send_layout());
+  ASSERT_OK(c_->ReportBuckets(Buckets(job, 2, {10, 20})));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::RUNNING);
+}
+
+TEST_F(CoordinatorTest, ParkedFingerprintReportIsAbortedWhenTheJobEnds) {
+  Register("a");
+  Register("b");
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(2)));
+  job = GetJob(job.id());
+  Capture<v1::ReportBucketsResponse> parked;
+  v1::ReportBucketsRequest req = Buckets(job, 1, {10});
+  c_->ReportBucketsWire(job.id(), job.epoch(), 1, job.members(1).worker_id(),
+                        "", LayoutFingerprint(req.buckets()),
+                        clock_.Now() + absl::Seconds(10), parked.Callback());
+  EXPECT_FALSE(parked.result.has_value());
+  ASSERT_OK(c_->CancelJob(job.id(), "test"));
+  ASSERT_TRUE(parked.result.has_value());
+  EXPECT_THAT(*parked.result, StatusIs(absl::StatusCode::kAborted,
+                                       HasSubstr("CANCELLED")));
+}
+
+TEST_F(CoordinatorTest, FingerprintReportsCountTowardsTheAssignment) {
+  Register("a");
+  Register("b");
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(2)));
+  job = GetJob(job.id());
+  Capture<Coordinator::AssignmentPtr> owners;
+  c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_OWNERS,
+                    clock_.Now() + absl::Seconds(30), owners.Callback());
+  ASSERT_OK(c_->ReportBuckets(Buckets(job, 0, {100, 300, 200})));
+  v1::ReportBucketsRequest req = Buckets(job, 1, {100, 300, 200});
+  req.set_layout_fingerprint(LayoutFingerprint(req.buckets()));
+  req.clear_buckets();
+  ASSERT_OK(c_->ReportBuckets(req));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::RUNNING);
+  // The parked OWNERS waiter and a later one share the owners view.
+  ASSERT_TRUE(owners.result.has_value());
+  ASSERT_OK(*owners.result);
+  const v1::ShardAssignment& view = ***owners.result;
+  ASSERT_OK_AND_ASSIGN(v1::ShardAssignment full, c_->GetShardAssignment(job.id()));
+  EXPECT_EQ(view.SerializeAsString(), OwnersView(full).SerializeAsString());
+  EXPECT_THAT(view.ranks(), SizeIs(0));
+  Capture<Coordinator::AssignmentPtr> later;
+  c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_OWNERS,
+                    clock_.Now() + absl::Seconds(1), later.Callback());
+  ASSERT_TRUE(later.result.has_value());
+  ASSERT_OK(*later.result);
+  EXPECT_EQ(**later.result, **owners.result);  // the same shared message
+  Capture<Coordinator::AssignmentPtr> unspecified;
+  c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_UNSPECIFIED,
+                    clock_.Now() + absl::Seconds(1), unspecified.Callback());
+  ASSERT_TRUE(unspecified.result.has_value());
+  ASSERT_OK(*unspecified.result);
+  EXPECT_EQ((**unspecified.result)->SerializeAsString(), full.SerializeAsString());
+  Capture<Coordinator::AssignmentPtr> bad;
+  c_->GetAssignment(job.id(), 1, static_cast<v1::AssignmentView>(9),
+                    clock_.Now() + absl::Seconds(1), bad.Callback());
+  ASSERT_TRUE(bad.result.has_value());
+  EXPECT_THAT(*bad.result, StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("view: unknown assignment view 9")));
 }
 
 TEST_F(CoordinatorTest, ReportBucketsBadInput) {
@@ -845,7 +1084,7 @@ TEST_F(CoordinatorTest, ManyWaitersAreAnsweredOnTheNotifierThread) {
   job = GetJob(job.id());
   std::vector<Capture<Coordinator::AssignmentPtr>> waits(50);
   for (auto& w : waits) {
-    c_->GetAssignment(job.id(), 1, clock_.Now() + absl::Seconds(60), w.Callback());
+    c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_FULL, clock_.Now() + absl::Seconds(60), w.Callback());
   }
   PublishLayout(job, {10});
   ASSERT_TRUE(c_->WaitForNotifier(absl::Seconds(30)));
@@ -857,7 +1096,7 @@ TEST_F(CoordinatorTest, ManyWaitersAreAnsweredOnTheNotifierThread) {
 
 TEST_F(CoordinatorTest, GetAssignmentErrors) {
   Capture<Coordinator::AssignmentPtr> none;
-  c_->GetAssignment("job-1", 1, clock_.Now() + absl::Seconds(1), none.Callback());
+  c_->GetAssignment("job-1", 1, v1::ASSIGNMENT_VIEW_FULL, clock_.Now() + absl::Seconds(1), none.Callback());
   EXPECT_THAT(*none.result, StatusIs(absl::StatusCode::kNotFound, ::testing::_));
   EXPECT_THAT(c_->GetShardAssignment("job-1"), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
   ASSERT_OK_AND_ASSIGN(v1::Job queued, c_->SubmitJob(Spec(1)));
@@ -867,17 +1106,17 @@ TEST_F(CoordinatorTest, GetAssignmentErrors) {
   v1::Job job = GetJob(queued.id());
   ASSERT_EQ(job.epoch(), 1);
   Capture<Coordinator::AssignmentPtr> stale;
-  c_->GetAssignment(job.id(), 0, clock_.Now() + absl::Seconds(1), stale.Callback());
+  c_->GetAssignment(job.id(), 0, v1::ASSIGNMENT_VIEW_FULL, clock_.Now() + absl::Seconds(1), stale.Callback());
   EXPECT_THAT(*stale.result, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale")));
   Capture<Coordinator::AssignmentPtr> timeout;
-  c_->GetAssignment(job.id(), 1, clock_.Now() + absl::Seconds(1), timeout.Callback());
+  c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_FULL, clock_.Now() + absl::Seconds(1), timeout.Callback());
   clock_.Advance(absl::Seconds(1));
   c_->Tick();
   EXPECT_THAT(*timeout.result,
               StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("0 of 1")));
   PublishLayout(job, {5});
   Capture<Coordinator::AssignmentPtr> now;
-  c_->GetAssignment(job.id(), 1, clock_.Now(), now.Callback());
+  c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_FULL, clock_.Now(), now.Callback());
   EXPECT_OK(*now.result);
 }
 
@@ -939,22 +1178,80 @@ TEST_F(CoordinatorTest, WaitForEvents) {
   EXPECT_FALSE(batch.terminal);
 }
 
-TEST_F(CoordinatorTest, ListJobsFiltersAndLimits) {
+TEST_F(CoordinatorTest, ListJobsFiltersAndPages) {
   for (int i = 0; i < 5; ++i) ASSERT_OK(c_->SubmitJob(Spec(1)));
   ASSERT_OK(c_->CancelJob("job-2", ""));
-  ASSERT_OK_AND_ASSIGN(auto all, c_->ListJobs({}, 0));
-  ASSERT_THAT(all, SizeIs(5));
-  EXPECT_EQ(all[0].id(), "job-5");  // newest first
-  ASSERT_OK_AND_ASSIGN(auto two, c_->ListJobs({}, 2));
-  EXPECT_THAT(two, SizeIs(2));
-  ASSERT_OK_AND_ASSIGN(auto cancelled, c_->ListJobs({v1::CANCELLED}, 0));
-  ASSERT_THAT(cancelled, SizeIs(1));
-  EXPECT_EQ(cancelled[0].id(), "job-2");
-  EXPECT_THAT(c_->ListJobs({}, -1), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
-  EXPECT_THAT(c_->ListJobs({static_cast<v1::JobState>(77)}, 0),
-              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  ASSERT_OK(c_->CancelJob("job-4", ""));
+  ASSERT_OK_AND_ASSIGN(auto all, c_->ListJobs({}, 0, ""));
+  ASSERT_THAT(all.jobs, SizeIs(5));
+  EXPECT_EQ(all.jobs[0].id(), "job-5");  // newest first
+  EXPECT_EQ(all.next_page_token, "");
+  // Pages of 2: 5 4 | 3 2 | 1, and a job submitted meanwhile is newer than
+  // the first page, so it does not show up on later ones.
+  std::vector<std::string> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    ASSERT_OK_AND_ASSIGN(auto page, c_->ListJobs({}, 2, token));
+    EXPECT_LE(page.jobs.size(), 2u);
+    for (const v1::Job& j : page.jobs) seen.push_back(j.id());
+    token = page.next_page_token;
+    if (++pages == 1) ASSERT_OK(c_->SubmitJob(Spec(1)));
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  EXPECT_THAT(seen, ElementsAre("job-5", "job-4", "job-3", "job-2", "job-1"));
+  // A filter pages too, and its token is refused with another filter.
+  ASSERT_OK_AND_ASSIGN(auto c1, c_->ListJobs({v1::CANCELLED}, 1, ""));
+  ASSERT_THAT(c1.jobs, SizeIs(1));
+  EXPECT_EQ(c1.jobs[0].id(), "job-4");
+  ASSERT_FALSE(c1.next_page_token.empty());
+  // The same states in another order and repeated are the same filter.
+  ASSERT_OK_AND_ASSIGN(auto c2, c_->ListJobs({v1::CANCELLED, v1::CANCELLED}, 1,
+                                             c1.next_page_token));
+  ASSERT_THAT(c2.jobs, SizeIs(1));
+  EXPECT_EQ(c2.jobs[0].id(), "job-2");
+  EXPECT_EQ(c2.next_page_token, "");
+  EXPECT_THAT(c_->ListJobs({v1::QUEUED}, 1, c1.next_page_token),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("page_token: made with other filters")));
+  EXPECT_THAT(c_->ListJobs({}, 0, "bogus"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("page_token: not a page token")));
+  EXPECT_THAT(c_->ListJobs({}, -1, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("page_size")));
+  EXPECT_THAT(c_->ListJobs({static_cast<v1::JobState>(77)}, 0, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("states")));
+  // A byte cap ends a page early (but never empty).
+  ASSERT_OK_AND_ASSIGN(auto small, c_->ListJobs({}, 0, "", 1));
+  ASSERT_THAT(small.jobs, SizeIs(1));
+  EXPECT_FALSE(small.next_page_token.empty());
   EXPECT_THAT(c_->GetJob("job-0"), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
   EXPECT_THAT(c_->GetJob("job-01"), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+}
+
+TEST_F(CoordinatorTest, ListWorkersPagesInIdOrder) {
+  for (int i = 0; i < 5; ++i) Register(absl::StrCat("pod-", i));
+  std::vector<std::string> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    ASSERT_OK_AND_ASSIGN(auto page, c_->ListWorkers(false, 2, token));
+    for (const v1::WorkerInfo& w : page.workers) seen.push_back(w.id());
+    token = page.next_page_token;
+    // Registered while paging: a new, larger id, on a later page.
+    if (++pages == 1) Register("pod-late");
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  EXPECT_THAT(seen, ElementsAre("w-1", "w-2", "w-3", "w-4", "w-5", "w-6"));
+  ASSERT_OK_AND_ASSIGN(auto first, c_->ListWorkers(false, 4, ""));
+  EXPECT_THAT(c_->ListWorkers(true, 4, first.next_page_token),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("page_token: made with other filters")));
+  EXPECT_THAT(c_->ListWorkers(false, -5, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("page_size: must be >= 0, got -5")));
+  ASSERT_OK_AND_ASSIGN(auto capped, c_->ListWorkers(false, 1 << 20, ""));
+  EXPECT_THAT(capped.workers, SizeIs(6));
 }
 
 // ---- Restart ----
@@ -1060,7 +1357,7 @@ TEST_F(CoordinatorTest, RestartRestartsARunningJobWhoseRankStopped) {
   EXPECT_EQ(after.state(), v1::STARTING);
   EXPECT_EQ(after.epoch(), 2);
   Capture<Coordinator::AssignmentPtr> stale;
-  c_->GetAssignment(job.id(), 1, clock_.Now() + absl::Seconds(1), stale.Callback());
+  c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_FULL, clock_.Now() + absl::Seconds(1), stale.Callback());
   EXPECT_THAT(*stale.result, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale")));
 }
 

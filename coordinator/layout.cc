@@ -169,5 +169,21 @@ absl::StatusOr<v1::ShardAssignment> BuildShardAssignment(
   return out;
 }
 
+v1::ShardAssignment OwnersView(const v1::ShardAssignment& full) {
+  v1::ShardAssignment out;
+  out.set_job_id(full.job_id());
+  out.set_epoch(full.epoch());
+  out.set_policy(full.policy());
+  out.set_imbalance(full.imbalance());
+  out.set_total_bytes(full.total_bytes());
+  out.mutable_buckets()->Reserve(full.buckets_size());
+  for (const v1::BucketAssignment& b : full.buckets()) {
+    v1::BucketAssignment* o = out.add_buckets();
+    o->set_index(b.index());
+    o->set_owner_rank(b.owner_rank());
+  }
+  return out;
+}
+
 }  // namespace coordinator
 }  // namespace pshard

@@ -68,6 +68,10 @@ absl::StatusOr<v1::ShardAssignment> BuildShardAssignment(
     v1::JobSpec::AssignmentPolicy policy, const Layout& layout,
     const google::protobuf::RepeatedPtrField<v1::JobMember>& members);
 
+// `full` in the ASSIGNMENT_VIEW_OWNERS view: what a rank needs (job, epoch,
+// policy, imbalance, total bytes, and each bucket's index and owner rank).
+v1::ShardAssignment OwnersView(const v1::ShardAssignment& full);
+
 }  // namespace coordinator
 }  // namespace pshard
 

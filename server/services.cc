@@ -152,14 +152,17 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*,
                                       v1::ListJobsResponse* resp) {
   std::vector<v1::JobState> states;
   for (int s : req->states()) states.push_back(static_cast<v1::JobState>(s));
-  absl::StatusOr<std::vector<v1::Job>> jobs = c_->ListJobs(states, req->limit());
-  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  int64_t bytes = 0;
-  for (v1::Job& job : *jobs) {
-    bytes += static_cast<int64_t>(job.ByteSizeLong()) + 8;
-    if (bytes > options_.max_list_response_bytes && resp->jobs_size() > 0) break;
-    *resp->add_jobs() = std::move(job);
+  if (req->limit() < 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("limit: must be >= 0, got ", req->limit())));
   }
+  // `limit` is the page size of clients written before paging.
+  const int page_size = req->page_size() != 0 ? req->page_size() : req->limit();
+  absl::StatusOr<Coordinator::JobPage> page = c_->ListJobs(
+      states, page_size, req->page_token(), options_.max_list_response_bytes);
+  if (!page.ok()) return ToGrpcStatus(page.status());
+  for (v1::Job& job : page->jobs) *resp->add_jobs() = std::move(job);
+  resp->set_next_page_token(std::move(page->next_page_token));
   return grpc::Status::OK;
 }
 
@@ -228,10 +231,36 @@ grpc::Status ShardServiceImpl::GetShardAssignment(
 grpc::Status ClusterServiceImpl::ListWorkers(grpc::ServerContext*,
                                              const v1::ListWorkersRequest* req,
                                              v1::ListWorkersResponse* resp) {
-  for (v1::WorkerInfo& w : c_->ListWorkers(req->include_lost())) {
-    *resp->add_workers() = std::move(w);
-  }
+  absl::StatusOr<Coordinator::WorkerPage> page =
+      c_->ListWorkers(req->include_lost(), req->page_size(), req->page_token());
+  if (!page.ok()) return ToGrpcStatus(page.status());
+  for (v1::WorkerInfo& w : page->workers) *resp->add_workers() = std::move(w);
+  resp->set_next_page_token(std::move(page->next_page_token));
   return grpc::Status::OK;
+}
+
+grpc::Status ClusterServiceImpl::GetWorker(grpc::ServerContext*,
+                                           const v1::GetWorkerRequest* req,
+                                           v1::WorkerInfo* resp) {
+  absl::StatusOr<v1::WorkerInfo> w = c_->GetWorker(req->worker());
+  if (w.ok()) *resp = *std::move(w);
+  return ToGrpcStatus(w.status());
+}
+
+grpc::Status ClusterServiceImpl::DrainWorker(grpc::ServerContext*,
+                                             const v1::DrainWorkerRequest* req,
+                                             v1::WorkerInfo* resp) {
+  absl::StatusOr<v1::WorkerInfo> w = c_->DrainWorker(req->worker());
+  if (w.ok()) *resp = *std::move(w);
+  return ToGrpcStatus(w.status());
+}
+
+grpc::Status ClusterServiceImpl::UndrainWorker(
+    grpc::ServerContext*, const v1::UndrainWorkerRequest* req,
+    v1::WorkerInfo* resp) {
+  absl::StatusOr<v1::WorkerInfo> w = c_->UndrainWorker(req->worker());
+  if (w.ok()) *resp = *std::move(w);
+  return ToGrpcStatus(w.status());
 }
 
 // ---- WorkerControl ----
@@ -334,7 +363,8 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportBuckets(
   google::protobuf::io::CodedInputStream in(
       reinterpret_cast<const uint8_t*>(bytes.data()),
       static_cast<int>(bytes.size()));
-  std::string job_id, worker_id, buckets;
+  std::string job_id, worker_id, buckets, fingerprint;
+  google::protobuf::Duration timeout;
   int64_t epoch = 0;
   int64_t rank = 0;
   bool ok = true;
@@ -360,6 +390,15 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportBuckets(
       case (4 << 3) | 2:
         ok = WireFormatLite::ReadString(&in, &worker_id);
         break;
+      case (6 << 3) | 2:
+        ok = WireFormatLite::ReadBytes(&in, &fingerprint);
+        break;
+      case (7 << 3) | 2: {
+        std::string bytes;
+        ok = WireFormatLite::ReadBytes(&in, &bytes) &&
+             timeout.ParseFromString(bytes);
+        break;
+      }
       case (5 << 3) | 2: {
         uint32_t len = 0;
         const void* data = nullptr;
@@ -383,12 +422,25 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportBuckets(
                          "ReportBucketsRequest does not parse"));
   }
   if (rank < 0 || rank > std::numeric_limits<int32_t>::max()) rank = -1;
-  const absl::Status status = c_->ReportBucketsWire(
-      job_id, epoch, static_cast<int>(rank), worker_id, buckets);
-  // An empty ReportBucketsResponse; a raw reply must be a valid buffer.
-  grpc::Slice empty;
-  *response = grpc::ByteBuffer(&empty, 1);
-  return Done(ctx, status);
+  // 0 means "answer at once" here (not "the longest wait", as for KvGet).
+  absl::StatusOr<absl::Time> deadline =
+      FromProto(timeout) == absl::ZeroDuration()
+          ? absl::StatusOr<absl::Time>(absl::InfinitePast())
+          : WaitDeadline(ctx, timeout);
+  if (!deadline.ok()) return Done(ctx, deadline.status());
+  Coordinator* c = c_;
+  return WaitReactor<v1::ReportBucketsResponse, grpc::ByteBuffer>::Start(
+      c_, response,
+      [](v1::ReportBucketsResponse&& r, grpc::ByteBuffer* out) {
+        grpc::Slice slice(r.SerializeAsString());
+        *out = grpc::ByteBuffer(&slice, 1);
+      },
+      [c, job_id = std::move(job_id), epoch, rank = static_cast<int>(rank),
+       worker_id = std::move(worker_id), buckets = std::move(buckets),
+       fingerprint = std::move(fingerprint), d = *deadline](auto done) {
+        return c->ReportBucketsWire(job_id, epoch, rank, worker_id, buckets,
+                                    fingerprint, d, std::move(done));
+      });
 }
 
 grpc::ServerUnaryReactor* WorkerControlImpl::GetAssignment(
@@ -409,8 +461,9 @@ grpc::ServerUnaryReactor* WorkerControlImpl::GetAssignment(
             a, [](const v1::ShardAssignment& m) { return m.SerializeAsString(); });
         *r = grpc::ByteBuffer(&slice, 1);
       },
-      [c, job = req.job_id(), epoch = req.epoch(), d = *deadline](auto done) {
-        return c->GetAssignment(job, epoch, d, std::move(done));
+      [c, job = req.job_id(), epoch = req.epoch(), view = req.view(),
+       d = *deadline](auto done) {
+        return c->GetAssignment(job, epoch, view, d, std::move(done));
       });
 }
 

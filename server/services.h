@@ -41,8 +41,8 @@ struct ServiceOptions {
   int max_watchers = 32;
   // How long WatchJob waits for news before it checks for cancellation.
   absl::Duration watch_poll = absl::Seconds(1);
-  // ListJobs stops adding jobs past this many bytes, so that clients with
-  // gRPC's default 4 MiB receive limit can read the answer.
+  // A ListJobs page ends before this many bytes, so that clients with
+  // gRPC's default 4 MiB receive limit can read it.
   int64_t max_list_response_bytes = int64_t{3} << 20;
 };
 
@@ -93,6 +93,15 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
   grpc::Status ListWorkers(grpc::ServerContext* ctx,
                            const v1::ListWorkersRequest* req,
                            v1::ListWorkersResponse* resp) override;
+  grpc::Status GetWorker(grpc::ServerContext* ctx,
+                         const v1::GetWorkerRequest* req,
+                         v1::WorkerInfo* resp) override;
+  grpc::Status DrainWorker(grpc::ServerContext* ctx,
+                           const v1::DrainWorkerRequest* req,
+                           v1::WorkerInfo* resp) override;
+  grpc::Status UndrainWorker(grpc::ServerContext* ctx,
+                             const v1::UndrainWorkerRequest* req,
+                             v1::WorkerInfo* resp) override;
 
  private:
   coordinator::Coordinator* const c_;
@@ -160,10 +169,11 @@ class SliceCache {
 
 // GetAssignment and Heartbeat are raw methods so that what every rank of a
 // job receives alike is serialized once and sent by reference: the published
-// assignment, and the spec + member list inside RunJob (a 4096-rank job's
-// member list is ~100 KB; copying it per rank would cost seconds).
-// ReportBuckets is raw too: every rank sends the same layout, so after the
-// first one a report is checked by comparing bytes, without parsing.
+// assignment (in the view asked for), and the spec inside RunJob.
+// ReportBuckets is raw too: every rank sends the same layout (or only its
+// fingerprint), so after the first one a report is checked by comparing
+// bytes, without parsing; a fingerprint-only report may wait (like KvGet) for
+// the first full one.
 class WorkerControlImpl final
     : public v1::WorkerControl::WithRawCallbackMethod_Heartbeat<
           v1::WorkerControl::WithRawCallbackMethod_GetAssignment<
@@ -191,7 +201,9 @@ class WorkerControlImpl final
   grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx,
                                   const v1::KvGetRequest* req,
                                   v1::KvGetResponse* resp) override;
-  // Request: ReportBucketsRequest, as bytes (see the class comment).
+  // Request: ReportBucketsRequest, as bytes (see the class comment); a
+  // fingerprint-only report waits up to min(req.timeout (0: not at all), the
+  // RPC deadline).
   grpc::ServerUnaryReactor* ReportBuckets(grpc::CallbackServerContext* ctx,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) override;
@@ -218,7 +230,7 @@ class WorkerControlImpl final
   const coordinator::Clock* const clock_;
   const ServiceOptions options_;
   ArenaMessageAllocator<v1::KvPutRequest, v1::KvPutResponse> kv_put_allocator_;
-  // Published assignments and RunJob tails (spec + members).
+  // Published assignments (both views) and RunJob tails (the spec).
   SliceCache<v1::ShardAssignment> assignments_{8};
   SliceCache<std::string> tails_{16};
 };

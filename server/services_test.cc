@@ -14,6 +14,8 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/layout.h"
+#include "coordinator/layout_fingerprint.h"
 #include "coordinator/state_store.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -368,7 +370,8 @@ TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
     ASSERT_TRUE(control_->Heartbeat(&ctx, req, &resp).ok());
     ASSERT_EQ(resp.directives_size(), 1);
     EXPECT_EQ(resp.directives(0).run_job().job_id(), job.id());
-    EXPECT_EQ(resp.directives(0).run_job().members_size(), 2);
+    EXPECT_EQ(resp.directives(0).run_job().spec().name(), "grpc-test");
+    EXPECT_EQ(resp.directives(0).run_job().members_size(), 0);
   }
   // KvGet blocks until another rank puts the key.
   v1::KvGetResponse got;
@@ -399,10 +402,30 @@ TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
     *req.mutable_timeout() = Millis(20000);
     assignment_status = control_->GetAssignment(&ctx, req, &assignment);
   });
-  for (int r = 0; r < 2; ++r) {
+  // Rank 1 reports by fingerprint: unknown before rank 0's full report,
+  // accepted after it.
+  auto by_fingerprint = [&](v1::ReportBucketsResponse* resp) {
+    grpc::ClientContext ctx;
+    v1::ReportBucketsRequest req = Layout(job, 1, 256);
+    req.set_layout_fingerprint(coordinator::LayoutFingerprint(req.buckets()));
+    req.clear_buckets();
+    return control_->ReportBuckets(&ctx, req, resp);
+  };
+  {
+    v1::ReportBucketsResponse resp;
+    ASSERT_TRUE(by_fingerprint(&resp).ok());
+    EXPECT_TRUE(resp.send_layout());
+  }
+  {
     grpc::ClientContext ctx;
     v1::ReportBucketsResponse resp;
-    ASSERT_TRUE(control_->ReportBuckets(&ctx, Layout(job, r, 256), &resp).ok());
+    ASSERT_TRUE(control_->ReportBuckets(&ctx, Layout(job, 0, 256), &resp).ok());
+    EXPECT_FALSE(resp.send_layout());
+  }
+  {
+    v1::ReportBucketsResponse resp;
+    ASSERT_TRUE(by_fingerprint(&resp).ok());
+    EXPECT_FALSE(resp.send_layout());
   }
   waiter.join();
   ASSERT_TRUE(assignment_status.ok()) << assignment_status.error_message();
@@ -412,6 +435,17 @@ TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
     v1::ShardAssignment out;
     ASSERT_TRUE(GetShards(job.id(), &out).ok());
     EXPECT_EQ(out.buckets(0).owner_rank(), 0);
+    // What a rank asks for: the owners view.
+    grpc::ClientContext ctx;
+    v1::GetAssignmentRequest req;
+    req.set_job_id(job.id());
+    req.set_epoch(job.epoch());
+    req.set_view(v1::ASSIGNMENT_VIEW_OWNERS);
+    v1::ShardAssignment owners;
+    ASSERT_TRUE(control_->GetAssignment(&ctx, req, &owners).ok());
+    EXPECT_EQ(owners.SerializeAsString(),
+              coordinator::OwnersView(out).SerializeAsString());
+    EXPECT_EQ(owners.ranks_size(), 0);
   }
   // A stale epoch is refused.
   {
@@ -481,8 +515,7 @@ TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
   }
 }
 
-// Heartbeat replies are encoded by hand (RunJob's spec and members are
-// shared bytes): a reply with AbortJob, then RunJob must parse as the typed
+// Heartbeat replies are encoded by hand (RunJob's spec is shared bytes): a reply with AbortJob, then RunJob must parse as the typed
 // message.
 TEST_F(ServicesTest, HeartbeatReplyWithAbortAndRunJobParses) {
   const std::string a = Register("a");
@@ -516,8 +549,7 @@ TEST_F(ServicesTest, HeartbeatReplyWithAbortAndRunJobParses) {
   EXPECT_EQ(run.rank(), 0);
   EXPECT_EQ(run.world_size(), 1);
   EXPECT_EQ(run.spec().name(), "grpc-test");
-  ASSERT_EQ(run.members_size(), 1);
-  EXPECT_EQ(run.members(0).worker_id(), a);
+  EXPECT_EQ(run.members_size(), 0);
   // And a malformed request is refused, not crashed on.
   grpc::GenericStub stub(channel_);
   grpc::ClientContext ctx;
@@ -678,6 +710,123 @@ TEST_F(ServicesTest, ManyWaitersDoNotStarveTheServer) {
   for (auto& call : calls) {
     EXPECT_TRUE(call->status.ok()) << call->status.error_message();
     EXPECT_EQ(call->resp.value(), "v");
+  }
+}
+
+TEST_F(ServicesTest, ListWorkersAndListJobsPage) {
+  for (int i = 0; i < 5; ++i) Register(absl::StrCat("pod-", i));
+  std::vector<std::string> ids;
+  std::string token;
+  int pages = 0;
+  do {
+    grpc::ClientContext ctx;
+    v1::ListWorkersRequest req;
+    req.set_page_size(2);
+    req.set_page_token(token);
+    v1::ListWorkersResponse resp;
+    ASSERT_TRUE(cluster_->ListWorkers(&ctx, req, &resp).ok());
+    for (const auto& w : resp.workers()) ids.push_back(w.id());
+    token = resp.next_page_token();
+  } while (!token.empty() && ++pages < 10);
+  EXPECT_THAT(ids, ::testing::ElementsAre("w-1", "w-2", "w-3", "w-4", "w-5"));
+  for (int i = 0; i < 3; ++i) Submit(9);  // stay QUEUED
+  {
+    grpc::ClientContext ctx;
+    v1::ListJobsRequest req;
+    req.set_page_size(2);
+    v1::ListJobsResponse first;
+    ASSERT_TRUE(jobs_->ListJobs(&ctx, req, &first).ok());
+    ASSERT_EQ(first.jobs_size(), 2);
+    EXPECT_EQ(first.jobs(0).id(), "job-3");
+    grpc::ClientContext ctx2;
+    req.set_page_token(first.next_page_token());
+    v1::ListJobsResponse second;
+    ASSERT_TRUE(jobs_->ListJobs(&ctx2, req, &second).ok());
+    ASSERT_EQ(second.jobs_size(), 1);
+    EXPECT_EQ(second.jobs(0).id(), "job-1");
+    EXPECT_EQ(second.next_page_token(), "");
+    // `limit` still sizes the page for clients written before paging.
+    grpc::ClientContext ctx3;
+    v1::ListJobsRequest old;
+    old.set_limit(1);
+    v1::ListJobsResponse one;
+    ASSERT_TRUE(jobs_->ListJobs(&ctx3, old, &one).ok());
+    EXPECT_EQ(one.jobs_size(), 1);
+    EXPECT_NE(one.next_page_token(), "");
+  }
+  // Bad sizes and tokens.
+  auto workers_status = [&](int size, const std::string& token) {
+    grpc::ClientContext ctx;
+    v1::ListWorkersRequest req;
+    req.set_page_size(size);
+    req.set_page_token(token);
+    v1::ListWorkersResponse resp;
+    return cluster_->ListWorkers(&ctx, req, &resp);
+  };
+  grpc::Status s = workers_status(-1, "");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("page_size"));
+  s = workers_status(0, "not-a-token");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("page_token"));
+  {
+    grpc::ClientContext ctx;
+    v1::ListJobsRequest req;
+    req.set_page_size(-2);
+    v1::ListJobsResponse resp;
+    EXPECT_EQ(jobs_->ListJobs(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+}
+
+TEST_F(ServicesTest, DrainAndUndrainWorker) {
+  const std::string a = Register("pod-a");
+  {
+    grpc::ClientContext ctx;
+    v1::DrainWorkerRequest req;
+    req.set_worker("pod-a");
+    v1::WorkerInfo info;
+    ASSERT_TRUE(cluster_->DrainWorker(&ctx, req, &info).ok());
+    EXPECT_EQ(info.id(), a);
+    EXPECT_EQ(info.state(), v1::DRAINING);
+    EXPECT_TRUE(info.drain_requested());
+  }
+  {
+    // Visible in ListWorkers.
+    grpc::ClientContext ctx;
+    v1::ListWorkersResponse resp;
+    ASSERT_TRUE(cluster_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok());
+    ASSERT_EQ(resp.workers_size(), 1);
+    EXPECT_EQ(resp.workers(0).state(), v1::DRAINING);
+  }
+  v1::Job job = Submit(1);
+  EXPECT_EQ(Get(job.id()).state(), v1::QUEUED);
+  {
+    grpc::ClientContext ctx;
+    v1::UndrainWorkerRequest req;
+    req.set_worker(a);
+    v1::WorkerInfo info;
+    ASSERT_TRUE(cluster_->UndrainWorker(&ctx, req, &info).ok());
+    EXPECT_FALSE(info.drain_requested());
+    EXPECT_EQ(info.state(), v1::BUSY);
+  }
+  EXPECT_EQ(Get(job.id()).state(), v1::STARTING);
+  {
+    grpc::ClientContext ctx;
+    v1::GetWorkerRequest req;
+    req.set_worker(a);
+    v1::WorkerInfo info;
+    ASSERT_TRUE(cluster_->GetWorker(&ctx, req, &info).ok());
+    EXPECT_EQ(info.job_id(), job.id());
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::DrainWorkerRequest req;
+    req.set_worker("pod-nope");
+    v1::WorkerInfo info;
+    grpc::Status s = cluster_->DrainWorker(&ctx, req, &info);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_THAT(s.error_message(), HasSubstr("no worker \"pod-nope\""));
   }
 }
 

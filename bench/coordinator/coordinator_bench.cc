@@ -20,6 +20,7 @@
 #include "common/grpc_status.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
+#include "coordinator/layout_fingerprint.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -39,14 +40,25 @@ using Clock = std::chrono::system_clock;
 // Latencies per phase and method, from any thread.
 class Recorder {
  public:
+  // A phase; its steps, if any, are recorded under "phase/step" and
+  // "phase/group" too.
   void SetPhase(const std::string& phase) {
     absl::MutexLock lock(&mu_);
     phase_ = phase;
+    step_.clear();
+    group_.clear();
+  }
+  void SetStep(const std::string& step, const std::string& group) {
+    absl::MutexLock lock(&mu_);
+    step_ = absl::StrCat(phase_, "/", step);
+    group_ = absl::StrCat(phase_, "/", group);
   }
   void Add(const std::string& method, absl::Duration d, bool ok) {
     absl::MutexLock lock(&mu_);
-    for (const std::string& key : {std::string(), phase_}) {
-      auto& e = entries_[key][method];
+    for (const std::string* key : std::initializer_list<const std::string*>{
+             &kWhole, &phase_, &step_, &group_}) {
+      if (key != &kWhole && key->empty()) continue;
+      auto& e = entries_[*key][method];
       e.samples.push_back(absl::ToDoubleMilliseconds(d));
       if (!ok) ++e.errors;
     }
@@ -76,8 +88,11 @@ class Recorder {
     std::vector<double> samples;
     int64_t errors = 0;
   };
+  static inline const std::string kWhole;
   absl::Mutex mu_;
   std::string phase_ ABSL_GUARDED_BY(mu_) = "register";
+  std::string step_ ABSL_GUARDED_BY(mu_);
+  std::string group_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::map<std::string, Entry>> entries_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -270,11 +285,19 @@ std::string BenchReport::ToString() const {
       assignment_first_ms, assignment_all_ms);
   absl::StrAppendFormat(&out, "assignment imbalance:            %.4f\n",
                         imbalance);
+  absl::StrAppendFormat(&out,
+                        "message bytes: layout report (rank 0) %d, fingerprint "
+                        "report (other ranks) %d, assignment as a rank gets it %d\n",
+                        layout_bytes, fingerprint_report_bytes, assignment_bytes);
   absl::StrAppendFormat(&out, "job state:                       %s\n", job_state);
   absl::StrAppendFormat(&out, "coordinator CPU steady phase:    %.1f%% of a core\n",
                         steady_cpu_percent);
   absl::StrAppendFormat(&out, "coordinator CPU job phase:       %.2f s\n",
                         job_cpu_seconds);
+  for (const StepTime& s : steps) {
+    absl::StrAppendFormat(&out, "  step %-14s %8.1f ms wall, %7.1f ms coordinator CPU\n",
+                          s.name, s.wall_ms, s.cpu_ms);
+  }
   absl::StrAppendFormat(&out, "coordinator CPU total:           %.2f s over %.1f s\n",
                         total_cpu_seconds, wall_seconds);
   absl::StrAppendFormat(&out, "coordinator RSS: %.1f MiB (peak %.1f MiB)\n",
@@ -444,9 +467,12 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
       const char* method = "";
       switch (k % 4) {
         case 0: {
+          // One page, as a paging client asks for the first one.
           method = "ListWorkers";
+          v1::ListWorkersRequest req;
+          req.set_page_size(opt.list_page_size);
           v1::ListWorkersResponse resp;
-          s = cluster->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp);
+          s = cluster->ListWorkers(&ctx, req, &resp);
           break;
         }
         case 1: {
@@ -516,6 +542,25 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   // ---- One job of `world` ranks ----
   rec.SetPhase("job");
   const ProcStats before_job = ReadProc(coordinator->pid());
+  // Wall time and coordinator CPU of each step of the job phase.
+  std::string step_name;
+  absl::Time step_start;
+  double step_cpu = 0;
+  auto step = [&](const std::string& name) {
+    const absl::Time now = absl::Now();
+    const double cpu = ReadProc(coordinator->pid()).cpu_seconds;
+    if (!step_name.empty()) {
+      report.steps.push_back({step_name, absl::ToDoubleMilliseconds(now - step_start),
+                              1000 * (cpu - step_cpu)});
+    }
+    step_name = name;
+    step_start = now;
+    step_cpu = cpu;
+    // Steps 1-3 are the job's start: submit -> every rank has the
+    // assignment.
+    if (!name.empty()) rec.SetStep(name, name == "4_results" ? "end" : "start");
+  };
+  step("1_run_job");
   v1::Job job;
   {
     grpc::ClientContext ctx;
@@ -554,6 +599,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
                : s.error_message()));
   }
   report.run_job_delivery_s = absl::ToDoubleSeconds(absl::Now() - t_submit);
+  step("2_layouts");
 
   // Ranks by worker.
   std::vector<int> rank_of(n, -1);
@@ -582,6 +628,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   absl::Time first_answer = absl::InfiniteFuture();
   absl::Time last_answer = absl::InfinitePast();
   double imbalance = 0;
+  int64_t assignment_bytes = 0;
   for (int r = 0; r < world; ++r) {
     using Call = AsyncCall<grpc::ByteBuffer, grpc::ByteBuffer>;
     auto* call = new Call;
@@ -590,6 +637,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     req.set_job_id(job.id());
     req.set_epoch(epoch);
     *req.mutable_timeout() = ToProto(absl::Seconds(290));
+    req.set_view(v1::ASSIGNMENT_VIEW_OWNERS);  // as pshard-worker asks
     call->req = ToBuffer(req);
     // Only rank 0's answer is parsed (for the imbalance); the others are
     // counted, to keep the load generator light.
@@ -600,14 +648,16 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
         [&, call, parse](grpc::Status s) {
           const absl::Time now = absl::Now();
           v1::ShardAssignment a;
-          if (s.ok() && parse && !a.ParseFromString(BufferToString(call->resp))) {
-            ++assign_errors;
-          }
+          const std::string bytes = parse ? BufferToString(call->resp) : "";
+          if (s.ok() && parse && !a.ParseFromString(bytes)) ++assign_errors;
           {
             absl::MutexLock lock(&t_mu);
             first_answer = std::min(first_answer, now);
             last_answer = std::max(last_answer, now);
-            if (parse) imbalance = a.imbalance();
+            if (parse) {
+              imbalance = a.imbalance();
+              assignment_bytes = static_cast<int64_t>(bytes.size());
+            }
           }
           if (!s.ok()) ++assign_errors;
           ++assigned;
@@ -628,16 +678,33 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
       param->set_dtype(p % 2 ? "BF16" : "F32");
     }
   }
-  // The buckets are the same for every rank: serialize them once and send
-  // them by reference after a small per-rank head (protobuf parses fields in
-  // any order), so the load generator stays light.
+  // As pshard-worker reports: rank 0 sends the layout, the other ranks its
+  // fingerprint (waiting at the coordinator for rank 0's report if they come
+  // first). The layout is serialized once and sent by reference after a
+  // small head (protobuf parses fields in any order).
+  const std::string fingerprint =
+      coordinator::LayoutFingerprint(layout.buckets());
   const grpc::Slice shared_buckets(layout.SerializeAsString());
+  report.layout_bytes = static_cast<int64_t>(layout.ByteSizeLong());
+  report.fingerprint_report_bytes = [&] {
+    v1::ReportBucketsRequest head;
+    head.set_job_id(job.id());
+    head.set_epoch(epoch);
+    head.set_rank(world - 1);
+    head.set_worker_id(sims[worker_of[world - 1]]->id);
+    head.set_layout_fingerprint(fingerprint);
+    *head.mutable_timeout() = ToProto(absl::Seconds(30));
+    return static_cast<int64_t>(head.ByteSizeLong());
+  }();
   absl::Time last_report_sent;
   absl::Time last_report_answered = absl::InfinitePast();
   for (int r = 0; r < world; ++r) {
     // The last report goes alone, after all others were answered, so that
     // "last report -> assignment" measures the coordinator, not queueing.
-    if (r == world - 1) gate.Drain(opt.max_in_flight, opt.phase_timeout);
+    if (r == world - 1) {
+      gate.Drain(opt.max_in_flight, opt.phase_timeout);
+      step("3_assignment");
+    }
     gate.Acquire();
     using Call = AsyncCall<grpc::ByteBuffer, grpc::ByteBuffer>;
     auto* call = new Call;
@@ -645,9 +712,17 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     v1::ReportBucketsRequest head;
     head.set_rank(r);
     head.set_worker_id(sims[worker_of[r]]->id);
-    grpc::Slice slices[2] = {grpc::Slice(head.SerializeAsString()),
-                             shared_buckets};
-    call->req = grpc::ByteBuffer(slices, 2);
+    if (r == 0) {
+      grpc::Slice slices[2] = {grpc::Slice(head.SerializeAsString()),
+                               shared_buckets};
+      call->req = grpc::ByteBuffer(slices, 2);
+    } else {
+      head.set_job_id(job.id());
+      head.set_epoch(epoch);
+      head.set_layout_fingerprint(fingerprint);
+      *head.mutable_timeout() = ToProto(absl::Seconds(30));
+      call->req = ToBuffer(head);
+    }
     call->start = absl::Now();
     last_report_sent = call->start;
     generic_for(worker_of[r])->UnaryCall(
@@ -656,7 +731,12 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
         [&, call](grpc::Status s) {
           const absl::Time now = absl::Now();
           rec.Add("ReportBuckets", now - call->start, s.ok());
-          if (!s.ok()) ++failures;
+          v1::ReportBucketsResponse resp;
+          // send_layout never happens here: every rank has rank 0's layout.
+          if (!s.ok() || !resp.ParseFromString(BufferToString(call->resp)) ||
+              resp.send_layout()) {
+            ++failures;
+          }
           {
             absl::MutexLock lock(&t_mu);
             last_report_answered = std::max(last_report_answered, now);
@@ -679,6 +759,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     report.assignment_all_ms =
         absl::ToDoubleMilliseconds(last_answer - last_report_sent);
     report.imbalance = imbalance;
+    report.assignment_bytes = assignment_bytes;
   }
   if (assign_errors > 0 || assigned < world) {
     finish_threads();
@@ -688,6 +769,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   }
 
   // Progress from rank 0, then every rank's result.
+  step("4_results");
   for (int step = 1; step <= 10; ++step) {
     grpc::ClientContext ctx;
     v1::ReportProgressRequest req;
@@ -735,6 +817,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     grpc::Status s = jobs->GetJob(&ctx, req, &out);
     report.job_state = s.ok() ? v1::JobState_Name(out.state()) : s.error_message();
   }
+  step("");
   const ProcStats after_job = ReadProc(coordinator->pid());
   rec.SetPhase("end");
   report.job_cpu_seconds = after_job.cpu_seconds - before_job.cpu_seconds;
@@ -750,7 +833,9 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
         absl::StrCat(scan_errors.load(), " heartbeat replies did not parse"));
   }
   report.rpcs = rec.Stats("");
-  for (const char* phase : {"register", "steady", "job"}) {
+  for (const char* phase :
+       {"register", "steady", "job", "job/start", "job/1_run_job",
+        "job/2_layouts", "job/3_assignment", "job/4_results"}) {
     report.rpcs_by_phase[phase] = rec.Stats(phase);
   }
   stubs.clear();

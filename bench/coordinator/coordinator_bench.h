@@ -10,6 +10,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -28,6 +29,9 @@ struct BenchOptions {
   absl::Duration steady = absl::Seconds(10);
   // Status queries per second during the whole run.
   int status_qps = 20;
+  // page_size of the status client's ListWorkers (0: the server's default,
+  // 500).
+  int list_page_size = 0;
   // Concurrent RegisterWorker / ReportBuckets / ReportResult calls.
   int max_in_flight = 128;
   // gRPC channels the simulated workers spread over.
@@ -50,7 +54,11 @@ struct LatencyStats {
 struct BenchReport {
   // Over the whole run, and per phase: "steady" (registered workers
   // heartbeating, status queries) and "job" (submit to SUCCEEDED: RunJob
-  // delivery, layout reports, parked GetAssignment, results).
+  // delivery, layout reports, parked GetAssignment, results), and the job
+  // phase's steps: "job/1_run_job" (submit -> every rank has its RunJob),
+  // "job/2_layouts" (every rank but the last reports its layout),
+  // "job/3_assignment" (the last report -> every rank has the assignment),
+  // "job/4_results" (progress and results); "job/start" is steps 1-3.
   std::map<std::string, LatencyStats> rpcs;
   std::map<std::string, std::map<std::string, LatencyStats>> rpcs_by_phase;
   double register_all_s = 0;
@@ -63,10 +71,23 @@ struct BenchReport {
   double assignment_first_ms = 0;
   double assignment_all_ms = 0;
   double imbalance = 0;
+  // Sizes on the wire: rank 0's layout report (the ReportBucketsRequest
+  // with job id, epoch, rank and worker id too), another rank's fingerprint
+  // report, and the assignment as rank 0 receives it (owners view).
+  int64_t layout_bytes = 0;
+  int64_t fingerprint_report_bytes = 0;
+  int64_t assignment_bytes = 0;
   std::string job_state;
   // Coordinator process: CPU seconds and share of one core per phase.
   double steady_cpu_percent = 0;
   double job_cpu_seconds = 0;
+  // The job phase's steps (see rpcs_by_phase), in order.
+  struct StepTime {
+    std::string name;
+    double wall_ms = 0;
+    double cpu_ms = 0;
+  };
+  std::vector<StepTime> steps;
   double total_cpu_seconds = 0;
   double wall_seconds = 0;
   double rss_mb = 0;

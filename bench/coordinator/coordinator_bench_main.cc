@@ -15,6 +15,8 @@ ABSL_FLAG(int, parameters_per_bucket, 2, "parameters per bucket");
 ABSL_FLAG(absl::Duration, steady, absl::Seconds(10),
           "heartbeat-only phase before the job");
 ABSL_FLAG(int, status_qps, 20, "status queries per second");
+ABSL_FLAG(int, list_page_size, 0,
+          "page_size of ListWorkers (0: the server's default, 500)");
 ABSL_FLAG(int, channels, 8,
           "gRPC connections the simulated workers share (real workers have "
           "one each)");
@@ -30,6 +32,7 @@ int main(int argc, char** argv) {
   options.parameters_per_bucket = absl::GetFlag(FLAGS_parameters_per_bucket);
   options.steady = absl::GetFlag(FLAGS_steady);
   options.status_qps = absl::GetFlag(FLAGS_status_qps);
+  options.list_page_size = absl::GetFlag(FLAGS_list_page_size);
   options.work_dir = absl::GetFlag(FLAGS_work_dir);
   options.channels = absl::GetFlag(FLAGS_channels);
   options.coordinator_binary =

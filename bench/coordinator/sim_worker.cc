@@ -9,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/proto_time.h"
+#include "coordinator/layout_fingerprint.h"
 #include "grpcpp/client_context.h"
 
 namespace pshard {
@@ -234,17 +235,34 @@ void SimWorker::RunJob(v1::RunJobDirective run) {
         param->set_dtype("F32");
       }
     }
+    // As pshard-worker: rank 0 sends the layout, the others its fingerprint
+    // and the layout only when asked.
     v1::ReportBucketsResponse resp;
-    grpc::Status s = Retry("ReportBuckets", [&](grpc::ClientContext* ctx) {
-      return Stub()->ReportBuckets(ctx, req, &resp);
-    });
-    if (!s.ok()) return finish(false, "ReportBuckets: " + s.error_message());
+    resp.set_send_layout(rank == 0);
+    if (rank != 0) {
+      v1::ReportBucketsRequest by_fingerprint = req;
+      by_fingerprint.set_layout_fingerprint(
+          coordinator::LayoutFingerprint(req.buckets()));
+      by_fingerprint.clear_buckets();
+      *by_fingerprint.mutable_timeout() = ToProto(options_.rpc_timeout / 2);
+      grpc::Status s = Retry("ReportBuckets", [&](grpc::ClientContext* ctx) {
+        return Stub()->ReportBuckets(ctx, by_fingerprint, &resp);
+      });
+      if (!s.ok()) return finish(false, "ReportBuckets: " + s.error_message());
+    }
+    if (resp.send_layout()) {
+      grpc::Status s = Retry("ReportBuckets", [&](grpc::ClientContext* ctx) {
+        return Stub()->ReportBuckets(ctx, req, &resp);
+      });
+      if (!s.ok()) return finish(false, "ReportBuckets: " + s.error_message());
+    }
   }
   {
     v1::GetAssignmentRequest req;
     req.set_job_id(job);
     req.set_epoch(epoch);
     *req.mutable_timeout() = ToProto(options_.rpc_timeout - absl::Seconds(1));
+    req.set_view(v1::ASSIGNMENT_VIEW_OWNERS);
     v1::ShardAssignment resp;
     grpc::Status s = Retry("GetAssignment", [&](grpc::ClientContext* ctx) {
       return Stub()->GetAssignment(ctx, req, &resp);

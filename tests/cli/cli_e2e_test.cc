@@ -97,6 +97,23 @@ class CliE2eTest : public ::testing::Test {
     return RunCli(args, timeout);
   }
 
+  // Submits a two-rank job that runs until cancelled; returns its id once it
+  // is RUNNING.
+  static std::string SubmitRunningJob(const std::string& name) {
+    const std::string spec = WriteTempFile(name + ".json", absl::StrCat(R"({
+      "name": ")", name, R"(", "world_size": 2, "backend": "gloo",
+      "synthetic": {"num_parameters": 4096, "tensor_numel": 1024},
+      "optimizer": {"kind": "sgd", "hyper_parameters": {"lr": 0.01}},
+      "steps": 100000000, "progress_every": 10})"));
+    CliResult submit = Cli({"submit", spec});
+    EXPECT_EQ(submit.exit_code, 0) << submit.err;
+    const std::string id(absl::StripTrailingAsciiWhitespace(submit.out));
+    EXPECT_TRUE(WaitUntil([&] { return GetJob(id).state() == v1::RUNNING; },
+                          absl::Seconds(30)))
+        << "job never RUNNING: " << GetJob(id).reason();
+    return id;
+  }
+
   static v1::Job GetJob(const std::string& id) {
     CliResult r = Cli({"get", id, "--output=json"});
     v1::Job job;
@@ -160,17 +177,8 @@ TEST_F(CliE2eTest, SubmitWithWatchExitsZeroOnSuccess) {
 }
 
 TEST_F(CliE2eTest, CancelARunningJob) {
-  const std::string spec = WriteTempFile("long.json", R"({
-    "name": "e2e-long", "world_size": 2, "backend": "gloo",
-    "synthetic": {"num_parameters": 4096, "tensor_numel": 1024},
-    "optimizer": {"kind": "sgd", "hyper_parameters": {"lr": 0.01}},
-    "steps": 100000000, "progress_every": 10})");
-  CliResult submit = Cli({"submit", spec});
-  ASSERT_EQ(submit.exit_code, 0) << submit.err;
-  const std::string id(absl::StripTrailingAsciiWhitespace(submit.out));
-  ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state() == v1::RUNNING; },
-                        absl::Seconds(30)))
-      << "job never RUNNING: " << GetJob(id).reason();
+  const std::string id = SubmitRunningJob("e2e-long");
+  ASSERT_FALSE(HasFailure());
 
   CliResult cancel = Cli({"cancel", id, "--reason=e2e test"});
   EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
@@ -184,6 +192,53 @@ TEST_F(CliE2eTest, CancelARunningJob) {
   CliResult again = Cli({"cancel", id});
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_THAT(again.err, StartsWith("pshardctl: "));
+}
+
+// drain / undrain through the real binaries: a drained worker keeps its
+// running job, takes no new one, and comes back with undrain.
+TEST_F(CliE2eTest, DrainKeepsTheJobAndStopsSchedulingUntilUndrain) {
+  const std::string id = SubmitRunningJob("e2e-drain");
+  ASSERT_FALSE(HasFailure());
+
+  CliResult drain = Cli({"drain", "e2e-worker-0"});  // by name
+  EXPECT_EQ(drain.exit_code, 0) << drain.err;
+  EXPECT_THAT(drain.out, AllOf(HasSubstr("(e2e-worker-0) DRAINING: runs " + id),
+                               HasSubstr("until it ends")));
+  CliResult workers = Cli({"workers"});
+  EXPECT_EQ(workers.exit_code, 0) << workers.err;
+  EXPECT_THAT(workers.out, HasSubstr("DRAINING"));
+  // --wait gives up while the job runs; the job is untouched.
+  CliResult wait = Cli({"drain", "e2e-worker-0", "--wait", "--wait_timeout=2s"});
+  EXPECT_EQ(wait.exit_code, 1);
+  EXPECT_THAT(wait.err, HasSubstr("still runs " + id + " after 2s"));
+  EXPECT_EQ(GetJob(id).state(), v1::RUNNING);
+
+  // Once the job has ended, --wait returns: the worker is drained.
+  ASSERT_EQ(Cli({"cancel", id}).exit_code, 0);
+  CliResult drained =
+      Cli({"drain", "e2e-worker-0", "--wait", "--wait_timeout=60s"});
+  EXPECT_EQ(drained.exit_code, 0) << drained.err;
+  EXPECT_THAT(drained.out,
+              HasSubstr("(e2e-worker-0) DRAINING: no job running, takes no new one"));
+
+  // A two-rank job waits: one worker is schedulable.
+  const std::string short_spec =
+      WriteTempFile("drain-short.json", MlpSpec(5, MakeTempDir("output")));
+  CliResult queued = Cli({"submit", short_spec});
+  ASSERT_EQ(queued.exit_code, 0) << queued.err;
+  const std::string waiting(absl::StripTrailingAsciiWhitespace(queued.out));
+  EXPECT_EQ(GetJob(waiting).state(), v1::QUEUED);
+  CliResult undrain = Cli({"undrain", "e2e-worker-0"});
+  EXPECT_EQ(undrain.exit_code, 0) << undrain.err;
+  EXPECT_THAT(undrain.out, HasSubstr("(e2e-worker-0) "));
+  EXPECT_THAT(undrain.out, HasSubstr(": schedulable"));
+  CliResult watch = Cli({"watch", waiting});
+  EXPECT_EQ(watch.exit_code, 0) << watch.out << watch.err;
+  EXPECT_THAT(watch.out, HasSubstr(waiting + " SUCCEEDED"));
+
+  CliResult unknown = Cli({"drain", "no-such-worker"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("no worker \"no-such-worker\""));
 }
 
 TEST_F(CliE2eTest, BadSpecNamesTheFieldAndExits2) {

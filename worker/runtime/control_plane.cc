@@ -40,10 +40,10 @@ class GrpcControlPlane : public ControlPlane {
     return Call("KvGet", &Stub::KvGet, request, deadline);
   }
 
-  absl::Status ReportBuckets(const v1::ReportBucketsRequest& request,
-                             absl::Duration deadline) override {
-    return Call("ReportBuckets", &Stub::ReportBuckets, request, deadline)
-        .status();
+  absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
+      const v1::ReportBucketsRequest& request,
+      absl::Duration deadline) override {
+    return Call("ReportBuckets", &Stub::ReportBuckets, request, deadline);
   }
 
   absl::StatusOr<v1::ShardAssignment> GetAssignment(

@@ -31,8 +31,8 @@ class ControlPlane {
                              absl::Duration deadline) = 0;
   virtual absl::StatusOr<v1::KvGetResponse> KvGet(
       const v1::KvGetRequest& request, absl::Duration deadline) = 0;
-  virtual absl::Status ReportBuckets(const v1::ReportBucketsRequest& request,
-                                     absl::Duration deadline) = 0;
+  virtual absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
+      const v1::ReportBucketsRequest& request, absl::Duration deadline) = 0;
   virtual absl::StatusOr<v1::ShardAssignment> GetAssignment(
       const v1::GetAssignmentRequest& request, absl::Duration deadline) = 0;
   virtual absl::StatusOr<v1::ReportProgressResponse> ReportProgress(

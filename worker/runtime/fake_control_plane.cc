@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
 #include "coordinator/assignment.h"
+#include "coordinator/layout_fingerprint.h"
 
 namespace pshard::worker {
 
@@ -59,11 +60,27 @@ absl::StatusOr<v1::KvGetResponse> FakeControlPlane::KvGet(
   return response;
 }
 
-absl::Status FakeControlPlane::ReportBuckets(
+absl::StatusOr<v1::ReportBucketsResponse> FakeControlPlane::ReportBuckets(
     const v1::ReportBucketsRequest& request, absl::Duration) {
   absl::MutexLock lock(&mu_);
-  reports_[{request.job_id(), request.epoch()}][request.rank()] = request;
-  return absl::OkStatus();
+  auto& reports = reports_[{request.job_id(), request.epoch()}];
+  v1::ReportBucketsResponse response;
+  if (request.buckets().empty() && !request.layout_fingerprint().empty()) {
+    for (const auto& [rank, report] : reports) {
+      if (!report.buckets().empty() &&
+          coordinator::LayoutFingerprint(report.buckets()) ==
+              request.layout_fingerprint()) {
+        v1::ReportBucketsRequest full = report;
+        full.set_rank(request.rank());
+        reports[request.rank()] = std::move(full);
+        return response;
+      }
+    }
+    response.set_send_layout(true);
+    return response;
+  }
+  reports[request.rank()] = request;
+  return response;
 }
 
 absl::StatusOr<v1::ShardAssignment> FakeControlPlane::GetAssignment(

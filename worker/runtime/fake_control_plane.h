@@ -32,8 +32,11 @@ class FakeControlPlane : public ControlPlane {
                      absl::Duration deadline) override;
   absl::StatusOr<v1::KvGetResponse> KvGet(const v1::KvGetRequest& request,
                                           absl::Duration deadline) override;
-  absl::Status ReportBuckets(const v1::ReportBucketsRequest& request,
-                             absl::Duration deadline) override;
+  // A fingerprint-only report is accepted when another rank of the job sent
+  // that layout already, and answered send_layout=true otherwise.
+  absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
+      const v1::ReportBucketsRequest& request,
+      absl::Duration deadline) override;
   absl::StatusOr<v1::ShardAssignment> GetAssignment(
       const v1::GetAssignmentRequest& request,
       absl::Duration deadline) override;

@@ -14,6 +14,7 @@
 #include "common/job_spec.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
+#include "coordinator/layout_fingerprint.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/gpu/backend_choice.h"
 #include "worker/gpu/gpu_job.h"
@@ -245,11 +246,29 @@ AssignmentProvider JobRunner::MakeProvider(absl::Duration timeout) {
     report.set_rank(directive_.rank());
     report.set_worker_id(options_.worker_id);
     for (auto& bucket : layout.ToProto()) *report.add_buckets() = std::move(bucket);
-    RETURN_IF_ERROR(control_->ReportBuckets(report, options_.rpc_timeout));
-
+    // Every rank normally has the same layout: rank 0 sends it, the others
+    // only its fingerprint (waiting, at the coordinator, for rank 0's), and
+    // the whole layout only when the coordinator asks for it.
+    bool send_layout = directive_.rank() == 0;
+    if (!send_layout) {
+      v1::ReportBucketsRequest by_fingerprint = report;
+      by_fingerprint.set_layout_fingerprint(
+          coordinator::LayoutFingerprint(report.buckets()));
+      by_fingerprint.clear_buckets();
+      *by_fingerprint.mutable_timeout() = ToProto(options_.rpc_timeout / 2);
+      ASSIGN_OR_RETURN(v1::ReportBucketsResponse response,
+                       control_->ReportBuckets(by_fingerprint, options_.rpc_timeout));
+      send_layout = response.send_layout();
+    }
+    if (send_layout) {
+      RETURN_IF_ERROR(
+          control_->ReportBuckets(report, options_.rpc_timeout).status());
+    }
     v1::GetAssignmentRequest request;
     request.set_job_id(directive_.job_id());
     request.set_epoch(directive_.epoch());
+    // Only each bucket's owner: the rank knows its own layout.
+    request.set_view(v1::ASSIGNMENT_VIEW_OWNERS);
     // Every rank must finish its first backward first: allow the collective
     // timeout, waiting in slices so that an abort is noticed.
     SlicedWaitOptions wait;
