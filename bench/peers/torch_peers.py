@@ -36,8 +36,8 @@ JSON line has the median over the steps after --warmup.
 import argparse
 import json
 import os
-import socket
 import sys
+import tempfile
 import time
 
 import torch
@@ -50,12 +50,6 @@ def parse_count(text):
     if text[-1].upper() in scale:
         return int(float(text[:-1]) * scale[text[-1].upper()])
     return int(text)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tensor_sizes(num_params, tensor_numel):
@@ -205,11 +199,13 @@ def run_mlp(rank, world, args, sharded):
     return times, losses
 
 
-def worker(rank, world, port, args, queue):
+def worker(rank, world, store_path, args, queue):
     torch.set_num_threads(args.threads)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # Rendezvous through a file, not a TCP port picked in advance: a port
+    # probed free here can be taken by a concurrent test before rank 0 binds
+    # it. Gloo's own connections still bind ephemeral ports.
+    dist.init_process_group("gloo", init_method="file://" + store_path,
+                            rank=rank, world_size=world)
     runners = {
         "seed": run_seed,
         "ddp": run_ddp,
@@ -242,8 +238,10 @@ def main():
 
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, args.world, port, args, queue)) for r in range(args.world)]
+    store_dir = tempfile.TemporaryDirectory(prefix="torch_peers-")
+    store_path = os.path.join(store_dir.name, "store")
+    procs = [ctx.Process(target=worker, args=(r, args.world, store_path, args, queue))
+             for r in range(args.world)]
     for p in procs:
         p.start()
     results = {}
