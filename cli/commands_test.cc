@@ -1,8 +1,6 @@
 #include "cli/commands.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -20,10 +18,13 @@
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
 
 namespace pshard::cli {
 namespace {
 
+using ::pshard::testing::RunfilePath;
+using ::pshard::testing::WriteTempFile;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::EndsWith;
@@ -39,17 +40,6 @@ constexpr char kValidSpec[] = R"json({
   "optimizer": {"kind": "adam"},
   "steps": 5
 })json";
-
-std::string WriteTemp(const std::string& name, const std::string& content) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
-  std::ofstream(path) << content;
-  return path;
-}
-
-std::string ExamplePath(const std::string& file) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/pshard/examples/", file);
-}
 
 class CommandsTest : public ::testing::Test {
  protected:
@@ -88,7 +78,7 @@ class CommandsTest : public ::testing::Test {
 };
 
 TEST_F(CommandsTest, SubmitPrintsTheJobId) {
-  const std::string path = WriteTemp("ok.json", kValidSpec);
+  const std::string path = WriteTempFile("ok.json", kValidSpec);
   EXPECT_EQ(Run({"submit", path}), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(), "job-1\n");
   EXPECT_THAT(err_.str(), IsEmpty());
@@ -100,7 +90,8 @@ TEST_F(CommandsTest, SubmitPrintsTheJobId) {
 TEST_F(CommandsTest, SubmitEveryExampleSpec) {
   for (const char* file : {"mlp_adam_2workers.json", "synthetic_benchmark.json",
                            "replay_small.json"}) {
-    EXPECT_EQ(Run({"submit", ExamplePath(file)}), kExitOk)
+    EXPECT_EQ(Run({"submit", RunfilePath(absl::StrCat("examples/", file))}),
+              kExitOk)
         << file << ": " << err_.str();
   }
   EXPECT_EQ(fake_->num_jobs(), 3);
@@ -108,7 +99,7 @@ TEST_F(CommandsTest, SubmitEveryExampleSpec) {
 
 TEST_F(CommandsTest, SubmitJsonOutputIsTheJob) {
   options_.output = OutputFormat::kJson;
-  const std::string path = WriteTemp("ok.json", kValidSpec);
+  const std::string path = WriteTempFile("ok.json", kValidSpec);
   ASSERT_EQ(Run({"submit", path}), kExitOk) << err_.str();
   v1::Job job;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_.str(), &job).ok())
@@ -118,7 +109,7 @@ TEST_F(CommandsTest, SubmitJsonOutputIsTheJob) {
 }
 
 TEST_F(CommandsTest, BadSpecNamesTheFieldAndExits2WithoutConnecting) {
-  const std::string path = WriteTemp(
+  const std::string path = WriteTempFile(
       "bad.json",
       R"({"name": "x", "world_size": 0, "mlp": {"input_dim": 1, "output_dim": 1,
           "batch_size": 1}, "optimizer": {"kind": "sgd", "hyper_parameters":
@@ -134,7 +125,7 @@ TEST_F(CommandsTest, BadSpecNamesTheFieldAndExits2WithoutConnecting) {
 }
 
 TEST_F(CommandsTest, UnknownFieldIsRejected) {
-  const std::string path = WriteTemp("typo.json", R"({"name": "x", "wrld_size": 2})");
+  const std::string path = WriteTempFile("typo.json", R"({"name": "x", "wrld_size": 2})");
   EXPECT_EQ(Run({"submit", path}), kExitUsage);
   EXPECT_THAT(err_.str(), HasSubstr("wrld_size"));
 }
@@ -145,7 +136,7 @@ TEST_F(CommandsTest, MissingSpecFileExits2) {
 }
 
 TEST_F(CommandsTest, ServerInvalidArgumentExits2OtherErrorsExit1) {
-  const std::string path = WriteTemp("ok.json", kValidSpec);
+  const std::string path = WriteTempFile("ok.json", kValidSpec);
   fake_->FailNextSubmit(absl::InvalidArgumentError("world_size: too big here"));
   EXPECT_EQ(Run({"submit", path}), kExitUsage);
   EXPECT_EQ(err_.str(), "pshardctl: SubmitJob: world_size: too big here\n");
@@ -383,7 +374,7 @@ TEST_F(CommandsTest, SubmitWatchFollowsALiveJobWithABarOnATerminal) {
   options.auto_run = true;
   StartFake(options);
   options_.watch = true;
-  const std::string path = WriteTemp("ok.json", kValidSpec);
+  const std::string path = WriteTempFile("ok.json", kValidSpec);
   EXPECT_EQ(Run({"submit", path}, /*tty=*/true), kExitOk) << err_.str();
   EXPECT_THAT(out_.str(),
               AllOf(StartsWith("job-1\n"), HasSubstr("\r\033[K[######"),
