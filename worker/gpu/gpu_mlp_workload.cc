@@ -29,6 +29,7 @@
 #include "common/status_macros.h"
 #include "worker/gpu/cuda_util.h"
 #include "worker/gpu/gpu_workloads.h"
+#include "worker/gpu/initial_parameters.h"
 #include "worker/gpu/kernels.h"
 #include "worker/workload/fixed_parameters_workload.h"
 #include "worker/workload/mlp_workload.h"
@@ -181,15 +182,7 @@ class GpuMlpWorkload final : public FixedParametersWorkload {
       values[i].resize(infos[i].numel);
       host[i] = values[i].data();
     }
-    RETURN_IF_ERROR(host_->InitializeParameters(host));
-    for (size_t i = 0; i < infos.size(); ++i) {
-      RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpyAsync(params[i], host[i], infos[i].numel * sizeof(float),
-                          cudaMemcpyHostToDevice, stream_),
-          "mlp (GPU): upload initial parameters"));
-    }
-    return CudaStatus(cudaStreamSynchronize(stream_),
-                      "mlp (GPU): upload initial parameters");
+    return UploadInitialParameters(*host_, host, params, stream_, "mlp (GPU)");
   }
 
   absl::StatusOr<double> ComputeGradients(int64_t step,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -13,12 +14,32 @@
 #include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "worker/gpu/cuda_util.h"
+#include "worker/gpu/initial_parameters.h"
 #include "worker/gpu/kernels.h"
 #include "worker/gpu/synthetic.h"
 #include "worker/workload/fixed_parameters_workload.h"
 #include "worker/workload/synthetic_workload.h"
 
 namespace pshard::worker {
+
+absl::Status UploadInitialParameters(Workload& host,
+                                     absl::Span<float* const> host_buffers,
+                                     absl::Span<float* const> params,
+                                     cudaStream_t stream,
+                                     absl::string_view who) {
+  RETURN_IF_ERROR(host.InitializeParameters(host_buffers));
+  const auto& infos = host.parameters();
+  const std::string context = absl::StrCat(who, ": upload initial parameters");
+  for (size_t i = 0; i < infos.size(); ++i) {
+    RETURN_IF_ERROR(gpu::CudaStatus(
+        cudaMemcpyAsync(params[i], host_buffers[i],
+                        infos[i].numel * sizeof(float), cudaMemcpyHostToDevice,
+                        stream),
+        context));
+  }
+  return gpu::CudaStatus(cudaStreamSynchronize(stream), context);
+}
+
 namespace {
 
 using gpu::CudaStatus;
@@ -102,15 +123,8 @@ class HostWorkloadAdapter final : public FixedParametersWorkload {
     std::vector<float*> host(infos.size());
     for (size_t i = 0; i < infos.size(); ++i)
       host[i] = host_params_[i].as<float>();
-    RETURN_IF_ERROR(host_->InitializeParameters(host));
-    for (size_t i = 0; i < infos.size(); ++i) {
-      RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpyAsync(params[i], host[i], infos[i].numel * sizeof(float),
-                          cudaMemcpyHostToDevice, stream_),
-          "host workload: upload initial parameters"));
-    }
-    return CudaStatus(cudaStreamSynchronize(stream_),
-                      "host workload: upload initial parameters");
+    return UploadInitialParameters(*host_, host, params, stream_,
+                                   "host workload");
   }
 
   absl::StatusOr<double> ComputeGradients(int64_t step,
