@@ -26,6 +26,18 @@ inline absl::Status CudaStatus(cudaError_t err, absl::string_view context) {
                            cudaGetErrorString(err), context);
 }
 
+// cudaEventQuery without its side effect. cudaErrorNotReady means "not yet",
+// but the runtime also leaves it in the calling thread's last-error slot,
+// where the next kernel launch's cudaGetLastError (kernels.h), or a library
+// that checks the slot after its own launches (cuBLAS, NCCL), would report it
+// as that launch's failure; PyTorch clears it the same way. Returns
+// cudaSuccess, cudaErrorNotReady, or the error the query found.
+inline cudaError_t QueryEvent(cudaEvent_t event) {
+  const cudaError_t err = cudaEventQuery(event);
+  if (err == cudaErrorNotReady) (void)cudaGetLastError();
+  return err;
+}
+
 // Makes `device` current for the calling thread and restores the previous
 // device on destruction (CUDA's current device is per thread, and callers'
 // threads belong to the runtime).
