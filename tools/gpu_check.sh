@@ -43,7 +43,8 @@ cd "$(dirname "$0")/.."
 readonly BENCH=//bench/gpu:gpu_bench
 # Every test of worker/gpu, and any test tagged "gpu" elsewhere.
 readonly TESTS_QUERY='tests(//worker/gpu/...) union attr(tags, "\bgpu\b", tests(//...))'
-# Per test binary and for the benchmark.
+# Per test binary and for the benchmark (then SIGTERM; SIGKILL 10 s later,
+# for a process stuck in the driver).
 readonly TEST_TIMEOUT_S=180
 readonly BENCH_TIMEOUT_S=240
 # The device call kills a command after 10 minutes and returns only its
@@ -338,7 +339,7 @@ run() {
     fi
     rc=0
     (cd "$work" && PSHARD_REQUIRE_GPU=$require LD_LIBRARY_PATH="$libpath" \
-      timeout "$limit" "bin/$t" --gtest_color=no) \
+      timeout -k 10 "$limit" "bin/$t" --gtest_color=no) \
       >"$logs/$t.log" 2>&1 || rc=$?
     save_log "$logs/$t.log"
     ok=$(grep -c '^\[       OK \]' "$logs/$t.log" || true)
@@ -354,8 +355,13 @@ run() {
     else
       failed_bins=$((failed_bins + 1))
       failed=1
-      local why="exit $rc"
-      [ "$rc" -eq 124 ] && why="timed out after ${limit}s"
+      local why="exit $rc" hung
+      if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        # The case that hung: the last one gtest started.
+        hung=$(grep '^\[ RUN      \]' "$logs/$t.log" | tail -n 1 |
+          sed 's/^\[ RUN      \] //' || true)
+        why="timed out after ${limit}s${hung:+ in $hung}"
+      fi
       note "test $t: FAILED ($why; $ok ok, $skipped skipped; failed: ${failed_cases:-none listed})"
       tail -n 30 "$logs/$t.log" | sed 's/^/   | /'
     fi
@@ -369,12 +375,12 @@ run() {
   # Benchmark: copy bandwidth and optimizer kernels in one run, then the
   # 1-GPU job step.
   rc=0
-  limit=$(timeout_within "$BENCH_TIMEOUT_S" 5)
+  limit=$(timeout_within "$BENCH_TIMEOUT_S" 15)
   if [ "$limit" -lt 30 ]; then
     echo "gpu_check: the ${BUDGET_S}s budget is spent" >"$logs/gpu_bench.log"
     rc=125
   else
-    (cd "$work" && LD_LIBRARY_PATH="$libpath" timeout "$limit" \
+    (cd "$work" && LD_LIBRARY_PATH="$libpath" timeout -k 10 "$limit" \
       bin/gpu_bench) >"$logs/gpu_bench.log" 2>&1 || rc=$?
   fi
   save_log "$logs/gpu_bench.log"
@@ -388,7 +394,7 @@ run() {
     note "bench: not run, as expected in a dry run ($(head -1 "$logs/gpu_bench.log"))"
   else
     local why="exit $rc"
-    [ "$rc" -eq 124 ] && why="timed out after ${limit}s"
+    { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && why="timed out after ${limit}s"
     [ "$rc" -eq 125 ] && why="not run: the ${BUDGET_S}s budget is spent"
     note "bench: FAILED ($why)"
     failed=1
