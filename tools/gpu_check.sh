@@ -25,13 +25,16 @@
 #                                      # there will not have
 #   tools/gpu_check.sh [all]           # a GPU machine that can build: both
 #
-# Through the device tool: pack here, then one call with carry [".gpu_check"]
-# and the command `GPU_CHECK_OUT=$OUT tools/gpu_check.sh run` (under 5
-# minutes on an H200; the summary and the logs come back in $OUT).
+# Through the device tool: pack in the checkout the session runs from (the
+# tool sends that one), then one call with carry [".gpu_check"], timeout_s
+# 600 and the command `GPU_CHECK_OUT=$OUT tools/gpu_check.sh run`. The run
+# ends within GPU_CHECK_BUDGET_S (540 s) whatever hangs, and writes its two
+# files under $OUT as it goes, so even a killed run returns what it did.
 #
 # Environment: PSHARD_CUDA_PATH (CUDA for the build; default /usr/local/cuda),
-# GPU_CHECK_OUT (a folder that gets summary.txt and logs.txt),
-# GPU_CHECK_SUMMARY (a file that gets the summary).
+# GPU_CHECK_OUT (a folder that gets summary.txt and logs.txt, line by line
+# and test by test), GPU_CHECK_SUMMARY (a file that gets the summary),
+# GPU_CHECK_BUDGET_S (run's time budget in seconds; default 540).
 # Exit status: 0 when every test and the benchmark passed (the bandwidth goal
 # is reported, not enforced), 1 otherwise, 2 for a usage or setup error.
 set -euo pipefail
@@ -40,9 +43,16 @@ cd "$(dirname "$0")/.."
 readonly BENCH=//bench/gpu:gpu_bench
 # Every test of worker/gpu, and any test tagged "gpu" elsewhere.
 readonly TESTS_QUERY='tests(//worker/gpu/...) union attr(tags, "\bgpu\b", tests(//...))'
-# Per test binary and for the benchmark (the device call allows 10 minutes).
+# Per test binary and for the benchmark (then SIGTERM; SIGKILL 10 s later,
+# for a process stuck in the driver).
 readonly TEST_TIMEOUT_S=180
 readonly BENCH_TIMEOUT_S=240
+# The device call kills a command after 10 minutes and returns only its
+# output's tail and what is under $OUT: `run` ends inside this budget (seconds
+# from its start) however long the binaries take, the summary written. The
+# tests stop taking time BENCH_RESERVE_S before the end, for the benchmark.
+readonly BUDGET_S=${GPU_CHECK_BUDGET_S:-540}
+readonly BENCH_RESERVE_S=150
 # What the pack may weigh: a device call carries 64 MiB, source tree included.
 readonly PACK_LIMIT_BYTES=$((48 << 20))
 work=""  # run's unpacked pack (global: the EXIT trap removes it)
@@ -158,8 +168,25 @@ pack() {
 summary=()
 failed=0
 start=$(date +%s)
-note() { summary+=("$1"); echo "== $1"; }
+# A summary line, kept and, with GPU_CHECK_OUT, written out at once.
+emit() {
+  summary+=("$1")
+  if [ -n "${GPU_CHECK_OUT:-}" ]; then echo "$1" >>"$GPU_CHECK_OUT/summary.txt"; fi
+}
+note() { emit "$1"; echo "== $1"; }
 elapsed() { echo "$(($(date +%s) - start))s"; }
+# A timeout of at most $1 seconds that ends $2 seconds before the budget.
+timeout_within() {
+  local t=$((start + BUDGET_S - $2 - $(date +%s)))
+  [ "$t" -lt "$1" ] || t=$1
+  echo "$t"
+}
+# Appends log $1 to GPU_CHECK_OUT's logs.txt.
+save_log() {
+  if [ -n "${GPU_CHECK_OUT:-}" ]; then
+    { echo "===== $(basename "$1")"; cat "$1"; } >>"$GPU_CHECK_OUT/logs.txt"
+  fi
+}
 
 # Folders on this machine that hold `soname` (CUDA toolkit, PyTorch's wheels,
 # the loader's cache).
@@ -190,6 +217,11 @@ run() {
   [ -f "$pack" ] || die "no $pack: run 'tools/gpu_check.sh pack' on a build machine first"
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
+  if [ -n "${GPU_CHECK_OUT:-}" ]; then
+    mkdir -p "$GPU_CHECK_OUT"
+    : >"$GPU_CHECK_OUT/summary.txt"
+    : >"$GPU_CHECK_OUT/logs.txt"
+  fi
   tar xzf "$pack" -C "$work"
   sed 's/^/   /' "$work/MANIFEST"
 
@@ -207,7 +239,9 @@ run() {
   local libpath="$work/lib" soname d found
   while IFS= read -r soname; do
     [ -n "$soname" ] || continue
-    found=$(find_lib_dirs "$soname" | head -1)
+    # (sed reads everything: `head -1` could SIGPIPE the search under
+    # pipefail and end the script.)
+    found=$(find_lib_dirs "$soname" | sed -n 1p)
     if [ -n "$found" ]; then
       libpath="$libpath:$found"
       note "$soname: from $found"
@@ -215,6 +249,24 @@ run() {
       note "$soname: not found on this machine"
     fi
   done <"$work/gpu_machine_libs"
+  # The driver comes from this machine: normally through the loader's
+  # cache; some GPU machines only mount it in a folder of its own.
+  local cache
+  cache=$(ldconfig -p 2>/dev/null || true)
+  if [[ "$cache" == *"libcuda.so.1 "* ]]; then
+    note "libcuda.so.1: from the loader's cache"
+  else
+    found=""
+    for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
+      if [ -e "$d/libcuda.so.1" ]; then found=$d; break; fi
+    done
+    if [ -n "$found" ]; then
+      libpath="$libpath:$found"
+      note "libcuda.so.1: from $found"
+    else
+      note "libcuda.so.1: not found on this machine (the tests will say no CUDA device)"
+    fi
+  fi
   libpath="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
   # Every binary must load: name what is missing rather than fail later. A
@@ -269,16 +321,27 @@ run() {
   [ "$dry" = 1 ] && require=0
   # NCCL's own reason for a failure, in the logs.
   export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+  # Every rank of these tests is on this machine: bootstrap over loopback
+  # rather than whatever other interface a VM has (or lacks an address on).
+  export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-lo}"
 
   # Tests: each binary on its own, with a timeout; a failure is counted and
   # reported, and the rest still run.
   local t rc ok skipped failed_cases reasons total_ok=0 total_skipped=0
-  local passed_bins=0 failed_bins=0
+  local passed_bins=0 failed_bins=0 limit
   while IFS= read -r t; do
+    limit=$(timeout_within "$TEST_TIMEOUT_S" "$BENCH_RESERVE_S")
+    if [ "$limit" -lt 10 ]; then
+      failed_bins=$((failed_bins + 1))
+      failed=1
+      note "test $t: NOT RUN (the ${BUDGET_S}s budget is spent)"
+      continue
+    fi
     rc=0
     (cd "$work" && PSHARD_REQUIRE_GPU=$require LD_LIBRARY_PATH="$libpath" \
-      timeout "$TEST_TIMEOUT_S" "bin/$t" --gtest_color=no) \
+      timeout -k 10 "$limit" "bin/$t" --gtest_color=no) \
       >"$logs/$t.log" 2>&1 || rc=$?
+    save_log "$logs/$t.log"
     ok=$(grep -c '^\[       OK \]' "$logs/$t.log" || true)
     # Per-test lines end in "(N ms)"; gtest's closing list repeats the names.
     skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$logs/$t.log" || true)
@@ -292,14 +355,19 @@ run() {
     else
       failed_bins=$((failed_bins + 1))
       failed=1
-      local why="exit $rc"
-      [ "$rc" -eq 124 ] && why="timed out after ${TEST_TIMEOUT_S}s"
+      local why="exit $rc" hung
+      if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        # The case that hung: the last one gtest started.
+        hung=$(grep '^\[ RUN      \]' "$logs/$t.log" | tail -n 1 |
+          sed 's/^\[ RUN      \] //' || true)
+        why="timed out after ${limit}s${hung:+ in $hung}"
+      fi
       note "test $t: FAILED ($why; $ok ok, $skipped skipped; failed: ${failed_cases:-none listed})"
       tail -n 30 "$logs/$t.log" | sed 's/^/   | /'
     fi
   done <"$work/tests"
   # GTEST_SKIP prints "<file>:<line>: Skipped" and the reason on the next line.
-  reasons=$(cat "$logs"/*.log | grep -A1 ': Skipped$' |
+  reasons=$(cat /dev/null "$logs"/*.log 2>/dev/null | grep -A1 ': Skipped$' |
     grep -v -e ': Skipped$' -e '^--$' | sort | uniq -c | sed 's/^ *//' |
     tr '\n' ';' || true)
   note "tests: $passed_bins binaries passed, $failed_bins failed; gtest cases: $total_ok ok, $total_skipped skipped${reasons:+ ($reasons)} ($(elapsed))"
@@ -307,19 +375,27 @@ run() {
   # Benchmark: copy bandwidth and optimizer kernels in one run, then the
   # 1-GPU job step.
   rc=0
-  (cd "$work" && LD_LIBRARY_PATH="$libpath" timeout "$BENCH_TIMEOUT_S" \
-    bin/gpu_bench) >"$logs/gpu_bench.log" 2>&1 || rc=$?
+  limit=$(timeout_within "$BENCH_TIMEOUT_S" 15)
+  if [ "$limit" -lt 30 ]; then
+    echo "gpu_check: the ${BUDGET_S}s budget is spent" >"$logs/gpu_bench.log"
+    rc=125
+  else
+    (cd "$work" && LD_LIBRARY_PATH="$libpath" timeout -k 10 "$limit" \
+      bin/gpu_bench) >"$logs/gpu_bench.log" 2>&1 || rc=$?
+  fi
+  save_log "$logs/gpu_bench.log"
   cat "$logs/gpu_bench.log"
   if [ "$rc" -eq 0 ]; then
     note "bench: $(grep '^SUMMARY' "$logs/gpu_bench.log" | sed 's/^SUMMARY //') ($(elapsed))"
-    while IFS= read -r line; do summary+=("  $line"); done \
+    while IFS= read -r line; do emit "  $line"; done \
       < <(grep -E 'GB/s|% of cudaMemcpy|ms/step|^device' "$logs/gpu_bench.log")
   elif [ "$dry" = 1 ] && [ "$rc" -eq 2 ] &&
        grep -q 'no CUDA device' "$logs/gpu_bench.log"; then
     note "bench: not run, as expected in a dry run ($(head -1 "$logs/gpu_bench.log"))"
   else
     local why="exit $rc"
-    [ "$rc" -eq 124 ] && why="timed out after ${BENCH_TIMEOUT_S}s"
+    { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && why="timed out after ${limit}s"
+    [ "$rc" -eq 125 ] && why="not run: the ${BUDGET_S}s budget is spent"
     note "bench: FAILED ($why)"
     failed=1
   fi
@@ -327,20 +403,12 @@ run() {
   local result
   result=$([ "$failed" -eq 0 ] && echo PASS || echo FAIL)
   [ "$dry" = 1 ] && result="$result (dry run: no GPU used)"
-  summary+=("total time: $(elapsed); result: $result")
+  emit "total time: $(elapsed); result: $result"
   echo
   echo "==================== gpu_check summary ===================="
   printf '%s\n' "${summary[@]}"
   if [ -n "${GPU_CHECK_SUMMARY:-}" ]; then
     printf '%s\n' "${summary[@]}" >"$GPU_CHECK_SUMMARY"
-  fi
-  if [ -n "${GPU_CHECK_OUT:-}" ]; then
-    mkdir -p "$GPU_CHECK_OUT"
-    printf '%s\n' "${summary[@]}" >"$GPU_CHECK_OUT/summary.txt"
-    for f in "$logs"/*.log; do
-      echo "===== $(basename "$f")"
-      cat "$f"
-    done >"$GPU_CHECK_OUT/logs.txt"
   fi
   return "$failed"
 }
@@ -352,6 +420,6 @@ case "$mode" in
   run) run "$dir" 0 || exit 1 ;;
   dry-run) pack "$dir" && { run "$dir" 1 || exit 1; } ;;
   all) pack "$dir" && { run "$dir" 0 || exit 1; } ;;
-  -h | --help | help) sed -n '2,36p' "$0" ;;
+  -h | --help | help) sed -n '2,/^set -euo/p' "$0" | sed '$d' ;;
   *) die "unknown mode '$mode' (pack, run, dry-run, all)" ;;
 esac

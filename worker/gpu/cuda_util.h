@@ -4,9 +4,11 @@
 #ifndef PSHARD_WORKER_GPU_CUDA_UTIL_H_
 #define PSHARD_WORKER_GPU_CUDA_UTIL_H_
 
+#include <cuda.h>  // types of the one driver function used, not linked
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -26,9 +28,53 @@ inline absl::Status CudaStatus(cudaError_t err, absl::string_view context) {
                            cudaGetErrorString(err), context);
 }
 
-// Makes `device` current for the calling thread and restores the previous
-// device on destruction (CUDA's current device is per thread, and callers'
-// threads belong to the runtime).
+// cudaEventQuery without its side effect. cudaErrorNotReady means "not yet",
+// but the runtime also leaves it in the calling thread's last-error slot,
+// where the next kernel launch's cudaGetLastError (kernels.h), or a library
+// that checks the slot after its own launches (cuBLAS, NCCL), would report it
+// as that launch's failure; PyTorch clears it the same way. Returns
+// cudaSuccess, cudaErrorNotReady, or the error the query found.
+inline cudaError_t QueryEvent(cudaEvent_t event) {
+  const cudaError_t err = cudaEventQuery(event);
+  if (err == cudaErrorNotReady) (void)cudaGetLastError();
+  return err;
+}
+
+// Whether CUDA device `device`'s primary context exists in this process;
+// nullopt when that cannot be told (no driver, or one without the entry
+// point). Through the runtime's driver entry points: pshard links only
+// libcudart.
+inline std::optional<bool> PrimaryContextActive(int device) {
+  using GetState = CUresult (*)(CUdevice, unsigned int*, int*);
+  static const GetState get_state = []() -> GetState {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn,
+                                         12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return reinterpret_cast<GetState>(fn);
+  }();
+  if (get_state == nullptr) return std::nullopt;
+  unsigned int flags = 0;
+  int active = 0;
+  if (get_state(static_cast<CUdevice>(device), &flags, &active) !=
+      CUDA_SUCCESS) {
+    return std::nullopt;
+  }
+  return active != 0;
+}
+
+// Makes `device` current for the calling thread and, on destruction, makes
+// the previous device current again if it has a context (CUDA's current
+// device is per thread, and callers' threads belong to the runtime). Since
+// CUDA 12, cudaSetDevice creates the device's primary context: restoring a
+// thread's untouched default, device 0, would give every rank of a
+// multi-GPU node a context (about 0.5 GiB) on GPU 0. PyTorch's device guard
+// skips that restore the same way.
 class ScopedDevice {
  public:
   explicit ScopedDevice(int device) {
@@ -42,7 +88,8 @@ class ScopedDevice {
   ~ScopedDevice() {
     int current = -1;
     if (previous_ >= 0 && cudaGetDevice(&current) == cudaSuccess &&
-        current != previous_) {
+        current != previous_ &&
+        PrimaryContextActive(previous_).value_or(true)) {
       (void)cudaSetDevice(previous_);
     }
   }

@@ -384,11 +384,19 @@ __global__ void CopyScalarKernel(const float* __restrict__ src,
   }
 }
 
+// Launch errors reach the caller only through the thread's last-error slot,
+// which cudaGetLastError() reads after the launch. Every launcher clears it
+// first (the CUDA programming guide's advice), so that it returns its own
+// launch's error and never what an earlier call left there (an ignored
+// failure, or a cudaErrorNotReady from a query).
+void ClearLastError() { (void)cudaGetLastError(); }
+
 }  // namespace
 
 cudaError_t LaunchOptimizerStep(const OptimizerLaunchParams& launch,
                                 const OptimizerBuffers& buffers,
                                 cudaStream_t stream) {
+  ClearLastError();
   if (launch.num_chunks < 0 ||
       (launch.num_chunks > 0 && launch.chunks == nullptr) ||
       buffers.params == nullptr || buffers.grads == nullptr) {
@@ -409,6 +417,7 @@ cudaError_t LaunchOptimizerStep(const OptimizerLaunchParams& launch,
 
 cudaError_t LaunchFloatToBFloat16(const float* in, uint16_t* out, int64_t n,
                                   cudaStream_t stream) {
+  ClearLastError();
   if (n <= 0) return cudaSuccess;
   FloatToBf16Kernel<<<GridFor(n), kThreads, 0, stream>>>(
       in, reinterpret_cast<__nv_bfloat16*>(out), n);
@@ -417,6 +426,7 @@ cudaError_t LaunchFloatToBFloat16(const float* in, uint16_t* out, int64_t n,
 
 cudaError_t LaunchBFloat16ToFloat(const uint16_t* in, float* out, int64_t n,
                                   cudaStream_t stream) {
+  ClearLastError();
   if (n <= 0) return cudaSuccess;
   Bf16ToFloatKernel<<<GridFor(n), kThreads, 0, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(in), out, n);
@@ -425,6 +435,7 @@ cudaError_t LaunchBFloat16ToFloat(const uint16_t* in, float* out, int64_t n,
 
 cudaError_t LaunchScale(void* data, int32_t dtype, int64_t n, float factor,
                         cudaStream_t stream) {
+  ClearLastError();
   if (n <= 0) return cudaSuccess;
   if (dtype == kKernelFloat32) {
     ScaleFloatKernel<<<GridFor(n), kThreads, 0, stream>>>(
@@ -440,6 +451,7 @@ cudaError_t LaunchScale(void* data, int32_t dtype, int64_t n, float factor,
 
 cudaError_t LaunchDivide(float* data, int64_t n, float divisor,
                          cudaStream_t stream) {
+  ClearLastError();
   if (n <= 0) return cudaSuccess;
   DivideFloatKernel<<<GridFor(n), kThreads, 0, stream>>>(data, n, divisor);
   return cudaGetLastError();
@@ -448,6 +460,7 @@ cudaError_t LaunchDivide(float* data, int64_t n, float divisor,
 cudaError_t LaunchSyntheticValues(float* out, int64_t n, uint64_t key,
                                   int64_t first_index, float scale,
                                   cudaStream_t stream) {
+  ClearLastError();
   if (n <= 0) return cudaSuccess;
   SyntheticKernel<<<GridFor(n), kThreads, 0, stream>>>(out, n, key, first_index,
                                                        scale);
@@ -456,6 +469,7 @@ cudaError_t LaunchSyntheticValues(float* out, int64_t n, uint64_t key,
 
 cudaError_t LaunchAddBias(float* y, const float* b, int64_t rows, int64_t cols,
                           cudaStream_t stream) {
+  ClearLastError();
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   AddBiasKernel<<<GridFor(rows * cols), kThreads, 0, stream>>>(y, b, rows,
                                                                cols);
@@ -464,6 +478,7 @@ cudaError_t LaunchAddBias(float* y, const float* b, int64_t rows, int64_t cols,
 
 cudaError_t LaunchRelu(const float* in, float* out, int64_t n,
                        cudaStream_t stream) {
+  ClearLastError();
   if (n <= 0) return cudaSuccess;
   ReluKernel<<<GridFor(n), kThreads, 0, stream>>>(in, out, n);
   return cudaGetLastError();
@@ -471,6 +486,7 @@ cudaError_t LaunchRelu(const float* in, float* out, int64_t n,
 
 cudaError_t LaunchReluBackward(const float* pre, float* delta, int64_t n,
                                cudaStream_t stream) {
+  ClearLastError();
   if (n <= 0) return cudaSuccess;
   ReluBackwardKernel<<<GridFor(n), kThreads, 0, stream>>>(pre, delta, n);
   return cudaGetLastError();
@@ -479,6 +495,7 @@ cudaError_t LaunchReluBackward(const float* pre, float* delta, int64_t n,
 cudaError_t LaunchMseGrad(const float* out, const float* target, int64_t n,
                           float scale, float* delta, double* sum,
                           cudaStream_t stream) {
+  ClearLastError();
   if (n <= 0) return cudaSuccess;
   // Every thread of every block reaches the block reduction: the grid is
   // sized by GridFor and the loop above has no early exit.
@@ -489,6 +506,7 @@ cudaError_t LaunchMseGrad(const float* out, const float* target, int64_t n,
 
 cudaError_t LaunchCopy(const float* src, float* dst, int64_t n,
                        cudaStream_t stream) {
+  ClearLastError();
   if (n <= 0) return cudaSuccess;
   const bool aligned = (reinterpret_cast<uintptr_t>(src) % 16 == 0) &&
                        (reinterpret_cast<uintptr_t>(dst) % 16 == 0);

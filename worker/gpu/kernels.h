@@ -2,7 +2,8 @@
 // purpose: raw device pointers, a cudaStream_t, a cudaError_t back; nvcc never
 // sees Abseil. Callers in .cc files convert the result with CudaStatus()
 // (cuda_status.h). Every launcher only enqueues work on `stream` and returns
-// the launch error (cudaGetLastError), never a later execution error.
+// its own launch error (cudaGetLastError, cleared before the launch), never a
+// later execution error.
 #ifndef PSHARD_WORKER_GPU_KERNELS_H_
 #define PSHARD_WORKER_GPU_KERNELS_H_
 

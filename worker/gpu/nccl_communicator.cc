@@ -168,7 +168,7 @@ class NcclWorkImpl final : public NcclWork,
     {
       ScopedDevice scoped(device_);
       const cudaError_t err = scoped.status().ok()
-                                  ? cudaEventQuery(event_.get())
+                                  ? gpu::QueryEvent(event_.get())
                                   : cudaErrorInvalidDevice;
       if (err == cudaSuccess) {
         finished = true;
@@ -550,7 +550,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     const absl::Time deadline = absl::Now() + kTeardownTimeout;
     Backoff backoff;
     while (true) {
-      const cudaError_t err = cudaEventQuery(event.get());
+      const cudaError_t err = gpu::QueryEvent(event.get());
       if (err == cudaSuccess) return absl::OkStatus();
       if (err != cudaErrorNotReady) return CudaStatus(err, "drain");
       if (absl::Now() >= deadline) {

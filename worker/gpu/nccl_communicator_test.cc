@@ -28,6 +28,7 @@
 #include <cuda_runtime_api.h>
 
 #include "worker/gpu/cuda_util.h"
+#include "worker/gpu/kernels.h"
 #endif
 
 namespace pshard::worker {
@@ -249,6 +250,32 @@ TEST_F(NcclOneGpuTest, WaitHasADeadlineAndCallbacksRunLater) {
   EXPECT_OK(gated->Wait(kWait));
   EXPECT_OK(after->Wait(kWait));
   EXPECT_TRUE(called.WaitForNotificationWithTimeout(kWait));
+}
+
+// Polling an operation that has not finished (the hook's FinishStep does,
+// on the training thread) must leave no cudaErrorNotReady in the thread's
+// last-error slot: the next step's kernel launches report that slot.
+TEST_F(NcclOneGpuTest, PollingAPendingOperationLeavesNoCudaError) {
+  DeviceBuffer buf = Upload(std::vector<float>(16, 3.0f));  // syncs: first
+  StreamGate gate;
+  std::shared_ptr<Work> gated = comm_->Enqueue([&]() {
+    return CudaStatus(
+        cudaLaunchHostFunc(comm_->stream(), &StreamGate::Host, &gate),
+        "cudaLaunchHostFunc");
+  });
+  ASSERT_OK(CudaStatus(cudaGetLastError(), "before polling"));
+  EXPECT_FALSE(gated->IsCompleted());
+  EXPECT_THAT(gated->Wait(absl::Milliseconds(20)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, ::testing::_));
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess)
+      << cudaGetErrorName(cudaPeekAtLastError());
+  // A kernel launched now (the owner's step) reports its own launch only.
+  EXPECT_OK(CudaStatus(
+      gpu::LaunchDivide(buf.as<float>(), 16, 3.0f, comm_->stream()),
+      "LaunchDivide after polling"));
+  gate.open.Notify();
+  EXPECT_OK(gated->Wait(kWait));
+  EXPECT_EQ(Download(buf, 16), std::vector<float>(16, 1.0f));
 }
 
 TEST_F(NcclOneGpuTest, StepIsStreamOrderedBetweenReduceAndBroadcast) {
