@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -1296,6 +1297,66 @@ TEST_F(CoordinatorTest, RestartKeepsEverythingAndRunningJobsContinue) {
   EXPECT_EQ(Register("c").id, "w-3");
   ASSERT_OK_AND_ASSIGN(v1::Job next, c_->SubmitJob(Spec(1)));
   EXPECT_EQ(next.id(), "job-3");
+}
+
+TEST_F(CoordinatorTest, ReportResultAsyncAnswersOnceTheResultIsDurable) {
+  const std::string path = TempPath("async-result.db");
+  Open(path);
+  Worker a = Register("a");
+  Worker b = Register("b");
+  v1::Job job = StartJobOn(a, b);
+  PublishLayout(job, {4, 4});
+  job = GetJob(job.id());
+  auto request = [&](int rank) {
+    v1::ReportResultRequest req;
+    req.set_job_id(job.id());
+    req.set_epoch(job.epoch());
+    req.set_rank(rank);
+    req.set_worker_id(job.members(rank).worker_id());
+    req.set_ok(true);
+    req.set_final_step(job.spec().steps());
+    return req;
+  };
+  // What a second connection to the database sees when `done` runs.
+  struct Seen {
+    std::optional<absl::Status> status;
+    std::set<int> finished;
+    v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+  };
+  const int64_t job_num = 1;
+  auto capture = [&](Seen* seen) {
+    return [&path, seen, job_num](absl::Status status) {
+      seen->status = status;
+      auto store = StateStore::Open(path);
+      ASSERT_OK(store);
+      auto snapshot = (*store)->Load();
+      ASSERT_OK(snapshot);
+      seen->finished = snapshot->finished_ranks[job_num];
+      seen->state = snapshot->jobs[job_num].state();
+    };
+  };
+  Seen bad, first, retry, second;
+  v1::ReportResultRequest wrong = request(1);
+  wrong.set_rank(7);
+  c_->ReportResultAsync(wrong, capture(&bad));
+  c_->ReportResultAsync(request(0), capture(&first));
+  c_->ReportResultAsync(request(0), capture(&retry));
+  c_->ReportResultAsync(request(1), capture(&second));
+  ASSERT_TRUE(c_->WaitForNotifier(absl::Seconds(30)));
+  ASSERT_TRUE(first.status.has_value());
+  EXPECT_OK(*first.status);
+  EXPECT_THAT(first.finished, ::testing::Contains(0));
+  ASSERT_TRUE(second.status.has_value());
+  EXPECT_OK(*second.status);
+  EXPECT_EQ(second.state, v1::SUCCEEDED);
+  ASSERT_TRUE(retry.status.has_value());
+  EXPECT_OK(*retry.status);  // a retry of rank 0, already finished
+  ASSERT_TRUE(bad.status.has_value());
+  EXPECT_THAT(*bad.status,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank")));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::SUCCEEDED);
+  Open(path);  // "kill and restart"
+  EXPECT_EQ(GetJob(job.id()).state(), v1::SUCCEEDED);
 }
 
 TEST_F(CoordinatorTest, RestartRestartsAStartingJobWithANewEpoch) {
