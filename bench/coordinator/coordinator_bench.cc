@@ -29,6 +29,7 @@
 #include "pshard/v1/job.grpc.pb.h"
 #include "pshard/v1/shard.grpc.pb.h"
 #include "pshard/v1/worker_control.grpc.pb.h"
+#include "tests/testing/coordinator.h"
 #include "tests/testing/subprocess.h"
 
 namespace pshard {
@@ -313,23 +314,21 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   }
   BenchReport report;
   Recorder rec;
-  const std::string port_file = opt.work_dir + "/port";
   const std::string state = opt.work_dir + "/bench-state.db";
-  for (const std::string& p : {port_file, state, state + "-wal", state + "-shm"}) {
+  for (const std::string& p : {state, state + "-wal", state + "-shm"}) {
     std::remove(p.c_str());
   }
-  ASSIGN_OR_RETURN(
-      auto coordinator,
-      testing::Subprocess::Start(
-          {opt.coordinator_binary, "--listen=127.0.0.1:0",
-           "--port_file=" + port_file, "--state_path=" + state,
-           absl::StrCat("--heartbeat_interval=",
-                        absl::FormatDuration(opt.heartbeat_interval))},
-          {}, opt.work_dir + "/coordinator.log"));
-  ASSIGN_OR_RETURN(int port, testing::WaitForPortFile(port_file, absl::Seconds(30)));
+  testing::CoordinatorOptions coordinator_options;
+  coordinator_options.dir = opt.work_dir;
+  coordinator_options.state_path = state;
+  coordinator_options.heartbeat_interval = opt.heartbeat_interval;
+  coordinator_options.worker_timeout = opt.worker_timeout;
+  ASSIGN_OR_RETURN(testing::RunningCoordinator running,
+                   testing::StartCoordinator(coordinator_options));
+  testing::Subprocess* coordinator = running.process.get();
   const absl::Time t_begin = absl::Now();
   const ProcStats at_begin = ReadProc(coordinator->pid());
-  const std::string address = absl::StrCat("127.0.0.1:", port);
+  const std::string address = running.address();
 
   std::vector<std::unique_ptr<v1::WorkerControl::Stub>> stubs;
   std::vector<std::shared_ptr<grpc::Channel>> channels;

@@ -36,7 +36,8 @@ struct BenchOptions {
   int max_in_flight = 128;
   // gRPC channels the simulated workers spread over.
   int channels = 8;
-  std::string coordinator_binary;
+  // The coordinator's --worker_timeout (its default).
+  absl::Duration worker_timeout = absl::Seconds(5);
   // Directory for the state file, port file and coordinator log.
   std::string work_dir;
   // Extra time allowed for each phase.
