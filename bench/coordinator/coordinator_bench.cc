@@ -296,8 +296,11 @@ std::string BenchReport::ToString() const {
   absl::StrAppendFormat(&out, "coordinator CPU job phase:       %.2f s\n",
                         job_cpu_seconds);
   for (const StepTime& s : steps) {
-    absl::StrAppendFormat(&out, "  step %-14s %8.1f ms wall, %7.1f ms coordinator CPU\n",
-                          s.name, s.wall_ms, s.cpu_ms);
+    absl::StrAppendFormat(
+        &out,
+        "  step %-14s %8.1f ms wall, %7.1f ms coordinator CPU, %7.1f ms "
+        "load generator CPU\n",
+        s.name, s.wall_ms, s.cpu_ms, s.load_generator_cpu_ms);
   }
   absl::StrAppendFormat(&out, "coordinator CPU total:           %.2f s over %.1f s\n",
                         total_cpu_seconds, wall_seconds);
@@ -545,16 +548,20 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   std::string step_name;
   absl::Time step_start;
   double step_cpu = 0;
+  double step_own_cpu = 0;
   auto step = [&](const std::string& name) {
     const absl::Time now = absl::Now();
     const double cpu = ReadProc(coordinator->pid()).cpu_seconds;
+    const double own_cpu = ReadProc(getpid()).cpu_seconds;
     if (!step_name.empty()) {
       report.steps.push_back({step_name, absl::ToDoubleMilliseconds(now - step_start),
-                              1000 * (cpu - step_cpu)});
+                              1000 * (cpu - step_cpu),
+                              1000 * (own_cpu - step_own_cpu)});
     }
     step_name = name;
     step_start = now;
     step_cpu = cpu;
+    step_own_cpu = own_cpu;
     // Steps 1-3 are the job's start: submit -> every rank has the
     // assignment.
     if (!name.empty()) rec.SetStep(name, name == "4_results" ? "end" : "start");

@@ -87,6 +87,9 @@ struct BenchReport {
     std::string name;
     double wall_ms = 0;
     double cpu_ms = 0;
+    // This process (the simulated workers and status client), which shares
+    // the machine's cores with the coordinator.
+    double load_generator_cpu_ms = 0;
   };
   std::vector<StepTime> steps;
   double total_cpu_seconds = 0;
