@@ -167,8 +167,9 @@ class CoordinatorTest : public ::testing::Test {
     }
   }
 
-  absl::Status Result(const v1::Job& job, int rank, bool ok,
-                      const std::string& error = "") {
+  static v1::ReportResultRequest ResultRequest(const v1::Job& job, int rank,
+                                               bool ok,
+                                               const std::string& error = "") {
     v1::ReportResultRequest req;
     req.set_job_id(job.id());
     req.set_epoch(job.epoch());
@@ -177,7 +178,12 @@ class CoordinatorTest : public ::testing::Test {
     req.set_ok(ok);
     req.set_error(error);
     req.set_final_step(job.spec().steps());
-    return c_->ReportResult(req);
+    return req;
+  }
+
+  absl::Status Result(const v1::Job& job, int rank, bool ok,
+                      const std::string& error = "") {
+    return c_->ReportResult(ResultRequest(job, rank, ok, error));
   }
 
   v1::WorkerState StateOf(const std::string& id) {
@@ -1307,16 +1313,7 @@ TEST_F(CoordinatorTest, ReportResultAsyncAnswersOnceTheResultIsDurable) {
   v1::Job job = StartJobOn(a, b);
   PublishLayout(job, {4, 4});
   job = GetJob(job.id());
-  auto request = [&](int rank) {
-    v1::ReportResultRequest req;
-    req.set_job_id(job.id());
-    req.set_epoch(job.epoch());
-    req.set_rank(rank);
-    req.set_worker_id(job.members(rank).worker_id());
-    req.set_ok(true);
-    req.set_final_step(job.spec().steps());
-    return req;
-  };
+  auto request = [&](int rank) { return ResultRequest(job, rank, true); };
   // What a second connection to the database sees when `done` runs.
   struct Seen {
     std::optional<absl::Status> status;
