@@ -8,10 +8,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/status_matchers.h"
 #include "coordinator/fake_clock.h"
 #include "coordinator/layout.h"
 #include "coordinator/layout_fingerprint.h"
+#include "coordinator/sqlite.h"
 #include "coordinator/state_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -1354,6 +1356,36 @@ TEST_F(CoordinatorTest, ReportResultAsyncAnswersOnceTheResultIsDurable) {
   EXPECT_EQ(GetJob(job.id()).state(), v1::SUCCEEDED);
   Open(path);  // "kill and restart"
   EXPECT_EQ(GetJob(job.id()).state(), v1::SUCCEEDED);
+}
+
+TEST_F(CoordinatorTest, HeartbeatWithoutDirectivesDoesNotWaitForOtherWrites) {
+  const std::string path = TempPath("heartbeat-no-wait.db");
+  Open(path);
+  Worker a = Register("a");
+  Worker b = Register("b");
+  v1::Job job = StartJobOn(a, b);
+  PublishLayout(job, {4, 4});
+  job = GetJob(job.id());
+  Worker idle = Register("c");
+  ASSERT_OK(Beat(idle));  // confirmed: its next heartbeat writes nothing
+  // Another connection holds the write lock: the result's write waits for
+  // it (SQLite's busy timeout, 5 s) on the notifier thread.
+  ASSERT_OK_AND_ASSIGN(auto other, SqliteDatabase::Open(path));
+  ASSERT_OK(other->Exec("BEGIN IMMEDIATE"));
+  absl::Notification answered;
+  std::optional<absl::Status> result;
+  c_->ReportResultAsync(ResultRequest(job, 0, true), [&](absl::Status s) {
+    result = s;
+    answered.Notify();
+  });
+  // Answered while the result is still unwritten; had it waited for that
+  // write, the write would have run into the busy timeout and failed.
+  ASSERT_OK_AND_ASSIGN(v1::HeartbeatResponse resp, Beat(idle));
+  EXPECT_THAT(resp.directives(), SizeIs(0));
+  EXPECT_FALSE(answered.HasBeenNotified());
+  ASSERT_OK(other->Exec("COMMIT"));
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_OK(*result);
 }
 
 TEST_F(CoordinatorTest, RestartRestartsAStartingJobWithANewEpoch) {
