@@ -340,6 +340,14 @@ class Coordinator {
   // FailedPrecondition: ok=true before the assignment was published.
   // Internal: the state database failed.
   absl::Status ReportResult(const v1::ReportResultRequest& request);
+  // ReportResult that never blocks on the state database: `done` gets the
+  // same outcome once the result is durable, from the calling thread when
+  // nothing had to be written, else from the notifier thread after a write
+  // that groups every change sealed by then. For the server: a burst of
+  // 4096 results then holds no RPC thread that heartbeats need, and
+  // becomes a few large transactions instead of thousands of small ones.
+  void ReportResultAsync(const v1::ReportResultRequest& request,
+                         std::function<void(absl::Status)> done);
 
   // ---- Waits and time ----
 
@@ -431,7 +439,22 @@ class Coordinator {
   // now is not yet written, releases mu_ (keeping the callbacks deferred so
   // far for this section), writes through WriteSealed, and retakes mu_.
   // Returns the outcome of this section's batch (OK when it had none).
-  absl::Status Commit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // kOwnBatch skips the wait when this section sealed nothing: for replies
+  // that rest on no state of other sections (a heartbeat answered with no
+  // directive), so they never queue behind another section's write.
+  enum class CommitWait { kAllSealed, kOwnBatch };
+  absl::Status Commit(CommitWait wait = CommitWait::kAllSealed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commit without waiting: `done` (and the callbacks this section deferred)
+  // run after the write, on the notifier thread.
+  void CommitInBackground(std::function<void(absl::Status)> done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Seals the pending writes as the next batch; its number, 0 if none.
+  uint64_t Seal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReportResult's checks and changes; true when there is a change to
+  // commit.
+  absl::StatusOr<bool> ReportResultLocked(const v1::ReportResultRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes every sealed batch not yet written, unless batch `ticket` is
   // written already; the outcome of `ticket`'s batch.
   absl::Status WriteSealed(uint64_t ticket) ABSL_LOCKS_EXCLUDED(mu_, store_mu_);

@@ -3,14 +3,17 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/status_matchers.h"
 #include "coordinator/fake_clock.h"
 #include "coordinator/layout.h"
 #include "coordinator/layout_fingerprint.h"
+#include "coordinator/sqlite.h"
 #include "coordinator/state_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -166,8 +169,9 @@ class CoordinatorTest : public ::testing::Test {
     }
   }
 
-  absl::Status Result(const v1::Job& job, int rank, bool ok,
-                      const std::string& error = "") {
+  static v1::ReportResultRequest ResultRequest(const v1::Job& job, int rank,
+                                               bool ok,
+                                               const std::string& error = "") {
     v1::ReportResultRequest req;
     req.set_job_id(job.id());
     req.set_epoch(job.epoch());
@@ -176,7 +180,12 @@ class CoordinatorTest : public ::testing::Test {
     req.set_ok(ok);
     req.set_error(error);
     req.set_final_step(job.spec().steps());
-    return c_->ReportResult(req);
+    return req;
+  }
+
+  absl::Status Result(const v1::Job& job, int rank, bool ok,
+                      const std::string& error = "") {
+    return c_->ReportResult(ResultRequest(job, rank, ok, error));
   }
 
   v1::WorkerState StateOf(const std::string& id) {
@@ -1296,6 +1305,87 @@ TEST_F(CoordinatorTest, RestartKeepsEverythingAndRunningJobsContinue) {
   EXPECT_EQ(Register("c").id, "w-3");
   ASSERT_OK_AND_ASSIGN(v1::Job next, c_->SubmitJob(Spec(1)));
   EXPECT_EQ(next.id(), "job-3");
+}
+
+TEST_F(CoordinatorTest, ReportResultAsyncAnswersOnceTheResultIsDurable) {
+  const std::string path = TempPath("async-result.db");
+  Open(path);
+  Worker a = Register("a");
+  Worker b = Register("b");
+  v1::Job job = StartJobOn(a, b);
+  PublishLayout(job, {4, 4});
+  job = GetJob(job.id());
+  auto request = [&](int rank) { return ResultRequest(job, rank, true); };
+  // What a second connection to the database sees when `done` runs.
+  struct Seen {
+    std::optional<absl::Status> status;
+    std::set<int> finished;
+    v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+  };
+  const int64_t job_num = 1;
+  auto capture = [&](Seen* seen) {
+    return [&path, seen, job_num](absl::Status status) {
+      seen->status = status;
+      auto store = StateStore::Open(path);
+      ASSERT_OK(store);
+      auto snapshot = (*store)->Load();
+      ASSERT_OK(snapshot);
+      seen->finished = snapshot->finished_ranks[job_num];
+      seen->state = snapshot->jobs[job_num].state();
+    };
+  };
+  Seen bad, first, retry, second;
+  v1::ReportResultRequest wrong = request(1);
+  wrong.set_rank(7);
+  c_->ReportResultAsync(wrong, capture(&bad));
+  c_->ReportResultAsync(request(0), capture(&first));
+  c_->ReportResultAsync(request(0), capture(&retry));
+  c_->ReportResultAsync(request(1), capture(&second));
+  ASSERT_TRUE(c_->WaitForNotifier(absl::Seconds(30)));
+  ASSERT_TRUE(first.status.has_value());
+  EXPECT_OK(*first.status);
+  EXPECT_THAT(first.finished, ::testing::Contains(0));
+  ASSERT_TRUE(second.status.has_value());
+  EXPECT_OK(*second.status);
+  EXPECT_EQ(second.state, v1::SUCCEEDED);
+  ASSERT_TRUE(retry.status.has_value());
+  EXPECT_OK(*retry.status);  // a retry of rank 0, already finished
+  ASSERT_TRUE(bad.status.has_value());
+  EXPECT_THAT(*bad.status,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank")));
+  EXPECT_EQ(GetJob(job.id()).state(), v1::SUCCEEDED);
+  Open(path);  // "kill and restart"
+  EXPECT_EQ(GetJob(job.id()).state(), v1::SUCCEEDED);
+}
+
+TEST_F(CoordinatorTest, HeartbeatWithoutDirectivesDoesNotWaitForOtherWrites) {
+  const std::string path = TempPath("heartbeat-no-wait.db");
+  Open(path);
+  Worker a = Register("a");
+  Worker b = Register("b");
+  v1::Job job = StartJobOn(a, b);
+  PublishLayout(job, {4, 4});
+  job = GetJob(job.id());
+  Worker idle = Register("c");
+  ASSERT_OK(Beat(idle));  // confirmed: its next heartbeat writes nothing
+  // Another connection holds the write lock: the result's write waits for
+  // it (SQLite's busy timeout, 5 s) on the notifier thread.
+  ASSERT_OK_AND_ASSIGN(auto other, SqliteDatabase::Open(path));
+  ASSERT_OK(other->Exec("BEGIN IMMEDIATE"));
+  absl::Notification answered;
+  std::optional<absl::Status> result;
+  c_->ReportResultAsync(ResultRequest(job, 0, true), [&](absl::Status s) {
+    result = s;
+    answered.Notify();
+  });
+  // Answered while the result is still unwritten; had it waited for that
+  // write, the write would have run into the busy timeout and failed.
+  ASSERT_OK_AND_ASSIGN(v1::HeartbeatResponse resp, Beat(idle));
+  EXPECT_THAT(resp.directives(), SizeIs(0));
+  EXPECT_FALSE(answered.HasBeenNotified());
+  ASSERT_OK(other->Exec("COMMIT"));
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_OK(*result);
 }
 
 TEST_F(CoordinatorTest, RestartRestartsAStartingJobWithANewEpoch) {

@@ -478,7 +478,11 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportProgress(
 grpc::ServerUnaryReactor* WorkerControlImpl::ReportResult(
     grpc::CallbackServerContext* ctx, const v1::ReportResultRequest* req,
     v1::ReportResultResponse*) {
-  return Done(ctx, c_->ReportResult(*req));
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  c_->ReportResultAsync(*req, [reactor](absl::Status status) {
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  return reactor;
 }
 
 }  // namespace server

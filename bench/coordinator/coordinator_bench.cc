@@ -29,6 +29,7 @@
 #include "pshard/v1/job.grpc.pb.h"
 #include "pshard/v1/shard.grpc.pb.h"
 #include "pshard/v1/worker_control.grpc.pb.h"
+#include "tests/testing/coordinator.h"
 #include "tests/testing/subprocess.h"
 
 namespace pshard {
@@ -295,8 +296,11 @@ std::string BenchReport::ToString() const {
   absl::StrAppendFormat(&out, "coordinator CPU job phase:       %.2f s\n",
                         job_cpu_seconds);
   for (const StepTime& s : steps) {
-    absl::StrAppendFormat(&out, "  step %-14s %8.1f ms wall, %7.1f ms coordinator CPU\n",
-                          s.name, s.wall_ms, s.cpu_ms);
+    absl::StrAppendFormat(
+        &out,
+        "  step %-14s %8.1f ms wall, %7.1f ms coordinator CPU, %7.1f ms "
+        "load generator CPU\n",
+        s.name, s.wall_ms, s.cpu_ms, s.load_generator_cpu_ms);
   }
   absl::StrAppendFormat(&out, "coordinator CPU total:           %.2f s over %.1f s\n",
                         total_cpu_seconds, wall_seconds);
@@ -313,23 +317,21 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   }
   BenchReport report;
   Recorder rec;
-  const std::string port_file = opt.work_dir + "/port";
   const std::string state = opt.work_dir + "/bench-state.db";
-  for (const std::string& p : {port_file, state, state + "-wal", state + "-shm"}) {
+  for (const std::string& p : {state, state + "-wal", state + "-shm"}) {
     std::remove(p.c_str());
   }
-  ASSIGN_OR_RETURN(
-      auto coordinator,
-      testing::Subprocess::Start(
-          {opt.coordinator_binary, "--listen=127.0.0.1:0",
-           "--port_file=" + port_file, "--state_path=" + state,
-           absl::StrCat("--heartbeat_interval=",
-                        absl::FormatDuration(opt.heartbeat_interval))},
-          {}, opt.work_dir + "/coordinator.log"));
-  ASSIGN_OR_RETURN(int port, testing::WaitForPortFile(port_file, absl::Seconds(30)));
+  testing::CoordinatorOptions coordinator_options;
+  coordinator_options.dir = opt.work_dir;
+  coordinator_options.state_path = state;
+  coordinator_options.heartbeat_interval = opt.heartbeat_interval;
+  coordinator_options.worker_timeout = opt.worker_timeout;
+  ASSIGN_OR_RETURN(testing::RunningCoordinator running,
+                   testing::StartCoordinator(coordinator_options));
+  testing::Subprocess* coordinator = running.process.get();
   const absl::Time t_begin = absl::Now();
   const ProcStats at_begin = ReadProc(coordinator->pid());
-  const std::string address = absl::StrCat("127.0.0.1:", port);
+  const std::string address = running.address();
 
   std::vector<std::unique_ptr<v1::WorkerControl::Stub>> stubs;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
@@ -546,16 +548,20 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   std::string step_name;
   absl::Time step_start;
   double step_cpu = 0;
+  double step_own_cpu = 0;
   auto step = [&](const std::string& name) {
     const absl::Time now = absl::Now();
     const double cpu = ReadProc(coordinator->pid()).cpu_seconds;
+    const double own_cpu = ReadProc(getpid()).cpu_seconds;
     if (!step_name.empty()) {
       report.steps.push_back({step_name, absl::ToDoubleMilliseconds(now - step_start),
-                              1000 * (cpu - step_cpu)});
+                              1000 * (cpu - step_cpu),
+                              1000 * (own_cpu - step_own_cpu)});
     }
     step_name = name;
     step_start = now;
     step_cpu = cpu;
+    step_own_cpu = own_cpu;
     // Steps 1-3 are the job's start: submit -> every rank has the
     // assignment.
     if (!name.empty()) rec.SetStep(name, name == "4_results" ? "end" : "start");

@@ -36,7 +36,8 @@ struct BenchOptions {
   int max_in_flight = 128;
   // gRPC channels the simulated workers spread over.
   int channels = 8;
-  std::string coordinator_binary;
+  // The coordinator's --worker_timeout (its default).
+  absl::Duration worker_timeout = absl::Seconds(5);
   // Directory for the state file, port file and coordinator log.
   std::string work_dir;
   // Extra time allowed for each phase.
@@ -86,6 +87,9 @@ struct BenchReport {
     std::string name;
     double wall_ms = 0;
     double cpu_ms = 0;
+    // This process (the simulated workers and status client), which shares
+    // the machine's cores with the coordinator.
+    double load_generator_cpu_ms = 0;
   };
   std::vector<StepTime> steps;
   double total_cpu_seconds = 0;

@@ -6,7 +6,6 @@
 #include "absl/flags/parse.h"
 #include "absl/synchronization/mutex.h"
 #include "bench/coordinator/coordinator_bench.h"
-#include "tests/testing/subprocess.h"
 
 ABSL_FLAG(int, workers, 1024, "simulated workers");
 ABSL_FLAG(int, world_size, 0, "ranks of the job (0: all workers)");
@@ -35,8 +34,6 @@ int main(int argc, char** argv) {
   options.list_page_size = absl::GetFlag(FLAGS_list_page_size);
   options.work_dir = absl::GetFlag(FLAGS_work_dir);
   options.channels = absl::GetFlag(FLAGS_channels);
-  options.coordinator_binary =
-      pshard::testing::RunfilePath("server/pshard-coordinator");
   auto report = pshard::bench::RunCoordinatorBenchmark(options);
   if (!report.ok()) {
     fprintf(stderr, "benchmark failed: %s\n", report.status().ToString().c_str());

@@ -19,7 +19,6 @@ TEST(CoordinatorBenchSmokeTest, TinyRun) {
   options.steady = absl::Seconds(2);
   options.status_qps = 20;
   options.work_dir = testing::MakeTempDir("bench_smoke");
-  options.coordinator_binary = testing::RunfilePath("server/pshard-coordinator");
   ASSERT_OK_AND_ASSIGN(BenchReport report, RunCoordinatorBenchmark(options));
   std::printf("%s", report.ToString().c_str());
   EXPECT_EQ(report.job_state, "SUCCEEDED");
