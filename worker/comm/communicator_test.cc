@@ -355,6 +355,69 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, BackendTest,
                                            Backend::kFake),
                          [](const auto& info) { return BackendName(info.param); });
 
+// The owner's step on one piece must not hold up the transfers of the next.
+// Rank 0 (the root) issues: a step on z (busy until told), the reduction of a,
+// a step on a, the reduction of b. While the first step runs, the reduction
+// of a cannot complete, so the step on a waits; the reduction of b touches
+// neither and must still be handed to the transport, which rank 1 sees as its
+// own reduction of b completing (on Gloo's pairs a send does not start before
+// its receive is posted). The first step waits for exactly that, with a
+// deadline, so a communicator that posts nothing behind a waiting step fails
+// here instead of hanging. Gloo only: the fake runs each rank's ops one at a
+// time.
+class GlooPipelineTest : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(GlooPipelineTest, WaitingStepDoesNotHoldUpLaterTransfers) {
+  Ranks ranks(GetParam(), 2);
+  // Small enough for every ring and socket buffer, so that a send completes
+  // once the receiver has posted its receive, not once it has read it.
+  constexpr int64_t kCount = 256;
+  absl::Notification b_reduced;  // rank 1's reduction of b has completed
+  ranks.Run([&](Communicator& comm) {
+    std::vector<float> z(kCount, 0.0f);
+    std::vector<float> a(kCount, 1.0f + comm.rank());
+    std::vector<float> b(kCount, 10.0f * (1 + comm.rank()));
+    std::vector<std::shared_ptr<Work>> works;
+    if (comm.rank() == 0) {
+      works.push_back(comm.EnqueueTouching(
+          [&]() -> absl::Status {
+            if (!b_reduced.WaitForNotificationWithTimeout(absl::Seconds(10))) {
+              return absl::DeadlineExceededError(
+                  "the reduction of b was held up behind the step on a");
+            }
+            return absl::OkStatus();
+          },
+          {{z.data(), kCount * 4}}));
+    }
+    works.push_back(comm.Reduce(a.data(), kCount, DataType::kFloat32, 0));
+    if (comm.rank() == 0) {
+      works.push_back(comm.EnqueueTouching(
+          [&]() -> absl::Status {
+            for (float& x : a) x *= 2;
+            return absl::OkStatus();
+          },
+          {{a.data(), kCount * 4}}));
+    }
+    std::shared_ptr<Work> reduce_b =
+        comm.Reduce(b.data(), kCount, DataType::kFloat32, 0);
+    if (comm.rank() == 1) {
+      reduce_b->OnCompletion([&](absl::Status status) {
+        if (status.ok()) b_reduced.Notify();
+      });
+    }
+    works.push_back(reduce_b);
+    for (auto& w : works) ASSERT_OK(w->Wait(kWait));
+    if (comm.rank() == 0) {
+      EXPECT_EQ(a[0], 2 * (1.0f + 2.0f));
+      EXPECT_EQ(b[kCount - 1], 10.0f + 20.0f);
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(GlooBackends, GlooPipelineTest,
+                         ::testing::Values(Backend::kGloo, Backend::kGlooTcp),
+                         [](const auto& info) { return BackendName(info.param); });
+
 TEST(GlooCommunicatorTest, RendezvousTimesOutWithoutPeers) {
   InMemoryKvStore store;
   GlooOptions options;

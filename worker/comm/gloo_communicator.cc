@@ -414,12 +414,20 @@ class GlooCommunicator : public Communicator {
           issuer_done_ = true;
           return;
         }
-        // The op may start once nothing in flight conflicts with it.
+        // A transfer may start once nothing in flight conflicts with it. An
+        // Enqueue'd function is handed over at once: the completion thread
+        // runs it only after every earlier op has finished, which already
+        // orders it after the transfers it touches. Holding it here until
+        // then would hold up every later op as well (ops are posted in
+        // order), among them the next pieces' receives, which Gloo's peers
+        // do not send before; the owner's pipeline would drain at every
+        // piece it steps. Later ops on its memory still wait for it below.
         auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           if (!error_.ok()) return true;
           if (static_cast<int>(in_flight_.size()) >= max_in_flight_) {
             return false;
           }
+          if (queue_.front()->kind == OpKind::kEnqueue) return true;
           for (const auto& flying : in_flight_) {
             if (Conflicts(*flying, *queue_.front())) return false;
           }
