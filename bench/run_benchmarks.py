@@ -2,7 +2,7 @@
 """pshard's benchmarks and their PyTorch peers, side by side in one run.
 
     bazel build //bench:benchmarks
-    /usr/bin/python3 bench/run_benchmarks.py  # full run (docs/BENCHMARKS.md: 421 s on 2 vCPUs)
+    /usr/bin/python3 bench/run_benchmarks.py  # full run (docs/BENCHMARKS.md: 417 s on 2 vCPUs)
     /usr/bin/python3 bench/run_benchmarks.py --quick   # tiny sizes (CI; 31 s on 2 vCPUs)
     bazel test //bench:run_benchmarks_quick_test       # the quick run, under Bazel
 
