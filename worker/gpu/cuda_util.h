@@ -7,13 +7,18 @@
 #include <cuda.h>  // types of the one driver function used, not linked
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "worker/gpu/cuda_status.h"
 
 namespace pshard::worker::gpu {
@@ -219,6 +224,52 @@ class CudaEvent : public internal::CudaHandle<cudaEvent_t, cudaEventDestroy> {
     return event;
   }
 };
+
+// Host-side polling of device work: a short spin, then sleeps growing to
+// 1 ms: cheap for the common case (done in microseconds), gentle on the CPU
+// for long waits.
+class Backoff {
+ public:
+  void Pause() {
+    if (spins_ < 64) {
+      ++spins_;
+      std::this_thread::yield();
+      return;
+    }
+    absl::SleepFor(sleep_);
+    sleep_ = std::min(sleep_ * 2, absl::Milliseconds(1));
+  }
+
+ private:
+  int spins_ = 0;
+  absl::Duration sleep_ = absl::Microseconds(10);
+};
+
+// cudaStreamSynchronize with a deadline: waits on the host until the work
+// queued on `stream` so far has finished, or `timeout` has passed
+// (DeadlineExceeded naming `what`). After a timeout the work may still be
+// running: the caller must not free what it uses (abort the communicator
+// that holds it up first).
+inline absl::Status SynchronizeStream(cudaStream_t stream,
+                                      absl::Duration timeout,
+                                      absl::string_view what) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::StatusOr<CudaEvent> done = CudaEvent::Create(what);
+  if (!done.ok()) return done.status();
+  absl::Status status = CudaStatus(cudaEventRecord(done->get(), stream), what);
+  if (!status.ok()) return status;
+  Backoff backoff;
+  for (;;) {
+    const cudaError_t err = QueryEvent(done->get());
+    if (err != cudaErrorNotReady) return CudaStatus(err, what);
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": device work did not finish within ",
+                       absl::FormatDuration(timeout)));
+    }
+    backoff.Pause();
+  }
+}
 
 }  // namespace pshard::worker::gpu
 

@@ -1,5 +1,6 @@
 // cuda_util.h's helpers that only a GPU exercises: the primary-context query
-// behind ScopedDevice's restore, and ScopedDevice itself. Skips without a
+// behind ScopedDevice's restore, ScopedDevice itself, and SynchronizeStream's
+// deadline. Skips without a
 // GPU (and builds to nothing without CUDA).
 #include "gtest/gtest.h"
 #include "worker/gpu/gpu_test_util.h"
@@ -7,6 +8,10 @@
 #if defined(PSHARD_HAS_CUDA)
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <thread>
+
+#include "absl/time/time.h"
 #include "common/status_matchers.h"
 #include "worker/gpu/cuda_util.h"
 #endif
@@ -49,6 +54,32 @@ TEST(ScopedDeviceTest, SetsAndRestoresAnActiveDevice) {
   int current = -1;
   ASSERT_OK(CudaStatus(cudaGetDevice(&current), "cudaGetDevice"));
   EXPECT_EQ(current, 0);
+}
+
+// A host function that holds its stream until released.
+void CUDART_CB HoldUntilReleased(void* flag) {
+  while (!static_cast<std::atomic<bool>*>(flag)->load()) {
+    std::this_thread::yield();
+  }
+}
+
+TEST(SynchronizeStreamTest, TimesOutOnHeldWorkThenSucceedsOnceItFinishes) {
+  PSHARD_SKIP_WITHOUT_GPUS(1);
+  ASSERT_OK(CudaStatus(cudaSetDevice(0), "cudaSetDevice"));
+  ASSERT_OK_AND_ASSIGN(CudaStream stream, CudaStream::Create("test stream"));
+  EXPECT_OK(SynchronizeStream(stream.get(), absl::Seconds(10), "empty"));
+
+  std::atomic<bool> released{false};
+  ASSERT_OK(CudaStatus(
+      cudaLaunchHostFunc(stream.get(), HoldUntilReleased, &released),
+      "cudaLaunchHostFunc"));
+  EXPECT_THAT(SynchronizeStream(stream.get(), absl::Milliseconds(50), "held"),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       ::testing::HasSubstr("held: device work did not finish")));
+  released = true;
+  EXPECT_OK(SynchronizeStream(stream.get(), absl::Seconds(10), "released"));
+  // Polling left nothing in the last-error slot for the next launch.
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
 }
 
 #else

@@ -22,6 +22,7 @@ using gpu::CudaEvent;
 using gpu::CudaStatus;
 using gpu::DeviceBuffer;
 using gpu::ScopedDevice;
+using gpu::SynchronizeStream;
 
 // Buckets in device memory: per bucket one allocation for parameters and one
 // for gradients (BucketStorage's layout, on the device), and an event that
@@ -78,8 +79,9 @@ class DeviceMemory final : public HookMemory {
               "re-pack gradients"));
         }
       }
-      RETURN_IF_ERROR(
-          CudaStatus(cudaStreamSynchronize(compute_), "re-pack buckets"));
+      // The old buffers are freed below; a timeout leaves them (and the
+      // hook) to the caller's abort.
+      RETURN_IF_ERROR(SynchronizeStream(compute_, timeout_, "re-pack buckets"));
     }
     params_ = std::move(params);
     grads_ = std::move(grads);
@@ -143,7 +145,7 @@ class DeviceMemory final : public HookMemory {
         cudaMemcpyAsync(out, param_views_[param_index], numel * sizeof(float),
                         cudaMemcpyDeviceToHost, compute_),
         what));
-    return CudaStatus(cudaStreamSynchronize(compute_), what);
+    return SynchronizeStream(compute_, timeout_, what);
   }
 
  private:

@@ -30,6 +30,7 @@
 namespace pshard::worker {
 namespace {
 
+using gpu::Backoff;
 using gpu::CudaEvent;
 using gpu::CudaStatus;
 using gpu::CudaStream;
@@ -56,24 +57,6 @@ ncclDataType_t ToNccl(DataType dtype) {
   return dtype == DataType::kFloat32 ? ncclFloat32 : ncclBfloat16;
 }
 
-// Polls with a short spin, then sleeps growing to 1 ms: cheap for the common
-// case (done in microseconds), gentle on the CPU for long waits.
-class Backoff {
- public:
-  void Pause() {
-    if (spins_ < 64) {
-      ++spins_;
-      std::this_thread::yield();
-      return;
-    }
-    absl::SleepFor(sleep_);
-    sleep_ = std::min(sleep_ * 2, absl::Milliseconds(1));
-  }
-
- private:
-  int spins_ = 0;
-  absl::Duration sleep_ = absl::Microseconds(10);
-};
 
 // The communicator's failure state, shared with Work handles (which may
 // outlive the communicator). The first failure wins and is sticky.
