@@ -156,6 +156,16 @@ class CoordinatorTest : public ::testing::Test {
     return job.ok() ? *job : v1::Job();
   }
 
+  // Registers workers "a" and "b" and submits a two-rank job, which starts on
+  // them at once; returns it as GetJob sees it (STARTING, with its members).
+  v1::Job StartTwoRankJob() {
+    Register("a");
+    Register("b");
+    absl::StatusOr<v1::Job> job = c_->SubmitJob(Spec(2));
+    EXPECT_OK(job);
+    return job.ok() ? GetJob(job->id()) : v1::Job();
+  }
+
   std::vector<v1::JobEvent> Events(const std::string& id) {
     auto batch = c_->GetEvents(id, 0, 100000);
     EXPECT_OK(batch);
@@ -651,10 +661,7 @@ TEST_F(CoordinatorTest, RankErrorFailsTheJob) {
 }
 
 TEST_F(CoordinatorTest, ResultChecksRankAndWorker) {
-  Register("a");
-  Register("b");
-  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(2)));
-  job = GetJob(job.id());
+  v1::Job job = StartTwoRankJob();
   v1::ReportResultRequest req;
   req.set_job_id(job.id());
   req.set_epoch(job.epoch());
@@ -856,10 +863,7 @@ TEST_F(CoordinatorTest, FingerprintReportsWaitForTheFirstFullLayout) {
 }
 
 TEST_F(CoordinatorTest, ParkedFingerprintReportIsAbortedWhenTheJobEnds) {
-  Register("a");
-  Register("b");
-  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(2)));
-  job = GetJob(job.id());
+  v1::Job job = StartTwoRankJob();
   Capture<v1::ReportBucketsResponse> parked;
   v1::ReportBucketsRequest req = Buckets(job, 1, {10});
   c_->ReportBucketsWire(job.id(), job.epoch(), 1, job.members(1).worker_id(),
@@ -873,10 +877,7 @@ TEST_F(CoordinatorTest, ParkedFingerprintReportIsAbortedWhenTheJobEnds) {
 }
 
 TEST_F(CoordinatorTest, FingerprintReportsCountTowardsTheAssignment) {
-  Register("a");
-  Register("b");
-  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(2)));
-  job = GetJob(job.id());
+  v1::Job job = StartTwoRankJob();
   Capture<Coordinator::AssignmentPtr> owners;
   c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_OWNERS,
                     clock_.Now() + absl::Seconds(30), owners.Callback());
@@ -914,10 +915,7 @@ TEST_F(CoordinatorTest, FingerprintReportsCountTowardsTheAssignment) {
 }
 
 TEST_F(CoordinatorTest, ReportBucketsBadInput) {
-  Register("a");
-  Register("b");
-  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(2)));
-  job = GetJob(job.id());
+  v1::Job job = StartTwoRankJob();
   auto req = Buckets(job, 0, {10});
   req.set_job_id("job-404");
   EXPECT_THAT(c_->ReportBuckets(req), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
