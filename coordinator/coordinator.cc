@@ -363,6 +363,17 @@ absl::Time Coordinator::CapDeadline(absl::Time deadline) const {
   return std::min(deadline, clock_->Now() + options_.max_wait);
 }
 
+Coordinator::WaitId Coordinator::Park(std::unique_ptr<Waiter> w,
+                                      absl::Time deadline,
+                                      std::vector<WaitId>& job_list) {
+  w->deadline = CapDeadline(deadline);
+  const WaitId id = ++next_wait_;
+  deadlines_.emplace(w->deadline, id);
+  waiters_[id] = std::move(w);
+  job_list.push_back(id);
+  return id;
+}
+
 Coordinator::WorkerRec* Coordinator::FindWorker(absl::string_view worker_id) {
   std::optional<int64_t> num = ParseId(worker_id, kWorkerPrefix);
   if (!num) return nullptr;
@@ -1222,13 +1233,8 @@ Coordinator::WaitId Coordinator::WaitForEvents(absl::string_view job_id,
   auto w = std::make_unique<Waiter>();
   w->kind = Waiter::kEvents;
   w->job_num = j->num;
-  w->deadline = CapDeadline(deadline);
   w->events_done = std::move(done);
-  const WaitId id = ++next_wait_;
-  deadlines_.emplace(w->deadline, id);
-  waiters_[id] = std::move(w);
-  j->event_waiters.push_back(id);
-  return id;
+  return Park(std::move(w), deadline, j->event_waiters);
 }
 
 // ---- Rendezvous ----
@@ -1314,13 +1320,9 @@ Coordinator::WaitId Coordinator::KvGet(absl::string_view job_id,
         w->kind = Waiter::kKv;
         w->job_num = (*j)->num;
         w->epoch = epoch;
-        w->deadline = CapDeadline(deadline);
         w->kv_done = std::move(done);
-        const WaitId id = ++next_wait_;
-        deadlines_.emplace(w->deadline, id);
-        waiters_[id] = std::move(w);
-        (*j)->kv_waiters[std::string(key)].push_back(id);
-        return id;
+        return Park(std::move(w), deadline,
+                    (*j)->kv_waiters[std::string(key)]);
       }
     }
   }
@@ -1415,13 +1417,9 @@ Coordinator::ReportBucketsLocked(absl::string_view job_id, int64_t epoch,
         w->kind = Waiter::kLayout;
         w->job_num = j->num;
         w->epoch = epoch;
-        w->deadline = CapDeadline(deadline);
         w->rank = rank;
         w->fingerprint = std::string(fingerprint);
-        *parked = ++next_wait_;
-        deadlines_.emplace(w->deadline, *parked);
-        waiters_[*parked] = std::move(w);
-        j->layout_waiters.push_back(*parked);
+        *parked = Park(std::move(w), deadline, j->layout_waiters);
         return std::nullopt;
       }
       resp.set_send_layout(true);
@@ -1557,13 +1555,8 @@ Coordinator::WaitId Coordinator::GetAssignment(absl::string_view job_id,
     w->job_num = j->num;
     w->epoch = epoch;
     w->owners_view = owners_view;
-    w->deadline = CapDeadline(deadline);
     w->assignment_done = std::move(done);
-    const WaitId id = ++next_wait_;
-    deadlines_.emplace(w->deadline, id);
-    waiters_[id] = std::move(w);
-    j->assignment_waiters.push_back(id);
-    return id;
+    return Park(std::move(w), deadline, j->assignment_waiters);
   }
   Defer([done = std::move(done), immediate = std::move(immediate)] {
     done(immediate);

@@ -433,6 +433,10 @@ class Coordinator {
   void WakeEventWaiters(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckWaiterCapacity() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time CapDeadline(absl::Time deadline) const;
+  // Parks `w` until `deadline` (capped by CapDeadline) and appends its id to
+  // `job_list`, the job's waiters of its kind; returns the id.
+  WaitId Park(std::unique_ptr<Waiter> w, absl::Time deadline,
+              std::vector<WaitId>& job_list) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistJob(const JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistWorker(const WorkerRec& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Seals the pending writes as the next batch; then, if any batch up to
