@@ -33,7 +33,6 @@
 #include "worker/gpu/kernels.h"
 #include "worker/workload/fixed_parameters_workload.h"
 #include "worker/workload/mlp_workload.h"
-#include "worker/workload/random.h"
 
 namespace pshard::worker {
 namespace {
@@ -42,10 +41,6 @@ using gpu::CudaStatus;
 using gpu::DeviceBuffer;
 using gpu::PinnedBuffer;
 using gpu::ScopedDevice;
-
-// Random-stream tags of worker/workload/mlp_workload.cc.
-constexpr uint64_t kTagTeacher = 0x6d6c702d74636872ULL;  // "mlp-tchr"
-constexpr uint64_t kTagData = 0x6d6c702d64617461ULL;     // "mlp-data"
 
 absl::Status CublasStatus(cublasStatus_t status, absl::string_view context) {
   if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
@@ -105,14 +100,11 @@ absl::StatusOr<DeviceBuffer> Floats(int64_t n, absl::string_view what) {
 class GpuMlpWorkload final : public FixedParametersWorkload {
  public:
   GpuMlpWorkload(std::unique_ptr<MlpWorkload> host, std::vector<int> dims,
-                 int batch, uint64_t seed, int rank, int device,
-                 cudaStream_t stream)
+                 int batch, int device, cudaStream_t stream)
       : FixedParametersWorkload("mlp (GPU)", host->parameters()),
         host_(std::move(host)),
         dims_(std::move(dims)),
         batch_(batch),
-        seed_(seed),
-        rank_(rank),
         device_(device),
         stream_(stream) {}
 
@@ -131,19 +123,11 @@ class GpuMlpWorkload final : public FixedParametersWorkload {
     for (int d : dims_) max_width = std::max(max_width, d);
     for (int l = 0; l < layers; ++l) {
       const int in = dims_[l], out = dims_[l + 1];
-      // The teacher, exactly as the CPU workload draws it.
-      const float bound = std::sqrt(6.0f / static_cast<float>(in));
-      std::vector<float> w(int64_t{out} * in), b(out);
-      const uint64_t wkey = StreamKey(seed_, {kTagTeacher, uint64_t(l), 0});
-      const uint64_t bkey = StreamKey(seed_, {kTagTeacher, uint64_t(l), 1});
-      for (size_t i = 0; i < w.size(); ++i) {
-        w[i] = UniformAt(wkey, i, -bound, bound);
-      }
-      for (size_t i = 0; i < b.size(); ++i) {
-        b[i] = UniformAt(bkey, i, -bound, bound);
-      }
-      ASSIGN_OR_RETURN(DeviceBuffer dw, Upload(w, "teacher weight"));
-      ASSIGN_OR_RETURN(DeviceBuffer db, Upload(b, "teacher bias"));
+      // The CPU workload's teacher.
+      ASSIGN_OR_RETURN(DeviceBuffer dw,
+                       Upload(host_->teacher()[2 * l], "teacher weight"));
+      ASSIGN_OR_RETURN(DeviceBuffer db,
+                       Upload(host_->teacher()[2 * l + 1], "teacher bias"));
       teacher_.push_back(std::move(dw));
       teacher_.push_back(std::move(db));
       ASSIGN_OR_RETURN(DeviceBuffer act, Floats(int64_t{batch_} * in, "act"));
@@ -196,11 +180,9 @@ class GpuMlpWorkload final : public FixedParametersWorkload {
 
     // The batch: inputs on the host (the CPU's normal draws), uploaded; the
     // previous step's upload finished (ComputeGradients ends with a sync).
-    const uint64_t key =
-        StreamKey(seed_, {kTagData, uint64_t(rank_), uint64_t(step)});
     float* x = x_host_.as<float>();
     const int64_t x_count = int64_t{batch_} * dims_[0];
-    for (int64_t i = 0; i < x_count; ++i) x[i] = NormalAt(key, i);
+    host_->BatchInputs(step, x);
     RETURN_IF_ERROR(
         CudaStatus(cudaMemcpyAsync(act_[0].get(), x, x_count * sizeof(float),
                                    cudaMemcpyHostToDevice, stream_),
@@ -316,11 +298,10 @@ class GpuMlpWorkload final : public FixedParametersWorkload {
                       "mlp (GPU): bias");
   }
 
-  const std::unique_ptr<MlpWorkload> host_;  // parameters, initial values
+  // The problem: parameters, initial values, teacher, batch inputs.
+  const std::unique_ptr<MlpWorkload> host_;
   const std::vector<int> dims_;
   const int batch_;
-  const uint64_t seed_;
-  const int rank_;
   const int device_;
   const cudaStream_t stream_;
   CublasHandle cublas_;
@@ -350,8 +331,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateGpuMlpWorkload(
   for (int h : spec.hidden_dims()) dims.push_back(h);
   dims.push_back(spec.output_dim());
   auto workload = std::make_unique<GpuMlpWorkload>(
-      std::move(host), std::move(dims), spec.batch_size(), seed, rank, device,
-      stream);
+      std::move(host), std::move(dims), spec.batch_size(), device, stream);
   RETURN_IF_ERROR(workload->Init());
   return std::unique_ptr<Workload>(std::move(workload));
 }

@@ -133,14 +133,16 @@ absl::Status MlpWorkload::InitializeParameters(
   return absl::OkStatus();
 }
 
+void MlpWorkload::BatchInputs(int64_t step, float* x) const {
+  FillNormal(StreamKey(seed_, {kTagData, uint64_t(rank_), uint64_t(step)}), x,
+             int64_t{batch_} * dims_[0]);
+}
+
 void MlpWorkload::MakeBatch(int64_t step) {
-  const uint64_t key =
-      StreamKey(seed_, {kTagData, uint64_t(rank_), uint64_t(step)});
-  std::vector<float>& x = act_[0];
-  FillNormal(key, x.data(), static_cast<int64_t>(x.size()));
+  BatchInputs(step, act_[0].data());
 
   const int layers = static_cast<int>(dims_.size()) - 1;
-  const float* in = x.data();
+  const float* in = act_[0].data();
   for (int l = 0; l < layers; ++l) {
     float* out = l == layers - 1 ? target_.data() : teacher_act_[l % 2].data();
     LinearForward(in, teacher_[2 * l].data(), teacher_[2 * l + 1].data(),

@@ -54,6 +54,13 @@ class MlpWorkload final : public FixedParametersWorkload {
                                           GradientSink& sink) override;
   int64_t samples_per_step() const override { return batch_; }
 
+  // The problem itself, for a device implementation that must step the same
+  // numbers (worker/gpu): the teacher's weight and bias of each layer, in
+  // that order, and the inputs of `step`'s batch (batch x input_dim floats
+  // into `x`).
+  const std::vector<std::vector<float>>& teacher() const { return teacher_; }
+  void BatchInputs(int64_t step, float* x) const;
+
   // The loss of `params` on an arbitrary batch: the forward pass only. For
   // tests and evaluation; `step` selects the batch as in ComputeGradients.
   absl::StatusOr<double> Loss(int64_t step,
