@@ -1,6 +1,5 @@
 #include "coordinator/coordinator.h"
 
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <set>
@@ -17,6 +16,7 @@
 #include "coordinator/state_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
 
 namespace pshard {
 namespace coordinator {
@@ -74,13 +74,9 @@ v1::ReportBucketsRequest Buckets(const v1::Job& job, int rank,
   return req;
 }
 
+// A database path in a fresh directory (no earlier run's file or WAL).
 std::string TempPath(const std::string& name) {
-  const char* dir = getenv("TEST_TMPDIR");
-  std::string path = std::string(dir ? dir : "/tmp") + "/" + name;
-  std::remove(path.c_str());
-  std::remove((path + "-wal").c_str());
-  std::remove((path + "-shm").c_str());
-  return path;
+  return absl::StrCat(::pshard::testing::MakeTempDir("db"), "/", name);
 }
 
 class CoordinatorTest : public ::testing::Test {

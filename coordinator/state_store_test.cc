@@ -3,10 +3,12 @@
 #include <cstdio>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "coordinator/sqlite.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
 
 namespace pshard {
 namespace coordinator {
@@ -14,13 +16,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A database path in a fresh directory (no earlier run's file or WAL).
 std::string TempPath(const std::string& name) {
-  const char* dir = getenv("TEST_TMPDIR");
-  std::string path = std::string(dir ? dir : "/tmp") + "/" + name;
-  std::remove(path.c_str());
-  std::remove((path + "-wal").c_str());
-  std::remove((path + "-shm").c_str());
-  return path;
+  return absl::StrCat(::pshard::testing::MakeTempDir("db"), "/", name);
 }
 
 TEST(StateStoreTest, RoundTripsEverythingThroughAFile) {
