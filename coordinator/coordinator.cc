@@ -14,7 +14,7 @@
 #include "common/job_state.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
-#include "coordinator/layout_fingerprint.h"
+#include "shard/layout_fingerprint.h"
 #include "coordinator/scheduler.h"
 
 namespace pshard {
@@ -109,7 +109,7 @@ struct Coordinator::JobRec {
   std::vector<RankRec> ranks;
   // Ranks with finished == true.
   int finished_ranks = 0;
-  std::optional<Layout> reference_layout;
+  std::optional<shard::Layout> reference_layout;
   // The reference report's bytes (ReportBucketsWire's buckets_wire) and
   // their LayoutFingerprint.
   std::string reference_wire;
@@ -305,7 +305,7 @@ absl::Status Coordinator::Load() {
       j->assignment =
           std::make_shared<const v1::ShardAssignment>(std::move(a->second));
       j->assignment_owners =
-          std::make_shared<const v1::ShardAssignment>(OwnersView(*j->assignment));
+          std::make_shared<const v1::ShardAssignment>(shard::OwnersView(*j->assignment));
     }
     next_job_ = std::max(next_job_, num);
     const v1::JobState state = j->job.state();
@@ -1379,9 +1379,9 @@ Coordinator::ReportBucketsLocked(absl::string_view job_id, int64_t epoch,
                                  absl::string_view fingerprint,
                                  absl::Time deadline, WaitId* parked) {
   const bool by_fingerprint = buckets_wire.empty() && !fingerprint.empty();
-  if (by_fingerprint && fingerprint.size() != kLayoutFingerprintBytes) {
+  if (by_fingerprint && fingerprint.size() != shard::kLayoutFingerprintBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("layout_fingerprint: must be ", kLayoutFingerprintBytes,
+        absl::StrCat("layout_fingerprint: must be ", shard::kLayoutFingerprintBytes,
                      " bytes (SHA-256), got ", fingerprint.size()));
   }
   absl::StatusOr<JobRec*> found = ActiveJobAt(job_id, epoch);
@@ -1432,7 +1432,7 @@ Coordinator::ReportBucketsLocked(absl::string_view job_id, int64_t epoch,
                                " sent a bucket layout that does not parse"));
     }
     const absl::Status valid =
-        ValidateLayout(parsed.buckets(), options_.layout_limits);
+        shard::ValidateLayout(parsed.buckets(), options_.layout_limits);
     if (!valid.ok()) {
       return fail(absl::StrCat(Who(*j, rank),
                                " reported an invalid bucket layout: ",
@@ -1442,10 +1442,10 @@ Coordinator::ReportBucketsLocked(absl::string_view job_id, int64_t epoch,
       j->reference_layout = std::move(*parsed.mutable_buckets());
       j->reference_rank = rank;
       j->reference_wire = std::string(buckets_wire);
-      j->reference_fingerprint = LayoutFingerprint(buckets_wire);
+      j->reference_fingerprint = shard::LayoutFingerprint(buckets_wire);
       AnswerLayoutWaiters(*j);
-    } else if (std::optional<LayoutDifference> diff =
-                   CompareLayouts(*j->reference_layout, parsed.buckets())) {
+    } else if (std::optional<shard::LayoutDifference> diff =
+                   shard::CompareLayouts(*j->reference_layout, parsed.buckets())) {
       return fail(absl::StrCat("bucket layout mismatch: ", Who(*j, rank),
                                " differs from rank ", j->reference_rank,
                                " at bucket ", diff->bucket, ": ", diff->detail));
@@ -1485,7 +1485,7 @@ void Coordinator::AnswerLayoutWaiters(JobRec& job) {
 }
 
 void Coordinator::PublishAssignment(JobRec& job) {
-  absl::StatusOr<v1::ShardAssignment> a = BuildShardAssignment(
+  absl::StatusOr<v1::ShardAssignment> a = shard::BuildShardAssignment(
       job.job.id(), job.job.epoch(), job.job.spec().assignment_policy(),
       *job.reference_layout, job.job.members());
   if (!a.ok()) {
@@ -1495,7 +1495,7 @@ void Coordinator::PublishAssignment(JobRec& job) {
   }
   job.assignment = std::make_shared<const v1::ShardAssignment>(*std::move(a));
   job.assignment_owners =
-      std::make_shared<const v1::ShardAssignment>(OwnersView(*job.assignment));
+      std::make_shared<const v1::ShardAssignment>(shard::OwnersView(*job.assignment));
   pending_->assignments.emplace_back(job.num, *job.assignment);
   Transition(job, v1::RUNNING,
              absl::StrFormat("assignment published: epoch %d, %d buckets, "

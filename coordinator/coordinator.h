@@ -88,8 +88,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "coordinator/clock.h"
-#include "coordinator/layout.h"
+#include "common/clock.h"
+#include "shard/layout.h"
 #include "coordinator/paging.h"
 #include "coordinator/state_store.h"
 #include "pshard/v1/cluster.pb.h"
@@ -125,7 +125,7 @@ struct CoordinatorOptions {
   int64_t max_kv_bytes_per_job = int64_t{256} << 20;
   int64_t max_kv_bytes_total = int64_t{1} << 30;
   int max_reason_length = 1024;
-  LayoutLimits layout_limits;
+  shard::LayoutLimits layout_limits;
   // A state change that completes more waits than this (e.g. an assignment
   // published to 4096 parked ranks) runs their callbacks on the
   // coordinator's notifier thread instead of the caller's, so the RPC that

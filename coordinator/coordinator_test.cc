@@ -9,9 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_matchers.h"
-#include "coordinator/fake_clock.h"
-#include "coordinator/layout.h"
-#include "coordinator/layout_fingerprint.h"
+#include "common/fake_clock.h"
+#include "shard/layout.h"
+#include "shard/layout_fingerprint.h"
 #include "coordinator/sqlite.h"
 #include "coordinator/state_store.h"
 #include "gmock/gmock.h"
@@ -780,7 +780,7 @@ TEST_F(CoordinatorTest, ReportBucketsByFingerprint) {
   job = GetJob(job.id());
   auto by_fingerprint = [&](int rank, const std::vector<int64_t>& sizes) {
     v1::ReportBucketsRequest req = Buckets(job, rank, sizes);
-    req.set_layout_fingerprint(LayoutFingerprint(req.buckets()));
+    req.set_layout_fingerprint(shard::LayoutFingerprint(req.buckets()));
     req.clear_buckets();
     return c_->ReportBuckets(req);
   };
@@ -823,7 +823,7 @@ TEST_F(CoordinatorTest, FingerprintReportsWaitForTheFirstFullLayout) {
     v1::ReportBucketsRequest req = Buckets(job, rank, sizes);
     c_->ReportBucketsWire(job.id(), job.epoch(), rank,
                           job.members(rank).worker_id(), "",
-                          LayoutFingerprint(req.buckets()),
+                          shard::LayoutFingerprint(req.buckets()),
                           clock_.Now() + wait, got->Callback());
   };
   Capture<v1::ReportBucketsResponse> same, other, late;
@@ -863,7 +863,7 @@ TEST_F(CoordinatorTest, ParkedFingerprintReportIsAbortedWhenTheJobEnds) {
   Capture<v1::ReportBucketsResponse> parked;
   v1::ReportBucketsRequest req = Buckets(job, 1, {10});
   c_->ReportBucketsWire(job.id(), job.epoch(), 1, job.members(1).worker_id(),
-                        "", LayoutFingerprint(req.buckets()),
+                        "", shard::LayoutFingerprint(req.buckets()),
                         clock_.Now() + absl::Seconds(10), parked.Callback());
   EXPECT_FALSE(parked.result.has_value());
   ASSERT_OK(c_->CancelJob(job.id(), "test"));
@@ -879,7 +879,7 @@ TEST_F(CoordinatorTest, FingerprintReportsCountTowardsTheAssignment) {
                     clock_.Now() + absl::Seconds(30), owners.Callback());
   ASSERT_OK(c_->ReportBuckets(Buckets(job, 0, {100, 300, 200})));
   v1::ReportBucketsRequest req = Buckets(job, 1, {100, 300, 200});
-  req.set_layout_fingerprint(LayoutFingerprint(req.buckets()));
+  req.set_layout_fingerprint(shard::LayoutFingerprint(req.buckets()));
   req.clear_buckets();
   ASSERT_OK(c_->ReportBuckets(req));
   EXPECT_EQ(GetJob(job.id()).state(), v1::RUNNING);
@@ -888,7 +888,7 @@ TEST_F(CoordinatorTest, FingerprintReportsCountTowardsTheAssignment) {
   ASSERT_OK(*owners.result);
   const v1::ShardAssignment& view = ***owners.result;
   ASSERT_OK_AND_ASSIGN(v1::ShardAssignment full, c_->GetShardAssignment(job.id()));
-  EXPECT_EQ(view.SerializeAsString(), OwnersView(full).SerializeAsString());
+  EXPECT_EQ(view.SerializeAsString(), shard::OwnersView(full).SerializeAsString());
   EXPECT_THAT(view.ranks(), SizeIs(0));
   Capture<Coordinator::AssignmentPtr> later;
   c_->GetAssignment(job.id(), 1, v1::ASSIGNMENT_VIEW_OWNERS,

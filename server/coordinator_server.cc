@@ -13,7 +13,7 @@ namespace pshard {
 namespace server {
 
 CoordinatorServer::CoordinatorServer(coordinator::Coordinator* coordinator,
-                                     const coordinator::Clock* clock,
+                                     const Clock* clock,
                                      ServerOptions options)
     : coordinator_(coordinator),
       options_(std::move(options)),
@@ -23,7 +23,7 @@ CoordinatorServer::CoordinatorServer(coordinator::Coordinator* coordinator,
       worker_control_(coordinator, clock, options_.services) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    coordinator::Coordinator* coordinator, const coordinator::Clock* clock,
+    coordinator::Coordinator* coordinator, const Clock* clock,
     ServerOptions options) {
   std::unique_ptr<CoordinatorServer> s(
       new CoordinatorServer(coordinator, clock, std::move(options)));

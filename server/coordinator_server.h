@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "coordinator/clock.h"
+#include "common/clock.h"
 #include "coordinator/coordinator.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/server.h"
@@ -40,7 +40,7 @@ class CoordinatorServer {
   // Starts serving `coordinator` (which must outlive the server).
   // Errors: Unavailable if the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
-      coordinator::Coordinator* coordinator, const coordinator::Clock* clock,
+      coordinator::Coordinator* coordinator, const Clock* clock,
       ServerOptions options);
 
   // Shuts down (as Shutdown()) if still running.
@@ -58,7 +58,7 @@ class CoordinatorServer {
 
  private:
   CoordinatorServer(coordinator::Coordinator* coordinator,
-                    const coordinator::Clock* clock, ServerOptions options);
+                    const Clock* clock, ServerOptions options);
 
   coordinator::Coordinator* const coordinator_;
   const ServerOptions options_;

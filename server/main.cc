@@ -16,7 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/port_file.h"
-#include "coordinator/clock.h"
+#include "common/clock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/state_store.h"
 #include "server/coordinator_server.h"
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   }
   options.recovery_grace = 2 * options.worker_timeout;
 
-  pshard::coordinator::RealClock clock;
+  pshard::RealClock clock;
   const std::string state_path = absl::GetFlag(FLAGS_state_path);
   auto store = pshard::coordinator::StateStore::Open(state_path);
   if (!store.ok()) {

@@ -26,7 +26,7 @@
 #include "grpcpp/support/slice.h"
 
 #include "absl/time/time.h"
-#include "coordinator/clock.h"
+#include "common/clock.h"
 #include "coordinator/coordinator.h"
 #include "pshard/v1/cluster.grpc.pb.h"
 #include "pshard/v1/job.grpc.pb.h"
@@ -48,7 +48,7 @@ struct ServiceOptions {
 
 class JobServiceImpl final : public v1::JobService::Service {
  public:
-  JobServiceImpl(coordinator::Coordinator* c, const coordinator::Clock* clock,
+  JobServiceImpl(coordinator::Coordinator* c, const Clock* clock,
                  ServiceOptions options)
       : c_(c), clock_(clock), options_(options) {}
 
@@ -71,7 +71,7 @@ class JobServiceImpl final : public v1::JobService::Service {
 
  private:
   coordinator::Coordinator* const c_;
-  const coordinator::Clock* const clock_;
+  const Clock* const clock_;
   const ServiceOptions options_;
   std::atomic<int> watchers_{0};
 };
@@ -181,7 +181,7 @@ class WorkerControlImpl final
                   v1::WorkerControl::CallbackService>>> {
  public:
   WorkerControlImpl(coordinator::Coordinator* c,
-                    const coordinator::Clock* clock, ServiceOptions options)
+                    const Clock* clock, ServiceOptions options)
       : c_(c), clock_(clock), options_(options) {
     SetMessageAllocatorFor_KvPut(&kv_put_allocator_);
   }
@@ -227,7 +227,7 @@ class WorkerControlImpl final
       const google::protobuf::Duration& timeout) const;
 
   coordinator::Coordinator* const c_;
-  const coordinator::Clock* const clock_;
+  const Clock* const clock_;
   const ServiceOptions options_;
   ArenaMessageAllocator<v1::KvPutRequest, v1::KvPutResponse> kv_put_allocator_;
   // Published assignments (both views) and RunJob tails (the spec).

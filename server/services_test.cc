@@ -12,10 +12,10 @@
 #include "absl/time/clock.h"
 #include "common/status_matchers.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "coordinator/clock.h"
+#include "common/clock.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/layout.h"
-#include "coordinator/layout_fingerprint.h"
+#include "shard/layout.h"
+#include "shard/layout_fingerprint.h"
 #include "coordinator/state_store.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -165,7 +165,7 @@ class ServicesTest : public ::testing::Test {
     return req;
   }
 
-  coordinator::RealClock clock_;
+  RealClock clock_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<CoordinatorServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -407,7 +407,7 @@ TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
   auto by_fingerprint = [&](v1::ReportBucketsResponse* resp) {
     grpc::ClientContext ctx;
     v1::ReportBucketsRequest req = Layout(job, 1, 256);
-    req.set_layout_fingerprint(coordinator::LayoutFingerprint(req.buckets()));
+    req.set_layout_fingerprint(shard::LayoutFingerprint(req.buckets()));
     req.clear_buckets();
     return control_->ReportBuckets(&ctx, req, resp);
   };
@@ -444,7 +444,7 @@ TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
     v1::ShardAssignment owners;
     ASSERT_TRUE(control_->GetAssignment(&ctx, req, &owners).ok());
     EXPECT_EQ(owners.SerializeAsString(),
-              coordinator::OwnersView(out).SerializeAsString());
+              shard::OwnersView(out).SerializeAsString());
     EXPECT_EQ(owners.ranks_size(), 0);
   }
   // A stale epoch is refused.

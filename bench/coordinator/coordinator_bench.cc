@@ -20,7 +20,7 @@
 #include "common/grpc_status.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
-#include "coordinator/layout_fingerprint.h"
+#include "shard/layout_fingerprint.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -689,7 +689,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   // first). The layout is serialized once and sent by reference after a
   // small head (protobuf parses fields in any order).
   const std::string fingerprint =
-      coordinator::LayoutFingerprint(layout.buckets());
+      shard::LayoutFingerprint(layout.buckets());
   const grpc::Slice shared_buckets(layout.SerializeAsString());
   report.layout_bytes = static_cast<int64_t>(layout.ByteSizeLong());
   report.fingerprint_report_bytes = [&] {

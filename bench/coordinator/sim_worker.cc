@@ -9,7 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/proto_time.h"
-#include "coordinator/layout_fingerprint.h"
+#include "shard/layout_fingerprint.h"
 #include "grpcpp/client_context.h"
 
 namespace pshard {
@@ -242,7 +242,7 @@ void SimWorker::RunJob(v1::RunJobDirective run) {
     if (rank != 0) {
       v1::ReportBucketsRequest by_fingerprint = req;
       by_fingerprint.set_layout_fingerprint(
-          coordinator::LayoutFingerprint(req.buckets()));
+          shard::LayoutFingerprint(req.buckets()));
       by_fingerprint.clear_buckets();
       *by_fingerprint.mutable_timeout() = ToProto(options_.rpc_timeout / 2);
       grpc::Status s = Retry("ReportBuckets", [&](grpc::ClientContext* ctx) {

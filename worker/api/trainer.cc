@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/assignment.h"
+#include "shard/assignment.h"
 #include "worker/hook/zero_hook.h"
 #include "worker/optim/shard_optimizer.h"
 
@@ -45,7 +45,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     BucketAssignment assignment;
     assignment.epoch = 1;
     ASSIGN_OR_RETURN(assignment.owners,
-                     coordinator::AssignBuckets(policy, layout.BucketBytes(), world));
+                     shard::AssignBuckets(policy, layout.BucketBytes(), world));
     return assignment;
   };
   ZeroHookOptions hook_options;

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "shard/layout.h"
 
 namespace pshard::worker {
 
@@ -69,7 +70,8 @@ int64_t BucketLayout::total_numel() const {
 
 std::vector<int64_t> BucketLayout::BucketBytes() const {
   std::vector<int64_t> bytes;
-  for (const auto& b : buckets_) bytes.push_back(b.numel * 4);
+  const int64_t element_bytes = shard::DtypeSize(kDtype);
+  for (const auto& b : buckets_) bytes.push_back(b.numel * element_bytes);
   return bytes;
 }
 
@@ -90,7 +92,7 @@ std::vector<v1::BucketLayout> BucketLayout::ToProto() const {
       v1::BucketParameter* p = proto.add_parameters();
       p->set_name(names_[e.param_index]);
       p->set_num_elements(e.numel);
-      p->set_dtype("F32");
+      p->set_dtype(kDtype);
     }
     out.push_back(std::move(proto));
   }

@@ -55,7 +55,10 @@ class BucketLayout {
   int64_t offset_of(int param_index) const { return offset_of_[param_index]; }
   int64_t total_numel() const;
 
-  // Bytes of each bucket (fp32).
+  // The dtype of every parameter in these buckets (safetensors name).
+  static constexpr char kDtype[] = "F32";
+
+  // Bytes of each bucket, by the shard package's rule for kDtype.
   std::vector<int64_t> BucketBytes() const;
 
   // What the optimizer needs to know about bucket `b`.

@@ -31,7 +31,7 @@
 #include "worker/gpu/gpu_test_util.h"
 #include "worker/gpu/gpu_workloads.h"
 #include "worker/gpu/nccl_communicator.h"
-#include "coordinator/assignment.h"
+#include "shard/assignment.h"
 #include "worker/hook/zero_hook.h"
 #include "worker/optim/shard_optimizer.h"
 #include "worker/workload/workload.h"
@@ -71,7 +71,7 @@ AssignmentProvider Provider(int world) {
         BucketAssignment a;
         a.epoch = 1;
         ASSIGN_OR_RETURN(a.owners,
-                         coordinator::AssignBuckets(v1::JobSpec::BALANCED,
+                         shard::AssignBuckets(v1::JobSpec::BALANCED,
                                                     layout.BucketBytes(), world));
         return a;
       };

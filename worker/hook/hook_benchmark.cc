@@ -17,7 +17,7 @@
 #include "absl/time/clock.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/kv_store.h"
-#include "coordinator/assignment.h"
+#include "shard/assignment.h"
 #include "worker/hook/zero_hook.h"
 #include "worker/optim/shard_optimizer.h"
 
@@ -80,7 +80,7 @@ int Main() {
           infos, comm->get(), *std::move(optimizer),
           [world](const BucketLayout& layout)
               -> absl::StatusOr<BucketAssignment> {
-            auto owners = coordinator::AssignBuckets(v1::JobSpec::BALANCED,
+            auto owners = shard::AssignBuckets(v1::JobSpec::BALANCED,
                                              layout.BucketBytes(), world);
             if (!owners.ok()) return owners.status();
             return BucketAssignment{1, *owners};

@@ -25,7 +25,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/kv_store.h"
 #include "worker/hook/hook_memory.h"
-#include "coordinator/assignment.h"
+#include "shard/assignment.h"
 #include "worker/optim/shard_optimizer.h"
 #include "worker/workload/workload.h"
 
@@ -128,7 +128,7 @@ absl::Status RunRank(const v1::JobSpec& spec, Backend backend,
         }
         BucketAssignment a;
         a.epoch = 1;
-        auto owners = coordinator::AssignBuckets(policy, layout.BucketBytes(), world);
+        auto owners = shard::AssignBuckets(policy, layout.BucketBytes(), world);
         if (!owners.ok()) return owners.status();
         a.owners = *owners;
         return a;
@@ -418,7 +418,7 @@ TEST(ZeroHookTest, RebuildsLayoutFromObservedOrder) {
             reported_first_params.push_back(
                 layout.buckets()[0].entries[0].param_index);
             auto owners =
-                coordinator::AssignBuckets(v1::JobSpec::BALANCED, layout.BucketBytes(), 2);
+                shard::AssignBuckets(v1::JobSpec::BALANCED, layout.BucketBytes(), 2);
             if (!owners.ok()) return owners.status();
             return BucketAssignment{7, *owners};
           },

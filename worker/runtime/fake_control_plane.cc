@@ -4,8 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
-#include "coordinator/assignment.h"
-#include "coordinator/layout_fingerprint.h"
+#include "shard/assignment.h"
+#include "shard/layout.h"
+#include "shard/layout_fingerprint.h"
 
 namespace pshard::worker {
 
@@ -68,7 +69,7 @@ absl::StatusOr<v1::ReportBucketsResponse> FakeControlPlane::ReportBuckets(
   if (request.buckets().empty() && !request.layout_fingerprint().empty()) {
     for (const auto& [rank, report] : reports) {
       if (!report.buckets().empty() &&
-          coordinator::LayoutFingerprint(report.buckets()) ==
+          shard::LayoutFingerprint(report.buckets()) ==
               request.layout_fingerprint()) {
         v1::ReportBucketsRequest full = report;
         full.set_rank(request.rank());
@@ -97,13 +98,8 @@ absl::StatusOr<v1::ShardAssignment> FakeControlPlane::GetAssignment(
     return absl::DeadlineExceededError("assignment not published");
   }
   const v1::ReportBucketsRequest& report = reports_[job].begin()->second;
-  std::vector<int64_t> bytes;
-  for (const auto& bucket : report.buckets()) {
-    int64_t n = 0;
-    for (const auto& p : bucket.parameters()) n += p.num_elements() * 4;
-    bytes.push_back(n);
-  }
-  auto owners = coordinator::AssignBuckets(v1::JobSpec::ROUND_ROBIN, bytes, world_size_);
+  const std::vector<int64_t> bytes = shard::BucketBytes(report.buckets());
+  auto owners = shard::AssignBuckets(v1::JobSpec::ROUND_ROBIN, bytes, world_size_);
   if (!owners.ok()) return owners.status();
   v1::ShardAssignment assignment;
   assignment.set_job_id(request.job_id());

@@ -14,7 +14,8 @@
 #include "common/job_spec.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
-#include "coordinator/layout_fingerprint.h"
+#include "shard/layout.h"
+#include "shard/layout_fingerprint.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/gpu/backend_choice.h"
 #include "worker/gpu/gpu_job.h"
@@ -253,7 +254,7 @@ AssignmentProvider JobRunner::MakeProvider(absl::Duration timeout) {
     if (!send_layout) {
       v1::ReportBucketsRequest by_fingerprint = report;
       by_fingerprint.set_layout_fingerprint(
-          coordinator::LayoutFingerprint(report.buckets()));
+          shard::LayoutFingerprint(report.buckets()));
       by_fingerprint.clear_buckets();
       *by_fingerprint.mutable_timeout() = ToProto(options_.rpc_timeout / 2);
       ASSIGN_OR_RETURN(v1::ReportBucketsResponse response,
@@ -294,16 +295,9 @@ AssignmentProvider JobRunner::MakeProvider(absl::Duration timeout) {
     }
     BucketAssignment result;
     result.epoch = assignment->epoch();
-    result.owners.assign(layout.num_buckets(), -1);
-    for (const v1::BucketAssignment& b : assignment->buckets()) {
-      if (b.index() < 0 || b.index() >= layout.num_buckets() ||
-          result.owners[b.index()] != -1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "assignment names bucket ", b.index(), " twice or out of range (",
-            layout.num_buckets(), " buckets)"));
-      }
-      result.owners[b.index()] = b.owner_rank();
-    }
+    ASSIGN_OR_RETURN(result.owners,
+                     shard::DecodeOwners(*assignment, layout.num_buckets(),
+                                         directive_.world_size()));
     return result;
   };
 

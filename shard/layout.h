@@ -1,12 +1,13 @@
 // Bucket layouts as reported by workers during the bucket-rebuild phase:
 // validation of one report, comparison between ranks, and turning the agreed
 // layout plus owner ranks into the published ShardAssignment.
-#ifndef PSHARD_COORDINATOR_LAYOUT_H_
-#define PSHARD_COORDINATOR_LAYOUT_H_
+#ifndef PSHARD_SHARD_LAYOUT_H_
+#define PSHARD_SHARD_LAYOUT_H_
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -18,7 +19,7 @@
 #include "pshard/v1/worker_control.pb.h"
 
 namespace pshard {
-namespace coordinator {
+namespace shard {
 
 using Layout = google::protobuf::RepeatedPtrField<v1::BucketLayout>;
 
@@ -72,7 +73,15 @@ absl::StatusOr<v1::ShardAssignment> BuildShardAssignment(
 // policy, imbalance, total bytes, and each bucket's index and owner rank).
 v1::ShardAssignment OwnersView(const v1::ShardAssignment& full);
 
-}  // namespace coordinator
+// What a rank reads back from an assignment in either view: the owner rank
+// of each of its `num_buckets` buckets, indexed by bucket.
+//
+// Errors: InvalidArgument if a bucket is named twice, out of range or not at
+// all, or an owner is not in 0..world_size-1.
+absl::StatusOr<std::vector<int>> DecodeOwners(
+    const v1::ShardAssignment& assignment, int num_buckets, int world_size);
+
+}  // namespace shard
 }  // namespace pshard
 
-#endif  // PSHARD_COORDINATOR_LAYOUT_H_
+#endif  // PSHARD_SHARD_LAYOUT_H_

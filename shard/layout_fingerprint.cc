@@ -1,9 +1,9 @@
-#include "coordinator/layout_fingerprint.h"
+#include "shard/layout_fingerprint.h"
 
 #include <openssl/sha.h>
 
 namespace pshard {
-namespace coordinator {
+namespace shard {
 
 std::string LayoutFingerprint(absl::string_view buckets_wire) {
   static_assert(SHA256_DIGEST_LENGTH == kLayoutFingerprintBytes);
@@ -20,5 +20,5 @@ std::string LayoutFingerprint(
   return LayoutFingerprint(only.SerializeAsString());
 }
 
-}  // namespace coordinator
+}  // namespace shard
 }  // namespace pshard

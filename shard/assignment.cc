@@ -1,4 +1,4 @@
-#include "coordinator/assignment.h"
+#include "shard/assignment.h"
 
 #include <algorithm>
 #include <numeric>
@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 
 namespace pshard {
-namespace coordinator {
+namespace shard {
 namespace {
 
 std::vector<int> RoundRobin(size_t num_buckets, int world_size) {
@@ -172,5 +172,5 @@ double Imbalance(absl::Span<const int64_t> owned_bytes) {
   return static_cast<double>(max / mean);
 }
 
-}  // namespace coordinator
+}  // namespace shard
 }  // namespace pshard

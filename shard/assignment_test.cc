@@ -1,16 +1,16 @@
-#include "coordinator/assignment.h"
+#include "shard/assignment.h"
 
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "common/status_matchers.h"
-#include "coordinator/layout.h"
+#include "shard/layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace pshard {
-namespace coordinator {
+namespace shard {
 namespace {
 
 using ::testing::ElementsAre;
@@ -247,5 +247,5 @@ TEST(LayoutTest, OwnersViewKeepsOnlyWhatARankNeeds) {
 }
 
 }  // namespace
-}  // namespace coordinator
+}  // namespace shard
 }  // namespace pshard

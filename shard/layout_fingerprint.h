@@ -9,8 +9,8 @@
 // ReportBucketsRequest that holds only `buckets` (the bytes the coordinator
 // compares). A sender whose serializer orders bytes differently only loses
 // the shortcut: its fingerprint is unknown, and it is asked for the layout.
-#ifndef PSHARD_COORDINATOR_LAYOUT_FINGERPRINT_H_
-#define PSHARD_COORDINATOR_LAYOUT_FINGERPRINT_H_
+#ifndef PSHARD_SHARD_LAYOUT_FINGERPRINT_H_
+#define PSHARD_SHARD_LAYOUT_FINGERPRINT_H_
 
 #include <string>
 
@@ -19,7 +19,7 @@
 #include "pshard/v1/worker_control.pb.h"
 
 namespace pshard {
-namespace coordinator {
+namespace shard {
 
 // Bytes in a fingerprint.
 inline constexpr size_t kLayoutFingerprintBytes = 32;
@@ -32,7 +32,7 @@ std::string LayoutFingerprint(absl::string_view buckets_wire);
 std::string LayoutFingerprint(
     const google::protobuf::RepeatedPtrField<v1::BucketLayout>& buckets);
 
-}  // namespace coordinator
+}  // namespace shard
 }  // namespace pshard
 
-#endif  // PSHARD_COORDINATOR_LAYOUT_FINGERPRINT_H_
+#endif  // PSHARD_SHARD_LAYOUT_FINGERPRINT_H_

@@ -1,14 +1,14 @@
-#include "coordinator/layout.h"
+#include "shard/layout.h"
 
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/assignment.h"
+#include "shard/assignment.h"
 
 namespace pshard {
-namespace coordinator {
+namespace shard {
 
 int64_t DtypeSize(absl::string_view dtype) {
   if (dtype == "F32") return 4;
@@ -185,5 +185,31 @@ v1::ShardAssignment OwnersView(const v1::ShardAssignment& full) {
   return out;
 }
 
-}  // namespace coordinator
+absl::StatusOr<std::vector<int>> DecodeOwners(
+    const v1::ShardAssignment& assignment, int num_buckets, int world_size) {
+  std::vector<int> owners(num_buckets, -1);
+  for (const v1::BucketAssignment& b : assignment.buckets()) {
+    if (b.index() < 0 || b.index() >= num_buckets || owners[b.index()] != -1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "assignment names bucket ", b.index(), " twice or out of range (",
+          num_buckets, " buckets)"));
+    }
+    if (b.owner_rank() < 0 || b.owner_rank() >= world_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "assignment gives bucket ", b.index(), " to rank ", b.owner_rank(),
+          " of a ", world_size, "-rank job"));
+    }
+    owners[b.index()] = b.owner_rank();
+  }
+  for (int i = 0; i < num_buckets; ++i) {
+    if (owners[i] == -1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("assignment has no owner for bucket ", i, " (",
+                       num_buckets, " buckets)"));
+    }
+  }
+  return owners;
+}
+
+}  // namespace shard
 }  // namespace pshard

@@ -1,9 +1,9 @@
-#include "coordinator/layout_fingerprint.h"
+#include "shard/layout_fingerprint.h"
 
 #include "gtest/gtest.h"
 
 namespace pshard {
-namespace coordinator {
+namespace shard {
 namespace {
 
 TEST(LayoutFingerprintTest, IsSha256OfTheBytes) {
@@ -36,5 +36,5 @@ TEST(LayoutFingerprintTest, MessageFormMatchesTheWireFormAndTellsLayoutsApart) {
 }
 
 }  // namespace
-}  // namespace coordinator
+}  // namespace shard
 }  // namespace pshard

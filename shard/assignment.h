@@ -9,8 +9,8 @@
 //                that lower the most-loaded rank). It is never worse than
 //                round_robin: if the result were (rarely) worse, round_robin's
 //                owners are returned instead.
-#ifndef PSHARD_COORDINATOR_ASSIGNMENT_H_
-#define PSHARD_COORDINATOR_ASSIGNMENT_H_
+#ifndef PSHARD_SHARD_ASSIGNMENT_H_
+#define PSHARD_SHARD_ASSIGNMENT_H_
 
 #include <cstdint>
 #include <vector>
@@ -20,7 +20,7 @@
 #include "pshard/v1/job_spec.pb.h"
 
 namespace pshard {
-namespace coordinator {
+namespace shard {
 
 // Owner rank of every bucket, indexed like `bucket_bytes`.
 //
@@ -38,7 +38,7 @@ std::vector<int64_t> OwnedBytes(absl::Span<const int64_t> bucket_bytes,
 // empty layout.
 double Imbalance(absl::Span<const int64_t> owned_bytes);
 
-}  // namespace coordinator
+}  // namespace shard
 }  // namespace pshard
 
-#endif  // PSHARD_COORDINATOR_ASSIGNMENT_H_
+#endif  // PSHARD_SHARD_ASSIGNMENT_H_
