@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpcpp/channel.h"
 #include "pshard/v1/shard.pb.h"
 #include "pshard/v1/worker_control.grpc.pb.h"
 #include "pshard/v1/worker_control.pb.h"
@@ -44,6 +45,10 @@ class ControlPlane {
 // A ControlPlane over a gRPC channel to the coordinator's WorkerControl.
 std::unique_ptr<ControlPlane> NewGrpcControlPlane(
     const std::string& coordinator_address);
+// The same over an existing channel (e.g. an in-process one in tests);
+// `name` stands for the coordinator in error messages.
+std::unique_ptr<ControlPlane> NewGrpcControlPlane(
+    std::shared_ptr<grpc::Channel> channel, const std::string& name);
 
 }  // namespace pshard::worker
 
