@@ -65,6 +65,51 @@ class RecordingFactory final : public ex::ClientInterceptorFactoryInterface {
   const std::shared_ptr<RpcLog> log_;
 };
 
+// Fails a call without sending it: hijacks it, answers no message and
+// `status`.
+class FailingInterceptor final : public ex::Interceptor {
+ public:
+  explicit FailingInterceptor(grpc::Status status)
+      : status_(std::move(status)) {}
+
+  void Intercept(ex::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            ex::InterceptionHookPoints::PRE_RECV_MESSAGE)) {
+      methods->FailHijackedRecvMessage();
+    }
+    if (methods->QueryInterceptionHookPoint(
+            ex::InterceptionHookPoints::PRE_RECV_STATUS)) {
+      *methods->GetRecvStatus() = status_;
+    }
+    if (methods->QueryInterceptionHookPoint(
+            ex::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->Hijack();
+      return;
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const grpc::Status status_;
+};
+
+class FaultFactory final : public ex::ClientInterceptorFactoryInterface {
+ public:
+  explicit FaultFactory(std::shared_ptr<RpcFaults> faults)
+      : faults_(std::move(faults)) {}
+
+  ex::Interceptor* CreateClientInterceptor(ex::ClientRpcInfo* info) override {
+    absl::string_view method = info->method();
+    method.remove_prefix(method.rfind('/') + 1);
+    absl::Status fault = faults_->Take(method);
+    if (fault.ok()) return nullptr;  // this call goes through
+    return new FailingInterceptor(ToGrpcStatus(fault));
+  }
+
+ private:
+  const std::shared_ptr<RpcFaults> faults_;
+};
+
 void SetDeadline(grpc::ClientContext& context) {
   context.set_deadline(std::chrono::system_clock::now() +
                        absl::ToChronoMilliseconds(kRpcDeadline));
@@ -134,6 +179,22 @@ void RpcLog::OnReceive(absl::string_view method) {
   ++received_[std::string(method)];
 }
 
+// ---- RpcFaults ----
+
+void RpcFaults::FailNext(absl::string_view method, absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  next_[std::string(method)] = std::move(status);
+}
+
+absl::Status RpcFaults::Take(absl::string_view method) {
+  absl::MutexLock lock(&mu_);
+  auto it = next_.find(method);
+  if (it == next_.end()) return absl::OkStatus();
+  absl::Status status = std::move(it->second);
+  next_.erase(it);
+  return status;
+}
+
 // ---- InProcessCoordinator ----
 
 class InProcessCoordinator::Stubs {
@@ -184,8 +245,24 @@ InProcessCoordinator::Start(InProcessCoordinatorOptions options) {
 std::shared_ptr<grpc::Channel> InProcessCoordinator::Channel() {
   std::vector<std::unique_ptr<ex::ClientInterceptorFactoryInterface>>
       interceptors;
+  // Recorded first: a failed call is still a call the client made.
   interceptors.push_back(std::make_unique<RecordingFactory>(rpc_log_));
+  interceptors.push_back(std::make_unique<FaultFactory>(faults_));
   return server_->InProcessChannel(std::move(interceptors));
+}
+
+void InProcessCoordinator::FailNextCall(absl::string_view method,
+                                        absl::Status status) {
+  faults_->FailNext(method, std::move(status));
+}
+
+absl::StatusOr<std::vector<v1::Job>> InProcessCoordinator::ListJobs() {
+  v1::ListJobsRequest request;
+  request.set_page_size(1000);
+  ASSIGN_OR_RETURN(v1::ListJobsResponse response,
+                   Call("ListJobs", *stubs_->jobs,
+                        &v1::JobService::Stub::ListJobs, request));
+  return std::vector<v1::Job>(response.jobs().begin(), response.jobs().end());
 }
 
 void InProcessCoordinator::AdvanceAndTick(absl::Duration d) {
@@ -301,44 +378,53 @@ absl::StatusOr<v1::HeartbeatResponse> InProcessCoordinator::Heartbeat(
               &v1::WorkerControl::Stub::Heartbeat, request);
 }
 
-absl::StatusOr<std::vector<v1::RunJobDirective>> InProcessCoordinator::StartJob(
-    const v1::JobSpec& spec) {
-  std::vector<std::string> workers;
-  {
-    absl::MutexLock lock(&mu_);
-    while (static_cast<int>(workers_.size()) < spec.world_size()) {
-      ASSIGN_OR_RETURN(std::string id,
-                       RegisterWorker(absl::StrCat("sim-", workers_.size())));
-      workers_.push_back(std::move(id));
-    }
-    workers = workers_;
+absl::StatusOr<std::vector<std::string>>
+InProcessCoordinator::RegisterSimulatedWorkers(int n) {
+  absl::MutexLock lock(&mu_);
+  while (static_cast<int>(workers_.size()) < n) {
+    ASSIGN_OR_RETURN(std::string id,
+                     RegisterWorker(absl::StrCat("sim-", workers_.size())));
+    workers_.push_back(std::move(id));
   }
-  ASSIGN_OR_RETURN(v1::Job job, SubmitJob(spec));
-  std::vector<v1::RunJobDirective> ranks(spec.world_size());
+  return std::vector<std::string>(workers_.begin(), workers_.begin() + n);
+}
+
+absl::StatusOr<std::vector<v1::RunJobDirective>> InProcessCoordinator::TakeJob(
+    const std::string& job_id, int world_size) {
+  ASSIGN_OR_RETURN(std::vector<std::string> workers,
+                   RegisterSimulatedWorkers(world_size));
+  std::vector<v1::RunJobDirective> ranks(world_size);
   int found = 0;
   for (const std::string& worker : workers) {
     ASSIGN_OR_RETURN(v1::HeartbeatResponse beat, Heartbeat(worker, v1::IDLE));
     for (const v1::Directive& d : beat.directives()) {
-      if (!d.has_run_job() || d.run_job().job_id() != job.id()) continue;
+      if (!d.has_run_job() || d.run_job().job_id() != job_id) continue;
       const v1::RunJobDirective& run = d.run_job();
-      if (run.rank() < 0 || run.rank() >= spec.world_size()) {
-        return absl::InternalError(absl::StrCat("RunJob with rank ",
-                                                run.rank()));
+      if (run.rank() < 0 || run.rank() >= world_size) {
+        return absl::InternalError(
+            absl::StrCat("RunJob with rank ", run.rank()));
       }
       ranks[run.rank()] = run;
       absl::MutexLock lock(&mu_);
-      rank_workers_[{job.id(), run.rank()}] = worker;
+      rank_workers_[{job_id, run.rank()}] = worker;
       ++found;
     }
   }
-  if (found != spec.world_size()) {
-    ASSIGN_OR_RETURN(job, GetJob(job.id()));
+  if (found != world_size) {
+    ASSIGN_OR_RETURN(v1::Job job, GetJob(job_id));
     return absl::FailedPreconditionError(
-        absl::StrCat(job.id(), " was not placed: ", found, " of ",
-                     spec.world_size(), " ranks have a RunJob; the job is ",
+        absl::StrCat(job_id, " was not placed: ", found, " of ", world_size,
+                     " ranks have a RunJob; the job is ",
                      v1::JobState_Name(job.state())));
   }
   return ranks;
+}
+
+absl::StatusOr<std::vector<v1::RunJobDirective>> InProcessCoordinator::StartJob(
+    const v1::JobSpec& spec) {
+  RETURN_IF_ERROR(RegisterSimulatedWorkers(spec.world_size()).status());
+  ASSIGN_OR_RETURN(v1::Job job, SubmitJob(spec));
+  return TakeJob(job.id(), spec.world_size());
 }
 
 std::string InProcessCoordinator::WorkerOf(const v1::RunJobDirective& rank) {

@@ -102,6 +102,19 @@ class RpcLog {
       ABSL_GUARDED_BY(mu_);
 };
 
+// Faults for calls on a recorded channel: the next call of a method fails
+// with a chosen status without reaching the coordinator. Thread-safe.
+class RpcFaults {
+ public:
+  void FailNext(absl::string_view method, absl::Status status);
+  // The pending fault for `method`, taken; OK if there is none.
+  absl::Status Take(absl::string_view method);
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, absl::Status, std::less<>> next_ ABSL_GUARDED_BY(mu_);
+};
+
 struct InProcessCoordinatorOptions {
   // Stated to workers in RegisterWorkerResponse: short, so that agents
   // (which beat on the real clock) pick up directives quickly.
@@ -123,9 +136,13 @@ class InProcessCoordinator {
   FakeClock& clock() { return clock_; }
   const InProcessCoordinatorOptions& options() const { return options_; }
 
-  // A channel to the services; every call on it is recorded in rpc_log().
+  // A channel to the services; every call on it is recorded in rpc_log(),
+  // and may be failed with FailNextCall().
   std::shared_ptr<grpc::Channel> Channel();
   const RpcLog& rpc_log() const { return *rpc_log_; }
+  // The next call of `method` on a Channel() fails with `status` (recorded,
+  // but never sent to the coordinator).
+  void FailNextCall(absl::string_view method, absl::Status status);
 
   // Advances the clock by `d`, then runs the coordinator's Tick.
   void AdvanceAndTick(absl::Duration d);
@@ -137,6 +154,8 @@ class InProcessCoordinator {
                                     const std::string& reason);
   // Every event of the job's log so far.
   absl::StatusOr<std::vector<v1::JobEvent>> Events(const std::string& job_id);
+  // Every job (up to 1000), newest first.
+  absl::StatusOr<std::vector<v1::Job>> ListJobs();
   // Waits (real time, up to `timeout`) until the job is in `state`; returns
   // the job then. FailedPrecondition if it ended in another state;
   // DeadlineExceeded on timeout.
@@ -154,11 +173,16 @@ class InProcessCoordinator {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const std::string& worker_id, v1::WorkerState state,
       const v1::RunJobDirective* running = nullptr);
-  // Submits `spec`, registers spec.world_size() simulated workers (or reuses
-  // those this harness registered before, in order) and heartbeats them IDLE
-  // until each has its RunJob; returns the directives, in rank order. The
-  // job is STARTING then. FailedPrecondition if the job was not placed (e.g.
-  // not enough idle workers).
+  // Makes sure at least `n` simulated workers ("sim-0", "sim-1", ...) are
+  // registered; returns the ids of the first n.
+  absl::StatusOr<std::vector<std::string>> RegisterSimulatedWorkers(int n);
+  // Heartbeats the first `world_size` simulated workers IDLE and collects
+  // the RunJob directives of `job_id`; returns them in rank order (the job
+  // is STARTING then). FailedPrecondition if the job was not placed on them
+  // (e.g. they are busy).
+  absl::StatusOr<std::vector<v1::RunJobDirective>> TakeJob(
+      const std::string& job_id, int world_size);
+  // RegisterSimulatedWorkers(spec.world_size()), SubmitJob(spec), TakeJob.
   absl::StatusOr<std::vector<v1::RunJobDirective>> StartJob(
       const v1::JobSpec& spec);
   // Every rank reports a layout of one F32 parameter per bucket, of
@@ -184,6 +208,7 @@ class InProcessCoordinator {
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<server::CoordinatorServer> server_;
   std::shared_ptr<RpcLog> rpc_log_ = std::make_shared<RpcLog>();
+  std::shared_ptr<RpcFaults> faults_ = std::make_shared<RpcFaults>();
   std::unique_ptr<Stubs> stubs_;
   absl::Mutex mu_;
   // Simulated workers by registration order.

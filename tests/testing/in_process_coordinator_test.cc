@@ -100,5 +100,31 @@ TEST(InProcessCoordinatorTest, CallsOnItsChannelAreRecorded) {
   EXPECT_EQ(job.state(), v1::QUEUED);
 }
 
+TEST(InProcessCoordinatorTest, ChosenCallsFailWithoutReachingTheCoordinator) {
+  ASSERT_OK_AND_ASSIGN(auto c, InProcessCoordinator::Start());
+  auto stub = v1::JobService::NewStub(c->Channel());
+  c->FailNextCall("SubmitJob", absl::ResourceExhaustedError("injected"));
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = Spec(1);
+  v1::Job job;
+  {
+    grpc::ClientContext context;
+    grpc::Status status = stub->SubmitJob(&context, request, &job);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(status.error_message(), "injected");
+  }
+  EXPECT_EQ(c->rpc_log().calls("SubmitJob"), 1);
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> jobs, c->ListJobs());
+  EXPECT_TRUE(jobs.empty());
+  // Only the next call: the one after goes through.
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->SubmitJob(&context, request, &job).ok());
+  }
+  ASSERT_OK_AND_ASSIGN(jobs, c->ListJobs());
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].id(), job.id());
+}
+
 }  // namespace
 }  // namespace pshard::testing
