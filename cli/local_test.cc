@@ -54,8 +54,9 @@ std::vector<pid_t> StartedPids(const std::string& run_dir, int workers) {
 
 class LocalTest : public ::testing::Test {
  protected:
-  // A bin dir whose coordinator is the fake (reporting `workers` idle
-  // workers) and whose worker writes its port file and sleeps.
+  // A bin dir whose coordinator is the stand-in (the real coordinator with
+  // `workers` simulated workers that run its jobs) and whose worker writes
+  // its port file and sleeps.
   std::string MakeBinDir(int workers, bool worker_fails = false) {
     const std::string bin = MakeTempDir("bin");
     WriteScript(absl::StrCat(bin, "/pshard-coordinator"),

@@ -219,9 +219,12 @@ InProcessCoordinator::~InProcessCoordinator() {
 absl::StatusOr<std::unique_ptr<InProcessCoordinator>>
 InProcessCoordinator::Start(InProcessCoordinatorOptions options) {
   std::unique_ptr<InProcessCoordinator> c(new InProcessCoordinator(options));
-  c->dir_ = MakeTempDir("coordinator");
+  const std::string state_path =
+      options.state_path.empty()
+          ? MakeTempDir("coordinator") + "/state.db"
+          : options.state_path;
   ASSIGN_OR_RETURN(std::unique_ptr<coordinator::StateStore> store,
-                   coordinator::StateStore::Open(c->dir_ + "/state.db"));
+                   coordinator::StateStore::Open(state_path));
   coordinator::CoordinatorOptions co;
   co.heartbeat_interval = options.heartbeat_interval;
   co.worker_timeout = options.worker_timeout;
@@ -231,8 +234,7 @@ InProcessCoordinator::Start(InProcessCoordinatorOptions options) {
                    coordinator::Coordinator::Create(co, &c->clock_,
                                                     std::move(store)));
   server::ServerOptions so;
-  // In-process channels still need a bound server; loopback only.
-  so.listen = "127.0.0.1:0";
+  so.listen = options.listen;
   // The test ticks (AdvanceAndTick); the server's ticker never does.
   so.tick_interval = absl::InfiniteDuration();
   so.services.watch_poll = options.watch_poll;
@@ -241,6 +243,8 @@ InProcessCoordinator::Start(InProcessCoordinatorOptions options) {
   c->stubs_ = std::make_unique<Stubs>(c->server_->InProcessChannel());
   return c;
 }
+
+int InProcessCoordinator::port() const { return server_->port(); }
 
 std::shared_ptr<grpc::Channel> InProcessCoordinator::Channel() {
   std::vector<std::unique_ptr<ex::ClientInterceptorFactoryInterface>>
@@ -418,6 +422,61 @@ absl::StatusOr<std::vector<v1::RunJobDirective>> InProcessCoordinator::TakeJob(
                      v1::JobState_Name(job.state())));
   }
   return ranks;
+}
+
+absl::StatusOr<std::vector<std::string>> InProcessCoordinator::RunPlacedJobs() {
+  std::vector<std::string> workers;
+  {
+    absl::MutexLock lock(&mu_);
+    workers = workers_;
+  }
+  for (const std::string& worker : workers) {
+    ASSIGN_OR_RETURN(v1::HeartbeatResponse beat, Heartbeat(worker, v1::IDLE));
+    absl::MutexLock lock(&mu_);
+    for (const v1::Directive& d : beat.directives()) {
+      if (!d.has_run_job()) continue;
+      const v1::RunJobDirective& run = d.run_job();
+      rank_workers_[{run.job_id(), run.rank()}] = worker;
+      handed_[run.job_id()][run.rank()] = run;
+    }
+  }
+  std::vector<std::vector<v1::RunJobDirective>> complete;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = handed_.begin(); it != handed_.end();) {
+      const int world = it->second.begin()->second.world_size();
+      if (static_cast<int>(it->second.size()) < world) {
+        ++it;
+        continue;
+      }
+      std::vector<v1::RunJobDirective> ranks;
+      for (auto& [rank, run] : it->second) ranks.push_back(std::move(run));
+      complete.push_back(std::move(ranks));
+      it = handed_.erase(it);
+    }
+  }
+  std::vector<std::string> ran;
+  for (const std::vector<v1::RunJobDirective>& ranks : complete) {
+    const v1::JobSpec& spec = ranks[0].spec();
+    RETURN_IF_ERROR(
+        ReportLayout(ranks, {4 << 20, 3 << 20, 2 << 20, 1 << 20}));
+    for (int64_t step = 1; step <= spec.steps(); ++step) {
+      v1::JobProgress p;
+      p.set_step(step);
+      p.set_total_steps(spec.steps());
+      p.set_loss(1.0 / static_cast<double>(step));
+      RETURN_IF_ERROR(ReportProgress(ranks[0], p).status());
+    }
+    for (const v1::RunJobDirective& rank : ranks) {
+      RETURN_IF_ERROR(ReportResult(
+          rank, absl::OkStatus(), spec.steps(),
+          rank.rank() == 0 && !spec.output_dir().empty()
+              ? spec.output_dir() + "/params.safetensors"
+              : ""));
+    }
+    ran.push_back(ranks[0].job_id());
+  }
+  return ran;
 }
 
 absl::StatusOr<std::vector<v1::RunJobDirective>> InProcessCoordinator::StartJob(

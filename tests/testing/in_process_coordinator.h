@@ -124,6 +124,11 @@ struct InProcessCoordinatorOptions {
   // How often an open WatchJob looks for a cancelled client (real time).
   absl::Duration watch_poll = absl::Milliseconds(50);
   int max_unfinished_jobs = 10000;
+  // Where the server also listens (loopback only; port 0: a free one), for
+  // clients in other processes.
+  std::string listen = "127.0.0.1:0";
+  // The SQLite state file; empty: one in a fresh temp dir.
+  std::string state_path;
 };
 
 class InProcessCoordinator {
@@ -134,6 +139,8 @@ class InProcessCoordinator {
   ~InProcessCoordinator();
 
   FakeClock& clock() { return clock_; }
+  // The port the server listens on (see options.listen).
+  int port() const;
   const InProcessCoordinatorOptions& options() const { return options_; }
 
   // A channel to the services; every call on it is recorded in rpc_log(),
@@ -182,6 +189,11 @@ class InProcessCoordinator {
   // (e.g. they are busy).
   absl::StatusOr<std::vector<v1::RunJobDirective>> TakeJob(
       const std::string& job_id, int world_size);
+  // Heartbeats every simulated worker once and runs each job all of whose
+  // ranks have been handed to them by now to the end: a layout of four
+  // buckets, one progress report per step, ok from every rank (rank 0's
+  // output in the spec's output_dir). Returns the ids of the jobs it ran.
+  absl::StatusOr<std::vector<std::string>> RunPlacedJobs();
   // RegisterSimulatedWorkers(spec.world_size()), SubmitJob(spec), TakeJob.
   absl::StatusOr<std::vector<v1::RunJobDirective>> StartJob(
       const v1::JobSpec& spec);
@@ -204,7 +216,6 @@ class InProcessCoordinator {
 
   const InProcessCoordinatorOptions options_;
   FakeClock clock_;
-  std::string dir_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<server::CoordinatorServer> server_;
   std::shared_ptr<RpcLog> rpc_log_ = std::make_shared<RpcLog>();
@@ -215,6 +226,9 @@ class InProcessCoordinator {
   std::vector<std::string> workers_ ABSL_GUARDED_BY(mu_);
   // (job id, rank) -> the simulated worker that runs it.
   std::map<std::pair<std::string, int>, std::string> rank_workers_
+      ABSL_GUARDED_BY(mu_);
+  // RunPlacedJobs: the ranks handed over so far, by job and rank.
+  std::map<std::string, std::map<int, v1::RunJobDirective>> handed_
       ABSL_GUARDED_BY(mu_);
 };
 

@@ -126,5 +126,23 @@ TEST(InProcessCoordinatorTest, ChosenCallsFailWithoutReachingTheCoordinator) {
   EXPECT_EQ(jobs[0].id(), job.id());
 }
 
+TEST(InProcessCoordinatorTest, RunPlacedJobsRunsWhatTheWorkersWereGiven) {
+  ASSERT_OK_AND_ASSIGN(auto c, InProcessCoordinator::Start());
+  ASSERT_OK(c->RegisterSimulatedWorkers(3).status());
+  v1::JobSpec spec = Spec(2);
+  spec.set_output_dir("/out");
+  ASSERT_OK_AND_ASSIGN(v1::Job placed, c->SubmitJob(spec));
+  ASSERT_OK_AND_ASSIGN(v1::Job queued, c->SubmitJob(spec));  // one worker left
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> ran, c->RunPlacedJobs());
+  EXPECT_THAT(ran, ::testing::ElementsAre(placed.id()));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c->GetJob(placed.id()));
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
+  EXPECT_EQ(job.progress().step(), 5);
+  EXPECT_EQ(job.output_path(), "/out/params.safetensors");
+  // The freed workers take the next job on the next round.
+  ASSERT_OK_AND_ASSIGN(ran, c->RunPlacedJobs());
+  EXPECT_THAT(ran, ::testing::ElementsAre(queued.id()));
+}
+
 }  // namespace
 }  // namespace pshard::testing
