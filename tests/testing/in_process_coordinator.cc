@@ -25,6 +25,13 @@ namespace ex = ::grpc::experimental;
 // Every RPC the harness makes for the test gets this long (real time).
 constexpr absl::Duration kRpcDeadline = absl::Seconds(30);
 
+// "/pshard.v1.JobService/SubmitJob" -> "SubmitJob".
+std::string MethodName(const ex::ClientRpcInfo& info) {
+  absl::string_view method = info.method();
+  method.remove_prefix(method.rfind('/') + 1);
+  return std::string(method);
+}
+
 // Records one call in an RpcLog.
 class RecordingInterceptor final : public ex::Interceptor {
  public:
@@ -55,10 +62,7 @@ class RecordingFactory final : public ex::ClientInterceptorFactoryInterface {
       : log_(std::move(log)) {}
 
   ex::Interceptor* CreateClientInterceptor(ex::ClientRpcInfo* info) override {
-    // "/pshard.v1.JobService/SubmitJob" -> "SubmitJob".
-    absl::string_view method = info->method();
-    method.remove_prefix(method.rfind('/') + 1);
-    return new RecordingInterceptor(log_, std::string(method));
+    return new RecordingInterceptor(log_, MethodName(*info));
   }
 
  private:
@@ -99,9 +103,7 @@ class FaultFactory final : public ex::ClientInterceptorFactoryInterface {
       : faults_(std::move(faults)) {}
 
   ex::Interceptor* CreateClientInterceptor(ex::ClientRpcInfo* info) override {
-    absl::string_view method = info->method();
-    method.remove_prefix(method.rfind('/') + 1);
-    absl::Status fault = faults_->Take(method);
+    absl::Status fault = faults_->Take(MethodName(*info));
     if (fault.ok()) return nullptr;  // this call goes through
     return new FailingInterceptor(ToGrpcStatus(fault));
   }

@@ -14,14 +14,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Five steps of a small Adam job on `world_size` ranks.
 v1::JobSpec Spec(int world_size) {
   v1::JobSpec spec;
-  spec.set_name("harness");
   spec.set_world_size(world_size);
-  spec.mutable_synthetic()->set_num_parameters(1000);
-  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
-  spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(0.1);
   spec.set_steps(5);
+  spec.set_name("harness");
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
+  spec.mutable_synthetic()->set_num_parameters(4096);
   return spec;
 }
 
