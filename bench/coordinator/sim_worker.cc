@@ -25,32 +25,35 @@ class SimAssignmentRpcs : public worker::AssignmentRpcs {
   absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
       const v1::ReportBucketsRequest& request,
       absl::Duration deadline) override {
-    v1::ReportBucketsResponse response;
-    grpc::Status s = sim_->Retry(
-        "ReportBuckets",
-        [&](grpc::ClientContext* ctx) {
-          return sim_->Stub()->ReportBuckets(ctx, request, &response);
-        },
-        deadline);
-    if (!s.ok()) return FromGrpcStatus(s, "ReportBuckets");
-    return response;
+    return Call("ReportBuckets", &Stub::ReportBuckets, request, deadline);
   }
 
   absl::StatusOr<v1::ShardAssignment> GetAssignment(
       const v1::GetAssignmentRequest& request,
       absl::Duration deadline) override {
-    v1::ShardAssignment response;
-    grpc::Status s = sim_->Retry(
-        "GetAssignment",
-        [&](grpc::ClientContext* ctx) {
-          return sim_->Stub()->GetAssignment(ctx, request, &response);
-        },
-        deadline);
-    if (!s.ok()) return FromGrpcStatus(s, "GetAssignment");
-    return response;
+    return Call("GetAssignment", &Stub::GetAssignment, request, deadline);
   }
 
  private:
+  using Stub = v1::WorkerControl::Stub;
+
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Call(
+      const char* method,
+      grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&,
+                                Response*),
+      const Request& request, absl::Duration deadline) {
+    Response response;
+    grpc::Status s = sim_->Retry(
+        method,
+        [&](grpc::ClientContext* ctx) {
+          return (sim_->Stub().get()->*rpc)(ctx, request, &response);
+        },
+        deadline);
+    if (!s.ok()) return FromGrpcStatus(s, method);
+    return response;
+  }
+
   SimWorker* const sim_;
 };
 
