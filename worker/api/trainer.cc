@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "shard/assignment.h"
 #include "worker/hook/zero_hook.h"
 #include "worker/optim/shard_optimizer.h"
 #include "worker/runtime/assignment_client.h"
@@ -28,17 +27,7 @@ absl::StatusOr<AssignmentProvider> MakeProvider(const Communicator& comm,
     }
     return client->Provider(options.timeout, [] { return absl::OkStatus(); });
   }
-  const auto policy = options.assignment_policy;
-  return AssignmentProvider(
-      [policy, world](const BucketLayout& layout)
-          -> absl::StatusOr<BucketAssignment> {
-        BucketAssignment assignment;
-        assignment.epoch = 1;
-        ASSIGN_OR_RETURN(assignment.owners, shard::AssignBuckets(
-                                                policy, layout.BucketBytes(),
-                                                world));
-        return assignment;
-      });
+  return LocalAssignmentProvider(options.assignment_policy, world);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
+#include "shard/assignment.h"
 #include "shard/layout.h"
 #include "shard/layout_fingerprint.h"
 #include "worker/runtime/sliced_wait.h"
@@ -62,6 +63,19 @@ absl::StatusOr<BucketAssignment> DecodeAssignment(
   ASSIGN_OR_RETURN(result.owners, shard::DecodeOwners(assignment, num_buckets,
                                                       options.world_size));
   return result;
+}
+
+AssignmentProvider LocalAssignmentProvider(
+    v1::JobSpec::AssignmentPolicy policy, int world_size) {
+  return [policy, world_size](
+             const BucketLayout& layout) -> absl::StatusOr<BucketAssignment> {
+    BucketAssignment assignment;
+    assignment.epoch = 1;
+    ASSIGN_OR_RETURN(assignment.owners,
+                     shard::AssignBuckets(policy, layout.BucketBytes(),
+                                          world_size));
+    return assignment;
+  };
 }
 
 AssignmentClient::AssignmentClient(AssignmentRpcs* rpcs,

@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "pshard/v1/job_spec.pb.h"
 #include "pshard/v1/shard.pb.h"
 #include "pshard/v1/worker_control.pb.h"
 #include "worker/hook/zero_hook.h"
@@ -78,6 +79,12 @@ v1::GetAssignmentRequest AssignmentRequest(
 absl::StatusOr<BucketAssignment> DecodeAssignment(
     const v1::ShardAssignment& assignment,
     const AssignmentClientOptions& options, int num_buckets);
+
+// The assignment computed on this rank instead of asked for: `policy` over
+// the layout's bucket bytes, epoch 1. Every rank computes the same. For
+// programs without a coordinator (tests, the C++ API's local mode).
+AssignmentProvider LocalAssignmentProvider(
+    v1::JobSpec::AssignmentPolicy policy, int world_size);
 
 class AssignmentClient {
  public:

@@ -8,7 +8,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "shard/assignment.h"
+#include "worker/runtime/assignment_client.h"
 #include "worker/comm/kv_store.h"
 
 namespace pshard::worker {
@@ -45,15 +45,7 @@ StepEngineOptions Options(int rank, int world) {
 
 // Owners computed here, as every rank would get them from the coordinator.
 AssignmentProvider LocalOwners(int world) {
-  return [world](const BucketLayout& layout)
-             -> absl::StatusOr<BucketAssignment> {
-    BucketAssignment assignment;
-    assignment.epoch = 1;
-    ASSIGN_OR_RETURN(assignment.owners,
-                     shard::AssignBuckets(v1::JobSpec::BALANCED,
-                                          layout.BucketBytes(), world));
-    return assignment;
-  };
+  return LocalAssignmentProvider(v1::JobSpec::BALANCED, world);
 }
 
 TEST(EngineFactoryTest, NcclOnACpuWorkerIsRefused) {
