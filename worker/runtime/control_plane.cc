@@ -73,6 +73,8 @@ class GrpcControlPlane : public ControlPlane {
                                 Response*),
       const Request& request, absl::Duration deadline) {
     grpc::ClientContext context;
+    // gRPC's deadline is a point in real time (the transport measures it),
+    // whatever clock the caller's logic runs on.
     context.set_deadline(std::chrono::system_clock::now() +
                          absl::ToChronoMilliseconds(deadline));
     Response response;

@@ -18,9 +18,24 @@
 
 namespace pshard::worker {
 
-class ControlPlane {
+// The two calls of the layout/assignment protocol, apart so that a client of
+// only that protocol (AssignmentClient; the benchmark's simulated worker over
+// its own stub) needs no more. Each call fails with DeadlineExceeded if the
+// coordinator does not answer within `deadline`, and otherwise with the
+// coordinator's status.
+class AssignmentRpcs {
  public:
-  virtual ~ControlPlane() = default;
+  virtual ~AssignmentRpcs() = default;
+
+  virtual absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
+      const v1::ReportBucketsRequest& request, absl::Duration deadline) = 0;
+  virtual absl::StatusOr<v1::ShardAssignment> GetAssignment(
+      const v1::GetAssignmentRequest& request, absl::Duration deadline) = 0;
+};
+
+class ControlPlane : public AssignmentRpcs {
+ public:
+  ~ControlPlane() override = default;
 
   // Each call fails with DeadlineExceeded if the coordinator does not answer
   // within `deadline`, and otherwise with the coordinator's status.
@@ -32,10 +47,6 @@ class ControlPlane {
                              absl::Duration deadline) = 0;
   virtual absl::StatusOr<v1::KvGetResponse> KvGet(
       const v1::KvGetRequest& request, absl::Duration deadline) = 0;
-  virtual absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
-      const v1::ReportBucketsRequest& request, absl::Duration deadline) = 0;
-  virtual absl::StatusOr<v1::ShardAssignment> GetAssignment(
-      const v1::GetAssignmentRequest& request, absl::Duration deadline) = 0;
   virtual absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
       const v1::ReportProgressRequest& request, absl::Duration deadline) = 0;
   virtual absl::Status ReportResult(const v1::ReportResultRequest& request,
