@@ -3,9 +3,11 @@
 // tests exercise the coordinator's own logic instead of a second
 // implementation that can drift from it.
 //
-// It is coordinator::Coordinator over a SQLite state file in a fresh temp
-// dir, driven by a FakeClock, served by the real server/ gRPC services, and
-// reached through in-process channels (no network). Time moves only when the
+// It is coordinator::Coordinator over a SQLite state file (in a fresh temp
+// dir unless options say where), driven by a FakeClock, served by the real
+// server/ gRPC services, and reached through in-process channels (it also
+// listens on loopback, for clients in another process, such as
+// cli:fake_coordinator_main's). Time moves only when the
 // test says so: AdvanceAndTick() advances the clock and then runs the
 // coordinator's Tick() (worker loss, wait deadlines, throttled progress
 // events) before it returns, so what was due has happened. The server's own
@@ -16,9 +18,10 @@
 // For setting up and checking state it also speaks both sides of the
 // protocol itself, over an unrecorded channel: jobs (SubmitJob, GetJob,
 // CancelJob, Events) and simulated workers (RegisterWorker, Heartbeat,
-// StartJob, ReportLayout, ReportProgress, ReportResult). Calls made on
-// Channel() are recorded in rpc_log(), so tests can wait for a client to
-// have made a call instead of sleeping.
+// StartJob, ReportLayout, ReportProgress, ReportResult, RunPlacedJobs).
+// Calls made on Channel() are recorded in rpc_log(), so tests can wait for a
+// client to have made a call instead of sleeping, and FailNextCall() fails
+// a chosen one with an error the coordinator would not give on demand.
 //
 // Example:
 //   ASSERT_OK_AND_ASSIGN(auto c, InProcessCoordinator::Start());
