@@ -2,9 +2,15 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <string>
+#include <vector>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -171,6 +177,113 @@ absl::Status ValidateOptimizer(const OptimizerSpec& optimizer) {
   return absl::OkStatus();
 }
 
+// Bytes of a string with its terminating NUL, as execve counts them.
+int64_t ExecBytes(const std::string& s) {
+  return static_cast<int64_t>(s.size()) + 1;
+}
+
+absl::Status CheckNoNul(absl::string_view field, const std::string& value) {
+  if (value.find('\0') == std::string::npos) return absl::OkStatus();
+  return FieldError(field, "contains a NUL byte");
+}
+
+bool IsPosixName(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) {
+    return false;
+  }
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  }
+  return true;
+}
+
+absl::Status ValidateProgram(const v1::ProgramWorkload& program) {
+  if (program.argv_size() == 0) {
+    return FieldError("program.argv", "required: the command line to run");
+  }
+  if (program.argv_size() > kMaxProgramArgs) {
+    return FieldError("program.argv",
+                      absl::StrCat("at most ", kMaxProgramArgs,
+                                   " arguments, got ", program.argv_size()));
+  }
+  if (program.argv(0).empty()) {
+    return FieldError("program.argv[0]", "must name the program to run");
+  }
+  int64_t argv_bytes = 0;
+  for (int i = 0; i < program.argv_size(); ++i) {
+    RETURN_IF_ERROR(
+        CheckNoNul(absl::StrCat("program.argv[", i, "]"), program.argv(i)));
+    argv_bytes += ExecBytes(program.argv(i));
+  }
+  if (argv_bytes > kMaxProgramArgvBytes) {
+    return FieldError("program.argv",
+                      absl::StrCat("at most ", kMaxProgramArgvBytes,
+                                   " bytes in all, got ", argv_bytes));
+  }
+  if (program.env_size() > kMaxProgramEnvVars) {
+    return FieldError("program.env",
+                      absl::StrCat("at most ", kMaxProgramEnvVars,
+                                   " variables, got ", program.env_size()));
+  }
+  // A map has no order; check names in sorted order so the error named for
+  // a spec with several bad entries is always the same one.
+  std::vector<const std::string*> names;
+  names.reserve(program.env_size());
+  for (const auto& [name, value] : program.env()) names.push_back(&name);
+  std::sort(names.begin(), names.end(),
+            [](const std::string* a, const std::string* b) { return *a < *b; });
+  int64_t env_bytes = 0;
+  for (const std::string* name : names) {
+    const std::string field = absl::StrCat("program.env[\"",
+                                           absl::CHexEscape(*name), "\"]");
+    if (name->size() > static_cast<size_t>(kMaxProgramEnvNameLength)) {
+      return FieldError(field, absl::StrCat("name longer than ",
+                                            kMaxProgramEnvNameLength,
+                                            " characters"));
+    }
+    if (!IsPosixName(*name)) {
+      return FieldError(field,
+                        "not a valid variable name (letters, digits and _, "
+                        "not starting with a digit)");
+    }
+    if (absl::StartsWith(*name, kProgramEnvReservedPrefix) ||
+        absl::c_linear_search(kTorchrunEnvNames, *name)) {
+      return FieldError(field,
+                        "set by the worker's agent for each rank; a job may "
+                        "not override it");
+    }
+    const std::string& value = program.env().at(*name);
+    RETURN_IF_ERROR(CheckNoNul(field, value));
+    // "NAME=value" and its NUL.
+    env_bytes += ExecBytes(*name) + ExecBytes(value);
+  }
+  if (env_bytes > kMaxProgramEnvBytes) {
+    return FieldError("program.env",
+                      absl::StrCat("at most ", kMaxProgramEnvBytes,
+                                   " bytes in all, got ", env_bytes));
+  }
+  if (!program.working_dir().empty()) {
+    RETURN_IF_ERROR(CheckNoNul("program.working_dir", program.working_dir()));
+    if (program.working_dir()[0] != '/') {
+      return FieldError("program.working_dir",
+                        absl::StrCat("must be an absolute path, got \"",
+                                     absl::CHexEscape(program.working_dir()),
+                                     "\""));
+    }
+    if (program.working_dir().size() > kMaxPathLength) {
+      return FieldError("program.working_dir",
+                        absl::StrCat("at most ", kMaxPathLength, " characters"));
+    }
+  }
+  const double grace = program.grace_period_seconds();
+  if (grace != 0 || std::signbit(grace) || std::isnan(grace)) {
+    RETURN_IF_ERROR(CheckRange("program.grace_period_seconds", grace, 0,
+                               kMaxProgramGracePeriodSeconds,
+                               /*lo_open=*/true));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateWorkload(const JobSpec& spec) {
   switch (spec.workload_case()) {
     case JobSpec::kMlp: {
@@ -226,10 +339,13 @@ absl::Status ValidateWorkload(const JobSpec& spec) {
       }
       return absl::OkStatus();
     }
+    case JobSpec::kProgram:
+      return ValidateProgram(spec.program());
     case JobSpec::WORKLOAD_NOT_SET:
       break;
   }
-  return FieldError("workload", "required: one of mlp, synthetic, replay");
+  return FieldError("workload",
+                    "required: one of mlp, synthetic, replay, program");
 }
 
 template <typename Enum>
@@ -268,11 +384,17 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     RETURN_IF_ERROR(CheckRange("bucket_cap_mb", spec.bucket_cap_mb(), 0,
                                kMaxBucketCapMb, /*lo_open=*/true));
   }
-  if (!spec.has_optimizer()) {
+  // A program states its own optimizer through the client library, and runs
+  // as many steps as it likes: both are optional there, checked when set.
+  const bool is_program = spec.has_program();
+  if (spec.has_optimizer()) {
+    RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
+  } else if (!is_program) {
     return FieldError("optimizer", "required");
   }
-  RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
-  RETURN_IF_ERROR(CheckIntRange<int64_t>("steps", spec.steps(), 1, kMaxSteps));
+  if (!is_program || spec.steps() != 0) {
+    RETURN_IF_ERROR(CheckIntRange<int64_t>("steps", spec.steps(), 1, kMaxSteps));
+  }
   if (spec.output_dir().size() > kMaxPathLength) {
     return FieldError("output_dir", absl::StrCat("at most ", kMaxPathLength,
                                                  " characters"));
@@ -317,6 +439,10 @@ JobSpec ApplyJobSpecDefaults(JobSpec spec) {
   if (spec.bucket_cap_mb() == 0) spec.set_bucket_cap_mb(25);
   if (spec.progress_every() == 0) spec.set_progress_every(1);
   if (spec.collective_timeout_seconds() == 0) spec.set_collective_timeout_seconds(60);
+  if (spec.has_program() && spec.program().grace_period_seconds() == 0) {
+    spec.mutable_program()->set_grace_period_seconds(
+        kDefaultProgramGracePeriodSeconds);
+  }
   if (spec.has_synthetic() && spec.synthetic().tensor_numel() == 0) {
     spec.mutable_synthetic()->set_tensor_numel(int64_t{1} << 20);
   }

@@ -24,6 +24,21 @@ inline constexpr int64_t kMaxSteps = 1000000000;
 inline constexpr int kMaxParamGroups = 64;
 inline constexpr int kMaxPatternLength = 256;
 inline constexpr int kMaxPathLength = 4096;
+inline constexpr int kMaxProgramArgs = 4096;
+inline constexpr int64_t kMaxProgramArgvBytes = 256 * 1024;
+inline constexpr int kMaxProgramEnvVars = 1024;
+inline constexpr int64_t kMaxProgramEnvBytes = 256 * 1024;
+inline constexpr int kMaxProgramEnvNameLength = 256;
+inline constexpr double kDefaultProgramGracePeriodSeconds = 30;
+inline constexpr double kMaxProgramGracePeriodSeconds = 3600;
+
+// A program job's environment names that the worker's agent sets itself
+// (docs/api.md, "Program jobs"), so a spec's program.env may not: every name
+// starting with this prefix, and torchrun's names below.
+inline constexpr absl::string_view kProgramEnvReservedPrefix = "PSHARD_";
+inline constexpr absl::string_view kTorchrunEnvNames[] = {
+    "RANK",           "WORLD_SIZE",  "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
 
 // Parses the JSON form of a JobSpec (protobuf's JSON mapping; enum names are
 // case-insensitive, so "gloo" and "GLOO" both work) and validates it.

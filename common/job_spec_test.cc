@@ -1,7 +1,10 @@
 #include "common/job_spec.h"
 
+#include <functional>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
@@ -212,6 +215,136 @@ TEST(ResolveHyperParametersTest, FirstMatchingGroupThenOptimizerThenPyTorchDefau
   EXPECT_DOUBLE_EQ(adamw_defaults.lr, 1e-3);
   EXPECT_DOUBLE_EQ(adamw_defaults.weight_decay, 1e-2);
 }
+
+}  // namespace
+}  // namespace pshard
+
+namespace pshard {
+namespace {
+
+constexpr char kProgramSpec[] = R"json({
+  "name": "train",
+  "world_size": 2,
+  "program": {
+    "argv": ["python3", "train.py", "--lr", "3e-4"],
+    "env": {"K": "V", "_X1": ""},
+    "working_dir": "/work",
+    "grace_period_seconds": 5
+  }
+})json";
+
+v1::JobSpec ProgramSpec() {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(kProgramSpec);
+  EXPECT_OK(spec);
+  return spec.ok() ? *spec : v1::JobSpec();
+}
+
+TEST(ProgramSpecTest, ParsesWithoutOptimizerOrSteps) {
+  const v1::JobSpec spec = ProgramSpec();
+  ASSERT_TRUE(spec.has_program());
+  EXPECT_EQ(spec.program().argv_size(), 4);
+  EXPECT_EQ(spec.program().env().at("K"), "V");
+  EXPECT_EQ(spec.program().working_dir(), "/work");
+  EXPECT_EQ(spec.program().grace_period_seconds(), 5);
+  EXPECT_FALSE(spec.has_optimizer());
+  EXPECT_EQ(spec.steps(), 0);
+}
+
+TEST(ProgramSpecTest, DefaultGracePeriod) {
+  v1::JobSpec spec = ProgramSpec();
+  spec.mutable_program()->clear_grace_period_seconds();
+  ASSERT_OK(ValidateJobSpec(spec));
+  EXPECT_EQ(ApplyJobSpecDefaults(spec).program().grace_period_seconds(),
+            kDefaultProgramGracePeriodSeconds);
+}
+
+TEST(ProgramSpecTest, OptimizerAndStepsAreCheckedWhenSet) {
+  v1::JobSpec spec = ProgramSpec();
+  spec.set_steps(-1);
+  EXPECT_THAT(ValidateJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("steps")));
+  spec.set_steps(10);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  EXPECT_THAT(ValidateJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("optimizer.hyper_parameters.lr")));
+  spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(0.1);
+  EXPECT_OK(ValidateJobSpec(spec));
+}
+
+// One broken field per case; the error names it.
+struct ProgramCase {
+  std::string name;
+  std::function<void(v1::ProgramWorkload&)> mutate;
+  std::string expected;
+};
+
+class BadProgramTest : public ::testing::TestWithParam<ProgramCase> {};
+
+TEST_P(BadProgramTest, IsInvalidArgumentNamingTheField) {
+  v1::JobSpec spec = ProgramSpec();
+  GetParam().mutate(*spec.mutable_program());
+  EXPECT_THAT(ValidateJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(GetParam().expected)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, BadProgramTest,
+    ::testing::ValuesIn(std::vector<ProgramCase>{
+        {"EmptyArgv", [](auto& p) { p.clear_argv(); },
+         "program.argv: required"},
+        {"EmptyArgv0", [](auto& p) { p.set_argv(0, ""); }, "program.argv[0]"},
+        {"NulInArg",
+         [](auto& p) { p.set_argv(2, std::string("a\0b", 3)); },
+         "program.argv[2]: contains a NUL byte"},
+        {"TooManyArgs",
+         [](auto& p) {
+           for (int i = 0; i < kMaxProgramArgs; ++i) p.add_argv("x");
+         },
+         "program.argv: at most 4096 arguments"},
+        {"ArgvTooBig",
+         [](auto& p) { p.add_argv(std::string(kMaxProgramArgvBytes, 'a')); },
+         "program.argv: at most 262144 bytes"},
+        {"EnvNameStartsWithDigit",
+         [](auto& p) { (*p.mutable_env())["1X"] = "v"; },
+         "program.env[\"1X\"]: not a valid variable name"},
+        {"EnvNameWithEquals",
+         [](auto& p) { (*p.mutable_env())["A=B"] = "v"; },
+         "program.env[\"A=B\"]: not a valid"},
+        {"EnvNameEmpty", [](auto& p) { (*p.mutable_env())[""] = "v"; },
+         "program.env[\"\"]: not a valid"},
+        {"EnvOverridesPshard",
+         [](auto& p) { (*p.mutable_env())["PSHARD_RANK"] = "3"; },
+         "program.env[\"PSHARD_RANK\"]: set by the worker's agent"},
+        {"EnvOverridesTorchrun",
+         [](auto& p) { (*p.mutable_env())["MASTER_PORT"] = "1"; },
+         "program.env[\"MASTER_PORT\"]: set by the worker's agent"},
+        {"EnvValueWithNul",
+         [](auto& p) { (*p.mutable_env())["V"] = std::string("a\0b", 3); },
+         "program.env[\"V\"]: contains a NUL byte"},
+        {"TooManyEnvVars",
+         [](auto& p) {
+           for (int i = 0; i < kMaxProgramEnvVars; ++i) {
+             (*p.mutable_env())[absl::StrCat("V", i)] = "";
+           }
+         },
+         "program.env: at most 1024 variables"},
+        {"EnvTooBig",
+         [](auto& p) {
+           (*p.mutable_env())["BIG"] = std::string(kMaxProgramEnvBytes, 'v');
+         },
+         "program.env: at most 262144 bytes"},
+        {"RelativeWorkingDir", [](auto& p) { p.set_working_dir("work"); },
+         "program.working_dir: must be an absolute path"},
+        {"NegativeGrace", [](auto& p) { p.set_grace_period_seconds(-1); },
+         "program.grace_period_seconds"},
+        {"HugeGrace", [](auto& p) { p.set_grace_period_seconds(1e9); },
+         "program.grace_period_seconds"},
+    }),
+    [](const ::testing::TestParamInfo<ProgramCase>& info) {
+      return info.param.name;
+    });
 
 }  // namespace
 }  // namespace pshard

@@ -36,6 +36,11 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
                        ReplayWorkload::Create(spec.replay(), rank));
       return std::unique_ptr<Workload>(std::move(w));
     }
+    case v1::JobSpec::kProgram:
+      // The agent runs a program job itself (worker/runtime/program_job.h);
+      // there is no built-in workload to make.
+      return absl::InvalidArgumentError(
+          "a program workload is run by the agent, not as a built-in one");
     case v1::JobSpec::WORKLOAD_NOT_SET:
       break;
   }
