@@ -20,7 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "cli/child_process.h"
+#include "common/child_process.h"
 #include "cli/format.h"
 #include "common/job_spec.h"
 #include "common/port_file.h"

@@ -15,8 +15,8 @@ namespace pshard::testing {
 absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
     const std::vector<std::string>& argv,
     const std::vector<std::string>& extra_env, const std::string& log_path) {
-  absl::StatusOr<std::unique_ptr<cli::ChildProcess>> child =
-      cli::ChildProcess::Start(argv.empty() ? "" : argv[0], argv, log_path,
+  absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+      ChildProcess::Start(argv.empty() ? "" : argv[0], argv, log_path,
                                extra_env);
   if (!child.ok()) return child.status();
   return std::unique_ptr<Subprocess>(new Subprocess(*std::move(child)));

@@ -20,12 +20,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "cli/child_process.h"
+#include "common/child_process.h"
 
 namespace pshard::testing {
 
 // A child process, as tests want it (Status-returning Signal and Wait). The
-// process handling itself is pshardctl's cli::ChildProcess: its own process
+// process handling itself is common/'s ChildProcess: its own process
 // group, PR_SET_PDEATHSIG, and SIGKILL to the group plus reaping in the
 // destructor, so a failing test leaves no process behind.
 class Subprocess {
@@ -59,10 +59,10 @@ class Subprocess {
   bool Poll();
 
  private:
-  explicit Subprocess(std::unique_ptr<cli::ChildProcess> child)
+  explicit Subprocess(std::unique_ptr<ChildProcess> child)
       : child_(std::move(child)) {}
 
-  std::unique_ptr<cli::ChildProcess> child_;
+  std::unique_ptr<ChildProcess> child_;
 };
 
 // Polls `path` until it holds a port number (as written by --port_file) or
