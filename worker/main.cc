@@ -42,6 +42,13 @@ ABSL_FLAG(std::string, host, "",
           "host name peers use to reach this worker (Gloo); default the "
           "machine's host name");
 ABSL_FLAG(std::string, device, "cpu", "\"cpu\", \"auto\" or \"cuda:N\"");
+ABSL_FLAG(std::string, log_dir, "",
+          "where program jobs' output goes, one file per job and rank "
+          "(<log_dir>/<job>/rank-<R>.log); default "
+          "$TMPDIR/pshard-worker-<name>/logs (TMPDIR default /tmp)");
+ABSL_FLAG(int64_t, log_max_bytes, int64_t{64} << 20,
+          "cap of each program log file; at the cap it is rotated to "
+          "<file>.1 (so at most twice this per rank); >= 1024");
 ABSL_FLAG(int, blas_threads, 0,
           "threads for the mlp workload's BLAS calls; 0: $OPENBLAS_NUM_THREADS "
           "if set, else 1 (one rank per core, as torchrun's OMP_NUM_THREADS=1)");
@@ -75,7 +82,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pshard-worker --coordinator=HOST:PORT [--name=N] [--listen=ADDR] "
       "[--port_file=PATH] [--host=H] [--device=cpu|auto|cuda:N] "
-      "[--blas_threads=N]");
+      "[--blas_threads=N] [--log_dir=DIR] [--log_max_bytes=N]");
   absl::ParseCommandLine(argc, argv);
 
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -107,6 +114,14 @@ int main(int argc, char** argv) {
   }
   pshard::worker::SetBlasNumThreads(blas_threads);
 
+  const int64_t log_max_bytes = absl::GetFlag(FLAGS_log_max_bytes);
+  if (log_max_bytes < 1024) {
+    std::fprintf(stderr,
+                 "pshard-worker: --log_max_bytes must be >= 1024, got %lld\n",
+                 static_cast<long long>(log_max_bytes));
+    return 2;
+  }
+
   std::string host = absl::GetFlag(FLAGS_host);
   if (host.empty()) host = Hostname();
   std::string name = absl::GetFlag(FLAGS_name);
@@ -130,6 +145,15 @@ int main(int argc, char** argv) {
   options.host = host;
   options.gloo_hostname = host;
   options.worker_device = *device;
+  options.coordinator_address = coordinator;
+  options.program_log_dir = absl::GetFlag(FLAGS_log_dir);
+  if (options.program_log_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    options.program_log_dir =
+        absl::StrCat(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp",
+                     "/pshard-worker-", name, "/logs");
+  }
+  options.program_log_max_bytes = log_max_bytes;
   // The one place the worker's time comes from.
   options.clock = &pshard::Clock::Real();
   options.device_kind = device->is_gpu() ? pshard::v1::GPU : pshard::v1::CPU;

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
+#include "worker/runtime/job_runner.h"
+#include "worker/runtime/program_job.h"
 
 namespace pshard::worker {
 
@@ -203,15 +205,27 @@ void Agent::ReapJob() {
 
 void Agent::StartJob(const v1::RunJobDirective& directive) {
   ReapJob();
-  JobRunnerOptions options;
-  options.worker_id = worker_id_;
-  options.gloo_hostname = options_.gloo_hostname;
-  options.rpc_timeout = options_.rpc_timeout;
-  options.device = options_.worker_device;
-  options.clock = options_.clock;
-  job_ = std::make_unique<JobRunner>(control_, directive, options);
+  if (directive.spec().has_program()) {
+    ProgramJobOptions options;
+    options.worker_id = worker_id_;
+    options.coordinator_address = options_.coordinator_address;
+    options.hostname = options_.gloo_hostname;
+    options.log_dir = options_.program_log_dir;
+    options.log_max_bytes = options_.program_log_max_bytes;
+    options.rpc_timeout = options_.rpc_timeout;
+    options.clock = options_.clock;
+    job_ = std::make_unique<ProgramJob>(control_, directive, options);
+  } else {
+    JobRunnerOptions options;
+    options.worker_id = worker_id_;
+    options.gloo_hostname = options_.gloo_hostname;
+    options.rpc_timeout = options_.rpc_timeout;
+    options.device = options_.worker_device;
+    options.clock = options_.clock;
+    job_ = std::make_unique<JobRunner>(control_, directive, options);
+  }
   job_running_ = true;
-  JobRunner* runner = job_.get();
+  RankJob* runner = job_.get();
   job_thread_ = std::thread([this, runner] {
     (void)runner->Run();
     absl::MutexLock lock(&mu_);

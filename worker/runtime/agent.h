@@ -9,6 +9,10 @@
 //                        ▼                    ▼ Drain
 //                      exit ◀───────────── DRAINING (finish the job first)
 //
+// A job runs as a RankJob: JobRunner for the built-in workloads, ProgramJob
+// (program_job.h) for a program workload, whose program the agent starts,
+// supervises and stops; the agent heartbeats all the while.
+//
 // Drain is a reserved directive: today's coordinator never sends it (its
 // DrainWorker only stops giving the worker jobs, and the worker is not told).
 // The agent still obeys it as drawn, so that a coordinator may ask a worker
@@ -36,7 +40,7 @@
 #include "pshard/v1/worker_status.pb.h"
 #include "worker/gpu/backend_choice.h"
 #include "worker/runtime/control_plane.h"
-#include "worker/runtime/job_runner.h"
+#include "worker/runtime/rank_job.h"
 
 namespace pshard::worker {
 
@@ -53,6 +57,12 @@ struct AgentOptions {
   // The worker's device (--device); decides NCCL or Gloo per job.
   WorkerDevice worker_device;
   absl::Duration rpc_timeout = absl::Seconds(5);
+  // host:port of the coordinator, as the worker reaches it: a program job's
+  // PSHARD_COORDINATOR.
+  std::string coordinator_address;
+  // Where program jobs' output goes (ProgramLogPath) and each file's cap.
+  std::string program_log_dir = "/tmp/pshard-worker/logs";
+  int64_t program_log_max_bytes = int64_t{64} << 20;
   // Used until the coordinator states its own in RegisterWorkerResponse.
   absl::Duration default_heartbeat_interval = absl::Seconds(1);
   // Heartbeat pacing, every job's time and every wait's deadline. Must
@@ -98,7 +108,7 @@ class Agent {
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool drained_ ABSL_GUARDED_BY(mu_) = false;
   // The current (or last, until reaped) job.
-  std::unique_ptr<JobRunner> job_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<RankJob> job_ ABSL_GUARDED_BY(mu_);
   std::thread job_thread_ ABSL_GUARDED_BY(mu_);
   bool job_running_ ABSL_GUARDED_BY(mu_) = false;
   // A RunJob that arrived while the previous job was still winding down

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "worker/runtime/engine_factory.h"
 #include "worker/runtime/output_writer.h"
+#include "worker/runtime/result_reporter.h"
 
 namespace pshard::worker {
 namespace {
@@ -200,26 +201,12 @@ absl::Status JobRunner::RunStep(StepEngine& engine, const v1::JobSpec& spec,
 
 void JobRunner::ReportResult(const absl::Status& status,
                              const std::string& output) {
-  v1::ReportResultRequest request;
-  request.set_job_id(directive_.job_id());
-  request.set_epoch(directive_.epoch());
-  request.set_rank(directive_.rank());
-  request.set_worker_id(options_.worker_id);
-  request.set_ok(status.ok());
-  if (!status.ok()) {
-    request.set_error(absl::StrCat("rank ", directive_.rank(), " (worker ",
-                                   options_.worker_id, "): ",
-                                   status.ToString()));
-  }
-  request.set_final_step(Snapshot().step);
-  request.set_output_path(output);
-  // The result matters (the job's fate): retry transient failures a few
-  // times, each bounded.
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    absl::Status sent = control_->ReportResult(request, options_.rpc_timeout);
-    if (sent.ok() || sent.code() != absl::StatusCode::kUnavailable) return;
-    options_.clock->SleepFor(absl::Milliseconds(200));
-  }
+  (void)ReportRankResult(
+      *control_,
+      ResultSource{directive_.job_id(), directive_.epoch(), directive_.rank(),
+                   options_.worker_id},
+      status.ok(), status.ToString(), Snapshot().step, output,
+      options_.rpc_timeout, *options_.clock);
 }
 
 }  // namespace pshard::worker

@@ -42,6 +42,7 @@
 #include "worker/runtime/control_plane.h"
 #include "worker/runtime/coordinator_kv.h"
 #include "worker/runtime/progress_reporter.h"
+#include "worker/runtime/rank_job.h"
 #include "worker/runtime/step_engine.h"
 
 namespace pshard::worker {
@@ -60,33 +61,18 @@ struct JobRunnerOptions {
   const Clock* clock = &Clock::Real();
 };
 
-// What the WorkerStatus service shows about the running job.
-struct JobSnapshot {
-  std::string job_id;
-  int64_t epoch = 0;
-  int rank = -1;
-  int64_t step = 0;
-  std::vector<v1::OwnedShard> owned_shards;
-  int64_t optimizer_state_bytes = 0;
-};
-
-class JobRunner {
+class JobRunner : public RankJob {
  public:
   JobRunner(ControlPlane* control, v1::RunJobDirective directive,
             JobRunnerOptions options);
-  ~JobRunner();
+  ~JobRunner() override;
 
-  // Runs the job to the end and reports its result. Returns the job's
-  // status (OK when every step ran). Call once, on the job's own thread.
-  absl::Status Run();
-
-  // Stops the job as soon as possible; Run() then returns `reason`. Any
-  // thread; idempotent.
-  void Abort(const absl::Status& reason);
-
-  const std::string& job_id() const { return directive_.job_id(); }
-  int64_t epoch() const { return directive_.epoch(); }
-  JobSnapshot Snapshot() const;
+  // RankJob (rank_job.h). Run() returns OK when every step ran.
+  absl::Status Run() override;
+  void Abort(const absl::Status& reason) override;
+  const std::string& job_id() const override { return directive_.job_id(); }
+  int64_t epoch() const override { return directive_.epoch(); }
+  JobSnapshot Snapshot() const override;
 
  private:
   absl::Status RunSteps();
