@@ -88,14 +88,16 @@ void WriteStderr(const char* message) {
                             int out_fd, const char* working_dir) {
   // The parent may block SIGINT/SIGTERM for a signal thread; the mask and
   // dispositions survive exec, so restore the defaults.
-  sigset_t empty;
-  sigemptyset(&empty);
-  sigprocmask(SIG_SETMASK, &empty, nullptr);
+  // Dispositions first, then the mask: a signal that arrived while blocked
+  // (e.g. SIGTERM right after Start) is delivered now, with its default.
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
   signal(SIGPIPE, SIG_DFL);
   signal(SIGCHLD, SIG_DFL);
   signal(SIGHUP, SIG_DFL);
+  sigset_t empty;
+  sigemptyset(&empty);
+  sigprocmask(SIG_SETMASK, &empty, nullptr);
   if (null_fd != STDIN_FILENO) dup2(null_fd, STDIN_FILENO);
   if (out_fd >= 0) {
     dup2(out_fd, STDOUT_FILENO);
@@ -120,12 +122,14 @@ void WriteStderr(const char* message) {
   sigemptyset(&waited);
   sigaddset(&waited, SIGCHLD);
   sigaddset(&waited, SIGUSR1);
-  sigprocmask(SIG_BLOCK, &waited, nullptr);
-  // Terminal signals are for the program's group; the reaper outlives them
-  // to clean up.
-  signal(SIGINT, SIG_IGN);
-  signal(SIGTERM, SIG_IGN);
-  signal(SIGHUP, SIG_IGN);
+  // Terminal signals are for the program's group, not the reaper's; they
+  // are blocked rather than ignored so that the program, which inherits
+  // the mask until it execs, keeps one sent to it early.
+  sigset_t blocked = waited;
+  sigaddset(&blocked, SIGINT);
+  sigaddset(&blocked, SIGTERM);
+  sigaddset(&blocked, SIGHUP);
+  sigprocmask(SIG_BLOCK, &blocked, nullptr);
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   prctl(PR_SET_PDEATHSIG, SIGUSR1);
   if (getppid() != parent) _exit(127);  // the parent died before prctl

@@ -1660,7 +1660,10 @@ absl::StatusOr<bool> Coordinator::ReportResultLocked(
     Schedule();
     return true;
   }
-  if (j->job.state() != v1::RUNNING) {
+  // A program job's ranks may end without ever using the client library
+  // (no layout, no assignment: the job stays STARTING); its agent's
+  // success is the program's exit status 0.
+  if (j->job.state() != v1::RUNNING && !j->job.spec().has_program()) {
     return absl::FailedPreconditionError(
         absl::StrCat(j->job.id(), ": rank ", rank,
                      " reported success before the assignment was published"));

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/grpc_status.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -56,11 +57,15 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
     const std::string wport = absl::StrCat(cluster->dir_, "/worker", i, ".port");
     const std::string wlog = absl::StrCat(cluster->dir_, "/worker", i, ".log");
     cluster->logs_.push_back(wlog);
-    absl::StatusOr<std::unique_ptr<Subprocess>> worker = Subprocess::Start(
-        {RunfilePath("worker/pshard-worker"), "--coordinator=" + address,
-         absl::StrCat("--name=", options.worker_name_prefix, i),
-         "--listen=127.0.0.1:0", "--port_file=" + wport, "--host=127.0.0.1"},
-        {}, wlog);
+    std::vector<std::string> argv = {
+        RunfilePath("worker/pshard-worker"), "--coordinator=" + address,
+        absl::StrCat("--name=", options.worker_name_prefix, i),
+        "--listen=127.0.0.1:0", "--port_file=" + wport, "--host=127.0.0.1"};
+    for (const std::string& flag : options.worker_flags) {
+      argv.push_back(absl::StrReplaceAll(flag, {{"{i}", absl::StrCat(i)}}));
+    }
+    absl::StatusOr<std::unique_ptr<Subprocess>> worker =
+        Subprocess::Start(argv, {}, wlog);
     if (!worker.ok()) return worker.status();
     cluster->workers_.push_back(*std::move(worker));
     absl::StatusOr<int> p = WaitForPortFile(wport, absl::Seconds(30));

@@ -28,6 +28,9 @@ struct ClusterOptions {
   absl::Duration worker_timeout = absl::Seconds(2);
   // Worker i registers as <worker_name_prefix><i>.
   std::string worker_name_prefix = "worker-";
+  // Extra flags for every worker; "{i}" in one becomes the worker's index
+  // (e.g. "--log_dir=/tmp/x/logs-{i}").
+  std::vector<std::string> worker_flags;
 };
 
 class Cluster {
