@@ -7,7 +7,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include "worker/comm/fake_communicator.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/kv_store.h"
+#include "worker/comm/rank_threads.h"
 #include "worker/comm/reduce_ops.h"
 
 namespace pshard::worker {
@@ -46,39 +46,31 @@ class Ranks {
  public:
   Ranks(Backend backend, int n, absl::Duration timeout = absl::Seconds(20))
       : hub_(n, timeout) {
-    comms_.resize(n);
-    std::vector<std::thread> threads;
-    std::vector<absl::Status> statuses(n);
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        if (backend == Backend::kFake) {
-          comms_[r] = hub_.Create(r);
-          return;
-        }
-        GlooOptions options;
-        options.rank = r;
-        options.world_size = n;
-        options.timeout = timeout;
-        options.key_prefix = "test/";
-        options.shared_memory = backend == Backend::kGloo;
-        // Small rings, so that buckets wrap around them.
-        options.shm_ring_bytes = 64 * 1024;
-        auto comm = CreateGlooCommunicator(options, store_);
-        statuses[r] = comm.status();
-        if (comm.ok()) comms_[r] = *std::move(comm);
-      });
+    if (backend == Backend::kFake) {
+      for (int r = 0; r < n; ++r) comms_.push_back(hub_.Create(r));
+      return;
     }
-    for (auto& t : threads) t.join();
-    for (auto& s : statuses) EXPECT_OK(s);
+    GlooOptions options;
+    options.timeout = timeout;
+    options.key_prefix = "test/";
+    options.shared_memory = backend == Backend::kGloo;
+    // Small rings, so that buckets wrap around them.
+    options.shm_ring_bytes = 64 * 1024;
+    absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> comms =
+        CreateGlooRanks(n, options, store_);
+    EXPECT_OK(comms.status());
+    if (comms.ok()) comms_ = *std::move(comms);
   }
 
   void Run(const std::function<void(Communicator&)>& body) {
-    std::vector<std::thread> threads;
-    for (auto& comm : comms_) {
-      ASSERT_NE(comm, nullptr);
-      threads.emplace_back([&body, &comm] { body(*comm); });
+    if (comms_.empty()) {
+      ADD_FAILURE() << "no communicators to run on";
+      return;
     }
-    for (auto& t : threads) t.join();
+    RunRanks(static_cast<int>(comms_.size()), [&](int r) {
+      body(*comms_[r]);
+      return absl::OkStatus();
+    });
   }
 
   Communicator& comm(int r) { return *comms_[r]; }
