@@ -355,11 +355,11 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, BackendTest,
 // own reduction of b completing (on Gloo's pairs a send does not start before
 // its receive is posted). The first step waits for exactly that, with a
 // deadline, so a communicator that posts nothing behind a waiting step fails
-// here instead of hanging. Gloo only: the fake runs each rank's ops one at a
-// time.
-class GlooPipelineTest : public ::testing::TestWithParam<Backend> {};
+// here instead of hanging. The fake runs the same pipeline, so it is held to
+// this too.
+class PipelineTest : public ::testing::TestWithParam<Backend> {};
 
-TEST_P(GlooPipelineTest, WaitingStepDoesNotHoldUpLaterTransfers) {
+TEST_P(PipelineTest, WaitingStepDoesNotHoldUpLaterTransfers) {
   Ranks ranks(GetParam(), 2);
   // Small enough for every ring and socket buffer, so that a send completes
   // once the receiver has posted its receive, not once it has read it.
@@ -406,8 +406,9 @@ TEST_P(GlooPipelineTest, WaitingStepDoesNotHoldUpLaterTransfers) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(GlooBackends, GlooPipelineTest,
-                         ::testing::Values(Backend::kGloo, Backend::kGlooTcp),
+INSTANTIATE_TEST_SUITE_P(AllBackends, PipelineTest,
+                         ::testing::Values(Backend::kGloo, Backend::kGlooTcp,
+                                           Backend::kFake),
                          [](const auto& info) { return BackendName(info.param); });
 
 TEST(GlooCommunicatorTest, RendezvousTimesOutWithoutPeers) {

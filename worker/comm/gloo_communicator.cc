@@ -31,7 +31,8 @@ class GlooTransport : public Transport {
   }
   Link& BarrierLink(int peer) override { return tcp_->link(peer); }
 
-  void Close() override {
+  // TCP and the rings tell the peers only that the link is gone.
+  void Close(const absl::Status&) override {
     for (auto& link : shm_) {
       if (link != nullptr) link->Close();
     }

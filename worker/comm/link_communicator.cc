@@ -195,7 +195,7 @@ class LinkCommunicator : public Communicator {
       error_ = status;
       for (const auto& op : in_flight_) AbortWaits(*op);
     }
-    if (transport_ != nullptr) transport_->Close();
+    if (transport_ != nullptr) transport_->Close(status);
   }
 
   static void AbortWaits(Op& op) {

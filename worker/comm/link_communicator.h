@@ -34,6 +34,7 @@
 
 #include <memory>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/link.h"
@@ -52,8 +53,10 @@ class Transport {
   // The link that carries barrier tokens; the data link by default.
   virtual Link& BarrierLink(int peer) { return DataLink(peer); }
 
-  // Closes every link (Link::Close). Idempotent, thread-safe.
-  virtual void Close() = 0;
+  // Closes every link (Link::Close) because of `reason` (the communicator's
+  // first error), which a transport that can tell its peers passes on.
+  // Idempotent, thread-safe.
+  virtual void Close(const absl::Status& reason) = 0;
 };
 
 struct LinkCommunicatorOptions {

@@ -210,16 +210,20 @@ INSTANTIATE_TEST_SUITE_P(
 
 class LinkFailureTest : public ::testing::TestWithParam<LinkKind> {};
 
+// Rank 0 posts a receive of one float from rank 1, which sends nothing.
+absl::StatusOr<std::unique_ptr<Transfer>> ReceiveOneFloat(LinkWorld& links,
+                                                          float* x) {
+  return links.link(0, 1).Receive(4, Delivery{reinterpret_cast<char*>(x)},
+                                  /*tag=*/0, 0);
+}
+
 // A receive nobody sends ends at its deadline with DeadlineExceeded (on TCP,
 // told from a broken connection by our own deadline bookkeeping, since Gloo
 // throws the same exception type for both).
 TEST_P(LinkFailureTest, UnansweredReceiveTimesOut) {
   ASSERT_OK_AND_ASSIGN(auto links, LinkWorld::Connect(GetParam(), 2));
   float x = 0;
-  ASSERT_OK_AND_ASSIGN(
-      auto receive,
-      links->link(0, 1).Receive(4, Delivery{reinterpret_cast<char*>(&x)},
-                                /*tag=*/0, 0));
+  ASSERT_OK_AND_ASSIGN(auto receive, ReceiveOneFloat(*links, &x));
   const absl::Time start = absl::Now();
   EXPECT_THAT(receive->Wait(absl::Milliseconds(300)),
               StatusIs(absl::StatusCode::kDeadlineExceeded, ::testing::_));
@@ -231,10 +235,7 @@ TEST_P(LinkFailureTest, UnansweredReceiveTimesOut) {
 TEST_P(LinkFailureTest, PeerCloseFailsAWaitingReceive) {
   ASSERT_OK_AND_ASSIGN(auto links, LinkWorld::Connect(GetParam(), 2));
   float x = 0;
-  ASSERT_OK_AND_ASSIGN(
-      auto receive,
-      links->link(0, 1).Receive(4, Delivery{reinterpret_cast<char*>(&x)},
-                                /*tag=*/0, 0));
+  ASSERT_OK_AND_ASSIGN(auto receive, ReceiveOneFloat(*links, &x));
   links->link(1, 0).Close();
   const absl::Time start = absl::Now();
   absl::Status status = receive->Wait(absl::Seconds(30));
@@ -248,10 +249,7 @@ TEST_P(LinkFailureTest, PeerCloseFailsAWaitingReceive) {
 TEST(TcpLinkTest, AbortWaitReleasesAWaitingReceive) {
   ASSERT_OK_AND_ASSIGN(auto links, LinkWorld::Connect(LinkKind::kTcp, 2));
   float x = 0;
-  ASSERT_OK_AND_ASSIGN(
-      auto receive,
-      links->link(0, 1).Receive(4, Delivery{reinterpret_cast<char*>(&x)},
-                                /*tag=*/0, 0));
+  ASSERT_OK_AND_ASSIGN(auto receive, ReceiveOneFloat(*links, &x));
   receive->AbortWait();
   EXPECT_THAT(receive->Wait(absl::Seconds(30)),
               StatusIs(absl::StatusCode::kAborted, ::testing::_));
