@@ -19,9 +19,11 @@ class FakeHub::MemorySend : public Transfer {
 
 class FakeHub::MemoryReceive : public Transfer {
  public:
-  MemoryReceive(FakeHub* hub, Channel* channel, int64_t number, int64_t bytes,
-                const Delivery& into)
+  MemoryReceive(FakeHub* hub, int src, int dst, Channel* channel,
+                int64_t number, int64_t bytes, const Delivery& into)
       : hub_(hub),
+        src_(src),
+        dst_(dst),
         channel_(channel),
         number_(number),
         bytes_(bytes),
@@ -32,15 +34,18 @@ class FakeHub::MemoryReceive : public Transfer {
     {
       absl::MutexLock lock(&hub_->mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(hub_->mu_) {
-        return channel_->posted.count(number_) > 0 || !hub_->broken_.ok();
+        return channel_->posted.count(number_) > 0 ||
+               !hub_->Failure(src_, dst_).ok();
       };
       hub_->mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
-      // What was sent before the hub broke still arrives, as bytes written
-      // to a socket before it closed do: a rank that finished and closed
-      // its communicator does not fail its peers' last receives.
+      // What was sent before the sender closed still arrives, as bytes
+      // written to a socket before it closed do: a rank that finished and
+      // closed its communicator does not fail its peers' last receives.
       auto it = channel_->posted.find(number_);
       if (it == channel_->posted.end()) {
-        if (!hub_->broken_.ok()) return hub_->broken_;
+        if (absl::Status failure = hub_->Failure(src_, dst_); !failure.ok()) {
+          return failure;
+        }
         return absl::DeadlineExceededError(absl::StrCat(
             "the peer sent nothing within ", absl::FormatDuration(timeout)));
       }
@@ -64,6 +69,8 @@ class FakeHub::MemoryReceive : public Transfer {
 
  private:
   FakeHub* const hub_;
+  const int src_;
+  const int dst_;
   Channel* const channel_;
   const int64_t number_;
   const int64_t bytes_;
@@ -80,7 +87,9 @@ class FakeHub::MemoryLink : public Link {
                                                  int lane) override {
     (void)tag;  // matched by posting order
     absl::MutexLock lock(&hub_->mu_);
-    if (!hub_->broken_.ok()) return hub_->broken_;
+    if (absl::Status failure = hub_->Failure(rank_, peer_); !failure.ok()) {
+      return failure;
+    }
     Channel& channel = hub_->ChannelOf(rank_, peer_, lane);
     channel.posted[channel.sends++].assign(data, data + bytes);
     return std::unique_ptr<Transfer>(new MemorySend());
@@ -94,13 +103,15 @@ class FakeHub::MemoryLink : public Link {
     absl::MutexLock lock(&hub_->mu_);
     // Posted even on a broken hub: its bytes may be there already (Wait).
     Channel& channel = hub_->ChannelOf(peer_, rank_, lane);
-    return std::unique_ptr<Transfer>(
-        new MemoryReceive(hub_, &channel, channel.receives++, bytes, into));
+    return std::unique_ptr<Transfer>(new MemoryReceive(
+        hub_, peer_, rank_, &channel, channel.receives++, bytes, into));
   }
 
+  // Closes all of this rank's links: the fake's links close together, as
+  // Gloo's contexts do.
   void Close() override {
-    hub_->Break(absl::AbortedError(
-        absl::StrCat("rank ", rank_, " closed its link to rank ", peer_)));
+    hub_->CloseRank(rank_, absl::AbortedError(absl::StrCat(
+                               "rank ", rank_, " closed its links")));
   }
 
  private:
@@ -109,11 +120,12 @@ class FakeHub::MemoryLink : public Link {
   const int peer_;
 };
 
-// One rank's links to every peer of the hub. Closing them breaks the hub
-// with the communicator's reason: a dead peer fails every rank.
+// One rank's links to every peer of the hub. Closing them (the rank aborted
+// or was destroyed) fails its peers' transfers with it, with the
+// communicator's reason.
 class FakeHub::MemoryTransport : public Transport {
  public:
-  MemoryTransport(FakeHub* hub, int rank) : hub_(hub) {
+  MemoryTransport(FakeHub* hub, int rank) : hub_(hub), rank_(rank) {
     for (int r = 0; r < hub->world_size(); ++r) {
       links_.push_back(r == rank ? nullptr
                                  : std::make_unique<MemoryLink>(hub, rank, r));
@@ -121,16 +133,20 @@ class FakeHub::MemoryTransport : public Transport {
   }
 
   Link& DataLink(int peer) override { return *links_[peer]; }
-  void Close(const absl::Status& reason) override { hub_->Break(reason); }
+  void Close(const absl::Status& reason) override {
+    hub_->CloseRank(rank_, reason);
+  }
 
  private:
   FakeHub* const hub_;
+  const int rank_;
   std::vector<std::unique_ptr<MemoryLink>> links_;
 };
 
 FakeHub::FakeHub(int world_size, absl::Duration timeout)
     : world_size_(world_size), timeout_(timeout) {
   channels_.resize(static_cast<size_t>(world_size) * world_size * 2);
+  closed_.resize(world_size);
 }
 
 FakeHub::~FakeHub() = default;
@@ -150,6 +166,19 @@ void FakeHub::Break(const absl::Status& reason) {
   if (broken_.ok()) {
     broken_ = reason.ok() ? absl::AbortedError("hub broken") : reason;
   }
+}
+
+void FakeHub::CloseRank(int rank, const absl::Status& reason) {
+  absl::MutexLock lock(&mu_);
+  if (closed_[rank].ok()) {
+    closed_[rank] = reason.ok() ? absl::AbortedError("rank closed") : reason;
+  }
+}
+
+absl::Status FakeHub::Failure(int src, int dst) const {
+  if (!broken_.ok()) return broken_;
+  if (!closed_[src].ok()) return closed_[src];
+  return closed_[dst];
 }
 
 FakeHub::Channel& FakeHub::ChannelOf(int src, int dst, int lane) {

@@ -13,9 +13,10 @@
 // that direction and lane and adds or copies it into place. Sums are in the
 // pipeline's fixed order, so every rank sees the same bits. A receive that meets a send of another size (the
 // ranks issued different collectives) breaks the hub with Internal. Aborting
-// (or destroying) any rank breaks the hub: every rank's later sends, and
-// receives whose bytes were not sent before, fail with the abort reason, as a
-// dead peer would make them fail on a real transport.
+// (or destroying) a rank closes its links: its peers' later sends to it, and
+// their receives from it whose bytes it had not sent, fail with its reason —
+// as a dead peer makes them fail on a real transport, and the peers' own
+// sticky errors then close their links in turn.
 #ifndef PSHARD_WORKER_COMM_FAKE_COMMUNICATOR_H_
 #define PSHARD_WORKER_COMM_FAKE_COMMUNICATOR_H_
 
@@ -45,8 +46,8 @@ class FakeHub {
   // hub must outlive it.
   std::unique_ptr<Communicator> Create(int rank);
 
-  // Fails all pending and future transfers with `reason` (the first reason
-  // stays).
+  // Fails all pending and future transfers of every rank with `reason` (the
+  // first reason stays).
   void Break(const absl::Status& reason);
 
  private:
@@ -65,11 +66,18 @@ class FakeHub {
 
   Channel& ChannelOf(int src, int dst, int lane)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks `rank`'s links closed with `reason` (the first reason stays).
+  void CloseRank(int rank, const absl::Status& reason);
+  // Why transfers from `src` to `dst` fail now: the hub is broken or either
+  // end is closed; OK otherwise.
+  absl::Status Failure(int src, int dst) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int world_size_;
   const absl::Duration timeout_;
   absl::Mutex mu_;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Status> closed_ ABSL_GUARDED_BY(mu_);  // by rank
   std::vector<Channel> channels_ ABSL_GUARDED_BY(mu_);
 };
 
