@@ -16,7 +16,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/time/clock.h"
 
 extern char** environ;
 
@@ -24,7 +23,8 @@ namespace pshard::cli {
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
     std::string name, const std::vector<std::string>& argv,
-    const std::string& log_path, const std::vector<std::string>& extra_env) {
+    const std::string& log_path, const std::vector<std::string>& extra_env,
+    const Clock& clock) {
   if (argv.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("starting ", name, ": empty command line"));
@@ -103,11 +103,15 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
   if (log_fd >= 0) close(log_fd);
   close(null_fd);
   return std::unique_ptr<ChildProcess>(
-      new ChildProcess(std::move(name), pid, log_path));
+      new ChildProcess(std::move(name), pid, log_path, clock));
 }
 
-ChildProcess::ChildProcess(std::string name, pid_t pid, std::string log_path)
-    : name_(std::move(name)), pid_(pid), log_path_(std::move(log_path)) {}
+ChildProcess::ChildProcess(std::string name, pid_t pid, std::string log_path,
+                           const Clock& clock)
+    : name_(std::move(name)),
+      pid_(pid),
+      log_path_(std::move(log_path)),
+      clock_(&clock) {}
 
 ChildProcess::~ChildProcess() {
   if (!wait_status_.has_value()) {
@@ -153,10 +157,11 @@ void ChildProcess::Signal(int signal) {
 }
 
 bool ChildProcess::WaitFor(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = clock_->Now() + timeout;
   while (Running()) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(10));
+    if (clock_->Now() >= deadline) return false;
+    // waitpid has no timeout: poll.
+    clock_->SleepFor(absl::Milliseconds(10));
   }
   return true;
 }

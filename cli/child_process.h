@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace pshard::cli {
 
@@ -25,11 +26,12 @@ class ChildProcess {
   // Starts argv[0] (a path) with `argv`, stdin from /dev/null and stdout and
   // stderr appended to `log_path` (inherited when it is empty), with this
   // process's environment plus `extra_env` ("NAME=value"). `name` is used in
-  // messages.
+  // messages. Waits (WaitFor, Stop) are measured on `clock`.
   static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(
       std::string name, const std::vector<std::string>& argv,
       const std::string& log_path,
-      const std::vector<std::string>& extra_env = {});
+      const std::vector<std::string>& extra_env = {},
+      const Clock& clock = Clock::Real());
 
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -62,12 +64,14 @@ class ChildProcess {
   std::string LogTail(int max_lines) const;
 
  private:
-  ChildProcess(std::string name, pid_t pid, std::string log_path);
+  ChildProcess(std::string name, pid_t pid, std::string log_path,
+               const Clock& clock);
 
   std::string name_;
   pid_t pid_;
   std::string log_path_;
   std::optional<int> wait_status_;
+  const Clock* clock_;
 };
 
 }  // namespace pshard::cli

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/fake_clock.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -88,6 +89,24 @@ TEST(ChildProcessTest, StopKillsWhatIgnoresSigtermAndItsChildren) {
     if (!gone) absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_TRUE(gone) << "grandchild " << grandchild << " survived";
+}
+
+// WaitFor and Stop measure their grace on the injected clock: here time
+// jumps past every poll, so a child that ignores SIGTERM is killed without
+// the test waiting out the grace.
+TEST(ChildProcessTest, GraceIsMeasuredOnTheInjectedClock) {
+  FakeClock clock;
+  clock.set_advance_on_sleep(true);
+  ASSERT_OK_AND_ASSIGN(
+      auto child,
+      ChildProcess::Start("deaf", {"/bin/sh", "-c", "trap '' TERM; sleep 60"},
+                          TempPath("deaf.log"), {}, clock));
+  const absl::Time start = clock.Now();
+  EXPECT_FALSE(child->WaitFor(absl::Hours(1)));
+  EXPECT_GE(clock.Now() - start, absl::Hours(1));
+  EXPECT_THAT(child->Stop(absl::Hours(1)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("within 1h of SIGTERM; killed")));
 }
 
 TEST(ChildProcessTest, DestructorKillsAndReaps) {

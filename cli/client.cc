@@ -1,20 +1,31 @@
 #include "cli/client.h"
 
 #include <algorithm>
-#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "grpc/support/time.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
 namespace pshard::cli {
+namespace {
+
+// `timeout` from now, on gRPC's own (monotonic) clock: gRPC measures every
+// deadline there, whatever clock pshardctl's logic runs on (tests run that
+// on a FakeClock).
+gpr_timespec GrpcDeadline(absl::Duration timeout) {
+  return gpr_convert_clock_type(
+      gpr_time_from_nanos(absl::ToInt64Nanoseconds(timeout), GPR_TIMESPAN),
+      GPR_CLOCK_MONOTONIC);
+}
+
+}  // namespace
 
 void Cancellation::Cancel() {
   absl::MutexLock lock(&mu_);
@@ -48,8 +59,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   }
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() +
-                                                    connect_timeout))) {
+  if (!channel->WaitForConnected(GrpcDeadline(connect_timeout))) {
     return absl::UnavailableError(absl::StrCat(
         "cannot reach the coordinator at ", address, " within ",
         absl::FormatDuration(connect_timeout),
@@ -70,7 +80,7 @@ CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
       cluster_(v1::ClusterService::NewStub(channel)) {}
 
 void CoordinatorClient::SetDeadline(grpc::ClientContext& context) const {
-  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+  context.set_deadline(GrpcDeadline(rpc_timeout_));
 }
 
 template <typename Stub, typename Request, typename Response>
@@ -208,7 +218,7 @@ absl::Status CoordinatorClient::WatchJob(
     const std::function<void(const v1::JobEvent&)>& on_event,
     Cancellation* cancel) {
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  context.set_deadline(GrpcDeadline(timeout));
   if (cancel != nullptr && !cancel->Attach(&context)) {
     return absl::CancelledError("WatchJob: cancelled");
   }

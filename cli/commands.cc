@@ -6,7 +6,6 @@
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -16,8 +15,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
 #include "cli/format.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
@@ -157,8 +154,12 @@ absl::StatusOr<std::vector<v1::JobState>> ParseStates(absl::string_view list) {
 class Runner {
  public:
   Runner(const CliOptions& options, const CliIo& io, const Connector& connect,
-         Cancellation* cancel)
-      : options_(options), io_(io), connect_(connect), cancel_(cancel) {}
+         Cancellation* cancel, const Clock& clock)
+      : options_(options),
+        io_(io),
+        connect_(connect),
+        cancel_(cancel),
+        clock_(clock) {}
 
   // Returns the exit code; errors are printed here.
   int Run(const std::vector<std::string>& args) {
@@ -223,7 +224,7 @@ class Runner {
       for (v1::Job& job : jobs) *response.add_jobs() = std::move(job);
       *io_.out << ToJson(response);
     } else {
-      *io_.out << FormatJobsTable(jobs, absl::Now());
+      *io_.out << FormatJobsTable(jobs, clock_.Now());
     }
     return kExitOk;
   }
@@ -232,7 +233,7 @@ class Runner {
     RETURN_IF_ERROR(ExpectArgs(args, 1));
     ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
     ASSIGN_OR_RETURN(v1::Job job, client->GetJob(args[1]));
-    *io_.out << (json() ? ToJson(job) : FormatJobDetails(job, absl::Now()));
+    *io_.out << (json() ? ToJson(job) : FormatJobDetails(job, clock_.Now()));
     return kExitOk;
   }
 
@@ -245,7 +246,7 @@ class Runner {
   absl::StatusOr<int> WatchJob(CoordinatorClient& client,
                                const std::string& job_id) {
     ASSIGN_OR_RETURN(v1::Job job, WatchUntilDone(client, job_id, options_, io_,
-                                                 cancel_));
+                                                 cancel_, clock_));
     if (!json()) *io_.out << FormatOutcome(job);
     io_.out->flush();
     return job.state() == v1::SUCCEEDED ? kExitOk : kExitError;
@@ -285,21 +286,21 @@ class Runner {
     ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
     ASSIGN_OR_RETURN(v1::WorkerInfo worker, client->DrainWorker(args[1]));
     if (options_.wait) {
-      const absl::Time give_up = absl::Now() + options_.wait_timeout;
+      const absl::Time give_up = clock_.Now() + options_.wait_timeout;
       while (!worker.job_id().empty()) {
         if (!json()) {
           *io_.out << DrainLine(worker) << "\n";
           io_.out->flush();
         }
         // Poll once a poll interval, noticing Ctrl-C within 100 ms.
-        const absl::Time next = absl::Now() + options_.drain_poll;
-        while (absl::Now() < next) {
+        const absl::Time next = clock_.Now() + options_.drain_poll;
+        for (absl::Time now = clock_.Now(); now < next; now = clock_.Now()) {
           if (cancel_ != nullptr && cancel_->cancelled()) {
             return absl::CancelledError("drain: interrupted while waiting");
           }
-          absl::SleepFor(std::min(absl::Milliseconds(100), next - absl::Now()));
+          clock_.SleepUntil(std::min(now + absl::Milliseconds(100), next));
         }
-        if (absl::Now() > give_up) {
+        if (clock_.Now() > give_up) {
           return absl::DeadlineExceededError(absl::StrCat(
               "drain: ", worker.id(), " still runs ", worker.job_id(), " after ",
               absl::FormatDuration(options_.wait_timeout)));
@@ -354,6 +355,7 @@ class Runner {
   const CliIo& io_;
   const Connector& connect_;
   Cancellation* cancel_;
+  const Clock& clock_;
   std::unique_ptr<CoordinatorClient> client_;
 };
 
@@ -387,13 +389,13 @@ void PrintError(std::ostream& err, const absl::Status& status) {
 }
 
 int RunCommand(const std::vector<std::string>& args, const CliOptions& options,
-               const CliIo& io, const Connector& connect,
-               Cancellation* cancel) {
+               const CliIo& io, const Connector& connect, Cancellation* cancel,
+               const Clock& clock) {
   if (args.empty()) {
     *io.err << UsageText();
     return kExitUsage;
   }
-  Runner runner(options, io, connect, cancel);
+  Runner runner(options, io, connect, cancel, clock);
   return runner.Run(args);
 }
 
@@ -458,165 +460,6 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
         "invalid job spec ", path, ": ", spec.status().message()));
   }
   return spec;
-}
-
-ProgressRenderer::ProgressRenderer(std::ostream& out, bool tty,
-                                   OutputFormat format, int64_t total_steps)
-    : out_(out), tty_(tty), format_(format), total_steps_(total_steps) {}
-
-void ProgressRenderer::OnEvent(const v1::JobEvent& event) {
-  absl::MutexLock lock(&mu_);
-  if (format_ == OutputFormat::kJson) {
-    out_ << ToJsonLine(event);
-    out_.flush();
-    return;
-  }
-  if (event.has_progress()) {
-    if (tty_) {
-      DrawBar(event.progress());
-    } else {
-      v1::JobProgress progress = event.progress();
-      if (progress.total_steps() == 0) progress.set_total_steps(total_steps_);
-      out_ << FormatProgressLine(progress) << "\n";
-    }
-  } else if (event.has_state_change()) {
-    FinishLocked();
-    const auto& change = event.state_change();
-    if (change.from() != v1::JOB_STATE_UNSPECIFIED) {
-      out_ << JobStateName(change.from()) << " -> ";
-    }
-    out_ << JobStateName(change.to());
-    if (!change.reason().empty()) out_ << ": " << change.reason();
-    out_ << "\n";
-    // A new attempt (epoch) starts counting again.
-    if (change.to() == v1::STARTING) shown_step_ = -1;
-    ended_ = IsTerminal(change.to());
-  }
-  out_.flush();
-}
-
-void ProgressRenderer::OnLatestProgress(const v1::JobProgress& progress) {
-  if (!tty_ || format_ != OutputFormat::kTable) return;
-  absl::MutexLock lock(&mu_);
-  if (ended_ || progress.step() <= shown_step_) return;
-  DrawBar(progress);
-  out_.flush();
-}
-
-void ProgressRenderer::DrawBar(v1::JobProgress progress) {
-  // The stream may replay older steps than a poll already showed.
-  if (progress.step() < shown_step_) return;
-  shown_step_ = progress.step();
-  if (progress.total_steps() == 0) progress.set_total_steps(total_steps_);
-  // \r returns to the line start, ESC[K clears what an older, longer line
-  // left behind.
-  out_ << "\r\033[K" << FormatProgressBar(progress, 30);
-  line_open_ = true;
-}
-
-void ProgressRenderer::Finish() {
-  absl::MutexLock lock(&mu_);
-  FinishLocked();
-  out_.flush();
-}
-
-void ProgressRenderer::FinishLocked() {
-  if (line_open_) {
-    out_ << "\n";
-    line_open_ = false;
-  }
-}
-
-absl::StatusOr<v1::Job> WatchUntilDone(CoordinatorClient& client,
-                                       const std::string& job_id,
-                                       const CliOptions& options,
-                                       const CliIo& io, Cancellation* cancel) {
-  const absl::Time deadline = absl::Now() + options.watch_timeout;
-  ASSIGN_OR_RETURN(v1::Job job, client.GetJob(job_id));
-  ProgressRenderer renderer(*io.out, io.out_is_tty, options.output,
-                            job.spec().steps());
-  // The coordinator's event log keeps about one progress event a second; on
-  // a terminal the bar also follows the job's latest progress, polled.
-  absl::Notification stop_polling;
-  std::thread poller;
-  if (io.out_is_tty && options.output == OutputFormat::kTable) {
-    poller = std::thread([&] {
-      while (!stop_polling.WaitForNotificationWithTimeout(
-          absl::Milliseconds(200))) {
-        absl::StatusOr<v1::Job> latest = client.GetJob(job_id);
-        if (latest.ok() && latest->state() == v1::RUNNING) {
-          renderer.OnLatestProgress(latest->progress());
-        }
-      }
-    });
-  }
-  // On every way out: stops the poller, then ends the progress output (so the
-  // poller cannot draw after the last line).
-  struct FinishGuard {
-    absl::Notification& stop;
-    std::thread& thread;
-    ProgressRenderer& renderer;
-    ~FinishGuard() {
-      stop.Notify();
-      if (thread.joinable()) thread.join();
-      renderer.Finish();
-    }
-  } finish_guard{stop_polling, poller, renderer};
-  int64_t last_sequence = 0;
-  int failures = 0;
-  while (true) {
-    const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("watch ", job_id, ": still ", JobStateName(job.state()),
-                       " after --watch_timeout=",
-                       absl::FormatDuration(options.watch_timeout)));
-    }
-    absl::Status status = client.WatchJob(
-        job_id, last_sequence, left,
-        [&](const v1::JobEvent& event) {
-          if (event.sequence() > last_sequence) last_sequence = event.sequence();
-          renderer.OnEvent(event);
-        },
-        cancel);
-    if (status.code() == absl::StatusCode::kCancelled) return status;
-    if (!status.ok()) {
-      // A broken stream (coordinator restart, network blip) is resumed from
-      // the last event seen; anything else is final.
-      if (status.code() != absl::StatusCode::kUnavailable || ++failures > 10) {
-        return status;
-      }
-      absl::SleepFor(absl::Milliseconds(500));
-      continue;
-    }
-    failures = 0;
-    ASSIGN_OR_RETURN(job, client.GetJob(job_id));
-    if (IsTerminal(job.state())) {
-      return job;
-    }
-    // The stream ended but the job has not: resume after what we saw.
-  }
-}
-
-std::string FormatOutcome(const v1::Job& job) {
-  std::string out = absl::StrCat(job.id(), " ", JobStateName(job.state()));
-  if (job.start_time().seconds() != 0 && job.end_time().seconds() != 0) {
-    const absl::Duration d =
-        absl::Seconds(job.end_time().seconds() - job.start_time().seconds()) +
-        absl::Nanoseconds(job.end_time().nanos() - job.start_time().nanos());
-    if (d >= absl::Milliseconds(100)) {
-      absl::StrAppend(&out, " in ",
-                      HumanDuration(absl::Trunc(d, absl::Milliseconds(100))));
-    }
-  }
-  if (!job.reason().empty() && job.state() != v1::SUCCEEDED) {
-    absl::StrAppend(&out, ": ", job.reason());
-  }
-  out += "\n";
-  if (!job.output_path().empty()) {
-    absl::StrAppend(&out, "final parameters: ", job.output_path(), "\n");
-  }
-  return out;
 }
 
 }  // namespace pshard::cli

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "cli/client.h"
+#include "common/clock.h"
 #include "pshard/v1/job.pb.h"
 #include "pshard/v1/job_spec.pb.h"
 
@@ -80,9 +81,10 @@ using Connector =
 // Runs `args` (args[0] is the subcommand: submit, list, get, watch, shards,
 // workers, drain, undrain, cancel) and returns the exit code. Errors are printed as one line
 // on io.err. `cancel` (may be null) interrupts a watch.
+// Waits and timestamps are measured on `clock`.
 int RunCommand(const std::vector<std::string>& args, const CliOptions& options,
-               const CliIo& io, const Connector& connect,
-               Cancellation* cancel);
+               const CliIo& io, const Connector& connect, Cancellation* cancel,
+               const Clock& clock = Clock::Real());
 
 // Top-level usage: every command with a one-line description.
 std::string UsageText();
@@ -126,11 +128,12 @@ class ProgressRenderer {
 
 // Follows `job_id` until it reaches a terminal state, rendering its events,
 // and returns the final job. Reconnects if the stream breaks. Cancelled if
-// `cancel` fires; DeadlineExceeded after options.watch_timeout.
+// `cancel` fires; DeadlineExceeded after options.watch_timeout on `clock`.
 absl::StatusOr<v1::Job> WatchUntilDone(CoordinatorClient& client,
                                        const std::string& job_id,
                                        const CliOptions& options,
-                                       const CliIo& io, Cancellation* cancel);
+                                       const CliIo& io, Cancellation* cancel,
+                                       const Clock& clock = Clock::Real());
 
 // The closing lines of a watch: "job-3 SUCCEEDED in 12.3s", the reason of a
 // failure, and where the final parameters are.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -11,18 +12,21 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cli/client.h"
-#include "cli/fake_coordinator.h"
+#include "common/fake_clock.h"
 #include "common/job_spec.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "tests/testing/in_process_coordinator.h"
 #include "tests/testing/subprocess.h"
 
 namespace pshard::cli {
 namespace {
 
+using ::pshard::testing::InProcessCoordinator;
+using ::pshard::testing::RpcLog;
 using ::pshard::testing::RunfilePath;
 using ::pshard::testing::WriteTempFile;
 using ::testing::AllOf;
@@ -41,35 +45,98 @@ constexpr char kValidSpec[] = R"json({
   "steps": 5
 })json";
 
+// Every test runs pshardctl's commands against the real coordinator
+// (tests/testing's InProcessCoordinator), on an in-process channel. Jobs get
+// into the states a test needs the way they do in production: submitted,
+// placed on (simulated) workers, reported on by those workers. pshardctl's
+// own waits run on cli_clock_, a FakeClock.
 class CommandsTest : public ::testing::Test {
  protected:
-  void SetUp() override { StartFake(FakeCoordinator::Options()); }
-
-  void StartFake(FakeCoordinator::Options options) {
-    fake_ = std::make_unique<FakeCoordinator>(options);
-    ASSERT_OK_AND_ASSIGN(address_, fake_->Start());
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(coordinator_, InProcessCoordinator::Start());
   }
 
-  // Runs `args` against the fake; returns the exit code.
+  // Runs `args` against the coordinator; returns the exit code.
   int Run(std::vector<std::string> args, bool tty = false) {
     out_.str("");
     err_.str("");
     CliIo io{&out_, &err_, tty};
-    return RunCommand(args, options_, io, MakeConnector(), &cancel_);
+    return RunCommand(args, options_, io, MakeConnector(), &cancel_,
+                      cli_clock_);
   }
 
   Connector MakeConnector() {
     return [this]() -> absl::StatusOr<std::unique_ptr<CoordinatorClient>> {
       ++connects_;
-      return CoordinatorClient::Connect(address_, absl::Seconds(5),
-                                        absl::Seconds(5));
+      return std::make_unique<CoordinatorClient>(
+          coordinator_->Channel(), "the in-process coordinator",
+          absl::Seconds(5));
     };
   }
 
   v1::JobSpec ValidSpec() { return *ParseJobSpecJson(kValidSpec); }
 
-  std::unique_ptr<FakeCoordinator> fake_;
-  std::string address_;
+  // Submits ValidSpec() directly; returns the job id (the job QUEUED).
+  std::string AddJob() {
+    absl::StatusOr<v1::Job> job = coordinator_->SubmitJob(ValidSpec());
+    EXPECT_OK(job);
+    return job.ok() ? job->id() : "";
+  }
+
+  // A job of ValidSpec() on simulated workers, STARTING; empty on failure.
+  std::vector<v1::RunJobDirective> StartJob() {
+    absl::StatusOr<std::vector<v1::RunJobDirective>> ranks =
+        coordinator_->StartJob(ValidSpec());
+    EXPECT_OK(ranks);
+    return ranks.ok() ? *ranks : std::vector<v1::RunJobDirective>();
+  }
+
+  // A job of ValidSpec() RUNNING on simulated workers.
+  std::vector<v1::RunJobDirective> RunningJob() {
+    std::vector<v1::RunJobDirective> ranks = StartJob();
+    EXPECT_OK(coordinator_->ReportLayout(ranks, kBuckets));
+    return ranks;
+  }
+
+  // A job that FAILED: rank 1 reported `error`. Returns the job.
+  v1::Job FailedJob(const std::string& error) {
+    std::vector<v1::RunJobDirective> ranks = RunningJob();
+    if (ranks.size() != 2) return v1::Job();
+    EXPECT_OK(coordinator_->ReportResult(ranks[1], absl::InternalError(error)));
+    absl::StatusOr<v1::Job> job = coordinator_->GetJob(ranks[1].job_id());
+    EXPECT_OK(job);
+    if (!job.ok()) return v1::Job();
+    EXPECT_EQ(job->state(), v1::FAILED);
+    EXPECT_THAT(job->reason(), HasSubstr(error));
+    return *job;
+  }
+
+  // The reason of the job's event into state `to`.
+  std::string ReasonOf(const std::string& job_id, v1::JobState to) {
+    absl::StatusOr<std::vector<v1::JobEvent>> events =
+        coordinator_->Events(job_id);
+    EXPECT_OK(events);
+    if (!events.ok()) return "";
+    for (const v1::JobEvent& e : *events) {
+      if (e.has_state_change() && e.state_change().to() == to) {
+        return e.state_change().reason();
+      }
+    }
+    ADD_FAILURE() << job_id << " never went " << v1::JobState_Name(to);
+    return "";
+  }
+
+  size_t NumJobs() {
+    absl::StatusOr<std::vector<v1::Job>> jobs = coordinator_->ListJobs();
+    EXPECT_OK(jobs);
+    return jobs.ok() ? jobs->size() : 0;
+  }
+
+  // Four buckets of 4, 3, 2 and 1 MiB: 5 MiB for each of two ranks.
+  const std::vector<int64_t> kBuckets = {4 << 20, 3 << 20, 2 << 20, 1 << 20};
+
+  std::unique_ptr<InProcessCoordinator> coordinator_;
+  FakeClock cli_clock_;
   CliOptions options_;
   Cancellation cancel_;
   std::ostringstream out_;
@@ -82,7 +149,7 @@ TEST_F(CommandsTest, SubmitPrintsTheJobId) {
   EXPECT_EQ(Run({"submit", path}), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(), "job-1\n");
   EXPECT_THAT(err_.str(), IsEmpty());
-  ASSERT_OK_AND_ASSIGN(v1::Job job, fake_->job("job-1"));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob("job-1"));
   EXPECT_EQ(job.spec().name(), "test-job");
   EXPECT_EQ(job.spec().world_size(), 2);
 }
@@ -94,7 +161,7 @@ TEST_F(CommandsTest, SubmitEveryExampleSpec) {
               kExitOk)
         << file << ": " << err_.str();
   }
-  EXPECT_EQ(fake_->num_jobs(), 3);
+  EXPECT_EQ(NumJobs(), 3u);
 }
 
 TEST_F(CommandsTest, SubmitJsonOutputIsTheJob) {
@@ -121,7 +188,7 @@ TEST_F(CommandsTest, BadSpecNamesTheFieldAndExits2WithoutConnecting) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   EXPECT_THAT(out_.str(), IsEmpty());
   EXPECT_EQ(connects_, 0);
-  EXPECT_EQ(fake_->num_jobs(), 0);
+  EXPECT_EQ(NumJobs(), 0u);
 }
 
 TEST_F(CommandsTest, UnknownFieldIsRejected) {
@@ -135,15 +202,21 @@ TEST_F(CommandsTest, MissingSpecFileExits2) {
   EXPECT_THAT(err_.str(), HasSubstr("/nonexistent/job.json"));
 }
 
+// The coordinator accepts every spec pshardctl's own check passes, so its
+// errors are injected on the channel.
 TEST_F(CommandsTest, ServerInvalidArgumentExits2OtherErrorsExit1) {
   const std::string path = WriteTempFile("ok.json", kValidSpec);
-  fake_->FailNextSubmit(absl::InvalidArgumentError("world_size: too big here"));
+  coordinator_->FailNextCall(
+      "SubmitJob", absl::InvalidArgumentError("world_size: too big here"));
   EXPECT_EQ(Run({"submit", path}), kExitUsage);
   EXPECT_EQ(err_.str(), "pshardctl: SubmitJob: world_size: too big here\n");
 
-  fake_->FailNextSubmit(absl::ResourceExhaustedError("queue full\nsecond line"));
+  coordinator_->FailNextCall(
+      "SubmitJob", absl::ResourceExhaustedError("queue full\nsecond line"));
   EXPECT_EQ(Run({"submit", path}), kExitError);
   EXPECT_EQ(err_.str(), "pshardctl: SubmitJob: queue full second line\n");
+  EXPECT_EQ(coordinator_->rpc_log().calls("SubmitJob"), 2);
+  EXPECT_EQ(NumJobs(), 0u);
 }
 
 TEST_F(CommandsTest, UsageErrorsExit2) {
@@ -165,32 +238,39 @@ TEST_F(CommandsTest, GetUnknownJobExits1NamingIt) {
 }
 
 TEST_F(CommandsTest, GetShowsTheJob) {
-  const std::string id = fake_->AddJob(ValidSpec());
-  fake_->SetState(id, v1::FAILED, "rank 1 lost");
+  const v1::Job failed = FailedJob("rank 1 lost");
+  const std::string id = failed.id();
   EXPECT_EQ(Run({"get", id}), kExitOk);
   EXPECT_THAT(out_.str(), AllOf(HasSubstr("state:      FAILED"),
-                                HasSubstr("reason:     rank 1 lost"),
+                                HasSubstr("reason:     " + failed.reason()),
                                 HasSubstr("name:       test-job")));
   options_.output = OutputFormat::kJson;
   EXPECT_EQ(Run({"get", id}), kExitOk);
   v1::Job job;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_.str(), &job).ok());
-  EXPECT_EQ(job.reason(), "rank 1 lost");
+  EXPECT_EQ(job.reason(), failed.reason());
 }
 
 TEST_F(CommandsTest, ListFiltersByState) {
-  const std::string a = fake_->AddJob(ValidSpec());
-  const std::string b = fake_->AddJob(ValidSpec());
-  fake_->SetState(b, v1::RUNNING);
+  // a RUNNING on the two workers, c CANCELLED, b QUEUED behind a.
+  const std::vector<v1::RunJobDirective> ranks = RunningJob();
+  ASSERT_EQ(ranks.size(), 2u);
+  const std::string a = ranks[0].job_id();
+  const std::string c = AddJob();
+  ASSERT_OK(coordinator_->CancelJob(c, "").status());
+  const std::string b = AddJob();
   options_.states = "Running, queued";
   EXPECT_EQ(Run({"list"}), kExitOk) << err_.str();
-  EXPECT_THAT(fake_->last_list_states(), ElementsAre(v1::RUNNING, v1::QUEUED));
+  std::optional<v1::ListJobsRequest> asked =
+      coordinator_->rpc_log().LastRequest<v1::ListJobsRequest>("ListJobs");
+  ASSERT_TRUE(asked.has_value());
+  EXPECT_THAT(asked->states(), ElementsAre(v1::RUNNING, v1::QUEUED));
   const std::vector<std::string> lines =
       absl::StrSplit(out_.str(), '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), 3u) << out_.str();
   EXPECT_THAT(lines[0], StartsWith("ID "));
-  EXPECT_THAT(lines[1], AllOf(StartsWith(b), HasSubstr("RUNNING")));
-  EXPECT_THAT(lines[2], AllOf(StartsWith(a), HasSubstr("QUEUED")));
+  EXPECT_THAT(lines[1], AllOf(StartsWith(b), HasSubstr("QUEUED")));
+  EXPECT_THAT(lines[2], AllOf(StartsWith(a), HasSubstr("RUNNING")));
 
   options_.states = "succeeded";
   options_.output = OutputFormat::kJson;
@@ -202,14 +282,15 @@ TEST_F(CommandsTest, ListFiltersByState) {
 }
 
 TEST_F(CommandsTest, ShardsBeforeAssignmentExits1) {
-  const std::string id = fake_->AddJob(ValidSpec());
+  const std::string id = AddJob();
   EXPECT_EQ(Run({"shards", id}), kExitError);
-  EXPECT_THAT(err_.str(), HasSubstr("no shard assignment yet"));
+  EXPECT_THAT(err_.str(), HasSubstr(id + " has no assignment yet (QUEUED)"));
 }
 
 TEST_F(CommandsTest, ShardsShowsTheTable) {
-  const std::string id = fake_->AddJob(ValidSpec());
-  fake_->SetAssignment(id, FakeCoordinator::MakeAssignment(id, 2, 1));
+  const std::vector<v1::RunJobDirective> ranks = RunningJob();
+  ASSERT_EQ(ranks.size(), 2u);
+  const std::string id = ranks[0].job_id();
   EXPECT_EQ(Run({"shards", id}), kExitOk) << err_.str();
   EXPECT_THAT(out_.str(),
               AllOf(HasSubstr("BUCKET"), HasSubstr("4.0 MiB"),
@@ -223,43 +304,39 @@ TEST_F(CommandsTest, ShardsShowsTheTable) {
 }
 
 TEST_F(CommandsTest, WorkersListsThePool) {
-  v1::WorkerInfo w;
-  w.set_id("w-1");
-  w.set_name("n");
-  w.set_state(v1::IDLE);
-  fake_->AddWorker(w);
-  w.set_id("w-2");
-  w.set_state(v1::LOST);
-  fake_->AddWorker(w);
+  ASSERT_OK_AND_ASSIGN(const std::string idle,
+                       coordinator_->RegisterWorker("n"));
+  ASSERT_OK_AND_ASSIGN(const std::string lost,
+                       coordinator_->RegisterWorker("m"));
+  // Both fall silent for longer than the timeout; only "n" comes back.
+  coordinator_->AdvanceAndTick(coordinator_->options().worker_timeout +
+                               absl::Seconds(1));
+  ASSERT_OK_AND_ASSIGN(const std::string again,
+                       coordinator_->RegisterWorker("n"));
+  EXPECT_EQ(again, idle);
   EXPECT_EQ(Run({"workers"}), kExitOk);
-  EXPECT_THAT(out_.str(), AllOf(HasSubstr("w-1"), Not(HasSubstr("w-2"))));
+  EXPECT_THAT(out_.str(), AllOf(HasSubstr(idle), Not(HasSubstr(lost))));
   options_.include_lost = true;
   EXPECT_EQ(Run({"workers"}), kExitOk);
-  EXPECT_THAT(out_.str(), AllOf(HasSubstr("w-1"), HasSubstr("LOST")));
+  EXPECT_THAT(out_.str(), AllOf(HasSubstr(idle), HasSubstr("LOST")));
 }
 
 TEST_F(CommandsTest, WorkersAndListFollowEveryPageOrStopAtTheLimit) {
-  for (int i = 1; i <= 1203; ++i) {
-    v1::WorkerInfo w;
-    w.set_id(absl::StrCat("w-", i));
-    w.set_name(absl::StrCat("pod-", i));
-    w.set_state(v1::IDLE);
-    fake_->AddWorker(w);
-  }
+  ASSERT_OK(coordinator_->RegisterSimulatedWorkers(1203).status());
   options_.output = OutputFormat::kJson;
   EXPECT_EQ(Run({"workers"}), kExitOk) << err_.str();
   v1::ListWorkersResponse all;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_.str(), &all).ok());
   ASSERT_EQ(all.workers_size(), 1203);  // two pages of 1000 and 203
   EXPECT_EQ(all.workers(1202).id(), "w-1203");
-  EXPECT_EQ(fake_->list_calls(), 2);
+  EXPECT_EQ(coordinator_->rpc_log().calls("ListWorkers"), 2);
   options_.limit = 5;
   EXPECT_EQ(Run({"workers"}), kExitOk) << err_.str();
   v1::ListWorkersResponse five;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_.str(), &five).ok());
   EXPECT_EQ(five.workers_size(), 5);
-  EXPECT_EQ(fake_->list_calls(), 3);
-  for (int i = 0; i < 7; ++i) fake_->AddJob(ValidSpec());
+  EXPECT_EQ(coordinator_->rpc_log().calls("ListWorkers"), 3);
+  for (int i = 0; i < 7; ++i) AddJob();
   options_.limit = 3;
   EXPECT_EQ(Run({"list"}), kExitOk) << err_.str();
   v1::ListJobsResponse jobs;
@@ -271,40 +348,47 @@ TEST_F(CommandsTest, WorkersAndListFollowEveryPageOrStopAtTheLimit) {
 }
 
 TEST_F(CommandsTest, DrainAndUndrain) {
-  v1::WorkerInfo w;
-  w.set_id("w-1");
-  w.set_name("pod-a");
-  w.set_state(v1::BUSY);
-  w.set_job_id("job-4");
-  w.set_rank(0);
-  fake_->AddWorker(w);
-  EXPECT_EQ(Run({"drain", "pod-a"}), kExitOk) << err_.str();
-  EXPECT_EQ(out_.str(),
-            "w-1 (pod-a) DRAINING: runs job-4 (rank 0) until it ends, then no "
-            "new job\n");
+  v1::JobSpec spec = ValidSpec();
+  spec.set_world_size(1);
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::RunJobDirective> ranks,
+                       coordinator_->StartJob(spec));
+  ASSERT_EQ(ranks.size(), 1u);
+  const std::string job = ranks[0].job_id();
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo w, coordinator_->GetWorker("sim-0"));
+  const std::string who = absl::StrCat(w.id(), " (sim-0)");
+  EXPECT_EQ(Run({"drain", "sim-0"}), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), absl::StrCat(who, " DRAINING: runs ", job,
+                                     " (rank 0) until it ends, then no new "
+                                     "job\n"));
   EXPECT_EQ(Run({"workers"}), kExitOk);
-  EXPECT_THAT(out_.str(), AllOf(HasSubstr("DRAINING"), HasSubstr("job-4")));
-  // --wait polls until the job has ended.
+  EXPECT_THAT(out_.str(), AllOf(HasSubstr("DRAINING"), HasSubstr(job)));
+  // --wait polls, a poll interval apart on pshardctl's clock, until the job
+  // has ended: two polls while it runs, then the job ends, then one more.
   options_.wait = true;
   options_.drain_poll = absl::Milliseconds(10);
-  std::thread finisher([&] {
-    const absl::Time until = absl::Now() + absl::Seconds(20);
-    while (fake_->get_worker_calls() < 2 && absl::Now() < until) {
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    fake_->FinishWorkerJob("w-1");
-  });
-  EXPECT_EQ(Run({"drain", "w-1"}), kExitOk) << err_.str();
-  finisher.join();
-  EXPECT_THAT(out_.str(),
-              EndsWith("w-1 (pod-a) DRAINING: no job running, takes no new "
-                       "one\n"));
-  EXPECT_GE(fake_->get_worker_calls(), 2);
+  int code = -1;
+  std::thread drain([&] { code = Run({"drain", w.id()}); });
+  const RpcLog& log = coordinator_->rpc_log();
+  for (int polls = 1; polls <= 2; ++polls) {
+    ASSERT_TRUE(cli_clock_.WaitForWaiters(1, absl::Seconds(20)));
+    cli_clock_.Advance(options_.drain_poll);
+    ASSERT_TRUE(log.WaitForCalls("GetWorker", polls, absl::Seconds(20)));
+  }
+  ASSERT_TRUE(cli_clock_.WaitForWaiters(1, absl::Seconds(20)));
+  ASSERT_OK(coordinator_->ReportLayout(ranks, kBuckets));
+  ASSERT_OK(coordinator_->ReportResult(ranks[0], absl::OkStatus(), 5));
+  cli_clock_.Advance(options_.drain_poll);
+  drain.join();
+  EXPECT_EQ(code, kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), EndsWith(absl::StrCat(who,
+                                                " DRAINING: no job running, "
+                                                "takes no new one\n")));
+  EXPECT_EQ(log.calls("GetWorker"), 3);
   options_.wait = false;
-  EXPECT_EQ(Run({"undrain", "w-1"}), kExitOk) << err_.str();
-  EXPECT_EQ(out_.str(), "w-1 (pod-a) IDLE: schedulable\n");
+  EXPECT_EQ(Run({"undrain", w.id()}), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), who + " IDLE: schedulable\n");
   options_.output = OutputFormat::kJson;
-  EXPECT_EQ(Run({"drain", "w-1"}), kExitOk) << err_.str();
+  EXPECT_EQ(Run({"drain", w.id()}), kExitOk) << err_.str();
   v1::WorkerInfo info;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_.str(), &info).ok());
   EXPECT_TRUE(info.drain_requested());
@@ -314,76 +398,107 @@ TEST_F(CommandsTest, DrainAndUndrain) {
   EXPECT_EQ(Run({"drain"}), kExitUsage);
   EXPECT_EQ(Run({"undrain", "a", "b"}), kExitUsage);
   options_.wait_timeout = absl::ZeroDuration();
-  EXPECT_EQ(Run({"drain", "w-1"}), kExitUsage);
+  EXPECT_EQ(Run({"drain", w.id()}), kExitUsage);
 }
 
 TEST_F(CommandsTest, DrainWaitGivesUpAfterTheTimeout) {
-  v1::WorkerInfo w;
-  w.set_id("w-1");
-  w.set_name("pod-a");
-  w.set_state(v1::BUSY);
-  w.set_job_id("job-4");
-  fake_->AddWorker(w);
+  v1::JobSpec spec = ValidSpec();
+  spec.set_world_size(1);
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::RunJobDirective> ranks,
+                       coordinator_->StartJob(spec));
+  ASSERT_EQ(ranks.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo w, coordinator_->GetWorker("sim-0"));
   options_.wait = true;
   options_.drain_poll = absl::Milliseconds(10);
   options_.wait_timeout = absl::Milliseconds(50);
-  EXPECT_EQ(Run({"drain", "w-1"}), kExitError);
-  EXPECT_THAT(err_.str(), HasSubstr("w-1 still runs job-4 after 50ms"));
+  // pshardctl's polls pass at once: the job never ends.
+  cli_clock_.set_advance_on_sleep(true);
+  EXPECT_EQ(Run({"drain", w.id()}), kExitError);
+  EXPECT_THAT(err_.str(), HasSubstr(absl::StrCat(w.id(), " still runs ",
+                                                 ranks[0].job_id(),
+                                                 " after 50ms")));
 }
 
 TEST_F(CommandsTest, CancelPassesTheReason) {
-  const std::string id = fake_->AddJob(ValidSpec());
+  const std::string id = AddJob();
   options_.reason = "not needed";
   EXPECT_EQ(Run({"cancel", id}), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(), absl::StrCat(id, " CANCELLED\n"));
-  EXPECT_EQ(fake_->last_cancel_reason(), "not needed");
+  std::optional<v1::CancelJobRequest> asked =
+      coordinator_->rpc_log().LastRequest<v1::CancelJobRequest>("CancelJob");
+  ASSERT_TRUE(asked.has_value());
+  EXPECT_EQ(asked->reason(), "not needed");
+  ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob(id));
+  EXPECT_THAT(job.reason(), HasSubstr("not needed"));
   // Cancelling again: FailedPrecondition from the server, exit 1.
   EXPECT_EQ(Run({"cancel", id}), kExitError);
   EXPECT_THAT(err_.str(), HasSubstr("already ended"));
 }
 
 TEST_F(CommandsTest, WatchAFinishedJobReplaysItsLog) {
-  const std::string id = fake_->AddJob(ValidSpec());
-  fake_->SetState(id, v1::RUNNING, "go");
+  const std::vector<v1::RunJobDirective> ranks = RunningJob();
+  ASSERT_EQ(ranks.size(), 2u);
+  const std::string id = ranks[0].job_id();
   v1::JobProgress p;
   p.set_step(5);
   p.set_total_steps(5);
   p.set_loss(0.5);
-  fake_->AddProgress(id, p);
-  fake_->SetOutputPath(id, "/out/params.safetensors");
-  fake_->SetState(id, v1::SUCCEEDED, "done");
+  ASSERT_OK(coordinator_->ReportProgress(ranks[0], p).status());
+  ASSERT_OK(coordinator_->ReportResult(ranks[0], absl::OkStatus(), 5,
+                                       "/out/params.safetensors"));
+  ASSERT_OK(coordinator_->ReportResult(ranks[1], absl::OkStatus(), 5));
+  const std::string running = ReasonOf(id, v1::RUNNING);
+  const std::string done = ReasonOf(id, v1::SUCCEEDED);
+  ASSERT_FALSE(running.empty());
+  ASSERT_FALSE(done.empty());
   EXPECT_EQ(Run({"watch", id}), kExitOk) << err_.str();
   EXPECT_THAT(out_.str(),
-              AllOf(HasSubstr("QUEUED -> RUNNING: go\n"),
+              AllOf(HasSubstr("STARTING -> RUNNING: " + running + "\n"),
                     HasSubstr("step 5/5 (100%)  loss 0.5\n"),
-                    HasSubstr("RUNNING -> SUCCEEDED: done\n"),
+                    HasSubstr("RUNNING -> SUCCEEDED: " + done + "\n"),
                     HasSubstr(absl::StrCat(id, " SUCCEEDED")),
                     HasSubstr("final parameters: /out/params.safetensors\n")));
   EXPECT_THAT(out_.str(), Not(HasSubstr("\r")));
 }
 
 TEST_F(CommandsTest, WatchAFailedJobExits1) {
-  const std::string id = fake_->AddJob(ValidSpec());
-  fake_->SetState(id, v1::FAILED, "rank 1 (w-2) lost");
-  EXPECT_EQ(Run({"watch", id}), kExitError);
-  EXPECT_THAT(out_.str(), HasSubstr(absl::StrCat(id, " FAILED: rank 1 (w-2) lost")));
+  const v1::Job failed = FailedJob("rank 1 (w-2) lost");
+  EXPECT_EQ(Run({"watch", failed.id()}), kExitError);
+  EXPECT_THAT(out_.str(),
+              HasSubstr(absl::StrCat(failed.id(), " FAILED: ", failed.reason())));
 }
 
 TEST_F(CommandsTest, SubmitWatchFollowsALiveJobWithABarOnATerminal) {
-  FakeCoordinator::Options options;
-  options.auto_run = true;
-  StartFake(options);
+  ASSERT_OK(coordinator_->RegisterSimulatedWorkers(2).status());
   options_.watch = true;
   const std::string path = WriteTempFile("ok.json", kValidSpec);
-  EXPECT_EQ(Run({"submit", path}, /*tty=*/true), kExitOk) << err_.str();
+  int code = -1;
+  std::thread submit([&] { code = Run({"submit", path}, /*tty=*/true); });
+  // Once pshardctl follows the job, the simulated workers run it.
+  ASSERT_TRUE(
+      coordinator_->rpc_log().WaitForCalls("WatchJob", 1, absl::Seconds(20)));
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::RunJobDirective> ranks,
+                       coordinator_->TakeJob("job-1", 2));
+  ASSERT_OK(coordinator_->ReportLayout(ranks, kBuckets));
+  for (int step = 1; step <= 5; ++step) {
+    v1::JobProgress p;
+    p.set_step(step);
+    p.set_total_steps(5);
+    p.set_loss(1.0 / step);
+    ASSERT_OK(coordinator_->ReportProgress(ranks[0], p).status());
+  }
+  ASSERT_OK(coordinator_->ReportResult(ranks[0], absl::OkStatus(), 5));
+  ASSERT_OK(coordinator_->ReportResult(ranks[1], absl::OkStatus(), 5));
+  submit.join();
+  EXPECT_EQ(code, kExitOk) << err_.str();
   EXPECT_THAT(out_.str(),
               AllOf(StartsWith("job-1\n"), HasSubstr("\r\033[K[######"),
                     HasSubstr("5/5  100%"), HasSubstr("job-1 SUCCEEDED")));
 }
 
 TEST_F(CommandsTest, WatchJsonIsOneEventPerLine) {
-  const std::string id = fake_->AddJob(ValidSpec());
-  fake_->SetState(id, v1::CANCELLED, "user");
+  const std::string id = AddJob();
+  ASSERT_OK(coordinator_->CancelJob(id, "user").status());
   options_.output = OutputFormat::kJson;
   EXPECT_EQ(Run({"watch", id}), kExitError);
   const std::vector<std::string> lines =
@@ -396,16 +511,13 @@ TEST_F(CommandsTest, WatchJsonIsOneEventPerLine) {
 }
 
 TEST_F(CommandsTest, WatchIsInterruptedByCancellation) {
-  const std::string id = fake_->AddJob(ValidSpec());
-  fake_->SetState(id, v1::RUNNING);
+  const std::vector<v1::RunJobDirective> ranks = RunningJob();
+  ASSERT_EQ(ranks.size(), 2u);
   int code = -1;
-  std::thread watcher([&] { code = Run({"watch", id}); });
-  // Wait (with a deadline) for the stream to be open, then interrupt.
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (fake_->open_watches() == 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  ASSERT_EQ(fake_->open_watches(), 1);
+  std::thread watcher([&] { code = Run({"watch", ranks[0].job_id()}); });
+  // The stream is open once its first event has arrived; then interrupt.
+  ASSERT_TRUE(coordinator_->rpc_log().WaitForReceived("WatchJob", 1,
+                                                      absl::Seconds(10)));
   cancel_.Cancel();
   watcher.join();
   EXPECT_EQ(code, kExitInterrupted);

@@ -1,24 +1,26 @@
-// A stand-in for pshard-coordinator in pshardctl's own tests: serves
-// FakeCoordinator (auto_run, with --fake_workers idle workers) and accepts
-// the real binary's flags, so `pshardctl local` can be tested without the
-// real coordinator and workers.
+// A stand-in for pshard-coordinator in pshardctl's own tests, so that
+// `pshardctl local` can be tested without starting real workers: the real
+// coordinator (tests/testing's InProcessCoordinator, serving on --listen)
+// with --fake_workers simulated workers that run every job they are given
+// (see InProcessCoordinator::RunPlacedJobs). Accepts the real binary's flags.
 #include <signal.h>
 
+#include <atomic>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
-#include "cli/fake_coordinator.h"
+#include "common/clock.h"
 #include "common/port_file.h"
+#include "tests/testing/in_process_coordinator.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Address to serve on.");
 ABSL_FLAG(std::string, port_file, "", "Where to write the bound port.");
-ABSL_FLAG(std::string, state_path, "", "Ignored.");
-ABSL_FLAG(int, fake_workers, 2, "Idle workers to report.");
+ABSL_FLAG(std::string, state_path, "", "The state database.");
+ABSL_FLAG(int, fake_workers, 2, "Simulated workers to run jobs on.");
 
 int main(int argc, char** argv) {
   sigset_t signals;
@@ -28,32 +30,45 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   absl::ParseCommandLine(argc, argv);
 
-  pshard::cli::FakeCoordinator::Options options;
-  options.auto_run = true;
-  options.idle_workers = absl::GetFlag(FLAGS_fake_workers);
-  pshard::cli::FakeCoordinator fake(options);
-  absl::StatusOr<std::string> address = fake.Start(absl::GetFlag(FLAGS_listen));
-  if (!address.ok()) {
-    std::cerr << address.status() << "\n";
+  pshard::testing::InProcessCoordinatorOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.state_path = absl::GetFlag(FLAGS_state_path);
+  auto coordinator = pshard::testing::InProcessCoordinator::Start(options);
+  if (!coordinator.ok()) {
+    std::cerr << coordinator.status() << "\n";
     return 1;
   }
-  std::cout << "fake coordinator serving on " << *address << std::endl;
+  pshard::testing::InProcessCoordinator& c = **coordinator;
+  if (absl::Status s =
+          c.RegisterSimulatedWorkers(absl::GetFlag(FLAGS_fake_workers))
+              .status();
+      !s.ok()) {
+    std::cerr << s << "\n";
+    return 1;
+  }
+  std::cout << "fake coordinator serving on 127.0.0.1:" << c.port()
+            << std::endl;
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
-    int port = 0;
-    absl::Status written =
-        absl::SimpleAtoi(address->substr(address->rfind(':') + 1), &port)
-            ? pshard::WritePortFile(port_file, port)
-            : absl::InternalError(absl::StrCat("no port in ", *address));
-    if (!written.ok()) {
-      std::cerr << written << "\n";
+    if (absl::Status s = pshard::WritePortFile(port_file, c.port()); !s.ok()) {
+      std::cerr << s << "\n";
       return 1;
     }
   }
+  // The simulated workers beat every 20 ms, as agents would.
+  std::atomic<bool> stop{false};
+  std::thread workers([&] {
+    while (!stop.load()) {
+      absl::StatusOr<std::vector<std::string>> ran = c.RunPlacedJobs();
+      if (!ran.ok()) std::cerr << "simulated workers: " << ran.status() << "\n";
+      pshard::Clock::Real().SleepFor(c.options().heartbeat_interval);
+    }
+  });
   int sig = 0;
   sigwait(&signals, &sig);
   std::cout << "fake coordinator: signal " << sig << ", shutting down"
             << std::endl;
-  fake.Shutdown();
+  stop.store(true);
+  workers.join();
   return 0;
 }

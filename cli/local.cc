@@ -108,8 +108,8 @@ absl::Status ChildDied(ChildProcess& child) {
 class LocalCluster {
  public:
   LocalCluster(const LocalOptions& options, const CliIo& io,
-               Cancellation* cancel)
-      : options_(options), io_(io), cancel_(cancel) {}
+               Cancellation* cancel, const Clock& clock)
+      : options_(options), io_(io), cancel_(cancel), clock_(clock) {}
 
   ~LocalCluster() { Shutdown(); }
 
@@ -120,7 +120,7 @@ class LocalCluster {
     ASSIGN_OR_RETURN(std::string worker_bin,
                      FindSiblingBinary("pshard-worker", "worker",
                                        options_.bin_dir, options_.self_path));
-    const absl::Time deadline = absl::Now() + options_.startup_timeout;
+    const absl::Time deadline = clock_.Now() + options_.startup_timeout;
 
     const std::string coordinator_port_file =
         absl::StrCat(run_dir, "/coordinator.port");
@@ -131,7 +131,7 @@ class LocalCluster {
             {coordinator_bin, "--listen=127.0.0.1:0",
              absl::StrCat("--port_file=", coordinator_port_file),
              absl::StrCat("--state_path=", run_dir, "/coordinator.db")},
-            absl::StrCat(run_dir, "/coordinator.log")));
+            absl::StrCat(run_dir, "/coordinator.log"), {}, clock_));
     ASSIGN_OR_RETURN(int port,
                      WaitForPort(*coordinator_, coordinator_port_file, deadline));
     address_ = absl::StrCat("127.0.0.1:", port);
@@ -148,7 +148,7 @@ class LocalCluster {
                absl::StrCat("--name=", name), "--listen=127.0.0.1:0",
                absl::StrCat("--port_file=", run_dir, "/", name, ".port"),
                "--host=127.0.0.1", "--device=cpu"},
-              absl::StrCat(run_dir, "/", name, ".log")));
+              absl::StrCat(run_dir, "/", name, ".log"), {}, clock_));
       workers_.push_back(std::move(worker));
     }
     for (int i = 0; i < workers; ++i) {
@@ -224,13 +224,13 @@ class LocalCluster {
       if (cancel_ != nullptr && cancel_->cancelled()) {
         return absl::CancelledError("interrupted");
       }
-      if (absl::Now() >= deadline) {
+      if (clock_.Now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
             child.name(), " did not start serving within ",
             absl::FormatDuration(options_.startup_timeout), " (no port in ",
             path, "); see ", child.log_path()));
       }
-      absl::SleepFor(absl::Milliseconds(20));
+      clock_.SleepFor(absl::Milliseconds(20));
     }
   }
 
@@ -246,19 +246,20 @@ class LocalCluster {
       idle = 0;
       for (const v1::WorkerInfo& w : pool) idle += (w.state() == v1::IDLE);
       if (idle >= want) return absl::OkStatus();
-      if (absl::Now() >= deadline) {
+      if (clock_.Now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
             "only ", idle, " of ", want, " workers registered with the "
             "coordinator within ", absl::FormatDuration(options_.startup_timeout),
             "; see the worker logs in the run directory"));
       }
-      absl::SleepFor(absl::Milliseconds(50));
+      clock_.SleepFor(absl::Milliseconds(50));
     }
   }
 
   const LocalOptions& options_;
   const CliIo& io_;
   Cancellation* cancel_;
+  const Clock& clock_;
   std::unique_ptr<ChildProcess> coordinator_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
   std::unique_ptr<CoordinatorClient> client_;
@@ -272,8 +273,9 @@ class LocalCluster {
 absl::Status ShowShardsWhenReady(LocalCluster& cluster,
                                  const std::string& job_id,
                                  absl::Duration timeout, const CliIo& io,
-                                 OutputFormat format, Cancellation* cancel) {
-  const absl::Time deadline = absl::Now() + timeout;
+                                 OutputFormat format, Cancellation* cancel,
+                                 const Clock& clock) {
+  const absl::Time deadline = clock.Now() + timeout;
   while (true) {
     if (cancel != nullptr && cancel->cancelled()) {
       return absl::CancelledError("interrupted");
@@ -294,13 +296,13 @@ absl::Status ShowShardsWhenReady(LocalCluster& cluster,
     }
     ASSIGN_OR_RETURN(v1::Job job, cluster.client().GetJob(job_id));
     if (IsTerminal(job.state())) return absl::OkStatus();
-    if (absl::Now() >= deadline) {
+    if (clock.Now() >= deadline) {
       *io.err << "pshardctl: no shard assignment for " << job_id << " after "
               << absl::FormatDuration(timeout) << "; still "
               << JobStateName(job.state()) << ", watching anyway\n";
       return absl::OkStatus();
     }
-    absl::SleepFor(absl::Milliseconds(100));
+    clock.SleepFor(absl::Milliseconds(100));
   }
 }
 
@@ -340,7 +342,7 @@ absl::StatusOr<std::string> FindSiblingBinary(const std::string& name,
 }
 
 int RunLocal(const LocalOptions& options, const CliIo& io,
-             Cancellation* cancel) {
+             Cancellation* cancel, const Clock& clock) {
   auto fail = [&io](const absl::Status& status) {
     PrintError(*io.err, status);
     return ExitCodeFor(status);
@@ -387,7 +389,7 @@ int RunLocal(const LocalOptions& options, const CliIo& io,
   io.out->flush();
 
   // 2. The cluster.
-  LocalCluster cluster(options, io, cancel);
+  LocalCluster cluster(options, io, cancel, clock);
   if (absl::Status s = cluster.Start(*run_dir, workers); !s.ok()) {
     cluster.Shutdown();
     return fail(s);
@@ -412,10 +414,10 @@ int RunLocal(const LocalOptions& options, const CliIo& io,
                         ? spec.collective_timeout_seconds()
                         : 60) +
           options.startup_timeout,
-      io, options.cli.output, cancel);
+      io, options.cli.output, cancel, clock);
   absl::StatusOr<v1::Job> final_job =
       status.ok() ? WatchUntilDone(cluster.client(), job_id, options.cli, io,
-                                   cancel)
+                                   cancel, clock)
                   : absl::StatusOr<v1::Job>(status);
   if (!final_job.ok()) {
     if (final_job.status().code() == absl::StatusCode::kCancelled) {
@@ -447,7 +449,7 @@ int RunLocal(const LocalOptions& options, const CliIo& io,
     io.out->flush();
     while (cancel != nullptr && !cancel->cancelled()) {
       if (!cluster.CheckChildren().ok()) break;
-      absl::SleepFor(absl::Milliseconds(100));
+      clock.SleepFor(absl::Milliseconds(100));
     }
   }
   cluster.Shutdown();

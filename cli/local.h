@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "common/clock.h"
 #include "pshard/v1/job_spec.pb.h"
 
 namespace pshard::cli {
@@ -60,9 +61,9 @@ absl::StatusOr<std::string> FindSiblingBinary(const std::string& name,
 
 // Runs the local cluster and the job; returns the exit code (0 only if the
 // job SUCCEEDED, 130 when `cancel` fired). Progress goes to io.out, problems
-// to io.err.
+// to io.err. Waits are measured on `clock`.
 int RunLocal(const LocalOptions& options, const CliIo& io,
-             Cancellation* cancel);
+             Cancellation* cancel, const Clock& clock = Clock::Real());
 
 }  // namespace pshard::cli
 

@@ -30,6 +30,7 @@ namespace {
 using ::pshard::testing::MakeTempDir;
 using ::pshard::testing::ProcessAlive;
 using ::pshard::testing::RunfilePath;
+using ::pshard::testing::WaitUntil;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -54,8 +55,9 @@ std::vector<pid_t> StartedPids(const std::string& run_dir, int workers) {
 
 class LocalTest : public ::testing::Test {
  protected:
-  // A bin dir whose coordinator is the fake (reporting `workers` idle
-  // workers) and whose worker writes its port file and sleeps.
+  // A bin dir whose coordinator is the stand-in (the real coordinator with
+  // `workers` simulated workers that run its jobs) and whose worker writes
+  // its port file and sleeps.
   std::string MakeBinDir(int workers, bool worker_fails = false) {
     const std::string bin = MakeTempDir("bin");
     WriteScript(absl::StrCat(bin, "/pshard-coordinator"),
@@ -141,11 +143,9 @@ TEST_F(LocalTest, InterruptStopsEverything) {
   int code = -1;
   std::thread runner([&] { code = RunLocalNow(options); });
   const std::string last_port = absl::StrCat(options.run_dir, "/local-worker-1.port");
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
   struct stat st;
-  while (stat(last_port.c_str(), &st) != 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  WaitUntil([&] { return stat(last_port.c_str(), &st) == 0; },
+            absl::Seconds(20));
   cancel_.Cancel();
   runner.join();
   // Interrupted while starting or watching (130), or after the job finished

@@ -24,6 +24,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/local.h"
+#include "common/clock.h"
 
 ABSL_FLAG(std::string, coordinator, "",
           "Coordinator address host:port (default $PSHARD_COORDINATOR, else "
@@ -225,7 +226,8 @@ int main(int argc, char** argv) {
     local.base_dir = UserWorkingDirectory();
     local.keep_running = absl::GetFlag(FLAGS_keep_running);
     local.cli = options;
-    const int code = pshard::cli::RunLocal(local, io, &cancel);
+    const int code =
+        pshard::cli::RunLocal(local, io, &cancel, pshard::Clock::Real());
     std::cout.flush();
     std::_Exit(code);  // The signal thread is still blocked in sigwait.
   }
@@ -239,7 +241,7 @@ int main(int argc, char** argv) {
         return pshard::cli::CoordinatorClient::Connect(
             options.coordinator, options.connect_timeout, options.rpc_timeout);
       },
-      &cancel);
+      &cancel, pshard::Clock::Real());
   std::cout.flush();
   std::cerr.flush();
   std::_Exit(code);

@@ -58,10 +58,26 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 
-std::shared_ptr<grpc::Channel> CoordinatorServer::InProcessChannel() {
+namespace {
+
+grpc::ChannelArguments InProcessChannelArgs() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  return server_->InProcessChannel(args);
+  return args;
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> CoordinatorServer::InProcessChannel() {
+  return server_->InProcessChannel(InProcessChannelArgs());
+}
+
+std::shared_ptr<grpc::Channel> CoordinatorServer::InProcessChannel(
+    std::vector<
+        std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+        interceptors) {
+  return server_->experimental().InProcessChannelWithInterceptors(
+      InProcessChannelArgs(), std::move(interceptors));
 }
 
 void CoordinatorServer::Shutdown(absl::Duration grace) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
@@ -16,6 +17,7 @@
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/support/client_interceptor.h"
 #include "grpcpp/server.h"
 #include "server/services.h"
 
@@ -51,6 +53,11 @@ class CoordinatorServer {
 
   // A channel to this server that bypasses the network.
   std::shared_ptr<grpc::Channel> InProcessChannel();
+  // The same, with client interceptors (tests record or fail chosen calls).
+  std::shared_ptr<grpc::Channel> InProcessChannel(
+      std::vector<std::unique_ptr<
+          grpc::experimental::ClientInterceptorFactoryInterface>>
+          interceptors);
 
   // Stops accepting calls, cancels pending ones after `grace`, stops the
   // ticker. Idempotent.

@@ -21,6 +21,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "common/clock.h"
 #include "common/port_file.h"
 #include "worker/gpu/backend_choice.h"
 #include "worker/gpu/device.h"
@@ -129,6 +130,8 @@ int main(int argc, char** argv) {
   options.host = host;
   options.gloo_hostname = host;
   options.worker_device = *device;
+  // The one place the worker's time comes from.
+  options.clock = &pshard::Clock::Real();
   options.device_kind = device->is_gpu() ? pshard::v1::GPU : pshard::v1::CPU;
   options.device = device->name;
   if (device->is_gpu()) {

@@ -20,7 +20,6 @@
 #include "common/grpc_status.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
-#include "shard/layout_fingerprint.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -31,6 +30,7 @@
 #include "pshard/v1/worker_control.grpc.pb.h"
 #include "tests/testing/coordinator.h"
 #include "tests/testing/subprocess.h"
+#include "worker/runtime/assignment_client.h"
 
 namespace pshard {
 namespace bench {
@@ -635,18 +635,20 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   absl::Time last_answer = absl::InfinitePast();
   double imbalance = 0;
   int64_t assignment_bytes = 0;
+  // The requests and the decoding are pshard-worker's (AssignmentClient's
+  // builders); the calls are the bench's own, asynchronous, so that one
+  // thread keeps `world` ranks' calls in flight.
+  worker::AssignmentClientOptions as_worker;
+  as_worker.job_id = job.id();
+  as_worker.epoch = epoch;
+  as_worker.world_size = world;
   for (int r = 0; r < world; ++r) {
     using Call = AsyncCall<grpc::ByteBuffer, grpc::ByteBuffer>;
     auto* call = new Call;
     call->ctx.set_deadline(Clock::now() + std::chrono::seconds(300));
-    v1::GetAssignmentRequest req;
-    req.set_job_id(job.id());
-    req.set_epoch(epoch);
-    *req.mutable_timeout() = ToProto(absl::Seconds(290));
-    req.set_view(v1::ASSIGNMENT_VIEW_OWNERS);  // as pshard-worker asks
-    call->req = ToBuffer(req);
-    // Only rank 0's answer is parsed (for the imbalance); the others are
-    // counted, to keep the load generator light.
+    call->req = ToBuffer(worker::AssignmentRequest(as_worker, absl::Seconds(290)));
+    // Only rank 0's answer is parsed and decoded (for the imbalance); the
+    // others are counted, to keep the load generator light.
     const bool parse = r == 0;
     generic_for(worker_of[r])->UnaryCall(
         &call->ctx, "/pshard.v1.WorkerControl/GetAssignment",
@@ -655,7 +657,11 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
           const absl::Time now = absl::Now();
           v1::ShardAssignment a;
           const std::string bytes = parse ? BufferToString(call->resp) : "";
-          if (s.ok() && parse && !a.ParseFromString(bytes)) ++assign_errors;
+          if (s.ok() && parse &&
+              (!a.ParseFromString(bytes) ||
+               !worker::DecodeAssignment(a, as_worker, opt.buckets).ok())) {
+            ++assign_errors;
+          }
           {
             absl::MutexLock lock(&t_mu);
             first_answer = std::min(first_answer, now);
@@ -671,11 +677,9 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
         });
   }
   // Layout reports.
-  v1::ReportBucketsRequest layout;
-  layout.set_job_id(job.id());
-  layout.set_epoch(epoch);
+  std::vector<v1::BucketLayout> buckets(opt.buckets);
   for (int b = 0; b < opt.buckets; ++b) {
-    v1::BucketLayout* bucket = layout.add_buckets();
+    v1::BucketLayout* bucket = &buckets[b];
     bucket->set_index(b);
     for (int p = 0; p < opt.parameters_per_bucket; ++p) {
       v1::BucketParameter* param = bucket->add_parameters();
@@ -684,22 +688,21 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
       param->set_dtype(p % 2 ? "BF16" : "F32");
     }
   }
-  // As pshard-worker reports: rank 0 sends the layout, the other ranks its
-  // fingerprint (waiting at the coordinator for rank 0's report if they come
-  // first). The layout is serialized once and sent by reference after a
-  // small head (protobuf parses fields in any order).
-  const std::string fingerprint =
-      shard::LayoutFingerprint(layout.buckets());
+  // As pshard-worker reports (AssignmentClient's builders): rank 0 sends the
+  // layout, the other ranks its fingerprint (waiting at the coordinator for
+  // rank 0's report if they come first). The layout and the fingerprint
+  // report are built once; the layout is serialized once and sent by
+  // reference after a small head (protobuf parses fields in any order).
+  const v1::ReportBucketsRequest layout =
+      worker::LayoutReport(as_worker, std::move(buckets));
+  const v1::ReportBucketsRequest by_fingerprint =
+      worker::FingerprintReport(layout, absl::Seconds(30));
   const grpc::Slice shared_buckets(layout.SerializeAsString());
   report.layout_bytes = static_cast<int64_t>(layout.ByteSizeLong());
   report.fingerprint_report_bytes = [&] {
-    v1::ReportBucketsRequest head;
-    head.set_job_id(job.id());
-    head.set_epoch(epoch);
+    v1::ReportBucketsRequest head = by_fingerprint;
     head.set_rank(world - 1);
     head.set_worker_id(sims[worker_of[world - 1]]->id);
-    head.set_layout_fingerprint(fingerprint);
-    *head.mutable_timeout() = ToProto(absl::Seconds(30));
     return static_cast<int64_t>(head.ByteSizeLong());
   }();
   absl::Time last_report_sent;
@@ -715,18 +718,17 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     using Call = AsyncCall<grpc::ByteBuffer, grpc::ByteBuffer>;
     auto* call = new Call;
     call->ctx.set_deadline(Clock::now() + std::chrono::seconds(60));
-    v1::ReportBucketsRequest head;
-    head.set_rank(r);
-    head.set_worker_id(sims[worker_of[r]]->id);
-    if (r == 0) {
+    if (worker::SendsLayoutFirst(r)) {
+      v1::ReportBucketsRequest head;
+      head.set_rank(r);
+      head.set_worker_id(sims[worker_of[r]]->id);
       grpc::Slice slices[2] = {grpc::Slice(head.SerializeAsString()),
                                shared_buckets};
       call->req = grpc::ByteBuffer(slices, 2);
     } else {
-      head.set_job_id(job.id());
-      head.set_epoch(epoch);
-      head.set_layout_fingerprint(fingerprint);
-      *head.mutable_timeout() = ToProto(absl::Seconds(30));
+      v1::ReportBucketsRequest head = by_fingerprint;
+      head.set_rank(r);
+      head.set_worker_id(sims[worker_of[r]]->id);
       call->req = ToBuffer(head);
     }
     call->start = absl::Now();

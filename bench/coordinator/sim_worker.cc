@@ -8,16 +8,54 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/grpc_status.h"
 #include "common/proto_time.h"
-#include "shard/layout_fingerprint.h"
 #include "grpcpp/client_context.h"
+#include "worker/runtime/assignment_client.h"
 
 namespace pshard {
 namespace bench {
-namespace {
 
+// The worker's AssignmentClient speaks through this: each call is one
+// retried gRPC call on the sim worker's current stub, timed into its sink.
+class SimAssignmentRpcs : public worker::AssignmentRpcs {
+ public:
+  explicit SimAssignmentRpcs(SimWorker* sim) : sim_(sim) {}
 
-}  // namespace
+  absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
+      const v1::ReportBucketsRequest& request,
+      absl::Duration deadline) override {
+    return Call("ReportBuckets", &Stub::ReportBuckets, request, deadline);
+  }
+
+  absl::StatusOr<v1::ShardAssignment> GetAssignment(
+      const v1::GetAssignmentRequest& request,
+      absl::Duration deadline) override {
+    return Call("GetAssignment", &Stub::GetAssignment, request, deadline);
+  }
+
+ private:
+  using Stub = v1::WorkerControl::Stub;
+
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Call(
+      const char* method,
+      grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&,
+                                Response*),
+      const Request& request, absl::Duration deadline) {
+    Response response;
+    grpc::Status s = sim_->Retry(
+        method,
+        [&](grpc::ClientContext* ctx) {
+          return (sim_->Stub().get()->*rpc)(ctx, request, &response);
+        },
+        deadline);
+    if (!s.ok()) return FromGrpcStatus(s, method);
+    return response;
+  }
+
+  SimWorker* const sim_;
+};
 
 SimWorker::SimWorker(std::shared_ptr<grpc::Channel> channel,
                      SimWorkerOptions options, LatencySink sink)
@@ -150,12 +188,14 @@ void SimWorker::JoinJob() {
 
 grpc::Status SimWorker::Retry(
     const char* method,
-    const std::function<grpc::Status(grpc::ClientContext*)>& call) {
+    const std::function<grpc::Status(grpc::ClientContext*)>& call,
+    absl::Duration deadline) {
   const absl::Time give_up = absl::Now() + options_.job_rpc_patience;
+  if (deadline == absl::ZeroDuration()) deadline = options_.rpc_timeout;
   for (;;) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
-                     absl::ToChronoSeconds(options_.rpc_timeout));
+                     absl::ToChronoMilliseconds(deadline));
     const absl::Time start = absl::Now();
     grpc::Status s = call(&ctx);
     if (sink_) sink_(method, absl::Now() - start);
@@ -217,57 +257,42 @@ void SimWorker::RunJob(v1::RunJobDirective run) {
     });
     if (!s.ok()) return finish(false, "KvGet: " + s.error_message());
   }
-  // Bucket rebuild.
+  // Bucket rebuild, through the worker's own client of the protocol (rank 0
+  // sends the layout, the others its fingerprint and the layout only when
+  // asked; the owners decoded as a worker does).
   {
-    v1::ReportBucketsRequest req;
-    req.set_job_id(job);
-    req.set_epoch(epoch);
-    req.set_rank(rank);
-    req.set_worker_id(id_);
+    std::vector<v1::BucketLayout> buckets;
     for (size_t i = 0; i < options_.bucket_elements.size(); ++i) {
-      v1::BucketLayout* b = req.add_buckets();
-      b->set_index(static_cast<int>(i));
+      v1::BucketLayout& b = buckets.emplace_back();
+      b.set_index(static_cast<int>(i));
       const int n = std::max(1, options_.parameters_per_bucket);
       for (int p = 0; p < n; ++p) {
-        v1::BucketParameter* param = b->add_parameters();
+        v1::BucketParameter* param = b.add_parameters();
         param->set_name(absl::StrCat("layers.", i, ".p", p));
         param->set_num_elements(std::max<int64_t>(1, options_.bucket_elements[i] / n));
         param->set_dtype("F32");
       }
     }
-    // As pshard-worker: rank 0 sends the layout, the others its fingerprint
-    // and the layout only when asked.
-    v1::ReportBucketsResponse resp;
-    resp.set_send_layout(rank == 0);
-    if (rank != 0) {
-      v1::ReportBucketsRequest by_fingerprint = req;
-      by_fingerprint.set_layout_fingerprint(
-          shard::LayoutFingerprint(req.buckets()));
-      by_fingerprint.clear_buckets();
-      *by_fingerprint.mutable_timeout() = ToProto(options_.rpc_timeout / 2);
-      grpc::Status s = Retry("ReportBuckets", [&](grpc::ClientContext* ctx) {
-        return Stub()->ReportBuckets(ctx, by_fingerprint, &resp);
-      });
-      if (!s.ok()) return finish(false, "ReportBuckets: " + s.error_message());
+    // One GetAssignment wait, a second short of the RPC deadline.
+    const absl::Duration wait = options_.rpc_timeout - absl::Seconds(1);
+    worker::AssignmentClientOptions client_options;
+    client_options.job_id = job;
+    client_options.epoch = epoch;
+    client_options.rank = rank;
+    client_options.world_size = run.world_size();
+    client_options.worker_id = id_;
+    client_options.rpc_timeout = options_.rpc_timeout;
+    client_options.slice = wait;
+    SimAssignmentRpcs rpcs(this);
+    worker::AssignmentClient client(&rpcs, client_options);
+    absl::StatusOr<worker::BucketAssignment> assignment =
+        client.Exchange(buckets, wait, [this] {
+          return abort_ || stop_ ? absl::AbortedError("aborted")
+                                 : absl::OkStatus();
+        });
+    if (!assignment.ok()) {
+      return finish(false, std::string(assignment.status().message()));
     }
-    if (resp.send_layout()) {
-      grpc::Status s = Retry("ReportBuckets", [&](grpc::ClientContext* ctx) {
-        return Stub()->ReportBuckets(ctx, req, &resp);
-      });
-      if (!s.ok()) return finish(false, "ReportBuckets: " + s.error_message());
-    }
-  }
-  {
-    v1::GetAssignmentRequest req;
-    req.set_job_id(job);
-    req.set_epoch(epoch);
-    *req.mutable_timeout() = ToProto(options_.rpc_timeout - absl::Seconds(1));
-    req.set_view(v1::ASSIGNMENT_VIEW_OWNERS);
-    v1::ShardAssignment resp;
-    grpc::Status s = Retry("GetAssignment", [&](grpc::ClientContext* ctx) {
-      return Stub()->GetAssignment(ctx, req, &resp);
-    });
-    if (!s.ok()) return finish(false, "GetAssignment: " + s.error_message());
   }
   if (rank == 1 && absl::StartsWith(run.spec().name(), options_.fail_prefix)) {
     return finish(false, "simulated failure on rank 1");

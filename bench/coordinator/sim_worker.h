@@ -66,9 +66,13 @@ class SimWorker {
   std::shared_ptr<v1::WorkerControl::Stub> Stub();
   void RunJob(v1::RunJobDirective run);
   // Retries `call` (UNAVAILABLE, and NotFound from a restarting server) until
-  // it succeeds or the patience runs out.
+  // it succeeds or the patience runs out. Each attempt's deadline is
+  // `deadline`, or options.rpc_timeout when zero.
   grpc::Status Retry(const char* method,
-                     const std::function<grpc::Status(grpc::ClientContext*)>& call);
+                     const std::function<grpc::Status(grpc::ClientContext*)>& call,
+                     absl::Duration deadline = absl::ZeroDuration());
+  // The layout report and the assignment, over Stub() and Retry.
+  friend class SimAssignmentRpcs;
   void JoinJob();
 
   const SimWorkerOptions options_;

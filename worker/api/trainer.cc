@@ -5,11 +5,32 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "shard/assignment.h"
 #include "worker/hook/zero_hook.h"
 #include "worker/optim/shard_optimizer.h"
+#include "worker/runtime/assignment_client.h"
 
 namespace pshard::worker {
+
+namespace {
+
+// The coordinator's assignment through the client, or one computed here.
+absl::StatusOr<AssignmentProvider> MakeProvider(const Communicator& comm,
+                                                const TrainerOptions& options) {
+  const int world = comm.world_size();
+  if (AssignmentClient* client = options.assignment_client; client != nullptr) {
+    if (client->options().rank != comm.rank() ||
+        client->options().world_size != world) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the assignment client is rank ", client->options().rank, " of ",
+          client->options().world_size, ", the communicator rank ",
+          comm.rank(), " of ", world));
+    }
+    return client->Provider(options.timeout, [] { return absl::OkStatus(); });
+  }
+  return LocalAssignmentProvider(options.assignment_policy, world);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     Communicator* comm, std::vector<ParameterInfo> params,
@@ -37,17 +58,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer,
                    ShardOptimizer::Create(options.optimizer));
-  const auto policy = options.assignment_policy;
-  const int world = comm->world_size();
-  AssignmentProvider provider =
-      [policy, world](const BucketLayout& layout)
-      -> absl::StatusOr<BucketAssignment> {
-    BucketAssignment assignment;
-    assignment.epoch = 1;
-    ASSIGN_OR_RETURN(assignment.owners,
-                     shard::AssignBuckets(policy, layout.BucketBytes(), world));
-    return assignment;
-  };
+  ASSIGN_OR_RETURN(AssignmentProvider provider, MakeProvider(*comm, options));
   ZeroHookOptions hook_options;
   hook_options.comm_mode = options.comm_mode == v1::JobSpec::ALLREDUCE_BROADCAST
                                ? v1::JobSpec::ALLREDUCE_BROADCAST

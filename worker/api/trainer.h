@@ -58,6 +58,7 @@
 
 namespace pshard::worker {
 
+class AssignmentClient;  // worker/runtime/assignment_client.h
 class ZeroHook;
 
 struct TrainerOptions {
@@ -67,8 +68,18 @@ struct TrainerOptions {
   // Target bucket size, as DDP's bucket_cap_mb.
   double bucket_cap_mb = 25;
   v1::JobSpec::CommMode comm_mode = v1::JobSpec::REDUCE_BROADCAST;
-  // How buckets are spread over ranks (computed identically on every rank).
+  // How buckets are spread over ranks when they are computed locally
+  // (identically on every rank; see assignment_client).
   v1::JobSpec::AssignmentPolicy assignment_policy = v1::JobSpec::BALANCED;
+  // Where the buckets' owners come from. nullptr (the default): computed on
+  // every rank with assignment_policy, a mode for tests and the threads
+  // example, where no coordinator runs. Otherwise the coordinator's
+  // layout/assignment protocol for this rank of a job attempt
+  // (worker/runtime/assignment_client.h, as pshard-worker uses it): the
+  // first FinishStep reports the observed layout and waits up to `timeout`
+  // for the published owners. Its rank and world size must be the
+  // communicator's; it must outlive the trainer.
+  AssignmentClient* assignment_client = nullptr;
   // Deadline of every wait inside a step.
   absl::Duration timeout = absl::Seconds(60);
 };
@@ -79,7 +90,8 @@ class Trainer {
   // trainer. `params` lists the model's parameters in registration (forward)
   // order; `shape` may be empty (then {numel}).
   // InvalidArgument: no parameters, an empty or unnamed parameter, duplicate
-  // names, or an invalid optimizer.
+  // names, an invalid optimizer, or an assignment client of another rank or
+  // world size.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
       Communicator* comm, std::vector<ParameterInfo> params,
       const TrainerOptions& options);

@@ -15,8 +15,9 @@ namespace {
 
 class GpuJobImpl final : public GpuJob {
  public:
-  GpuJobImpl(std::unique_ptr<NcclCommunicator> comm, gpu::CudaStream stream)
-      : comm_(std::move(comm)), stream_(std::move(stream)) {}
+  GpuJobImpl(std::unique_ptr<NcclCommunicator> comm, gpu::CudaStream stream,
+             absl::Duration timeout)
+      : comm_(std::move(comm)), stream_(std::move(stream)), timeout_(timeout) {}
 
   ~GpuJobImpl() override {
     // The hook first (it may abort and wait on the communicator), then the
@@ -62,6 +63,12 @@ class GpuJobImpl final : public GpuJob {
     return loss;
   }
 
+  absl::StatusOr<double> AverageLoss(double loss) override { return loss; }
+
+  absl::Status FinalBarrier() override {
+    return comm_->Barrier()->Wait(timeout_);
+  }
+
   NcclCommunicator& communicator() override { return *comm_; }
   GpuZeroHook& hook() override { return *hook_; }
   const Workload& workload() const override { return *workload_; }
@@ -82,6 +89,7 @@ class GpuJobImpl final : public GpuJob {
  private:
   std::unique_ptr<NcclCommunicator> comm_;
   gpu::CudaStream stream_;
+  const absl::Duration timeout_;
   std::unique_ptr<Workload> workload_;
   std::unique_ptr<GpuZeroHook> hook_;
 };
@@ -106,7 +114,8 @@ absl::StatusOr<std::unique_ptr<GpuJob>> GpuJob::Create(
   ASSIGN_OR_RETURN(gpu::CudaStream stream,
                    gpu::CudaStream::Create(absl::StrCat("job ", options.job_id,
                                                         ": compute stream")));
-  auto job = std::make_unique<GpuJobImpl>(std::move(comm), std::move(stream));
+  auto job = std::make_unique<GpuJobImpl>(std::move(comm), std::move(stream),
+                                          options.timeout);
   RETURN_IF_ERROR(job->Init(spec, options, std::move(provider)));
   return std::unique_ptr<GpuJob>(std::move(job));
 }

@@ -1,12 +1,14 @@
 // GpuJob: one rank of a job on a GPU, assembled from the job spec: the NCCL
 // communicator (rendezvous through the job's KvClient), the GPU optimizer,
-// the device-memory workload on a compute stream, and the GpuZeroHook. The
-// worker runtime's JobRunner uses it for backend NCCL (see ChooseBackend)
-// where it uses ZeroHook + Gloo on the CPU:
+// the device-memory workload on a compute stream, and the GpuZeroHook. It is
+// the StepEngine (worker/runtime/step_engine.h) of backend NCCL (see
+// ChooseBackend), as CpuJob (worker/runtime/cpu_job.h) is Gloo's on the CPU;
+// CreateStepEngine picks one:
 //
 //   ASSIGN_OR_RETURN(auto job, GpuJob::Create(spec, options, kv, provider));
 //   // publish &job->communicator() so that Abort() can reach it
 //   for (step = 1..N) { ASSIGN_OR_RETURN(double loss, job->RunStep(step)); }
+//   RETURN_IF_ERROR(job->FinalBarrier());
 //   ASSIGN_OR_RETURN(auto params, job->DownloadParameters());  // output
 #ifndef PSHARD_WORKER_GPU_GPU_JOB_H_
 #define PSHARD_WORKER_GPU_GPU_JOB_H_
@@ -23,6 +25,7 @@
 #include "worker/gpu/gpu_zero_hook.h"
 #include "worker/gpu/nccl_communicator.h"
 #include "worker/hook/zero_hook.h"
+#include "worker/runtime/step_engine.h"
 #include "worker/workload/workload.h"
 
 namespace pshard::worker {
@@ -41,7 +44,7 @@ struct GpuJobOptions {
   std::string key_prefix = "nccl/";
 };
 
-class GpuJob {
+class GpuJob : public StepEngine {
  public:
   // `spec` valid with defaults applied. Errors from the communicator (e.g.
   // DeadlineExceeded when peers do not show up), the optimizer, the workload
@@ -50,22 +53,17 @@ class GpuJob {
       const v1::JobSpec& spec, const GpuJobOptions& options, KvClient& kv,
       AssignmentProvider provider);
 
-  virtual ~GpuJob() = default;
+  ~GpuJob() override = default;
 
-  // Step `step` (1-based): the workload's gradients on the device, the
-  // hook's reduce -> owner's step -> broadcast per bucket, and the end of the
-  // step. Returns the workload's loss (NaN when it has none). On error the
-  // communicator has been aborted.
-  virtual absl::StatusOr<double> RunStep(int64_t step) = 0;
+  // StepEngine. RunStep: the workload's gradients on the device, the hook's
+  // reduce -> owner's step -> broadcast per bucket, and the end of the step.
+  // AverageLoss returns this rank's loss as it is: the NCCL communicator
+  // reduces device memory only, and the job reports rank 0's loss.
+  // FinalBarrier: an NCCL barrier bounded by GpuJobOptions::timeout.
 
   // For Abort() (any thread) and bytes_sent().
-  virtual NcclCommunicator& communicator() = 0;
-  virtual GpuZeroHook& hook() = 0;
-  virtual const Workload& workload() const = 0;
-
-  // Every parameter's values on the host, in parameters() order.
-  virtual absl::StatusOr<std::vector<std::vector<float>>>
-  DownloadParameters() = 0;
+  NcclCommunicator& communicator() override = 0;
+  GpuZeroHook& hook() override = 0;
 };
 
 }  // namespace pshard::worker

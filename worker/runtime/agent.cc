@@ -1,9 +1,10 @@
 #include "worker/runtime/agent.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "common/proto_time.h"
 
 namespace pshard::worker {
 
@@ -37,7 +38,8 @@ void Agent::Stop(const absl::Status& reason) {
 
 bool Agent::WaitForDrained(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  return mu_.AwaitWithTimeout(absl::Condition(&drained_), timeout);
+  return options_.clock->AwaitWithTimeout(mu_, absl::Condition(&drained_),
+                                          timeout);
 }
 
 v1::WorkerState Agent::StateLocked() const {
@@ -81,9 +83,7 @@ absl::Status Agent::Register() {
   absl::MutexLock lock(&mu_);
   worker_id_ = response->worker_id();
   if (response->has_heartbeat_interval()) {
-    absl::Duration interval =
-        absl::Seconds(response->heartbeat_interval().seconds()) +
-        absl::Nanoseconds(response->heartbeat_interval().nanos());
+    const absl::Duration interval = FromProto(response->heartbeat_interval());
     if (interval > absl::ZeroDuration()) interval_ = interval;
   }
   return absl::OkStatus();
@@ -117,7 +117,7 @@ void Agent::HeartbeatLoop() {
     auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || wake_;
     };
-    mu_.AwaitWithTimeout(absl::Condition(&woken), wait);
+    options_.clock->AwaitWithTimeout(mu_, absl::Condition(&woken), wait);
     wake_ = false;
   }
 }
@@ -184,6 +184,8 @@ void Agent::Beat() {
         break;
       }
       case v1::Directive::kDrain:
+        // Reserved: today's coordinator drains a worker itself (no new
+        // jobs) and never sends Drain; see the header.
         draining_ = true;
         if (!job_running_) drained_ = true;
         break;
@@ -206,6 +208,7 @@ void Agent::StartJob(const v1::RunJobDirective& directive) {
   options.gloo_hostname = options_.gloo_hostname;
   options.rpc_timeout = options_.rpc_timeout;
   options.device = options_.worker_device;
+  options.clock = options_.clock;
   job_ = std::make_unique<JobRunner>(control_, directive, options);
   job_running_ = true;
   JobRunner* runner = job_.get();

@@ -9,6 +9,12 @@
 //                        ▼                    ▼ Drain
 //                      exit ◀───────────── DRAINING (finish the job first)
 //
+// Drain is a reserved directive: today's coordinator never sends it (its
+// DrainWorker only stops giving the worker jobs, and the worker is not told).
+// The agent still obeys it as drawn, so that a coordinator may ask a worker
+// to finish its job and exit; agent_test covers it, and pshard-worker exits
+// once WaitForDrained says so.
+//
 // A heartbeat answered NOT_FOUND (the coordinator forgot us, or restarted
 // without our record) makes the agent register again under the same name and
 // incarnation. Transient coordinator failures are retried on the next beat;
@@ -25,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/worker_status.pb.h"
 #include "worker/gpu/backend_choice.h"
@@ -48,6 +55,9 @@ struct AgentOptions {
   absl::Duration rpc_timeout = absl::Seconds(5);
   // Used until the coordinator states its own in RegisterWorkerResponse.
   absl::Duration default_heartbeat_interval = absl::Seconds(1);
+  // Heartbeat pacing, every job's time and every wait's deadline. Must
+  // outlive the agent.
+  const Clock* clock = &Clock::Real();
 };
 
 class Agent {
@@ -62,8 +72,9 @@ class Agent {
   // Aborts any job with `reason`, stops heartbeating and joins every thread.
   void Stop(const absl::Status& reason);
 
-  // Blocks until a Drain directive has been carried out (the job, if any,
-  // finished) or `timeout` passes; true if drained.
+  // Blocks until a Drain directive (reserved, see above) has been carried
+  // out (the job, if any, finished) or `timeout` passes on the clock; true
+  // if drained.
   bool WaitForDrained(absl::Duration timeout);
 
   v1::GetWorkerStatusResponse Status() const;

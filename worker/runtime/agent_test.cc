@@ -1,15 +1,25 @@
+// The agent against the real coordinator (tests/testing's
+// InProcessCoordinator): jobs reach it the way they reach a deployed worker,
+// submitted and placed by the coordinator and handed over on heartbeat
+// replies.
 #include "worker/runtime/agent.h"
+
+#include <memory>
+#include <string>
 
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/in_process_coordinator.h"
 #include "tests/testing/subprocess.h"
-#include "worker/runtime/fake_control_plane.h"
+#include "worker/runtime/intercepting_control_plane.h"
 
 namespace pshard::worker {
 namespace {
 
+using ::pshard::testing::InProcessCoordinator;
 using ::pshard::testing::WaitUntil;
+using ::testing::HasSubstr;
 
 AgentOptions Options() {
   AgentOptions options;
@@ -22,15 +32,9 @@ AgentOptions Options() {
   return options;
 }
 
-v1::Directive RunJob(const std::string& id, int64_t steps) {
-  v1::Directive directive;
-  v1::RunJobDirective* d = directive.mutable_run_job();
-  d->set_job_id(id);
-  d->set_epoch(1);
-  d->set_rank(0);
-  d->set_world_size(1);
-  v1::JobSpec& spec = *d->mutable_spec();
-  spec.set_name(id);
+v1::JobSpec Spec(const std::string& name, int64_t steps) {
+  v1::JobSpec spec;
+  spec.set_name(name);
   spec.set_world_size(1);
   spec.mutable_synthetic()->set_num_parameters(1000);
   spec.set_bucket_cap_mb(25);
@@ -38,106 +42,152 @@ v1::Directive RunJob(const std::string& id, int64_t steps) {
   spec.set_progress_every(1);
   spec.set_collective_timeout_seconds(10);
   spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
-  return directive;
+  return spec;
 }
 
-// Every test drives one agent, started, against a one-worker fake
+// Every test drives one agent, started, as the only worker of a real
 // coordinator; the agent is stopped when the test ends.
 class AgentTest : public ::testing::Test {
  protected:
-  void SetUp() override { agent_.Start(); }
-  void TearDown() override { agent_.Stop(absl::CancelledError("test over")); }
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(coordinator_, InProcessCoordinator::Start());
+    control_ = std::make_unique<InterceptingControlPlane>(NewGrpcControlPlane(
+        coordinator_->Channel(), "the in-process coordinator"));
+    agent_ = std::make_unique<Agent>(control_.get(), Options());
+    agent_->Start();
+  }
+  void TearDown() override {
+    if (agent_) agent_->Stop(absl::CancelledError("test over"));
+  }
 
-  FakeControlPlane control_{1};
-  Agent agent_{&control_, Options()};
+  // Submits a one-rank job; returns its id.
+  std::string Submit(const std::string& name, int64_t steps) {
+    absl::StatusOr<v1::Job> job = coordinator_->SubmitJob(Spec(name, steps));
+    EXPECT_OK(job);
+    return job.ok() ? job->id() : "";
+  }
+
+  std::unique_ptr<InProcessCoordinator> coordinator_;
+  std::unique_ptr<InterceptingControlPlane> control_;
+  std::unique_ptr<Agent> agent_;
 };
 
 TEST_F(AgentTest, RunsJobFromHeartbeatAndReturnsToIdle) {
-  ASSERT_TRUE(WaitUntil([&] { return control_.heartbeats() > 0; },
-                        absl::Seconds(10)));
-  EXPECT_EQ(agent_.Status().worker_id(), "w-alpha");
-  EXPECT_EQ(agent_.Status().state(), v1::IDLE);
-  control_.QueueDirective(RunJob("job-1", 3));
-  ASSERT_TRUE(control_.WaitForResults(1, absl::Seconds(20)));
-  EXPECT_TRUE(control_.results()[0].ok()) << control_.results()[0].error();
-  ASSERT_TRUE(WaitUntil([&] { return agent_.Status().state() == v1::IDLE; },
+  ASSERT_TRUE(control_->WaitForHeartbeats(1, absl::Seconds(10)));
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo me, coordinator_->GetWorker("alpha"));
+  EXPECT_EQ(agent_->Status().worker_id(), me.id());
+  EXPECT_EQ(agent_->Status().state(), v1::IDLE);
+  const std::string id = Submit("job-1", 3);
+  ASSERT_TRUE(control_->WaitForResults(1, absl::Seconds(20)));
+  EXPECT_TRUE(control_->results()[0].ok()) << control_->results()[0].error();
+  EXPECT_EQ(control_->results()[0].job_id(), id);
+  ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->WaitForJobState(
+                                        id, v1::SUCCEEDED, absl::Seconds(10)));
+  EXPECT_EQ(job.progress().step(), 3);
+  ASSERT_TRUE(WaitUntil([&] { return agent_->Status().state() == v1::IDLE; },
                         absl::Seconds(10)));
   // Heartbeats carried BUSY with the job while it ran, or went straight
   // back to IDLE for this short job; never anything else.
-  for (const auto& beat : control_.heartbeat_log()) {
+  for (const auto& beat : control_->heartbeat_log()) {
     EXPECT_TRUE(beat.state() == v1::IDLE || beat.state() == v1::BUSY);
     EXPECT_EQ(beat.incarnation(), "inc-1");
   }
 }
 
 TEST_F(AgentTest, AbortDirectiveStopsTheJob) {
-  control_.QueueDirective(RunJob("job-2", 100000000));
+  // No progress reports, whose replies would say abort first (without the
+  // reason): the AbortJob directive on a heartbeat reply stops this job.
+  v1::JobSpec spec = Spec("job-2", 100000000);
+  spec.set_progress_every(spec.steps());
+  ASSERT_OK_AND_ASSIGN(v1::Job submitted, coordinator_->SubmitJob(spec));
+  const std::string id = submitted.id();
   ASSERT_TRUE(WaitUntil(
       [&] {
-        auto s = agent_.Status();
+        auto s = agent_->Status();
         return s.state() == v1::BUSY && s.step() > 2;
       },
       absl::Seconds(20)));
-  v1::GetWorkerStatusResponse busy = agent_.Status();
-  EXPECT_EQ(busy.job_id(), "job-2");
+  v1::GetWorkerStatusResponse busy = agent_->Status();
+  EXPECT_EQ(busy.job_id(), id);
   EXPECT_EQ(busy.optimizer_state_bytes(), 1000 * 8);
   EXPECT_EQ(busy.owned_shards_size(), 1);
-  v1::Directive abort;
-  abort.mutable_abort_job()->set_job_id("job-2");
-  abort.mutable_abort_job()->set_epoch(1);
-  abort.mutable_abort_job()->set_reason("cancelled by user");
+  // CancelJob sends AbortJob on the agent's next heartbeat.
   const absl::Time start = absl::Now();
-  control_.QueueDirective(abort);
-  ASSERT_TRUE(control_.WaitForResults(1, absl::Seconds(10)));
+  ASSERT_OK(coordinator_->CancelJob(id, "cancelled by user").status());
+  ASSERT_TRUE(control_->WaitForResults(1, absl::Seconds(10)));
   EXPECT_LT(absl::Now() - start, absl::Seconds(4));
-  EXPECT_FALSE(control_.results()[0].ok());
-  EXPECT_THAT(control_.results()[0].error(),
-              ::testing::HasSubstr("cancelled by user"));
-  ASSERT_TRUE(WaitUntil([&] { return agent_.Status().state() == v1::IDLE; },
+  EXPECT_FALSE(control_->results()[0].ok());
+  EXPECT_THAT(control_->results()[0].error(), HasSubstr("cancelled by user"));
+  ASSERT_TRUE(WaitUntil([&] { return agent_->Status().state() == v1::IDLE; },
                         absl::Seconds(10)));
 }
 
+// The coordinator loses the agent (no heartbeat for worker_timeout, in fake
+// time): the next heartbeat is answered NOT_FOUND and the agent registers
+// again, under the same id.
 TEST_F(AgentTest, NotFoundMakesItRegisterAgain) {
-  ASSERT_TRUE(WaitUntil([&] { return control_.heartbeats() > 0; },
-                        absl::Seconds(10)));
-  EXPECT_EQ(control_.registrations(), 1);
-  control_.FailNextHeartbeatWithNotFound();
-  ASSERT_TRUE(WaitUntil([&] { return control_.registrations() == 2; },
-                        absl::Seconds(10)));
+  ASSERT_TRUE(control_->WaitForHeartbeats(1, absl::Seconds(10)));
+  EXPECT_EQ(control_->registrations(), 1);
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo before, coordinator_->GetWorker("alpha"));
+  coordinator_->AdvanceAndTick(coordinator_->options().worker_timeout +
+                               absl::Seconds(1));
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo lost, coordinator_->GetWorker("alpha"));
+  EXPECT_EQ(lost.state(), v1::LOST);
+  ASSERT_TRUE(control_->WaitForRegistrations(2, absl::Seconds(10)));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        absl::StatusOr<v1::WorkerInfo> w = coordinator_->GetWorker("alpha");
+        return w.ok() && w->state() == v1::IDLE;
+      },
+      absl::Seconds(10)));
+  EXPECT_EQ(control_->registrations(), 2);
+  EXPECT_TRUE(WaitUntil(
+      [&] { return agent_->Status().worker_id() == before.id(); },
+      absl::Seconds(10)))
+      << agent_->Status().worker_id();
 }
 
+// The coordinator does not send Drain (DrainWorker only stops scheduling),
+// so the directive is injected, riding with the RunJob as it may.
 TEST_F(AgentTest, DrainFinishesTheJobFirst) {
-  control_.QueueDirective(RunJob("job-3", 20));
   v1::Directive drain;
   drain.mutable_drain();
-  control_.QueueDirective(drain);
-  EXPECT_TRUE(agent_.WaitForDrained(absl::Seconds(20)));
-  ASSERT_EQ(control_.results().size(), 1u);
-  EXPECT_TRUE(control_.results()[0].ok());
-  EXPECT_EQ(control_.results()[0].final_step(), 20);
+  control_->AppendToNextRunJobReply(drain);
+  const std::string id = Submit("job-3", 20);
+  EXPECT_TRUE(agent_->WaitForDrained(absl::Seconds(20)));
+  ASSERT_EQ(control_->results().size(), 1u);
+  EXPECT_TRUE(control_->results()[0].ok());
+  EXPECT_EQ(control_->results()[0].final_step(), 20);
+  ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob(id));
+  EXPECT_EQ(job.state(), v1::SUCCEEDED);
 }
 
 TEST_F(AgentTest, StopAbortsRunningJob) {
-  control_.QueueDirective(RunJob("job-4", 100000000));
-  ASSERT_TRUE(WaitUntil([&] { return agent_.Status().step() > 1; },
+  Submit("job-4", 100000000);
+  ASSERT_TRUE(WaitUntil([&] { return agent_->Status().step() > 1; },
                         absl::Seconds(20)));
   const absl::Time start = absl::Now();
-  agent_.Stop(absl::AbortedError("SIGTERM"));
+  agent_->Stop(absl::AbortedError("SIGTERM"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  ASSERT_EQ(control_.results().size(), 1u);
-  EXPECT_THAT(control_.results()[0].error(), ::testing::HasSubstr("SIGTERM"));
+  ASSERT_EQ(control_->results().size(), 1u);
+  EXPECT_THAT(control_->results()[0].error(), HasSubstr("SIGTERM"));
 }
 
-// A second job handed over while the first is still winding down is not
-// lost: it starts once the first one's thread has ended.
+// Two jobs for the only worker: the coordinator hands over the second as
+// soon as the first rank reported ok, typically while the first job's
+// thread is still winding down. Neither is lost and both succeed.
 TEST_F(AgentTest, JobArrivingDuringWindDownIsStartedAfterwards) {
-  control_.QueueDirective(RunJob("job-5", 5));
-  control_.QueueDirective(RunJob("job-6", 5));  // same reply: job-5 is busy
-  ASSERT_TRUE(control_.WaitForResults(2, absl::Seconds(20)));
-  auto results = control_.results();
-  EXPECT_EQ(results[0].job_id(), "job-5");
-  EXPECT_EQ(results[1].job_id(), "job-6");
+  const std::string first = Submit("job-5", 5);
+  const std::string second = Submit("job-6", 5);
+  ASSERT_TRUE(control_->WaitForResults(2, absl::Seconds(20)));
+  auto results = control_->results();
+  EXPECT_EQ(results[0].job_id(), first);
+  EXPECT_EQ(results[1].job_id(), second);
+  EXPECT_TRUE(results[0].ok()) << results[0].error();
   EXPECT_TRUE(results[1].ok()) << results[1].error();
+  ASSERT_OK(coordinator_->WaitForJobState(second, v1::SUCCEEDED,
+                                          absl::Seconds(10))
+                .status());
 }
 
 }  // namespace

@@ -13,10 +13,9 @@ class GrpcControlPlane : public ControlPlane {
   using Stub = v1::WorkerControl::Stub;
 
  public:
-  explicit GrpcControlPlane(const std::string& address)
-      : address_(address),
-        stub_(v1::WorkerControl::NewStub(grpc::CreateChannel(
-            address, grpc::InsecureChannelCredentials()))) {}
+  GrpcControlPlane(std::shared_ptr<grpc::Channel> channel,
+                   const std::string& address)
+      : address_(address), stub_(v1::WorkerControl::NewStub(channel)) {}
 
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
       const v1::RegisterWorkerRequest& request,
@@ -74,6 +73,8 @@ class GrpcControlPlane : public ControlPlane {
                                 Response*),
       const Request& request, absl::Duration deadline) {
     grpc::ClientContext context;
+    // gRPC's deadline is a point in real time (the transport measures it),
+    // whatever clock the caller's logic runs on.
     context.set_deadline(std::chrono::system_clock::now() +
                          absl::ToChronoMilliseconds(deadline));
     Response response;
@@ -92,7 +93,15 @@ class GrpcControlPlane : public ControlPlane {
 
 std::unique_ptr<ControlPlane> NewGrpcControlPlane(
     const std::string& coordinator_address) {
-  return std::make_unique<GrpcControlPlane>(coordinator_address);
+  return NewGrpcControlPlane(
+      grpc::CreateChannel(coordinator_address,
+                          grpc::InsecureChannelCredentials()),
+      coordinator_address);
+}
+
+std::unique_ptr<ControlPlane> NewGrpcControlPlane(
+    std::shared_ptr<grpc::Channel> channel, const std::string& name) {
+  return std::make_unique<GrpcControlPlane>(std::move(channel), name);
 }
 
 }  // namespace pshard::worker

@@ -11,15 +11,31 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpcpp/channel.h"
 #include "pshard/v1/shard.pb.h"
 #include "pshard/v1/worker_control.grpc.pb.h"
 #include "pshard/v1/worker_control.pb.h"
 
 namespace pshard::worker {
 
-class ControlPlane {
+// The two calls of the layout/assignment protocol, apart so that a client of
+// only that protocol (AssignmentClient; the benchmark's simulated worker over
+// its own stub) needs no more. Each call fails with DeadlineExceeded if the
+// coordinator does not answer within `deadline`, and otherwise with the
+// coordinator's status.
+class AssignmentRpcs {
  public:
-  virtual ~ControlPlane() = default;
+  virtual ~AssignmentRpcs() = default;
+
+  virtual absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
+      const v1::ReportBucketsRequest& request, absl::Duration deadline) = 0;
+  virtual absl::StatusOr<v1::ShardAssignment> GetAssignment(
+      const v1::GetAssignmentRequest& request, absl::Duration deadline) = 0;
+};
+
+class ControlPlane : public AssignmentRpcs {
+ public:
+  ~ControlPlane() override = default;
 
   // Each call fails with DeadlineExceeded if the coordinator does not answer
   // within `deadline`, and otherwise with the coordinator's status.
@@ -31,10 +47,6 @@ class ControlPlane {
                              absl::Duration deadline) = 0;
   virtual absl::StatusOr<v1::KvGetResponse> KvGet(
       const v1::KvGetRequest& request, absl::Duration deadline) = 0;
-  virtual absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
-      const v1::ReportBucketsRequest& request, absl::Duration deadline) = 0;
-  virtual absl::StatusOr<v1::ShardAssignment> GetAssignment(
-      const v1::GetAssignmentRequest& request, absl::Duration deadline) = 0;
   virtual absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
       const v1::ReportProgressRequest& request, absl::Duration deadline) = 0;
   virtual absl::Status ReportResult(const v1::ReportResultRequest& request,
@@ -44,6 +56,10 @@ class ControlPlane {
 // A ControlPlane over a gRPC channel to the coordinator's WorkerControl.
 std::unique_ptr<ControlPlane> NewGrpcControlPlane(
     const std::string& coordinator_address);
+// The same over an existing channel (e.g. an in-process one in tests);
+// `name` stands for the coordinator in error messages.
+std::unique_ptr<ControlPlane> NewGrpcControlPlane(
+    std::shared_ptr<grpc::Channel> channel, const std::string& name);
 
 }  // namespace pshard::worker
 

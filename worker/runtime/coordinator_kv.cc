@@ -25,6 +25,7 @@ absl::StatusOr<std::string> CoordinatorKvClient::Get(const std::string& key,
                                                      absl::Duration timeout) {
   SlicedWaitOptions wait;
   wait.timeout = timeout;
+  wait.clock = &clock_;
   v1::KvGetRequest request;
   request.set_job_id(job_id_);
   request.set_epoch(epoch_);

@@ -7,7 +7,9 @@
 
 #include <atomic>
 #include <string>
+#include <utility>
 
+#include "common/clock.h"
 #include "worker/comm/kv_store.h"
 #include "worker/runtime/control_plane.h"
 
@@ -15,8 +17,14 @@ namespace pshard::worker {
 
 class CoordinatorKvClient : public KvClient {
  public:
-  CoordinatorKvClient(ControlPlane* control, std::string job_id, int64_t epoch)
-      : control_(control), job_id_(std::move(job_id)), epoch_(epoch) {}
+  // `control` and `clock` (which measures Get's timeout) must outlive the
+  // client.
+  CoordinatorKvClient(ControlPlane* control, std::string job_id, int64_t epoch,
+                      const Clock& clock = Clock::Real())
+      : control_(control),
+        job_id_(std::move(job_id)),
+        epoch_(epoch),
+        clock_(clock) {}
 
   absl::Status Put(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key,
@@ -29,6 +37,7 @@ class CoordinatorKvClient : public KvClient {
   ControlPlane* const control_;
   const std::string job_id_;
   const int64_t epoch_;
+  const Clock& clock_;
   std::atomic<bool> cancelled_{false};
 };
 

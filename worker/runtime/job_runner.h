@@ -10,9 +10,12 @@
 //      bit stops the job), rank 0 writes <output_dir>/params.safetensors
 //      atomically, ReportResult.
 //
-// The data path is ZeroHook + GlooCommunicator on the CPU, or worker/gpu's
-// GpuJob (GpuZeroHook + NCCL) on a GPU worker when the job's backend allows
-// (ChooseBackend); the control flow above is the same for both.
+// The data path is a StepEngine (step_engine.h) from CreateStepEngine: CpuJob
+// (ZeroHook + Gloo) on the CPU, or worker/gpu's GpuJob (GpuZeroHook + NCCL)
+// on a GPU worker when the job's backend allows (ChooseBackend); the control
+// flow above is the same for both. The layout report and the assignment go
+// through AssignmentClient, progress through ProgressReporter, the output
+// through WriteJobOutput.
 //
 // Abort() (the coordinator's AbortJob, SIGTERM, drain timeout) cancels the
 // rendezvous and aborts the communicator, so Run() returns promptly from any
@@ -21,7 +24,6 @@
 #ifndef PSHARD_WORKER_RUNTIME_JOB_RUNNER_H_
 #define PSHARD_WORKER_RUNTIME_JOB_RUNNER_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -30,13 +32,17 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
 #include "pshard/v1/worker_control.pb.h"
 #include "pshard/v1/worker_status.pb.h"
 #include "worker/comm/communicator.h"
 #include "worker/gpu/backend_choice.h"
-#include "worker/hook/zero_hook.h"
+#include "worker/runtime/assignment_client.h"
 #include "worker/runtime/control_plane.h"
 #include "worker/runtime/coordinator_kv.h"
+#include "worker/runtime/progress_reporter.h"
+#include "worker/runtime/step_engine.h"
 
 namespace pshard::worker {
 
@@ -49,6 +55,9 @@ struct JobRunnerOptions {
   // The worker's device: jobs run on NCCL + CUDA when it is a GPU and the
   // job's backend allows (ChooseBackend), on Gloo otherwise.
   WorkerDevice device;
+  // Step times, retry pauses and every wait's deadline. Must outlive the
+  // runner.
+  const Clock* clock = &Clock::Real();
 };
 
 // What the WorkerStatus service shows about the running job.
@@ -81,20 +90,20 @@ class JobRunner {
 
  private:
   absl::Status RunSteps();
+  // One step, its snapshot, and its progress on rank 0 (`reporter`).
+  absl::Status RunStep(StepEngine& engine, const v1::JobSpec& spec,
+                       int64_t step, ProgressReporter* reporter);
   absl::Status CheckAborted();
-  AssignmentProvider MakeProvider(absl::Duration timeout);
-  absl::Status WriteOutput(const std::vector<std::vector<float>>& params,
-                           const std::vector<std::vector<int64_t>>& shapes,
-                           const std::vector<std::string>& names,
-                           std::string* output_path);
-  void ReportProgress(int64_t step, double loss, absl::Duration step_time,
-                      int64_t bytes_sent, double samples_per_second);
+  // Makes `comm` (nullptr: none) the communicator Abort() aborts; aborts it
+  // at once if the job is already aborted.
+  void PublishCommunicator(Communicator* comm);
   void ReportResult(const absl::Status& status, const std::string& output);
 
   ControlPlane* const control_;
   const v1::RunJobDirective directive_;
   const JobRunnerOptions options_;
   CoordinatorKvClient kv_;
+  AssignmentClient assignment_;
 
   mutable absl::Mutex mu_;
   absl::Status abort_reason_ ABSL_GUARDED_BY(mu_);

@@ -1,3 +1,6 @@
+// The job runner against the real coordinator (tests/testing's
+// InProcessCoordinator): each test submits its job there and runs the ranks'
+// RunJob directives, as the agent would have received them.
 #include "worker/runtime/job_runner.h"
 
 #include <unistd.h>
@@ -8,26 +11,24 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/in_process_coordinator.h"
 #include "tests/testing/subprocess.h"
 #include "worker/io/safetensors.h"
-#include "worker/runtime/fake_control_plane.h"
+#include "worker/runtime/intercepting_control_plane.h"
 
 namespace pshard::worker {
 namespace {
 
+using ::pshard::testing::InProcessCoordinator;
 using ::pshard::testing::MakeTempDir;
 using ::testing::HasSubstr;
 
-v1::RunJobDirective Directive(int rank, int world, int64_t steps) {
-  v1::RunJobDirective d;
-  d.set_job_id("job-1");
-  d.set_epoch(3);
-  d.set_rank(rank);
-  d.set_world_size(world);
-  v1::JobSpec& spec = *d.mutable_spec();
+v1::JobSpec Spec(int world, int64_t steps) {
+  v1::JobSpec spec;
   spec.set_name("t");
   spec.set_world_size(world);
   spec.set_backend(v1::JobSpec::AUTO);
@@ -42,25 +43,50 @@ v1::RunJobDirective Directive(int rank, int world, int64_t steps) {
   spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
   spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(0.1);
   spec.mutable_optimizer()->mutable_hyper_parameters()->set_momentum(0.9);
-  return d;
+  return spec;
 }
 
-JobRunnerOptions Options(int rank) {
-  JobRunnerOptions options;
-  options.worker_id = absl::StrCat("w-", rank);
-  options.rpc_timeout = absl::Seconds(5);
-  return options;
-}
+class JobRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(coordinator_, InProcessCoordinator::Start());
+    control_ = std::make_unique<InterceptingControlPlane>(NewGrpcControlPlane(
+        coordinator_->Channel(), "the in-process coordinator"));
+  }
 
-TEST(JobRunnerTest, TwoRanksTrainReportAndWriteOutput) {
-  FakeControlPlane control(2);
+  // Submits `spec` and returns its ranks' directives (the job STARTING).
+  std::vector<v1::RunJobDirective> Start(const v1::JobSpec& spec) {
+    absl::StatusOr<std::vector<v1::RunJobDirective>> ranks =
+        coordinator_->StartJob(spec);
+    EXPECT_OK(ranks);
+    return ranks.ok() ? *ranks : std::vector<v1::RunJobDirective>();
+  }
+
+  JobRunnerOptions Options(const v1::RunJobDirective& d) {
+    JobRunnerOptions options;
+    absl::StatusOr<v1::WorkerInfo> w =
+        coordinator_->GetWorker(absl::StrCat("sim-", d.rank()));
+    EXPECT_OK(w);
+    options.worker_id = w.ok() ? w->id() : "";
+    options.rpc_timeout = absl::Seconds(5);
+    return options;
+  }
+
+  std::unique_ptr<InProcessCoordinator> coordinator_;
+  std::unique_ptr<InterceptingControlPlane> control_;
+};
+
+TEST_F(JobRunnerTest, TwoRanksTrainReportAndWriteOutput) {
   const std::string out = MakeTempDir("job");
+  v1::JobSpec spec = Spec(2, 5);
+  spec.set_output_dir(out);
+  std::vector<v1::RunJobDirective> ranks = Start(spec);
+  ASSERT_EQ(ranks.size(), 2u);
   std::vector<absl::Status> statuses(2);
   std::vector<std::unique_ptr<JobRunner>> runners;
   for (int r = 0; r < 2; ++r) {
-    v1::RunJobDirective d = Directive(r, 2, 5);
-    d.mutable_spec()->set_output_dir(out);
-    runners.push_back(std::make_unique<JobRunner>(&control, d, Options(r)));
+    runners.push_back(std::make_unique<JobRunner>(control_.get(), ranks[r],
+                                                  Options(ranks[r])));
   }
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
@@ -70,17 +96,23 @@ TEST(JobRunnerTest, TwoRanksTrainReportAndWriteOutput) {
   EXPECT_OK(statuses[0]);
   EXPECT_OK(statuses[1]);
 
-  auto results = control.results();
+  auto results = control_->results();
   ASSERT_EQ(results.size(), 2u);
   for (const auto& result : results) {
     EXPECT_TRUE(result.ok()) << result.error();
     EXPECT_EQ(result.final_step(), 5);
-    EXPECT_EQ(result.epoch(), 3);
+    EXPECT_EQ(result.epoch(), ranks[0].epoch());
     EXPECT_EQ(result.output_path(),
               result.rank() == 0 ? out + "/params.safetensors" : "");
   }
+  // The coordinator took the results: the job succeeded with rank 0's
+  // output.
+  ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob(ranks[0].job_id()));
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
+  EXPECT_EQ(job.output_path(), out + "/params.safetensors");
+  EXPECT_EQ(job.progress().step(), 5);
   // Rank 0 reports progress; the last step is always among the reports.
-  auto progress = control.progress();
+  auto progress = control_->progress();
   ASSERT_FALSE(progress.empty());
   EXPECT_EQ(progress.back().progress().step(), 5);
   EXPECT_EQ(progress.back().progress().total_steps(), 5);
@@ -102,64 +134,94 @@ TEST(JobRunnerTest, TwoRanksTrainReportAndWriteOutput) {
   EXPECT_FALSE(s1.owned_shards.empty());
 }
 
-TEST(JobRunnerTest, StaleAssignmentEpochIsRefused) {
-  FakeControlPlane control(1);
-  control.set_assignment_epoch_offset(-1);
-  JobRunner runner(&control, Directive(0, 1, 3), Options(0));
+// A stale assignment cannot be had from the real coordinator on demand: the
+// interceptor moves the epoch of the real one back by one.
+TEST_F(JobRunnerTest, StaleAssignmentEpochIsRefused) {
+  control_->set_assignment_epoch_offset(-1);
+  std::vector<v1::RunJobDirective> ranks = Start(Spec(1, 3));
+  ASSERT_EQ(ranks.size(), 1u);
+  const std::string stale =
+      absl::StrCat("epoch ", ranks[0].epoch() - 1);
+  JobRunner runner(control_.get(), ranks[0], Options(ranks[0]));
   EXPECT_THAT(runner.Run(),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("refusing the assignment of job job-1 epoch 2")));
-  auto results = control.results();
+                       HasSubstr(absl::StrCat("refusing the assignment of job ",
+                                              ranks[0].job_id(), " ", stale))));
+  auto results = control_->results();
   ASSERT_EQ(results.size(), 1u);
   EXPECT_FALSE(results[0].ok());
-  EXPECT_THAT(results[0].error(), HasSubstr("epoch 2"));
+  EXPECT_THAT(results[0].error(), HasSubstr(stale));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob(ranks[0].job_id()));
+  EXPECT_EQ(job.state(), v1::FAILED);
 }
 
-TEST(JobRunnerTest, AbortDuringRendezvousReturnsPromptly) {
-  FakeControlPlane control(2);
+TEST_F(JobRunnerTest, AbortDuringRendezvousReturnsPromptly) {
+  std::vector<v1::RunJobDirective> ranks = Start(Spec(2, 3));
+  ASSERT_EQ(ranks.size(), 2u);
   // Only rank 0 of 2 runs: it waits in the rendezvous until aborted.
-  JobRunner runner(&control, Directive(0, 2, 3), Options(0));
+  JobRunner runner(control_.get(), ranks[0], Options(ranks[0]));
   absl::Status status;
-  std::thread t([&] { status = runner.Run(); });
+  absl::Notification done;
+  std::thread t([&] {
+    status = runner.Run();
+    done.Notify();
+  });
   // Rank 0 is blocked in the rendezvous once it waits for rank 1's key.
-  EXPECT_TRUE(control.WaitForKvGets(1, absl::Seconds(30)));
+  EXPECT_TRUE(control_->WaitForKvGets(1, absl::Seconds(30)));
   const absl::Time start = absl::Now();
   runner.Abort(absl::AbortedError("job job-1 cancelled"));
+  // The rank notices the abort between two slices of its wait; a slice ends
+  // when the coordinator's (fake) time passes it, as real time would.
+  while (!done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+    coordinator_->AdvanceAndTick(absl::Seconds(1));
+  }
   t.join();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  EXPECT_THAT(status, StatusIs(absl::StatusCode::kAborted, "job job-1 cancelled"));
-  ASSERT_TRUE(control.WaitForResults(1, absl::Seconds(5)));
-  EXPECT_FALSE(control.results()[0].ok());
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kAborted, "job job-1 cancelled"));
+  ASSERT_TRUE(control_->WaitForResults(1, absl::Seconds(5)));
+  EXPECT_FALSE(control_->results()[0].ok());
 }
 
-TEST(JobRunnerTest, CoordinatorAbortInProgressReplyStopsJob) {
-  FakeControlPlane control(1);
-  control.set_abort_on_progress(true);
-  JobRunner runner(&control, Directive(0, 1, 1000000), Options(0));
-  absl::Status status = runner.Run();
+// The job is cancelled at the coordinator while it runs: the reply to the
+// next progress report says abort.
+TEST_F(JobRunnerTest, CoordinatorAbortInProgressReplyStopsJob) {
+  std::vector<v1::RunJobDirective> ranks = Start(Spec(1, 1000000));
+  ASSERT_EQ(ranks.size(), 1u);
+  JobRunner runner(control_.get(), ranks[0], Options(ranks[0]));
+  absl::Status status;
+  std::thread t([&] { status = runner.Run(); });
+  ASSERT_TRUE(control_->WaitForProgress(1, absl::Seconds(30)));
+  ASSERT_OK(coordinator_->CancelJob(ranks[0].job_id(), "test").status());
+  t.join();
   EXPECT_THAT(status, StatusIs(absl::StatusCode::kAborted,
                                HasSubstr("stopped by the coordinator")));
   EXPECT_LT(runner.Snapshot().step, 1000000);
 }
 
-TEST(JobRunnerTest, NcclIsRefusedOnCpu) {
-  FakeControlPlane control(1);
-  v1::RunJobDirective d = Directive(0, 1, 1);
-  d.mutable_spec()->set_backend(v1::JobSpec::NCCL);
-  JobRunner runner(&control, d, Options(0));
+TEST_F(JobRunnerTest, NcclIsRefusedOnCpu) {
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_backend(v1::JobSpec::NCCL);
+  std::vector<v1::RunJobDirective> ranks = Start(spec);
+  ASSERT_EQ(ranks.size(), 1u);
+  JobRunner runner(control_.get(), ranks[0], Options(ranks[0]));
   EXPECT_THAT(runner.Run(), StatusIs(absl::StatusCode::kFailedPrecondition,
                                      HasSubstr("NCCL")));
 }
 
-TEST(JobRunnerTest, BadWorkloadFailsAndReports) {
-  FakeControlPlane control(1);
-  v1::RunJobDirective d = Directive(0, 1, 1);
-  d.mutable_spec()->mutable_replay()->set_params_path("/nonexistent/p.safetensors");
-  d.mutable_spec()->mutable_replay()->set_gradients_dir("/nonexistent");
-  JobRunner runner(&control, d, Options(0));
+TEST_F(JobRunnerTest, BadWorkloadFailsAndReports) {
+  v1::JobSpec spec = Spec(1, 1);
+  spec.mutable_replay()->set_params_path("/nonexistent/p.safetensors");
+  spec.mutable_replay()->set_gradients_dir("/nonexistent");
+  std::vector<v1::RunJobDirective> ranks = Start(spec);
+  ASSERT_EQ(ranks.size(), 1u);
+  JobRunner runner(control_.get(), ranks[0], Options(ranks[0]));
   EXPECT_FALSE(runner.Run().ok());
-  ASSERT_EQ(control.results().size(), 1u);
-  EXPECT_THAT(control.results()[0].error(), HasSubstr("rank 0"));
+  ASSERT_EQ(control_->results().size(), 1u);
+  EXPECT_THAT(control_->results()[0].error(), HasSubstr("rank 0"));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob(ranks[0].job_id()));
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr("rank 0"));
 }
 
 }  // namespace

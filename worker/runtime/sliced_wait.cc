@@ -10,11 +10,11 @@ absl::Status WaitInSlices(
     const SlicedWaitOptions& options, absl::string_view what,
     absl::FunctionRef<absl::Status()> check_abort,
     absl::FunctionRef<absl::Status(absl::Duration slice)> attempt) {
-  const absl::Time deadline = options.now() + options.timeout;
+  const absl::Time deadline = options.clock->Now() + options.timeout;
   while (true) {
     absl::Status aborted = check_abort();
     if (!aborted.ok()) return aborted;
-    const absl::Duration left = deadline - options.now();
+    const absl::Duration left = deadline - options.clock->Now();
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(
           absl::StrCat(what, " within ", absl::FormatDuration(options.timeout)));
@@ -23,8 +23,8 @@ absl::Status WaitInSlices(
     if (status.ok()) return status;
     if (status.code() == absl::StatusCode::kUnavailable) {
       const absl::Duration pause =
-          std::min(options.unavailable_pause, deadline - options.now());
-      if (pause > absl::ZeroDuration()) options.sleep(pause);
+          std::min(options.unavailable_pause, deadline - options.clock->Now());
+      if (pause > absl::ZeroDuration()) options.clock->SleepFor(pause);
       continue;
     }
     if (status.code() != absl::StatusCode::kDeadlineExceeded) return status;

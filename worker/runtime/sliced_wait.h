@@ -12,13 +12,11 @@
 #ifndef PSHARD_WORKER_RUNTIME_SLICED_WAIT_H_
 #define PSHARD_WORKER_RUNTIME_SLICED_WAIT_H_
 
-#include <functional>
-
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace pshard::worker {
 
@@ -29,11 +27,9 @@ struct SlicedWaitOptions {
   absl::Duration slice = absl::Seconds(1);
   // How long to wait after an Unavailable attempt (never past the deadline).
   absl::Duration unavailable_pause = absl::Milliseconds(200);
-  // The time source and the pause; tests substitute a fake clock.
-  std::function<absl::Time()> now = [] { return absl::Now(); };
-  std::function<void(absl::Duration)> sleep = [](absl::Duration d) {
-    absl::SleepFor(d);
-  };
+  // Measures the timeout and takes the pauses; tests pass a FakeClock. Must
+  // outlive the wait.
+  const Clock* clock = &Clock::Real();
 };
 
 // Calls `attempt(slice)` until it returns OK, and returns OK. Before every

@@ -1,27 +1,28 @@
-// FakeControlPlane: an in-memory coordinator for unit tests of the job
-// runner and the agent: job-scoped KV with waiting gets, a bucket report
-// barrier that publishes an assignment (computed with the local policy), and
-// a record of every registration, heartbeat, progress report and result.
-// Knobs let tests inject faults (stale epochs, aborts, NOT_FOUND).
-#ifndef PSHARD_WORKER_RUNTIME_FAKE_CONTROL_PLANE_H_
-#define PSHARD_WORKER_RUNTIME_FAKE_CONTROL_PLANE_H_
+// InterceptingControlPlane: for tests of the agent and the job runner, a
+// ControlPlane that forwards every call to another one (the real coordinator,
+// through tests/testing's InProcessCoordinator), records what the worker
+// sent, and injects the few things a real coordinator does not do on demand
+// (a Drain directive, a stale assignment epoch). It decides nothing itself:
+// every answer that is not an injected fault is the coordinator's.
+#ifndef PSHARD_WORKER_RUNTIME_INTERCEPTING_CONTROL_PLANE_H_
+#define PSHARD_WORKER_RUNTIME_INTERCEPTING_CONTROL_PLANE_H_
 
-#include <deque>
-#include <map>
-#include <string>
-#include <tuple>
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "worker/runtime/control_plane.h"
 
 namespace pshard::worker {
 
-class FakeControlPlane : public ControlPlane {
+class InterceptingControlPlane : public ControlPlane {
  public:
-  // `world_size`: ranks whose bucket reports GetAssignment waits for.
-  explicit FakeControlPlane(int world_size) : world_size_(world_size) {}
+  explicit InterceptingControlPlane(std::unique_ptr<ControlPlane> next)
+      : next_(std::move(next)) {}
 
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
       const v1::RegisterWorkerRequest& request,
@@ -32,8 +33,6 @@ class FakeControlPlane : public ControlPlane {
                      absl::Duration deadline) override;
   absl::StatusOr<v1::KvGetResponse> KvGet(const v1::KvGetRequest& request,
                                           absl::Duration deadline) override;
-  // A fingerprint-only report is accepted when another rank of the job sent
-  // that layout already, and answered send_layout=true otherwise.
   absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
       const v1::ReportBucketsRequest& request,
       absl::Duration deadline) override;
@@ -46,43 +45,43 @@ class FakeControlPlane : public ControlPlane {
   absl::Status ReportResult(const v1::ReportResultRequest& request,
                             absl::Duration deadline) override;
 
-  // Knobs.
-  void QueueDirective(v1::Directive directive);
+  // ---- Faults ----
+  // Appends `directive` to the first heartbeat reply from now on that
+  // carries a RunJob (the coordinator never sends Drain itself).
+  void AppendToNextRunJobReply(v1::Directive directive);
+  // Assignments come back with their epoch moved by `offset`.
   void set_assignment_epoch_offset(int64_t offset);
-  void set_abort_on_progress(bool abort);
-  void FailNextHeartbeatWithNotFound();
 
-  // Observations.
+  // ---- Observations ----
   int registrations() const;
-  int heartbeats() const;
   std::vector<v1::HeartbeatRequest> heartbeat_log() const;
   std::vector<v1::ReportProgressRequest> progress() const;
   std::vector<v1::ReportResultRequest> results() const;
-  // Waits until `n` results are in.
-  bool WaitForResults(size_t n, absl::Duration timeout) const;
-  // Waits until `n` KvGet calls have started (e.g. a rank blocked in the
-  // rendezvous).
+  // Wait (real time, up to `timeout`) until at least `n` such calls have
+  // started; false on timeout.
+  bool WaitForRegistrations(int n, absl::Duration timeout) const;
+  bool WaitForHeartbeats(int n, absl::Duration timeout) const;
   bool WaitForKvGets(int n, absl::Duration timeout) const;
+  bool WaitForProgress(int n, absl::Duration timeout) const;
+  bool WaitForResults(int n, absl::Duration timeout) const;
 
  private:
-  const int world_size_;
+  bool WaitFor(const int* count, int n, absl::Duration timeout) const;
+
+  const std::unique_ptr<ControlPlane> next_;
   mutable absl::Mutex mu_;
-  std::map<std::tuple<std::string, int64_t, std::string>, std::string> kv_
-      ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<std::string, int64_t>,
-           std::map<int, v1::ReportBucketsRequest>>
-      reports_ ABSL_GUARDED_BY(mu_);
-  std::deque<v1::Directive> directives_ ABSL_GUARDED_BY(mu_);
+  std::optional<v1::Directive> append_to_run_job_ ABSL_GUARDED_BY(mu_);
   int64_t epoch_offset_ ABSL_GUARDED_BY(mu_) = 0;
-  bool abort_on_progress_ ABSL_GUARDED_BY(mu_) = false;
-  bool not_found_next_ ABSL_GUARDED_BY(mu_) = false;
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
+  int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
   int kv_gets_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<v1::HeartbeatRequest> heartbeats_ ABSL_GUARDED_BY(mu_);
+  int progress_count_ ABSL_GUARDED_BY(mu_) = 0;
+  int result_count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<v1::HeartbeatRequest> heartbeat_log_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReportProgressRequest> progress_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReportResultRequest> results_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pshard::worker
 
-#endif  // PSHARD_WORKER_RUNTIME_FAKE_CONTROL_PLANE_H_
+#endif  // PSHARD_WORKER_RUNTIME_INTERCEPTING_CONTROL_PLANE_H_

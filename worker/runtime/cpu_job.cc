@@ -1,0 +1,104 @@
+#include "worker/runtime/cpu_job.h"
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/optim/shard_optimizer.h"
+#include "worker/workload/workload.h"
+
+namespace pshard::worker {
+namespace {
+
+class CpuJobImpl final : public CpuJob {
+ public:
+  CpuJobImpl(int world_size, absl::Duration timeout)
+      : world_size_(world_size), timeout_(timeout) {}
+
+  // The communicator goes before the hook, whose buffers an aborted
+  // transport may still hold until then.
+  ~CpuJobImpl() override { comm_.reset(); }
+
+  absl::Status Init(const v1::JobSpec& spec, const CpuJobOptions& options,
+                    KvClient& kv, AssignmentProvider provider) {
+    ASSIGN_OR_RETURN(workload_,
+                     CreateWorkload(spec, options.rank, options.world_size));
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer,
+                     ShardOptimizer::Create(spec.optimizer()));
+    GlooOptions gloo;
+    gloo.rank = options.rank;
+    gloo.world_size = options.world_size;
+    gloo.hostname = options.hostname;
+    gloo.timeout = options.timeout;
+    gloo.key_prefix = options.key_prefix;
+    ASSIGN_OR_RETURN(comm_, CreateGlooCommunicator(gloo, kv));
+    ZeroHookOptions hook_options;
+    hook_options.comm_mode = spec.comm_mode();
+    hook_options.bucket_cap_mb = spec.bucket_cap_mb();
+    hook_options.timeout = options.timeout;
+    ASSIGN_OR_RETURN(hook_, ZeroHook::Create(workload_->parameters(),
+                                             comm_.get(), std::move(optimizer),
+                                             std::move(provider), hook_options));
+    return workload_->InitializeParameters(hook_->params());
+  }
+
+  absl::StatusOr<double> RunStep(int64_t step) override {
+    std::vector<const float*> params(hook_->params().begin(),
+                                     hook_->params().end());
+    ASSIGN_OR_RETURN(double loss, workload_->ComputeGradients(
+                                      step, params, hook_->grads(), *hook_));
+    RETURN_IF_ERROR(hook_->FinishStep());
+    return loss;
+  }
+
+  absl::StatusOr<double> AverageLoss(double loss) override {
+    if (world_size_ == 1) return loss;
+    float sum = static_cast<float>(loss);
+    RETURN_IF_ERROR(
+        comm_->AllReduce(&sum, 1, DataType::kFloat32)->Wait(timeout_));
+    return sum / world_size_;
+  }
+
+  absl::Status FinalBarrier() override {
+    return comm_->Barrier()->Wait(timeout_);
+  }
+
+  Communicator& communicator() override { return *comm_; }
+  ZeroHook& hook() override { return *hook_; }
+  const Workload& workload() const override { return *workload_; }
+
+  absl::StatusOr<std::vector<std::vector<float>>> DownloadParameters()
+      override {
+    std::vector<std::vector<float>> out;
+    const auto& infos = workload_->parameters();
+    out.reserve(infos.size());
+    for (size_t i = 0; i < infos.size(); ++i) {
+      const float* p = hook_->params()[i];
+      out.emplace_back(p, p + infos[i].numel);
+    }
+    return out;
+  }
+
+ private:
+  const int world_size_;
+  const absl::Duration timeout_;
+  // Destroyed in reverse: the communicator first (see the destructor), then
+  // the hook, then the workload.
+  std::unique_ptr<Workload> workload_;
+  std::unique_ptr<ZeroHook> hook_;
+  std::unique_ptr<Communicator> comm_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuJob>> CpuJob::Create(
+    const v1::JobSpec& spec, const CpuJobOptions& options, KvClient& kv,
+    AssignmentProvider provider) {
+  auto job = std::make_unique<CpuJobImpl>(options.world_size, options.timeout);
+  RETURN_IF_ERROR(job->Init(spec, options, kv, std::move(provider)));
+  return std::unique_ptr<CpuJob>(std::move(job));
+}
+
+}  // namespace pshard::worker
