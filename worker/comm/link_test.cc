@@ -208,7 +208,7 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<2>(info.param));
     });
 
-class LinkFailureTest : public ::testing::TestWithParam<LinkKind> {};
+class LinkKindTest : public ::testing::TestWithParam<LinkKind> {};
 
 // Rank 0 posts a receive of one float from rank 1, which sends nothing.
 absl::StatusOr<std::unique_ptr<Transfer>> ReceiveOneFloat(LinkWorld& links,
@@ -220,7 +220,7 @@ absl::StatusOr<std::unique_ptr<Transfer>> ReceiveOneFloat(LinkWorld& links,
 // A receive nobody sends ends at its deadline with DeadlineExceeded (on TCP,
 // told from a broken connection by our own deadline bookkeeping, since Gloo
 // throws the same exception type for both).
-TEST_P(LinkFailureTest, UnansweredReceiveTimesOut) {
+TEST_P(LinkKindTest, UnansweredReceiveTimesOut) {
   ASSERT_OK_AND_ASSIGN(auto links, LinkWorld::Connect(GetParam(), 2));
   float x = 0;
   ASSERT_OK_AND_ASSIGN(auto receive, ReceiveOneFloat(*links, &x));
@@ -232,7 +232,7 @@ TEST_P(LinkFailureTest, UnansweredReceiveTimesOut) {
 
 // The peer closing its end fails a waiting receive long before the deadline,
 // and not as a timeout.
-TEST_P(LinkFailureTest, PeerCloseFailsAWaitingReceive) {
+TEST_P(LinkKindTest, PeerCloseFailsAWaitingReceive) {
   ASSERT_OK_AND_ASSIGN(auto links, LinkWorld::Connect(GetParam(), 2));
   float x = 0;
   ASSERT_OK_AND_ASSIGN(auto receive, ReceiveOneFloat(*links, &x));
@@ -242,6 +242,22 @@ TEST_P(LinkFailureTest, PeerCloseFailsAWaitingReceive) {
   EXPECT_FALSE(status.ok());
   EXPECT_NE(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+// A copy of a few bytes, not a whole number of elements, arrives intact
+// (a barrier's token is one byte).
+TEST_P(LinkKindTest, OddSizedCopyArrives) {
+  ASSERT_OK_AND_ASSIGN(auto links, LinkWorld::Connect(GetParam(), 2));
+  const std::string sent = "pshard!";
+  std::string received(sent.size(), '?');
+  ASSERT_OK_AND_ASSIGN(
+      auto send, links->link(1, 0).Send(sent.data(), sent.size(), 0, 0));
+  ASSERT_OK_AND_ASSIGN(
+      auto receive,
+      links->link(0, 1).Receive(sent.size(), Delivery{received.data()}, 0, 0));
+  EXPECT_OK(receive->Wait(kWait));
+  EXPECT_OK(send->Wait(kWait));
+  EXPECT_EQ(received, sent);
 }
 
 // AbortWait releases a waiting receive with Aborted (TCP; on shared memory
@@ -255,7 +271,7 @@ TEST(TcpLinkTest, AbortWaitReleasesAWaitingReceive) {
               StatusIs(absl::StatusCode::kAborted, ::testing::_));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllLinks, LinkFailureTest,
+INSTANTIATE_TEST_SUITE_P(AllLinks, LinkKindTest,
                          ::testing::Values(LinkKind::kTcp, LinkKind::kShm),
                          [](const auto& info) { return KindName(info.param); });
 

@@ -32,7 +32,9 @@ class ShmReceive : public Transfer {
 
   absl::Status Wait(absl::Duration timeout) override {
     const Delivery into = into_;
-    return channel_->Read(bytes_, DataTypeSize(into.dtype), timeout,
+    // Additions take whole elements; copies any bytes.
+    const int64_t granule = into.add ? DataTypeSize(into.dtype) : 1;
+    return channel_->Read(bytes_, granule, timeout,
                           [&into](int64_t offset, const char* data,
                                   int64_t length) {
                             Deliver(into, offset, data, length);
