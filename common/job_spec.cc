@@ -413,19 +413,39 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json) {
-  JobSpec spec;
+namespace {
+
+// Protobuf's JSON mapping with the rules every spec follows here: unknown
+// fields are errors, enum names are case-insensitive.
+absl::Status ParseJson(absl::string_view json, absl::string_view what,
+                       google::protobuf::Message* message) {
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   options.case_insensitive_enum_parsing = true;
   const auto status = google::protobuf::util::JsonStringToMessage(
-      google::protobuf::StringPiece(json.data(), json.size()), &spec, options);
+      google::protobuf::StringPiece(json.data(), json.size()), message, options);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job spec is not valid JSON for JobSpec: ", status.message().ToString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " is not valid JSON for ", message->GetDescriptor()->name(), ": ",
+        status.message().ToString()));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json) {
+  JobSpec spec;
+  RETURN_IF_ERROR(ParseJson(json, "job spec", &spec));
   RETURN_IF_ERROR(ValidateJobSpec(spec));
   return spec;
+}
+
+absl::StatusOr<OptimizerSpec> ParseOptimizerSpecJson(absl::string_view json) {
+  OptimizerSpec optimizer;
+  RETURN_IF_ERROR(ParseJson(json, "optimizer", &optimizer));
+  RETURN_IF_ERROR(ValidateOptimizer(optimizer));
+  return optimizer;
 }
 
 JobSpec ApplyJobSpecDefaults(JobSpec spec) {

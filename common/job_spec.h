@@ -46,6 +46,11 @@ inline constexpr absl::string_view kTorchrunEnvNames[] = {
 // out-of-range values are all rejected.
 absl::StatusOr<v1::JobSpec> ParseJobSpecJson(absl::string_view json);
 
+// Parses the JSON form of an OptimizerSpec alone (a JobSpec's `optimizer`
+// field, as the C API receives it) and checks it with the same rules;
+// InvalidArgument names the field with the same "optimizer." paths.
+absl::StatusOr<v1::OptimizerSpec> ParseOptimizerSpecJson(absl::string_view json);
+
 // Checks every field of `spec` against the rules documented in
 // job_spec.proto. InvalidArgument names the first offending field by its
 // path, e.g. "optimizer.hyper_parameters.lr: must be > 0, got -1".

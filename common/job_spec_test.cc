@@ -216,6 +216,28 @@ TEST(ResolveHyperParametersTest, FirstMatchingGroupThenOptimizerThenPyTorchDefau
   EXPECT_DOUBLE_EQ(adamw_defaults.weight_decay, 1e-2);
 }
 
+TEST(ParseOptimizerSpecJsonTest, ParsesGroupsAndNamesBadFieldsAsInAJobSpec) {
+  ASSERT_OK_AND_ASSIGN(
+      OptimizerSpec opt,
+      ParseOptimizerSpecJson(R"json({"kind": "sgd",
+          "hyper_parameters": {"lr": 0.1, "momentum": 0.9},
+          "param_groups": [{"params": ["*.bias"],
+                            "hyper_parameters": {"weight_decay": 0}}]})json"));
+  EXPECT_EQ(opt.kind(), OptimizerSpec::SGD);
+  EXPECT_EQ(opt.param_groups_size(), 1);
+
+  EXPECT_THAT(ParseOptimizerSpecJson(
+                  R"json({"kind": "adam", "hyper_parameters": {"lr": -1}})json"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("optimizer.hyper_parameters.lr")));
+  EXPECT_THAT(ParseOptimizerSpecJson(R"json({"kind": "adam", "lr": 1})json"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("not valid JSON for OptimizerSpec")));
+  EXPECT_THAT(ParseOptimizerSpecJson("{}"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("optimizer.kind")));
+}
+
 }  // namespace
 }  // namespace pshard
 

@@ -1,5 +1,7 @@
 #include "worker/bucket/bucket_layout.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -102,28 +104,46 @@ std::vector<v1::BucketLayout> BucketLayout::ToProto() const {
 void BucketStorage::FreeDeleter::operator()(float* p) const { std::free(p); }
 
 namespace {
-float* AllocateZeroed(int64_t numel) {
-  size_t bytes = static_cast<size_t>(std::max<int64_t>(numel, 1)) * 4;
+
+// A zeroed, 64-byte aligned buffer of `numel` floats, or null when the memory
+// is not there.
+std::unique_ptr<float, BucketStorage::FreeDeleter> AllocateZeroed(
+    int64_t numel) {
+  const int64_t elems = std::max<int64_t>(numel, 1);
+  if (elems > static_cast<int64_t>(SIZE_MAX / 4 - 64)) return nullptr;
+  size_t bytes = static_cast<size_t>(elems) * 4;
   bytes = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes);
-  if (p == nullptr) throw std::bad_alloc();
+  if (p == nullptr) return nullptr;
   std::memset(p, 0, bytes);
-  return static_cast<float*>(p);
+  return std::unique_ptr<float, BucketStorage::FreeDeleter>(
+      static_cast<float*>(p));
 }
+
 }  // namespace
 
-BucketStorage::BucketStorage(const BucketLayout& layout) {
+absl::StatusOr<std::unique_ptr<BucketStorage>> BucketStorage::Create(
+    const BucketLayout& layout) {
+  std::unique_ptr<BucketStorage> storage(new BucketStorage());
   const int n = static_cast<int>(layout.ready_order().size());
-  param_views_.assign(n, nullptr);
-  grad_views_.assign(n, nullptr);
+  storage->param_views_.assign(n, nullptr);
+  storage->grad_views_.assign(n, nullptr);
   for (const Bucket& b : layout.buckets()) {
-    params_.emplace_back(AllocateZeroed(b.numel));
-    grads_.emplace_back(AllocateZeroed(b.numel));
-    for (const BucketEntry& e : b.entries) {
-      param_views_[e.param_index] = params_.back().get() + e.offset;
-      grad_views_[e.param_index] = grads_.back().get() + e.offset;
+    auto params = AllocateZeroed(b.numel);
+    auto grads = params == nullptr ? nullptr : AllocateZeroed(b.numel);
+    if (grads == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot allocate bucket ", b.index, ": 2 x ", b.numel,
+          " floats (", 2 * b.numel * 4, " bytes) of host memory"));
     }
+    for (const BucketEntry& e : b.entries) {
+      storage->param_views_[e.param_index] = params.get() + e.offset;
+      storage->grad_views_[e.param_index] = grads.get() + e.offset;
+    }
+    storage->params_.push_back(std::move(params));
+    storage->grads_.push_back(std::move(grads));
   }
+  return storage;
 }
 
 }  // namespace pshard::worker

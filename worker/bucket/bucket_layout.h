@@ -82,10 +82,14 @@ class BucketLayout {
 };
 
 // The flat buffers of a layout: per bucket, 64-byte aligned parameters and
-// gradients.
+// gradients, zeroed.
 class BucketStorage {
  public:
-  explicit BucketStorage(const BucketLayout& layout);
+  // Allocates the buffers of `layout`. ResourceExhausted, naming the bucket
+  // and its size, when the memory is not there (what HookMemory::Arrange
+  // promises its callers; an allocation failure is not a crash).
+  static absl::StatusOr<std::unique_ptr<BucketStorage>> Create(
+      const BucketLayout& layout);
 
   float* bucket_params(int b) { return params_[b].get(); }
   float* bucket_grads(int b) { return grads_[b].get(); }
@@ -96,10 +100,14 @@ class BucketStorage {
   const std::vector<float*>& param_views() const { return param_views_; }
   const std::vector<float*>& grad_views() const { return grad_views_; }
 
- private:
+  // Frees a buffer from aligned_alloc.
   struct FreeDeleter {
     void operator()(float* p) const;
   };
+
+ private:
+  BucketStorage() = default;
+
   std::vector<std::unique_ptr<float, FreeDeleter>> params_;
   std::vector<std::unique_ptr<float, FreeDeleter>> grads_;
   std::vector<float*> param_views_;

@@ -87,7 +87,9 @@ TEST(BucketStorageTest, ViewsAreZeroCopyIntoBuckets) {
   ASSERT_OK_AND_ASSIGN(
       BucketLayout layout,
       BucketLayout::Build(params, BucketLayout::DefaultReadyOrder(3), 32));
-  BucketStorage storage(layout);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BucketStorage> owned,
+                       BucketStorage::Create(layout));
+  BucketStorage& storage = *owned;
   ASSERT_EQ(layout.num_buckets(), 2);
   EXPECT_EQ(storage.param(2), storage.bucket_params(0));
   EXPECT_EQ(storage.param(1), storage.bucket_params(0) + 4);
@@ -95,6 +97,17 @@ TEST(BucketStorageTest, ViewsAreZeroCopyIntoBuckets) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(storage.bucket_params(1)) % 64, 0u);
   storage.param(1)[2] = 7;
   EXPECT_EQ(storage.bucket_params(0)[6], 7);
+}
+
+// A bucket larger than any address space: ResourceExhausted naming the
+// bucket and its size, not std::bad_alloc.
+TEST(BucketStorageTest, UnallocatableBucketIsResourceExhausted) {
+  auto params = Params({int64_t{1} << 58});
+  ASSERT_OK_AND_ASSIGN(BucketLayout layout,
+                       BucketLayout::Build(params, {0}, int64_t{1} << 62));
+  EXPECT_THAT(BucketStorage::Create(layout).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       ::testing::HasSubstr("cannot allocate bucket 0")));
 }
 
 }  // namespace

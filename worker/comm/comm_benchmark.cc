@@ -5,14 +5,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
-#include <thread>
+#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/kv_store.h"
+#include "worker/comm/rank_threads.h"
 
 ABSL_FLAG(int, world, 2, "ranks (threads)");
 ABSL_FLAG(std::string, op, "broadcast",
@@ -35,55 +37,46 @@ int Main() {
   const int iters = absl::GetFlag(FLAGS_iters);
   InMemoryKvStore store;
   std::vector<double> ms(world);
-  std::vector<char> done(world, 0);  // per rank: finished without an error
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      GlooOptions options;
-      options.rank = r;
-      options.world_size = world;
-      options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
-      auto comm = CreateGlooCommunicator(options, store);
-      if (!comm.ok()) {
-        std::fprintf(stderr, "rank %d: %s\n", r,
-                     comm.status().ToString().c_str());
-        return;
-      }
-      std::vector<float> data(count, 1.0f);
-      std::vector<double> times;
-      for (int it = 0; it < iters + 1; ++it) {
-        const absl::Time start = absl::Now();
-        std::vector<std::shared_ptr<Work>> works;
-        for (int64_t off = 0, k = 0; off < count; off += piece, ++k) {
-          const int64_t n = std::min(piece, count - off);
-          float* p = data.data() + off;
-          if (op == "broadcast") {
-            works.push_back((*comm)->Broadcast(p, n, DataType::kFloat32, 0));
-          } else if (op == "reduce") {
-            works.push_back((*comm)->Reduce(p, n, DataType::kFloat32, 0));
-          } else if (op == "allreduce") {
-            works.push_back((*comm)->AllReduce(p, n, DataType::kFloat32));
-          } else {
-            works.push_back((*comm)->Reduce(p, n, DataType::kFloat32,
-                                            static_cast<int>(k % world)));
+  std::vector<absl::Status> statuses =
+      RunRanks(world, [&](int r) -> absl::Status {
+        GlooOptions options;
+        options.rank = r;
+        options.world_size = world;
+        options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+        ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                         CreateGlooCommunicator(options, store));
+        std::vector<float> data(count, 1.0f);
+        std::vector<double> times;
+        for (int it = 0; it < iters + 1; ++it) {
+          const absl::Time start = absl::Now();
+          std::vector<std::shared_ptr<Work>> works;
+          for (int64_t off = 0, k = 0; off < count; off += piece, ++k) {
+            const int64_t n = std::min(piece, count - off);
+            float* p = data.data() + off;
+            if (op == "broadcast") {
+              works.push_back(comm->Broadcast(p, n, DataType::kFloat32, 0));
+            } else if (op == "reduce") {
+              works.push_back(comm->Reduce(p, n, DataType::kFloat32, 0));
+            } else if (op == "allreduce") {
+              works.push_back(comm->AllReduce(p, n, DataType::kFloat32));
+            } else {
+              works.push_back(comm->Reduce(p, n, DataType::kFloat32,
+                                           static_cast<int>(k % world)));
+            }
+          }
+          for (auto& w : works) RETURN_IF_ERROR(w->Wait(absl::Seconds(60)));
+          if (it > 0) {
+            times.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
           }
         }
-        for (auto& w : works) {
-          absl::Status s = w->Wait(absl::Seconds(60));
-          if (!s.ok()) {
-            std::fprintf(stderr, "%s\n", s.ToString().c_str());
-            return;
-          }
-        }
-        if (it > 0) times.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
-      }
-      std::sort(times.begin(), times.end());
-      ms[r] = times[times.size() / 2];
-      done[r] = 1;
-    });
+        std::sort(times.begin(), times.end());
+        ms[r] = times[times.size() / 2];
+        return absl::OkStatus();
+      });
+  if (absl::Status error = FirstError(statuses); !error.ok()) {
+    std::fprintf(stderr, "%s\n", error.ToString().c_str());
+    return 1;
   }
-  for (auto& t : threads) t.join();
-  if (std::count(done.begin(), done.end(), 0) > 0) return 1;
   const double bytes = count * 4.0;
   std::printf("{\"op\": \"%s\", \"world\": %d, \"mb\": %lld, \"piece_kb\": %lld, "
               "\"shared_memory\": %s, \"ms_median\": %.1f, "

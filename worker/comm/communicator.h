@@ -1,7 +1,8 @@
 // Communicator: the collective operations the ZeRO hook needs, asynchronous,
 // on flat buffers, with an explicit abort. Backends: GlooCommunicator (host
-// memory, TCP), NcclCommunicator (device memory, its own CUDA stream), and
-// FakeCommunicator (in-process, for tests).
+// memory, TCP and shared memory), NcclCommunicator (device memory, its own
+// CUDA stream), and FakeCommunicator (in-process, for tests). The two host
+// backends are one op pipeline (link_communicator.h) over different links.
 //
 // Ordering: every rank issues the same operations in the same order. Each
 // operation's effects are ordered after every operation issued before it on

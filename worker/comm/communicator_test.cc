@@ -7,18 +7,19 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/fake_communicator.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/kv_store.h"
+#include "worker/comm/rank_threads.h"
 #include "worker/comm/reduce_ops.h"
 
 namespace pshard::worker {
@@ -46,39 +47,35 @@ class Ranks {
  public:
   Ranks(Backend backend, int n, absl::Duration timeout = absl::Seconds(20))
       : hub_(n, timeout) {
-    comms_.resize(n);
-    std::vector<std::thread> threads;
-    std::vector<absl::Status> statuses(n);
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        if (backend == Backend::kFake) {
-          comms_[r] = hub_.Create(r);
-          return;
-        }
-        GlooOptions options;
-        options.rank = r;
-        options.world_size = n;
-        options.timeout = timeout;
-        options.key_prefix = "test/";
-        options.shared_memory = backend == Backend::kGloo;
-        // Small rings, so that buckets wrap around them.
-        options.shm_ring_bytes = 64 * 1024;
-        auto comm = CreateGlooCommunicator(options, store_);
-        statuses[r] = comm.status();
-        if (comm.ok()) comms_[r] = *std::move(comm);
-      });
+    if (backend == Backend::kFake) {
+      for (int r = 0; r < n; ++r) comms_.push_back(hub_.Create(r));
+      return;
     }
-    for (auto& t : threads) t.join();
-    for (auto& s : statuses) EXPECT_OK(s);
+    GlooOptions options;
+    options.timeout = timeout;
+    options.key_prefix = "test/";
+    options.shared_memory = backend == Backend::kGloo;
+    // Small rings, so that buckets wrap around them.
+    options.shm_ring_bytes = 64 * 1024;
+    absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> comms =
+        CreateGlooRanks(n, options, store_);
+    EXPECT_OK(comms.status());
+    if (comms.ok()) comms_ = *std::move(comms);
   }
 
-  void Run(const std::function<void(Communicator&)>& body) {
-    std::vector<std::thread> threads;
-    for (auto& comm : comms_) {
-      ASSERT_NE(comm, nullptr);
-      threads.emplace_back([&body, &comm] { body(*comm); });
+  // Runs `body` on every rank at once; a rank's error fails the test, named
+  // with its rank.
+  void Run(const std::function<absl::Status(Communicator&)>& body) {
+    if (comms_.empty()) {
+      ADD_FAILURE() << "no communicators to run on";
+      return;
     }
-    for (auto& t : threads) t.join();
+    std::vector<absl::Status> statuses =
+        RunRanks(static_cast<int>(comms_.size()),
+                 [&](int r) { return body(*comms_[r]); });
+    for (size_t r = 0; r < statuses.size(); ++r) {
+      EXPECT_OK(statuses[r]) << "rank " << r;
+    }
   }
 
   Communicator& comm(int r) { return *comms_[r]; }
@@ -100,6 +97,15 @@ class CollectiveTest
   int64_t count() const { return std::get<2>(GetParam()); }
 };
 
+// OK if element `i` on `rank` is `want`; the first wrong element ends the
+// rank's body (returned, not ASSERTed: the body runs on the rank's thread).
+absl::Status Expect(float got, float want, int rank, int64_t i,
+                    absl::string_view what = "") {
+  if (got == want) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, " element ", i, " on rank ",
+                                          rank, " is ", got, ", want ", want));
+}
+
 // Rank r's input element i is r * count + i; sums have closed forms.
 float Input(int rank, int64_t count, int64_t i) {
   return static_cast<float>(rank * count + i);
@@ -111,52 +117,63 @@ float SumOverRanks(int n, int64_t count, int64_t i) {
 TEST_P(CollectiveTest, AllReduceSums) {
   Ranks ranks(backend(), world());
   const int64_t n = count();
-  ranks.Run([&](Communicator& comm) {
+  ranks.Run([&](Communicator& comm) -> absl::Status {
     std::vector<float> data(n);
     for (int64_t i = 0; i < n; ++i) data[i] = Input(comm.rank(), n, i);
     // Two in a row, to exercise slots and reuse.
-    ASSERT_OK(comm.AllReduce(data.data(), n, DataType::kFloat32)->Wait(kWait));
+    RETURN_IF_ERROR(
+        comm.AllReduce(data.data(), n, DataType::kFloat32)->Wait(kWait));
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(data[i], SumOverRanks(world(), n, i)) << "rank " << comm.rank() << " i " << i;
+      RETURN_IF_ERROR(
+          Expect(data[i], SumOverRanks(world(), n, i), comm.rank(), i));
     }
-    ASSERT_OK(comm.AllReduce(data.data(), n, DataType::kFloat32)->Wait(kWait));
+    RETURN_IF_ERROR(
+        comm.AllReduce(data.data(), n, DataType::kFloat32)->Wait(kWait));
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(data[i], world() * SumOverRanks(world(), n, i));
+      RETURN_IF_ERROR(Expect(data[i], world() * SumOverRanks(world(), n, i),
+                             comm.rank(), i, "second"));
     }
+    return absl::OkStatus();
   });
 }
 
 TEST_P(CollectiveTest, ReduceToEveryRoot) {
   Ranks ranks(backend(), world());
   const int64_t n = count();
-  ranks.Run([&](Communicator& comm) {
+  ranks.Run([&](Communicator& comm) -> absl::Status {
     for (int root = 0; root < comm.world_size(); ++root) {
       std::vector<float> data(n);
       for (int64_t i = 0; i < n; ++i) data[i] = Input(comm.rank(), n, i);
-      ASSERT_OK(comm.Reduce(data.data(), n, DataType::kFloat32, root)
-                    ->Wait(kWait));
+      RETURN_IF_ERROR(
+          comm.Reduce(data.data(), n, DataType::kFloat32, root)->Wait(kWait));
       if (comm.rank() == root) {
         for (int64_t i = 0; i < n; ++i) {
-          ASSERT_EQ(data[i], SumOverRanks(world(), n, i));
+          RETURN_IF_ERROR(
+              Expect(data[i], SumOverRanks(world(), n, i), comm.rank(), i));
         }
       }
     }
+    return absl::OkStatus();
   });
 }
 
 TEST_P(CollectiveTest, BroadcastFromEveryRoot) {
   Ranks ranks(backend(), world());
   const int64_t n = count();
-  ranks.Run([&](Communicator& comm) {
+  ranks.Run([&](Communicator& comm) -> absl::Status {
     for (int root = 0; root < comm.world_size(); ++root) {
       std::vector<float> data(n, -1.0f);
       if (comm.rank() == root) {
         for (int64_t i = 0; i < n; ++i) data[i] = Input(root, n, i);
       }
-      ASSERT_OK(comm.Broadcast(data.data(), n, DataType::kFloat32, root)
-                    ->Wait(kWait));
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(data[i], Input(root, n, i));
+      RETURN_IF_ERROR(comm.Broadcast(data.data(), n, DataType::kFloat32, root)
+                          ->Wait(kWait));
+      for (int64_t i = 0; i < n; ++i) {
+        RETURN_IF_ERROR(Expect(data[i], Input(root, n, i), comm.rank(), i,
+                               absl::StrCat("root ", root)));
+      }
     }
+    return absl::OkStatus();
   });
 }
 
@@ -166,7 +183,7 @@ TEST_P(CollectiveTest, PipelinedReduceStepBroadcast) {
   Ranks ranks(backend(), world());
   const int64_t n = count();
   const int kBuckets = 6;
-  ranks.Run([&](Communicator& comm) {
+  ranks.Run([&](Communicator& comm) -> absl::Status {
     std::vector<std::vector<float>> grads(kBuckets, std::vector<float>(n));
     std::vector<std::vector<float>> params(kBuckets, std::vector<float>(n, 0));
     std::vector<std::shared_ptr<Work>> works;
@@ -191,14 +208,15 @@ TEST_P(CollectiveTest, PipelinedReduceStepBroadcast) {
       works.push_back(
           comm.Broadcast(params[b].data(), n, DataType::kFloat32, owner));
     }
-    for (auto& w : works) ASSERT_OK(w->Wait(kWait));
+    for (auto& w : works) RETURN_IF_ERROR(w->Wait(kWait));
     for (int b = 0; b < kBuckets; ++b) {
       for (int64_t i = 0; i < n; ++i) {
-        ASSERT_EQ(params[b][i],
-                  2 * (SumOverRanks(world(), n, i) + world() * b))
-            << "bucket " << b << " i " << i;
+        RETURN_IF_ERROR(Expect(params[b][i],
+                               2 * (SumOverRanks(world(), n, i) + world() * b),
+                               comm.rank(), i, absl::StrCat("bucket ", b)));
       }
     }
+    return absl::OkStatus();
   });
 }
 
@@ -206,14 +224,17 @@ TEST_P(CollectiveTest, BytesSentMatchMinimumVolume) {
   Ranks ranks(backend(), world());
   const int64_t n = count();
   std::vector<int64_t> sent(world());
-  ranks.Run([&](Communicator& comm) {
+  ranks.Run([&](Communicator& comm) -> absl::Status {
     std::vector<float> data(n, 1.0f);
     // Every rank owns one bucket: reduce to it, broadcast from it.
     for (int root = 0; root < comm.world_size(); ++root) {
-      ASSERT_OK(comm.Reduce(data.data(), n, DataType::kFloat32, root)->Wait(kWait));
-      ASSERT_OK(comm.Broadcast(data.data(), n, DataType::kFloat32, root)->Wait(kWait));
+      RETURN_IF_ERROR(
+          comm.Reduce(data.data(), n, DataType::kFloat32, root)->Wait(kWait));
+      RETURN_IF_ERROR(
+          comm.Broadcast(data.data(), n, DataType::kFloat32, root)->Wait(kWait));
     }
     sent[comm.rank()] = comm.bytes_sent();
+    return absl::OkStatus();
   });
   // Each rank sends its gradient to every other owner once and its own
   // bucket to every peer once: 2(n-1) buckets of 4*count bytes.
@@ -225,7 +246,7 @@ TEST_P(CollectiveTest, BytesSentMatchMinimumVolume) {
 TEST_P(CollectiveTest, BarrierAndEnqueueOrder) {
   Ranks ranks(backend(), world());
   std::atomic<int> before{0};
-  ranks.Run([&](Communicator& comm) {
+  ranks.Run([&](Communicator& comm) -> absl::Status {
     std::vector<int> order;
     auto w1 = comm.Enqueue([&] {
       order.push_back(1);
@@ -240,10 +261,11 @@ TEST_P(CollectiveTest, BarrierAndEnqueueOrder) {
                  ? absl::OkStatus()
                  : absl::InternalError("barrier did not wait");
     });
-    ASSERT_OK(w2->Wait(kWait));
-    ASSERT_OK(barrier->Wait(kWait));
-    ASSERT_OK(w1->Wait(kWait));
+    RETURN_IF_ERROR(w2->Wait(kWait));
+    RETURN_IF_ERROR(barrier->Wait(kWait));
+    RETURN_IF_ERROR(w1->Wait(kWait));
     EXPECT_EQ(order, (std::vector<int>{1, 2}));
+    return absl::OkStatus();
   });
 }
 
@@ -264,15 +286,17 @@ class BackendTest : public ::testing::TestWithParam<Backend> {};
 
 TEST_P(BackendTest, BFloat16AllReduce) {
   Ranks ranks(GetParam(), 3);
-  ranks.Run([&](Communicator& comm) {
+  ranks.Run([&](Communicator& comm) -> absl::Status {
     std::vector<uint16_t> data(10);
     for (int i = 0; i < 10; ++i) {
       data[i] = FloatToBFloat16(static_cast<float>(comm.rank() + i));
     }
-    ASSERT_OK(comm.AllReduce(data.data(), 10, DataType::kBFloat16)->Wait(kWait));
+    RETURN_IF_ERROR(
+        comm.AllReduce(data.data(), 10, DataType::kBFloat16)->Wait(kWait));
     for (int i = 0; i < 10; ++i) {
       EXPECT_EQ(BFloat16ToFloat(data[i]), static_cast<float>(3 + 3 * i));
     }
+    return absl::OkStatus();
   });
 }
 
@@ -363,17 +387,17 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, BackendTest,
 // own reduction of b completing (on Gloo's pairs a send does not start before
 // its receive is posted). The first step waits for exactly that, with a
 // deadline, so a communicator that posts nothing behind a waiting step fails
-// here instead of hanging. Gloo only: the fake runs each rank's ops one at a
-// time.
-class GlooPipelineTest : public ::testing::TestWithParam<Backend> {};
+// here instead of hanging. The fake runs the same pipeline, so it is held to
+// this too.
+class PipelineTest : public ::testing::TestWithParam<Backend> {};
 
-TEST_P(GlooPipelineTest, WaitingStepDoesNotHoldUpLaterTransfers) {
+TEST_P(PipelineTest, WaitingStepDoesNotHoldUpLaterTransfers) {
   Ranks ranks(GetParam(), 2);
   // Small enough for every ring and socket buffer, so that a send completes
   // once the receiver has posted its receive, not once it has read it.
   constexpr int64_t kCount = 256;
   absl::Notification b_reduced;  // rank 1's reduction of b has completed
-  ranks.Run([&](Communicator& comm) {
+  ranks.Run([&](Communicator& comm) -> absl::Status {
     std::vector<float> z(kCount, 0.0f);
     std::vector<float> a(kCount, 1.0f + comm.rank());
     std::vector<float> b(kCount, 10.0f * (1 + comm.rank()));
@@ -406,16 +430,18 @@ TEST_P(GlooPipelineTest, WaitingStepDoesNotHoldUpLaterTransfers) {
       });
     }
     works.push_back(reduce_b);
-    for (auto& w : works) ASSERT_OK(w->Wait(kWait));
+    for (auto& w : works) RETURN_IF_ERROR(w->Wait(kWait));
     if (comm.rank() == 0) {
       EXPECT_EQ(a[0], 2 * (1.0f + 2.0f));
       EXPECT_EQ(b[kCount - 1], 10.0f + 20.0f);
     }
+    return absl::OkStatus();
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(GlooBackends, GlooPipelineTest,
-                         ::testing::Values(Backend::kGloo, Backend::kGlooTcp),
+INSTANTIATE_TEST_SUITE_P(AllBackends, PipelineTest,
+                         ::testing::Values(Backend::kGloo, Backend::kGlooTcp,
+                                           Backend::kFake),
                          [](const auto& info) { return BackendName(info.param); });
 
 TEST(GlooCommunicatorTest, RendezvousTimesOutWithoutPeers) {

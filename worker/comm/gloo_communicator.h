@@ -1,38 +1,21 @@
-// GlooCommunicator: the Communicator for host memory, over Gloo's TCP
-// transport. Peers find each other through a KvClient (the coordinator's
-// job-scoped key/value store, or an in-memory one in tests).
+// GlooCommunicator: the Communicator for host memory between processes, the
+// op pipeline of link_communicator.h over two kinds of Link, chosen per peer
+// once at setup:
+//   - TCP (tcp_link.h): Gloo's TCP pairs, unbound buffers with a slot per
+//     transfer, one context per direction so both directions of every link
+//     stay busy;
+//   - shared memory (shm_link.h): for ranks on the same host (same kernel
+//     boot id, /dev/shm shared; shm_rendezvous.h), rings instead of loopback
+//     TCP: one copy into the ring by a sender thread, the receiver summing or
+//     copying straight out of it. One ring per lane and direction. Barriers
+//     and other hosts use TCP.
+// Peers find each other through a KvClient (the coordinator's job-scoped
+// key/value store, or an in-memory one in tests).
 //
-// Every operation is built from Gloo's point-to-point primitives (unbound
-// buffers: send/recv with a per-operation slot), never from Gloo's blocking
-// collectives, for two reasons:
-//   - volume: Reduce sends each non-root's buffer straight to the root, once;
-//     Broadcast sends the root's buffer once to each peer. A bucket then costs
-//     2(n-1)/n of its size per rank over reduce+broadcast, the minimum.
-//     AllReduce is a direct reduce-scatter + all-gather (2(n-1)/n as well).
-//   - overlap and abort: an operation is *posted* (its sends and receives are
-//     handed to the transport) as soon as every earlier operation touching the
-//     same memory has finished, so several buckets are in flight at once and
-//     both directions of every link stay busy; and every wait is on an unbound
-//     buffer, which Abort() can interrupt.
-//
-// Threads: an issuer thread posts operations in issue order (and runs Enqueue'd
-// functions once everything issued before them has finished); a completion
-// thread waits for posted operations in order, does the local arithmetic
-// (summing received gradients) and completes their Work. Enqueue's function
-// therefore runs after all earlier operations and before any later one is
-// posted: the owner's optimizer step sits between a bucket's reduction and its
-// broadcast, as the Communicator contract requires.
-//
-// Same host: ranks that share a machine (and /dev/shm) exchange data through
-// shared-memory rings instead of loopback TCP (ShmChannel): one copy into
-// the ring by a sender thread, the receiver summing or copying straight out
-// of it. Two rings per direction: one for transfers posted in issue order,
-// one for all-reduce's second round. Barriers and other hosts use TCP.
-//
-// Errors: Gloo reports failures by throwing; they are caught here and turned
-// into absl::Status (DeadlineExceeded for timeouts, Unavailable for transport
-// errors). The first failure is sticky: later operations fail with it, since
-// their inputs can no longer be trusted.
+// Errors: Gloo reports failures by throwing; tcp_link.cc turns them into
+// absl::Status (DeadlineExceeded for timeouts, told by our own deadline
+// bookkeeping, Unavailable for transport errors). The first failure is
+// sticky (link_communicator.h).
 #ifndef PSHARD_WORKER_COMM_GLOO_COMMUNICATOR_H_
 #define PSHARD_WORKER_COMM_GLOO_COMMUNICATOR_H_
 

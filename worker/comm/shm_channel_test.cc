@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 
@@ -26,9 +27,14 @@ TEST(ShmChannelTest, StreamsMessagesThroughASmallRing) {
     for (int64_t i = 0; i < sizes[m]; ++i) message[i] = static_cast<char>(m * 31 + i);
     sent.push_back(message);
   }
+  // EXPECT, not ASSERT, off the test's thread: a failed write stops the
+  // producer, and the reads below then fail on their deadline.
   std::thread producer([&] {
     for (const auto& message : sent) {
-      ASSERT_OK(writer->Write(message.data(), message.size(), absl::Seconds(10)));
+      absl::Status status =
+          writer->Write(message.data(), message.size(), absl::Seconds(10));
+      EXPECT_OK(status);
+      if (!status.ok()) return;
     }
   });
   for (size_t m = 0; m < sizes.size(); ++m) {
@@ -51,17 +57,44 @@ TEST(ShmChannelTest, ReaderTimesOutWithoutData) {
               StatusIs(absl::StatusCode::kDeadlineExceeded, ::testing::_));
 }
 
-TEST(ShmChannelTest, CloseWakesBothSides) {
+// A writer that waits for room is released by the reader's Close, long
+// before its own deadline. The closer first consumes one ring's worth: once
+// that arrived the writer is inside Write with most of its message left, so
+// it either already waits or will find the ring closed at its next wait —
+// no sleep needed to line the two up.
+TEST(ShmChannelTest, CloseReleasesAWaitingWriter) {
   ASSERT_OK_AND_ASSIGN(auto writer, ShmChannel::Create("test", 64));
   ASSERT_OK_AND_ASSIGN(auto reader, ShmChannel::Open(writer->name()));
+  absl::Status first_read;
   std::thread closer([&] {
-    absl::SleepFor(absl::Milliseconds(100));
+    first_read = reader->Read(64, 1, absl::Seconds(10),
+                              [](int64_t, const char*, int64_t) {});
     reader->Close();
   });
   const absl::Time start = absl::Now();
   std::vector<char> big(1024);
-  // The ring fills after 64 bytes; the writer waits until the close.
   EXPECT_THAT(writer->Write(big.data(), big.size(), absl::Seconds(30)),
+              StatusIs(absl::StatusCode::kAborted, ::testing::_));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  closer.join();
+  EXPECT_OK(first_read);
+}
+
+// The other side: a reader waiting for data is released by the writer's
+// Close. The writer sends 1 of the 8 bytes the reader expects, then closes:
+// whichever comes first, the reader ends with the close, not its deadline.
+TEST(ShmChannelTest, CloseReleasesAWaitingReader) {
+  ASSERT_OK_AND_ASSIGN(auto writer, ShmChannel::Create("test", 64));
+  ASSERT_OK_AND_ASSIGN(auto reader, ShmChannel::Open(writer->name()));
+  std::thread closer([&] {
+    const char byte = 1;
+    EXPECT_OK(writer->Write(&byte, 1, absl::Seconds(10)));
+    writer->Close();
+  });
+  const absl::Time start = absl::Now();
+  // 1 byte arrives, the other 7 never do: the read ends at the close.
+  EXPECT_THAT(reader->Read(8, 1, absl::Seconds(30),
+                           [](int64_t, const char*, int64_t) {}),
               StatusIs(absl::StatusCode::kAborted, ::testing::_));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   closer.join();

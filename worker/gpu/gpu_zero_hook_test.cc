@@ -12,7 +12,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -26,6 +25,7 @@
 #include "worker/bucket/bucket_layout.h"
 #include "worker/comm/fake_communicator.h"
 #include "worker/comm/kv_store.h"
+#include "worker/comm/rank_threads.h"
 #include "worker/gpu/gpu_job.h"
 #include "worker/gpu/gpu_shard_optimizer.h"
 #include "worker/gpu/gpu_test_util.h"
@@ -86,24 +86,6 @@ v1::JobSpec::CommMode CommMode(const v1::JobSpec& spec) {
              : v1::JobSpec::REDUCE_BROADCAST;
 }
 
-// Runs `rank_main(rank)` for every rank of `world`, each in its own thread;
-// returns every rank's result, or the first error.
-absl::StatusOr<std::vector<Parameters>> OnEveryRank(
-    int world, const std::function<absl::StatusOr<Parameters>(int)>& rank_main) {
-  std::vector<absl::StatusOr<Parameters>> results(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] { results[r] = rank_main(r); });
-  }
-  for (auto& t : threads) t.join();
-  std::vector<Parameters> out;
-  for (auto& result : results) {
-    RETURN_IF_ERROR(result.status());
-    out.push_back(*std::move(result));
-  }
-  return out;
-}
-
 // The job runner's step loop, the same for both hooks (a GpuZeroHook is a
 // ZeroHook on device memory); then every parameter, brought to the host by
 // `download(i, out)`.
@@ -135,7 +117,7 @@ absl::StatusOr<Parameters> Train(
 absl::StatusOr<std::vector<Parameters>> RunCpu(const v1::JobSpec& spec) {
   const int world = spec.world_size();
   FakeHub hub(world);
-  return OnEveryRank(world, [&](int rank) -> absl::StatusOr<Parameters> {
+  return RunRanksFor<Parameters>(world, [&](int rank) -> absl::StatusOr<Parameters> {
     std::unique_ptr<Communicator> comm = hub.Create(rank);
     ASSIGN_OR_RETURN(std::unique_ptr<Workload> workload,
                      CreateWorkload(spec, rank, world));
@@ -162,7 +144,7 @@ absl::StatusOr<std::vector<Parameters>> RunGpu(const v1::JobSpec& spec,
                                                bool adapt_host) {
   const int world = spec.world_size();
   InMemoryKvStore kv;
-  return OnEveryRank(world, [&](int rank) -> absl::StatusOr<Parameters> {
+  return RunRanksFor<Parameters>(world, [&](int rank) -> absl::StatusOr<Parameters> {
     NcclOptions nccl;
     nccl.job_id = spec.name();
     nccl.epoch = 1;

@@ -704,19 +704,4 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(
                                std::move(stream), std::move(barrier)));
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
-    KvClient& kv, const std::string& job_id, int64_t epoch, int rank,
-    int world_size, int device, absl::Duration timeout) {
-  NcclOptions options;
-  options.job_id = job_id;
-  options.epoch = epoch;
-  options.rank = rank;
-  options.world_size = world_size;
-  options.device = device;
-  options.timeout = timeout;
-  ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm,
-                   CreateNcclCommunicator(options, kv));
-  return std::unique_ptr<Communicator>(std::move(comm));
-}
-
 }  // namespace pshard::worker

@@ -105,11 +105,6 @@ struct NcclOptions {
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(
     const NcclOptions& options, KvClient& kv);
 
-// The same, as a plain Communicator (the runtime's backend factory form).
-absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
-    KvClient& kv, const std::string& job_id, int64_t epoch, int rank,
-    int world_size, int device, absl::Duration timeout);
-
 // Bytes one rank sends for one operation on `bytes` bytes among
 // `world_size` ranks, by the convention above. Exposed for tests and
 // benchmarks.

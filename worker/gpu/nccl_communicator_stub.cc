@@ -21,17 +21,4 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
-    KvClient& kv, const std::string& job_id, int64_t epoch, int rank,
-    int world_size, int device, absl::Duration timeout) {
-  (void)kv;
-  (void)job_id;
-  (void)epoch;
-  (void)rank;
-  (void)world_size;
-  (void)device;
-  (void)timeout;
-  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
-}
-
 }  // namespace pshard::worker

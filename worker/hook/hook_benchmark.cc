@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <memory>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -17,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/kv_store.h"
+#include "worker/comm/rank_threads.h"
 #include "shard/assignment.h"
 #include "worker/hook/zero_hook.h"
 #include "worker/optim/shard_optimizer.h"
@@ -55,70 +55,66 @@ int Main() {
   InMemoryKvStore store;
   std::vector<std::vector<double>> times(world);
   std::vector<int64_t> bytes(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      GlooOptions gloo;
-      gloo.shared_memory = absl::GetFlag(FLAGS_shared_memory);
-      gloo.rank = r;
-      gloo.world_size = world;
-      auto comm = CreateGlooCommunicator(gloo, store);
-      if (!comm.ok()) {
-        std::fprintf(stderr, "%s\n", comm.status().ToString().c_str());
-        return;
-      }
-      v1::OptimizerSpec opt;
-      opt.set_kind(v1::OptimizerSpec::ADAM);
-      auto optimizer = ShardOptimizer::Create(opt);
-      ZeroHookOptions options;
-      options.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_mb);
-      options.piece_bytes = absl::GetFlag(FLAGS_piece_kb) * 1024;
-      options.broadcast_lag = absl::GetFlag(FLAGS_broadcast_lag);
-      options.comm_mode = allreduce ? v1::JobSpec::ALLREDUCE_BROADCAST
-                                    : v1::JobSpec::REDUCE_BROADCAST;
-      auto hook = ZeroHook::Create(
-          infos, comm->get(), *std::move(optimizer),
-          [world](const BucketLayout& layout)
-              -> absl::StatusOr<BucketAssignment> {
-            auto owners = shard::AssignBuckets(v1::JobSpec::BALANCED,
-                                             layout.BucketBytes(), world);
-            if (!owners.ok()) return owners.status();
-            return BucketAssignment{1, *owners};
-          },
-          options);
-      if (!hook.ok()) return;
-      std::mt19937 rng(r);
-      std::uniform_real_distribution<float> u(-1, 1);
-      std::vector<std::vector<float>> grads(infos.size());
-      for (size_t i = 0; i < infos.size(); ++i) {
-        grads[i].resize(infos[i].numel);
-        for (float& g : grads[i]) g = u(rng);
-      }
-      const bool copy_grads = absl::GetFlag(FLAGS_copy_grads);
-      for (int step = 0; step < steps + 2; ++step) {
-        // Gradients are reduced in place, so without copying each step they
-        // drift (sums of sums); harmless for timing.
-        const absl::Time start = absl::Now();
-        for (int i = static_cast<int>(infos.size()) - 1; i >= 0; --i) {
-          if (copy_grads || step == 0) {
-            std::copy(grads[i].begin(), grads[i].end(), (*hook)->grads()[i]);
+  std::vector<absl::Status> statuses =
+      RunRanks(world, [&](int r) -> absl::Status {
+        GlooOptions gloo;
+        gloo.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+        gloo.rank = r;
+        gloo.world_size = world;
+        auto comm = CreateGlooCommunicator(gloo, store);
+        if (!comm.ok()) return comm.status();
+        v1::OptimizerSpec opt;
+        opt.set_kind(v1::OptimizerSpec::ADAM);
+        auto optimizer = ShardOptimizer::Create(opt);
+        ZeroHookOptions options;
+        options.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_mb);
+        options.piece_bytes = absl::GetFlag(FLAGS_piece_kb) * 1024;
+        options.broadcast_lag = absl::GetFlag(FLAGS_broadcast_lag);
+        options.comm_mode = allreduce ? v1::JobSpec::ALLREDUCE_BROADCAST
+                                      : v1::JobSpec::REDUCE_BROADCAST;
+        auto hook = ZeroHook::Create(
+            infos, comm->get(), *std::move(optimizer),
+            [world](const BucketLayout& layout)
+                -> absl::StatusOr<BucketAssignment> {
+              auto owners = shard::AssignBuckets(v1::JobSpec::BALANCED,
+                                                 layout.BucketBytes(), world);
+              if (!owners.ok()) return owners.status();
+              return BucketAssignment{1, *owners};
+            },
+            options);
+        if (!hook.ok()) return hook.status();
+        std::mt19937 rng(r);
+        std::uniform_real_distribution<float> u(-1, 1);
+        std::vector<std::vector<float>> grads(infos.size());
+        for (size_t i = 0; i < infos.size(); ++i) {
+          grads[i].resize(infos[i].numel);
+          for (float& g : grads[i]) g = u(rng);
+        }
+        const bool copy_grads = absl::GetFlag(FLAGS_copy_grads);
+        for (int step = 0; step < steps + 2; ++step) {
+          // Gradients are reduced in place, so without copying each step they
+          // drift (sums of sums); harmless for timing.
+          const absl::Time start = absl::Now();
+          for (int i = static_cast<int>(infos.size()) - 1; i >= 0; --i) {
+            if (copy_grads || step == 0) {
+              std::copy(grads[i].begin(), grads[i].end(), (*hook)->grads()[i]);
+            }
+            (*hook)->GradientReady(i);
           }
-          (*hook)->GradientReady(i);
+          if (absl::Status s = (*hook)->FinishStep(); !s.ok()) return s;
+          if (step >= 2) {
+            times[r].push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+          }
         }
-        absl::Status s = (*hook)->FinishStep();
-        if (!s.ok()) {
-          std::fprintf(stderr, "rank %d: %s\n", r, s.ToString().c_str());
-          return;
-        }
-        if (step >= 2) {
-          times[r].push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
-        }
-      }
-      bytes[r] = (*comm)->bytes_sent();
-      (void)(*comm)->Barrier()->Wait(absl::Seconds(60));
-    });
+        bytes[r] = (*comm)->bytes_sent();
+        (void)(*comm)->Barrier()->Wait(absl::Seconds(60));
+        return absl::OkStatus();
+      });
+  for (int r = 0; r < world; ++r) {
+    if (!statuses[r].ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", r, statuses[r].ToString().c_str());
+    }
   }
-  for (auto& t : threads) t.join();
   std::vector<double> t = times[0];
   if (t.empty()) return 1;
   std::sort(t.begin(), t.end());

@@ -19,7 +19,8 @@ class HostMemory final : public HookMemory {
   explicit HostMemory(ShardOptimizer* optimizer) : optimizer_(optimizer) {}
 
   absl::Status Arrange(const BucketLayout& layout) override {
-    auto storage = std::make_unique<BucketStorage>(layout);
+    ASSIGN_OR_RETURN(std::unique_ptr<BucketStorage> storage,
+                     BucketStorage::Create(layout));
     if (storage_ != nullptr) {
       for (const Bucket& bucket : layout.buckets()) {
         for (const BucketEntry& e : bucket.entries) {

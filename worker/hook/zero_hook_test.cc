@@ -10,7 +10,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -18,12 +17,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
+#include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/comm/fake_communicator.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/kv_store.h"
+#include "worker/comm/rank_threads.h"
 #include "worker/hook/hook_memory.h"
 #include "shard/assignment.h"
 #include "worker/optim/shard_optimizer.h"
@@ -170,33 +171,25 @@ absl::Status RunRank(const v1::JobSpec& spec, Backend backend,
 std::vector<RankResult> RunJob(const v1::JobSpec& spec, Backend backend) {
   const int world = spec.world_size();
   std::vector<RankResult> results(world);
-  std::vector<absl::Status> statuses(world);
   FakeHub hub(world);
   InMemoryKvStore store;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      std::unique_ptr<Communicator> comm;
-      if (backend == Backend::kFake || backend == Backend::kFakeGpuSchedule) {
-        comm = hub.Create(r);
-      } else {
-        GlooOptions options;
-        options.rank = r;
-        options.world_size = world;
-        options.timeout = absl::Seconds(30);
-        options.shared_memory = backend == Backend::kGloo;
-        options.shm_ring_bytes = 4096;  // small: buckets wrap around it
-        auto created = CreateGlooCommunicator(options, store);
-        if (!created.ok()) {
-          statuses[r] = created.status();
-          return;
+  std::vector<absl::Status> statuses =
+      RunRanks(world, [&](int r) -> absl::Status {
+        std::unique_ptr<Communicator> comm;
+        if (backend == Backend::kFake ||
+            backend == Backend::kFakeGpuSchedule) {
+          comm = hub.Create(r);
+        } else {
+          GlooOptions options;
+          options.rank = r;
+          options.world_size = world;
+          options.timeout = absl::Seconds(30);
+          options.shared_memory = backend == Backend::kGloo;
+          options.shm_ring_bytes = 4096;  // small: buckets wrap around it
+          ASSIGN_OR_RETURN(comm, CreateGlooCommunicator(options, store));
         }
-        comm = *std::move(created);
-      }
-      statuses[r] = RunRank(spec, backend, comm.get(), &results[r]);
-    });
-  }
-  for (auto& t : threads) t.join();
+        return RunRank(spec, backend, comm.get(), &results[r]);
+      });
   for (int r = 0; r < world; ++r) {
     EXPECT_OK(statuses[r]) << "rank " << r;
   }
@@ -400,45 +393,44 @@ TEST(ZeroHookTest, RebuildsLayoutFromObservedOrder) {
                               v1::JobSpec::BALANCED, 2);
   FakeHub hub(2);
   std::vector<std::vector<std::vector<float>>> finals(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto comm = hub.Create(r);
-      auto inner = CreateWorkload(spec, r, 2);
-      ASSERT_OK(inner.status());
-      ForwardOrderWorkload workload(*std::move(inner));
-      auto optimizer = ShardOptimizer::Create(spec.optimizer());
-      ASSERT_OK(optimizer.status());
-      std::vector<int> reported_first_params;
-      ZeroHookOptions options;
-      options.bucket_cap_mb = spec.bucket_cap_mb();
-      auto hook = ZeroHook::Create(
-          workload.parameters(), comm.get(), *std::move(optimizer),
-          [&](const BucketLayout& layout) -> absl::StatusOr<BucketAssignment> {
-            reported_first_params.push_back(
-                layout.buckets()[0].entries[0].param_index);
-            auto owners =
-                shard::AssignBuckets(v1::JobSpec::BALANCED, layout.BucketBytes(), 2);
-            if (!owners.ok()) return owners.status();
-            return BucketAssignment{7, *owners};
-          },
-          options);
-      ASSERT_OK(hook.status());
-      ASSERT_OK(workload.InitializeParameters((*hook)->params()));
-      for (int step = 1; step <= kSteps; ++step) {
-        std::vector<const float*> p((*hook)->params().begin(),
-                                    (*hook)->params().end());
-        ASSERT_OK(
-            workload.ComputeGradients(step, p, (*hook)->grads(), **hook).status());
-        ASSERT_OK((*hook)->FinishStep());
-      }
-      // Forward order: bucket 0 now starts with parameter 0.
-      EXPECT_EQ(reported_first_params, std::vector<int>{0});
-      EXPECT_EQ((*hook)->epoch(), 7);
-      finals[r] = Snapshot(**hook);
-    });
-  }
-  for (auto& t : threads) t.join();
+  EXPECT_OK(FirstError(RunRanks(2, [&](int r) -> absl::Status {
+    auto comm = hub.Create(r);
+    ASSIGN_OR_RETURN(std::unique_ptr<Workload> inner,
+                     CreateWorkload(spec, r, 2));
+    ForwardOrderWorkload workload(std::move(inner));
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer,
+                     ShardOptimizer::Create(spec.optimizer()));
+    std::vector<int> reported_first_params;
+    ZeroHookOptions options;
+    options.bucket_cap_mb = spec.bucket_cap_mb();
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<ZeroHook> hook,
+        ZeroHook::Create(
+            workload.parameters(), comm.get(), std::move(optimizer),
+            [&](const BucketLayout& layout)
+                -> absl::StatusOr<BucketAssignment> {
+              reported_first_params.push_back(
+                  layout.buckets()[0].entries[0].param_index);
+              auto owners = shard::AssignBuckets(v1::JobSpec::BALANCED,
+                                                 layout.BucketBytes(), 2);
+              if (!owners.ok()) return owners.status();
+              return BucketAssignment{7, *owners};
+            },
+            options));
+    RETURN_IF_ERROR(workload.InitializeParameters(hook->params()));
+    for (int step = 1; step <= kSteps; ++step) {
+      std::vector<const float*> p(hook->params().begin(),
+                                  hook->params().end());
+      RETURN_IF_ERROR(
+          workload.ComputeGradients(step, p, hook->grads(), *hook).status());
+      RETURN_IF_ERROR(hook->FinishStep());
+    }
+    // Forward order: bucket 0 now starts with parameter 0.
+    EXPECT_EQ(reported_first_params, std::vector<int>{0});
+    EXPECT_EQ(hook->epoch(), 7);
+    finals[r] = Snapshot(*hook);
+    return absl::OkStatus();
+  })));
   ExpectClose(finals[0], Reference(spec, kSteps, 2), "rank 0");
   EXPECT_EQ(finals[0], finals[1]);
 }

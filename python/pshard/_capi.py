@@ -1,0 +1,127 @@
+"""ctypes binding of libpshard's C API (worker/api/pshard.h).
+
+One module owns the library handle and the prototypes; every call goes
+through `check`, which turns a result code into a PshardError carrying
+pshardGetLastError()'s text. Pure Python: the same files serve every CPython
+>= 3.9.
+"""
+
+import ctypes
+import os
+
+SUCCESS = 0
+INVALID_ARGUMENT = 1
+INVALID_USAGE = 2
+INTERNAL_ERROR = 3
+TIMEOUT = 4
+UNAVAILABLE = 5
+ABORTED = 6
+
+FLOAT32 = 0
+HOST_MEMORY = 0
+CUDA_MEMORY = 1
+
+REDUCE_BROADCAST = 0
+ALLREDUCE_BROADCAST = 1
+
+API_VERSION = 1
+
+_LIBRARY_NAME = "libpshard.so"
+
+
+class PshardError(RuntimeError):
+    """A failed libpshard call: `code` is the pshardResult_t, the message
+    pshardGetLastError()'s text."""
+
+    def __init__(self, call, code, message):
+        super().__init__(f"{call}: {message}")
+        self.call = call
+        self.code = code
+
+
+def _candidates():
+    """Where libpshard.so may be, first match wins: $PSHARD_LIBRARY; next to
+    this package (an installed copy, tools/install_python.sh); the repository
+    tree this package sits in (Bazel runfiles: worker/api/libpshard.so; a
+    checkout after `bazel build //worker/api:libpshard.so`: bazel-bin/...)."""
+    explicit = os.environ.get("PSHARD_LIBRARY")
+    if explicit:
+        yield explicit
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, _LIBRARY_NAME)
+    root = os.path.dirname(os.path.dirname(here))
+    yield os.path.join(root, "worker", "api", _LIBRARY_NAME)
+    yield os.path.join(root, "bazel-bin", "worker", "api", _LIBRARY_NAME)
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.path.exists(path):
+            return ctypes.CDLL(path)
+        tried.append(path)
+    raise ImportError(
+        "libpshard.so not found (set PSHARD_LIBRARY to its path); looked in: "
+        + ", ".join(tried))
+
+
+_lib = _load()
+
+_c_int_p = ctypes.POINTER(ctypes.c_int)
+_c_int64_p = ctypes.POINTER(ctypes.c_int64)
+_session_p = ctypes.POINTER(ctypes.c_void_p)
+
+_PROTOTYPES = {
+    "pshardGetErrorString": (ctypes.c_char_p, [ctypes.c_int]),
+    "pshardGetLastError": (ctypes.c_char_p, []),
+    "pshardGetVersion": (ctypes.c_int, []),
+    "pshardSessionOpen": (ctypes.c_int, [_session_p]),
+    "pshardSessionRank": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),
+    "pshardSessionWorldSize": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),
+    "pshardSetOptimizer": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p]),
+    "pshardSetBucketCapMb": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_double]),
+    "pshardSetCommMode": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "pshardRegisterParameter": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, _c_int64_p,
+        ctypes.c_int, ctypes.c_int, _c_int_p]),
+    "pshardPrepare": (ctypes.c_int, [ctypes.c_void_p]),
+    "pshardNumParameters": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),
+    "pshardGetParameter": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_int, _session_p, _c_int64_p]),
+    "pshardGetGradient": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_int, _session_p, _c_int64_p]),
+    "pshardGradientReady": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "pshardFinishStep": (ctypes.c_int, [ctypes.c_void_p]),
+    "pshardStepsFinished": (ctypes.c_int, [ctypes.c_void_p, _c_int64_p]),
+    "pshardAverageLoss": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_double, ctypes.POINTER(ctypes.c_double)]),
+    "pshardReportProgress": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int64]),
+    "pshardNumBuckets": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),
+    "pshardOwnedBuckets": (ctypes.c_int, [
+        ctypes.c_void_p, _c_int_p, ctypes.c_int, _c_int_p]),
+    "pshardBarrier": (ctypes.c_int, [ctypes.c_void_p]),
+    "pshardSessionClose": (ctypes.c_int, [ctypes.c_void_p]),
+}
+
+for _name, (_restype, _argtypes) in _PROTOTYPES.items():
+    _function = getattr(_lib, _name)
+    _function.restype = _restype
+    _function.argtypes = _argtypes
+
+if _lib.pshardGetVersion() != API_VERSION:
+    raise ImportError(
+        f"libpshard.so has API version {_lib.pshardGetVersion()}, this "
+        f"package needs {API_VERSION}")
+
+
+def check(call, *args):
+    """Calls lib.<call>(*args); raises PshardError unless it succeeded."""
+    code = getattr(_lib, call)(*args)
+    if code != SUCCESS:
+        message = _lib.pshardGetLastError().decode("utf-8", "replace")
+        raise PshardError(call, code, message)
+
+
+lib = _lib

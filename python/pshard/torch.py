@@ -1,0 +1,211 @@
+"""ShardedOptimizer: pshard's sharded optimizer for a PyTorch model, in place
+of DDP's gradient averaging plus a torch optimizer.
+
+Each rank keeps the whole model; pshard holds the parameters and gradients in
+flat bucket buffers (each parameter's `.data` and `.grad` are re-pointed into
+them, as DDP's gradient_as_bucket_view), and optimizer state only for the
+buckets this rank owns. A post-accumulate hook on every parameter's
+AccumulateGrad node (what DDP's reducer hooks) hands each gradient over as
+soon as it is final, so a bucket is reduced to its owner while backward
+still runs; step() waits for the owners' updates to come back. Do not wrap
+the model in DistributedDataParallel.
+
+Rules (see worker/api/pshard.h): every rank builds the same model with the
+same initial values (seed them alike), runs one backward per step, and calls
+step() every step. CPU (host) tensors, float32, for now.
+"""
+
+import ctypes
+import json
+
+import torch
+
+import pshard
+from pshard import _capi
+from pshard._capi import PshardError
+
+__all__ = ["ShardedOptimizer"]
+
+_COMM_MODES = {
+    "reduce_broadcast": _capi.REDUCE_BROADCAST,
+    "allreduce_broadcast": _capi.ALLREDUCE_BROADCAST,
+}
+
+
+def _named_parameters(model):
+    if isinstance(model, torch.nn.Module):
+        named = list(model.named_parameters())
+    else:
+        named = list(model)
+        if not all(isinstance(item, tuple) and len(item) == 2
+                   for item in named):
+            raise TypeError("model: a torch.nn.Module or (name, parameter) "
+                            "pairs")
+    named = [(name, p) for name, p in named if p.requires_grad]
+    if not named:
+        raise ValueError("model: no parameter requires a gradient")
+    for name, p in named:
+        if p.dtype != torch.float32:
+            raise ValueError(f"parameter {name}: dtype {p.dtype} is not "
+                             "supported (float32 only)")
+        if p.device.type != "cpu":
+            raise ValueError(f"parameter {name}: device {p.device} is not "
+                             "supported yet (CPU tensors only)")
+    return named
+
+
+def _view(pointer, numel, shape):
+    """A float32 tensor over pshard's memory (no copy): the buffer protocol
+    over a ctypes array at the C pointer."""
+    array = (ctypes.c_float * numel).from_address(pointer)
+    return torch.frombuffer(array, dtype=torch.float32).view(shape)
+
+
+class ShardedOptimizer:
+    """ShardedOptimizer(model, optimizer={...}, bucket_cap_mb=25,
+    comm_mode="reduce_broadcast", session=None)
+
+    `optimizer` is OptimizerSpec as a dict or its JSON text, protobuf's JSON
+    mapping: {"kind": "ADAM", "hyper_parameters": {"lr": 1e-3, "betas":
+    [0.9, 0.999]}, "param_groups": [{"params": ["*.bias"],
+    "hyper_parameters": {"weight_decay": 0}}]} (groups select parameters by
+    their names in `model.named_parameters()`, shell globs). `session`:
+    pshard.init()'s when omitted.
+    """
+
+    def __init__(self, model, optimizer, bucket_cap_mb=25,
+                 comm_mode="reduce_broadcast", session=None):
+        if comm_mode not in _COMM_MODES:
+            raise ValueError(f"comm_mode: one of {sorted(_COMM_MODES)}, got "
+                             f"{comm_mode!r}")
+        if isinstance(optimizer, dict):
+            optimizer = json.dumps(optimizer)
+        if not isinstance(optimizer, str):
+            raise TypeError("optimizer: a dict or a JSON string of "
+                            "OptimizerSpec")
+        self._session = session if session is not None else pshard.init()
+        self._named = _named_parameters(model)
+        handle = self._session.handle
+        _capi.check("pshardSetOptimizer", handle, optimizer.encode())
+        _capi.check("pshardSetBucketCapMb", handle, float(bucket_cap_mb))
+        _capi.check("pshardSetCommMode", handle, _COMM_MODES[comm_mode])
+        for name, p in self._named:
+            shape = (ctypes.c_int64 * max(1, p.dim()))(*p.shape)
+            index = ctypes.c_int()
+            _capi.check("pshardRegisterParameter", handle, name.encode(),
+                        p.dim(), shape, _capi.FLOAT32, _capi.HOST_MEMORY,
+                        ctypes.byref(index))
+        _capi.check("pshardPrepare", handle)
+        with torch.no_grad():
+            self._point_into_buckets(copy_values=True)
+        self._ready = [False] * len(self._named)
+        # The AccumulateGrad nodes must stay alive for their hooks to run
+        # (DDP's reducer keeps them too).
+        self._grad_accumulators = []
+        for i, (_, p) in enumerate(self._named):
+            accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+            accumulator.register_hook(self._make_hook(i))
+            self._grad_accumulators.append(accumulator)
+        self._session._on_close.append(self._detach)
+
+    def _point_into_buckets(self, copy_values):
+        """Re-points every parameter's .data and .grad into the buckets
+        (after the first step too: it may have re-packed them)."""
+        handle = self._session.handle
+        self._params = []
+        self._grads = []
+        for i, (_, p) in enumerate(self._named):
+            pointer = ctypes.c_void_p()
+            numel = ctypes.c_int64()
+            _capi.check("pshardGetParameter", handle, i, ctypes.byref(pointer),
+                        ctypes.byref(numel))
+            values = _view(pointer.value, numel.value, p.shape)
+            _capi.check("pshardGetGradient", handle, i, ctypes.byref(pointer),
+                        ctypes.byref(numel))
+            grad = _view(pointer.value, numel.value, p.shape)
+            if copy_values:
+                values.copy_(p.data)
+                grad.copy_(p.grad if p.grad is not None else
+                           torch.zeros_like(grad))
+            p.data = values
+            p.grad = grad
+            self._params.append(values)
+            self._grads.append(grad)
+
+    def _make_hook(self, i):
+        def hook(grad_inputs, grad_outputs):
+            self._gradient_final(i)
+        return hook
+
+    def _gradient_final(self, i):
+        if self._session._handle is None:
+            return
+        name, p = self._named[i]
+        if self._ready[i]:
+            raise PshardError(
+                "pshardGradientReady", _capi.INVALID_USAGE,
+                f"the gradient of {name} became final twice in one step: one "
+                "backward per step (gradient accumulation is not supported "
+                "yet)")
+        if p.grad is not self._grads[i]:
+            # zero_grad(set_to_none=True) (torch 2's default) or an
+            # assignment replaced the bucket view: bring it back.
+            with torch.no_grad():
+                self._grads[i].copy_(p.grad)
+            p.grad = self._grads[i]
+        self._ready[i] = True
+        _capi.check("pshardGradientReady", self._session.handle, i)
+
+    def zero_grad(self, set_to_none=False):
+        """Zeroes the gradients in place (they must stay in the buckets, so
+        set_to_none is accepted and ignored)."""
+        del set_to_none
+        with torch.no_grad():
+            for grad in self._grads:
+                grad.zero_()
+
+    def step(self, closure=None):
+        """Ends the step: every rank holds the updated parameters on return.
+        Parameters that got no gradient this step count as ready (their
+        gradient is what their buffer holds, zero after zero_grad)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        handle = self._session.handle
+        for i, ready in enumerate(self._ready):
+            if not ready:
+                _capi.check("pshardGradientReady", handle, i)
+        first = self.steps_finished == 0
+        self._ready = [False] * len(self._named)
+        _capi.check("pshardFinishStep", handle)
+        if first:
+            self._point_into_buckets(copy_values=False)
+        return loss
+
+    @property
+    def steps_finished(self):
+        steps = ctypes.c_int64()
+        _capi.check("pshardStepsFinished", self._session.handle,
+                    ctypes.byref(steps))
+        return steps.value
+
+    def owned_buckets(self):
+        """The buckets whose optimizer state this rank holds (after the
+        first step)."""
+        handle = self._session.handle
+        count = ctypes.c_int()
+        _capi.check("pshardOwnedBuckets", handle, None, 0, ctypes.byref(count))
+        owned = (ctypes.c_int * max(1, count.value))()
+        _capi.check("pshardOwnedBuckets", handle, owned, count.value,
+                    ctypes.byref(count))
+        return list(owned[:count.value])
+
+    def _detach(self):
+        """The session is closing: the model keeps copies of its values."""
+        with torch.no_grad():
+            for _, p in self._named:
+                p.data = p.data.clone()
+                p.grad = p.grad.clone() if p.grad is not None else None
+        self._params = []
+        self._grads = []

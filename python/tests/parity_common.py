@@ -1,0 +1,108 @@
+"""What the parity test's ranks and its single-process reference share: the
+model (odd shapes, a scalar), the optimizers (with two parameter groups),
+the data, and one training loop."""
+
+import torch
+
+STEPS = 5
+BATCH = 12  # divisible by 2 and 3: every rank's share is the same size
+# Small enough that the model spans several buckets, owned by different
+# ranks (each bucket is at least one parameter).
+BUCKET_CAP_MB = 0.0001
+
+# OptimizerSpec JSON and the torch optimizer it stands for. The second
+# group ("*.bias" and "scale") has its own lr and no weight decay.
+OPTIMIZERS = {
+    "sgd_momentum": (
+        {"kind": "SGD",
+         "hyper_parameters": {"lr": 0.05, "momentum": 0.9,
+                              "weight_decay": 0.01},
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.1,
+                                                "weight_decay": 0}}]},
+        lambda groups: torch.optim.SGD(groups, lr=0.05, momentum=0.9,
+                                       weight_decay=0.01),
+        {"lr": 0.1, "weight_decay": 0}),
+    "adam": (
+        {"kind": "ADAM",
+         "hyper_parameters": {"lr": 0.01, "betas": [0.8, 0.99],
+                              "weight_decay": 0.01},
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.02,
+                                                "weight_decay": 0}}]},
+        lambda groups: torch.optim.Adam(groups, lr=0.01, betas=(0.8, 0.99),
+                                        weight_decay=0.01),
+        {"lr": 0.02, "weight_decay": 0}),
+    "adamw": (
+        {"kind": "ADAMW",
+         "hyper_parameters": {"lr": 0.01, "eps": 1e-6, "weight_decay": 0.1},
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.005,
+                                                "weight_decay": 0}}]},
+        lambda groups: torch.optim.AdamW(groups, lr=0.01, eps=1e-6,
+                                         weight_decay=0.1),
+        {"lr": 0.005, "weight_decay": 0}),
+}
+COMM_MODES = ["reduce_broadcast", "allreduce_broadcast"]
+
+
+def configurations():
+    return [(o, c) for o in OPTIMIZERS for c in COMM_MODES]
+
+
+def second_group(name):
+    return name.endswith(".bias") or name == "scale"
+
+
+class Net(torch.nn.Module):
+    """Odd shapes on purpose: 7x5, 5, 3x5, 3, a scalar, 3x1x3 (none a
+    multiple of a vector width)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(7, 5)
+        self.fc2 = torch.nn.Linear(5, 3)
+        self.scale = torch.nn.Parameter(torch.tensor(1.5))
+        self.mix = torch.nn.Parameter(torch.randn(3, 1, 3) * 0.3)
+
+    def forward(self, x):
+        y = self.fc2(torch.tanh(self.fc1(x))) * self.scale
+        return y + y @ self.mix.view(3, 3)
+
+
+def make_model():
+    torch.manual_seed(1234)  # every rank and the reference alike
+    return Net()
+
+
+def batch(step):
+    generator = torch.Generator().manual_seed(step)
+    x = torch.randn(BATCH, 7, generator=generator)
+    y = torch.randn(BATCH, 3, generator=generator)
+    return x, y
+
+
+def loss_of(model, x, y):
+    return torch.nn.functional.mse_loss(model(x), y)
+
+
+def reference(optimizer_name):
+    """The same optimizer in one process on the full batch: parameters after
+    step 1 and after the last step, by name."""
+    _, make, group_options = OPTIMIZERS[optimizer_name]
+    model = make_model()
+    named = list(model.named_parameters())
+    groups = [
+        {"params": [p for n, p in named if not second_group(n)]},
+        dict(params=[p for n, p in named if second_group(n)], **group_options),
+    ]
+    optimizer = make(groups)
+    snapshots = {}
+    for step in range(1, STEPS + 1):
+        x, y = batch(step)
+        optimizer.zero_grad()
+        loss_of(model, x, y).backward()
+        optimizer.step()
+        if step in (1, STEPS):
+            snapshots[step] = {n: p.detach().clone() for n, p in named}
+    return snapshots

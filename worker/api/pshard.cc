@@ -1,0 +1,376 @@
+// The C API: pshard.h's calls over Session, each status turned into a
+// result code and the thread's last-error text at this one boundary.
+#include "worker/api/pshard.h"
+
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "worker/api/session.h"
+
+namespace {
+
+using ::pshard::worker::Session;
+using ::pshard::worker::Trainer;
+
+// Tells a live handle from a closed one or from garbage (best effort: a
+// freed handle's memory may be reused).
+constexpr uint64_t kLiveMagic = 0x7073686172645631;  // "pshardV1"
+
+thread_local std::string last_error;
+
+pshardResult_t ToResult(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return pshardSuccess;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return pshardInvalidArgument;
+    case absl::StatusCode::kFailedPrecondition:
+      return pshardInvalidUsage;
+    case absl::StatusCode::kDeadlineExceeded:
+      return pshardTimeout;
+    case absl::StatusCode::kUnavailable:
+      return pshardUnavailable;
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+      return pshardAborted;
+    default:
+      return pshardInternalError;
+  }
+}
+
+pshardResult_t Fail(pshardResult_t result, std::string message) {
+  last_error = std::move(message);
+  return result;
+}
+
+pshardResult_t Return(const absl::Status& status) {
+  if (status.ok()) return pshardSuccess;
+  return Fail(ToResult(status), std::string(status.message()));
+}
+
+// Runs `fn` with nothing escaping: an exception (none is expected; a
+// bad_alloc is possible) becomes pshardInternalError.
+template <typename Fn>
+pshardResult_t Guarded(const char* call, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return Fail(pshardInternalError, absl::StrCat(call, ": ", e.what()));
+  } catch (...) {
+    return Fail(pshardInternalError, absl::StrCat(call, ": unknown exception"));
+  }
+}
+
+pshardResult_t NullArgument(const char* call, const char* argument) {
+  return Fail(pshardInvalidArgument,
+              absl::StrCat(call, ": ", argument, " is NULL"));
+}
+
+}  // namespace
+
+struct pshardSession {
+  uint64_t magic = kLiveMagic;
+  absl::Mutex mu;
+  std::unique_ptr<Session> session ABSL_GUARDED_BY(mu);
+};
+
+namespace {
+
+// Checks the handle, then runs fn(Session&) under the handle's lock.
+template <typename Fn>
+pshardResult_t WithSession(const char* call, pshardSession_t handle, Fn&& fn) {
+  if (handle == nullptr) return NullArgument(call, "session");
+  if (handle->magic != kLiveMagic) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(call, ": session is not an open session"));
+  }
+  return Guarded(call, [&]() -> pshardResult_t {
+    absl::MutexLock lock(&handle->mu);
+    return fn(*handle->session);
+  });
+}
+
+// Parameter or gradient `index`'s span, after Prepare.
+pshardResult_t GetBuffer(const char* call, pshardSession_t handle, int index,
+                         void** data, int64_t* numel, bool gradient) {
+  if (data == nullptr) return NullArgument(call, "data");
+  if (numel == nullptr) return NullArgument(call, "numel");
+  return WithSession(call, handle, [&](Session& s) {
+    absl::StatusOr<Trainer*> trainer = s.trainer();
+    if (!trainer.ok()) return Return(trainer.status());
+    if (index < 0 || index >= (*trainer)->num_parameters()) {
+      return Fail(pshardInvalidArgument,
+                  absl::StrCat(call, ": index ", index, " is not a parameter "
+                               "index (", (*trainer)->num_parameters(),
+                               " registered)"));
+    }
+    absl::Span<float> span = gradient ? (*trainer)->gradient(index)
+                                      : (*trainer)->parameter(index);
+    *data = span.data();
+    *numel = static_cast<int64_t>(span.size());
+    return pshardSuccess;
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* pshardGetErrorString(pshardResult_t result) {
+  switch (result) {
+    case pshardSuccess:
+      return "success";
+    case pshardInvalidArgument:
+      return "invalid argument";
+    case pshardInvalidUsage:
+      return "invalid usage (call out of order)";
+    case pshardInternalError:
+      return "internal error";
+    case pshardTimeout:
+      return "timeout";
+    case pshardUnavailable:
+      return "unavailable";
+    case pshardAborted:
+      return "aborted";
+    default:
+      return "unknown result code";
+  }
+}
+
+const char* pshardGetLastError(void) { return last_error.c_str(); }
+
+int pshardGetVersion(void) { return PSHARD_API_VERSION; }
+
+pshardResult_t pshardSessionOpen(pshardSession_t* session) {
+  if (session == nullptr) return NullArgument("pshardSessionOpen", "session");
+  *session = nullptr;
+  return Guarded("pshardSessionOpen", [&]() -> pshardResult_t {
+    // The environment is read here, at the API's edge, and nowhere deeper.
+    absl::StatusOr<pshard::worker::SessionEnvironment> env =
+        pshard::worker::ParseSessionEnvironment(
+            [](const char* name) { return std::getenv(name); });
+    if (!env.ok()) return Return(env.status());
+    absl::StatusOr<std::unique_ptr<Session>> opened = Session::Open(*env);
+    if (!opened.ok()) return Return(opened.status());
+    auto handle = std::make_unique<pshardSession>();
+    {
+      absl::MutexLock lock(&handle->mu);
+      handle->session = std::move(*opened);
+    }
+    *session = handle.release();
+    return pshardSuccess;
+  });
+}
+
+pshardResult_t pshardSessionRank(pshardSession_t session, int* rank) {
+  if (rank == nullptr) return NullArgument("pshardSessionRank", "rank");
+  return WithSession("pshardSessionRank", session, [&](Session& s) {
+    *rank = s.rank();
+    return pshardSuccess;
+  });
+}
+
+pshardResult_t pshardSessionWorldSize(pshardSession_t session, int* world) {
+  if (world == nullptr) return NullArgument("pshardSessionWorldSize", "world");
+  return WithSession("pshardSessionWorldSize", session, [&](Session& s) {
+    *world = s.world_size();
+    return pshardSuccess;
+  });
+}
+
+pshardResult_t pshardSetOptimizer(pshardSession_t session, const char* json) {
+  if (json == nullptr) return NullArgument("pshardSetOptimizer", "json");
+  return WithSession("pshardSetOptimizer", session, [&](Session& s) {
+    return Return(s.SetOptimizerJson(json));
+  });
+}
+
+pshardResult_t pshardSetBucketCapMb(pshardSession_t session, double mb) {
+  return WithSession("pshardSetBucketCapMb", session, [&](Session& s) {
+    return Return(s.SetBucketCapMb(mb));
+  });
+}
+
+pshardResult_t pshardSetCommMode(pshardSession_t session,
+                                 pshardCommMode_t mode) {
+  return WithSession("pshardSetCommMode", session, [&](Session& s) {
+    switch (mode) {
+      case pshardReduceBroadcast:
+        return Return(s.SetCommMode(pshard::v1::JobSpec::REDUCE_BROADCAST));
+      case pshardAllreduceBroadcast:
+        return Return(s.SetCommMode(pshard::v1::JobSpec::ALLREDUCE_BROADCAST));
+      default:
+        return Fail(pshardInvalidArgument,
+                    absl::StrCat("pshardSetCommMode: mode ",
+                                 static_cast<int>(mode),
+                                 " is not a pshardCommMode_t"));
+    }
+  });
+}
+
+pshardResult_t pshardRegisterParameter(pshardSession_t session,
+                                       const char* name, int ndim,
+                                       const int64_t* shape,
+                                       pshardDataType_t dtype,
+                                       pshardMemory_t memory, int* index) {
+  constexpr char kCall[] = "pshardRegisterParameter";
+  if (name == nullptr) return NullArgument(kCall, "name");
+  if (index == nullptr) return NullArgument(kCall, "index");
+  if (ndim < 0 || ndim > pshard::worker::kMaxParameterDims) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(kCall, ": ndim must be in [0, ",
+                             pshard::worker::kMaxParameterDims, "], got ",
+                             ndim));
+  }
+  if (ndim > 0 && shape == nullptr) return NullArgument(kCall, "shape");
+  if (dtype != pshardFloat32) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(kCall, ": dtype ", static_cast<int>(dtype),
+                             " is not supported (pshardFloat32 only)"));
+  }
+  if (memory == pshardCudaMemory) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(kCall, ": device memory not yet supported "
+                                    "(pshardHostMemory only)"));
+  }
+  if (memory != pshardHostMemory) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(kCall, ": memory ", static_cast<int>(memory),
+                             " is not a pshardMemory_t"));
+  }
+  return WithSession(kCall, session, [&](Session& s) {
+    absl::StatusOr<int> i = s.RegisterParameter(
+        name, std::vector<int64_t>(shape, shape + ndim));
+    if (!i.ok()) return Return(i.status());
+    *index = *i;
+    return pshardSuccess;
+  });
+}
+
+pshardResult_t pshardPrepare(pshardSession_t session) {
+  return WithSession("pshardPrepare", session,
+                     [&](Session& s) { return Return(s.Prepare()); });
+}
+
+pshardResult_t pshardNumParameters(pshardSession_t session, int* count) {
+  if (count == nullptr) return NullArgument("pshardNumParameters", "count");
+  return WithSession("pshardNumParameters", session, [&](Session& s) {
+    absl::StatusOr<Trainer*> trainer = s.trainer();
+    if (!trainer.ok()) return Return(trainer.status());
+    *count = (*trainer)->num_parameters();
+    return pshardSuccess;
+  });
+}
+
+pshardResult_t pshardGetParameter(pshardSession_t session, int index,
+                                  void** data, int64_t* numel) {
+  return GetBuffer("pshardGetParameter", session, index, data, numel,
+                   /*gradient=*/false);
+}
+
+pshardResult_t pshardGetGradient(pshardSession_t session, int index,
+                                 void** data, int64_t* numel) {
+  return GetBuffer("pshardGetGradient", session, index, data, numel,
+                   /*gradient=*/true);
+}
+
+pshardResult_t pshardGradientReady(pshardSession_t session, int index) {
+  return WithSession("pshardGradientReady", session, [&](Session& s) {
+    return Return(s.GradientReady(index));
+  });
+}
+
+pshardResult_t pshardFinishStep(pshardSession_t session) {
+  return WithSession("pshardFinishStep", session,
+                     [&](Session& s) { return Return(s.FinishStep()); });
+}
+
+pshardResult_t pshardStepsFinished(pshardSession_t session, int64_t* steps) {
+  if (steps == nullptr) return NullArgument("pshardStepsFinished", "steps");
+  return WithSession("pshardStepsFinished", session, [&](Session& s) {
+    absl::StatusOr<Trainer*> trainer = s.trainer();
+    if (!trainer.ok()) return Return(trainer.status());
+    *steps = (*trainer)->step();
+    return pshardSuccess;
+  });
+}
+
+pshardResult_t pshardAverageLoss(pshardSession_t session, double loss,
+                                 double* mean) {
+  if (mean == nullptr) return NullArgument("pshardAverageLoss", "mean");
+  return WithSession("pshardAverageLoss", session, [&](Session& s) {
+    absl::StatusOr<double> average = s.AverageLoss(loss);
+    if (!average.ok()) return Return(average.status());
+    *mean = *average;
+    return pshardSuccess;
+  });
+}
+
+pshardResult_t pshardReportProgress(pshardSession_t session, int64_t step,
+                                    double loss, int64_t samples) {
+  return WithSession("pshardReportProgress", session, [&](Session& s) {
+    return Return(s.ReportProgress(step, loss, samples));
+  });
+}
+
+pshardResult_t pshardNumBuckets(pshardSession_t session, int* count) {
+  if (count == nullptr) return NullArgument("pshardNumBuckets", "count");
+  return WithSession("pshardNumBuckets", session, [&](Session& s) {
+    absl::StatusOr<Trainer*> trainer = s.trainer();
+    if (!trainer.ok()) return Return(trainer.status());
+    *count = (*trainer)->num_buckets();
+    return pshardSuccess;
+  });
+}
+
+pshardResult_t pshardOwnedBuckets(pshardSession_t session, int* owned,
+                                  int capacity, int* count) {
+  constexpr char kCall[] = "pshardOwnedBuckets";
+  if (count == nullptr) return NullArgument(kCall, "count");
+  if (capacity < 0) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(kCall, ": capacity must be >= 0, got ", capacity));
+  }
+  if (capacity > 0 && owned == nullptr) return NullArgument(kCall, "owned");
+  return WithSession(kCall, session, [&](Session& s) {
+    absl::StatusOr<Trainer*> trainer = s.trainer();
+    if (!trainer.ok()) return Return(trainer.status());
+    const std::vector<int> buckets = (*trainer)->owned_buckets();
+    *count = static_cast<int>(buckets.size());
+    for (int i = 0; i < capacity && i < *count; ++i) owned[i] = buckets[i];
+    return pshardSuccess;
+  });
+}
+
+pshardResult_t pshardBarrier(pshardSession_t session) {
+  return WithSession("pshardBarrier", session,
+                     [&](Session& s) { return Return(s.Barrier()); });
+}
+
+pshardResult_t pshardSessionClose(pshardSession_t session) {
+  if (session == nullptr) return pshardSuccess;
+  if (session->magic != kLiveMagic) {
+    return Fail(pshardInvalidArgument,
+                "pshardSessionClose: session is not an open session");
+  }
+  pshardResult_t result = Guarded("pshardSessionClose", [&] {
+    absl::MutexLock lock(&session->mu);
+    absl::Status closed = session->session->Close();
+    session->session.reset();
+    return Return(closed);
+  });
+  session->magic = 0;
+  delete session;
+  return result;
+}
+
+}  // extern "C"

@@ -1,0 +1,184 @@
+/* libpshard: pshard's C API, for a training program of your own (the Python
+ * package `pshard` drives it through ctypes). In NCCL's style: opaque
+ * handles, a result code from every call, a thread-local description of the
+ * last failure, every argument checked; nothing is thrown across it.
+ *
+ * One session per rank. The rank's agent (pshard-worker, for a `program`
+ * job) starts the program with the environment the session reads:
+ *
+ *   pshardSession_t s;
+ *   pshardSessionOpen(&s);                 joins the job's communicator
+ *   pshardSetOptimizer(s, "{\"kind\":\"ADAM\",\"hyper_parameters\":{\"lr\":1e-3}}");
+ *   pshardRegisterParameter(s, "fc.weight", 2, shape, pshardFloat32,
+ *                           pshardHostMemory, &index);   ... every parameter,
+ *                                          in forward order
+ *   pshardPrepare(s);                      bucket buffers allocated
+ *   pshardGetParameter(s, i, &ptr, &n);    write initial values (same on
+ *                                          every rank), compute into them
+ *   for each step:
+ *     backward; for each parameter as its gradient becomes final:
+ *       write it into pshardGetGradient's buffer, pshardGradientReady(s, i)
+ *     pshardFinishStep(s);                 parameters updated on every rank
+ *     pshardReportProgress(s, step, loss, samples);
+ *   pshardSessionClose(s);                 final barrier, then everything
+ *                                          is released
+ *
+ * Environment (set by the agent; see docs/design.md's program contract):
+ *   PSHARD_COORDINATOR, PSHARD_JOB_ID, PSHARD_EPOCH, PSHARD_RANK,
+ *   PSHARD_WORLD_SIZE, PSHARD_WORKER_ID, PSHARD_HOSTNAME,
+ *   PSHARD_COLLECTIVE_TIMEOUT_SECONDS (optional, default 60).
+ * Local test mode, FOR TESTS ONLY: with PSHARD_COORDINATOR unset and
+ *   PSHARD_LOCAL_STORE=<directory> set, ranks started by a test meet through
+ *   files in that directory (a fresh one per run) and compute the bucket
+ *   owners themselves; the rank and world size come from RANK and
+ *   WORLD_SIZE; nothing is reported anywhere.
+ *
+ * Rules (as worker/api/trainer.h's, which this API is built on):
+ *  - Every rank registers the same parameters in the same order, writes the
+ *    same initial values, and marks every gradient ready once per step
+ *    before pshardFinishStep. Gradients are this rank's own; pshard averages
+ *    them over ranks, as DDP does.
+ *  - The first pshardFinishStep may move the buffers (it re-packs them in the
+ *    order gradients became ready): fetch the pointers again after it. They
+ *    are stable from then on, until pshardSessionClose.
+ *  - After an error in a collective (a peer gone, a timeout, the job
+ *    cancelled) the session can only be closed.
+ *  - A session is used from one thread at a time (calls are serialised).
+ */
+#ifndef PSHARD_WORKER_API_PSHARD_H_
+#define PSHARD_WORKER_API_PSHARD_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PSHARD_API_VERSION 1
+
+typedef enum {
+  pshardSuccess = 0,
+  /* A bad argument: a null pointer, an unknown enum value, invalid optimizer
+   * JSON (the last error names the field), a bad environment variable (the
+   * last error names it). */
+  pshardInvalidArgument = 1,
+  /* A call out of order: registering after pshardPrepare, stepping before
+   * it, marking a gradient ready twice in a step. */
+  pshardInvalidUsage = 2,
+  pshardInternalError = 3,
+  /* A collective or the rendezvous did not finish within the collective
+   * timeout. */
+  pshardTimeout = 4,
+  /* A peer, the coordinator or a file is unreachable. */
+  pshardUnavailable = 5,
+  /* The job was stopped (cancelled, failed elsewhere, replaced by a newer
+   * attempt) or the session failed earlier. */
+  pshardAborted = 6,
+  pshardNumResults = 7
+} pshardResult_t;
+
+typedef enum { pshardFloat32 = 0, pshardNumDataTypes = 1 } pshardDataType_t;
+
+/* Where a parameter's buckets live. Only host memory (Gloo) for now. */
+typedef enum {
+  pshardHostMemory = 0,
+  pshardCudaMemory = 1,
+  pshardNumMemoryKinds = 2
+} pshardMemory_t;
+
+/* JobSpec.CommMode. */
+typedef enum {
+  pshardReduceBroadcast = 0,
+  pshardAllreduceBroadcast = 1,
+  pshardNumCommModes = 2
+} pshardCommMode_t;
+
+typedef struct pshardSession* pshardSession_t;
+
+/* A static description of `result` ("invalid argument", ...). */
+const char* pshardGetErrorString(pshardResult_t result);
+/* What went wrong in this thread's last failed call ("" if none yet). Valid
+ * until this thread's next pshard call. */
+const char* pshardGetLastError(void);
+/* PSHARD_API_VERSION of the library. */
+int pshardGetVersion(void);
+
+/* Opens this rank's session from the environment and joins the job's
+ * communicator (waits up to the collective timeout for every rank).
+ * InvalidArgument: a missing or malformed variable (named); Timeout: the
+ * other ranks did not show up. *session is NULL on failure. */
+pshardResult_t pshardSessionOpen(pshardSession_t* session);
+
+pshardResult_t pshardSessionRank(pshardSession_t session, int* rank);
+pshardResult_t pshardSessionWorldSize(pshardSession_t session, int* world);
+
+/* Configuration, before pshardPrepare. The optimizer is OptimizerSpec in
+ * protobuf's JSON mapping (param_groups select parameters by name globs),
+ * checked with the rules of a JobSpec's `optimizer` field; the default is
+ * none, so it is required. bucket_cap_mb: (0, 4096], default 25. */
+pshardResult_t pshardSetOptimizer(pshardSession_t session, const char* json);
+pshardResult_t pshardSetBucketCapMb(pshardSession_t session, double mb);
+pshardResult_t pshardSetCommMode(pshardSession_t session,
+                                 pshardCommMode_t mode);
+
+/* Registers the next parameter (in forward order): `name` unique, 1..256
+ * bytes; `ndim` 0..16 dimensions each >= 1 (ndim 0: a scalar). *index gets
+ * its index (0, 1, ...). InvalidArgument also for pshardCudaMemory ("device
+ * memory not yet supported"). */
+pshardResult_t pshardRegisterParameter(pshardSession_t session,
+                                       const char* name, int ndim,
+                                       const int64_t* shape,
+                                       pshardDataType_t dtype,
+                                       pshardMemory_t memory, int* index);
+
+/* Allocates the bucket buffers; registration and configuration end.
+ * InvalidArgument: no optimizer, no parameters. */
+pshardResult_t pshardPrepare(pshardSession_t session);
+
+pshardResult_t pshardNumParameters(pshardSession_t session, int* count);
+/* Parameter `index`'s values and its gradient inside the bucket buffers
+ * (`*numel` elements of the registered dtype). After pshardPrepare. */
+pshardResult_t pshardGetParameter(pshardSession_t session, int index,
+                                  void** data, int64_t* numel);
+pshardResult_t pshardGetGradient(pshardSession_t session, int index,
+                                 void** data, int64_t* numel);
+
+/* Gradient `index` is final for this step: its bucket may start travelling.
+ * InvalidUsage if it was already marked in this step. */
+pshardResult_t pshardGradientReady(pshardSession_t session, int index);
+/* Ends the step: on return every rank holds the updated parameters. */
+pshardResult_t pshardFinishStep(pshardSession_t session);
+/* Steps finished so far. */
+pshardResult_t pshardStepsFinished(pshardSession_t session, int64_t* steps);
+
+/* The mean of `loss` over ranks (a collective: every rank calls it). */
+pshardResult_t pshardAverageLoss(pshardSession_t session, double loss,
+                                 double* mean);
+/* Progress after step `step` (>= 1): `loss` (NaN if none), `samples` this
+ * rank processed in it. Rank 0 sends it to the coordinator without waiting;
+ * other ranks' calls only check their arguments. Aborted if the coordinator
+ * has stopped the job. */
+pshardResult_t pshardReportProgress(pshardSession_t session, int64_t step,
+                                    double loss, int64_t samples);
+
+/* Buckets and those this rank owns (after the first step). `owned` holds
+ * up to `capacity` bucket indices; *count gets how many this rank owns. */
+pshardResult_t pshardNumBuckets(pshardSession_t session, int* count);
+pshardResult_t pshardOwnedBuckets(pshardSession_t session, int* owned,
+                                  int capacity, int* count);
+
+/* Every rank waits for every other (a collective). */
+pshardResult_t pshardBarrier(pshardSession_t session);
+
+/* Ends the session: a final barrier if it is healthy and prepared (so that
+ * no rank closes its connections while a peer still receives the last
+ * broadcasts), then frees everything. The handle is invalid afterwards,
+ * whatever the result. NULL is accepted (no-op). */
+pshardResult_t pshardSessionClose(pshardSession_t session);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* PSHARD_WORKER_API_PSHARD_H_ */

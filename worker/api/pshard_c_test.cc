@@ -1,0 +1,199 @@
+// The C API's boundary: every argument checked, the right code and last
+// error for each misuse, on one local-mode rank.
+#include "worker/api/pshard.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string LastError() { return pshardGetLastError(); }
+
+class PshardCTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string dir = std::string(getenv("TEST_TMPDIR")) + "/c.XXXXXX";
+    ASSERT_NE(mkdtemp(dir.data()), nullptr);
+    unsetenv("PSHARD_COORDINATOR");
+    setenv("PSHARD_LOCAL_STORE", dir.c_str(), 1);
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    setenv("PSHARD_COLLECTIVE_TIMEOUT_SECONDS", "10", 1);
+    ASSERT_EQ(pshardSessionOpen(&session_), pshardSuccess) << LastError();
+  }
+  void TearDown() override {
+    EXPECT_EQ(pshardSessionClose(session_), pshardSuccess) << LastError();
+  }
+
+  pshardSession_t session_ = nullptr;
+};
+
+TEST_F(PshardCTest, NullHandlesAndOutputsAreInvalidArguments) {
+  int index = 0;
+  const int64_t shape[] = {2};
+  EXPECT_EQ(pshardSessionOpen(nullptr), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("pshardSessionOpen: session is NULL"));
+  EXPECT_EQ(pshardRegisterParameter(nullptr, "w", 1, shape, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("session is NULL"));
+  EXPECT_EQ(pshardRegisterParameter(session_, nullptr, 1, shape,
+                                    pshardFloat32, pshardHostMemory, &index),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("name is NULL"));
+  EXPECT_EQ(pshardRegisterParameter(session_, "w", 1, nullptr, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("shape is NULL"));
+  EXPECT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
+                                    pshardHostMemory, nullptr),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("index is NULL"));
+  EXPECT_EQ(pshardSetOptimizer(session_, nullptr), pshardInvalidArgument);
+  EXPECT_EQ(pshardFinishStep(nullptr), pshardInvalidArgument);
+  EXPECT_EQ(pshardSessionRank(session_, nullptr), pshardInvalidArgument);
+  EXPECT_EQ(pshardAverageLoss(session_, 1.0, nullptr), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("mean is NULL"));
+  EXPECT_EQ(pshardSessionClose(nullptr), pshardSuccess);
+  int rank = -1, world = -1;
+  EXPECT_EQ(pshardSessionRank(session_, &rank), pshardSuccess);
+  EXPECT_EQ(pshardSessionWorldSize(session_, &world), pshardSuccess);
+  EXPECT_EQ(rank, 0);
+  EXPECT_EQ(world, 1);
+}
+
+TEST_F(PshardCTest, BadDtypeMemoryShapeAndEnumsAreRefused) {
+  int index = 0;
+  const int64_t shape[] = {2, 3};
+  EXPECT_EQ(pshardRegisterParameter(session_, "w", 2, shape,
+                                    static_cast<pshardDataType_t>(7),
+                                    pshardHostMemory, &index),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("dtype 7 is not supported"));
+  EXPECT_EQ(pshardRegisterParameter(session_, "w", 2, shape, pshardFloat32,
+                                    pshardCudaMemory, &index),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("device memory not yet supported"));
+  EXPECT_EQ(pshardRegisterParameter(session_, "w", -1, shape, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("ndim must be in [0, 16], got -1"));
+  const int64_t zero[] = {2, 0};
+  EXPECT_EQ(pshardRegisterParameter(session_, "w", 2, zero, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("shape[1] is 0"));
+  EXPECT_EQ(pshardRegisterParameter(session_, "", 2, shape, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("parameter name"));
+  EXPECT_EQ(pshardSetCommMode(session_, static_cast<pshardCommMode_t>(9)),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("mode 9 is not a pshardCommMode_t"));
+  EXPECT_EQ(pshardSetBucketCapMb(session_, 0), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("bucket_cap_mb"));
+  EXPECT_EQ(pshardSetBucketCapMb(session_, NAN), pshardInvalidArgument);
+}
+
+TEST_F(PshardCTest, BadOptimizerJsonNamesTheField) {
+  EXPECT_EQ(pshardSetOptimizer(session_, "{\"kind\": \"adam\", "
+                                         "\"hyper_parameters\": {\"lr\": -1}}"),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("optimizer.hyper_parameters.lr"));
+  EXPECT_EQ(pshardSetOptimizer(
+                session_,
+                "{\"kind\": \"sgd\", \"hyper_parameters\": {\"lr\": 0.1},"
+                " \"param_groups\": [{\"params\": []}]}"),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("optimizer.param_groups[0].params"));
+  EXPECT_EQ(pshardSetOptimizer(session_, "{\"kind\": \"adam\", \"lr\": 1}"),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("OptimizerSpec"));
+  EXPECT_EQ(pshardSetOptimizer(session_, "not json"), pshardInvalidArgument);
+}
+
+TEST_F(PshardCTest, WrongCallOrderIsInvalidUsageAndAStepWorks) {
+  void* data = nullptr;
+  int64_t numel = 0;
+  EXPECT_EQ(pshardGetParameter(session_, 0, &data, &numel),
+            pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("not prepared"));
+  EXPECT_EQ(pshardFinishStep(session_), pshardInvalidUsage);
+  EXPECT_EQ(pshardGradientReady(session_, 0), pshardInvalidUsage);
+  EXPECT_EQ(pshardPrepare(session_), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("optimizer: not set"));
+  ASSERT_EQ(pshardSetOptimizer(
+                session_, "{\"kind\": \"SGD\", \"hyper_parameters\": "
+                          "{\"lr\": 0.25}}"),
+            pshardSuccess);
+  EXPECT_EQ(pshardPrepare(session_), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("no parameters registered"));
+  const int64_t shape[] = {3, 2};
+  int index = -1;
+  ASSERT_EQ(pshardRegisterParameter(session_, "w", 2, shape, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardSuccess)
+      << LastError();
+  EXPECT_EQ(index, 0);
+  EXPECT_EQ(pshardRegisterParameter(session_, "w", 2, shape, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("\"w\" is registered twice"));
+  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  EXPECT_EQ(pshardPrepare(session_), pshardInvalidUsage);
+  EXPECT_EQ(pshardSetBucketCapMb(session_, 1), pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("already prepared"));
+
+  EXPECT_EQ(pshardGetParameter(session_, 1, &data, &numel),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("index 1 is not a parameter index"));
+  EXPECT_EQ(pshardGetParameter(session_, 0, nullptr, &numel),
+            pshardInvalidArgument);
+  ASSERT_EQ(pshardGetParameter(session_, 0, &data, &numel), pshardSuccess);
+  ASSERT_EQ(numel, 6);
+  float* params = static_cast<float*>(data);
+  for (int i = 0; i < 6; ++i) params[i] = static_cast<float>(i);
+  ASSERT_EQ(pshardGetGradient(session_, 0, &data, &numel), pshardSuccess);
+  float* grads = static_cast<float*>(data);
+  for (int i = 0; i < 6; ++i) grads[i] = 4;
+  ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
+  EXPECT_EQ(pshardGradientReady(session_, 0), pshardInvalidUsage);
+  EXPECT_EQ(pshardGradientReady(session_, 5), pshardInvalidArgument);
+  ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+  ASSERT_EQ(pshardGetParameter(session_, 0, &data, &numel), pshardSuccess);
+  params = static_cast<float*>(data);
+  for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(params[i], i - 1.0f);
+  int64_t steps = 0;
+  ASSERT_EQ(pshardStepsFinished(session_, &steps), pshardSuccess);
+  EXPECT_EQ(steps, 1);
+  int buckets = 0, owned[4] = {-1, -1, -1, -1}, count = 0;
+  ASSERT_EQ(pshardNumBuckets(session_, &buckets), pshardSuccess);
+  ASSERT_EQ(pshardOwnedBuckets(session_, owned, 4, &count), pshardSuccess);
+  EXPECT_EQ(buckets, 1);
+  EXPECT_EQ(count, 1);
+  EXPECT_EQ(owned[0], 0);
+  EXPECT_EQ(pshardReportProgress(session_, 0, 1.0, 4), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("step: must be >= 1"));
+  EXPECT_EQ(pshardReportProgress(session_, 1, 1.0, 4), pshardSuccess);
+}
+
+TEST(PshardCOpenTest, AMissingEnvironmentNamesWhatIsMissing) {
+  unsetenv("PSHARD_COORDINATOR");
+  unsetenv("PSHARD_LOCAL_STORE");
+  pshardSession_t session = reinterpret_cast<pshardSession_t>(0x1);
+  EXPECT_EQ(pshardSessionOpen(&session), pshardInvalidArgument);
+  EXPECT_EQ(session, nullptr);
+  EXPECT_THAT(LastError(), HasSubstr("PSHARD_COORDINATOR is not set"));
+  EXPECT_STREQ(pshardGetErrorString(pshardInvalidUsage),
+               "invalid usage (call out of order)");
+  EXPECT_EQ(pshardGetVersion(), PSHARD_API_VERSION);
+}
+
+}  // namespace

@@ -1,0 +1,347 @@
+#include "worker/api/session.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/proto_time.h"
+#include "common/status_macros.h"
+#include "worker/api/file_kv_store.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/runtime/assignment_client.h"
+#include "worker/runtime/control_plane.h"
+#include "worker/runtime/coordinator_kv.h"
+#include "worker/runtime/progress_reporter.h"
+
+namespace pshard::worker {
+
+namespace {
+
+constexpr int64_t kMaxParameterElements = int64_t{1} << 40;
+constexpr double kMaxTimeoutSeconds = 86400;
+// Deadline of each progress RPC.
+constexpr absl::Duration kProgressRpcTimeout = absl::Seconds(5);
+
+// Reads `name` as an integer in [lo, hi].
+absl::StatusOr<int64_t> IntVariable(
+    const std::function<const char*(const char*)>& getenv, const char* name,
+    int64_t lo, int64_t hi) {
+  const char* value = getenv(name);
+  if (value == nullptr || *value == '\0') {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is not set"));
+  }
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(value, &n) || n < lo || n > hi) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": must be an integer in [", lo, ", ", hi, "], got \"", value,
+        "\""));
+  }
+  return n;
+}
+
+absl::StatusOr<std::string> StringVariable(
+    const std::function<const char*(const char*)>& getenv, const char* name) {
+  const char* value = getenv(name);
+  if (value == nullptr || *value == '\0') {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is not set"));
+  }
+  return std::string(value);
+}
+
+// Collective failures end the session; argument and order errors do not.
+bool IsSticky(const absl::Status& status) {
+  return !status.ok() &&
+         status.code() != absl::StatusCode::kInvalidArgument &&
+         status.code() != absl::StatusCode::kFailedPrecondition;
+}
+
+}  // namespace
+
+absl::StatusOr<SessionEnvironment> ParseSessionEnvironment(
+    const std::function<const char*(const char*)>& getenv) {
+  SessionEnvironment env;
+  const char* coordinator = getenv("PSHARD_COORDINATOR");
+  const char* local = getenv("PSHARD_LOCAL_STORE");
+  if (coordinator != nullptr && *coordinator != '\0') {
+    env.coordinator = coordinator;
+    ASSIGN_OR_RETURN(env.job_id, StringVariable(getenv, "PSHARD_JOB_ID"));
+    ASSIGN_OR_RETURN(env.epoch,
+                     IntVariable(getenv, "PSHARD_EPOCH", 1, INT64_MAX));
+    ASSIGN_OR_RETURN(env.worker_id,
+                     StringVariable(getenv, "PSHARD_WORKER_ID"));
+    ASSIGN_OR_RETURN(env.world_size, IntVariable(getenv, "PSHARD_WORLD_SIZE",
+                                                 1, kMaxWorldSize));
+    ASSIGN_OR_RETURN(env.rank, IntVariable(getenv, "PSHARD_RANK", 0,
+                                           env.world_size - 1));
+    ASSIGN_OR_RETURN(env.hostname, StringVariable(getenv, "PSHARD_HOSTNAME"));
+  } else if (local != nullptr && *local != '\0') {
+    env.local_store = local;
+    ASSIGN_OR_RETURN(env.world_size,
+                     IntVariable(getenv, "WORLD_SIZE", 1, kMaxWorldSize));
+    ASSIGN_OR_RETURN(env.rank,
+                     IntVariable(getenv, "RANK", 0, env.world_size - 1));
+  } else {
+    return absl::InvalidArgumentError(
+        "PSHARD_COORDINATOR is not set: the program was not started by a "
+        "pshard agent (and PSHARD_LOCAL_STORE, the local test mode, is not "
+        "set either)");
+  }
+  if (const char* t = getenv("PSHARD_COLLECTIVE_TIMEOUT_SECONDS");
+      t != nullptr && *t != '\0') {
+    double seconds = 0;
+    if (!absl::SimpleAtod(t, &seconds) || !(seconds > 0) ||
+        seconds > kMaxTimeoutSeconds) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PSHARD_COLLECTIVE_TIMEOUT_SECONDS: must be a number of seconds in "
+          "(0, ", kMaxTimeoutSeconds, "], got \"", t, "\""));
+    }
+    env.timeout = absl::Seconds(seconds);
+  }
+  return env;
+}
+
+Session::Session(SessionEnvironment env, const Clock& clock)
+    : env_(std::move(env)), clock_(clock) {}
+
+Session::~Session() = default;
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Open(
+    const SessionEnvironment& env, const Clock& clock) {
+  if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", env.rank, " is not a rank of a world of ", env.world_size));
+  }
+  std::unique_ptr<Session> session(new Session(env, clock));
+  if (session->local()) {
+    session->kv_ = std::make_unique<FileKvStore>(env.local_store, clock);
+  } else {
+    session->control_ = NewGrpcControlPlane(env.coordinator);
+    session->kv_ = std::make_unique<CoordinatorKvClient>(
+        session->control_.get(), env.job_id, env.epoch, clock);
+    AssignmentClientOptions options;
+    options.job_id = env.job_id;
+    options.epoch = env.epoch;
+    options.rank = env.rank;
+    options.world_size = env.world_size;
+    options.worker_id = env.worker_id;
+    options.clock = &clock;
+    session->assignment_ = std::make_unique<AssignmentClient>(
+        session->control_.get(), std::move(options));
+  }
+  GlooOptions gloo;
+  gloo.rank = env.rank;
+  gloo.world_size = env.world_size;
+  gloo.hostname = env.hostname;
+  gloo.timeout = env.timeout;
+  gloo.key_prefix = kProgramCommKeyPrefix;
+  ASSIGN_OR_RETURN(session->comm_, CreateGlooCommunicator(gloo, *session->kv_));
+  if (!session->local() && env.rank == 0) {
+    Session* const self = session.get();
+    session->reporter_ = std::make_unique<ProgressReporter>(
+        session->control_.get(),
+        ProgressSource{env.job_id, env.epoch, env.rank, env.worker_id},
+        kProgressRpcTimeout,
+        [self] {
+          self->stopped_ = true;
+          self->comm_->Abort(absl::AbortedError(
+              absl::StrCat("job ", self->env_.job_id,
+                           " was stopped by the coordinator")));
+        },
+        clock);
+  }
+  session->last_report_time_ = clock.Now();
+  return session;
+}
+
+absl::Status Session::CheckHealthy() const {
+  if (closed_) return absl::FailedPreconditionError("the session is closed");
+  if (stopped_) {
+    return absl::AbortedError(
+        absl::StrCat("job ", env_.job_id, " was stopped by the coordinator"));
+  }
+  if (!failure_.ok()) {
+    return absl::AbortedError(
+        absl::StrCat("the session failed earlier: ", failure_.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Session::CheckConfiguring() const {
+  RETURN_IF_ERROR(CheckHealthy());
+  if (trainer_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "the session is already prepared: configure and register parameters "
+        "before pshardPrepare");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Session::Record(absl::Status status) {
+  if (IsSticky(status) && failure_.ok()) failure_ = status;
+  return status;
+}
+
+absl::Status Session::SetOptimizerJson(absl::string_view json) {
+  RETURN_IF_ERROR(CheckConfiguring());
+  ASSIGN_OR_RETURN(v1::OptimizerSpec optimizer, ParseOptimizerSpecJson(json));
+  optimizer_ = std::move(optimizer);
+  return absl::OkStatus();
+}
+
+absl::Status Session::SetBucketCapMb(double mb) {
+  RETURN_IF_ERROR(CheckConfiguring());
+  if (!(mb > 0) || mb > kMaxBucketCapMb) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bucket_cap_mb: must be in (0, ", kMaxBucketCapMb, "], got ", mb));
+  }
+  bucket_cap_mb_ = mb;
+  return absl::OkStatus();
+}
+
+absl::Status Session::SetCommMode(v1::JobSpec::CommMode mode) {
+  RETURN_IF_ERROR(CheckConfiguring());
+  if (mode != v1::JobSpec::REDUCE_BROADCAST &&
+      mode != v1::JobSpec::ALLREDUCE_BROADCAST) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "comm_mode: must be REDUCE_BROADCAST or ALLREDUCE_BROADCAST, got ",
+        static_cast<int>(mode)));
+  }
+  comm_mode_ = mode;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Session::RegisterParameter(absl::string_view name,
+                                               std::vector<int64_t> shape) {
+  RETURN_IF_ERROR(CheckConfiguring());
+  if (name.empty() || name.size() > kMaxParameterNameLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter name: must be 1..", kMaxParameterNameLength,
+                     " bytes, got ", name.size()));
+  }
+  for (const ParameterInfo& p : params_) {
+    if (p.name == name) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter name \"", name, "\" is registered twice"));
+    }
+  }
+  if (shape.size() > static_cast<size_t>(kMaxParameterDims)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter \"", name, "\": at most ", kMaxParameterDims,
+        " dimensions, got ", shape.size()));
+  }
+  int64_t numel = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] < 1 || shape[d] > kMaxParameterElements ||
+        numel > kMaxParameterElements / shape[d]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter \"", name, "\": shape[", d, "] is ", shape[d],
+          "; every dimension must be >= 1 and the parameter at most 2^40 "
+          "elements"));
+    }
+    numel *= shape[d];
+  }
+  if (shape.empty()) shape = {1};  // a scalar
+  params_.push_back({std::string(name), std::move(shape), numel});
+  return static_cast<int>(params_.size()) - 1;
+}
+
+absl::Status Session::Prepare() {
+  RETURN_IF_ERROR(CheckConfiguring());
+  if (!optimizer_.has_value()) {
+    return absl::InvalidArgumentError(
+        "optimizer: not set (pshardSetOptimizer before pshardPrepare)");
+  }
+  if (params_.empty()) {
+    return absl::InvalidArgumentError(
+        "no parameters registered (pshardRegisterParameter before "
+        "pshardPrepare)");
+  }
+  TrainerOptions options;
+  options.optimizer = *optimizer_;
+  options.bucket_cap_mb = bucket_cap_mb_;
+  options.comm_mode = comm_mode_;
+  options.assignment_client = assignment_.get();
+  options.timeout = env_.timeout;
+  ASSIGN_OR_RETURN(trainer_, Trainer::Create(comm_.get(), params_, options));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Trainer*> Session::trainer() {
+  RETURN_IF_ERROR(CheckHealthy());
+  if (trainer_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the session is not prepared yet (pshardPrepare first)");
+  }
+  return trainer_.get();
+}
+
+absl::Status Session::GradientReady(int index) {
+  ASSIGN_OR_RETURN(Trainer * trainer, this->trainer());
+  return Record(trainer->GradientReady(index));
+}
+
+absl::Status Session::FinishStep() {
+  ASSIGN_OR_RETURN(Trainer * trainer, this->trainer());
+  return Record(trainer->FinishStep());
+}
+
+absl::StatusOr<double> Session::AverageLoss(double loss) {
+  RETURN_IF_ERROR(CheckHealthy());
+  if (env_.world_size == 1) return loss;
+  // fp32 as the job runner's average: a loss needs no more.
+  float sum = static_cast<float>(loss);
+  RETURN_IF_ERROR(Record(
+      comm_->AllReduce(&sum, 1, DataType::kFloat32)->Wait(env_.timeout)));
+  return static_cast<double>(sum) / env_.world_size;
+}
+
+absl::Status Session::Barrier() {
+  RETURN_IF_ERROR(CheckHealthy());
+  return Record(comm_->Barrier()->Wait(env_.timeout));
+}
+
+absl::Status Session::ReportProgress(int64_t step, double loss,
+                                     int64_t samples) {
+  RETURN_IF_ERROR(CheckHealthy());
+  if (step < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: must be >= 1, got ", step));
+  }
+  if (samples < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("samples: must be >= 0, got ", samples));
+  }
+  if (reporter_ == nullptr) return absl::OkStatus();
+  const absl::Time now = clock_.Now();
+  const int64_t steps = std::max<int64_t>(1, step - last_report_step_);
+  const absl::Duration step_time = (now - last_report_time_) / steps;
+  last_report_step_ = step;
+  last_report_time_ = now;
+  v1::JobProgress progress;
+  progress.set_step(step);
+  progress.set_loss(loss);
+  *progress.mutable_step_time() = ToProto(step_time);
+  progress.set_bytes_sent(comm_->bytes_sent());
+  const double seconds = absl::ToDoubleSeconds(step_time);
+  progress.set_samples_per_second(
+      seconds > 0 ? static_cast<double>(samples) * env_.world_size / seconds
+                  : 0);
+  reporter_->Post(progress);
+  return absl::OkStatus();
+}
+
+absl::Status Session::Close() {
+  if (closed_) return absl::FailedPreconditionError("the session is closed");
+  absl::Status status = absl::OkStatus();
+  if (trainer_ != nullptr && CheckHealthy().ok()) status = Barrier();
+  if (reporter_ != nullptr) {
+    reporter_->Flush(kProgressRpcTimeout);
+    reporter_.reset();
+  }
+  closed_ = true;
+  return status;
+}
+
+}  // namespace pshard::worker

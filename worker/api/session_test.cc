@@ -1,0 +1,155 @@
+#include "worker/api/session.h"
+
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace pshard::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+using Environment = std::map<std::string, std::string>;
+
+absl::StatusOr<SessionEnvironment> Parse(const Environment& vars) {
+  return ParseSessionEnvironment([&vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  });
+}
+
+Environment AgentEnvironment() {
+  return {{"PSHARD_COORDINATOR", "10.0.0.1:7000"},
+          {"PSHARD_JOB_ID", "job-3"},
+          {"PSHARD_EPOCH", "2"},
+          {"PSHARD_RANK", "1"},
+          {"PSHARD_WORLD_SIZE", "3"},
+          {"PSHARD_WORKER_ID", "w-7"},
+          {"PSHARD_HOSTNAME", "10.0.0.9"},
+          {"PSHARD_COLLECTIVE_TIMEOUT_SECONDS", "12.5"},
+          // torchrun's names do not count in coordinator mode.
+          {"RANK", "0"},
+          {"WORLD_SIZE", "1"}};
+}
+
+TEST(ParseSessionEnvironmentTest, ReadsTheAgentsContract) {
+  ASSERT_OK_AND_ASSIGN(SessionEnvironment env, Parse(AgentEnvironment()));
+  EXPECT_EQ(env.coordinator, "10.0.0.1:7000");
+  EXPECT_EQ(env.job_id, "job-3");
+  EXPECT_EQ(env.epoch, 2);
+  EXPECT_EQ(env.rank, 1);
+  EXPECT_EQ(env.world_size, 3);
+  EXPECT_EQ(env.worker_id, "w-7");
+  EXPECT_EQ(env.hostname, "10.0.0.9");
+  EXPECT_EQ(env.timeout, absl::Milliseconds(12500));
+  EXPECT_TRUE(env.local_store.empty());
+}
+
+TEST(ParseSessionEnvironmentTest, LocalModeTakesTorchrunsRankAndWorldSize) {
+  ASSERT_OK_AND_ASSIGN(
+      SessionEnvironment env,
+      Parse({{"PSHARD_LOCAL_STORE", "/tmp/x"}, {"RANK", "2"},
+             {"WORLD_SIZE", "3"}}));
+  EXPECT_TRUE(env.coordinator.empty());
+  EXPECT_EQ(env.local_store, "/tmp/x");
+  EXPECT_EQ(env.rank, 2);
+  EXPECT_EQ(env.world_size, 3);
+  EXPECT_EQ(env.hostname, "127.0.0.1");
+  EXPECT_EQ(env.timeout, absl::Seconds(60));
+}
+
+TEST(ParseSessionEnvironmentTest, ErrorsNameTheVariable) {
+  EXPECT_THAT(Parse({}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("not started by a pshard agent")));
+  struct Case {
+    std::string variable;
+    std::string value;  // "" removes it
+    std::string message;
+  };
+  for (const Case& c : {
+           Case{"PSHARD_JOB_ID", "", "PSHARD_JOB_ID is not set"},
+           Case{"PSHARD_EPOCH", "0", "PSHARD_EPOCH: must be an integer"},
+           Case{"PSHARD_RANK", "3", "PSHARD_RANK: must be an integer in [0, 2]"},
+           Case{"PSHARD_RANK", "x", "PSHARD_RANK"},
+           Case{"PSHARD_WORLD_SIZE", "5000", "PSHARD_WORLD_SIZE"},
+           Case{"PSHARD_WORKER_ID", "", "PSHARD_WORKER_ID is not set"},
+           Case{"PSHARD_HOSTNAME", "", "PSHARD_HOSTNAME is not set"},
+           Case{"PSHARD_COLLECTIVE_TIMEOUT_SECONDS", "-1",
+                "PSHARD_COLLECTIVE_TIMEOUT_SECONDS"},
+       }) {
+    Environment vars = AgentEnvironment();
+    if (c.value.empty()) {
+      vars.erase(c.variable);
+    } else {
+      vars[c.variable] = c.value;
+    }
+    EXPECT_THAT(Parse(vars), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr(c.message)))
+        << c.variable << "=" << c.value;
+  }
+  EXPECT_THAT(Parse({{"PSHARD_LOCAL_STORE", "/tmp/x"}, {"WORLD_SIZE", "2"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("RANK is not set")));
+}
+
+// One rank in local mode: the whole life of a session, and its order rules.
+TEST(SessionTest, OneLocalRankStepsAndEnforcesTheCallOrder) {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/s.XXXXXX");
+  SessionEnvironment env;
+  env.local_store = mkdtemp(dir.data());
+  env.timeout = absl::Seconds(10);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Session> session, Session::Open(env));
+
+  EXPECT_THAT(session->FinishStep(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("not prepared")));
+  EXPECT_THAT(session->Prepare(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("optimizer: not set")));
+  ASSERT_OK(session->SetOptimizerJson(
+      R"({"kind": "SGD", "hyper_parameters": {"lr": 0.5}})"));
+  ASSERT_OK_AND_ASSIGN(int w, session->RegisterParameter("w", {2, 3}));
+  ASSERT_OK_AND_ASSIGN(int s, session->RegisterParameter("s", {}));
+  EXPECT_EQ(w, 0);
+  EXPECT_EQ(s, 1);
+  EXPECT_THAT(session->RegisterParameter("w", {1}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"w\" is registered twice")));
+  EXPECT_THAT(session->RegisterParameter("z", {2, 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("shape[1] is 0")));
+  ASSERT_OK(session->Prepare());
+  EXPECT_THAT(session->RegisterParameter("late", {1}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("already prepared")));
+
+  ASSERT_OK_AND_ASSIGN(Trainer * trainer, session->trainer());
+  for (float& p : trainer->parameter(0)) p = 1;
+  trainer->parameter(1)[0] = 2;
+  for (float& g : trainer->gradient(0)) g = 1;
+  trainer->gradient(1)[0] = -2;
+  ASSERT_OK(session->GradientReady(1));
+  ASSERT_OK(session->GradientReady(0));
+  EXPECT_THAT(session->GradientReady(0),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("\"w\"")));
+  ASSERT_OK(session->FinishStep());
+  // SGD, lr 0.5, one rank: p - 0.5 g.
+  for (float p : trainer->parameter(0)) EXPECT_FLOAT_EQ(p, 0.5f);
+  EXPECT_FLOAT_EQ(trainer->parameter(1)[0], 3.0f);
+  ASSERT_OK_AND_ASSIGN(double loss, session->AverageLoss(1.25));
+  EXPECT_DOUBLE_EQ(loss, 1.25);
+  ASSERT_OK(session->ReportProgress(1, loss, 8));
+  EXPECT_THAT(session->ReportProgress(0, loss, 8),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("step")));
+  ASSERT_OK(session->Close());
+  EXPECT_THAT(session->FinishStep(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("closed")));
+}
+
+}  // namespace
+}  // namespace pshard::worker
