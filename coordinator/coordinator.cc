@@ -149,7 +149,8 @@ struct Coordinator::Waiter {
   EventsCallback events_done;
 };
 
-// Writes gathered during one locked section, committed by Commit().
+// Writes gathered during one locked section, sealed by its epilogue
+// (Locked::Commit).
 struct Coordinator::Pending {
   std::set<int64_t> jobs;
   std::set<int64_t> workers;
@@ -215,28 +216,79 @@ class Coordinator::Notifier {
   std::thread thread_;
 };
 
-// Holds mu_; on destruction releases it and then runs the callbacks that
-// were deferred while it was held (many of them: on the notifier thread).
+// One locked section: holds mu_ from construction to its epilogue, Commit()
+// (or CommitInBackground(), or the destructor when the section changed
+// nothing durable). The epilogue seals the section's writes, releases mu_,
+// waits for the write (GroupCommit::Await) and then runs the callbacks the
+// section deferred (many of them: on the notifier thread). A reply is built
+// under the lock, before the epilogue, and returned after it.
 class ABSL_SCOPED_LOCKABLE Coordinator::Locked {
  public:
   explicit Locked(const Coordinator* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->mu_)
       : c_(const_cast<Coordinator*>(c)) {
     c_->mu_.Lock();
   }
+  Locked(const Locked&) = delete;
+  Locked& operator=(const Locked&) = delete;
   ~Locked() ABSL_UNLOCK_FUNCTION() {
-    std::vector<std::function<void()>> fns = std::move(c_->deferred_);
-    c_->deferred_.clear();
-    c_->mu_.Unlock();
-    if (static_cast<int>(fns.size()) > c_->options_.max_inline_callbacks &&
-        c_->notifier_ != nullptr) {
-      c_->notifier_->Post(std::move(fns));
+    if (held_) RunDeferred(Unlock());
+  }
+
+  // The epilogue: the outcome of this section's writes (OK when it had
+  // none; see CommitWait).
+  absl::Status Commit(CommitWait wait = CommitWait::kAllSealed)
+      ABSL_UNLOCK_FUNCTION() {
+    const uint64_t mine = c_->Seal();
+    if (mine == 0 && wait == CommitWait::kOwnBatch) {
+      RunDeferred(Unlock());
+      return absl::OkStatus();
+    }
+    // Wait for every batch sealed so far, ours or not: no reply may rest on
+    // state that is not durable yet.
+    const uint64_t ticket = c_->commit_.LastSealed();
+    std::vector<std::function<void()>> fns = Unlock();
+    const absl::Status status = c_->commit_.Await(ticket);
+    RunDeferred(std::move(fns));
+    return mine == 0 ? absl::OkStatus() : status;
+  }
+
+  // The epilogue without waiting: `done` gets the outcome of this section's
+  // writes; it and the callbacks this section deferred run after the write,
+  // on the notifier thread (inline when everything was written already).
+  void CommitInBackground(std::function<void(absl::Status)> done)
+      ABSL_UNLOCK_FUNCTION() {
+    const uint64_t mine = c_->Seal();
+    const uint64_t ticket = c_->commit_.LastSealed();
+    if (c_->commit_.Written(ticket)) {
+      c_->Defer([done = std::move(done)] { done(absl::OkStatus()); });
+      RunDeferred(Unlock());
       return;
     }
-    for (auto& fn : fns) fn();
+    std::vector<std::function<void()>> fns = Unlock();
+    Coordinator* c = c_;
+    c_->notifier_->Post({[c, ticket, mine, fns = std::move(fns),
+                          done = std::move(done)] {
+      const absl::Status status = c->commit_.Await(ticket);
+      for (const auto& fn : fns) fn();
+      done(mine == 0 ? absl::OkStatus() : status);
+    }});
   }
 
  private:
-  Coordinator* c_;
+  // Releases mu_; the callbacks this section deferred.
+  std::vector<std::function<void()>> Unlock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    std::vector<std::function<void()>> fns = std::move(c_->deferred_);
+    c_->deferred_.clear();
+    held_ = false;
+    c_->mu_.Unlock();
+    return fns;
+  }
+  void RunDeferred(std::vector<std::function<void()>> fns) {
+    c_->RunDeferred(std::move(fns));
+  }
+
+  Coordinator* const c_;
+  bool held_ = true;
 };
 
 // ---- Construction and loading ----
@@ -257,6 +309,7 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock,
       store_(std::move(store)),
       started_(clock->Now()),
       pending_(std::make_unique<Pending>()),
+      commit_(store_.get()),
       notifier_(std::make_unique<Notifier>()) {}
 
 bool Coordinator::WaitForNotifier(absl::Duration timeout) {
@@ -350,13 +403,22 @@ absl::Status Coordinator::Load() {
     }
     jobs_[num] = std::move(j);
   }
-  return Commit();
+  return lock.Commit();
 }
 
 // ---- Helpers ----
 
 void Coordinator::Defer(std::function<void()> fn) {
   deferred_.push_back(std::move(fn));
+}
+
+void Coordinator::RunDeferred(std::vector<std::function<void()>> fns) {
+  if (static_cast<int>(fns.size()) > options_.max_inline_callbacks &&
+      notifier_ != nullptr) {
+    notifier_->Post(std::move(fns));
+    return;
+  }
+  for (auto& fn : fns) fn();
 }
 
 absl::Time Coordinator::CapDeadline(absl::Time deadline) const {
@@ -467,105 +529,25 @@ void Coordinator::PersistWorker(const WorkerRec& w) {
 }
 
 uint64_t Coordinator::Seal() {
-  uint64_t mine = 0;
-  if (!pending_->jobs.empty() || !pending_->workers.empty() ||
-      !pending_->events.empty() || !pending_->assignments.empty() ||
-      !pending_->finished_ranks.empty()) {
-    StateStore::Batch batch;
-    for (int64_t num : pending_->jobs) {
-      auto it = jobs_.find(num);
-      if (it != jobs_.end()) batch.jobs.emplace_back(num, it->second->job);
-    }
-    for (int64_t num : pending_->workers) {
-      auto it = workers_.find(num);
-      if (it != workers_.end()) {
-        batch.workers.emplace_back(num, it->second->info);
-      }
-    }
-    batch.events = std::move(pending_->events);
-    batch.assignments = std::move(pending_->assignments);
-    batch.finished_ranks = std::move(pending_->finished_ranks);
-    pending_ = std::make_unique<Pending>();
-    mine = ++sealed_seq_;
-    sealed_.emplace_back(mine, std::move(batch));
+  if (pending_->jobs.empty() && pending_->workers.empty() &&
+      pending_->events.empty() && pending_->assignments.empty() &&
+      pending_->finished_ranks.empty()) {
+    return 0;
   }
-  return mine;
-}
-
-absl::Status Coordinator::Commit(CommitWait wait) {
-  const uint64_t mine = Seal();
-  if (mine == 0 && wait == CommitWait::kOwnBatch) return absl::OkStatus();
-  // Wait for every batch sealed so far, ours or not: no reply may rest on
-  // state that is not durable yet.
-  const uint64_t ticket = sealed_seq_;
-  if (written_seq_ >= ticket) return absl::OkStatus();  // also: mine == 0
-  // Callbacks deferred so far belong to this section: they run when it ends,
-  // after the write, not from another section's Locked in the meantime.
-  std::vector<std::function<void()>> held = std::move(deferred_);
-  deferred_.clear();
-  mu_.Unlock();
-  absl::Status status = WriteSealed(ticket);
-  mu_.Lock();
-  held.insert(held.end(), std::make_move_iterator(deferred_.begin()),
-              std::make_move_iterator(deferred_.end()));
-  deferred_ = std::move(held);
-  return mine == 0 ? absl::OkStatus() : status;
-}
-
-void Coordinator::CommitInBackground(std::function<void(absl::Status)> done) {
-  const uint64_t mine = Seal();
-  const uint64_t ticket = sealed_seq_;
-  if (written_seq_ >= ticket) {
-    Defer([done = std::move(done)] { done(absl::OkStatus()); });
-    return;
+  StateStore::Batch batch;
+  for (int64_t num : pending_->jobs) {
+    auto it = jobs_.find(num);
+    if (it != jobs_.end()) batch.jobs.emplace_back(num, it->second->job);
   }
-  // As in Commit: what this section deferred runs after the write.
-  std::vector<std::function<void()>> held = std::move(deferred_);
-  deferred_.clear();
-  notifier_->Post({[this, ticket, mine, held = std::move(held),
-                    done = std::move(done)] {
-    const absl::Status status = WriteSealed(ticket);
-    for (const auto& fn : held) fn();
-    done(mine == 0 ? absl::OkStatus() : status);
-  }});
-}
-
-absl::Status Coordinator::WriteSealed(uint64_t ticket) {
-  absl::MutexLock store_lock(&store_mu_);
-  std::deque<std::pair<uint64_t, StateStore::Batch>> group;
-  {
-    absl::MutexLock lock(&mu_);
-    if (written_seq_ >= ticket) {
-      // Another section wrote it while this one waited for store_mu_.
-      auto failed = failed_writes_.lower_bound(ticket);
-      if (failed != failed_writes_.end() && failed->second.first <= ticket) {
-        return failed->second.second;
-      }
-      return absl::OkStatus();
-    }
-    group.swap(sealed_);
+  for (int64_t num : pending_->workers) {
+    auto it = workers_.find(num);
+    if (it != workers_.end()) batch.workers.emplace_back(num, it->second->info);
   }
-  StateStore::Batch all;
-  for (auto& [seq, batch] : group) {
-    // Later batches' rows replace earlier ones (INSERT OR REPLACE, in order).
-    auto append = [](auto& to, auto& from) {
-      to.insert(to.end(), std::make_move_iterator(from.begin()),
-                std::make_move_iterator(from.end()));
-    };
-    append(all.workers, batch.workers);
-    append(all.jobs, batch.jobs);
-    append(all.events, batch.events);
-    append(all.assignments, batch.assignments);
-    append(all.finished_ranks, batch.finished_ranks);
-  }
-  const absl::Status status = store_->Commit(all);
-  absl::MutexLock lock(&mu_);
-  written_seq_ = group.back().first;
-  if (!status.ok()) {
-    failed_writes_[group.back().first] = {group.front().first, status};
-    if (failed_writes_.size() > 64) failed_writes_.erase(failed_writes_.begin());
-  }
-  return status;
+  batch.events = std::move(pending_->events);
+  batch.assignments = std::move(pending_->assignments);
+  batch.finished_ranks = std::move(pending_->finished_ranks);
+  pending_ = std::make_unique<Pending>();
+  return commit_.Seal(std::move(batch));
 }
 
 void Coordinator::AppendEvent(JobRec& job, v1::JobEvent event) {
@@ -876,10 +858,10 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
       std::min(next_loss_check_, now + options_.worker_timeout);
   PersistWorker(*w);
   Schedule();
-  RETURN_IF_ERROR(Commit());
   v1::RegisterWorkerResponse resp;
   resp.set_worker_id(w->info.id());
   *resp.mutable_heartbeat_interval() = ToProto(options_.heartbeat_interval);
+  RETURN_IF_ERROR(lock.Commit());
   return resp;
 }
 
@@ -992,9 +974,9 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
   // concerns this worker queues a directive for it). So it waits only for
   // its own writes, not behind a burst of other ranks' results being
   // written (the heartbeat p99 at a 4096-rank job's end).
-  RETURN_IF_ERROR(Commit(resp.directives_size() == 0
-                             ? CommitWait::kOwnBatch
-                             : CommitWait::kAllSealed));
+  RETURN_IF_ERROR(lock.Commit(resp.directives_size() == 0
+                                  ? CommitWait::kOwnBatch
+                                  : CommitWait::kAllSealed));
   return out;
 }
 
@@ -1043,9 +1025,10 @@ absl::StatusOr<v1::WorkerInfo> Coordinator::SetDrainRequested(
     w->info.set_drain_requested(drain);
     PersistWorker(*w);
     if (!drain) Schedule();  // a queued job may fit now
-    RETURN_IF_ERROR(Commit());
   }
-  return InfoOf(*w);
+  v1::WorkerInfo info = InfoOf(*w);
+  RETURN_IF_ERROR(lock.Commit());
+  return info;
 }
 
 absl::StatusOr<Coordinator::WorkerPage> Coordinator::ListWorkers(
@@ -1106,8 +1089,9 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   job.job.clear_start_time();
   queued_.insert(job.num);
   Schedule();
-  RETURN_IF_ERROR(Commit());
-  return job.job;
+  v1::Job out = job.job;
+  RETURN_IF_ERROR(lock.Commit());
+  return out;
 }
 
 absl::StatusOr<v1::Job> Coordinator::GetJob(absl::string_view job_id) const {
@@ -1182,8 +1166,9 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(absl::string_view job_id,
          reason.empty() ? std::string("cancelled by user")
                         : absl::StrCat("cancelled: ", Clip(reason)));
   Schedule();
-  RETURN_IF_ERROR(Commit());
-  return j->job;
+  v1::Job out = j->job;
+  RETURN_IF_ERROR(lock.Commit());
+  return out;
 }
 
 absl::StatusOr<Coordinator::EventBatch> Coordinator::GetEvents(
@@ -1342,11 +1327,13 @@ absl::StatusOr<v1::ReportBucketsResponse> Coordinator::ReportBuckets(
   *buckets_only.mutable_buckets() = req.buckets();
   Locked lock(this);
   // A deadline in the past: an unknown fingerprint is answered at once.
+  bool needs_commit = false;
   std::optional<absl::StatusOr<v1::ReportBucketsResponse>> answer =
       ReportBucketsLocked(req.job_id(), req.epoch(), req.rank(),
                           req.worker_id(), buckets_only.SerializeAsString(),
                           req.layout_fingerprint(), absl::InfinitePast(),
-                          nullptr);
+                          nullptr, &needs_commit);
+  if (needs_commit) RETURN_IF_ERROR(lock.Commit());
   return *std::move(answer);
 }
 
@@ -1358,11 +1345,15 @@ Coordinator::WaitId Coordinator::ReportBucketsWire(
   {
     Locked lock(this);
     WaitId id = 0;
+    bool needs_commit = false;
     answer = ReportBucketsLocked(job_id, epoch, rank, worker_id, buckets_wire,
-                                 fingerprint, deadline, &id);
+                                 fingerprint, deadline, &id, &needs_commit);
     if (!answer.has_value()) {
       waiters_[id]->report_done = std::move(done);
       return id;
+    }
+    if (needs_commit) {
+      if (absl::Status s = lock.Commit(); !s.ok()) answer = s;
     }
   }
   // Answered here, not deferred: the report that completes the set would
@@ -1377,7 +1368,8 @@ Coordinator::ReportBucketsLocked(absl::string_view job_id, int64_t epoch,
                                  int rank, absl::string_view worker_id,
                                  absl::string_view buckets_wire,
                                  absl::string_view fingerprint,
-                                 absl::Time deadline, WaitId* parked) {
+                                 absl::Time deadline, WaitId* parked,
+                                 bool* needs_commit) {
   const bool by_fingerprint = buckets_wire.empty() && !fingerprint.empty();
   if (by_fingerprint && fingerprint.size() != shard::kLayoutFingerprintBytes) {
     return absl::InvalidArgumentError(
@@ -1393,7 +1385,7 @@ Coordinator::ReportBucketsLocked(absl::string_view job_id, int64_t epoch,
   auto fail = [&](const std::string& reason) -> absl::Status {
     EndJob(*j, v1::FAILED, reason);
     Schedule();
-    RETURN_IF_ERROR(Commit());
+    *needs_commit = true;
     return absl::InvalidArgumentError(reason);
   };
   const bool same_bytes =
@@ -1457,7 +1449,7 @@ Coordinator::ReportBucketsLocked(absl::string_view job_id, int64_t epoch,
     PublishAssignment(*j);
     Schedule();
   }
-  RETURN_IF_ERROR(Commit());
+  *needs_commit = true;
   return resp;
 }
 
@@ -1616,14 +1608,14 @@ absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
       FlushProgress(*j);
     }
   }
-  RETURN_IF_ERROR(Commit());
+  RETURN_IF_ERROR(lock.Commit());
   return resp;
 }
 
 absl::Status Coordinator::ReportResult(const v1::ReportResultRequest& req) {
   Locked lock(this);
   ASSIGN_OR_RETURN(const bool changed, ReportResultLocked(req));
-  return changed ? Commit() : absl::OkStatus();
+  return changed ? lock.Commit() : absl::OkStatus();
 }
 
 void Coordinator::ReportResultAsync(const v1::ReportResultRequest& req,
@@ -1631,7 +1623,7 @@ void Coordinator::ReportResultAsync(const v1::ReportResultRequest& req,
   Locked lock(this);
   absl::StatusOr<bool> changed = ReportResultLocked(req);
   if (changed.ok() && *changed) {
-    CommitInBackground(std::move(done));
+    lock.CommitInBackground(std::move(done));
     return;
   }
   Defer([done = std::move(done), status = changed.status()] { done(status); });
@@ -1763,7 +1755,7 @@ void Coordinator::Tick() {
     CheckRecovery(job);
   }
   Schedule();
-  absl::Status s = Commit();
+  absl::Status s = lock.Commit();
   if (!s.ok()) {
     // Nothing to answer here; the next state change reports the failure.
     fprintf(stderr, "pshard-coordinator: commit failed in Tick: %s\n",

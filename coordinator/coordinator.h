@@ -11,10 +11,13 @@
 // the store before the method returns; callbacks of blocking waits run after
 // the mutex is released, never under it. The store is written without the
 // mutex (group commit): a method seals its writes as a batch, releases the
-// mutex while the batches sealed so far are written in order, in one
-// transaction, by whichever waiting method gets there first, and retakes it
-// (see Commit()). So a slow disk delays the methods that changed state, not
-// the heartbeats and status reads meanwhile. A method that changed nothing
+// mutex, and then the batches sealed so far are written in order, in one
+// transaction, by whichever waiting method gets there first. So a slow disk
+// delays the methods that changed state, not the heartbeats and status reads
+// meanwhile. Each method is one locked
+// section: lock, check and change, seal; then, as the section's epilogue
+// after the unlock, wait for the write (see GroupCommit) and reply; the lock
+// is never released in the middle of a change. A method that changed nothing
 // still waits until every earlier batch is written, so no reply depends on
 // state that a crash could lose; only the read-only status methods (GetJob,
 // ListJobs, ListWorkers, GetShardAssignment, GetEvents) may show a change
@@ -90,6 +93,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "shard/layout.h"
+#include "coordinator/group_commit.h"
 #include "coordinator/paging.h"
 #include "coordinator/state_store.h"
 #include "pshard/v1/cluster.pb.h"
@@ -418,10 +422,13 @@ class Coordinator {
   void PublishAssignment(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The answer of a layout report, or nullopt when it was parked as wait
   // `*parked` (only when `parked` is not null; the caller sets its callback).
+  // Sets `*needs_commit` when the answer rests on a change the caller must
+  // commit before replying.
   std::optional<absl::StatusOr<v1::ReportBucketsResponse>> ReportBucketsLocked(
       absl::string_view job_id, int64_t epoch, int rank,
       absl::string_view worker_id, absl::string_view buckets_wire,
-      absl::string_view fingerprint, absl::Time deadline, WaitId* parked)
+      absl::string_view fingerprint, absl::Time deadline, WaitId* parked,
+      bool* needs_commit)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkLayoutReported(JobRec& job, int rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -439,30 +446,25 @@ class Coordinator {
               std::vector<WaitId>& job_list) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistJob(const JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistWorker(const WorkerRec& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Seals the pending writes as the next batch; then, if any batch up to
-  // now is not yet written, releases mu_ (keeping the callbacks deferred so
-  // far for this section), writes through WriteSealed, and retakes mu_.
-  // Returns the outcome of this section's batch (OK when it had none).
-  // kOwnBatch skips the wait when this section sealed nothing: for replies
-  // that rest on no state of other sections (a heartbeat answered with no
-  // directive), so they never queue behind another section's write.
+  // How long a section's epilogue (Locked::Commit) waits. kAllSealed: until
+  // every batch sealed so far is durable, so no reply rests on state that a
+  // crash could lose. kOwnBatch skips the wait when this section sealed
+  // nothing: for replies that rest on no state of other sections (a
+  // heartbeat answered with no directive), so they never queue behind
+  // another section's write.
   enum class CommitWait { kAllSealed, kOwnBatch };
-  absl::Status Commit(CommitWait wait = CommitWait::kAllSealed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Commit without waiting: `done` (and the callbacks this section deferred)
-  // run after the write, on the notifier thread.
-  void CommitInBackground(std::function<void(absl::Status)> done)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Seals the pending writes as the next batch; its number, 0 if none.
+  // Seals the pending writes as the next batch of commit_; its ticket, 0 if
+  // none.
   uint64_t Seal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ReportResult's checks and changes; true when there is a change to
   // commit.
   absl::StatusOr<bool> ReportResultLocked(const v1::ReportResultRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes every sealed batch not yet written, unless batch `ticket` is
-  // written already; the outcome of `ticket`'s batch.
-  absl::Status WriteSealed(uint64_t ticket) ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
   void Defer(std::function<void()> fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs callbacks deferred by a section that has ended: inline, or on the
+  // notifier thread when there are more than max_inline_callbacks.
+  void RunDeferred(std::vector<std::function<void()>> fns)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const CoordinatorOptions options_;
   const Clock* const clock_;
@@ -486,17 +488,8 @@ class Coordinator {
   // No worker can be lost before this time.
   absl::Time next_loss_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::unique_ptr<Pending> pending_ ABSL_GUARDED_BY(mu_);
-  // Group commit (Commit()): sealed batches in order, numbered from 1.
-  std::deque<std::pair<uint64_t, StateStore::Batch>> sealed_
-      ABSL_GUARDED_BY(mu_);
-  uint64_t sealed_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  // Batches up to this one are written (or failed).
-  uint64_t written_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  // Failed writes: last ticket -> (first ticket, error); the latest 64.
-  std::map<uint64_t, std::pair<uint64_t, absl::Status>> failed_writes_
-      ABSL_GUARDED_BY(mu_);
-  // Held while writing; taken before mu_, never while holding it.
-  absl::Mutex store_mu_;
+  // Sealed under mu_, written without it (see Locked::Commit).
+  GroupCommit commit_;
   std::vector<std::function<void()>> deferred_ ABSL_GUARDED_BY(mu_);
   // Declared last: destroyed first, after running what it was given.
   std::unique_ptr<Notifier> notifier_;
