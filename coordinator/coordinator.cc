@@ -316,6 +316,22 @@ bool Coordinator::WaitForNotifier(absl::Duration timeout) {
   return notifier_->WaitIdle(timeout);
 }
 
+bool Coordinator::WaitForPendingWaits(int count,
+                                      absl::Duration timeout) const {
+  struct Args {
+    const Coordinator* c;
+    size_t count;
+  } args{this, static_cast<size_t>(count)};
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(
+      absl::Condition(
+          +[](Args* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return a->c->waiters_.size() == a->count;
+          },
+          &args),
+      timeout);
+}
+
 Coordinator::~Coordinator() {
   // Fail pending waits so that no caller waits for a callback that cannot
   // come any more.

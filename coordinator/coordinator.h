@@ -367,6 +367,12 @@ class Coordinator {
   // have run; for tests.
   bool WaitForNotifier(absl::Duration timeout);
 
+  // Waits (up to `timeout`, on the real clock) until exactly `count` waits
+  // are pending (parked KvGet, GetAssignment, WaitForEvents or layout
+  // reports); for tests that must act on a parked wait, e.g. cancel it,
+  // instead of sleeping.
+  bool WaitForPendingWaits(int count, absl::Duration timeout) const;
+
  private:
   class Locked;
   class Notifier;

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -184,10 +185,7 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
         absl::StrCat("too many WatchJob streams (", options_.max_watchers,
                      "); poll GetJob instead"));
   }
-  struct Release {
-    std::atomic<int>* n;
-    ~Release() { n->fetch_sub(1); }
-  } release{&watchers_};
+  absl::Cleanup release = [this] { watchers_.fetch_sub(1); };
 
   int64_t after = req->after_sequence();
   for (;;) {
@@ -276,9 +274,9 @@ absl::StatusOr<absl::Time> WorkerControlImpl::WaitDeadline(
   absl::Time deadline = wait == absl::ZeroDuration()
                             ? absl::InfiniteFuture()
                             : clock_->Now() + wait;
-  // The client's own deadline (gRPC reports "none" as a far future time).
+  // The client's own deadline (gRPC reports "none" as the largest time).
   const auto client = ctx->deadline();
-  if (client < std::chrono::system_clock::now() + std::chrono::hours(24 * 365)) {
+  if (client < std::chrono::system_clock::time_point::max()) {
     deadline = std::min(deadline, absl::FromChrono(client));
   }
   return deadline;
