@@ -110,9 +110,8 @@ struct Coordinator::JobRec {
   // Ranks with finished == true.
   int finished_ranks = 0;
   std::optional<shard::Layout> reference_layout;
-  // The reference report's bytes (ReportBucketsWire's buckets_wire) and
-  // their LayoutFingerprint.
-  std::string reference_wire;
+  // The reference report's encoding and its LayoutFingerprint.
+  EncodedLayout reference_encoding;
   std::string reference_fingerprint;
   int reference_rank = -1;
   int layouts_reported = 0;
@@ -126,8 +125,9 @@ struct Coordinator::JobRec {
   // Fingerprint-only layout reports waiting for the first full one.
   std::vector<WaitId> layout_waiters;
   std::vector<WaitId> event_waiters;
-  // The spec of the current epoch's RunJob, serialized once.
-  std::shared_ptr<const std::string> run_job_tail;
+  // The spec of the current epoch's RunJob, shared by every rank's
+  // directive (the server serializes it once per epoch).
+  std::shared_ptr<const v1::JobSpec> run_job_spec;
   bool recovering = false;
   bool progress_dirty = false;
   absl::Time last_progress_event = absl::InfinitePast();
@@ -674,7 +674,7 @@ void Coordinator::EndJob(JobRec& job, v1::JobState state, std::string reason) {
   kv_bytes_total_ -= job.kv_bytes;
   job.kv_bytes = 0;
   job.reference_layout.reset();
-  job.reference_wire.clear();
+  job.reference_encoding = EncodedLayout();
   job.reference_fingerprint.clear();
 }
 
@@ -688,14 +688,14 @@ void Coordinator::StartEpoch(JobRec& job,
   kv_bytes_total_ -= job.kv_bytes;
   job.kv_bytes = 0;
   job.reference_layout.reset();
-  job.reference_wire.clear();
+  job.reference_encoding = EncodedLayout();
   job.reference_fingerprint.clear();
   job.reference_rank = -1;
   job.layouts_reported = 0;
   job.recovering = false;
   job.job.set_epoch(job.job.epoch() + 1);
   job.job.clear_members();
-  job.run_job_tail.reset();
+  job.run_job_spec.reset();
   job.ranks.assign(worker_nums.size(), RankRec{});
   job.finished_ranks = 0;
   for (size_t r = 0; r < worker_nums.size(); ++r) {
@@ -884,11 +884,10 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
     const v1::HeartbeatRequest& req) {
   ASSIGN_OR_RETURN(SharedHeartbeat shared, HeartbeatShared(req));
-  if (shared.run_job_tail != nullptr) {
+  if (shared.run_job_spec != nullptr) {
     for (v1::Directive& d : *shared.response.mutable_directives()) {
-      if (d.has_run_job() &&
-          !d.mutable_run_job()->MergeFromString(*shared.run_job_tail)) {
-        return absl::InternalError("RunJob tail does not parse");
+      if (d.has_run_job()) {
+        *d.mutable_run_job()->mutable_spec() = *shared.run_job_spec;
       }
     }
   }
@@ -967,13 +966,10 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
         run->set_epoch(job.job.epoch());
         run->set_rank(w->rank);
         run->set_world_size(job.job.spec().world_size());
-        if (job.run_job_tail == nullptr) {
-          v1::RunJobDirective tail;
-          *tail.mutable_spec() = job.job.spec();
-          job.run_job_tail =
-              std::make_shared<const std::string>(tail.SerializeAsString());
+        if (job.run_job_spec == nullptr) {
+          job.run_job_spec = std::make_shared<const v1::JobSpec>(job.job.spec());
         }
-        out.run_job_tail = job.run_job_tail;
+        out.run_job_spec = job.run_job_spec;
       }
     } else if (!job.recovering && ++w->missing_reports >= 2) {
       EndJob(job, v1::FAILED,
@@ -1339,31 +1335,32 @@ Coordinator::WaitId Coordinator::KvGet(absl::string_view job_id,
 
 absl::StatusOr<v1::ReportBucketsResponse> Coordinator::ReportBuckets(
     const v1::ReportBucketsRequest& req) {
-  v1::ReportBucketsRequest buckets_only;
-  *buckets_only.mutable_buckets() = req.buckets();
+  LayoutReport report;
+  report.job_id = req.job_id();
+  report.epoch = req.epoch();
+  report.rank = req.rank();
+  report.worker_id = req.worker_id();
+  report.layout = EncodedLayout::FromBuckets(req.buckets());
+  report.fingerprint = req.layout_fingerprint();
   Locked lock(this);
   // A deadline in the past: an unknown fingerprint is answered at once.
   bool needs_commit = false;
   std::optional<absl::StatusOr<v1::ReportBucketsResponse>> answer =
-      ReportBucketsLocked(req.job_id(), req.epoch(), req.rank(),
-                          req.worker_id(), buckets_only.SerializeAsString(),
-                          req.layout_fingerprint(), absl::InfinitePast(),
-                          nullptr, &needs_commit);
+      ReportBucketsLocked(report, absl::InfinitePast(), nullptr,
+                          &needs_commit);
   if (needs_commit) RETURN_IF_ERROR(lock.Commit());
   return *std::move(answer);
 }
 
-Coordinator::WaitId Coordinator::ReportBucketsWire(
-    absl::string_view job_id, int64_t epoch, int rank,
-    absl::string_view worker_id, absl::string_view buckets_wire,
-    absl::string_view fingerprint, absl::Time deadline, ReportCallback done) {
+Coordinator::WaitId Coordinator::ReportLayout(const LayoutReport& report,
+                                             absl::Time deadline,
+                                             ReportCallback done) {
   std::optional<absl::StatusOr<v1::ReportBucketsResponse>> answer;
   {
     Locked lock(this);
     WaitId id = 0;
     bool needs_commit = false;
-    answer = ReportBucketsLocked(job_id, epoch, rank, worker_id, buckets_wire,
-                                 fingerprint, deadline, &id, &needs_commit);
+    answer = ReportBucketsLocked(report, deadline, &id, &needs_commit);
     if (!answer.has_value()) {
       waiters_[id]->report_done = std::move(done);
       return id;
@@ -1380,22 +1377,24 @@ Coordinator::WaitId Coordinator::ReportBucketsWire(
 }
 
 std::optional<absl::StatusOr<v1::ReportBucketsResponse>>
-Coordinator::ReportBucketsLocked(absl::string_view job_id, int64_t epoch,
-                                 int rank, absl::string_view worker_id,
-                                 absl::string_view buckets_wire,
-                                 absl::string_view fingerprint,
+Coordinator::ReportBucketsLocked(const LayoutReport& report,
                                  absl::Time deadline, WaitId* parked,
                                  bool* needs_commit) {
-  const bool by_fingerprint = buckets_wire.empty() && !fingerprint.empty();
+  const int64_t epoch = report.epoch;
+  const int rank = report.rank;
+  const std::string& fingerprint = report.fingerprint;
+  const bool by_fingerprint = report.layout.empty() && !fingerprint.empty();
   if (by_fingerprint && fingerprint.size() != shard::kLayoutFingerprintBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("layout_fingerprint: must be ", shard::kLayoutFingerprintBytes,
                      " bytes (SHA-256), got ", fingerprint.size()));
   }
-  absl::StatusOr<JobRec*> found = ActiveJobAt(job_id, epoch);
+  absl::StatusOr<JobRec*> found = ActiveJobAt(report.job_id, epoch);
   if (!found.ok()) return found.status();
   JobRec* j = *found;
-  if (absl::Status s = CheckRank(*j, rank, worker_id); !s.ok()) return s;
+  if (absl::Status s = CheckRank(*j, rank, report.worker_id); !s.ok()) {
+    return s;
+  }
   Acknowledge(*j, rank);
   v1::ReportBucketsResponse resp;
   auto fail = [&](const std::string& reason) -> absl::Status {
@@ -1407,7 +1406,7 @@ Coordinator::ReportBucketsLocked(absl::string_view job_id, int64_t epoch,
   const bool same_bytes =
       j->reference_layout.has_value() &&
       (by_fingerprint ? fingerprint == j->reference_fingerprint
-                      : buckets_wire == j->reference_wire);
+                      : report.layout == j->reference_encoding);
   if (!same_bytes) {
     if (!j->reference_layout && j->job.state() == v1::RUNNING) {
       // Recovered after a restart: the layout was checked before, and the
@@ -1433,27 +1432,26 @@ Coordinator::ReportBucketsLocked(absl::string_view job_id, int64_t epoch,
       resp.set_send_layout(true);
       return resp;
     }
-    v1::ReportBucketsRequest parsed;
-    if (!parsed.ParseFromArray(buckets_wire.data(),
-                               static_cast<int>(buckets_wire.size()))) {
+    absl::StatusOr<EncodedLayout::Buckets> parsed = report.layout.Decode();
+    if (!parsed.ok()) {
       return fail(absl::StrCat(Who(*j, rank),
                                " sent a bucket layout that does not parse"));
     }
     const absl::Status valid =
-        shard::ValidateLayout(parsed.buckets(), options_.layout_limits);
+        shard::ValidateLayout(*parsed, options_.layout_limits);
     if (!valid.ok()) {
       return fail(absl::StrCat(Who(*j, rank),
                                " reported an invalid bucket layout: ",
                                valid.message()));
     }
     if (!j->reference_layout) {
-      j->reference_layout = std::move(*parsed.mutable_buckets());
+      j->reference_layout = *std::move(parsed);
       j->reference_rank = rank;
-      j->reference_wire = std::string(buckets_wire);
-      j->reference_fingerprint = shard::LayoutFingerprint(buckets_wire);
+      j->reference_encoding = report.layout;
+      j->reference_fingerprint = report.layout.Fingerprint();
       AnswerLayoutWaiters(*j);
     } else if (std::optional<shard::LayoutDifference> diff =
-                   shard::CompareLayouts(*j->reference_layout, parsed.buckets())) {
+                   shard::CompareLayouts(*j->reference_layout, *parsed)) {
       return fail(absl::StrCat("bucket layout mismatch: ", Who(*j, rank),
                                " differs from rank ", j->reference_rank,
                                " at bucket ", diff->bucket, ": ", diff->detail));

@@ -93,6 +93,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "shard/layout.h"
+#include "coordinator/encoded_layout.h"
 #include "coordinator/group_commit.h"
 #include "coordinator/paging.h"
 #include "coordinator/state_store.h"
@@ -172,16 +173,15 @@ class Coordinator {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request);
 
-  // Heartbeat for servers that send bytes: the RunJob directive in
-  // `response` (at most one) lacks `spec`; `run_job_tail` is the wire form of
-  // a RunJobDirective holding just that field, shared by every rank of the
-  // job's epoch. Appending it to the serialized RunJob gives the full
-  // directive (protobuf merges concatenated messages). RunJob carries no
-  // member list (ranks find each other through the rendezvous store).
+  // Heartbeat whose RunJob directive (at most one) in `response` lacks its
+  // `spec`: `run_job_spec` is that spec, one message shared by every rank of
+  // the job's epoch, so a server serializes it once per epoch (and sends it
+  // by reference) instead of once per rank. RunJob carries no member list
+  // (ranks find each other through the rendezvous store).
   // Errors: as Heartbeat.
   struct SharedHeartbeat {
     v1::HeartbeatResponse response;
-    std::shared_ptr<const std::string> run_job_tail;
+    std::shared_ptr<const v1::JobSpec> run_job_spec;
   };
   absl::StatusOr<SharedHeartbeat> HeartbeatShared(
       const v1::HeartbeatRequest& request);
@@ -284,7 +284,7 @@ class Coordinator {
   // A report with no buckets and a layout_fingerprint is accepted when the
   // fingerprint is that of the epoch's first full report; otherwise the
   // answer is send_layout=true and nothing is recorded (this form never
-  // waits; ReportBucketsWire does).
+  // waits; ReportLayout does).
   // InvalidArgument: bad rank or worker, invalid layout, or a layout that
   //   differs from another rank's (both fail the job: "rank R (worker w-N)
   //   ... at bucket B: ..."); a fingerprint that is not 32 bytes (the job
@@ -295,24 +295,31 @@ class Coordinator {
   absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
       const v1::ReportBucketsRequest& request);
 
-  // ReportBuckets for servers that receive bytes, answered through `done`
-  // (once; maybe before returning, never under the lock): `buckets_wire` is
-  // the wire form of a ReportBucketsRequest holding only its `buckets`
-  // (field 5), and `fingerprint` its layout_fingerprint. A report
-  // byte-identical to the first one of the epoch is accepted after a
-  // comparison of bytes; any other is parsed, validated and compared field by
-  // field. A fingerprint-only report that arrives before any rank sent the
-  // layout in full waits for that (until `deadline`, capped at now +
-  // max_wait; then send_layout=true), so that ranks reporting together need
-  // not all send it.
-  // Errors: as ReportBuckets; InvalidArgument also for bytes that do not
-  // parse (the job fails); Aborted: the job ended or restarted while
+  // A ReportBucketsRequest whose layout is still encoded (EncodedLayout):
+  // what the server's codec makes of the request as received.
+  struct LayoutReport {
+    std::string job_id;
+    int64_t epoch = 0;
+    int rank = -1;
+    std::string worker_id;
+    // Empty for a fingerprint-only report.
+    EncodedLayout layout;
+    // layout_fingerprint as sent (may be empty).
+    std::string fingerprint;
+  };
+  // ReportBuckets answered through `done` (once; maybe before returning,
+  // never under the lock). A layout whose encoding equals that of the
+  // epoch's first full report is accepted without parsing; any other is
+  // decoded, validated and compared field by field. A fingerprint-only
+  // report that arrives before any rank sent the layout in full waits for
+  // that (until `deadline`, capped at now + max_wait; then
+  // send_layout=true), so that ranks reporting together need not all send
+  // it.
+  // Errors: as ReportBuckets; InvalidArgument also for a layout that does
+  // not decode (the job fails); Aborted: the job ended or restarted while
   // waiting.
-  WaitId ReportBucketsWire(absl::string_view job_id, int64_t epoch, int rank,
-                           absl::string_view worker_id,
-                           absl::string_view buckets_wire,
-                           absl::string_view fingerprint, absl::Time deadline,
-                           ReportCallback done);
+  WaitId ReportLayout(const LayoutReport& report, absl::Time deadline,
+                      ReportCallback done);
 
   // Calls `done` once with the assignment of (job, epoch) when published, in
   // `view` (UNSPECIFIED is FULL); every caller of a view gets the same
@@ -431,9 +438,7 @@ class Coordinator {
   // Sets `*needs_commit` when the answer rests on a change the caller must
   // commit before replying.
   std::optional<absl::StatusOr<v1::ReportBucketsResponse>> ReportBucketsLocked(
-      absl::string_view job_id, int64_t epoch, int rank,
-      absl::string_view worker_id, absl::string_view buckets_wire,
-      absl::string_view fingerprint, absl::Time deadline, WaitId* parked,
+      const LayoutReport& report, absl::Time deadline, WaitId* parked,
       bool* needs_commit)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkLayoutReported(JobRec& job, int rank)
