@@ -118,9 +118,7 @@ struct Coordinator::JobRec {
   // The latest published assignment (any epoch), and its OwnersView.
   AssignmentPtr assignment;
   AssignmentPtr assignment_owners;
-  absl::flat_hash_map<std::string, std::string> kv;
-  int64_t kv_bytes = 0;
-  absl::flat_hash_map<std::string, std::vector<WaitId>> kv_waiters;
+  RendezvousStore kv;
   std::vector<WaitId> assignment_waiters;
   // Fingerprint-only layout reports waiting for the first full one.
   std::vector<WaitId> layout_waiters;
@@ -305,6 +303,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
 Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock,
                          std::unique_ptr<StateStore> store)
     : options_(std::move(options)),
+      kv_limits_{options_.max_kv_key_bytes, options_.max_kv_value_bytes,
+                 options_.max_kv_keys_per_job, options_.max_kv_bytes_per_job,
+                 options_.max_kv_bytes_total},
       clock_(clock),
       store_(std::move(store)),
       started_(clock->Now()),
@@ -442,12 +443,18 @@ absl::Time Coordinator::CapDeadline(absl::Time deadline) const {
 }
 
 Coordinator::WaitId Coordinator::Park(std::unique_ptr<Waiter> w,
-                                      absl::Time deadline,
-                                      std::vector<WaitId>& job_list) {
+                                      absl::Time deadline) {
   w->deadline = CapDeadline(deadline);
   const WaitId id = ++next_wait_;
   deadlines_.emplace(w->deadline, id);
   waiters_[id] = std::move(w);
+  return id;
+}
+
+Coordinator::WaitId Coordinator::Park(std::unique_ptr<Waiter> w,
+                                      absl::Time deadline,
+                                      std::vector<WaitId>& job_list) {
+  const WaitId id = Park(std::move(w), deadline);
   job_list.push_back(id);
   return id;
 }
@@ -616,8 +623,9 @@ void Coordinator::FailJobWaiters(JobRec& job, const absl::Status& status) {
     }
     ids.clear();
   };
-  for (auto& [key, ids] : job.kv_waiters) fail(ids, &Waiter::kv_done);
-  job.kv_waiters.clear();
+  // The rendezvous store goes with its waits: a new epoch starts empty.
+  std::vector<WaitId> kv_waits = job.kv.Clear(kv_bytes_total_);
+  fail(kv_waits, &Waiter::kv_done);
   fail(job.assignment_waiters, &Waiter::assignment_done);
   fail(job.layout_waiters, &Waiter::report_done);
 }
@@ -670,9 +678,6 @@ void Coordinator::EndJob(JobRec& job, v1::JobState state, std::string reason) {
   FailJobWaiters(job, absl::AbortedError(absl::StrCat(
                           job.job.id(), " ended (", v1::JobState_Name(state),
                           "): ", reason)));
-  job.kv.clear();
-  kv_bytes_total_ -= job.kv_bytes;
-  job.kv_bytes = 0;
   job.reference_layout.reset();
   job.reference_encoding = EncodedLayout();
   job.reference_fingerprint.clear();
@@ -684,9 +689,6 @@ void Coordinator::StartEpoch(JobRec& job,
   FailJobWaiters(job, absl::AbortedError(absl::StrCat(
                           job.job.id(), " restarted with epoch ",
                           job.job.epoch() + 1)));
-  job.kv.clear();
-  kv_bytes_total_ -= job.kv_bytes;
-  job.kv_bytes = 0;
   job.reference_layout.reset();
   job.reference_encoding = EncodedLayout();
   job.reference_fingerprint.clear();
@@ -1237,53 +1239,19 @@ Coordinator::WaitId Coordinator::WaitForEvents(absl::string_view job_id,
 // ---- Rendezvous ----
 
 absl::Status Coordinator::KvPut(const v1::KvPutRequest& req) {
-  if (req.key().empty() ||
-      req.key().size() > static_cast<size_t>(options_.max_kv_key_bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key: must be 1..", options_.max_kv_key_bytes,
-                     " bytes, got ", req.key().size()));
-  }
-  if (static_cast<int64_t>(req.value().size()) > options_.max_kv_value_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("value: at most ", options_.max_kv_value_bytes,
-                     " bytes, got ", req.value().size()));
-  }
+  RETURN_IF_ERROR(RendezvousStore::CheckKey(req.key(), kv_limits_));
+  RETURN_IF_ERROR(RendezvousStore::CheckValue(req.value(), kv_limits_));
   Locked lock(this);
   ASSIGN_OR_RETURN(JobRec * j, ActiveJobAt(req.job_id(), req.epoch()));
-  auto it = j->kv.find(req.key());
-  const int64_t old_size = it == j->kv.end() ? 0 : it->second.size();
-  if (it == j->kv.end() &&
-      static_cast<int64_t>(j->kv.size()) >= options_.max_kv_keys_per_job) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        j->job.id(), ": rendezvous store full (", options_.max_kv_keys_per_job,
-        " keys)"));
-  }
-  const int64_t new_bytes = j->kv_bytes - old_size +
-                            static_cast<int64_t>(req.value().size()) +
-                            (it == j->kv.end() ? req.key().size() : 0);
-  if (new_bytes > options_.max_kv_bytes_per_job) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        j->job.id(), ": rendezvous store full (", options_.max_kv_bytes_per_job,
-        " bytes)"));
-  }
-  if (kv_bytes_total_ + (new_bytes - j->kv_bytes) > options_.max_kv_bytes_total) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "rendezvous stores of all jobs full (", options_.max_kv_bytes_total,
-        " bytes)"));
-  }
-  kv_bytes_total_ += new_bytes - j->kv_bytes;
-  j->kv_bytes = new_bytes;
-  j->kv[req.key()] = req.value();
-  auto wit = j->kv_waiters.find(req.key());
-  if (wit != j->kv_waiters.end()) {
-    for (WaitId id : wit->second) {
-      auto w = waiters_.find(id);
-      if (w == waiters_.end()) continue;
-      KvCallback done = std::move(w->second->kv_done);
-      waiters_.erase(w);
-      Defer([done = std::move(done), value = req.value()] { done(value); });
-    }
-    j->kv_waiters.erase(wit);
+  ASSIGN_OR_RETURN(std::vector<WaitId> woken,
+                   j->kv.Put(j->job.id(), req.key(), req.value(), kv_limits_,
+                             kv_bytes_total_));
+  for (WaitId id : woken) {
+    auto w = waiters_.find(id);
+    if (w == waiters_.end()) continue;
+    KvCallback done = std::move(w->second->kv_done);
+    waiters_.erase(w);
+    Defer([done = std::move(done), value = req.value()] { done(value); });
   }
   return absl::OkStatus();
 }
@@ -1294,18 +1262,16 @@ Coordinator::WaitId Coordinator::KvGet(absl::string_view job_id,
   Locked lock(this);
   absl::StatusOr<std::string> immediate;
   bool answer = true;
-  if (key.empty() || key.size() > static_cast<size_t>(options_.max_kv_key_bytes)) {
-    immediate = absl::InvalidArgumentError(
-        absl::StrCat("key: must be 1..", options_.max_kv_key_bytes,
-                     " bytes, got ", key.size()));
+  if (absl::Status bad = RendezvousStore::CheckKey(key, kv_limits_);
+      !bad.ok()) {
+    immediate = bad;
   } else {
     absl::StatusOr<JobRec*> j = ActiveJobAt(job_id, epoch);
     if (!j.ok()) {
       immediate = j.status();
     } else {
-      auto it = (*j)->kv.find(key);
-      if (it != (*j)->kv.end()) {
-        immediate = it->second;
+      if (const std::string* value = (*j)->kv.Get(key); value != nullptr) {
+        immediate = *value;
       } else if (clock_->Now() >= deadline) {
         immediate = absl::DeadlineExceededError(absl::StrCat(
             "key \"", Clip(key, 64), "\" did not appear before the deadline"));
@@ -1318,8 +1284,9 @@ Coordinator::WaitId Coordinator::KvGet(absl::string_view job_id,
         w->job_num = (*j)->num;
         w->epoch = epoch;
         w->kv_done = std::move(done);
-        return Park(std::move(w), deadline,
-                    (*j)->kv_waiters[std::string(key)]);
+        const WaitId id = Park(std::move(w), deadline);
+        (*j)->kv.AddWaiter(key, id);
+        return id;
       }
     }
   }

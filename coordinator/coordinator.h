@@ -96,6 +96,7 @@
 #include "coordinator/encoded_layout.h"
 #include "coordinator/group_commit.h"
 #include "coordinator/paging.h"
+#include "coordinator/rendezvous_store.h"
 #include "coordinator/state_store.h"
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/job.pb.h"
@@ -455,6 +456,9 @@ class Coordinator {
   // `job_list`, the job's waiters of its kind; returns the id.
   WaitId Park(std::unique_ptr<Waiter> w, absl::Time deadline,
               std::vector<WaitId>& job_list) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same, for a wait whose owner (a RendezvousStore) keeps its id.
+  WaitId Park(std::unique_ptr<Waiter> w, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistJob(const JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistWorker(const WorkerRec& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How long a section's epilogue (Locked::Commit) waits. kAllSealed: until
@@ -478,6 +482,7 @@ class Coordinator {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   const CoordinatorOptions options_;
+  const RendezvousLimits kv_limits_;
   const Clock* const clock_;
   const std::unique_ptr<StateStore> store_;
   const absl::Time started_;
