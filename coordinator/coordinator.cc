@@ -110,24 +110,22 @@ struct Coordinator::JobRec {
   // Ranks with finished == true.
   int finished_ranks = 0;
   std::optional<shard::Layout> reference_layout;
-  // The reference report's bytes (ReportBucketsWire's buckets_wire) and
-  // their LayoutFingerprint.
-  std::string reference_wire;
+  // The reference report's encoding and its LayoutFingerprint.
+  EncodedLayout reference_encoding;
   std::string reference_fingerprint;
   int reference_rank = -1;
   int layouts_reported = 0;
   // The latest published assignment (any epoch), and its OwnersView.
   AssignmentPtr assignment;
   AssignmentPtr assignment_owners;
-  absl::flat_hash_map<std::string, std::string> kv;
-  int64_t kv_bytes = 0;
-  absl::flat_hash_map<std::string, std::vector<WaitId>> kv_waiters;
+  RendezvousStore kv;
   std::vector<WaitId> assignment_waiters;
   // Fingerprint-only layout reports waiting for the first full one.
   std::vector<WaitId> layout_waiters;
   std::vector<WaitId> event_waiters;
-  // The spec of the current epoch's RunJob, serialized once.
-  std::shared_ptr<const std::string> run_job_tail;
+  // The spec of the current epoch's RunJob, shared by every rank's
+  // directive (the server serializes it once per epoch).
+  std::shared_ptr<const v1::JobSpec> run_job_spec;
   bool recovering = false;
   bool progress_dirty = false;
   absl::Time last_progress_event = absl::InfinitePast();
@@ -149,7 +147,8 @@ struct Coordinator::Waiter {
   EventsCallback events_done;
 };
 
-// Writes gathered during one locked section, committed by Commit().
+// Writes gathered during one locked section, sealed by its epilogue
+// (Locked::Commit).
 struct Coordinator::Pending {
   std::set<int64_t> jobs;
   std::set<int64_t> workers;
@@ -215,28 +214,79 @@ class Coordinator::Notifier {
   std::thread thread_;
 };
 
-// Holds mu_; on destruction releases it and then runs the callbacks that
-// were deferred while it was held (many of them: on the notifier thread).
+// One locked section: holds mu_ from construction to its epilogue, Commit()
+// (or CommitInBackground(), or the destructor when the section changed
+// nothing durable). The epilogue seals the section's writes, releases mu_,
+// waits for the write (GroupCommit::Await) and then runs the callbacks the
+// section deferred (many of them: on the notifier thread). A reply is built
+// under the lock, before the epilogue, and returned after it.
 class ABSL_SCOPED_LOCKABLE Coordinator::Locked {
  public:
   explicit Locked(const Coordinator* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->mu_)
       : c_(const_cast<Coordinator*>(c)) {
     c_->mu_.Lock();
   }
+  Locked(const Locked&) = delete;
+  Locked& operator=(const Locked&) = delete;
   ~Locked() ABSL_UNLOCK_FUNCTION() {
-    std::vector<std::function<void()>> fns = std::move(c_->deferred_);
-    c_->deferred_.clear();
-    c_->mu_.Unlock();
-    if (static_cast<int>(fns.size()) > c_->options_.max_inline_callbacks &&
-        c_->notifier_ != nullptr) {
-      c_->notifier_->Post(std::move(fns));
+    if (held_) RunDeferred(Unlock());
+  }
+
+  // The epilogue: the outcome of this section's writes (OK when it had
+  // none; see CommitWait).
+  absl::Status Commit(CommitWait wait = CommitWait::kAllSealed)
+      ABSL_UNLOCK_FUNCTION() {
+    const uint64_t mine = c_->Seal();
+    if (mine == 0 && wait == CommitWait::kOwnBatch) {
+      RunDeferred(Unlock());
+      return absl::OkStatus();
+    }
+    // Wait for every batch sealed so far, ours or not: no reply may rest on
+    // state that is not durable yet.
+    const uint64_t ticket = c_->commit_.LastSealed();
+    std::vector<std::function<void()>> fns = Unlock();
+    const absl::Status status = c_->commit_.Await(ticket);
+    RunDeferred(std::move(fns));
+    return mine == 0 ? absl::OkStatus() : status;
+  }
+
+  // The epilogue without waiting: `done` gets the outcome of this section's
+  // writes; it and the callbacks this section deferred run after the write,
+  // on the notifier thread (inline when everything was written already).
+  void CommitInBackground(std::function<void(absl::Status)> done)
+      ABSL_UNLOCK_FUNCTION() {
+    const uint64_t mine = c_->Seal();
+    const uint64_t ticket = c_->commit_.LastSealed();
+    if (c_->commit_.Written(ticket)) {
+      c_->Defer([done = std::move(done)] { done(absl::OkStatus()); });
+      RunDeferred(Unlock());
       return;
     }
-    for (auto& fn : fns) fn();
+    std::vector<std::function<void()>> fns = Unlock();
+    Coordinator* c = c_;
+    c_->notifier_->Post({[c, ticket, mine, fns = std::move(fns),
+                          done = std::move(done)] {
+      const absl::Status status = c->commit_.Await(ticket);
+      for (const auto& fn : fns) fn();
+      done(mine == 0 ? absl::OkStatus() : status);
+    }});
   }
 
  private:
-  Coordinator* c_;
+  // Releases mu_; the callbacks this section deferred.
+  std::vector<std::function<void()>> Unlock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    std::vector<std::function<void()>> fns = std::move(c_->deferred_);
+    c_->deferred_.clear();
+    held_ = false;
+    c_->mu_.Unlock();
+    return fns;
+  }
+  void RunDeferred(std::vector<std::function<void()>> fns) {
+    c_->RunDeferred(std::move(fns));
+  }
+
+  Coordinator* const c_;
+  bool held_ = true;
 };
 
 // ---- Construction and loading ----
@@ -253,14 +303,34 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
 Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock,
                          std::unique_ptr<StateStore> store)
     : options_(std::move(options)),
+      kv_limits_{options_.max_kv_key_bytes, options_.max_kv_value_bytes,
+                 options_.max_kv_keys_per_job, options_.max_kv_bytes_per_job,
+                 options_.max_kv_bytes_total},
       clock_(clock),
       store_(std::move(store)),
       started_(clock->Now()),
       pending_(std::make_unique<Pending>()),
+      commit_(store_.get()),
       notifier_(std::make_unique<Notifier>()) {}
 
 bool Coordinator::WaitForNotifier(absl::Duration timeout) {
   return notifier_->WaitIdle(timeout);
+}
+
+bool Coordinator::WaitForPendingWaits(int count,
+                                      absl::Duration timeout) const {
+  struct Args {
+    const Coordinator* c;
+    size_t count;
+  } args{this, static_cast<size_t>(count)};
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(
+      absl::Condition(
+          +[](Args* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return a->c->waiters_.size() == a->count;
+          },
+          &args),
+      timeout);
 }
 
 Coordinator::~Coordinator() {
@@ -350,7 +420,7 @@ absl::Status Coordinator::Load() {
     }
     jobs_[num] = std::move(j);
   }
-  return Commit();
+  return lock.Commit();
 }
 
 // ---- Helpers ----
@@ -359,17 +429,32 @@ void Coordinator::Defer(std::function<void()> fn) {
   deferred_.push_back(std::move(fn));
 }
 
+void Coordinator::RunDeferred(std::vector<std::function<void()>> fns) {
+  if (static_cast<int>(fns.size()) > options_.max_inline_callbacks &&
+      notifier_ != nullptr) {
+    notifier_->Post(std::move(fns));
+    return;
+  }
+  for (auto& fn : fns) fn();
+}
+
 absl::Time Coordinator::CapDeadline(absl::Time deadline) const {
   return std::min(deadline, clock_->Now() + options_.max_wait);
 }
 
 Coordinator::WaitId Coordinator::Park(std::unique_ptr<Waiter> w,
-                                      absl::Time deadline,
-                                      std::vector<WaitId>& job_list) {
+                                      absl::Time deadline) {
   w->deadline = CapDeadline(deadline);
   const WaitId id = ++next_wait_;
   deadlines_.emplace(w->deadline, id);
   waiters_[id] = std::move(w);
+  return id;
+}
+
+Coordinator::WaitId Coordinator::Park(std::unique_ptr<Waiter> w,
+                                      absl::Time deadline,
+                                      std::vector<WaitId>& job_list) {
+  const WaitId id = Park(std::move(w), deadline);
   job_list.push_back(id);
   return id;
 }
@@ -467,105 +552,25 @@ void Coordinator::PersistWorker(const WorkerRec& w) {
 }
 
 uint64_t Coordinator::Seal() {
-  uint64_t mine = 0;
-  if (!pending_->jobs.empty() || !pending_->workers.empty() ||
-      !pending_->events.empty() || !pending_->assignments.empty() ||
-      !pending_->finished_ranks.empty()) {
-    StateStore::Batch batch;
-    for (int64_t num : pending_->jobs) {
-      auto it = jobs_.find(num);
-      if (it != jobs_.end()) batch.jobs.emplace_back(num, it->second->job);
-    }
-    for (int64_t num : pending_->workers) {
-      auto it = workers_.find(num);
-      if (it != workers_.end()) {
-        batch.workers.emplace_back(num, it->second->info);
-      }
-    }
-    batch.events = std::move(pending_->events);
-    batch.assignments = std::move(pending_->assignments);
-    batch.finished_ranks = std::move(pending_->finished_ranks);
-    pending_ = std::make_unique<Pending>();
-    mine = ++sealed_seq_;
-    sealed_.emplace_back(mine, std::move(batch));
+  if (pending_->jobs.empty() && pending_->workers.empty() &&
+      pending_->events.empty() && pending_->assignments.empty() &&
+      pending_->finished_ranks.empty()) {
+    return 0;
   }
-  return mine;
-}
-
-absl::Status Coordinator::Commit(CommitWait wait) {
-  const uint64_t mine = Seal();
-  if (mine == 0 && wait == CommitWait::kOwnBatch) return absl::OkStatus();
-  // Wait for every batch sealed so far, ours or not: no reply may rest on
-  // state that is not durable yet.
-  const uint64_t ticket = sealed_seq_;
-  if (written_seq_ >= ticket) return absl::OkStatus();  // also: mine == 0
-  // Callbacks deferred so far belong to this section: they run when it ends,
-  // after the write, not from another section's Locked in the meantime.
-  std::vector<std::function<void()>> held = std::move(deferred_);
-  deferred_.clear();
-  mu_.Unlock();
-  absl::Status status = WriteSealed(ticket);
-  mu_.Lock();
-  held.insert(held.end(), std::make_move_iterator(deferred_.begin()),
-              std::make_move_iterator(deferred_.end()));
-  deferred_ = std::move(held);
-  return mine == 0 ? absl::OkStatus() : status;
-}
-
-void Coordinator::CommitInBackground(std::function<void(absl::Status)> done) {
-  const uint64_t mine = Seal();
-  const uint64_t ticket = sealed_seq_;
-  if (written_seq_ >= ticket) {
-    Defer([done = std::move(done)] { done(absl::OkStatus()); });
-    return;
+  StateStore::Batch batch;
+  for (int64_t num : pending_->jobs) {
+    auto it = jobs_.find(num);
+    if (it != jobs_.end()) batch.jobs.emplace_back(num, it->second->job);
   }
-  // As in Commit: what this section deferred runs after the write.
-  std::vector<std::function<void()>> held = std::move(deferred_);
-  deferred_.clear();
-  notifier_->Post({[this, ticket, mine, held = std::move(held),
-                    done = std::move(done)] {
-    const absl::Status status = WriteSealed(ticket);
-    for (const auto& fn : held) fn();
-    done(mine == 0 ? absl::OkStatus() : status);
-  }});
-}
-
-absl::Status Coordinator::WriteSealed(uint64_t ticket) {
-  absl::MutexLock store_lock(&store_mu_);
-  std::deque<std::pair<uint64_t, StateStore::Batch>> group;
-  {
-    absl::MutexLock lock(&mu_);
-    if (written_seq_ >= ticket) {
-      // Another section wrote it while this one waited for store_mu_.
-      auto failed = failed_writes_.lower_bound(ticket);
-      if (failed != failed_writes_.end() && failed->second.first <= ticket) {
-        return failed->second.second;
-      }
-      return absl::OkStatus();
-    }
-    group.swap(sealed_);
+  for (int64_t num : pending_->workers) {
+    auto it = workers_.find(num);
+    if (it != workers_.end()) batch.workers.emplace_back(num, it->second->info);
   }
-  StateStore::Batch all;
-  for (auto& [seq, batch] : group) {
-    // Later batches' rows replace earlier ones (INSERT OR REPLACE, in order).
-    auto append = [](auto& to, auto& from) {
-      to.insert(to.end(), std::make_move_iterator(from.begin()),
-                std::make_move_iterator(from.end()));
-    };
-    append(all.workers, batch.workers);
-    append(all.jobs, batch.jobs);
-    append(all.events, batch.events);
-    append(all.assignments, batch.assignments);
-    append(all.finished_ranks, batch.finished_ranks);
-  }
-  const absl::Status status = store_->Commit(all);
-  absl::MutexLock lock(&mu_);
-  written_seq_ = group.back().first;
-  if (!status.ok()) {
-    failed_writes_[group.back().first] = {group.front().first, status};
-    if (failed_writes_.size() > 64) failed_writes_.erase(failed_writes_.begin());
-  }
-  return status;
+  batch.events = std::move(pending_->events);
+  batch.assignments = std::move(pending_->assignments);
+  batch.finished_ranks = std::move(pending_->finished_ranks);
+  pending_ = std::make_unique<Pending>();
+  return commit_.Seal(std::move(batch));
 }
 
 void Coordinator::AppendEvent(JobRec& job, v1::JobEvent event) {
@@ -618,8 +623,9 @@ void Coordinator::FailJobWaiters(JobRec& job, const absl::Status& status) {
     }
     ids.clear();
   };
-  for (auto& [key, ids] : job.kv_waiters) fail(ids, &Waiter::kv_done);
-  job.kv_waiters.clear();
+  // The rendezvous store goes with its waits: a new epoch starts empty.
+  std::vector<WaitId> kv_waits = job.kv.Clear(kv_bytes_total_);
+  fail(kv_waits, &Waiter::kv_done);
   fail(job.assignment_waiters, &Waiter::assignment_done);
   fail(job.layout_waiters, &Waiter::report_done);
 }
@@ -672,11 +678,8 @@ void Coordinator::EndJob(JobRec& job, v1::JobState state, std::string reason) {
   FailJobWaiters(job, absl::AbortedError(absl::StrCat(
                           job.job.id(), " ended (", v1::JobState_Name(state),
                           "): ", reason)));
-  job.kv.clear();
-  kv_bytes_total_ -= job.kv_bytes;
-  job.kv_bytes = 0;
   job.reference_layout.reset();
-  job.reference_wire.clear();
+  job.reference_encoding = EncodedLayout();
   job.reference_fingerprint.clear();
 }
 
@@ -686,18 +689,15 @@ void Coordinator::StartEpoch(JobRec& job,
   FailJobWaiters(job, absl::AbortedError(absl::StrCat(
                           job.job.id(), " restarted with epoch ",
                           job.job.epoch() + 1)));
-  job.kv.clear();
-  kv_bytes_total_ -= job.kv_bytes;
-  job.kv_bytes = 0;
   job.reference_layout.reset();
-  job.reference_wire.clear();
+  job.reference_encoding = EncodedLayout();
   job.reference_fingerprint.clear();
   job.reference_rank = -1;
   job.layouts_reported = 0;
   job.recovering = false;
   job.job.set_epoch(job.job.epoch() + 1);
   job.job.clear_members();
-  job.run_job_tail.reset();
+  job.run_job_spec.reset();
   job.ranks.assign(worker_nums.size(), RankRec{});
   job.finished_ranks = 0;
   for (size_t r = 0; r < worker_nums.size(); ++r) {
@@ -876,21 +876,20 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
       std::min(next_loss_check_, now + options_.worker_timeout);
   PersistWorker(*w);
   Schedule();
-  RETURN_IF_ERROR(Commit());
   v1::RegisterWorkerResponse resp;
   resp.set_worker_id(w->info.id());
   *resp.mutable_heartbeat_interval() = ToProto(options_.heartbeat_interval);
+  RETURN_IF_ERROR(lock.Commit());
   return resp;
 }
 
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
     const v1::HeartbeatRequest& req) {
   ASSIGN_OR_RETURN(SharedHeartbeat shared, HeartbeatShared(req));
-  if (shared.run_job_tail != nullptr) {
+  if (shared.run_job_spec != nullptr) {
     for (v1::Directive& d : *shared.response.mutable_directives()) {
-      if (d.has_run_job() &&
-          !d.mutable_run_job()->MergeFromString(*shared.run_job_tail)) {
-        return absl::InternalError("RunJob tail does not parse");
+      if (d.has_run_job()) {
+        *d.mutable_run_job()->mutable_spec() = *shared.run_job_spec;
       }
     }
   }
@@ -969,13 +968,10 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
         run->set_epoch(job.job.epoch());
         run->set_rank(w->rank);
         run->set_world_size(job.job.spec().world_size());
-        if (job.run_job_tail == nullptr) {
-          v1::RunJobDirective tail;
-          *tail.mutable_spec() = job.job.spec();
-          job.run_job_tail =
-              std::make_shared<const std::string>(tail.SerializeAsString());
+        if (job.run_job_spec == nullptr) {
+          job.run_job_spec = std::make_shared<const v1::JobSpec>(job.job.spec());
         }
-        out.run_job_tail = job.run_job_tail;
+        out.run_job_spec = job.run_job_spec;
       }
     } else if (!job.recovering && ++w->missing_reports >= 2) {
       EndJob(job, v1::FAILED,
@@ -992,9 +988,9 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
   // concerns this worker queues a directive for it). So it waits only for
   // its own writes, not behind a burst of other ranks' results being
   // written (the heartbeat p99 at a 4096-rank job's end).
-  RETURN_IF_ERROR(Commit(resp.directives_size() == 0
-                             ? CommitWait::kOwnBatch
-                             : CommitWait::kAllSealed));
+  RETURN_IF_ERROR(lock.Commit(resp.directives_size() == 0
+                                  ? CommitWait::kOwnBatch
+                                  : CommitWait::kAllSealed));
   return out;
 }
 
@@ -1043,9 +1039,10 @@ absl::StatusOr<v1::WorkerInfo> Coordinator::SetDrainRequested(
     w->info.set_drain_requested(drain);
     PersistWorker(*w);
     if (!drain) Schedule();  // a queued job may fit now
-    RETURN_IF_ERROR(Commit());
   }
-  return InfoOf(*w);
+  v1::WorkerInfo info = InfoOf(*w);
+  RETURN_IF_ERROR(lock.Commit());
+  return info;
 }
 
 absl::StatusOr<Coordinator::WorkerPage> Coordinator::ListWorkers(
@@ -1106,8 +1103,9 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   job.job.clear_start_time();
   queued_.insert(job.num);
   Schedule();
-  RETURN_IF_ERROR(Commit());
-  return job.job;
+  v1::Job out = job.job;
+  RETURN_IF_ERROR(lock.Commit());
+  return out;
 }
 
 absl::StatusOr<v1::Job> Coordinator::GetJob(absl::string_view job_id) const {
@@ -1182,8 +1180,9 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(absl::string_view job_id,
          reason.empty() ? std::string("cancelled by user")
                         : absl::StrCat("cancelled: ", Clip(reason)));
   Schedule();
-  RETURN_IF_ERROR(Commit());
-  return j->job;
+  v1::Job out = j->job;
+  RETURN_IF_ERROR(lock.Commit());
+  return out;
 }
 
 absl::StatusOr<Coordinator::EventBatch> Coordinator::GetEvents(
@@ -1240,53 +1239,19 @@ Coordinator::WaitId Coordinator::WaitForEvents(absl::string_view job_id,
 // ---- Rendezvous ----
 
 absl::Status Coordinator::KvPut(const v1::KvPutRequest& req) {
-  if (req.key().empty() ||
-      req.key().size() > static_cast<size_t>(options_.max_kv_key_bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key: must be 1..", options_.max_kv_key_bytes,
-                     " bytes, got ", req.key().size()));
-  }
-  if (static_cast<int64_t>(req.value().size()) > options_.max_kv_value_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("value: at most ", options_.max_kv_value_bytes,
-                     " bytes, got ", req.value().size()));
-  }
+  RETURN_IF_ERROR(RendezvousStore::CheckKey(req.key(), kv_limits_));
+  RETURN_IF_ERROR(RendezvousStore::CheckValue(req.value(), kv_limits_));
   Locked lock(this);
   ASSIGN_OR_RETURN(JobRec * j, ActiveJobAt(req.job_id(), req.epoch()));
-  auto it = j->kv.find(req.key());
-  const int64_t old_size = it == j->kv.end() ? 0 : it->second.size();
-  if (it == j->kv.end() &&
-      static_cast<int64_t>(j->kv.size()) >= options_.max_kv_keys_per_job) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        j->job.id(), ": rendezvous store full (", options_.max_kv_keys_per_job,
-        " keys)"));
-  }
-  const int64_t new_bytes = j->kv_bytes - old_size +
-                            static_cast<int64_t>(req.value().size()) +
-                            (it == j->kv.end() ? req.key().size() : 0);
-  if (new_bytes > options_.max_kv_bytes_per_job) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        j->job.id(), ": rendezvous store full (", options_.max_kv_bytes_per_job,
-        " bytes)"));
-  }
-  if (kv_bytes_total_ + (new_bytes - j->kv_bytes) > options_.max_kv_bytes_total) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "rendezvous stores of all jobs full (", options_.max_kv_bytes_total,
-        " bytes)"));
-  }
-  kv_bytes_total_ += new_bytes - j->kv_bytes;
-  j->kv_bytes = new_bytes;
-  j->kv[req.key()] = req.value();
-  auto wit = j->kv_waiters.find(req.key());
-  if (wit != j->kv_waiters.end()) {
-    for (WaitId id : wit->second) {
-      auto w = waiters_.find(id);
-      if (w == waiters_.end()) continue;
-      KvCallback done = std::move(w->second->kv_done);
-      waiters_.erase(w);
-      Defer([done = std::move(done), value = req.value()] { done(value); });
-    }
-    j->kv_waiters.erase(wit);
+  ASSIGN_OR_RETURN(std::vector<WaitId> woken,
+                   j->kv.Put(j->job.id(), req.key(), req.value(), kv_limits_,
+                             kv_bytes_total_));
+  for (WaitId id : woken) {
+    auto w = waiters_.find(id);
+    if (w == waiters_.end()) continue;
+    KvCallback done = std::move(w->second->kv_done);
+    waiters_.erase(w);
+    Defer([done = std::move(done), value = req.value()] { done(value); });
   }
   return absl::OkStatus();
 }
@@ -1297,18 +1262,16 @@ Coordinator::WaitId Coordinator::KvGet(absl::string_view job_id,
   Locked lock(this);
   absl::StatusOr<std::string> immediate;
   bool answer = true;
-  if (key.empty() || key.size() > static_cast<size_t>(options_.max_kv_key_bytes)) {
-    immediate = absl::InvalidArgumentError(
-        absl::StrCat("key: must be 1..", options_.max_kv_key_bytes,
-                     " bytes, got ", key.size()));
+  if (absl::Status bad = RendezvousStore::CheckKey(key, kv_limits_);
+      !bad.ok()) {
+    immediate = bad;
   } else {
     absl::StatusOr<JobRec*> j = ActiveJobAt(job_id, epoch);
     if (!j.ok()) {
       immediate = j.status();
     } else {
-      auto it = (*j)->kv.find(key);
-      if (it != (*j)->kv.end()) {
-        immediate = it->second;
+      if (const std::string* value = (*j)->kv.Get(key); value != nullptr) {
+        immediate = *value;
       } else if (clock_->Now() >= deadline) {
         immediate = absl::DeadlineExceededError(absl::StrCat(
             "key \"", Clip(key, 64), "\" did not appear before the deadline"));
@@ -1321,8 +1284,9 @@ Coordinator::WaitId Coordinator::KvGet(absl::string_view job_id,
         w->job_num = (*j)->num;
         w->epoch = epoch;
         w->kv_done = std::move(done);
-        return Park(std::move(w), deadline,
-                    (*j)->kv_waiters[std::string(key)]);
+        const WaitId id = Park(std::move(w), deadline);
+        (*j)->kv.AddWaiter(key, id);
+        return id;
       }
     }
   }
@@ -1338,31 +1302,38 @@ Coordinator::WaitId Coordinator::KvGet(absl::string_view job_id,
 
 absl::StatusOr<v1::ReportBucketsResponse> Coordinator::ReportBuckets(
     const v1::ReportBucketsRequest& req) {
-  v1::ReportBucketsRequest buckets_only;
-  *buckets_only.mutable_buckets() = req.buckets();
+  LayoutReport report;
+  report.job_id = req.job_id();
+  report.epoch = req.epoch();
+  report.rank = req.rank();
+  report.worker_id = req.worker_id();
+  report.layout = EncodedLayout::FromBuckets(req.buckets());
+  report.fingerprint = req.layout_fingerprint();
   Locked lock(this);
   // A deadline in the past: an unknown fingerprint is answered at once.
+  bool needs_commit = false;
   std::optional<absl::StatusOr<v1::ReportBucketsResponse>> answer =
-      ReportBucketsLocked(req.job_id(), req.epoch(), req.rank(),
-                          req.worker_id(), buckets_only.SerializeAsString(),
-                          req.layout_fingerprint(), absl::InfinitePast(),
-                          nullptr);
+      ReportBucketsLocked(report, absl::InfinitePast(), nullptr,
+                          &needs_commit);
+  if (needs_commit) RETURN_IF_ERROR(lock.Commit());
   return *std::move(answer);
 }
 
-Coordinator::WaitId Coordinator::ReportBucketsWire(
-    absl::string_view job_id, int64_t epoch, int rank,
-    absl::string_view worker_id, absl::string_view buckets_wire,
-    absl::string_view fingerprint, absl::Time deadline, ReportCallback done) {
+Coordinator::WaitId Coordinator::ReportLayout(const LayoutReport& report,
+                                             absl::Time deadline,
+                                             ReportCallback done) {
   std::optional<absl::StatusOr<v1::ReportBucketsResponse>> answer;
   {
     Locked lock(this);
     WaitId id = 0;
-    answer = ReportBucketsLocked(job_id, epoch, rank, worker_id, buckets_wire,
-                                 fingerprint, deadline, &id);
+    bool needs_commit = false;
+    answer = ReportBucketsLocked(report, deadline, &id, &needs_commit);
     if (!answer.has_value()) {
       waiters_[id]->report_done = std::move(done);
       return id;
+    }
+    if (needs_commit) {
+      if (absl::Status s = lock.Commit(); !s.ok()) answer = s;
     }
   }
   // Answered here, not deferred: the report that completes the set would
@@ -1373,33 +1344,36 @@ Coordinator::WaitId Coordinator::ReportBucketsWire(
 }
 
 std::optional<absl::StatusOr<v1::ReportBucketsResponse>>
-Coordinator::ReportBucketsLocked(absl::string_view job_id, int64_t epoch,
-                                 int rank, absl::string_view worker_id,
-                                 absl::string_view buckets_wire,
-                                 absl::string_view fingerprint,
-                                 absl::Time deadline, WaitId* parked) {
-  const bool by_fingerprint = buckets_wire.empty() && !fingerprint.empty();
+Coordinator::ReportBucketsLocked(const LayoutReport& report,
+                                 absl::Time deadline, WaitId* parked,
+                                 bool* needs_commit) {
+  const int64_t epoch = report.epoch;
+  const int rank = report.rank;
+  const std::string& fingerprint = report.fingerprint;
+  const bool by_fingerprint = report.layout.empty() && !fingerprint.empty();
   if (by_fingerprint && fingerprint.size() != shard::kLayoutFingerprintBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("layout_fingerprint: must be ", shard::kLayoutFingerprintBytes,
                      " bytes (SHA-256), got ", fingerprint.size()));
   }
-  absl::StatusOr<JobRec*> found = ActiveJobAt(job_id, epoch);
+  absl::StatusOr<JobRec*> found = ActiveJobAt(report.job_id, epoch);
   if (!found.ok()) return found.status();
   JobRec* j = *found;
-  if (absl::Status s = CheckRank(*j, rank, worker_id); !s.ok()) return s;
+  if (absl::Status s = CheckRank(*j, rank, report.worker_id); !s.ok()) {
+    return s;
+  }
   Acknowledge(*j, rank);
   v1::ReportBucketsResponse resp;
   auto fail = [&](const std::string& reason) -> absl::Status {
     EndJob(*j, v1::FAILED, reason);
     Schedule();
-    RETURN_IF_ERROR(Commit());
+    *needs_commit = true;
     return absl::InvalidArgumentError(reason);
   };
   const bool same_bytes =
       j->reference_layout.has_value() &&
       (by_fingerprint ? fingerprint == j->reference_fingerprint
-                      : buckets_wire == j->reference_wire);
+                      : report.layout == j->reference_encoding);
   if (!same_bytes) {
     if (!j->reference_layout && j->job.state() == v1::RUNNING) {
       // Recovered after a restart: the layout was checked before, and the
@@ -1425,27 +1399,26 @@ Coordinator::ReportBucketsLocked(absl::string_view job_id, int64_t epoch,
       resp.set_send_layout(true);
       return resp;
     }
-    v1::ReportBucketsRequest parsed;
-    if (!parsed.ParseFromArray(buckets_wire.data(),
-                               static_cast<int>(buckets_wire.size()))) {
+    absl::StatusOr<EncodedLayout::Buckets> parsed = report.layout.Decode();
+    if (!parsed.ok()) {
       return fail(absl::StrCat(Who(*j, rank),
                                " sent a bucket layout that does not parse"));
     }
     const absl::Status valid =
-        shard::ValidateLayout(parsed.buckets(), options_.layout_limits);
+        shard::ValidateLayout(*parsed, options_.layout_limits);
     if (!valid.ok()) {
       return fail(absl::StrCat(Who(*j, rank),
                                " reported an invalid bucket layout: ",
                                valid.message()));
     }
     if (!j->reference_layout) {
-      j->reference_layout = std::move(*parsed.mutable_buckets());
+      j->reference_layout = *std::move(parsed);
       j->reference_rank = rank;
-      j->reference_wire = std::string(buckets_wire);
-      j->reference_fingerprint = shard::LayoutFingerprint(buckets_wire);
+      j->reference_encoding = report.layout;
+      j->reference_fingerprint = report.layout.Fingerprint();
       AnswerLayoutWaiters(*j);
     } else if (std::optional<shard::LayoutDifference> diff =
-                   shard::CompareLayouts(*j->reference_layout, parsed.buckets())) {
+                   shard::CompareLayouts(*j->reference_layout, *parsed)) {
       return fail(absl::StrCat("bucket layout mismatch: ", Who(*j, rank),
                                " differs from rank ", j->reference_rank,
                                " at bucket ", diff->bucket, ": ", diff->detail));
@@ -1457,7 +1430,7 @@ Coordinator::ReportBucketsLocked(absl::string_view job_id, int64_t epoch,
     PublishAssignment(*j);
     Schedule();
   }
-  RETURN_IF_ERROR(Commit());
+  *needs_commit = true;
   return resp;
 }
 
@@ -1616,14 +1589,14 @@ absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
       FlushProgress(*j);
     }
   }
-  RETURN_IF_ERROR(Commit());
+  RETURN_IF_ERROR(lock.Commit());
   return resp;
 }
 
 absl::Status Coordinator::ReportResult(const v1::ReportResultRequest& req) {
   Locked lock(this);
   ASSIGN_OR_RETURN(const bool changed, ReportResultLocked(req));
-  return changed ? Commit() : absl::OkStatus();
+  return changed ? lock.Commit() : absl::OkStatus();
 }
 
 void Coordinator::ReportResultAsync(const v1::ReportResultRequest& req,
@@ -1631,7 +1604,7 @@ void Coordinator::ReportResultAsync(const v1::ReportResultRequest& req,
   Locked lock(this);
   absl::StatusOr<bool> changed = ReportResultLocked(req);
   if (changed.ok() && *changed) {
-    CommitInBackground(std::move(done));
+    lock.CommitInBackground(std::move(done));
     return;
   }
   Defer([done = std::move(done), status = changed.status()] { done(status); });
@@ -1766,7 +1739,7 @@ void Coordinator::Tick() {
     CheckRecovery(job);
   }
   Schedule();
-  absl::Status s = Commit();
+  absl::Status s = lock.Commit();
   if (!s.ok()) {
     // Nothing to answer here; the next state change reports the failure.
     fprintf(stderr, "pshard-coordinator: commit failed in Tick: %s\n",

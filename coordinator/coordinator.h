@@ -11,10 +11,13 @@
 // the store before the method returns; callbacks of blocking waits run after
 // the mutex is released, never under it. The store is written without the
 // mutex (group commit): a method seals its writes as a batch, releases the
-// mutex while the batches sealed so far are written in order, in one
-// transaction, by whichever waiting method gets there first, and retakes it
-// (see Commit()). So a slow disk delays the methods that changed state, not
-// the heartbeats and status reads meanwhile. A method that changed nothing
+// mutex, and then the batches sealed so far are written in order, in one
+// transaction, by whichever waiting method gets there first. So a slow disk
+// delays the methods that changed state, not the heartbeats and status reads
+// meanwhile. Each method is one locked
+// section: lock, check and change, seal; then, as the section's epilogue
+// after the unlock, wait for the write (see GroupCommit) and reply; the lock
+// is never released in the middle of a change. A method that changed nothing
 // still waits until every earlier batch is written, so no reply depends on
 // state that a crash could lose; only the read-only status methods (GetJob,
 // ListJobs, ListWorkers, GetShardAssignment, GetEvents) may show a change
@@ -90,7 +93,10 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "shard/layout.h"
+#include "coordinator/encoded_layout.h"
+#include "coordinator/group_commit.h"
 #include "coordinator/paging.h"
+#include "coordinator/rendezvous_store.h"
 #include "coordinator/state_store.h"
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/job.pb.h"
@@ -168,16 +174,15 @@ class Coordinator {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request);
 
-  // Heartbeat for servers that send bytes: the RunJob directive in
-  // `response` (at most one) lacks `spec`; `run_job_tail` is the wire form of
-  // a RunJobDirective holding just that field, shared by every rank of the
-  // job's epoch. Appending it to the serialized RunJob gives the full
-  // directive (protobuf merges concatenated messages). RunJob carries no
-  // member list (ranks find each other through the rendezvous store).
+  // Heartbeat whose RunJob directive (at most one) in `response` lacks its
+  // `spec`: `run_job_spec` is that spec, one message shared by every rank of
+  // the job's epoch, so a server serializes it once per epoch (and sends it
+  // by reference) instead of once per rank. RunJob carries no member list
+  // (ranks find each other through the rendezvous store).
   // Errors: as Heartbeat.
   struct SharedHeartbeat {
     v1::HeartbeatResponse response;
-    std::shared_ptr<const std::string> run_job_tail;
+    std::shared_ptr<const v1::JobSpec> run_job_spec;
   };
   absl::StatusOr<SharedHeartbeat> HeartbeatShared(
       const v1::HeartbeatRequest& request);
@@ -280,7 +285,7 @@ class Coordinator {
   // A report with no buckets and a layout_fingerprint is accepted when the
   // fingerprint is that of the epoch's first full report; otherwise the
   // answer is send_layout=true and nothing is recorded (this form never
-  // waits; ReportBucketsWire does).
+  // waits; ReportLayout does).
   // InvalidArgument: bad rank or worker, invalid layout, or a layout that
   //   differs from another rank's (both fail the job: "rank R (worker w-N)
   //   ... at bucket B: ..."); a fingerprint that is not 32 bytes (the job
@@ -291,24 +296,31 @@ class Coordinator {
   absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
       const v1::ReportBucketsRequest& request);
 
-  // ReportBuckets for servers that receive bytes, answered through `done`
-  // (once; maybe before returning, never under the lock): `buckets_wire` is
-  // the wire form of a ReportBucketsRequest holding only its `buckets`
-  // (field 5), and `fingerprint` its layout_fingerprint. A report
-  // byte-identical to the first one of the epoch is accepted after a
-  // comparison of bytes; any other is parsed, validated and compared field by
-  // field. A fingerprint-only report that arrives before any rank sent the
-  // layout in full waits for that (until `deadline`, capped at now +
-  // max_wait; then send_layout=true), so that ranks reporting together need
-  // not all send it.
-  // Errors: as ReportBuckets; InvalidArgument also for bytes that do not
-  // parse (the job fails); Aborted: the job ended or restarted while
+  // A ReportBucketsRequest whose layout is still encoded (EncodedLayout):
+  // what the server's codec makes of the request as received.
+  struct LayoutReport {
+    std::string job_id;
+    int64_t epoch = 0;
+    int rank = -1;
+    std::string worker_id;
+    // Empty for a fingerprint-only report.
+    EncodedLayout layout;
+    // layout_fingerprint as sent (may be empty).
+    std::string fingerprint;
+  };
+  // ReportBuckets answered through `done` (once; maybe before returning,
+  // never under the lock). A layout whose encoding equals that of the
+  // epoch's first full report is accepted without parsing; any other is
+  // decoded, validated and compared field by field. A fingerprint-only
+  // report that arrives before any rank sent the layout in full waits for
+  // that (until `deadline`, capped at now + max_wait; then
+  // send_layout=true), so that ranks reporting together need not all send
+  // it.
+  // Errors: as ReportBuckets; InvalidArgument also for a layout that does
+  // not decode (the job fails); Aborted: the job ended or restarted while
   // waiting.
-  WaitId ReportBucketsWire(absl::string_view job_id, int64_t epoch, int rank,
-                           absl::string_view worker_id,
-                           absl::string_view buckets_wire,
-                           absl::string_view fingerprint, absl::Time deadline,
-                           ReportCallback done);
+  WaitId ReportLayout(const LayoutReport& report, absl::Time deadline,
+                      ReportCallback done);
 
   // Calls `done` once with the assignment of (job, epoch) when published, in
   // `view` (UNSPECIFIED is FULL); every caller of a view gets the same
@@ -362,6 +374,12 @@ class Coordinator {
   // Waits (up to `timeout`) until callbacks handed to the notifier thread
   // have run; for tests.
   bool WaitForNotifier(absl::Duration timeout);
+
+  // Waits (up to `timeout`, on the real clock) until exactly `count` waits
+  // are pending (parked KvGet, GetAssignment, WaitForEvents or layout
+  // reports); for tests that must act on a parked wait, e.g. cancel it,
+  // instead of sleeping.
+  bool WaitForPendingWaits(int count, absl::Duration timeout) const;
 
  private:
   class Locked;
@@ -418,10 +436,11 @@ class Coordinator {
   void PublishAssignment(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The answer of a layout report, or nullopt when it was parked as wait
   // `*parked` (only when `parked` is not null; the caller sets its callback).
+  // Sets `*needs_commit` when the answer rests on a change the caller must
+  // commit before replying.
   std::optional<absl::StatusOr<v1::ReportBucketsResponse>> ReportBucketsLocked(
-      absl::string_view job_id, int64_t epoch, int rank,
-      absl::string_view worker_id, absl::string_view buckets_wire,
-      absl::string_view fingerprint, absl::Time deadline, WaitId* parked)
+      const LayoutReport& report, absl::Time deadline, WaitId* parked,
+      bool* needs_commit)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkLayoutReported(JobRec& job, int rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -437,34 +456,33 @@ class Coordinator {
   // `job_list`, the job's waiters of its kind; returns the id.
   WaitId Park(std::unique_ptr<Waiter> w, absl::Time deadline,
               std::vector<WaitId>& job_list) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same, for a wait whose owner (a RendezvousStore) keeps its id.
+  WaitId Park(std::unique_ptr<Waiter> w, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistJob(const JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistWorker(const WorkerRec& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Seals the pending writes as the next batch; then, if any batch up to
-  // now is not yet written, releases mu_ (keeping the callbacks deferred so
-  // far for this section), writes through WriteSealed, and retakes mu_.
-  // Returns the outcome of this section's batch (OK when it had none).
-  // kOwnBatch skips the wait when this section sealed nothing: for replies
-  // that rest on no state of other sections (a heartbeat answered with no
-  // directive), so they never queue behind another section's write.
+  // How long a section's epilogue (Locked::Commit) waits. kAllSealed: until
+  // every batch sealed so far is durable, so no reply rests on state that a
+  // crash could lose. kOwnBatch skips the wait when this section sealed
+  // nothing: for replies that rest on no state of other sections (a
+  // heartbeat answered with no directive), so they never queue behind
+  // another section's write.
   enum class CommitWait { kAllSealed, kOwnBatch };
-  absl::Status Commit(CommitWait wait = CommitWait::kAllSealed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Commit without waiting: `done` (and the callbacks this section deferred)
-  // run after the write, on the notifier thread.
-  void CommitInBackground(std::function<void(absl::Status)> done)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Seals the pending writes as the next batch; its number, 0 if none.
+  // Seals the pending writes as the next batch of commit_; its ticket, 0 if
+  // none.
   uint64_t Seal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ReportResult's checks and changes; true when there is a change to
   // commit.
   absl::StatusOr<bool> ReportResultLocked(const v1::ReportResultRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes every sealed batch not yet written, unless batch `ticket` is
-  // written already; the outcome of `ticket`'s batch.
-  absl::Status WriteSealed(uint64_t ticket) ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
   void Defer(std::function<void()> fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs callbacks deferred by a section that has ended: inline, or on the
+  // notifier thread when there are more than max_inline_callbacks.
+  void RunDeferred(std::vector<std::function<void()>> fns)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const CoordinatorOptions options_;
+  const RendezvousLimits kv_limits_;
   const Clock* const clock_;
   const std::unique_ptr<StateStore> store_;
   const absl::Time started_;
@@ -486,17 +504,8 @@ class Coordinator {
   // No worker can be lost before this time.
   absl::Time next_loss_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::unique_ptr<Pending> pending_ ABSL_GUARDED_BY(mu_);
-  // Group commit (Commit()): sealed batches in order, numbered from 1.
-  std::deque<std::pair<uint64_t, StateStore::Batch>> sealed_
-      ABSL_GUARDED_BY(mu_);
-  uint64_t sealed_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  // Batches up to this one are written (or failed).
-  uint64_t written_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  // Failed writes: last ticket -> (first ticket, error); the latest 64.
-  std::map<uint64_t, std::pair<uint64_t, absl::Status>> failed_writes_
-      ABSL_GUARDED_BY(mu_);
-  // Held while writing; taken before mu_, never while holding it.
-  absl::Mutex store_mu_;
+  // Sealed under mu_, written without it (see Locked::Commit).
+  GroupCommit commit_;
   std::vector<std::function<void()>> deferred_ ABSL_GUARDED_BY(mu_);
   // Declared last: destroyed first, after running what it was given.
   std::unique_ptr<Notifier> notifier_;

@@ -74,6 +74,19 @@ v1::ReportBucketsRequest Buckets(const v1::Job& job, int rank,
   return req;
 }
 
+Coordinator::LayoutReport LayoutReport(const v1::Job& job, int rank,
+                                       EncodedLayout layout,
+                                       const std::string& fingerprint) {
+  Coordinator::LayoutReport r;
+  r.job_id = job.id();
+  r.epoch = job.epoch();
+  r.rank = rank;
+  r.worker_id = job.members(rank).worker_id();
+  r.layout = std::move(layout);
+  r.fingerprint = fingerprint;
+  return r;
+}
+
 // A database path in a fresh directory (no earlier run's file or WAL).
 std::string TempPath(const std::string& name) {
   return absl::StrCat(::pshard::testing::MakeTempDir("db"), "/", name);
@@ -737,7 +750,7 @@ TEST_F(CoordinatorTest, InvalidLayoutFailsTheJob) {
   EXPECT_EQ(GetJob(job.id()).state(), v1::FAILED);
 }
 
-TEST_F(CoordinatorTest, ReportBucketsWireComparesBytesThenFields) {
+TEST_F(CoordinatorTest, ReportLayoutComparesEncodingsThenFields) {
   for (int i = 0; i < 4; ++i) Register(absl::StrCat("w", i));
   ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(4)));
   job = GetJob(job.id());
@@ -749,9 +762,9 @@ TEST_F(CoordinatorTest, ReportBucketsWireComparesBytesThenFields) {
   auto report = [&](int rank, const std::string& bytes)
       -> absl::StatusOr<v1::ReportBucketsResponse> {
     Capture<v1::ReportBucketsResponse> got;
-    c_->ReportBucketsWire(job.id(), job.epoch(), rank,
-                          job.members(rank).worker_id(), bytes, "",
-                          absl::InfinitePast(), got.Callback());
+    c_->ReportLayout(LayoutReport(job, rank, EncodedLayout::FromEncoded(bytes),
+                                  ""),
+                     absl::InfinitePast(), got.Callback());
     if (!got.result.has_value()) return absl::InternalError("no answer");
     return *got.result;
   };
@@ -821,10 +834,9 @@ TEST_F(CoordinatorTest, FingerprintReportsWaitForTheFirstFullLayout) {
   auto park = [&](int rank, const std::vector<int64_t>& sizes,
                   absl::Duration wait, Capture<v1::ReportBucketsResponse>* got) {
     v1::ReportBucketsRequest req = Buckets(job, rank, sizes);
-    c_->ReportBucketsWire(job.id(), job.epoch(), rank,
-                          job.members(rank).worker_id(), "",
-                          shard::LayoutFingerprint(req.buckets()),
-                          clock_.Now() + wait, got->Callback());
+    c_->ReportLayout(LayoutReport(job, rank, EncodedLayout(),
+                                  shard::LayoutFingerprint(req.buckets())),
+                     clock_.Now() + wait, got->Callback());
   };
   Capture<v1::ReportBucketsResponse> same, other, late;
   park(1, {10, 20}, absl::Seconds(10), &same);
@@ -862,9 +874,9 @@ TEST_F(CoordinatorTest, ParkedFingerprintReportIsAbortedWhenTheJobEnds) {
   v1::Job job = StartTwoRankJob();
   Capture<v1::ReportBucketsResponse> parked;
   v1::ReportBucketsRequest req = Buckets(job, 1, {10});
-  c_->ReportBucketsWire(job.id(), job.epoch(), 1, job.members(1).worker_id(),
-                        "", shard::LayoutFingerprint(req.buckets()),
-                        clock_.Now() + absl::Seconds(10), parked.Callback());
+  c_->ReportLayout(LayoutReport(job, 1, EncodedLayout(),
+                                shard::LayoutFingerprint(req.buckets())),
+                   clock_.Now() + absl::Seconds(10), parked.Callback());
   EXPECT_FALSE(parked.result.has_value());
   ASSERT_OK(c_->CancelJob(job.id(), "test"));
   ASSERT_TRUE(parked.result.has_value());

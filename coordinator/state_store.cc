@@ -1,9 +1,11 @@
 #include "coordinator/state_store.h"
 
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/sqlite.h"
 
 namespace pshard {
 namespace coordinator {
@@ -34,6 +36,18 @@ absl::Status ParseBlob(const std::string& blob, absl::string_view what,
   return absl::OkStatus();
 }
 
+// The SQLite store behind StateStore (schema in state_store.h).
+class SqliteStateStore final : public StateStore {
+ public:
+  explicit SqliteStateStore(std::unique_ptr<SqliteDatabase> db)
+      : db_(std::move(db)) {}
+  absl::StatusOr<Snapshot> Load() override;
+  absl::Status Commit(const Batch& batch) override;
+
+ private:
+  const std::unique_ptr<SqliteDatabase> db_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
@@ -45,10 +59,10 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
     return absl::UnavailableError(absl::StrCat(
         path, " is not a usable pshard state database: ", s.message()));
   }
-  return std::unique_ptr<StateStore>(new StateStore(std::move(db)));
+  return std::make_unique<SqliteStateStore>(std::move(db));
 }
 
-absl::StatusOr<StateStore::Snapshot> StateStore::Load() {
+absl::StatusOr<StateStore::Snapshot> SqliteStateStore::Load() {
   Snapshot snap;
   {
     ASSIGN_OR_RETURN(SqliteStatement st,
@@ -115,7 +129,7 @@ absl::StatusOr<StateStore::Snapshot> StateStore::Load() {
   return snap;
 }
 
-absl::Status StateStore::Commit(const Batch& batch) {
+absl::Status SqliteStateStore::Commit(const Batch& batch) {
   if (batch.empty()) return absl::OkStatus();
   SqliteTransaction txn(db_.get());
   RETURN_IF_ERROR(txn.status());

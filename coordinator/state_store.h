@@ -1,6 +1,9 @@
-// Durable coordinator state in an embedded SQLite database (WAL mode): the
-// worker registry, jobs (with their specs, members, progress), every job's
-// event log, published shard assignments and which ranks finished.
+// Durable coordinator state: the worker registry, jobs (with their specs,
+// members, progress), every job's event log, published shard assignments and
+// which ranks finished. StateStore is the interface the coordinator's group
+// commit writes through; Open() gives the real one, an embedded SQLite
+// database (WAL mode). Tests may put a FaultStateStore
+// (coordinator/fault_state_store.h) in front of it to fail chosen writes.
 //
 // The coordinator gathers the writes of one state change in a Batch and
 // commits it before answering the RPC that caused it. Rendezvous keys, bucket
@@ -8,7 +11,7 @@
 // restart a job that was still starting is restarted with a new epoch, which
 // repeats rendezvous and layout reports anyway.
 //
-// Schema (protos stored as serialized blobs, keyed by number):
+// Schema of the SQLite store (protos stored as serialized blobs, keyed by number):
 //   workers(num PRIMARY KEY, name UNIQUE, info BLOB: v1.WorkerInfo)
 //   jobs(num PRIMARY KEY, job BLOB: v1.Job)
 //   events(job_num, sequence, event BLOB: v1.JobEvent)
@@ -26,7 +29,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "coordinator/sqlite.h"
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/job.pb.h"
 #include "pshard/v1/shard.pb.h"
@@ -36,6 +38,8 @@ namespace coordinator {
 
 class StateStore {
  public:
+  virtual ~StateStore() = default;
+
   // Everything stored, as loaded at start-up.
   struct Snapshot {
     // Ordered by number.
@@ -66,25 +70,23 @@ class StateStore {
     }
   };
 
-  // Opens or creates the database at `path` (":memory:" for tests without a
-  // file) and creates the tables if needed.
+  // The SQLite store: opens or creates the database at `path` (":memory:"
+  // for tests without a file) and creates the tables if needed.
   //
   // Errors: Unavailable if the file cannot be opened or is not a pshard state
   // database; Internal on SQLite errors.
   static absl::StatusOr<std::unique_ptr<StateStore>> Open(
       const std::string& path);
 
-  // Errors: DataLoss if a stored blob does not parse; Internal on SQLite
+  // Everything stored. Called once, before any Commit.
+  // Errors: DataLoss if a stored record does not parse; Internal on storage
   // errors.
-  absl::StatusOr<Snapshot> Load();
+  virtual absl::StatusOr<Snapshot> Load() = 0;
 
-  // Commits every write of `batch` in one transaction (all or nothing).
-  // Errors: Internal on SQLite errors (disk full, I/O error).
-  absl::Status Commit(const Batch& batch);
-
- private:
-  explicit StateStore(std::unique_ptr<SqliteDatabase> db) : db_(std::move(db)) {}
-  std::unique_ptr<SqliteDatabase> db_;
+  // Commits every write of `batch` at once (all or nothing). Not called
+  // concurrently (the coordinator serialises its writes).
+  // Errors: Internal on storage errors (disk full, I/O error).
+  virtual absl::Status Commit(const Batch& batch) = 0;
 };
 
 }  // namespace coordinator

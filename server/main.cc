@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   }
   options.recovery_grace = 2 * options.worker_timeout;
 
-  pshard::RealClock clock;
+  const pshard::Clock& clock = pshard::Clock::Real();
   const std::string state_path = absl::GetFlag(FLAGS_state_path);
   auto store = pshard::coordinator::StateStore::Open(state_path);
   if (!store.ok()) {

@@ -6,13 +6,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/grpc_status.h"
 #include "common/proto_time.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/wire_format_lite.h"
+#include "server/wire_codec.h"
 
 namespace pshard {
 namespace server {
@@ -25,22 +25,6 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
-}
-
-void AppendVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>((v & 0x7F) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
-// Field `field` (wire type 2) holding `bytes`.
-void WriteLengthDelimited(int field, const std::string& bytes,
-                          std::string* out) {
-  AppendVarint((static_cast<uint64_t>(field) << 3) | 2, out);
-  AppendVarint(bytes.size(), out);
-  *out += bytes;
 }
 
 std::string ByteBufferToString(const grpc::ByteBuffer& buffer) {
@@ -184,10 +168,7 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
         absl::StrCat("too many WatchJob streams (", options_.max_watchers,
                      "); poll GetJob instead"));
   }
-  struct Release {
-    std::atomic<int>* n;
-    ~Release() { n->fetch_sub(1); }
-  } release{&watchers_};
+  absl::Cleanup release = [this] { watchers_.fetch_sub(1); };
 
   int64_t after = req->after_sequence();
   for (;;) {
@@ -276,9 +257,9 @@ absl::StatusOr<absl::Time> WorkerControlImpl::WaitDeadline(
   absl::Time deadline = wait == absl::ZeroDuration()
                             ? absl::InfiniteFuture()
                             : clock_->Now() + wait;
-  // The client's own deadline (gRPC reports "none" as a far future time).
+  // The client's own deadline (gRPC reports "none" as the largest time).
   const auto client = ctx->deadline();
-  if (client < std::chrono::system_clock::now() + std::chrono::hours(24 * 365)) {
+  if (client < std::chrono::system_clock::time_point::max()) {
     deadline = std::min(deadline, absl::FromChrono(client));
   }
   return deadline;
@@ -301,31 +282,23 @@ grpc::ServerUnaryReactor* WorkerControlImpl::Heartbeat(
   }
   absl::StatusOr<Coordinator::SharedHeartbeat> r = c_->HeartbeatShared(req);
   if (!r.ok()) return Done(ctx, r.status());
-  // HeartbeatResponse { repeated Directive directives = 1; } written by hand
-  // so that a RunJob's shared tail (spec + members) is sent by reference:
-  //   0x0A len(Directive) [ 0x0A len(RunJob) <RunJob head> <tail> ]
+  // The spec is serialized once per epoch (cached by its shared message)
+  // and sent by reference in every rank's reply.
+  std::optional<grpc::Slice> tail;
+  if (r->run_job_spec != nullptr) {
+    tail = tails_.Get(r->run_job_spec, [](const v1::JobSpec& spec) {
+      return wire::EncodeRunJobSpecTail(spec);
+    });
+  }
   std::vector<grpc::Slice> slices;
-  for (const v1::Directive& d : r->response.directives()) {
-    if (!d.has_run_job() || r->run_job_tail == nullptr) {
-      std::string bytes;
-      WriteLengthDelimited(1, d.SerializeAsString(), &bytes);
-      slices.emplace_back(bytes);
-      continue;
+  for (std::optional<std::string>& piece : wire::EncodeHeartbeatResponse(
+           r->response, tail.has_value() ? std::optional<size_t>(tail->size())
+                                         : std::nullopt)) {
+    if (piece.has_value()) {
+      slices.emplace_back(std::move(*piece));
+    } else {
+      slices.push_back(*tail);
     }
-    const std::string head = d.run_job().SerializeAsString();
-    const size_t run_len = head.size() + r->run_job_tail->size();
-    std::string directive_header;
-    directive_header.push_back(0x0A);  // Directive.run_job, length-delimited
-    AppendVarint(run_len, &directive_header);
-    std::string bytes;
-    bytes.push_back(0x0A);  // HeartbeatResponse.directives
-    AppendVarint(directive_header.size() + run_len, &bytes);
-    bytes += directive_header;
-    bytes += head;
-    slices.emplace_back(bytes);
-    slices.push_back(
-        tails_.Get(r->run_job_tail,
-                   [](const std::string& t) -> const std::string& { return t; }));
   }
   *response = grpc::ByteBuffer(slices.data(), slices.size());
   return Done(ctx, absl::OkStatus());
@@ -357,71 +330,10 @@ grpc::ServerUnaryReactor* WorkerControlImpl::KvGet(
 grpc::ServerUnaryReactor* WorkerControlImpl::ReportBuckets(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  using google::protobuf::internal::WireFormatLite;
-  const std::string bytes = ByteBufferToString(*request);
-  // Read the scalar fields; copy every `buckets` entry (field 5) verbatim.
-  google::protobuf::io::CodedInputStream in(
-      reinterpret_cast<const uint8_t*>(bytes.data()),
-      static_cast<int>(bytes.size()));
-  std::string job_id, worker_id, buckets, fingerprint;
-  google::protobuf::Duration timeout;
-  int64_t epoch = 0;
-  int64_t rank = 0;
-  bool ok = true;
-  while (ok) {
-    const uint32_t tag = in.ReadTag();
-    if (tag == 0) break;
-    switch (tag) {
-      case (1 << 3) | 2:
-        ok = WireFormatLite::ReadString(&in, &job_id);
-        break;
-      case (2 << 3): {
-        uint64_t v = 0;
-        ok = in.ReadVarint64(&v);
-        epoch = static_cast<int64_t>(v);
-        break;
-      }
-      case (3 << 3): {
-        uint64_t v = 0;
-        ok = in.ReadVarint64(&v);
-        rank = static_cast<int64_t>(v);
-        break;
-      }
-      case (4 << 3) | 2:
-        ok = WireFormatLite::ReadString(&in, &worker_id);
-        break;
-      case (6 << 3) | 2:
-        ok = WireFormatLite::ReadBytes(&in, &fingerprint);
-        break;
-      case (7 << 3) | 2: {
-        std::string bytes;
-        ok = WireFormatLite::ReadBytes(&in, &bytes) &&
-             timeout.ParseFromString(bytes);
-        break;
-      }
-      case (5 << 3) | 2: {
-        uint32_t len = 0;
-        const void* data = nullptr;
-        int size = 0;
-        ok = in.ReadVarint32(&len) && in.GetDirectBufferPointer(&data, &size) &&
-             static_cast<uint32_t>(size) >= len;
-        if (ok) {
-          AppendVarint(tag, &buckets);
-          AppendVarint(len, &buckets);
-          buckets.append(static_cast<const char*>(data), len);
-          ok = in.Skip(static_cast<int>(len));
-        }
-        break;
-      }
-      default:
-        ok = WireFormatLite::SkipField(&in, tag);
-    }
-  }
-  if (!ok) {
-    return Done(ctx, absl::InvalidArgumentError(
-                         "ReportBucketsRequest does not parse"));
-  }
-  if (rank < 0 || rank > std::numeric_limits<int32_t>::max()) rank = -1;
+  absl::StatusOr<wire::ReportBucketsFrame> frame =
+      wire::DecodeReportBucketsRequest(ByteBufferToString(*request));
+  if (!frame.ok()) return Done(ctx, frame.status());
+  const google::protobuf::Duration& timeout = frame->timeout;
   // 0 means "answer at once" here (not "the longest wait", as for KvGet).
   absl::StatusOr<absl::Time> deadline =
       FromProto(timeout) == absl::ZeroDuration()
@@ -435,11 +347,8 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportBuckets(
         grpc::Slice slice(r.SerializeAsString());
         *out = grpc::ByteBuffer(&slice, 1);
       },
-      [c, job_id = std::move(job_id), epoch, rank = static_cast<int>(rank),
-       worker_id = std::move(worker_id), buckets = std::move(buckets),
-       fingerprint = std::move(fingerprint), d = *deadline](auto done) {
-        return c->ReportBucketsWire(job_id, epoch, rank, worker_id, buckets,
-                                    fingerprint, d, std::move(done));
+      [c, report = std::move(frame->report), d = *deadline](auto done) {
+        return c->ReportLayout(report, d, std::move(done));
       });
 }
 

@@ -230,9 +230,10 @@ class WorkerControlImpl final
   const Clock* const clock_;
   const ServiceOptions options_;
   ArenaMessageAllocator<v1::KvPutRequest, v1::KvPutResponse> kv_put_allocator_;
-  // Published assignments (both views) and RunJob tails (the spec).
+  // Published assignments (both views) and RunJob tails (the spec of an
+  // epoch, wire::EncodeRunJobSpecTail).
   SliceCache<v1::ShardAssignment> assignments_{8};
-  SliceCache<std::string> tails_{16};
+  SliceCache<v1::JobSpec> tails_{16};
 };
 
 }  // namespace server

@@ -13,6 +13,7 @@
 #include "common/status_matchers.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "common/clock.h"
+#include "common/proto_time.h"
 #include "coordinator/coordinator.h"
 #include "shard/layout.h"
 #include "shard/layout_fingerprint.h"
@@ -45,10 +46,7 @@ v1::JobSpec Spec(int world_size) {
 }
 
 google::protobuf::Duration Millis(int64_t ms) {
-  google::protobuf::Duration d;
-  d.set_seconds(ms / 1000);
-  d.set_nanos(static_cast<int32_t>((ms % 1000) * 1000000));
-  return d;
+  return ToProto(absl::Milliseconds(ms));
 }
 
 v1::KvGetRequest MakeKvGet(const v1::Job& job, const std::string& key,
@@ -629,16 +627,20 @@ TEST_F(ServicesTest, WorkerControlBadInput) {
               grpc::StatusCode::DEADLINE_EXCEEDED);
   }
   {
-    // A client that cancels its wait.
+    // A client that cancels its wait once the coordinator has parked it;
+    // the server then ends the parked wait too. (The waits above have
+    // ended by their deadlines first.)
+    ASSERT_TRUE(coordinator_->WaitForPendingWaits(0, absl::Seconds(10)));
     grpc::ClientContext ctx;
     const v1::KvGetRequest req = MakeKvGet(job, "never", 60000);
     v1::KvGetResponse resp;
     std::thread canceller([&] {
-      absl::SleepFor(absl::Milliseconds(50));
+      EXPECT_TRUE(coordinator_->WaitForPendingWaits(1, absl::Seconds(10)));
       ctx.TryCancel();
     });
     EXPECT_EQ(control_->KvGet(&ctx, req, &resp).error_code(), grpc::StatusCode::CANCELLED);
     canceller.join();
+    EXPECT_TRUE(coordinator_->WaitForPendingWaits(0, absl::Seconds(10)));
   }
   {
     grpc::ClientContext ctx;
