@@ -1,0 +1,244 @@
+// The calls ZeroHook makes on its HookMemory, in order and on which thread
+// (the training thread, or the communicator's order): the contract
+// GpuZeroHook's device memory relies on, checked here on host memory.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/comm/communicator.h"
+#include "worker/comm/fake_communicator.h"
+#include "worker/hook/hook_memory.h"
+#include "worker/hook/zero_hook.h"
+#include "worker/hook/zero_hook_test_util.h"
+#include "worker/optim/shard_optimizer.h"
+
+namespace pshard::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A Communicator that records every operation in the order it is issued (on
+// the GPU that is the order on the device: one stream) and keeps the Work of
+// the latest one.
+class IssueRecorder : public Communicator {
+ public:
+  explicit IssueRecorder(Communicator* inner) : inner_(inner) {}
+
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  std::shared_ptr<Work> AllReduce(void* data, int64_t count,
+                                  DataType dtype) override {
+    return Issued(absl::StrCat("all-reduce ", count),
+                  inner_->AllReduce(data, count, dtype));
+  }
+  std::shared_ptr<Work> Reduce(void* data, int64_t count, DataType dtype,
+                               int root) override {
+    return Issued(absl::StrCat("reduce ", count),
+                  inner_->Reduce(data, count, dtype, root));
+  }
+  std::shared_ptr<Work> ReduceMean(void* data, int64_t count, DataType dtype,
+                                   int root) override {
+    return Issued(absl::StrCat("reduce-mean ", count),
+                  inner_->ReduceMean(data, count, dtype, root));
+  }
+  std::shared_ptr<Work> Broadcast(void* data, int64_t count, DataType dtype,
+                                  int root) override {
+    return Issued(absl::StrCat("broadcast ", count),
+                  inner_->Broadcast(data, count, dtype, root));
+  }
+  std::shared_ptr<Work> Barrier() override {
+    return Issued("barrier", inner_->Barrier());
+  }
+  std::shared_ptr<Work> Enqueue(std::function<absl::Status()> fn) override {
+    return Issued("enqueue", inner_->Enqueue(std::move(fn)));
+  }
+  std::shared_ptr<Work> EnqueueTouching(
+      std::function<absl::Status()> fn,
+      std::vector<MemoryRange> ranges) override {
+    std::string what = "enqueue touching";
+    for (const MemoryRange& r : ranges) absl::StrAppend(&what, " ", r.bytes);
+    return Issued(std::move(what),
+                  inner_->EnqueueTouching(std::move(fn), std::move(ranges)));
+  }
+  void Abort(const absl::Status& reason) override { inner_->Abort(reason); }
+  int64_t bytes_sent() const override { return inner_->bytes_sent(); }
+
+  std::vector<std::string> issued() {
+    absl::MutexLock lock(&mu_);
+    return issued_;
+  }
+  // Whether `work` is the latest operation's.
+  bool IsLast(const Work& work) {
+    absl::MutexLock lock(&mu_);
+    return last_.get() == &work;
+  }
+
+ private:
+  std::shared_ptr<Work> Issued(std::string what, std::shared_ptr<Work> work) {
+    absl::MutexLock lock(&mu_);
+    issued_.push_back(std::move(what));
+    last_ = work;
+    return work;
+  }
+
+  Communicator* const inner_;
+  absl::Mutex mu_;
+  std::vector<std::string> issued_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Work> last_ ABSL_GUARDED_BY(mu_);
+};
+
+// Host memory that records what the hook asks of it: which calls come from
+// the training thread, and which run in the communicator's order.
+class RecordingMemory : public HookMemory {
+ public:
+  RecordingMemory(ShardOptimizer* optimizer, IssueRecorder* comm)
+      : inner_(NewHostMemory(optimizer)), comm_(comm) {}
+
+  absl::Status Arrange(const BucketLayout& layout) override {
+    Log(training_, "arrange");
+    return inner_->Arrange(layout);
+  }
+  float* bucket_params(int b) override { return inner_->bucket_params(b); }
+  float* bucket_grads(int b) override { return inner_->bucket_grads(b); }
+  const std::vector<float*>& param_views() const override {
+    return inner_->param_views();
+  }
+  const std::vector<float*>& grad_views() const override {
+    return inner_->grad_views();
+  }
+  absl::StatusOr<std::shared_ptr<Work>> OrderAfterGradients(int b) override {
+    Log(training_, absl::StrCat("order ", b));
+    // As the device memory does: an operation in the communicator's order.
+    return comm_->Enqueue([this, b] {
+      Log(comm_order_, absl::StrCat("ordered ", b));
+      return absl::OkStatus();
+    });
+  }
+  absl::Status OwnerStep(int index, float* params, float* grads, int64_t numel,
+                         float divisor) override {
+    Log(comm_order_, absl::StrCat("step ", index, " /", divisor));
+    return inner_->OwnerStep(index, params, grads, numel, divisor);
+  }
+  absl::Status OrderComputeAfter(Work& last) override {
+    // The device memory makes the compute stream wait for `last` alone: it
+    // must be the step's last operation.
+    Log(training_, comm_->IsLast(last) ? "compute after the last operation"
+                                       : "compute after an earlier operation");
+    return inner_->OrderComputeAfter(last);
+  }
+
+  std::vector<std::string> training() {
+    absl::MutexLock lock(&mu_);
+    return training_;
+  }
+  std::vector<std::string> comm_order() {
+    absl::MutexLock lock(&mu_);
+    return comm_order_;
+  }
+
+ private:
+  void Log(std::vector<std::string>& log, std::string entry) {
+    absl::MutexLock lock(&mu_);
+    log.push_back(std::move(entry));
+  }
+
+  const std::unique_ptr<HookMemory> inner_;
+  IssueRecorder* const comm_;
+  absl::Mutex mu_;
+  std::vector<std::string> training_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> comm_order_ ABSL_GUARDED_BY(mu_);
+};
+
+// ZeroHook on a memory of the test's choosing.
+class HookOnMemory : public ZeroHook {
+ public:
+  HookOnMemory(std::vector<ParameterInfo> params, Communicator* comm,
+               std::unique_ptr<ShardOptimizer> optimizer,
+               std::unique_ptr<HookMemory> memory, AssignmentProvider provider,
+               const ZeroHookOptions& options)
+      : ZeroHook(std::move(params), comm, std::move(optimizer),
+                 std::move(memory), std::move(provider), options) {}
+  using ZeroHook::Init;
+};
+
+// The contract GpuZeroHook's device memory relies on, with GpuZeroHook's
+// schedule (whole buckets, broadcast right after the step), in both modes:
+// the re-pack goes through Arrange; each bucket is ordered after its
+// gradients when it launches, before its collectives; the owner's step is
+// issued after the bucket's reduction and before its broadcast, and runs in
+// the communicator's order; the compute is ordered once per step, after the
+// step's last operation.
+TEST(ZeroHookTest, HookMemoryCallsFollowTheAlgorithm) {
+  for (const auto mode :
+       {v1::JobSpec::REDUCE_BROADCAST, v1::JobSpec::ALLREDUCE_BROADCAST}) {
+    SCOPED_TRACE(v1::JobSpec::CommMode_Name(mode));
+    FakeHub hub(1);
+    auto fake = hub.Create(0);
+    IssueRecorder comm(fake.get());
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShardOptimizer> optimizer, Sgd());
+    auto memory = std::make_unique<RecordingMemory>(optimizer.get(), &comm);
+    RecordingMemory& recorded = *memory;
+    ZeroHookOptions options;
+    options.comm_mode = mode;
+    options.timeout = absl::Seconds(5);
+    options.bucket_cap_mb = 8.0 / (1 << 20);  // 8 bytes: a bucket per param
+    options.piece_bytes = 0;
+    options.broadcast_lag = 0;
+    HookOnMemory hook({{"a", {4}, 4}, {"b", {2}, 2}}, &comm,
+                      std::move(optimizer), std::move(memory), AllToRankZero(),
+                      options);
+    ASSERT_OK(hook.Init());
+    for (int i = 0; i < 4; ++i) hook.params()[0][i] = 1;
+    for (int i = 0; i < 2; ++i) hook.params()[1][i] = 2;
+    for (int i = 0; i < 4; ++i) hook.grads()[0][i] = 1;
+    for (int i = 0; i < 2; ++i) hook.grads()[1][i] = -2;
+    // Forward order, unlike DDP's guess: the first step re-packs.
+    hook.GradientReady(0);
+    hook.GradientReady(1);
+    EXPECT_THAT(comm.issued(), ::testing::IsEmpty());  // held until the end
+    ASSERT_OK(hook.FinishStep());
+    EXPECT_EQ(hook.params()[0][3], 0.5f);  // values survived the re-pack
+    EXPECT_EQ(hook.params()[1][1], 3.0f);
+    // Step 2: bucket 0 launches as soon as its gradient is announced.
+    hook.GradientReady(0);
+    EXPECT_EQ(recorded.training().back(), "order 0");
+    hook.GradientReady(1);
+    ASSERT_OK(hook.FinishStep());
+    EXPECT_EQ(hook.params()[0][0], 0.0f);
+    EXPECT_EQ(hook.params()[1][0], 4.0f);
+    EXPECT_EQ(hook.bucket_steps(0), 2);
+    EXPECT_EQ(hook.bucket_steps(1), 2);
+    EXPECT_THAT(recorded.training(),
+                ::testing::ElementsAre(
+                    "arrange", "arrange", "order 0", "order 1",
+                    "compute after the last operation", "order 0", "order 1",
+                    "compute after the last operation"));
+    EXPECT_THAT(recorded.comm_order(),
+                ::testing::ElementsAre("ordered 0", "step 0 /1", "ordered 1",
+                                       "step 1 /1", "ordered 0", "step 0 /1",
+                                       "ordered 1", "step 1 /1"));
+    const std::string reduce =
+        mode == v1::JobSpec::REDUCE_BROADCAST ? "reduce-mean" : "all-reduce";
+    std::vector<std::string> step;
+    for (const int numel : {4, 2}) {
+      step.push_back("enqueue");
+      step.push_back(absl::StrCat(reduce, " ", numel));
+      step.push_back(absl::StrCat("enqueue touching ", 4 * numel, " ",
+                                  4 * numel));
+      step.push_back(absl::StrCat("broadcast ", numel));
+    }
+    std::vector<std::string> two_steps = step;
+    two_steps.insert(two_steps.end(), step.begin(), step.end());
+    EXPECT_THAT(comm.issued(), ::testing::ElementsAreArray(two_steps));
+  }
+}
+
+}  // namespace
+}  // namespace pshard::worker
