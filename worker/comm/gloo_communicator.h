@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/kv_store.h"
 
@@ -48,6 +49,9 @@ struct GlooOptions {
   bool shared_memory = true;
   // Size of each ring (one per ordered pair of same-host ranks).
   int64_t shm_ring_bytes = int64_t{16} << 20;
+  // Measures the shared-memory rings' timeouts; must outlive the
+  // communicator. (Gloo's own TCP waits run on the steady clock: tcp_link.h.)
+  const Clock* clock = &Clock::Real();
 };
 
 // Connects to the peers of `options.rank` through `kv` (used only during the

@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace pshard::worker {
 
@@ -53,7 +53,7 @@ absl::Status Errno(const std::string& what) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(
-    const std::string& name_hint, int64_t capacity) {
+    const std::string& name_hint, int64_t capacity, const Clock& clock) {
   if (capacity <= 0 || capacity % 64 != 0) {
     return absl::InvalidArgumentError("ring capacity must be a multiple of 64");
   }
@@ -93,11 +93,12 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(
   header->reader_pid = 0;
   std::atomic_thread_fence(std::memory_order_release);
   header->magic = kMagic;
-  return std::unique_ptr<ShmChannel>(new ShmChannel(name, true, base, mapped));
+  return std::unique_ptr<ShmChannel>(
+      new ShmChannel(name, true, base, mapped, clock));
 }
 
 absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Open(
-    const std::string& name) {
+    const std::string& name, const Clock& clock) {
   const int fd = shm_open(name.c_str(), O_RDWR, 0600);
   if (fd < 0) return Errno(absl::StrCat("shm_open ", name));
   struct stat st;
@@ -118,12 +119,15 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Open(
     return absl::InvalidArgumentError(absl::StrCat(name, " is not a ring"));
   }
   header->reader_pid.store(getpid());
-  return std::unique_ptr<ShmChannel>(new ShmChannel(name, false, base, mapped));
+  return std::unique_ptr<ShmChannel>(
+      new ShmChannel(name, false, base, mapped, clock));
 }
 
-ShmChannel::ShmChannel(std::string name, bool owner, void* base, size_t mapped)
+ShmChannel::ShmChannel(std::string name, bool owner, void* base, size_t mapped,
+                       const Clock& clock)
     : name_(std::move(name)),
       owner_(owner),
+      clock_(clock),
       base_(base),
       mapped_(mapped),
       header_(static_cast<Header*>(base)),
@@ -155,13 +159,14 @@ absl::Status ShmChannel::WaitFor(std::atomic<uint32_t>* word, uint32_t seen,
         "the peer process (pid ", peer, ") at the other end of ", name_,
         " is gone"));
   }
-  const absl::Duration left = deadline - absl::Now();
+  const absl::Duration left = deadline - clock_.Now();
   if (left <= absl::ZeroDuration()) {
     return absl::DeadlineExceededError(
         absl::StrCat("timed out waiting for the peer to ", what));
   }
-  // Sleep at most 100 ms at a time: a peer that dies without closing the
-  // ring is noticed at the deadline, an abort at once (Close wakes us).
+  // Sleep at most 100 ms (real time) at a time: a peer that dies without
+  // closing the ring, or a deadline passed on an injected clock, is noticed
+  // within one slice; an abort at once (Close wakes us).
   const absl::Duration slice = std::min(left, absl::Milliseconds(100));
   struct timespec ts = absl::ToTimespec(slice);
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts,
@@ -172,7 +177,7 @@ absl::Status ShmChannel::WaitFor(std::atomic<uint32_t>* word, uint32_t seen,
 absl::Status ShmChannel::Write(const char* data, int64_t bytes,
                                absl::Duration timeout) {
   const uint64_t capacity = header_->capacity;
-  absl::Time deadline = absl::Now() + timeout;
+  absl::Time deadline = clock_.Now() + timeout;
   int64_t done = 0;
   while (done < bytes) {
     if (header_->closed.load()) {
@@ -199,7 +204,7 @@ absl::Status ShmChannel::Write(const char* data, int64_t bytes,
     header_->data_seq.fetch_add(1, std::memory_order_release);
     FutexWake(&header_->data_seq);
     done += n;
-    deadline = absl::Now() + timeout;  // progress resets the deadline
+    deadline = clock_.Now() + timeout;  // progress resets the deadline
   }
   return absl::OkStatus();
 }
@@ -208,7 +213,7 @@ absl::Status ShmChannel::Read(
     int64_t bytes, int64_t granule, absl::Duration timeout,
     const std::function<void(int64_t, const char*, int64_t)>& consume) {
   const uint64_t capacity = header_->capacity;
-  absl::Time deadline = absl::Now() + timeout;
+  absl::Time deadline = clock_.Now() + timeout;
   int64_t done = 0;
   while (done < bytes) {
     const uint32_t seen = header_->data_seq.load(std::memory_order_acquire);
@@ -242,7 +247,7 @@ absl::Status ShmChannel::Read(
     header_->space_seq.fetch_add(1, std::memory_order_release);
     FutexWake(&header_->space_seq);
     done += static_cast<int64_t>(n);
-    deadline = absl::Now() + timeout;
+    deadline = clock_.Now() + timeout;
   }
   return absl::OkStatus();
 }

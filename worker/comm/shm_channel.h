@@ -8,8 +8,11 @@
 //
 // Both ends know the size of every message (the transfers of one direction
 // are issued in the same order on both ranks), so the stream carries no
-// framing. Waits use futexes on the shared header, always with a deadline;
-// Abort() (either side) marks the ring closed and wakes every waiter.
+// framing. Waits use futexes on the shared header, always with a deadline
+// measured on the channel's Clock (a FakeClock in tests: its deadline is
+// noticed within one 100 ms futex slice of real time once the fake time
+// passes it); Close() (either side) marks the ring closed and wakes every
+// waiter.
 #ifndef PSHARD_WORKER_COMM_SHM_CHANNEL_H_
 #define PSHARD_WORKER_COMM_SHM_CHANNEL_H_
 
@@ -22,19 +25,22 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace pshard::worker {
 
 class ShmChannel {
  public:
   // Creates a new ring of `capacity` bytes (a multiple of 64) under a fresh
-  // name; the sender's end.
+  // name; the sender's end. Timeouts are measured on `clock`, which must
+  // outlive the channel.
   static absl::StatusOr<std::unique_ptr<ShmChannel>> Create(
-      const std::string& name_hint, int64_t capacity);
+      const std::string& name_hint, int64_t capacity,
+      const Clock& clock = Clock::Real());
   // Opens the ring `name` created by the peer and unlinks the name (the
   // mapping stays); the receiver's end.
   static absl::StatusOr<std::unique_ptr<ShmChannel>> Open(
-      const std::string& name);
+      const std::string& name, const Clock& clock = Clock::Real());
 
   ~ShmChannel();
 
@@ -56,13 +62,15 @@ class ShmChannel {
 
  private:
   struct Header;
-  ShmChannel(std::string name, bool owner, void* base, size_t mapped);
+  ShmChannel(std::string name, bool owner, void* base, size_t mapped,
+             const Clock& clock);
 
   absl::Status WaitFor(std::atomic<uint32_t>* word, uint32_t seen,
                        absl::Time deadline, const char* what);
 
   std::string name_;
   bool owner_;
+  const Clock& clock_;
   void* base_;
   size_t mapped_;
   Header* header_;

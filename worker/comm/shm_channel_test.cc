@@ -8,7 +8,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/fake_clock.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 
@@ -55,6 +58,64 @@ TEST(ShmChannelTest, ReaderTimesOutWithoutData) {
   EXPECT_THAT(reader->Read(4, 4, absl::Milliseconds(200),
                            [](int64_t, const char*, int64_t) {}),
               StatusIs(absl::StatusCode::kDeadlineExceeded, ::testing::_));
+}
+
+// Advances `clock` by `step` until `done` is notified; each advance passes
+// any deadline `step` away that was set before it, so a wait that started
+// late is caught by the next one. Bounded in real time.
+bool AdvanceUntil(FakeClock& clock, absl::Duration step,
+                  absl::Notification& done) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (!done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+    if (absl::Now() > give_up) return false;
+    clock.Advance(step);
+  }
+  return true;
+}
+
+// Timeouts run on the injected clock: a reader with a 1 ms timeout still
+// waits while the fake time stands still (on the real clock it would have
+// failed at once), and fails with DeadlineExceeded once the fake time passes
+// its deadline, without that time passing for real.
+TEST(ShmChannelTest, ReaderDeadlineIsMeasuredOnTheInjectedClock) {
+  FakeClock clock;
+  ASSERT_OK_AND_ASSIGN(auto writer, ShmChannel::Create("test", 64, clock));
+  ASSERT_OK_AND_ASSIGN(auto reader, ShmChannel::Open(writer->name(), clock));
+  absl::Status status;
+  absl::Notification done;
+  std::thread waiter([&] {
+    status = reader->Read(4, 4, absl::Milliseconds(1),
+                          [](int64_t, const char*, int64_t) {});
+    done.Notify();
+  });
+  EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(300)))
+      << "the read timed out on the real clock: " << status;
+  EXPECT_TRUE(AdvanceUntil(clock, absl::Milliseconds(2), done));
+  waiter.join();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                               ::testing::HasSubstr("send data")));
+}
+
+// The same for a writer waiting for room in a full ring, with an hour's
+// timeout that the fake clock passes in a few steps.
+TEST(ShmChannelTest, WriterDeadlineIsMeasuredOnTheInjectedClock) {
+  FakeClock clock;
+  ASSERT_OK_AND_ASSIGN(auto writer, ShmChannel::Create("test", 64, clock));
+  ASSERT_OK_AND_ASSIGN(auto reader, ShmChannel::Open(writer->name(), clock));
+  const absl::Time start = absl::Now();
+  absl::Status status;
+  absl::Notification done;
+  std::thread waiter([&] {
+    std::vector<char> twice_the_ring(128);
+    status = writer->Write(twice_the_ring.data(), twice_the_ring.size(),
+                           absl::Hours(1));
+    done.Notify();
+  });
+  EXPECT_TRUE(AdvanceUntil(clock, absl::Hours(1) + absl::Seconds(1), done));
+  waiter.join();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                               ::testing::HasSubstr("make room")));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
 }
 
 // A writer that waits for room is released by the reader's Close, long

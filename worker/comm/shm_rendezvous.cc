@@ -42,7 +42,8 @@ absl::StatusOr<std::vector<std::unique_ptr<ShmLink>>> ConnectSharedMemory(
     if (!same[r]) continue;
     for (int k = 0; k < kLanes; ++k) {
       absl::StatusOr<std::unique_ptr<ShmChannel>> ring = ShmChannel::Create(
-          absl::StrCat(me, "to", r, "r", k), options.shm_ring_bytes);
+          absl::StrCat(me, "to", r, "r", k), options.shm_ring_bytes,
+          *options.clock);
       std::string name;
       if (ring.ok()) {
         name = (*ring)->name();
@@ -63,7 +64,7 @@ absl::StatusOr<std::vector<std::unique_ptr<ShmLink>>> ConnectSharedMemory(
                  options.timeout));
       absl::StatusOr<std::unique_ptr<ShmChannel>> ring =
           name.empty() ? absl::UnavailableError("no ring")
-                       : ShmChannel::Open(name);
+                       : ShmChannel::Open(name, *options.clock);
       if (ring.ok()) {
         in[r][k] = *std::move(ring);
       } else {
