@@ -17,8 +17,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "worker/gpu/cuda_status.h"
 
 namespace pshard::worker::gpu {
@@ -225,44 +225,48 @@ class CudaEvent : public internal::CudaHandle<cudaEvent_t, cudaEventDestroy> {
   }
 };
 
-// Host-side polling of device work: a short spin, then sleeps growing to
-// 1 ms: cheap for the common case (done in microseconds), gentle on the CPU
-// for long waits.
+// Host-side polling of device work: a short spin, then sleeps on `clock`
+// growing to 1 ms: cheap for the common case (done in microseconds), gentle
+// on the CPU for long waits. `clock` must outlive the Backoff.
 class Backoff {
  public:
+  explicit Backoff(const Clock& clock) : clock_(clock) {}
+
   void Pause() {
     if (spins_ < 64) {
       ++spins_;
       std::this_thread::yield();
       return;
     }
-    absl::SleepFor(sleep_);
+    clock_.SleepFor(sleep_);
     sleep_ = std::min(sleep_ * 2, absl::Milliseconds(1));
   }
 
  private:
+  const Clock& clock_;
   int spins_ = 0;
   absl::Duration sleep_ = absl::Microseconds(10);
 };
 
 // cudaStreamSynchronize with a deadline: waits on the host until the work
 // queued on `stream` so far has finished, or `timeout` has passed
-// (DeadlineExceeded naming `what`). After a timeout the work may still be
-// running: the caller must not free what it uses (abort the communicator
-// that holds it up first).
+// (DeadlineExceeded naming `what`), measured on `clock`. After a timeout the
+// work may still be running: the caller must not free what it uses (abort
+// the communicator that holds it up first).
 inline absl::Status SynchronizeStream(cudaStream_t stream,
                                       absl::Duration timeout,
-                                      absl::string_view what) {
-  const absl::Time deadline = absl::Now() + timeout;
+                                      absl::string_view what,
+                                      const Clock& clock) {
+  const absl::Time deadline = clock.Now() + timeout;
   absl::StatusOr<CudaEvent> done = CudaEvent::Create(what);
   if (!done.ok()) return done.status();
   absl::Status status = CudaStatus(cudaEventRecord(done->get(), stream), what);
   if (!status.ok()) return status;
-  Backoff backoff;
+  Backoff backoff(clock);
   for (;;) {
     const cudaError_t err = QueryEvent(done->get());
     if (err != cudaErrorNotReady) return CudaStatus(err, what);
-    if (absl::Now() >= deadline) {
+    if (clock.Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat(what, ": device work did not finish within ",
                        absl::FormatDuration(timeout)));

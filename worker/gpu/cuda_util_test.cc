@@ -11,7 +11,10 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/fake_clock.h"
 #include "common/status_matchers.h"
 #include "worker/gpu/cuda_util.h"
 #endif
@@ -67,19 +70,47 @@ TEST(SynchronizeStreamTest, TimesOutOnHeldWorkThenSucceedsOnceItFinishes) {
   PSHARD_SKIP_WITHOUT_GPUS(1);
   ASSERT_OK(CudaStatus(cudaSetDevice(0), "cudaSetDevice"));
   ASSERT_OK_AND_ASSIGN(CudaStream stream, CudaStream::Create("test stream"));
-  EXPECT_OK(SynchronizeStream(stream.get(), absl::Seconds(10), "empty"));
+  EXPECT_OK(SynchronizeStream(stream.get(), absl::Seconds(10), "empty",
+                              Clock::Real()));
 
   std::atomic<bool> released{false};
   ASSERT_OK(CudaStatus(
       cudaLaunchHostFunc(stream.get(), HoldUntilReleased, &released),
       "cudaLaunchHostFunc"));
-  EXPECT_THAT(SynchronizeStream(stream.get(), absl::Milliseconds(50), "held"),
+  EXPECT_THAT(SynchronizeStream(stream.get(), absl::Milliseconds(50), "held",
+                                Clock::Real()),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        ::testing::HasSubstr("held: device work did not finish")));
   released = true;
-  EXPECT_OK(SynchronizeStream(stream.get(), absl::Seconds(10), "released"));
+  EXPECT_OK(SynchronizeStream(stream.get(), absl::Seconds(10), "released",
+                              Clock::Real()));
   // Polling left nothing in the last-error slot for the next launch.
   EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+}
+
+// The deadline is measured on the injected clock: a 10 s timeout on a
+// FakeClock that jumps to the end of every backoff pause (at most 1 ms) ends
+// after some 10,000 polls, in far less real time.
+TEST(SynchronizeStreamTest, DeadlineRunsOnTheInjectedClock) {
+  PSHARD_SKIP_WITHOUT_GPUS(1);
+  ASSERT_OK(CudaStatus(cudaSetDevice(0), "cudaSetDevice"));
+  ASSERT_OK_AND_ASSIGN(CudaStream stream, CudaStream::Create("test stream"));
+  std::atomic<bool> released{false};
+  ASSERT_OK(CudaStatus(
+      cudaLaunchHostFunc(stream.get(), HoldUntilReleased, &released),
+      "cudaLaunchHostFunc"));
+  FakeClock clock;
+  clock.set_advance_on_sleep(true);
+  const absl::Time fake_start = clock.Now();
+  const absl::Time real_start = absl::Now();
+  EXPECT_THAT(SynchronizeStream(stream.get(), absl::Seconds(10), "held", clock),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       ::testing::HasSubstr("held: device work did not finish")));
+  EXPECT_GE(clock.Now() - fake_start, absl::Seconds(10));
+  EXPECT_LT(absl::Now() - real_start, absl::Seconds(5));
+  released = true;
+  EXPECT_OK(SynchronizeStream(stream.get(), absl::Seconds(10), "released",
+                              Clock::Real()));
 }
 
 #else

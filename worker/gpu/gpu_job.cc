@@ -43,6 +43,7 @@ class GpuJobImpl final : public GpuJob {
         spec.bucket_cap_mb() > 0 ? spec.bucket_cap_mb() : 25;
     hook_options.timeout = options.timeout;
     hook_options.compute_stream = stream_.get();
+    hook_options.clock = options.clock;
     ASSIGN_OR_RETURN(
         hook_, GpuZeroHook::Create(workload_->parameters(), comm_.get(),
                                    std::move(optimizer), std::move(provider),
@@ -107,6 +108,7 @@ absl::StatusOr<std::unique_ptr<GpuJob>> GpuJob::Create(
   nccl.device = options.device;
   nccl.timeout = options.timeout;
   nccl.key_prefix = options.key_prefix;
+  nccl.clock = options.clock;
   ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm,
                    CreateNcclCommunicator(nccl, kv));
   gpu::ScopedDevice scoped(options.device);

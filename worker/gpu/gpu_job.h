@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "pshard/v1/job_spec.pb.h"
 #include "worker/comm/kv_store.h"
 #include "worker/gpu/gpu_zero_hook.h"
@@ -42,6 +43,9 @@ struct GpuJobOptions {
   absl::Duration timeout = absl::Seconds(60);
   // Prefix of the NCCL rendezvous key in the job's store.
   std::string key_prefix = "nccl/";
+  // Measures every timeout of the communicator and the hook; must outlive
+  // the job.
+  const Clock* clock = &Clock::Real();
 };
 
 class GpuJob : public StepEngine {

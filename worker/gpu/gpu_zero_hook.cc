@@ -31,9 +31,10 @@ using gpu::SynchronizeStream;
 class DeviceMemory final : public HookMemory {
  public:
   DeviceMemory(NcclCommunicator* comm, GpuShardOptimizer* optimizer,
-               cudaStream_t compute, absl::Duration timeout)
+               cudaStream_t compute, absl::Duration timeout,
+               const Clock& clock)
       : comm_(comm), optimizer_(optimizer), compute_(compute),
-        timeout_(timeout) {}
+        timeout_(timeout), clock_(clock) {}
 
   absl::Status Arrange(const BucketLayout& layout) override {
     ScopedDevice scoped(comm_->device());
@@ -81,7 +82,8 @@ class DeviceMemory final : public HookMemory {
       }
       // The old buffers are freed below; a timeout leaves them (and the
       // hook) to the caller's abort.
-      RETURN_IF_ERROR(SynchronizeStream(compute_, timeout_, "re-pack buckets"));
+      RETURN_IF_ERROR(SynchronizeStream(compute_, timeout_, "re-pack buckets",
+                                        clock_));
     }
     params_ = std::move(params);
     grads_ = std::move(grads);
@@ -145,7 +147,7 @@ class DeviceMemory final : public HookMemory {
         cudaMemcpyAsync(out, param_views_[param_index], numel * sizeof(float),
                         cudaMemcpyDeviceToHost, compute_),
         what));
-    return SynchronizeStream(compute_, timeout_, what);
+    return SynchronizeStream(compute_, timeout_, what, clock_);
   }
 
  private:
@@ -153,6 +155,7 @@ class DeviceMemory final : public HookMemory {
   GpuShardOptimizer* const optimizer_;
   const cudaStream_t compute_;
   const absl::Duration timeout_;
+  const Clock& clock_;
   std::vector<DeviceBuffer> params_;
   std::vector<DeviceBuffer> grads_;
   std::vector<float*> param_views_;
@@ -192,6 +195,9 @@ absl::StatusOr<std::unique_ptr<GpuZeroHook>> GpuZeroHook::Create(
     return absl::InvalidArgumentError(
         "a communicator, an optimizer and an assignment provider are needed");
   }
+  if (options.clock == nullptr) {
+    return absl::InvalidArgumentError("GpuZeroHookOptions: no clock");
+  }
   if (optimizer->device() != comm->device()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the optimizer is on CUDA device ", optimizer->device(),
@@ -208,7 +214,7 @@ absl::StatusOr<std::unique_ptr<GpuZeroHook>> GpuZeroHook::Create(
       comm, optimizer.get(),
       options.compute_stream == nullptr ? cudaStreamLegacy
                                         : options.compute_stream,
-      options.timeout);
+      options.timeout, *options.clock);
   auto hook = std::make_unique<GpuZeroHookImpl>(
       std::move(params), comm, std::move(optimizer), std::move(memory),
       std::move(provider), hook_options);

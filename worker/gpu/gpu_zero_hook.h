@@ -38,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "pshard/v1/job_spec.pb.h"
 #include "worker/bucket/bucket_layout.h"
 #include "worker/gpu/gpu_shard_optimizer.h"
@@ -58,6 +59,9 @@ struct GpuZeroHookOptions {
   // The stream the workload computes gradients on (null: the legacy default
   // stream).
   CUstream_st* compute_stream = nullptr;
+  // Measures the host waits for the compute stream (the re-pack, parameter
+  // downloads); must outlive the hook.
+  const Clock* clock = &Clock::Real();
 };
 
 class GpuZeroHook : public ZeroHook {

@@ -19,6 +19,11 @@
 // the next forward) wait for the operation on the device, without blocking
 // the host.
 //
+// Setup (nccl_bootstrap.h): the unique id travels through the job's
+// rendezvous store; initialisation is non-blocking, polled to the deadline.
+// Work handles and the completion watcher: nccl_work.h. Every deadline,
+// poll pause and watchdog interval is measured on NcclOptions::clock.
+//
 // Failure. NCCL runs with blocking = 0: initialisation and every call poll
 // ncclCommGetAsyncError with a deadline instead of blocking. A watchdog thread
 // polls the same error state; on an asynchronous error (a peer gone, a network
@@ -44,6 +49,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/kv_store.h"
 
@@ -93,15 +99,18 @@ struct NcclOptions {
   std::string key_prefix;
   // How often the watchdog polls NCCL's asynchronous error state.
   absl::Duration watchdog_interval = absl::Milliseconds(100);
+  // Measures every timeout and pause; must outlive the communicator and
+  // every Work handle it returned.
+  const Clock* clock = &Clock::Real();
 };
 
 // Creates rank `options.rank`'s communicator: publishes (rank 0) or fetches
 // the unique id through `kv` (used only during the call), then initialises
 // NCCL without blocking, polling until done or options.timeout.
-// Errors: InvalidArgument (bad rank, world size or device), Unavailable (no
-// CUDA device; built without CUDA; NCCL system/remote errors),
-// DeadlineExceeded (peers did not show up in time), DataLoss (a malformed
-// unique id in the store), or the KvClient's error.
+// Errors: InvalidArgument (bad rank, world size or device; no clock),
+// Unavailable (no CUDA device; built without CUDA; NCCL system/remote
+// errors), DeadlineExceeded (peers did not show up in time), DataLoss (a
+// malformed unique id in the store), or the KvClient's error.
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(
     const NcclOptions& options, KvClient& kv);
 
