@@ -6,22 +6,18 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
-#include <fstream>
+#include <cstdio>  // std::remove
 #include <memory>
-#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "bench/coordinator/bench_tools.h"
 #include "common/grpc_status.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "pshard/v1/cluster.grpc.pb.h"
@@ -36,278 +32,12 @@ namespace pshard {
 namespace bench {
 namespace {
 
-using Clock = std::chrono::system_clock;
-
-// Latencies per phase and method, from any thread.
-class Recorder {
- public:
-  // A phase; its steps, if any, are recorded under "phase/step" and
-  // "phase/group" too.
-  void SetPhase(const std::string& phase) {
-    absl::MutexLock lock(&mu_);
-    phase_ = phase;
-    step_.clear();
-    group_.clear();
-  }
-  void SetStep(const std::string& step, const std::string& group) {
-    absl::MutexLock lock(&mu_);
-    step_ = absl::StrCat(phase_, "/", step);
-    group_ = absl::StrCat(phase_, "/", group);
-  }
-  void Add(const std::string& method, absl::Duration d, bool ok) {
-    absl::MutexLock lock(&mu_);
-    for (const std::string* key : std::initializer_list<const std::string*>{
-             &kWhole, &phase_, &step_, &group_}) {
-      if (key != &kWhole && key->empty()) continue;
-      auto& e = entries_[*key][method];
-      e.samples.push_back(absl::ToDoubleMilliseconds(d));
-      if (!ok) ++e.errors;
-    }
-  }
-  // "" for the whole run.
-  std::map<std::string, LatencyStats> Stats(const std::string& phase) {
-    absl::MutexLock lock(&mu_);
-    std::map<std::string, LatencyStats> out;
-    for (auto& [method, e] : entries_[phase]) {
-      std::vector<double>& v = e.samples;
-      std::sort(v.begin(), v.end());
-      LatencyStats s;
-      s.count = v.size();
-      s.errors = e.errors;
-      if (!v.empty()) {
-        s.p50_ms = v[v.size() / 2];
-        s.p99_ms = v[std::min(v.size() - 1, v.size() * 99 / 100)];
-        s.max_ms = v.back();
-      }
-      out[method] = s;
-    }
-    return out;
-  }
-
- private:
-  struct Entry {
-    std::vector<double> samples;
-    int64_t errors = 0;
-  };
-  static inline const std::string kWhole;
-  absl::Mutex mu_;
-  std::string phase_ ABSL_GUARDED_BY(mu_) = "register";
-  std::string step_ ABSL_GUARDED_BY(mu_);
-  std::string group_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::map<std::string, Entry>> entries_ ABSL_GUARDED_BY(mu_);
-};
-
-// Limits concurrent async calls.
-class Gate {
- public:
-  explicit Gate(int n) : free_(n) {}
-  void Acquire() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](int* f) { return *f > 0; }, &free_));
-    --free_;
-  }
-  void Release() {
-    absl::MutexLock lock(&mu_);
-    ++free_;
-  }
-  // Waits until every permit is back (all calls done) or the deadline.
-  bool Drain(int n, absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    struct Arg {
-      int* free;
-      int n;
-    } arg{&free_, n};
-    return mu_.AwaitWithTimeout(
-        absl::Condition(+[](Arg* a) { return *a->free == a->n; }, &arg),
-        timeout);
-  }
-
- private:
-  absl::Mutex mu_;
-  int free_ ABSL_GUARDED_BY(mu_);
-};
-
-struct ProcStats {
-  double cpu_seconds = 0;
-  double rss_mb = 0;
-  double hwm_mb = 0;
-};
-
-ProcStats ReadProc(pid_t pid) {
-  ProcStats s;
-  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  std::getline(stat, line);
-  // Fields after the ")" closing the command name; utime and stime are the
-  // 14th and 15th fields overall.
-  const size_t close = line.rfind(')');
-  if (close != std::string::npos) {
-    std::istringstream rest(line.substr(close + 2));
-    std::string field;
-    int64_t utime = 0, stime = 0;
-    for (int i = 3; i <= 15 && rest >> field; ++i) {
-      if (i == 14) utime = std::stoll(field);
-      if (i == 15) stime = std::stoll(field);
-    }
-    s.cpu_seconds = static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
-  }
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  while (std::getline(status, line)) {
-    long kb = 0;
-    if (sscanf(line.c_str(), "VmRSS: %ld kB", &kb) == 1) s.rss_mb = kb / 1024.0;
-    if (sscanf(line.c_str(), "VmHWM: %ld kB", &kb) == 1) s.hwm_mb = kb / 1024.0;
-  }
-  return s;
-}
-
-
-// What the benchmark needs from a HeartbeatResponse, read straight off the
-// wire: parsing thousands of 100 KB RunJob directives (spec + 4096 members)
-// would make the load generator, on the same cores, the bottleneck.
-struct DirectiveHead {
-  bool run_job = false;  // else abort_job
-  std::string job_id;
-  int64_t epoch = 0;
-  int rank = 0;  // proto3: absent means 0
-};
-
-bool ScanHeartbeatResponse(const std::string& bytes,
-                           std::vector<DirectiveHead>* out) {
-  using google::protobuf::internal::WireFormatLite;
-  google::protobuf::io::CodedInputStream in(
-      reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-  in.SetTotalBytesLimit(INT32_MAX);
-  while (uint32_t tag = in.ReadTag()) {
-    if (tag != ((1 << 3) | 2)) {
-      if (!WireFormatLite::SkipField(&in, tag)) return false;
-      continue;
-    }
-    uint32_t len;
-    if (!in.ReadVarint32(&len)) return false;
-    auto directive_limit = in.PushLimit(len);
-    while (uint32_t t = in.ReadTag()) {
-      const int field = t >> 3;
-      if ((field == 1 || field == 2) && (t & 7) == 2) {
-        DirectiveHead head;
-        head.run_job = field == 1;
-        uint32_t inner;
-        if (!in.ReadVarint32(&inner)) return false;
-        auto limit = in.PushLimit(inner);
-        while (uint32_t f = in.ReadTag()) {
-          if (f == ((1 << 3) | 2)) {
-            if (!WireFormatLite::ReadString(&in, &head.job_id)) return false;
-          } else if (f == (2 << 3)) {
-            uint64_t v;
-            if (!in.ReadVarint64(&v)) return false;
-            head.epoch = static_cast<int64_t>(v);
-          } else if (f == (3 << 3) && head.run_job) {
-            uint32_t v;
-            if (!in.ReadVarint32(&v)) return false;
-            head.rank = static_cast<int>(v);
-          } else if (!WireFormatLite::SkipField(&in, f)) {
-            return false;
-          }
-        }
-        in.PopLimit(limit);
-        out->push_back(std::move(head));
-      } else if (!WireFormatLite::SkipField(&in, t)) {
-        return false;
-      }
-    }
-    in.PopLimit(directive_limit);
-  }
-  return true;
-}
-
-std::string BufferToString(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  std::string out;
-  if (!buffer.Dump(&slices).ok()) return out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
-}
-
-grpc::ByteBuffer ToBuffer(const google::protobuf::MessageLite& message) {
-  grpc::Slice slice(message.SerializeAsString());
-  return grpc::ByteBuffer(&slice, 1);
-}
-
-// One asynchronous unary call in flight: what the callback needs, freed by
-// it.
-template <typename Request, typename Response>
-struct AsyncCall {
-  grpc::ClientContext ctx;
-  Request req;
-  Response resp;
-  absl::Time start;
-};
-
-struct SimState {
-  std::string name;
-  std::string id;
-  std::atomic<bool> in_flight{false};
-  absl::Mutex mu;
-  std::string job_id ABSL_GUARDED_BY(mu);
-  int64_t epoch ABSL_GUARDED_BY(mu) = 0;
-  int rank ABSL_GUARDED_BY(mu) = -1;
-};
+// Timing here is the benchmark's measurement of real elapsed time (latencies,
+// phases, pacing), so it reads absl::Now()/absl::SleepFor() directly rather
+// than an injected pshard::Clock; gRPC deadlines are on gRPC's own clock.
+using GrpcClock = std::chrono::system_clock;
 
 }  // namespace
-
-std::string BenchReport::ToString() const {
-  std::string out;
-  for (const auto& [phase, stats] : rpcs_by_phase) {
-    absl::StrAppendFormat(&out, "[%s phase]\n%-19s %9s %7s %9s %9s %9s\n",
-                          phase, "rpc", "count", "errors", "p50_ms", "p99_ms",
-                          "max_ms");
-    for (const auto& [method, s] : stats) {
-      absl::StrAppendFormat(&out, "%-19s %9d %7d %9.3f %9.3f %9.3f\n", method,
-                            s.count, s.errors, s.p50_ms, s.p99_ms, s.max_ms);
-    }
-  }
-  absl::StrAppendFormat(&out, "register all workers:            %.3f s\n",
-                        register_all_s);
-  absl::StrAppendFormat(&out, "heartbeats/s (steady phase):     %.0f\n",
-                        heartbeats_per_second);
-  absl::StrAppendFormat(&out, "submit -> all RunJob delivered:  %.3f s\n",
-                        run_job_delivery_s);
-  absl::StrAppendFormat(
-      &out,
-      "last layout report (sent alone) -> its answer (assignment published inside): "
-      "%.1f ms\n",
-      last_report_ms);
-  absl::StrAppendFormat(
-      &out,
-      "last layout report sent -> GetAssignment answered: first %.1f ms, all "
-      "%.1f ms\n",
-      assignment_first_ms, assignment_all_ms);
-  absl::StrAppendFormat(&out, "assignment imbalance:            %.4f\n",
-                        imbalance);
-  absl::StrAppendFormat(&out,
-                        "message bytes: layout report (rank 0) %d, fingerprint "
-                        "report (other ranks) %d, assignment as a rank gets it %d\n",
-                        layout_bytes, fingerprint_report_bytes, assignment_bytes);
-  absl::StrAppendFormat(&out, "job state:                       %s\n", job_state);
-  absl::StrAppendFormat(&out, "coordinator CPU steady phase:    %.1f%% of a core\n",
-                        steady_cpu_percent);
-  absl::StrAppendFormat(&out, "coordinator CPU job phase:       %.2f s\n",
-                        job_cpu_seconds);
-  for (const StepTime& s : steps) {
-    absl::StrAppendFormat(
-        &out,
-        "  step %-14s %8.1f ms wall, %7.1f ms coordinator CPU, %7.1f ms "
-        "load generator CPU\n",
-        s.name, s.wall_ms, s.cpu_ms, s.load_generator_cpu_ms);
-  }
-  absl::StrAppendFormat(&out, "coordinator CPU total:           %.2f s over %.1f s\n",
-                        total_cpu_seconds, wall_seconds);
-  absl::StrAppendFormat(&out, "coordinator RSS: %.1f MiB (peak %.1f MiB)\n",
-                        rss_mb, peak_rss_mb);
-  return out;
-}
 
 absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   const int n = opt.workers;
@@ -365,7 +95,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     gate.Acquire();
     using Call = AsyncCall<v1::RegisterWorkerRequest, v1::RegisterWorkerResponse>;
     auto* call = new Call;
-    call->ctx.set_deadline(Clock::now() + std::chrono::seconds(60));
+    call->ctx.set_deadline(GrpcClock::now() + std::chrono::seconds(60));
     call->req.set_name(sims[i]->name);
     call->req.set_incarnation("bench");
     call->req.set_host(absl::StrCat("host-", i / 8));
@@ -407,7 +137,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
         if (sim->in_flight.exchange(true)) continue;  // previous one pending
         using Call = AsyncCall<grpc::ByteBuffer, grpc::ByteBuffer>;
         auto* call = new Call;
-        call->ctx.set_deadline(Clock::now() + std::chrono::seconds(30));
+        call->ctx.set_deadline(GrpcClock::now() + std::chrono::seconds(30));
         v1::HeartbeatRequest req;
         req.set_worker_id(sim->id);
         req.set_incarnation("bench");
@@ -463,7 +193,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     const absl::Duration period = absl::Seconds(1) / std::max(1, opt.status_qps);
     for (int k = 0; !stop; ++k) {
       grpc::ClientContext ctx;
-      ctx.set_deadline(Clock::now() + std::chrono::seconds(30));
+      ctx.set_deadline(GrpcClock::now() + std::chrono::seconds(30));
       const absl::Time start = absl::Now();
       grpc::Status s;
       const char* method = "";
@@ -645,7 +375,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   for (int r = 0; r < world; ++r) {
     using Call = AsyncCall<grpc::ByteBuffer, grpc::ByteBuffer>;
     auto* call = new Call;
-    call->ctx.set_deadline(Clock::now() + std::chrono::seconds(300));
+    call->ctx.set_deadline(GrpcClock::now() + std::chrono::seconds(300));
     call->req = ToBuffer(worker::AssignmentRequest(as_worker, absl::Seconds(290)));
     // Only rank 0's answer is parsed and decoded (for the imbalance); the
     // others are counted, to keep the load generator light.
@@ -717,7 +447,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     gate.Acquire();
     using Call = AsyncCall<grpc::ByteBuffer, grpc::ByteBuffer>;
     auto* call = new Call;
-    call->ctx.set_deadline(Clock::now() + std::chrono::seconds(60));
+    call->ctx.set_deadline(GrpcClock::now() + std::chrono::seconds(60));
     if (worker::SendsLayoutFirst(r)) {
       v1::ReportBucketsRequest head;
       head.set_rank(r);
@@ -795,7 +525,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     gate.Acquire();
     using Call = AsyncCall<v1::ReportResultRequest, v1::ReportResultResponse>;
     auto* call = new Call;
-    call->ctx.set_deadline(Clock::now() + std::chrono::seconds(60));
+    call->ctx.set_deadline(GrpcClock::now() + std::chrono::seconds(60));
     call->req.set_job_id(job.id());
     call->req.set_epoch(epoch);
     call->req.set_rank(r);

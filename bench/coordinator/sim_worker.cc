@@ -16,6 +16,10 @@
 namespace pshard {
 namespace bench {
 
+// A simulated worker is load in real time: its pacing (heartbeats, step
+// time, retries) and the latencies it times use absl::Now/SleepFor, not an
+// injected Clock; gRPC deadlines are on gRPC's system_clock.
+
 // The worker's AssignmentClient speaks through this: each call is one
 // retried gRPC call on the sim worker's current stub, timed into its sink.
 class SimAssignmentRpcs : public worker::AssignmentRpcs {
