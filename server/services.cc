@@ -257,7 +257,8 @@ absl::StatusOr<absl::Time> WorkerControlImpl::WaitDeadline(
   absl::Time deadline = wait == absl::ZeroDuration()
                             ? absl::InfiniteFuture()
                             : clock_->Now() + wait;
-  // The client's own deadline (gRPC reports "none" as the largest time).
+  // The client's own deadline (gRPC reports "none" as the largest time). It
+  // is a point on gRPC's system_clock, converted once here.
   const auto client = ctx->deadline();
   if (client < std::chrono::system_clock::time_point::max()) {
     deadline = std::min(deadline, absl::FromChrono(client));

@@ -226,6 +226,7 @@ int main(int argc, char** argv) {
   agent->Stop(absl::AbortedError(g_signalled != 0
                                      ? "worker shutting down on a signal"
                                      : "worker drained"));
+  // gRPC's shutdown deadline is a point on gRPC's own (real) clock.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }

@@ -208,6 +208,7 @@ double BenchStep(int64_t total, double cap_mb, int steps, int device) {
     BENCH_CHECK_OK(hook->FinishStep());
   };
   for (int64_t s = 1; s <= 3; ++s) one_step(s);  // includes the rebuild step
+  // A benchmark measures real elapsed time: absl::Now, not a Clock.
   const absl::Time start = absl::Now();
   for (int64_t s = 4; s < 4 + steps; ++s) one_step(s);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start) / steps;

@@ -9,6 +9,9 @@
 // steps take more than a few times the interval; the JSON says how many of
 // the job's steps were seen, so a reader can tell.
 //
+// It measures real elapsed time and polls in real time, so it uses
+// absl::Now/SleepFor rather than an injected pshard::Clock.
+//
 //   job_probe --port_file=RUN_DIR/coordinator.port --job=job-1 > progress.json
 //
 // Once the job runs it also fetches the shard assignment once, so a reader

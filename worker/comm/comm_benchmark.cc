@@ -48,6 +48,7 @@ int Main() {
         std::vector<float> data(count, 1.0f);
         std::vector<double> times;
         for (int it = 0; it < iters + 1; ++it) {
+          // A benchmark measures real elapsed time: absl::Now, not a Clock.
           const absl::Time start = absl::Now();
           std::vector<std::shared_ptr<Work>> works;
           for (int64_t off = 0, k = 0; off < count; off += piece, ++k) {

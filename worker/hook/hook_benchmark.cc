@@ -94,6 +94,7 @@ int Main() {
         for (int step = 0; step < steps + 2; ++step) {
           // Gradients are reduced in place, so without copying each step they
           // drift (sums of sums); harmless for timing.
+          // A benchmark measures real elapsed time: absl::Now, not a Clock.
           const absl::Time start = absl::Now();
           for (int i = static_cast<int>(infos.size()) - 1; i >= 0; --i) {
             if (copy_grads || step == 0) {
