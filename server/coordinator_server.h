@@ -59,6 +59,9 @@ class CoordinatorServer {
           grpc::experimental::ClientInterceptorFactoryInterface>>
           interceptors);
 
+  // The JobService (tests wait on its open WatchJob streams).
+  JobServiceImpl& job_service() { return jobs_; }
+
   // Stops accepting calls, cancels pending ones after `grace`, stops the
   // ticker. Idempotent.
   void Shutdown(absl::Duration grace = absl::Seconds(1));

@@ -158,17 +158,31 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*,
   return ToGrpcStatus(job.status());
 }
 
+bool JobServiceImpl::AwaitOpenWatchersAtMost(int n, absl::Duration timeout) {
+  absl::MutexLock lock(&watchers_mu_);
+  const auto few = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watchers_mu_) {
+    return watchers_ <= n;
+  };
+  return clock_->AwaitWithTimeout(watchers_mu_, absl::Condition(&few), timeout);
+}
+
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
                                       const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::JobEvent>* writer) {
-  if (watchers_.fetch_add(1) >= options_.max_watchers) {
-    watchers_.fetch_sub(1);
-    return grpc::Status(
-        grpc::StatusCode::RESOURCE_EXHAUSTED,
-        absl::StrCat("too many WatchJob streams (", options_.max_watchers,
-                     "); poll GetJob instead"));
+  {
+    absl::MutexLock lock(&watchers_mu_);
+    if (watchers_ >= options_.max_watchers) {
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("too many WatchJob streams (", options_.max_watchers,
+                       "); poll GetJob instead"));
+    }
+    ++watchers_;
   }
-  absl::Cleanup release = [this] { watchers_.fetch_sub(1); };
+  absl::Cleanup release = [this] {
+    absl::MutexLock lock(&watchers_mu_);
+    --watchers_;
+  };
 
   int64_t after = req->after_sequence();
   for (;;) {

@@ -13,7 +13,6 @@
 #ifndef PSHARD_SERVER_SERVICES_H_
 #define PSHARD_SERVER_SERVICES_H_
 
-#include <atomic>
 #include <deque>
 #include <memory>
 #include <string>
@@ -69,11 +68,18 @@ class JobServiceImpl final : public v1::JobService::Service {
                         const v1::WatchJobRequest* req,
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
 
+  // Waits until at most `n` WatchJob streams are open; false after `timeout`
+  // on the service's clock. A client's cancel ends its stream within one
+  // watch_poll: tests wait for that instead of retrying.
+  bool AwaitOpenWatchersAtMost(int n, absl::Duration timeout)
+      ABSL_LOCKS_EXCLUDED(watchers_mu_);
+
  private:
   coordinator::Coordinator* const c_;
   const Clock* const clock_;
   const ServiceOptions options_;
-  std::atomic<int> watchers_{0};
+  absl::Mutex watchers_mu_;
+  int watchers_ ABSL_GUARDED_BY(watchers_mu_) = 0;  // open WatchJob streams
 };
 
 class ShardServiceImpl final : public v1::ShardService::Service {
