@@ -5,6 +5,8 @@
 #include <iterator>
 #include <thread>
 #include <utility>
+#include <type_traits>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -129,22 +131,6 @@ struct Coordinator::JobRec {
   bool recovering = false;
   bool progress_dirty = false;
   absl::Time last_progress_event = absl::InfinitePast();
-};
-
-struct Coordinator::Waiter {
-  enum Kind { kKv, kAssignment, kEvents, kLayout } kind;
-  int64_t job_num = 0;
-  int64_t epoch = 0;
-  // kAssignment: wants the OwnersView.
-  bool owners_view = false;
-  // kLayout: the parked fingerprint report.
-  int rank = -1;
-  std::string fingerprint;
-  absl::Time deadline;
-  KvCallback kv_done;
-  AssignmentCallback assignment_done;
-  ReportCallback report_done;
-  EventsCallback events_done;
 };
 
 // Writes gathered during one locked section, sealed by its epilogue
@@ -309,6 +295,7 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock,
       clock_(clock),
       store_(std::move(store)),
       started_(clock->Now()),
+      waits_(options_.max_waiters),
       pending_(std::make_unique<Pending>()),
       commit_(store_.get()),
       notifier_(std::make_unique<Notifier>()) {}
@@ -327,7 +314,7 @@ bool Coordinator::WaitForPendingWaits(int count,
   return mu_.AwaitWithTimeout(
       absl::Condition(
           +[](Args* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return a->c->waiters_.size() == a->count;
+            return a->c->waits_.size() == a->count;
           },
           &args),
       timeout);
@@ -336,19 +323,19 @@ bool Coordinator::WaitForPendingWaits(int count,
 Coordinator::~Coordinator() {
   // Fail pending waits so that no caller waits for a callback that cannot
   // come any more.
-  std::vector<std::unique_ptr<Waiter>> waiters;
+  std::vector<Wait> waits;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [id, w] : waiters_) waiters.push_back(std::move(w));
-    waiters_.clear();
+    waits = waits_.TakeAll();
   }
   notifier_.reset();  // runs what it holds, then stops
   const absl::Status s = absl::UnavailableError("coordinator shutting down");
-  for (auto& w : waiters) {
-    if (w->kv_done) w->kv_done(s);
-    if (w->assignment_done) w->assignment_done(s);
-    if (w->report_done) w->report_done(s);
-    if (w->events_done) w->events_done(s);
+  for (Wait& wait : waits) {
+    std::visit(
+        [&s](auto& w) {
+          if (w.done) w.done(s);
+        },
+        wait);
   }
 }
 
@@ -442,21 +429,8 @@ absl::Time Coordinator::CapDeadline(absl::Time deadline) const {
   return std::min(deadline, clock_->Now() + options_.max_wait);
 }
 
-Coordinator::WaitId Coordinator::Park(std::unique_ptr<Waiter> w,
-                                      absl::Time deadline) {
-  w->deadline = CapDeadline(deadline);
-  const WaitId id = ++next_wait_;
-  deadlines_.emplace(w->deadline, id);
-  waiters_[id] = std::move(w);
-  return id;
-}
-
-Coordinator::WaitId Coordinator::Park(std::unique_ptr<Waiter> w,
-                                      absl::Time deadline,
-                                      std::vector<WaitId>& job_list) {
-  const WaitId id = Park(std::move(w), deadline);
-  job_list.push_back(id);
-  return id;
+Coordinator::WaitId Coordinator::Park(Wait wait, absl::Time deadline) {
+  return waits_.Park(std::move(wait), CapDeadline(deadline));
 }
 
 Coordinator::WorkerRec* Coordinator::FindWorker(absl::string_view worker_id) {
@@ -602,40 +576,30 @@ void Coordinator::Transition(JobRec& job, v1::JobState to,
 
 void Coordinator::WakeEventWaiters(JobRec& job) {
   for (WaitId id : job.event_waiters) {
-    auto it = waiters_.find(id);
-    if (it == waiters_.end()) continue;
-    EventsCallback done = std::move(it->second->events_done);
-    waiters_.erase(it);
-    Defer([done = std::move(done)] { done(absl::OkStatus()); });
+    std::optional<EventsWait> w = waits_.Take<EventsWait>(id);
+    if (!w) continue;
+    Defer([done = std::move(w->done)] { done(absl::OkStatus()); });
   }
   job.event_waiters.clear();
 }
 
 void Coordinator::FailJobWaiters(JobRec& job, const absl::Status& status) {
-  // Ends the waits in `ids` (those not already gone) with `status`.
-  auto fail = [&](std::vector<WaitId>& ids, auto Waiter::*callback) {
+  // Ends the waits of kind W in `ids` (those not already gone) with
+  // `status`.
+  auto fail = [&](auto kind, std::vector<WaitId>& ids) {
+    using W = decltype(kind);
     for (WaitId id : ids) {
-      auto it = waiters_.find(id);
-      if (it == waiters_.end()) continue;
-      auto done = std::move(it->second.get()->*callback);
-      waiters_.erase(it);
-      Defer([done = std::move(done), status] { done(status); });
+      std::optional<W> w = waits_.Take<W>(id);
+      if (!w) continue;
+      Defer([done = std::move(w->done), status] { done(status); });
     }
     ids.clear();
   };
   // The rendezvous store goes with its waits: a new epoch starts empty.
   std::vector<WaitId> kv_waits = job.kv.Clear(kv_bytes_total_);
-  fail(kv_waits, &Waiter::kv_done);
-  fail(job.assignment_waiters, &Waiter::assignment_done);
-  fail(job.layout_waiters, &Waiter::report_done);
-}
-
-absl::Status Coordinator::CheckWaiterCapacity() const {
-  if (static_cast<int>(waiters_.size()) >= options_.max_waiters) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("too many pending waits (", options_.max_waiters, ")"));
-  }
-  return absl::OkStatus();
+  fail(KvWait{}, kv_waits);
+  fail(AssignmentWait{}, job.assignment_waiters);
+  fail(LayoutWait{}, job.layout_waiters);
 }
 
 void Coordinator::ReleaseRank(JobRec& job, int rank, bool send_abort,
@@ -1223,17 +1187,15 @@ Coordinator::WaitId Coordinator::WaitForEvents(absl::string_view job_id,
   } else if (clock_->Now() >= deadline) {
     immediate = absl::DeadlineExceededError("no new event before the deadline");
   } else {
-    immediate = CheckWaiterCapacity();
+    immediate = waits_.CheckCapacity();
   }
   if (ready || !immediate.ok()) {
     Defer([done = std::move(done), immediate] { done(immediate); });
     return 0;
   }
-  auto w = std::make_unique<Waiter>();
-  w->kind = Waiter::kEvents;
-  w->job_num = j->num;
-  w->events_done = std::move(done);
-  return Park(std::move(w), deadline, j->event_waiters);
+  const WaitId id = Park(EventsWait{j->num, std::move(done)}, deadline);
+  j->event_waiters.push_back(id);
+  return id;
 }
 
 // ---- Rendezvous ----
@@ -1247,11 +1209,9 @@ absl::Status Coordinator::KvPut(const v1::KvPutRequest& req) {
                    j->kv.Put(j->job.id(), req.key(), req.value(), kv_limits_,
                              kv_bytes_total_));
   for (WaitId id : woken) {
-    auto w = waiters_.find(id);
-    if (w == waiters_.end()) continue;
-    KvCallback done = std::move(w->second->kv_done);
-    waiters_.erase(w);
-    Defer([done = std::move(done), value = req.value()] { done(value); });
+    std::optional<KvWait> w = waits_.Take<KvWait>(id);
+    if (!w) continue;
+    Defer([done = std::move(w->done), value = req.value()] { done(value); });
   }
   return absl::OkStatus();
 }
@@ -1275,16 +1235,12 @@ Coordinator::WaitId Coordinator::KvGet(absl::string_view job_id,
       } else if (clock_->Now() >= deadline) {
         immediate = absl::DeadlineExceededError(absl::StrCat(
             "key \"", Clip(key, 64), "\" did not appear before the deadline"));
-      } else if (absl::Status cap = CheckWaiterCapacity(); !cap.ok()) {
+      } else if (absl::Status cap = waits_.CheckCapacity(); !cap.ok()) {
         immediate = cap;
       } else {
         answer = false;
-        auto w = std::make_unique<Waiter>();
-        w->kind = Waiter::kKv;
-        w->job_num = (*j)->num;
-        w->epoch = epoch;
-        w->kv_done = std::move(done);
-        const WaitId id = Park(std::move(w), deadline);
+        const WaitId id =
+            Park(KvWait{(*j)->num, epoch, std::move(done)}, deadline);
         (*j)->kv.AddWaiter(key, id);
         return id;
       }
@@ -1313,7 +1269,7 @@ absl::StatusOr<v1::ReportBucketsResponse> Coordinator::ReportBuckets(
   // A deadline in the past: an unknown fingerprint is answered at once.
   bool needs_commit = false;
   std::optional<absl::StatusOr<v1::ReportBucketsResponse>> answer =
-      ReportBucketsLocked(report, absl::InfinitePast(), nullptr,
+      ReportBucketsLocked(report, absl::InfinitePast(), nullptr, nullptr,
                           &needs_commit);
   if (needs_commit) RETURN_IF_ERROR(lock.Commit());
   return *std::move(answer);
@@ -1327,11 +1283,8 @@ Coordinator::WaitId Coordinator::ReportLayout(const LayoutReport& report,
     Locked lock(this);
     WaitId id = 0;
     bool needs_commit = false;
-    answer = ReportBucketsLocked(report, deadline, &id, &needs_commit);
-    if (!answer.has_value()) {
-      waiters_[id]->report_done = std::move(done);
-      return id;
-    }
+    answer = ReportBucketsLocked(report, deadline, &id, &done, &needs_commit);
+    if (!answer.has_value()) return id;
     if (needs_commit) {
       if (absl::Status s = lock.Commit(); !s.ok()) answer = s;
     }
@@ -1346,7 +1299,7 @@ Coordinator::WaitId Coordinator::ReportLayout(const LayoutReport& report,
 std::optional<absl::StatusOr<v1::ReportBucketsResponse>>
 Coordinator::ReportBucketsLocked(const LayoutReport& report,
                                  absl::Time deadline, WaitId* parked,
-                                 bool* needs_commit) {
+                                 ReportCallback* done, bool* needs_commit) {
   const int64_t epoch = report.epoch;
   const int rank = report.rank;
   const std::string& fingerprint = report.fingerprint;
@@ -1385,15 +1338,12 @@ Coordinator::ReportBucketsLocked(const LayoutReport& report,
       // any rank has sent the layout in full, wait for one to do so, so
       // that ranks reporting at the same moment do not all have to send it;
       // otherwise this rank's layout differs and must be seen in full.
-      if (!j->reference_layout && clock_->Now() < deadline && parked != nullptr &&
-          CheckWaiterCapacity().ok()) {
-        auto w = std::make_unique<Waiter>();
-        w->kind = Waiter::kLayout;
-        w->job_num = j->num;
-        w->epoch = epoch;
-        w->rank = rank;
-        w->fingerprint = std::string(fingerprint);
-        *parked = Park(std::move(w), deadline, j->layout_waiters);
+      if (!j->reference_layout && clock_->Now() < deadline &&
+          parked != nullptr && done != nullptr && waits_.CheckCapacity().ok()) {
+        *parked = Park(LayoutWait{j->num, epoch, rank, std::string(fingerprint),
+                                  std::move(*done)},
+                       deadline);
+        j->layout_waiters.push_back(*parked);
         return std::nullopt;
       }
       resp.set_send_layout(true);
@@ -1443,16 +1393,15 @@ void Coordinator::MarkLayoutReported(JobRec& job, int rank) {
 
 void Coordinator::AnswerLayoutWaiters(JobRec& job) {
   for (WaitId id : job.layout_waiters) {
-    auto it = waiters_.find(id);
-    if (it == waiters_.end()) continue;
+    std::optional<LayoutWait> w = waits_.Take<LayoutWait>(id);
+    if (!w) continue;
     v1::ReportBucketsResponse resp;
-    if (it->second->fingerprint == job.reference_fingerprint) {
-      MarkLayoutReported(job, it->second->rank);
+    if (w->fingerprint == job.reference_fingerprint) {
+      MarkLayoutReported(job, w->rank);
     } else {
       resp.set_send_layout(true);
     }
-    Defer([done = std::move(it->second->report_done), resp] { done(resp); });
-    waiters_.erase(it);
+    Defer([done = std::move(w->done), resp] { done(resp); });
   }
   job.layout_waiters.clear();
 }
@@ -1478,13 +1427,10 @@ void Coordinator::PublishAssignment(JobRec& job) {
                                  job.assignment->policy()),
                              job.assignment->imbalance()));
   for (WaitId id : job.assignment_waiters) {
-    auto it = waiters_.find(id);
-    if (it == waiters_.end()) continue;
-    AssignmentCallback done = std::move(it->second->assignment_done);
-    AssignmentPtr a = it->second->owners_view ? job.assignment_owners
-                                              : job.assignment;
-    waiters_.erase(it);
-    Defer([done = std::move(done), a = std::move(a)] { done(a); });
+    std::optional<AssignmentWait> w = waits_.Take<AssignmentWait>(id);
+    if (!w) continue;
+    AssignmentPtr a = w->owners_view ? job.assignment_owners : job.assignment;
+    Defer([done = std::move(w->done), a = std::move(a)] { done(a); });
   }
   job.assignment_waiters.clear();
 }
@@ -1520,16 +1466,14 @@ Coordinator::WaitId Coordinator::GetAssignment(absl::string_view job_id,
                      " not published before the deadline (",
                      j->layouts_reported, " of ", j->ranks.size(),
                      " ranks reported their layout)"));
-  } else if (absl::Status cap = CheckWaiterCapacity(); !cap.ok()) {
+  } else if (absl::Status cap = waits_.CheckCapacity(); !cap.ok()) {
     immediate = cap;
   } else {
-    auto w = std::make_unique<Waiter>();
-    w->kind = Waiter::kAssignment;
-    w->job_num = j->num;
-    w->epoch = epoch;
-    w->owners_view = owners_view;
-    w->assignment_done = std::move(done);
-    return Park(std::move(w), deadline, j->assignment_waiters);
+    const WaitId id =
+        Park(AssignmentWait{j->num, epoch, owners_view, std::move(done)},
+             deadline);
+    j->assignment_waiters.push_back(id);
+    return id;
   }
   Defer([done = std::move(done), immediate = std::move(immediate)] {
     done(immediate);
@@ -1669,7 +1613,36 @@ absl::StatusOr<bool> Coordinator::ReportResultLocked(
 
 void Coordinator::CancelWait(WaitId id) {
   absl::MutexLock lock(&mu_);
-  waiters_.erase(id);  // per-job lists skip ids that are gone
+  waits_.Cancel(id);  // per-job lists skip ids that are gone
+}
+
+void Coordinator::Expire(Wait& wait) {
+  std::visit(
+      [this](auto& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        using W = std::decay_t<decltype(w)>;
+        if constexpr (std::is_same_v<W, LayoutWait>) {
+          // Nobody sent the layout in full in time: this rank sends it.
+          v1::ReportBucketsResponse send;
+          send.set_send_layout(true);
+          Defer([done = std::move(w.done), send] { done(send); });
+        } else {
+          std::string what = "no new event before the deadline";
+          if constexpr (std::is_same_v<W, KvWait>) {
+            what = "rendezvous key did not appear before the deadline";
+          } else if constexpr (std::is_same_v<W, AssignmentWait>) {
+            what = "assignment not published before the deadline";
+            auto j = jobs_.find(w.job_num);
+            if (j != jobs_.end()) {
+              absl::StrAppend(&what, " (", j->second->layouts_reported,
+                              " of ", j->second->ranks.size(),
+                              " ranks reported their bucket layout)");
+            }
+          }
+          Defer([done = std::move(w.done),
+                 s = absl::DeadlineExceededError(what)] { done(s); });
+        }
+      },
+      wait);
 }
 
 void Coordinator::Tick() {
@@ -1697,39 +1670,8 @@ void Coordinator::Tick() {
       }
     }
   }
-  // Wait deadlines, earliest first; entries of finished waits are skipped.
-  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
-    const WaitId id = deadlines_.begin()->second;
-    deadlines_.erase(deadlines_.begin());
-    auto it = waiters_.find(id);
-    if (it == waiters_.end()) continue;
-    Waiter& w = *it->second;
-    std::string what = "no new event before the deadline";
-    if (w.kind == Waiter::kKv) {
-      what = "rendezvous key did not appear before the deadline";
-    } else if (w.kind == Waiter::kAssignment) {
-      what = "assignment not published before the deadline";
-      auto j = jobs_.find(w.job_num);
-      if (j != jobs_.end()) {
-        absl::StrAppend(&what, " (", j->second->layouts_reported, " of ",
-                        j->second->ranks.size(),
-                        " ranks reported their bucket layout)");
-      }
-    }
-    const absl::Status s = absl::DeadlineExceededError(what);
-    if (w.kv_done) Defer([done = std::move(w.kv_done), s] { done(s); });
-    if (w.assignment_done) {
-      Defer([done = std::move(w.assignment_done), s] { done(s); });
-    }
-    if (w.report_done) {
-      // Nobody sent the layout in full in time: this rank sends it.
-      v1::ReportBucketsResponse send;
-      send.set_send_layout(true);
-      Defer([done = std::move(w.report_done), send] { done(send); });
-    }
-    if (w.events_done) Defer([done = std::move(w.events_done), s] { done(s); });
-    waiters_.erase(it);
-  }
+  // Wait deadlines, earliest first.
+  for (Wait& wait : waits_.TakeExpired(now)) Expire(wait);
   for (int64_t num : std::vector<int64_t>(active_.begin(), active_.end())) {
     JobRec& job = *jobs_[num];
     if (job.progress_dirty &&

@@ -98,6 +98,7 @@
 #include "coordinator/paging.h"
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/state_store.h"
+#include "coordinator/wait_registry.h"
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/job.pb.h"
 #include "pshard/v1/shard.pb.h"
@@ -141,15 +142,13 @@ struct CoordinatorOptions {
 
 class Coordinator {
  public:
-  using WaitId = uint64_t;
-  using KvCallback = std::function<void(absl::StatusOr<std::string>)>;
-  // Assignments are shared, not copied: thousands of ranks wait for the same
-  // one.
-  using AssignmentPtr = std::shared_ptr<const v1::ShardAssignment>;
-  using AssignmentCallback = std::function<void(absl::StatusOr<AssignmentPtr>)>;
-  using EventsCallback = std::function<void(absl::Status)>;
-  using ReportCallback =
-      std::function<void(absl::StatusOr<v1::ReportBucketsResponse>)>;
+  // The callback types of the blocking calls (see wait_registry.h).
+  using WaitId = coordinator::WaitId;
+  using KvCallback = coordinator::KvCallback;
+  using AssignmentPtr = coordinator::AssignmentPtr;
+  using AssignmentCallback = coordinator::AssignmentCallback;
+  using EventsCallback = coordinator::EventsCallback;
+  using ReportCallback = coordinator::ReportCallback;
 
   // Loads the state in `store` (see "Restart" above).
   // Errors: those of StateStore::Load.
@@ -387,7 +386,6 @@ class Coordinator {
   struct WorkerRec;
   struct RankRec;
   struct JobRec;
-  struct Waiter;
   struct Pending;
 
   Coordinator(CoordinatorOptions options, const Clock* clock,
@@ -435,12 +433,12 @@ class Coordinator {
   void Acknowledge(JobRec& job, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishAssignment(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The answer of a layout report, or nullopt when it was parked as wait
-  // `*parked` (only when `parked` is not null; the caller sets its callback).
+  // `*parked` with callback `*done` (only when both are not null).
   // Sets `*needs_commit` when the answer rests on a change the caller must
   // commit before replying.
   std::optional<absl::StatusOr<v1::ReportBucketsResponse>> ReportBucketsLocked(
       const LayoutReport& report, absl::Time deadline, WaitId* parked,
-      bool* needs_commit)
+      ReportCallback* done, bool* needs_commit)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkLayoutReported(JobRec& job, int rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -450,15 +448,12 @@ class Coordinator {
   void FailJobWaiters(JobRec& job, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeEventWaiters(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckWaiterCapacity() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time CapDeadline(absl::Time deadline) const;
-  // Parks `w` until `deadline` (capped by CapDeadline) and appends its id to
-  // `job_list`, the job's waiters of its kind; returns the id.
-  WaitId Park(std::unique_ptr<Waiter> w, absl::Time deadline,
-              std::vector<WaitId>& job_list) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The same, for a wait whose owner (a RendezvousStore) keeps its id.
-  WaitId Park(std::unique_ptr<Waiter> w, absl::Time deadline)
+  // Parks `wait` until `deadline` (capped by CapDeadline); its id.
+  WaitId Park(Wait wait, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers a wait whose deadline passed.
+  void Expire(Wait& wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistJob(const JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistWorker(const WorkerRec& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How long a section's epilogue (Locked::Commit) waits. kAllSealed: until
@@ -491,16 +486,13 @@ class Coordinator {
   int64_t next_worker_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_job_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t kv_bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
-  WaitId next_wait_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, std::unique_ptr<WorkerRec>> workers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int64_t> worker_by_name_
       ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::unique_ptr<JobRec>> jobs_ ABSL_GUARDED_BY(mu_);
   std::set<int64_t> queued_ ABSL_GUARDED_BY(mu_);
   std::set<int64_t> active_ ABSL_GUARDED_BY(mu_);
-  std::map<WaitId, std::unique_ptr<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
-  // (deadline, id) of waits; ids of waits already finished are skipped.
-  std::multimap<absl::Time, WaitId> deadlines_ ABSL_GUARDED_BY(mu_);
+  WaitRegistry waits_ ABSL_GUARDED_BY(mu_);
   // No worker can be lost before this time.
   absl::Time next_loss_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::unique_ptr<Pending> pending_ ABSL_GUARDED_BY(mu_);
