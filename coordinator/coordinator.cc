@@ -17,6 +17,8 @@
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "shard/layout_fingerprint.h"
+#include "coordinator/event_log.h"
+#include "coordinator/layout_barrier.h"
 #include "coordinator/scheduler.h"
 
 namespace pshard {
@@ -97,7 +99,6 @@ struct Coordinator::WorkerRec {
 
 struct Coordinator::RankRec {
   int64_t worker_num = 0;
-  bool layout_reported = false;
   // Reported a result (ok or not) at this epoch; the worker is released.
   bool finished = false;
 };
@@ -106,31 +107,21 @@ struct Coordinator::JobRec {
   int64_t num = 0;
   // The durable view: spec, state, reason, times, progress, members, epoch.
   v1::Job job;
-  std::vector<v1::JobEvent> events;
+  EventLog log;
   // Per rank of the current epoch (empty while QUEUED).
   std::vector<RankRec> ranks;
   // Ranks with finished == true.
   int finished_ranks = 0;
-  std::optional<shard::Layout> reference_layout;
-  // The reference report's encoding and its LayoutFingerprint.
-  EncodedLayout reference_encoding;
-  std::string reference_fingerprint;
-  int reference_rank = -1;
-  int layouts_reported = 0;
+  LayoutBarrier layout;
   // The latest published assignment (any epoch), and its OwnersView.
   AssignmentPtr assignment;
   AssignmentPtr assignment_owners;
   RendezvousStore kv;
   std::vector<WaitId> assignment_waiters;
-  // Fingerprint-only layout reports waiting for the first full one.
-  std::vector<WaitId> layout_waiters;
-  std::vector<WaitId> event_waiters;
   // The spec of the current epoch's RunJob, shared by every rank's
   // directive (the server serializes it once per epoch).
   std::shared_ptr<const v1::JobSpec> run_job_spec;
   bool recovering = false;
-  bool progress_dirty = false;
-  absl::Time last_progress_event = absl::InfinitePast();
 };
 
 // Writes gathered during one locked section, sealed by its epilogue
@@ -356,7 +347,7 @@ absl::Status Coordinator::Load() {
     auto j = std::make_unique<JobRec>();
     j->num = num;
     j->job = std::move(job);
-    j->events = std::move(snap.events[num]);
+    j->log.Restore(std::move(snap.events[num]));
     auto a = snap.assignments.find(num);
     if (a != snap.assignments.end()) {
       j->assignment =
@@ -383,10 +374,10 @@ absl::Status Coordinator::Load() {
         }
         r.finished = finished.count(m.rank()) > 0;
         j->finished_ranks += r.finished ? 1 : 0;
-        r.layout_reported = state == v1::RUNNING;
         j->ranks.push_back(r);
       }
-      if (state == v1::RUNNING) j->layouts_reported = j->ranks.size();
+      j->layout.Reset(static_cast<int>(j->ranks.size()),
+                      /*all_reported=*/state == v1::RUNNING);
       jobs_[num] = std::move(j);
       JobRec& jr = *jobs_[num];
       if (!broken.empty()) {
@@ -548,11 +539,9 @@ uint64_t Coordinator::Seal() {
 }
 
 void Coordinator::AppendEvent(JobRec& job, v1::JobEvent event) {
-  event.set_sequence(static_cast<int64_t>(job.events.size()) + 1);
-  *event.mutable_time() = ToProto(clock_->Now());
-  pending_->events.emplace_back(job.num, event);
-  job.events.push_back(std::move(event));
-  WakeEventWaiters(job);
+  std::vector<WaitId> woken = job.log.Append(std::move(event), clock_->Now());
+  pending_->events.emplace_back(job.num, job.log.last());
+  WakeEventWaiters(woken);
 }
 
 void Coordinator::Transition(JobRec& job, v1::JobState to,
@@ -574,13 +563,12 @@ void Coordinator::Transition(JobRec& job, v1::JobState to,
   PersistJob(job);
 }
 
-void Coordinator::WakeEventWaiters(JobRec& job) {
-  for (WaitId id : job.event_waiters) {
+void Coordinator::WakeEventWaiters(const std::vector<WaitId>& ids) {
+  for (WaitId id : ids) {
     std::optional<EventsWait> w = waits_.Take<EventsWait>(id);
     if (!w) continue;
     Defer([done = std::move(w->done)] { done(absl::OkStatus()); });
   }
-  job.event_waiters.clear();
 }
 
 void Coordinator::FailJobWaiters(JobRec& job, const absl::Status& status) {
@@ -599,7 +587,8 @@ void Coordinator::FailJobWaiters(JobRec& job, const absl::Status& status) {
   std::vector<WaitId> kv_waits = job.kv.Clear(kv_bytes_total_);
   fail(KvWait{}, kv_waits);
   fail(AssignmentWait{}, job.assignment_waiters);
-  fail(LayoutWait{}, job.layout_waiters);
+  std::vector<WaitId> layout_waits = job.layout.TakeWaiters();
+  fail(LayoutWait{}, layout_waits);
 }
 
 void Coordinator::ReleaseRank(JobRec& job, int rank, bool send_abort,
@@ -637,14 +626,12 @@ void Coordinator::EndJob(JobRec& job, v1::JobState state, std::string reason) {
     }
   }
   job.recovering = false;
-  if (job.progress_dirty) FlushProgress(job);
+  if (job.log.progress_dirty()) FlushProgress(job);
   Transition(job, state, reason);
   FailJobWaiters(job, absl::AbortedError(absl::StrCat(
                           job.job.id(), " ended (", v1::JobState_Name(state),
                           "): ", reason)));
-  job.reference_layout.reset();
-  job.reference_encoding = EncodedLayout();
-  job.reference_fingerprint.clear();
+  job.layout.DropReference();
 }
 
 void Coordinator::StartEpoch(JobRec& job,
@@ -653,11 +640,7 @@ void Coordinator::StartEpoch(JobRec& job,
   FailJobWaiters(job, absl::AbortedError(absl::StrCat(
                           job.job.id(), " restarted with epoch ",
                           job.job.epoch() + 1)));
-  job.reference_layout.reset();
-  job.reference_encoding = EncodedLayout();
-  job.reference_fingerprint.clear();
-  job.reference_rank = -1;
-  job.layouts_reported = 0;
+  job.layout.Reset(static_cast<int>(worker_nums.size()));
   job.recovering = false;
   job.job.set_epoch(job.job.epoch() + 1);
   job.job.clear_members();
@@ -765,11 +748,7 @@ void Coordinator::CheckRecovery(JobRec& job) {
 }
 
 void Coordinator::FlushProgress(JobRec& job) {
-  job.progress_dirty = false;
-  job.last_progress_event = clock_->Now();
-  v1::JobEvent event;
-  *event.mutable_progress() = job.job.progress();
-  AppendEvent(job, std::move(event));
+  AppendEvent(job, job.log.TakeProgressEvent(job.job.progress(), clock_->Now()));
   PersistJob(job);
 }
 
@@ -1161,12 +1140,7 @@ absl::StatusOr<Coordinator::EventBatch> Coordinator::GetEvents(
     return absl::NotFoundError(absl::StrCat("no job ", Clip(job_id, 64)));
   }
   EventBatch batch;
-  for (int64_t i = after_sequence;
-       i < static_cast<int64_t>(j->events.size()) &&
-       static_cast<int>(batch.events.size()) < max;
-       ++i) {
-    batch.events.push_back(j->events[i]);
-  }
+  batch.events = j->log.Read(after_sequence, max);
   batch.terminal = IsTerminal(j->job.state());
   return batch;
 }
@@ -1181,7 +1155,7 @@ Coordinator::WaitId Coordinator::WaitForEvents(absl::string_view job_id,
   bool ready = false;
   if (j == nullptr) {
     immediate = absl::NotFoundError(absl::StrCat("no job ", Clip(job_id, 64)));
-  } else if (static_cast<int64_t>(j->events.size()) > after_sequence ||
+  } else if (j->log.HasEventAfter(after_sequence) ||
              IsTerminal(j->job.state())) {
     ready = true;
   } else if (clock_->Now() >= deadline) {
@@ -1194,7 +1168,7 @@ Coordinator::WaitId Coordinator::WaitForEvents(absl::string_view job_id,
     return 0;
   }
   const WaitId id = Park(EventsWait{j->num, std::move(done)}, deadline);
-  j->event_waiters.push_back(id);
+  j->log.AddWaiter(id);
   return id;
 }
 
@@ -1323,12 +1297,9 @@ Coordinator::ReportBucketsLocked(const LayoutReport& report,
     *needs_commit = true;
     return absl::InvalidArgumentError(reason);
   };
-  const bool same_bytes =
-      j->reference_layout.has_value() &&
-      (by_fingerprint ? fingerprint == j->reference_fingerprint
-                      : report.layout == j->reference_encoding);
-  if (!same_bytes) {
-    if (!j->reference_layout && j->job.state() == v1::RUNNING) {
+  if (!j->layout.MatchesReference(report.layout, fingerprint,
+                                  by_fingerprint)) {
+    if (!j->layout.has_reference() && j->job.state() == v1::RUNNING) {
       // Recovered after a restart: the layout was checked before, and the
       // published assignment stands.
       return resp;
@@ -1338,45 +1309,26 @@ Coordinator::ReportBucketsLocked(const LayoutReport& report,
       // any rank has sent the layout in full, wait for one to do so, so
       // that ranks reporting at the same moment do not all have to send it;
       // otherwise this rank's layout differs and must be seen in full.
-      if (!j->reference_layout && clock_->Now() < deadline &&
+      if (!j->layout.has_reference() && clock_->Now() < deadline &&
           parked != nullptr && done != nullptr && waits_.CheckCapacity().ok()) {
         *parked = Park(LayoutWait{j->num, epoch, rank, std::string(fingerprint),
                                   std::move(*done)},
                        deadline);
-        j->layout_waiters.push_back(*parked);
+        j->layout.AddWaiter(*parked);
         return std::nullopt;
       }
       resp.set_send_layout(true);
       return resp;
     }
-    absl::StatusOr<EncodedLayout::Buckets> parsed = report.layout.Decode();
-    if (!parsed.ok()) {
-      return fail(absl::StrCat(Who(*j, rank),
-                               " sent a bucket layout that does not parse"));
+    absl::StatusOr<bool> became_reference = j->layout.Accept(
+        report.layout, rank, Who(*j, rank), options_.layout_limits);
+    if (!became_reference.ok()) {
+      return fail(std::string(became_reference.status().message()));
     }
-    const absl::Status valid =
-        shard::ValidateLayout(*parsed, options_.layout_limits);
-    if (!valid.ok()) {
-      return fail(absl::StrCat(Who(*j, rank),
-                               " reported an invalid bucket layout: ",
-                               valid.message()));
-    }
-    if (!j->reference_layout) {
-      j->reference_layout = *std::move(parsed);
-      j->reference_rank = rank;
-      j->reference_encoding = report.layout;
-      j->reference_fingerprint = report.layout.Fingerprint();
-      AnswerLayoutWaiters(*j);
-    } else if (std::optional<shard::LayoutDifference> diff =
-                   shard::CompareLayouts(*j->reference_layout, *parsed)) {
-      return fail(absl::StrCat("bucket layout mismatch: ", Who(*j, rank),
-                               " differs from rank ", j->reference_rank,
-                               " at bucket ", diff->bucket, ": ", diff->detail));
-    }
+    if (*became_reference) AnswerLayoutWaiters(*j);
   }
-  MarkLayoutReported(*j, rank);
-  if (j->job.state() == v1::STARTING &&
-      j->layouts_reported == static_cast<int>(j->ranks.size())) {
+  j->layout.MarkReported(rank);
+  if (j->job.state() == v1::STARTING && j->layout.complete()) {
     PublishAssignment(*j);
     Schedule();
   }
@@ -1384,32 +1336,22 @@ Coordinator::ReportBucketsLocked(const LayoutReport& report,
   return resp;
 }
 
-void Coordinator::MarkLayoutReported(JobRec& job, int rank) {
-  if (!job.ranks[rank].layout_reported) {
-    job.ranks[rank].layout_reported = true;
-    ++job.layouts_reported;
-  }
-}
-
 void Coordinator::AnswerLayoutWaiters(JobRec& job) {
-  for (WaitId id : job.layout_waiters) {
+  for (WaitId id : job.layout.TakeWaiters()) {
     std::optional<LayoutWait> w = waits_.Take<LayoutWait>(id);
     if (!w) continue;
     v1::ReportBucketsResponse resp;
-    if (w->fingerprint == job.reference_fingerprint) {
-      MarkLayoutReported(job, w->rank);
-    } else {
+    if (!job.layout.AcceptFingerprint(w->rank, w->fingerprint)) {
       resp.set_send_layout(true);
     }
     Defer([done = std::move(w->done), resp] { done(resp); });
   }
-  job.layout_waiters.clear();
 }
 
 void Coordinator::PublishAssignment(JobRec& job) {
   absl::StatusOr<v1::ShardAssignment> a = shard::BuildShardAssignment(
       job.job.id(), job.job.epoch(), job.job.spec().assignment_policy(),
-      *job.reference_layout, job.job.members());
+      job.layout.reference(), job.job.members());
   if (!a.ok()) {
     EndJob(job, v1::FAILED,
            absl::StrCat("cannot compute the assignment: ", a.status().message()));
@@ -1464,7 +1406,7 @@ Coordinator::WaitId Coordinator::GetAssignment(absl::string_view job_id,
     immediate = absl::DeadlineExceededError(
         absl::StrCat(j->job.id(), ": assignment for epoch ", epoch,
                      " not published before the deadline (",
-                     j->layouts_reported, " of ", j->ranks.size(),
+                     j->layout.reported(), " of ", j->ranks.size(),
                      " ranks reported their layout)"));
   } else if (absl::Status cap = waits_.CheckCapacity(); !cap.ok()) {
     immediate = cap;
@@ -1493,7 +1435,7 @@ absl::StatusOr<v1::ShardAssignment> Coordinator::GetShardAssignment(
         j->job.id(), " has no assignment yet (",
         v1::JobState_Name(j->job.state()),
         j->job.state() == v1::STARTING
-            ? absl::StrCat(", ", j->layouts_reported, " of ", j->ranks.size(),
+            ? absl::StrCat(", ", j->layout.reported(), " of ", j->ranks.size(),
                            " ranks reported their bucket layout")
             : "",
         ")"));
@@ -1526,9 +1468,8 @@ absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
     *p = req.progress();
     p->DiscardUnknownFields();
     p->set_total_steps(j->job.spec().steps());
-    j->progress_dirty = true;
-    if (clock_->Now() - j->last_progress_event >=
-            options_.progress_event_interval ||
+    j->log.NoteProgress();
+    if (j->log.ProgressDue(clock_->Now(), options_.progress_event_interval) ||
         p->step() >= p->total_steps()) {
       FlushProgress(*j);
     }
@@ -1596,7 +1537,7 @@ absl::StatusOr<bool> Coordinator::ReportResultLocked(
     if (!req.output_path().empty()) j->job.set_output_path(req.output_path());
     if (req.final_step() > j->job.progress().step()) {
       j->job.mutable_progress()->set_step(req.final_step());
-      j->progress_dirty = true;
+      j->log.NoteProgress();
     }
     PersistJob(*j);
   }
@@ -1633,7 +1574,7 @@ void Coordinator::Expire(Wait& wait) {
             what = "assignment not published before the deadline";
             auto j = jobs_.find(w.job_num);
             if (j != jobs_.end()) {
-              absl::StrAppend(&what, " (", j->second->layouts_reported,
+              absl::StrAppend(&what, " (", j->second->layout.reported(),
                               " of ", j->second->ranks.size(),
                               " ranks reported their bucket layout)");
             }
@@ -1674,8 +1615,8 @@ void Coordinator::Tick() {
   for (Wait& wait : waits_.TakeExpired(now)) Expire(wait);
   for (int64_t num : std::vector<int64_t>(active_.begin(), active_.end())) {
     JobRec& job = *jobs_[num];
-    if (job.progress_dirty &&
-        now - job.last_progress_event >= options_.progress_event_interval) {
+    if (job.log.progress_dirty() &&
+        job.log.ProgressDue(now, options_.progress_event_interval)) {
       FlushProgress(job);
     }
     CheckRecovery(job);

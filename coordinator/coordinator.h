@@ -440,14 +440,14 @@ class Coordinator {
       const LayoutReport& report, absl::Time deadline, WaitId* parked,
       ReportCallback* done, bool* needs_commit)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MarkLayoutReported(JobRec& job, int rank)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers the parked fingerprint reports once the reference layout is set.
   void AnswerLayoutWaiters(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlushProgress(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailJobWaiters(JobRec& job, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void WakeEventWaiters(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers the event waits `ids` woke (those not gone already).
+  void WakeEventWaiters(const std::vector<WaitId>& ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time CapDeadline(absl::Time deadline) const;
   // Parks `wait` until `deadline` (capped by CapDeadline); its id.
   WaitId Park(Wait wait, absl::Time deadline)
