@@ -292,7 +292,9 @@ void Coordinator::StartEpoch(JobRec& job,
 
 void Coordinator::Schedule() {
   while (std::optional<JobTable::Placement> placed = jobs_.PlaceHead(
-             [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return workers_.Idle(); })) {
+             [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+               return workers_.Idle();
+             })) {
     JobRec& job = *placed->job;
     StartEpoch(job, placed->worker_nums,
                absl::StrCat("scheduled on ", job.job.spec().world_size(),

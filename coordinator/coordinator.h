@@ -2,6 +2,13 @@
 // scheduling, job-scoped rendezvous, bucket-layout checks and shard
 // assignment, progress and results, all durable in a StateStore.
 //
+// A facade over plain units, each with its own header contract and test
+// (WorkerRegistry, JobTable, LayoutBarrier, RendezvousStore, EventLog,
+// WaitRegistry, recovery, GroupCommit; docs/design.md says who may call
+// whom): they hold no lock and are called only under this class's one
+// mutex, so an edge that spans them (a lost worker fails its job, which
+// fails its waits, which frees workers to schedule) is one atomic section.
+//
 // This class knows nothing about gRPC. It takes and returns the v1 protobuf
 // messages (plain data), and reports errors as absl::Status; server/ converts
 // at the edge. Time comes from an injected Clock; timeouts (worker loss,
