@@ -2,6 +2,13 @@
 // scheduling, job-scoped rendezvous, bucket-layout checks and shard
 // assignment, progress and results, all durable in a StateStore.
 //
+// A facade over plain units, each with its own header contract and test
+// (WorkerRegistry, JobTable, LayoutBarrier, RendezvousStore, EventLog,
+// WaitRegistry, recovery, GroupCommit; docs/design.md says who may call
+// whom): they hold no lock and are called only under this class's one
+// mutex, so an edge that spans them (a lost worker fails its job, which
+// fails its waits, which frees workers to schedule) is one atomic section.
+//
 // This class knows nothing about gRPC. It takes and returns the v1 protobuf
 // messages (plain data), and reports errors as absl::Status; server/ converts
 // at the edge. Time comes from an injected Clock; timeouts (worker loss,
@@ -75,17 +82,13 @@
 #define PSHARD_COORDINATOR_COORDINATOR_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -95,9 +98,13 @@
 #include "shard/layout.h"
 #include "coordinator/encoded_layout.h"
 #include "coordinator/group_commit.h"
+#include "coordinator/job_table.h"
+#include "coordinator/notifier.h"
 #include "coordinator/paging.h"
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/state_store.h"
+#include "coordinator/wait_registry.h"
+#include "coordinator/worker_registry.h"
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/job.pb.h"
 #include "pshard/v1/shard.pb.h"
@@ -141,15 +148,13 @@ struct CoordinatorOptions {
 
 class Coordinator {
  public:
-  using WaitId = uint64_t;
-  using KvCallback = std::function<void(absl::StatusOr<std::string>)>;
-  // Assignments are shared, not copied: thousands of ranks wait for the same
-  // one.
-  using AssignmentPtr = std::shared_ptr<const v1::ShardAssignment>;
-  using AssignmentCallback = std::function<void(absl::StatusOr<AssignmentPtr>)>;
-  using EventsCallback = std::function<void(absl::Status)>;
-  using ReportCallback =
-      std::function<void(absl::StatusOr<v1::ReportBucketsResponse>)>;
+  // The callback types of the blocking calls (see wait_registry.h).
+  using WaitId = coordinator::WaitId;
+  using KvCallback = coordinator::KvCallback;
+  using AssignmentPtr = coordinator::AssignmentPtr;
+  using AssignmentCallback = coordinator::AssignmentCallback;
+  using EventsCallback = coordinator::EventsCallback;
+  using ReportCallback = coordinator::ReportCallback;
 
   // Loads the state in `store` (see "Restart" above).
   // Errors: those of StateStore::Load.
@@ -204,17 +209,13 @@ class Coordinator {
   absl::StatusOr<v1::WorkerInfo> UndrainWorker(absl::string_view worker);
 
   // Page sizes of ListWorkers and ListJobs (AIP-158).
-  static constexpr PageLimits kWorkerPages{500, 1000};
-  static constexpr PageLimits kJobPages{100, 1000};
+  static constexpr PageLimits kWorkerPages = WorkerRegistry::kPages;
+  static constexpr PageLimits kJobPages = JobTable::kPages;
 
   // Workers in id order, a page at a time.
   // InvalidArgument: negative page_size, or a page_token that is not the
   // next_page_token of an earlier call with the same include_lost.
-  struct WorkerPage {
-    std::vector<v1::WorkerInfo> workers;
-    // Empty on the last page.
-    std::string next_page_token;
-  };
+  using WorkerPage = coordinator::WorkerPage;
   absl::StatusOr<WorkerPage> ListWorkers(bool include_lost, int page_size,
                                          absl::string_view page_token) const;
 
@@ -233,11 +234,7 @@ class Coordinator {
   // pass `max_bytes` serialized (it always holds at least one job).
   // InvalidArgument: page_size < 0, an unknown state, or a page_token that is
   // not the next_page_token of an earlier call with the same states.
-  struct JobPage {
-    std::vector<v1::Job> jobs;
-    // Empty on the last page.
-    std::string next_page_token;
-  };
+  using JobPage = coordinator::JobPage;
   absl::StatusOr<JobPage> ListJobs(const std::vector<v1::JobState>& states,
                                    int page_size, absl::string_view page_token,
                                    int64_t max_bytes = INT64_MAX) const;
@@ -382,83 +379,79 @@ class Coordinator {
   bool WaitForPendingWaits(int count, absl::Duration timeout) const;
 
  private:
+  // One locked section and its epilogue (locked_section.h).
   class Locked;
-  class Notifier;
-  struct WorkerRec;
-  struct RankRec;
-  struct JobRec;
-  struct Waiter;
+  // Writes gathered by the current locked section.
   struct Pending;
 
   Coordinator(CoordinatorOptions options, const Clock* clock,
               std::unique_ptr<StateStore> store);
+  // Restores the store's state (recovery.h).
   absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Helpers; all need mu_.
-  WorkerRec* FindWorker(absl::string_view worker_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // By id, else by name; NotFound naming `worker`.
-  absl::StatusOr<WorkerRec*> ResolveWorker(absl::string_view worker) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::WorkerInfo> SetDrainRequested(absl::string_view worker,
                                                    bool drain)
       ABSL_LOCKS_EXCLUDED(mu_);
-  JobRec* FindJob(absl::string_view job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  const JobRec* FindJob(absl::string_view job_id) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<JobRec*> ActiveJobAt(absl::string_view job_id, int64_t epoch)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckRank(const JobRec& job, int rank,
-                         absl::string_view worker_id) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::WorkerState StateOf(const WorkerRec& w) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::WorkerInfo InfoOf(const WorkerRec& w) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string Who(const JobRec& job, int rank) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // ---- Cross-cutting edges (coordinator.cc) ----
+  // Each spans units (workers, jobs, waits, the log), so each runs whole
+  // under mu_: a lost worker fails its job, which fails its waits, which
+  // frees workers for the next job, in one locked section.
+
+  // A job state edge: its event appended, the job persisted.
   void Transition(JobRec& job, v1::JobState to, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AppendEvent(JobRec& job, v1::JobEvent event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FlushProgress(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the job (no-op if ended): releases its ranks, fails its waits.
   void EndJob(JobRec& job, v1::JobState state, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new epoch on `worker_nums` (by rank): STARTING.
   void StartEpoch(JobRec& job, const std::vector<int64_t>& worker_nums,
                   std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseRank(JobRec& job, int rank, bool send_abort,
                    absl::string_view reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkLost(WorkerRec& w, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts queued jobs, FIFO, while the head fits on idle workers.
   void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies DecideRecovery to a recovering job.
   void CheckRecovery(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Acknowledge(JobRec& job, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishAssignment(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the job's KV, assignment and layout waits with `status` (and
+  // empties its rendezvous store).
+  void FailJobWaiters(JobRec& job, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers the event waits `ids` woke (those not gone already).
+  void WakeEventWaiters(const std::vector<WaitId>& ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers the parked fingerprint reports once the reference layout is set.
+  void AnswerLayoutWaiters(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // The answer of a layout report, or nullopt when it was parked as wait
-  // `*parked` (only when `parked` is not null; the caller sets its callback).
+  // `*parked` with callback `*done` (only when both are not null).
   // Sets `*needs_commit` when the answer rests on a change the caller must
   // commit before replying.
   std::optional<absl::StatusOr<v1::ReportBucketsResponse>> ReportBucketsLocked(
       const LayoutReport& report, absl::Time deadline, WaitId* parked,
-      bool* needs_commit)
+      ReportCallback* done, bool* needs_commit)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MarkLayoutReported(JobRec& job, int rank)
+  // ReportResult's checks and changes; true when there is a change to
+  // commit.
+  absl::StatusOr<bool> ReportResultLocked(const v1::ReportResultRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Answers the parked fingerprint reports once the reference layout is set.
-  void AnswerLayoutWaiters(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FlushProgress(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailJobWaiters(JobRec& job, const absl::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void WakeEventWaiters(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckWaiterCapacity() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- Waits ----
   absl::Time CapDeadline(absl::Time deadline) const;
-  // Parks `w` until `deadline` (capped by CapDeadline) and appends its id to
-  // `job_list`, the job's waiters of its kind; returns the id.
-  WaitId Park(std::unique_ptr<Waiter> w, absl::Time deadline,
-              std::vector<WaitId>& job_list) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The same, for a wait whose owner (a RendezvousStore) keeps its id.
-  WaitId Park(std::unique_ptr<Waiter> w, absl::Time deadline)
+  // Parks `wait` until `deadline` (capped by CapDeadline); its id.
+  WaitId Park(Wait wait, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers a wait whose deadline passed.
+  void Expire(Wait& wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- Durability and callbacks (locked_section.h) ----
   void PersistJob(const JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistWorker(const WorkerRec& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How long a section's epilogue (Locked::Commit) waits. kAllSealed: until
@@ -471,10 +464,6 @@ class Coordinator {
   // Seals the pending writes as the next batch of commit_; its ticket, 0 if
   // none.
   uint64_t Seal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // ReportResult's checks and changes; true when there is a change to
-  // commit.
-  absl::StatusOr<bool> ReportResultLocked(const v1::ReportResultRequest& req)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Defer(std::function<void()> fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs callbacks deferred by a section that has ended: inline, or on the
   // notifier thread when there are more than max_inline_callbacks.
@@ -485,24 +474,14 @@ class Coordinator {
   const RendezvousLimits kv_limits_;
   const Clock* const clock_;
   const std::unique_ptr<StateStore> store_;
-  const absl::Time started_;
 
+  // The one lock: every unit below is a plain class called under it.
   mutable absl::Mutex mu_;
-  int64_t next_worker_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t next_job_ ABSL_GUARDED_BY(mu_) = 0;
+  WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
+  JobTable jobs_ ABSL_GUARDED_BY(mu_);
+  WaitRegistry waits_ ABSL_GUARDED_BY(mu_);
+  // Bytes of all jobs' rendezvous stores together.
   int64_t kv_bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
-  WaitId next_wait_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<int64_t, std::unique_ptr<WorkerRec>> workers_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, int64_t> worker_by_name_
-      ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, std::unique_ptr<JobRec>> jobs_ ABSL_GUARDED_BY(mu_);
-  std::set<int64_t> queued_ ABSL_GUARDED_BY(mu_);
-  std::set<int64_t> active_ ABSL_GUARDED_BY(mu_);
-  std::map<WaitId, std::unique_ptr<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
-  // (deadline, id) of waits; ids of waits already finished are skipped.
-  std::multimap<absl::Time, WaitId> deadlines_ ABSL_GUARDED_BY(mu_);
-  // No worker can be lost before this time.
-  absl::Time next_loss_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::unique_ptr<Pending> pending_ ABSL_GUARDED_BY(mu_);
   // Sealed under mu_, written without it (see Locked::Commit).
   GroupCommit commit_;

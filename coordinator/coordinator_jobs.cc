@@ -1,0 +1,218 @@
+// The Coordinator's job methods: submit, read, list and cancel jobs, their
+// event logs, and the progress and results their ranks report.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/job_state.h"
+#include "common/status_macros.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/ids.h"
+#include "coordinator/locked_section.h"
+
+namespace pshard {
+namespace coordinator {
+
+// ---- Jobs and events ----
+
+absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
+  RETURN_IF_ERROR(ValidateJobSpec(spec));
+  Locked lock(this);
+  ASSIGN_OR_RETURN(JobRec * j,
+                   jobs_.Add(ApplyJobSpecDefaults(spec), clock_->Now()));
+  JobRec& job = *j;
+  Transition(job, v1::QUEUED,
+             absl::StrCat("submitted; waiting for ",
+                          job.job.spec().world_size(), " idle workers"));
+  // Transition() set start_time because it left UNSPECIFIED: undo that.
+  job.job.clear_start_time();
+  jobs_.MarkQueued(job.num);
+  Schedule();
+  v1::Job out = job.job;
+  RETURN_IF_ERROR(lock.Commit());
+  return out;
+}
+
+absl::StatusOr<v1::Job> Coordinator::GetJob(absl::string_view job_id) const {
+  Locked lock(this);
+  ASSIGN_OR_RETURN(const JobRec* j, jobs_.Get(job_id));
+  return j->job;
+}
+
+absl::StatusOr<Coordinator::JobPage> Coordinator::ListJobs(
+    const std::vector<v1::JobState>& states, int page_size,
+    absl::string_view page_token, int64_t max_bytes) const {
+  Locked lock(this);
+  return jobs_.List(states, page_size, page_token, max_bytes);
+}
+
+absl::StatusOr<v1::Job> Coordinator::CancelJob(absl::string_view job_id,
+                                               absl::string_view reason) {
+  if (reason.size() > static_cast<size_t>(options_.max_reason_length)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reason: at most ", options_.max_reason_length,
+                     " characters, got ", reason.size()));
+  }
+  Locked lock(this);
+  ASSIGN_OR_RETURN(JobRec * j, jobs_.Get(job_id));
+  if (IsTerminal(j->job.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(j->job.id(), " has already ended (",
+                     v1::JobState_Name(j->job.state()), ")"));
+  }
+  EndJob(*j, v1::CANCELLED,
+         reason.empty() ? std::string("cancelled by user")
+                        : absl::StrCat("cancelled: ", Clip(reason)));
+  Schedule();
+  v1::Job out = j->job;
+  RETURN_IF_ERROR(lock.Commit());
+  return out;
+}
+
+absl::StatusOr<Coordinator::EventBatch> Coordinator::GetEvents(
+    absl::string_view job_id, int64_t after_sequence, int max) const {
+  if (after_sequence < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("after_sequence: must be >= 0, got ", after_sequence));
+  }
+  Locked lock(this);
+  ASSIGN_OR_RETURN(const JobRec* j, jobs_.Get(job_id));
+  EventBatch batch;
+  batch.events = j->log.Read(after_sequence, max);
+  batch.terminal = IsTerminal(j->job.state());
+  return batch;
+}
+
+Coordinator::WaitId Coordinator::WaitForEvents(absl::string_view job_id,
+                                               int64_t after_sequence,
+                                               absl::Time deadline,
+                                               EventsCallback done) {
+  Locked lock(this);
+  JobRec* j = jobs_.Find(job_id);
+  absl::Status immediate;
+  bool ready = false;
+  if (j == nullptr) {
+    immediate = absl::NotFoundError(absl::StrCat("no job ", Clip(job_id, 64)));
+  } else if (j->log.HasEventAfter(after_sequence) ||
+             IsTerminal(j->job.state())) {
+    ready = true;
+  } else if (clock_->Now() >= deadline) {
+    immediate = absl::DeadlineExceededError("no new event before the deadline");
+  } else {
+    immediate = waits_.CheckCapacity();
+  }
+  if (ready || !immediate.ok()) {
+    Defer([done = std::move(done), immediate] { done(immediate); });
+    return 0;
+  }
+  const WaitId id = Park(EventsWait{j->num, std::move(done)}, deadline);
+  j->log.AddWaiter(id);
+  return id;
+}
+
+// ---- Progress and results ----
+
+absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
+    const v1::ReportProgressRequest& req) {
+  if (req.progress().step() < 0 || req.progress().bytes_sent() < 0) {
+    return absl::InvalidArgumentError(
+        "progress: step and bytes_sent must be >= 0");
+  }
+  Locked lock(this);
+  ASSIGN_OR_RETURN(JobRec * j, jobs_.Get(req.job_id()));
+  v1::ReportProgressResponse resp;
+  if (!IsActive(j->job.state()) || req.epoch() != j->job.epoch()) {
+    resp.set_abort(true);
+    return resp;
+  }
+  RETURN_IF_ERROR(JobTable::CheckRank(*j, req.rank(), req.worker_id()));
+  Acknowledge(*j, req.rank());
+  if (req.rank() == 0) {
+    v1::JobProgress* p = j->job.mutable_progress();
+    *p = req.progress();
+    p->DiscardUnknownFields();
+    p->set_total_steps(j->job.spec().steps());
+    j->log.NoteProgress();
+    if (j->log.ProgressDue(clock_->Now(), options_.progress_event_interval) ||
+        p->step() >= p->total_steps()) {
+      FlushProgress(*j);
+    }
+  }
+  RETURN_IF_ERROR(lock.Commit());
+  return resp;
+}
+
+absl::Status Coordinator::ReportResult(const v1::ReportResultRequest& req) {
+  Locked lock(this);
+  ASSIGN_OR_RETURN(const bool changed, ReportResultLocked(req));
+  return changed ? lock.Commit() : absl::OkStatus();
+}
+
+void Coordinator::ReportResultAsync(const v1::ReportResultRequest& req,
+                                    std::function<void(absl::Status)> done) {
+  Locked lock(this);
+  absl::StatusOr<bool> changed = ReportResultLocked(req);
+  if (changed.ok() && *changed) {
+    lock.CommitInBackground(std::move(done));
+    return;
+  }
+  Defer([done = std::move(done), status = changed.status()] { done(status); });
+}
+
+absl::StatusOr<bool> Coordinator::ReportResultLocked(
+    const v1::ReportResultRequest& req) {
+  ASSIGN_OR_RETURN(JobRec * j, jobs_.Get(req.job_id()));
+  if (!IsActive(j->job.state()) || req.epoch() != j->job.epoch()) {
+    return false;  // Nothing to do; the worker is free anyway.
+  }
+  RETURN_IF_ERROR(JobTable::CheckRank(*j, req.rank(), req.worker_id()));
+  const int rank = req.rank();
+  if (j->ranks[rank].finished) return false;  // a retry
+  if (!req.ok()) {
+    j->ranks[rank].finished = true;
+    ++j->finished_ranks;
+    ReleaseRank(*j, rank, false, "");
+    EndJob(*j, v1::FAILED,
+           absl::StrCat(JobTable::Who(*j, rank), " failed: ",
+                        req.error().empty() ? "no error given"
+                                            : Clip(req.error())));
+    Schedule();
+    return true;
+  }
+  // A program job's ranks may end without ever using the client library
+  // (no layout, no assignment: the job stays STARTING); its agent's
+  // success is the program's exit status 0.
+  if (j->job.state() != v1::RUNNING && !j->job.spec().has_program()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(j->job.id(), ": rank ", rank,
+                     " reported success before the assignment was published"));
+  }
+  if (req.output_path().size() > 4096) {
+    return absl::InvalidArgumentError("output_path: at most 4096 characters");
+  }
+  j->ranks[rank].finished = true;
+  ++j->finished_ranks;
+  pending_->finished_ranks.push_back({j->num, j->job.epoch(), rank});
+  ReleaseRank(*j, rank, false, "");
+  if (rank == 0) {
+    if (!req.output_path().empty()) j->job.set_output_path(req.output_path());
+    if (req.final_step() > j->job.progress().step()) {
+      j->job.mutable_progress()->set_step(req.final_step());
+      j->log.NoteProgress();
+    }
+    PersistJob(*j);
+  }
+  if (j->finished_ranks == static_cast<int>(j->ranks.size())) {
+    EndJob(*j, v1::SUCCEEDED,
+           absl::StrCat("all ", j->ranks.size(), " ranks finished ",
+                        j->job.progress().step(), " steps"));
+  }
+  Schedule();
+  return true;
+}
+
+
+}  // namespace coordinator
+}  // namespace pshard

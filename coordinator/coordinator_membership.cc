@@ -1,0 +1,200 @@
+// The Coordinator's membership methods: registration, heartbeats (and the
+// directives they carry), drain, and the worker listing.
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
+#include "common/status_macros.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/ids.h"
+#include "coordinator/locked_section.h"
+
+namespace pshard {
+namespace coordinator {
+
+absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
+    const v1::RegisterWorkerRequest& req) {
+  RETURN_IF_ERROR(WorkerRegistry::ValidateRegistration(req));
+  Locked lock(this);
+  const absl::Time now = clock_->Now();
+  WorkerRec* w = workers_.FindByName(req.name());
+  if (w != nullptr) {
+    if (w->info.incarnation() != req.incarnation()) {
+      // The process restarted: its old membership ends, and with it its rank.
+      if (!w->lost && w->job_num != 0) {
+        MarkLost(*w, "it restarted (new incarnation)");
+      }
+      w->directives.clear();
+      w->info.set_drain_requested(false);
+      *w->info.mutable_registered_time() = ToProto(now);
+    }
+  } else {
+    ASSIGN_OR_RETURN(w, workers_.Add(req.name(), now));
+  }
+  workers_.Register(*w, req, now);
+  PersistWorker(*w);
+  Schedule();
+  v1::RegisterWorkerResponse resp;
+  resp.set_worker_id(w->info.id());
+  *resp.mutable_heartbeat_interval() = ToProto(options_.heartbeat_interval);
+  RETURN_IF_ERROR(lock.Commit());
+  return resp;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
+    const v1::HeartbeatRequest& req) {
+  ASSIGN_OR_RETURN(SharedHeartbeat shared, HeartbeatShared(req));
+  if (shared.run_job_spec != nullptr) {
+    for (v1::Directive& d : *shared.response.mutable_directives()) {
+      if (d.has_run_job()) {
+        *d.mutable_run_job()->mutable_spec() = *shared.run_job_spec;
+      }
+    }
+  }
+  return std::move(shared.response);
+}
+
+absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
+    const v1::HeartbeatRequest& req) {
+  Locked lock(this);
+  WorkerRec* w = workers_.Find(req.worker_id());
+  if (w == nullptr || w->lost || w->info.incarnation() != req.incarnation()) {
+    return absl::NotFoundError(absl::StrCat(
+        "worker ", Clip(req.worker_id(), 64),
+        w == nullptr ? " is unknown"
+                     : (w->lost ? " was declared lost"
+                                : " has a newer incarnation"),
+        "; register again"));
+  }
+  const bool was_confirmed = w->confirmed;
+  w->confirmed = true;
+  w->heartbeated = true;
+  w->last_heartbeat = clock_->Now();
+  if (req.state() == v1::DRAINING && !w->info.drain_requested()) {
+    // The worker is on its way out (it was told to drain before).
+    w->info.set_drain_requested(true);
+    PersistWorker(*w);
+  }
+
+  const bool reports_job = !req.job_id().empty() && req.state() != v1::IDLE;
+  auto matches_assignment = [&] {
+    return w->job_num != 0 && reports_job &&
+           req.job_id() == JobId(w->job_num) && req.epoch() == w->epoch;
+  };
+  w->reports_assignment = matches_assignment();
+  // After a coordinator restart this heartbeat may complete the picture of
+  // the worker's job; decide before building the reply, which may then
+  // carry the restarted job's directives.
+  if (w->job_num != 0) CheckRecovery(*jobs_.Find(w->job_num));
+  const bool reports_assignment = matches_assignment();
+  w->reports_assignment = reports_assignment;
+
+  SharedHeartbeat out;
+  v1::HeartbeatResponse& resp = out.response;
+  for (v1::Directive& d : w->directives) *resp.add_directives() = std::move(d);
+  w->directives.clear();
+
+  if (reports_job && !reports_assignment) {
+    // The worker runs something it is not (or no longer) assigned.
+    bool already = false;
+    for (const v1::Directive& d : resp.directives()) {
+      already |= d.has_abort_job() && d.abort_job().job_id() == req.job_id() &&
+                 d.abort_job().epoch() == req.epoch();
+    }
+    if (!already) {
+      auto* abort = resp.add_directives()->mutable_abort_job();
+      abort->set_job_id(Clip(req.job_id(), 64));
+      abort->set_epoch(req.epoch());
+      abort->set_reason("this worker is not assigned to that job and epoch");
+    }
+  }
+  if (w->job_num != 0) {
+    JobRec& job = *jobs_.Find(w->job_num);
+    if (reports_assignment) {
+      w->acknowledged = true;
+      w->missing_reports = 0;
+    } else if (!w->acknowledged) {
+      if (++w->run_job_sends > options_.max_unacknowledged_run_jobs) {
+        EndJob(job, v1::FAILED,
+               absl::StrCat("worker ", w->info.id(), " (rank ", w->rank,
+                            ") did not start the job after ",
+                            options_.max_unacknowledged_run_jobs,
+                            " RunJob directives"));
+      } else {
+        auto* run = resp.add_directives()->mutable_run_job();
+        run->set_job_id(job.job.id());
+        run->set_epoch(job.job.epoch());
+        run->set_rank(w->rank);
+        run->set_world_size(job.job.spec().world_size());
+        if (job.run_job_spec == nullptr) {
+          job.run_job_spec = std::make_shared<const v1::JobSpec>(job.job.spec());
+        }
+        out.run_job_spec = job.run_job_spec;
+      }
+    } else if (!job.recovering && ++w->missing_reports >= 2) {
+      EndJob(job, v1::FAILED,
+             absl::StrCat("worker ", w->info.id(), " (rank ", w->rank,
+                          ") stopped running the job (it reports ",
+                          v1::WorkerState_Name(req.state()),
+                          req.job_id().empty() ? "" : " ",
+                          Clip(req.job_id(), 64), ")"));
+    }
+  }
+  if (!was_confirmed) Schedule();
+  // A reply without directives only tells the worker to carry on, which no
+  // unwritten change of another section can contradict (a change that
+  // concerns this worker queues a directive for it). So it waits only for
+  // its own writes, not behind a burst of other ranks' results being
+  // written (the heartbeat p99 at a 4096-rank job's end).
+  RETURN_IF_ERROR(lock.Commit(resp.directives_size() == 0
+                                  ? CommitWait::kOwnBatch
+                                  : CommitWait::kAllSealed));
+  return out;
+}
+
+absl::StatusOr<v1::WorkerInfo> Coordinator::GetWorker(
+    absl::string_view worker) const {
+  Locked lock(this);
+  ASSIGN_OR_RETURN(const WorkerRec* w, workers_.Resolve(worker));
+  return WorkerRegistry::InfoOf(*w, clock_->Now());
+}
+
+absl::StatusOr<v1::WorkerInfo> Coordinator::DrainWorker(
+    absl::string_view worker) {
+  return SetDrainRequested(worker, true);
+}
+
+absl::StatusOr<v1::WorkerInfo> Coordinator::UndrainWorker(
+    absl::string_view worker) {
+  return SetDrainRequested(worker, false);
+}
+
+absl::StatusOr<v1::WorkerInfo> Coordinator::SetDrainRequested(
+    absl::string_view worker, bool drain) {
+  Locked lock(this);
+  ASSIGN_OR_RETURN(WorkerRec * w, workers_.Resolve(worker));
+  if (w->lost) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", w->info.id(), " (", w->info.name(),
+        ") is LOST; it can be ", drain ? "drained" : "undrained",
+        " once it registers again"));
+  }
+  if (w->info.drain_requested() != drain) {
+    w->info.set_drain_requested(drain);
+    PersistWorker(*w);
+    if (!drain) Schedule();  // a queued job may fit now
+  }
+  v1::WorkerInfo info = WorkerRegistry::InfoOf(*w, clock_->Now());
+  RETURN_IF_ERROR(lock.Commit());
+  return info;
+}
+
+absl::StatusOr<Coordinator::WorkerPage> Coordinator::ListWorkers(
+    bool include_lost, int page_size, absl::string_view page_token) const {
+  Locked lock(this);
+  return workers_.List(include_lost, page_size, page_token, clock_->Now());
+}
+
+}  // namespace coordinator
+}  // namespace pshard

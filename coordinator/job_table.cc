@@ -1,0 +1,189 @@
+#include "coordinator/job_table.h"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/job_state.h"
+#include "common/proto_time.h"
+#include "common/status_macros.h"
+#include "coordinator/ids.h"
+
+namespace pshard {
+namespace coordinator {
+
+absl::StatusOr<JobRec*> JobTable::Add(v1::JobSpec spec, absl::Time now) {
+  if (static_cast<int>(jobs_.size()) >= limits_.max_jobs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many jobs kept (", limits_.max_jobs, ")"));
+  }
+  if (static_cast<int>(queued_.size() + active_.size()) >=
+      limits_.max_unfinished_jobs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many unfinished jobs (", limits_.max_unfinished_jobs,
+                     "); wait for some to end"));
+  }
+  auto j = std::make_unique<JobRec>();
+  j->num = ++next_num_;
+  j->job.set_id(JobId(j->num));
+  *j->job.mutable_spec() = std::move(spec);
+  // Unknown fields would be stored and echoed to every rank: drop them.
+  j->job.mutable_spec()->DiscardUnknownFields();
+  j->job.set_state(v1::JOB_STATE_UNSPECIFIED);
+  *j->job.mutable_submit_time() = ToProto(now);
+  j->job.mutable_progress()->set_total_steps(j->job.spec().steps());
+  JobRec* out = j.get();
+  jobs_[j->num] = std::move(j);
+  return out;
+}
+
+JobRec& JobTable::Restore(int64_t num, v1::Job job) {
+  auto j = std::make_unique<JobRec>();
+  j->num = num;
+  j->job = std::move(job);
+  next_num_ = std::max(next_num_, num);
+  const v1::JobState state = j->job.state();
+  if (state == v1::QUEUED) queued_.insert(num);
+  if (IsActive(state)) active_.insert(num);
+  JobRec& out = *j;
+  jobs_[num] = std::move(j);
+  return out;
+}
+
+JobRec* JobTable::Find(int64_t num) {
+  auto it = jobs_.find(num);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+JobRec* JobTable::Find(absl::string_view job_id) {
+  std::optional<int64_t> num = ParseJobId(job_id);
+  return num ? Find(*num) : nullptr;
+}
+
+const JobRec* JobTable::Find(absl::string_view job_id) const {
+  return const_cast<JobTable*>(this)->Find(job_id);
+}
+
+absl::StatusOr<JobRec*> JobTable::Get(absl::string_view job_id) {
+  JobRec* j = Find(job_id);
+  if (j == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job ", Clip(job_id, 64)));
+  }
+  return j;
+}
+
+absl::StatusOr<const JobRec*> JobTable::Get(absl::string_view job_id) const {
+  return const_cast<JobTable*>(this)->Get(job_id);
+}
+
+absl::StatusOr<JobRec*> JobTable::ActiveAt(absl::string_view job_id,
+                                           int64_t epoch) {
+  ASSIGN_OR_RETURN(JobRec * j, Get(job_id));
+  if (!IsActive(j->job.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(j->job.id(), " is not active (",
+                     v1::JobState_Name(j->job.state()), ")"));
+  }
+  if (epoch != j->job.epoch()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        j->job.id(), ": epoch ", epoch, " is ",
+        epoch < j->job.epoch() ? "stale" : "unknown", "; current epoch is ",
+        j->job.epoch()));
+  }
+  return j;
+}
+
+absl::Status JobTable::CheckRank(const JobRec& job, int rank,
+                                 absl::string_view worker_id) {
+  if (rank < 0 || rank >= static_cast<int>(job.ranks.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank: ", rank, " is out of range for ", job.job.id(),
+                     " (world size ", job.ranks.size(), ")"));
+  }
+  const std::string& holder = job.job.members(rank).worker_id();
+  if (worker_id != holder) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker_id: rank ", rank, " of ", job.job.id(),
+                     " is held by ", holder, ", not ", Clip(worker_id, 64)));
+  }
+  return absl::OkStatus();
+}
+
+std::string JobTable::Who(const JobRec& job, int rank) {
+  return absl::StrCat("rank ", rank, " (worker ",
+                      job.job.members(rank).worker_id(), ")");
+}
+
+v1::JobEvent JobTable::Transition(v1::Job& job, v1::JobState to,
+                                  std::string reason, absl::Time now) {
+  const v1::JobState from = job.state();
+  job.set_state(to);
+  job.set_reason(reason);
+  if (from == v1::QUEUED && to != v1::QUEUED) {
+    *job.mutable_start_time() = ToProto(now);
+  }
+  if (IsTerminal(to)) *job.mutable_end_time() = ToProto(now);
+  v1::JobEvent event;
+  auto* change = event.mutable_state_change();
+  change->set_from(from);
+  change->set_to(to);
+  change->set_reason(std::move(reason));
+  return event;
+}
+
+std::optional<JobTable::Placement> JobTable::PlaceHead(
+    absl::FunctionRef<std::vector<IdleWorker>()> idle) {
+  if (queued_.empty()) return std::nullopt;
+  JobRec* head = jobs_.at(*queued_.begin()).get();
+  std::vector<int64_t> placed =
+      PlaceRanks(idle(), head->job.spec().world_size());
+  if (placed.empty()) return std::nullopt;
+  return Placement{head, std::move(placed)};
+}
+
+absl::StatusOr<JobPage> JobTable::List(const std::vector<v1::JobState>& states,
+                                       int page_size,
+                                       absl::string_view page_token,
+                                       int64_t max_bytes) const {
+  ASSIGN_OR_RETURN(const int size, ResolvePageSize(page_size, kPages));
+  for (v1::JobState s : states) {
+    if (!v1::JobState_IsValid(s) || s == v1::JOB_STATE_UNSPECIFIED) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("states: unknown job state ", static_cast<int>(s)));
+    }
+  }
+  std::vector<int> wanted(states.begin(), states.end());
+  std::sort(wanted.begin(), wanted.end());
+  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  const std::string filter = absl::StrCat("states=", absl::StrJoin(wanted, ","));
+  // Newest first: the next page starts below the last job listed.
+  int64_t before = INT64_MAX;
+  if (!page_token.empty()) {
+    ASSIGN_OR_RETURN(before, DecodePageToken(page_token, "jobs", filter));
+  }
+  JobPage page;
+  int64_t last = before;
+  int64_t bytes = 0;
+  for (auto it = std::make_reverse_iterator(jobs_.lower_bound(before));
+       it != jobs_.rend(); ++it) {
+    const v1::Job& job = it->second->job;
+    if (!wanted.empty() &&
+        !std::binary_search(wanted.begin(), wanted.end(), job.state())) {
+      continue;
+    }
+    bytes += static_cast<int64_t>(job.ByteSizeLong()) + 8;
+    if (static_cast<int>(page.jobs.size()) == size ||
+        (bytes > max_bytes && !page.jobs.empty())) {
+      page.next_page_token = EncodePageToken("jobs", filter, last);
+      break;
+    }
+    page.jobs.push_back(job);
+    last = it->first;
+  }
+  return page;
+}
+
+}  // namespace coordinator
+}  // namespace pshard

@@ -1,0 +1,169 @@
+// The coordinator's jobs: one record per job kept (its durable view, event
+// log, ranks of the current epoch, layout barrier, rendezvous store and
+// published assignment), the queue of jobs waiting for workers (FIFO by
+// job number) and the set of active (STARTING or RUNNING) jobs.
+//
+// The job state machine is drawn in coordinator.h; Transition makes one
+// edge on the durable view and returns its event, which the coordinator
+// appends to the job's log. Placing the head of the queue on idle workers
+// (PlaceHead, over PlaceRanks) is the scheduling step; starting the epoch
+// there is the coordinator's (it changes workers too).
+//
+// Called under the coordinator's lock; not thread-safe itself.
+// Errors:
+//   ResourceExhausted (Add): max_jobs jobs kept, or max_unfinished_jobs
+//     queued or active.
+//   NotFound (Get, ActiveAt): "no job <id>".
+//   FailedPrecondition (ActiveAt): not STARTING or RUNNING, or another epoch
+//     ("epoch E is stale|unknown; current epoch is C").
+//   InvalidArgument (CheckRank): rank out of range, or held by another
+//     worker; (List) a bad page size, state or page token.
+#ifndef PSHARD_COORDINATOR_JOB_TABLE_H_
+#define PSHARD_COORDINATOR_JOB_TABLE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "coordinator/event_log.h"
+#include "coordinator/layout_barrier.h"
+#include "coordinator/paging.h"
+#include "coordinator/rendezvous_store.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/wait_registry.h"
+#include "pshard/v1/job.pb.h"
+#include "pshard/v1/shard.pb.h"
+
+namespace pshard {
+namespace coordinator {
+
+// STARTING or RUNNING: the job holds workers.
+inline bool IsActive(v1::JobState s) {
+  return s == v1::STARTING || s == v1::RUNNING;
+}
+
+struct RankRec {
+  int64_t worker_num = 0;
+  // Reported a result (ok or not) at this epoch; the worker is released.
+  bool finished = false;
+};
+
+struct JobRec {
+  int64_t num = 0;
+  // The durable view: spec, state, reason, times, progress, members, epoch.
+  v1::Job job;
+  EventLog log;
+  // Per rank of the current epoch (empty while QUEUED).
+  std::vector<RankRec> ranks;
+  // Ranks with finished == true.
+  int finished_ranks = 0;
+  LayoutBarrier layout;
+  // The latest published assignment (any epoch), and its OwnersView.
+  AssignmentPtr assignment;
+  AssignmentPtr assignment_owners;
+  RendezvousStore kv;
+  std::vector<WaitId> assignment_waiters;
+  // The spec of the current epoch's RunJob, shared by every rank's
+  // directive (the server serializes it once per epoch).
+  std::shared_ptr<const v1::JobSpec> run_job_spec;
+  // Loaded active after a coordinator restart, not yet settled (recovery.h).
+  bool recovering = false;
+};
+
+struct JobTableLimits {
+  int max_jobs = 100000;
+  int max_unfinished_jobs = 10000;
+};
+
+// A page of ListJobs.
+struct JobPage {
+  std::vector<v1::Job> jobs;
+  // Empty on the last page.
+  std::string next_page_token;
+};
+
+class JobTable {
+ public:
+  static constexpr PageLimits kPages{100, 1000};
+
+  explicit JobTable(JobTableLimits limits) : limits_(limits) {}
+
+  // A new job "job-<n>" for `spec` (valid, defaults applied by the caller),
+  // unknown fields dropped, submitted at `now`, in no state yet (the caller
+  // transitions it to QUEUED and calls MarkQueued).
+  absl::StatusOr<JobRec*> Add(v1::JobSpec spec, absl::Time now);
+  // A job loaded from the state store, queued or active by its state.
+  JobRec& Restore(int64_t num, v1::Job job);
+
+  JobRec* Find(int64_t num);
+  JobRec* Find(absl::string_view job_id);
+  const JobRec* Find(absl::string_view job_id) const;
+  absl::StatusOr<JobRec*> Get(absl::string_view job_id);
+  absl::StatusOr<const JobRec*> Get(absl::string_view job_id) const;
+  // The job, if it is active at `epoch`.
+  absl::StatusOr<JobRec*> ActiveAt(absl::string_view job_id, int64_t epoch);
+
+  // Whether `worker_id` holds `rank` of the job's current epoch.
+  static absl::Status CheckRank(const JobRec& job, int rank,
+                                absl::string_view worker_id);
+  // "rank R (worker w-N)", for messages.
+  static std::string Who(const JobRec& job, int rank);
+
+  // One edge of the state machine on `job`: state, reason, start time (on
+  // leaving QUEUED) and end time (on ending); the state-change event.
+  static v1::JobEvent Transition(v1::Job& job, v1::JobState to,
+                                 std::string reason, absl::Time now);
+
+  void MarkQueued(int64_t num) { queued_.insert(num); }
+  void MarkActive(int64_t num) {
+    queued_.erase(num);
+    active_.insert(num);
+  }
+  void MarkEnded(int64_t num) {
+    queued_.erase(num);
+    active_.erase(num);
+  }
+  // The active jobs' numbers, in order (a copy: callers change the set).
+  std::vector<int64_t> ActiveJobs() const {
+    return std::vector<int64_t>(active_.begin(), active_.end());
+  }
+
+  // The head of the queue and the workers (by rank) it would run on, from
+  // `idle()` (asked only when a job is queued); nullopt when none is queued
+  // or the head does not fit (FIFO: later jobs wait behind it).
+  struct Placement {
+    JobRec* job;
+    std::vector<int64_t> worker_nums;
+  };
+  std::optional<Placement> PlaceHead(
+      absl::FunctionRef<std::vector<IdleWorker>()> idle);
+
+  // Newest first; `states` empty lists every state (see
+  // Coordinator::ListJobs).
+  absl::StatusOr<JobPage> List(const std::vector<v1::JobState>& states,
+                               int page_size, absl::string_view page_token,
+                               int64_t max_bytes) const;
+
+  size_t size() const { return jobs_.size(); }
+
+ private:
+  const JobTableLimits limits_;
+  int64_t next_num_ = 0;
+  std::map<int64_t, std::unique_ptr<JobRec>> jobs_;
+  std::set<int64_t> queued_;
+  std::set<int64_t> active_;
+};
+
+}  // namespace coordinator
+}  // namespace pshard
+
+#endif  // PSHARD_COORDINATOR_JOB_TABLE_H_
