@@ -30,7 +30,7 @@ gpr_timespec GrpcDeadline(absl::Duration timeout) {
 void Cancellation::Cancel() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;
-  if (context_ != nullptr) context_->TryCancel();
+  for (grpc::ClientContext* context : contexts_) context->TryCancel();
 }
 
 bool Cancellation::cancelled() const {
@@ -41,13 +41,13 @@ bool Cancellation::cancelled() const {
 bool Cancellation::Attach(grpc::ClientContext* context) {
   absl::MutexLock lock(&mu_);
   if (cancelled_) return false;
-  context_ = context;
+  contexts_.insert(context);
   return true;
 }
 
-void Cancellation::Detach() {
+void Cancellation::Detach(grpc::ClientContext* context) {
   absl::MutexLock lock(&mu_);
-  context_ = nullptr;
+  contexts_.erase(context);
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
@@ -230,12 +230,62 @@ absl::Status CoordinatorClient::WatchJob(
   v1::JobEvent event;
   while (reader->Read(&event)) on_event(event);
   grpc::Status status = reader->Finish();
-  if (cancel != nullptr) cancel->Detach();
+  if (cancel != nullptr) cancel->Detach(&context);
   if (cancel != nullptr && cancel->cancelled()) {
     return absl::CancelledError("WatchJob: cancelled");
   }
   if (!status.ok()) return FromGrpcStatus(status, "WatchJob");
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<WorkerLogClient>> WorkerLogClient::Connect(
+    const std::string& address, absl::Duration connect_timeout) {
+  if (address.empty()) {
+    return absl::UnavailableError(
+        "the worker registered no status address (is it an older "
+        "pshard-worker?)");
+  }
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  if (!channel->WaitForConnected(GrpcDeadline(connect_timeout))) {
+    return absl::UnavailableError(
+        absl::StrCat("its status server does not answer within ",
+                     absl::FormatDuration(connect_timeout)));
+  }
+  return std::make_unique<WorkerLogClient>(std::move(channel));
+}
+
+WorkerLogClient::WorkerLogClient(std::shared_ptr<grpc::Channel> channel)
+    : status_(v1::WorkerStatus::NewStub(std::move(channel))) {}
+
+absl::Status WorkerLogClient::StreamLogs(
+    const v1::StreamLogsRequest& request, absl::Duration timeout,
+    const std::function<void(const v1::LogChunk&)>& on_chunk,
+    const std::vector<Cancellation*>& cancels) {
+  grpc::ClientContext context;
+  context.set_deadline(GrpcDeadline(timeout));
+  std::vector<Cancellation*> attached;
+  auto detach = [&] {
+    for (Cancellation* cancel : attached) cancel->Detach(&context);
+  };
+  for (Cancellation* cancel : cancels) {
+    if (cancel == nullptr) continue;
+    if (!cancel->Attach(&context)) {
+      detach();
+      return absl::CancelledError("StreamLogs: cancelled");
+    }
+    attached.push_back(cancel);
+  }
+  std::unique_ptr<grpc::ClientReader<v1::LogChunk>> reader =
+      status_->StreamLogs(&context, request);
+  v1::LogChunk chunk;
+  while (reader->Read(&chunk)) on_chunk(chunk);
+  grpc::Status status = reader->Finish();
+  detach();
+  for (Cancellation* cancel : attached) {
+    if (cancel->cancelled()) return absl::CancelledError("StreamLogs: cancelled");
+  }
+  return FromGrpcStatus(status);
 }
 
 }  // namespace pshard::cli
