@@ -67,8 +67,9 @@ const CommandDoc kCommands[] = {
      "print a program job's output (its ranks' stdout and stderr)",
      "Reads each rank's log from the worker that runs (or ran) it, through "
      "the worker's status service; the logs stay on the workers after the "
-     "job ends (at most --log_max_bytes per rank, twice that with the "
-     "rotated file). Without --rank, every rank's lines are printed with a "
+     "job ends (the newest pshard-worker --log_max_bytes of each rank; "
+     "the rotated file holds the earlier part). Prints the text as it is; "
+     "--output does not apply. Without --rank, every rank's lines are printed with a "
      "\"[rank R] \" prefix, rank after rank (interleaved as they come with "
      "--follow). Only program jobs have logs; the ranks are those of the "
      "job's latest attempt.\n\n"
@@ -447,7 +448,7 @@ std::string CommandHelp(absl::string_view command) {
                                  " [FLAGS]\n\n", doc->summary, ".\n");
   if (doc->details[0] != '\0') absl::StrAppend(&out, "\n", doc->details);
   absl::StrAppend(&out, "\nCommon flags:\n", kCommonFlags);
-  if (command != "local") {
+  if (command != "local" && command != "logs") {
     absl::StrAppend(&out, kOutputFlag);
   }
   return out;

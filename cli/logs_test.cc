@@ -7,11 +7,13 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "common/fake_clock.h"
 #include "common/job_spec.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -49,7 +51,10 @@ constexpr char kMlpSpec[] = R"json({
 
 class LogsTest : public ::testing::Test {
  protected:
-  void SetUp() override { StartCluster(/*worker_address=*/""); }
+  void SetUp() override {
+    cli_clock_.set_advance_on_sleep(true);
+    StartCluster(/*worker_address=*/"");
+  }
 
   void TearDown() override {
     if (worker_server_ != nullptr) worker_server_->Shutdown();
@@ -93,7 +98,7 @@ class LogsTest : public ::testing::Test {
           coordinator_->Channel(), "the in-process coordinator",
           absl::Seconds(5));
     };
-    return RunCommand(args, options_, io, connect, &cancel_);
+    return RunCommand(args, options_, io, connect, &cancel_, cli_clock_);
   }
 
   // Writes `text` as rank `rank`'s program output, as the agent does.
@@ -128,6 +133,8 @@ class LogsTest : public ::testing::Test {
   std::unique_ptr<worker::ProgramLogStreamer> streamer_;
   std::unique_ptr<worker::WorkerStatusService> service_;
   std::unique_ptr<grpc::Server> worker_server_;
+  // pshardctl's own waits: at once, on a FakeClock.
+  FakeClock cli_clock_;
   CliOptions options_;
   Cancellation cancel_;
   std::ostringstream out_;
@@ -155,6 +162,32 @@ TEST_F(LogsTest, OneRankIsPrintedAsTheProgramWroteIt) {
   options_.rank = 0;
   ASSERT_EQ(Run({"logs", id}), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(), "step 1 loss 2.0\nstep 2 loss 1.0\n");
+}
+
+TEST_F(LogsTest, AFollowerWaitsForARankItsWorkerHasNotStartedYet) {
+  // STARTING: the workers have not opened the ranks' logs (here: never
+  // told to run them), so the worker answers NotFound.
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::RunJobDirective> ranks,
+                       coordinator_->StartJob(*ParseJobSpecJson(kProgramSpec)));
+  const std::string id = ranks[0].job_id();
+  options_.follow = true;
+  options_.rank = 0;
+  int code = -1;
+  std::thread follower([&] { code = Run({"logs", id}); });
+  // The follower asks the coordinator again between tries...
+  EXPECT_TRUE(coordinator_->rpc_log().WaitForCalls("GetJob", 3,
+                                                   absl::Seconds(30)));
+  // ...and reads the log once the rank's program has written it.
+  WriteLog(id, 0, "late start\n");
+  follower.join();
+  EXPECT_EQ(code, kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "late start\n");
+
+  // Once the attempt is over, a missing log is an error again.
+  ASSERT_OK(coordinator_->CancelJob(id, "test").status());
+  options_.rank = 1;
+  EXPECT_EQ(Run({"logs", id}), kExitError);
+  EXPECT_THAT(err_.str(), HasSubstr(absl::StrCat("has no log of ", id, " rank 1")));
 }
 
 TEST_F(LogsTest, RankOutOfRangeIsBadInput) {
