@@ -1,6 +1,7 @@
 #include "cli/client.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -25,12 +26,51 @@ gpr_timespec GrpcDeadline(absl::Duration timeout) {
       GPR_CLOCK_MONOTONIC);
 }
 
+// One server-streaming call with a deadline: `start` opens it on the
+// context, every message goes to `on_message` until the server ends the
+// stream. Cancelled (naming `method`) once any of `cancels` (each may be
+// null) fires; otherwise the stream's own status, prefixed with `method`
+// when `name_method`.
+template <typename Message>
+absl::Status ReadServerStream(
+    const char* method, bool name_method, absl::Duration timeout,
+    const std::vector<Cancellation*>& cancels,
+    const std::function<std::unique_ptr<grpc::ClientReader<Message>>(
+        grpc::ClientContext*)>& start,
+    const std::function<void(const Message&)>& on_message) {
+  grpc::ClientContext context;
+  context.set_deadline(GrpcDeadline(timeout));
+  std::vector<Cancellation*> attached;
+  auto detach = [&] {
+    for (Cancellation* cancel : attached) cancel->Detach(&context);
+  };
+  const absl::Status cancelled =
+      absl::CancelledError(absl::StrCat(method, ": cancelled"));
+  for (Cancellation* cancel : cancels) {
+    if (cancel == nullptr) continue;
+    if (!cancel->Attach(&context)) {
+      detach();
+      return cancelled;
+    }
+    attached.push_back(cancel);
+  }
+  std::unique_ptr<grpc::ClientReader<Message>> reader = start(&context);
+  Message message;
+  while (reader->Read(&message)) on_message(message);
+  const grpc::Status status = reader->Finish();
+  detach();
+  for (Cancellation* cancel : attached) {
+    if (cancel->cancelled()) return cancelled;
+  }
+  return name_method ? FromGrpcStatus(status, method) : FromGrpcStatus(status);
+}
+
 }  // namespace
 
 void Cancellation::Cancel() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;
-  if (context_ != nullptr) context_->TryCancel();
+  for (grpc::ClientContext* context : contexts_) context->TryCancel();
 }
 
 bool Cancellation::cancelled() const {
@@ -41,13 +81,13 @@ bool Cancellation::cancelled() const {
 bool Cancellation::Attach(grpc::ClientContext* context) {
   absl::MutexLock lock(&mu_);
   if (cancelled_) return false;
-  context_ = context;
+  contexts_.insert(context);
   return true;
 }
 
-void Cancellation::Detach() {
+void Cancellation::Detach(grpc::ClientContext* context) {
   absl::MutexLock lock(&mu_);
-  context_ = nullptr;
+  contexts_.erase(context);
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
@@ -217,25 +257,48 @@ absl::Status CoordinatorClient::WatchJob(
     const std::string& job_id, int64_t after_sequence, absl::Duration timeout,
     const std::function<void(const v1::JobEvent&)>& on_event,
     Cancellation* cancel) {
-  grpc::ClientContext context;
-  context.set_deadline(GrpcDeadline(timeout));
-  if (cancel != nullptr && !cancel->Attach(&context)) {
-    return absl::CancelledError("WatchJob: cancelled");
-  }
   v1::WatchJobRequest request;
   request.set_job_id(job_id);
   request.set_after_sequence(after_sequence);
-  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader =
-      jobs_->WatchJob(&context, request);
-  v1::JobEvent event;
-  while (reader->Read(&event)) on_event(event);
-  grpc::Status status = reader->Finish();
-  if (cancel != nullptr) cancel->Detach();
-  if (cancel != nullptr && cancel->cancelled()) {
-    return absl::CancelledError("WatchJob: cancelled");
+  return ReadServerStream<v1::JobEvent>(
+      "WatchJob", /*name_method=*/true, timeout, {cancel},
+      [&](grpc::ClientContext* context) {
+        return jobs_->WatchJob(context, request);
+      },
+      on_event);
+}
+
+absl::StatusOr<std::unique_ptr<WorkerLogClient>> WorkerLogClient::Connect(
+    const std::string& address, absl::Duration connect_timeout) {
+  if (address.empty()) {
+    return absl::UnavailableError(
+        "the worker registered no status address (is it an older "
+        "pshard-worker?)");
   }
-  if (!status.ok()) return FromGrpcStatus(status, "WatchJob");
-  return absl::OkStatus();
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  if (!channel->WaitForConnected(GrpcDeadline(connect_timeout))) {
+    return absl::UnavailableError(
+        absl::StrCat("its status server does not answer within ",
+                     absl::FormatDuration(connect_timeout)));
+  }
+  return std::make_unique<WorkerLogClient>(std::move(channel));
+}
+
+WorkerLogClient::WorkerLogClient(std::shared_ptr<grpc::Channel> channel)
+    : status_(v1::WorkerStatus::NewStub(std::move(channel))) {}
+
+absl::Status WorkerLogClient::StreamLogs(
+    const v1::StreamLogsRequest& request, absl::Duration timeout,
+    const std::function<void(const v1::LogChunk&)>& on_chunk,
+    const std::vector<Cancellation*>& cancels) {
+  // The worker's own message says what is wrong; callers name the rank.
+  return ReadServerStream<v1::LogChunk>(
+      "StreamLogs", /*name_method=*/false, timeout, cancels,
+      [&](grpc::ClientContext* context) {
+        return status_->StreamLogs(context, request);
+      },
+      on_chunk);
 }
 
 }  // namespace pshard::cli

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,26 +21,28 @@
 #include "pshard/v1/cluster.grpc.pb.h"
 #include "pshard/v1/job.grpc.pb.h"
 #include "pshard/v1/shard.grpc.pb.h"
+#include "pshard/v1/worker_status.grpc.pb.h"
 
 namespace pshard::cli {
 
-// Lets another thread (a signal handler thread) stop a blocking call, such as
-// a WatchJob stream, from outside. Thread-safe.
+// Lets another thread (a signal handler thread) stop blocking calls, such as
+// a WatchJob stream or the StreamLogs streams of `logs --follow`, from
+// outside. Thread-safe.
 class Cancellation {
  public:
-  // Cancels the call in progress, if any, and every later one.
+  // Cancels the calls in progress, if any, and every later one.
   void Cancel();
   bool cancelled() const;
 
-  // Called by CoordinatorClient around a cancellable call. Attach returns
-  // false (and attaches nothing) when already cancelled.
+  // Called by the clients around a cancellable call. Attach returns false
+  // (and attaches nothing) when already cancelled.
   bool Attach(grpc::ClientContext* context);
-  void Detach();
+  void Detach(grpc::ClientContext* context);
 
  private:
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::set<grpc::ClientContext*> contexts_ ABSL_GUARDED_BY(mu_);
 };
 
 class CoordinatorClient {
@@ -103,6 +106,31 @@ class CoordinatorClient {
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::unique_ptr<v1::ShardService::Stub> shards_;
   std::unique_ptr<v1::ClusterService::Stub> cluster_;
+};
+
+// WorkerLogClient: pshardctl's view of one worker's WorkerStatus service, for
+// `logs` (StreamLogs). grpc::Status is converted here, once.
+class WorkerLogClient {
+ public:
+  // Opens a channel to `address` (the worker's registered host:port) and
+  // waits up to `connect_timeout` for it to connect. Unavailable if nothing
+  // answers in time (callers name the worker and address).
+  static absl::StatusOr<std::unique_ptr<WorkerLogClient>> Connect(
+      const std::string& address, absl::Duration connect_timeout);
+
+  explicit WorkerLogClient(std::shared_ptr<grpc::Channel> channel);
+
+  // Streams the log `request` names to `on_chunk` until the worker ends the
+  // stream, `timeout` passes (DeadlineExceeded) or `cancel` fires
+  // (Cancelled); the worker's errors (worker_status.proto) otherwise.
+  // Each of `cancels` may be null.
+  absl::Status StreamLogs(
+      const v1::StreamLogsRequest& request, absl::Duration timeout,
+      const std::function<void(const v1::LogChunk&)>& on_chunk,
+      const std::vector<Cancellation*>& cancels);
+
+ private:
+  std::unique_ptr<v1::WorkerStatus::Stub> status_;
 };
 
 }  // namespace pshard::cli

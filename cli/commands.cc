@@ -63,6 +63,20 @@ const CommandDoc kCommands[] = {
      "JobEvent per line).\n\n"
      "Flags:\n"
      "  --watch_timeout=DURATION give up after this long (default 72h)\n"},
+    {"logs", "JOB",
+     "print a program job's output (its ranks' stdout and stderr)",
+     "Reads each rank's log from the worker that runs (or ran) it, through "
+     "the worker's status service; the logs stay on the workers after the "
+     "job ends (the newest pshard-worker --log_max_bytes of each rank; "
+     "the rotated file holds the earlier part). Prints the text as it is; "
+     "--output does not apply. Without --rank, every rank's lines are printed with a "
+     "\"[rank R] \" prefix, rank after rank (interleaved as they come with "
+     "--follow). Only program jobs have logs; the ranks are those of the "
+     "job's latest attempt.\n\n"
+     "Flags:\n"
+     "  --rank=R                 only rank R, as the program wrote it\n"
+     "  --follow                 keep printing what the programs write until "
+     "they exit (Ctrl-C stops)\n"},
     {"shards", "JOB",
      "show which rank owns which gradient bucket, per-rank totals, policy, "
      "imbalance and epoch",
@@ -178,6 +192,7 @@ class Runner {
     if (cmd == "list") return List(args);
     if (cmd == "get") return Get(args);
     if (cmd == "watch") return Watch(args);
+    if (cmd == "logs") return Logs(args);
     if (cmd == "shards") return Shards(args);
     if (cmd == "workers") return Workers(args);
     if (cmd == "drain") return Drain(args);
@@ -250,6 +265,14 @@ class Runner {
     if (!json()) *io_.out << FormatOutcome(job);
     io_.out->flush();
     return job.state() == v1::SUCCEEDED ? kExitOk : kExitError;
+  }
+
+  absl::StatusOr<int> Logs(const std::vector<std::string>& args) {
+    RETURN_IF_ERROR(ExpectArgs(args, 1));
+    ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
+    RETURN_IF_ERROR(
+        StreamJobLogs(*client, args[1], options_, *io_.out, cancel_, clock_));
+    return kExitOk;
   }
 
   absl::StatusOr<int> Shards(const std::vector<std::string>& args) {
@@ -425,7 +448,7 @@ std::string CommandHelp(absl::string_view command) {
                                  " [FLAGS]\n\n", doc->summary, ".\n");
   if (doc->details[0] != '\0') absl::StrAppend(&out, "\n", doc->details);
   absl::StrAppend(&out, "\nCommon flags:\n", kCommonFlags);
-  if (command != "local") {
+  if (command != "local" && command != "logs") {
     absl::StrAppend(&out, kOutputFlag);
   }
   return out;

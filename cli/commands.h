@@ -1,5 +1,5 @@
 // The pshardctl subcommands that talk to a running coordinator: submit, list,
-// get, watch, shards, workers, drain, undrain, cancel. main() turns flags into CliOptions and
+// get, watch, logs, shards, workers, drain, undrain, cancel. main() turns flags into CliOptions and
 // calls RunCommand; tests call it directly against an in-process server.
 //
 // Exit codes: 0 success; 1 a server or connection error, or a watched job that
@@ -64,6 +64,10 @@ struct CliOptions {
   absl::Duration drain_poll = absl::Seconds(1);
   // cancel: recorded in the job's event log.
   std::string reason = "by pshardctl cancel";
+  // logs: one rank (-1: every rank, each line prefixed "[rank R] "), and
+  // whether to follow a running program until it exits.
+  int rank = -1;
+  bool follow = false;
 };
 
 // Where output goes. `out_is_tty` selects the in-place progress bar.
@@ -78,8 +82,8 @@ struct CliIo {
 using Connector =
     std::function<absl::StatusOr<std::unique_ptr<CoordinatorClient>>()>;
 
-// Runs `args` (args[0] is the subcommand: submit, list, get, watch, shards,
-// workers, drain, undrain, cancel) and returns the exit code. Errors are printed as one line
+// Runs `args` (args[0] is the subcommand: submit, list, get, watch, logs,
+// shards, workers, drain, undrain, cancel) and returns the exit code. Errors are printed as one line
 // on io.err. `cancel` (may be null) interrupts a watch.
 // Waits and timestamps are measured on `clock`.
 int RunCommand(const std::vector<std::string>& args, const CliOptions& options,
@@ -138,6 +142,19 @@ absl::StatusOr<v1::Job> WatchUntilDone(CoordinatorClient& client,
 // The closing lines of a watch: "job-3 SUCCEEDED in 12.3s", the reason of a
 // failure, and where the final parameters are.
 std::string FormatOutcome(const v1::Job& job);
+
+// `logs` (cli/logs.cc): writes the output of `job_id`'s program, one rank
+// (options.rank) or every rank, read from the workers that hold its ranks in
+// the job's current epoch (they keep the files after the job ends); with
+// options.follow, until every followed program has exited. Errors name what
+// is wrong: NotFound (no such job), FailedPrecondition (not a program job, or
+// no rank started yet), InvalidArgument (--rank out of range), Unavailable
+// (a worker cannot be reached, naming rank, worker and address), Cancelled
+// (`cancel` fired). A follower's waits are measured on `clock`.
+absl::Status StreamJobLogs(CoordinatorClient& client, const std::string& job_id,
+                           const CliOptions& options, std::ostream& out,
+                           Cancellation* cancel,
+                           const Clock& clock = Clock::Real());
 
 // Prints `status` as one line, "pshardctl: <message>", on `err`.
 void PrintError(std::ostream& err, const absl::Status& status);

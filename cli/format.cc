@@ -65,6 +65,8 @@ int Percent(const v1::JobProgress& p) {
   return static_cast<int>(step * 100 / p.total_steps());
 }
 
+}  // namespace
+
 std::string JobWorkload(const v1::JobSpec& spec) {
   switch (spec.workload_case()) {
     case v1::JobSpec::kMlp:
@@ -73,12 +75,14 @@ std::string JobWorkload(const v1::JobSpec& spec) {
       return "synthetic";
     case v1::JobSpec::kReplay:
       return "replay";
+    case v1::JobSpec::kProgram:
+      return spec.program().argv_size() == 0
+                 ? "program"
+                 : absl::StrCat("program ", spec.program().argv(0));
     default:
       return "-";
   }
 }
-
-}  // namespace
 
 Table::Table(std::vector<std::string> header, std::vector<bool> numeric)
     : header_(std::move(header)), numeric_(std::move(numeric)) {

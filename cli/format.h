@@ -47,6 +47,8 @@ std::string HumanDuration(absl::Duration d);
 std::string JobStateName(v1::JobState state);
 std::string WorkerStateName(v1::WorkerState state);
 std::string PolicyName(v1::JobSpec::AssignmentPolicy policy);
+// "mlp", "synthetic", "replay", "program python3" (argv[0]); "-" if none.
+std::string JobWorkload(const v1::JobSpec& spec);
 
 // Parses a job state name, case-insensitively ("running", "SUCCEEDED").
 // InvalidArgument lists the valid names.

@@ -198,6 +198,23 @@ TEST(JobsTableTest, OneRowPerJob) {
   EXPECT_EQ(lines[1], "job-1  demo  RUNNING        2  mlp       50/200  1m30s ago");
 }
 
+TEST(JobsTableTest, AProgramJobShowsItsCommand) {
+  v1::Job job;
+  job.set_id("job-7");
+  job.mutable_spec()->set_name("lm");
+  job.mutable_spec()->set_world_size(2);
+  job.mutable_spec()->mutable_program()->add_argv("python3");
+  job.mutable_spec()->mutable_program()->add_argv("train.py");
+  job.set_state(v1::QUEUED);
+  const std::vector<std::string> lines =
+      Lines(FormatJobsTable({job}, absl::FromUnixSeconds(1000000)));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_THAT(lines[1], HasSubstr("  program python3  "));
+  EXPECT_THAT(FormatJobDetails(job, absl::Now()),
+              HasSubstr("workload:   program python3\n"));
+  EXPECT_EQ(JobWorkload(v1::JobSpec()), "-");
+}
+
 TEST(JobDetailsTest, ShowsReasonOutputAndMembers) {
   v1::Job job;
   job.set_id("job-2");

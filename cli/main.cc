@@ -41,6 +41,9 @@ ABSL_FLAG(absl::Duration, wait_timeout, absl::Hours(1),
 ABSL_FLAG(bool, include_lost, false, "workers: include LOST workers.");
 ABSL_FLAG(std::string, reason, "by pshardctl cancel",
           "cancel: reason recorded in the job's event log.");
+ABSL_FLAG(int, rank, -1, "logs: only this rank (default: every rank).");
+ABSL_FLAG(bool, follow, false,
+          "logs: keep printing the programs' output until they exit.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(5),
           "How long to wait for the coordinator to answer.");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(30),
@@ -197,6 +200,8 @@ int main(int argc, char** argv) {
   options.wait = absl::GetFlag(FLAGS_wait);
   options.wait_timeout = absl::GetFlag(FLAGS_wait_timeout);
   options.reason = absl::GetFlag(FLAGS_reason);
+  options.rank = absl::GetFlag(FLAGS_rank);
+  options.follow = absl::GetFlag(FLAGS_follow);
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   options.watch_timeout = absl::GetFlag(FLAGS_watch_timeout);

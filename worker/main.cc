@@ -1,6 +1,6 @@
 // pshard-worker: one worker of the pool. Registers with the coordinator, runs
-// the jobs it is given, serves WorkerStatus (plus gRPC health and reflection)
-// on --listen. SIGINT/SIGTERM abort any running job and exit 0.
+// the jobs it is given, serves WorkerStatus (its status and its program jobs'
+// logs, plus gRPC health and reflection) on --listen. SIGINT/SIGTERM abort any running job and exit 0.
 #include <signal.h>
 #include <unistd.h>
 
@@ -27,6 +27,7 @@
 #include "worker/gpu/device.h"
 #include "worker/runtime/agent.h"
 #include "worker/runtime/control_plane.h"
+#include "worker/runtime/program_log_stream.h"
 #include "worker/runtime/worker_status_service.h"
 #include "worker/workload/blas_threads.h"
 
@@ -179,12 +180,26 @@ int main(int argc, char** argv) {
   // The agent exists only once the port is known; until then the service
   // answers Unavailable. `agent` outlives the server (shut down first).
   absl::Mutex agent_mu;
+  // A rank's log is followed while the agent runs that rank.
+  pshard::worker::ProgramLogStreamerOptions log_options;
+  log_options.log_dir = options.program_log_dir;
+  log_options.worker_name = absl::StrCat("worker ", name);
+  log_options.clock = options.clock;
+  const pshard::worker::ProgramLogStreamer logs(
+      log_options, [&](absl::string_view job_id, int rank) {
+        absl::MutexLock lock(&agent_mu);
+        if (agent == nullptr) return false;
+        const pshard::v1::GetWorkerStatusResponse status = agent->Status();
+        return status.state() != pshard::v1::IDLE &&
+               status.job_id() == job_id && status.rank() == rank;
+      });
   pshard::worker::WorkerStatusService service(
       [&]() -> absl::StatusOr<pshard::v1::GetWorkerStatusResponse> {
         absl::MutexLock lock(&agent_mu);
         if (agent == nullptr) return absl::UnavailableError("worker starting");
         return agent->Status();
-      });
+      },
+      &logs);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

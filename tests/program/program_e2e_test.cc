@@ -1,16 +1,22 @@
 // End to end, program jobs through the real binaries: every worker's agent
 // starts the job's program for its rank with the environment contract
-// (docs/api.md, "Program jobs"), supervises it and stops it. The programs are
+// (docs/api.md, "Program jobs"), supervises it and stops it; `pshardctl logs`
+// (the real binary) reads the programs' output back from the workers. The programs are
 // small shell scripts that write what the test checks (their environment,
 // their pid) into files; every wait has a deadline, and no program process
 // may outlive its job.
 #include <signal.h>
 #include <sys/types.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <memory>
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -19,13 +25,22 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/cli/pshardctl_runner.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/subprocess.h"
 
 namespace pshard::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
+
+// Creates an empty file at `path` (the test's signal to a program).
+void WriteTempFileAt(const std::string& path) {
+  std::ofstream file(path);
+  ASSERT_TRUE(file.good()) << path;
+}
 
 // Every program gets OUT (a fresh directory) and writes
 // $OUT/pid-$RANK (its own pid, written atomically) first.
@@ -143,6 +158,79 @@ TEST_F(ProgramE2eTest, TwoRanksSucceedWithTheAgentsEnvironment) {
   EXPECT_THAT(logs, HasSubstr("hello from rank 0"));
   EXPECT_THAT(logs, HasSubstr("hello from rank 1"));
   EXPECT_THAT(logs, HasSubstr("program exited with code 0"));
+}
+
+TEST_F(ProgramE2eTest, LogsShowsTheOutputOfAFinishedJob) {
+  ASSERT_OK_AND_ASSIGN(
+      v1::Job job,
+      cluster_->Submit(Program("echo \"hello from rank $RANK\"\n"
+                               "echo \"to stderr from rank $RANK\" >&2\n")));
+  ASSERT_OK_AND_ASSIGN(v1::Job ended,
+                       cluster_->WaitForEnd(job.id(), absl::Seconds(60)));
+  ASSERT_EQ(ended.state(), v1::SUCCEEDED) << ended.reason() << cluster_->Logs();
+  const std::string coordinator = absl::StrCat("--coordinator=", cluster_->address());
+
+  // Every rank, each line prefixed, rank 0 first; read from the workers
+  // after the job ended.
+  CliResult all = RunPshardctl({"logs", job.id(), coordinator});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_THAT(all.out, HasSubstr("[rank 0] hello from rank 0\n"));
+  EXPECT_THAT(all.out, HasSubstr("[rank 0] to stderr from rank 0\n"));
+  EXPECT_THAT(all.out, HasSubstr("[rank 1] hello from rank 1\n"));
+  EXPECT_THAT(all.out, HasSubstr("[rank 1] [pshard: program exited with code 0]"));
+  EXPECT_LT(all.out.find("[rank 0]"), all.out.find("[rank 1]"));
+
+  CliResult one = RunPshardctl({"logs", job.id(), "--rank=1", coordinator});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_THAT(one.out, HasSubstr("\nhello from rank 1\n"));
+  EXPECT_THAT(one.out, Not(HasSubstr("rank 0")));
+
+  CliResult out_of_range = RunPshardctl({"logs", job.id(), "--rank=2", coordinator});
+  EXPECT_EQ(out_of_range.exit_code, 2);
+  EXPECT_THAT(out_of_range.err, HasSubstr("has ranks 0 to 1"));
+}
+
+TEST_F(ProgramE2eTest, LogsFollowStreamsARunningProgramUntilItExits) {
+  // Each rank writes a line, waits for the test's go, writes another, exits.
+  ASSERT_OK_AND_ASSIGN(
+      v1::Job job,
+      cluster_->Submit(Program(
+          "echo \"first line of rank $RANK\"\n"
+          "while [ ! -e \"$OUT/go\" ]; do sleep 0.05; done\n"
+          "echo \"last line of rank $RANK\"\n")));
+  ASSERT_GT(WaitForPid(0), 0) << cluster_->Logs();
+  ASSERT_GT(WaitForPid(1), 0) << cluster_->Logs();
+  const std::string output = absl::StrCat(MakeTempDir("follow"), "/out");
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<Subprocess> follower,
+      Subprocess::Start({RunfilePath("cli/pshardctl"), "logs", job.id(),
+                         "--follow",
+                         absl::StrCat("--coordinator=", cluster_->address())},
+                        {}, output));
+  // Both first lines arrive while the programs still run.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        const std::string text = ReadFile(output);
+        return absl::StrContains(text, "[rank 0] first line of rank 0\n") &&
+               absl::StrContains(text, "[rank 1] first line of rank 1\n");
+      },
+      absl::Seconds(30)))
+      << ReadFile(output);
+  EXPECT_TRUE(follower->running()) << "the follower ended before the programs";
+  EXPECT_THAT(ReadFile(output), Not(HasSubstr("last line")));
+
+  WriteTempFileAt(absl::StrCat(out_, "/go"));
+  // The follower prints the last lines and ends by itself once the programs
+  // have exited.
+  ASSERT_OK_AND_ASSIGN(int status, follower->Wait(absl::Seconds(30)));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(output);
+  const std::string text = ReadFile(output);
+  EXPECT_THAT(text, HasSubstr("[rank 0] last line of rank 0\n"));
+  EXPECT_THAT(text, HasSubstr("[rank 1] last line of rank 1\n"));
+  EXPECT_THAT(text, HasSubstr("[rank 1] [pshard: program exited with code 0]"));
+  ASSERT_OK_AND_ASSIGN(v1::Job ended,
+                       cluster_->WaitForEnd(job.id(), absl::Seconds(30)));
+  EXPECT_EQ(ended.state(), v1::SUCCEEDED) << ended.reason();
 }
 
 TEST_F(ProgramE2eTest, RankExitingThreeFailsTheJobAndStopsTheOther) {

@@ -360,6 +360,7 @@ absl::StatusOr<std::string> InProcessCoordinator::RegisterWorker(
   v1::RegisterWorkerRequest request;
   request.set_name(name);
   request.set_incarnation("sim");
+  request.set_address(options_.simulated_worker_address);
   request.set_host("127.0.0.1");
   request.set_device_kind(v1::CPU);
   request.set_device("cpu");

@@ -132,6 +132,9 @@ struct InProcessCoordinatorOptions {
   std::string listen = "127.0.0.1:0";
   // The SQLite state file; empty: one in a fresh temp dir.
   std::string state_path;
+  // The WorkerStatus address simulated workers register (host:port), for
+  // clients that go on to a worker (pshardctl logs); empty: none.
+  std::string simulated_worker_address;
 };
 
 class InProcessCoordinator {

@@ -6,9 +6,9 @@
 // output is always in rank-<R>.log. Each attempt (epoch) of the job appends
 // a header line to the same file.
 //
-// This is where `pshardctl logs` (not there yet) will read from, through the
-// worker's status service (worker_status_service.h): ProgramLogPath is the
-// one place that names the files.
+// `pshardctl logs` reads these files through the worker's status service
+// (WorkerStatus.StreamLogs: ProgramLogStreamer, program_log_stream.h), which
+// follows a rotation; ProgramLogPath is the one place that names the files.
 #ifndef PSHARD_WORKER_RUNTIME_PROGRAM_LOG_H_
 #define PSHARD_WORKER_RUNTIME_PROGRAM_LOG_H_
 

@@ -1,7 +1,8 @@
 // WorkerStatusService: the gRPC face of a worker's own state (what it owns,
-// its optimizer-state bytes, its step), for operators and probes. A thin
-// adapter over a status source (Agent::Status()); the source may answer
-// Unavailable while the worker is starting.
+// its optimizer-state bytes, its step), for operators and probes, and of its
+// program jobs' logs (StreamLogs, for `pshardctl logs`). A thin adapter over
+// a status source (Agent::Status()), which may answer Unavailable while the
+// worker is starting, and a ProgramLogStreamer (program_log_stream.h).
 #ifndef PSHARD_WORKER_RUNTIME_WORKER_STATUS_SERVICE_H_
 #define PSHARD_WORKER_RUNTIME_WORKER_STATUS_SERVICE_H_
 
@@ -11,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "common/grpc_status.h"
 #include "pshard/v1/worker_status.grpc.pb.h"
+#include "worker/runtime/program_log_stream.h"
 
 namespace pshard::worker {
 
@@ -18,7 +20,9 @@ class WorkerStatusService final : public v1::WorkerStatus::Service {
  public:
   using Source = std::function<absl::StatusOr<v1::GetWorkerStatusResponse>()>;
 
-  explicit WorkerStatusService(Source source) : source_(std::move(source)) {}
+  // `logs` must outlive the service.
+  WorkerStatusService(Source source, const ProgramLogStreamer* logs)
+      : source_(std::move(source)), logs_(logs) {}
 
   grpc::Status GetStatus(grpc::ServerContext* context,
                          const v1::GetWorkerStatusRequest* request,
@@ -29,8 +33,17 @@ class WorkerStatusService final : public v1::WorkerStatus::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status StreamLogs(grpc::ServerContext* context,
+                          const v1::StreamLogsRequest* request,
+                          grpc::ServerWriter<v1::LogChunk>* writer) override {
+    return ToGrpcStatus(logs_->Stream(
+        *request, [context] { return context->IsCancelled(); },
+        [writer](const v1::LogChunk& chunk) { return writer->Write(chunk); }));
+  }
+
  private:
   const Source source_;
+  const ProgramLogStreamer* const logs_;
 };
 
 }  // namespace pshard::worker
