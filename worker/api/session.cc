@@ -13,7 +13,9 @@
 #include "worker/runtime/assignment_client.h"
 #include "worker/runtime/control_plane.h"
 #include "worker/runtime/coordinator_kv.h"
+#include "worker/runtime/program_keys.h"
 #include "worker/runtime/progress_reporter.h"
+#include "worker/runtime/result_reporter.h"
 
 namespace pshard::worker {
 
@@ -21,8 +23,10 @@ namespace {
 
 constexpr int64_t kMaxParameterElements = int64_t{1} << 40;
 constexpr double kMaxTimeoutSeconds = 86400;
-// Deadline of each progress RPC.
+// Deadline of each progress (and result) RPC.
 constexpr absl::Duration kProgressRpcTimeout = absl::Seconds(5);
+// How long to look for a missing rank's agent key (published long before).
+constexpr absl::Duration kAgentKeyTimeout = absl::Seconds(1);
 
 // Reads `name` as an integer in [lo, hi].
 absl::StatusOr<int64_t> IntVariable(
@@ -48,6 +52,37 @@ absl::StatusOr<std::string> StringVariable(
     return absl::InvalidArgumentError(absl::StrCat(name, " is not set"));
   }
   return std::string(value);
+}
+
+// Coordinator mode, before the communicator: announces that this rank's
+// program opened its session and waits (up to env.timeout in all) for every
+// other rank's, so that a rank whose program never calls pshard.init() is
+// named, with its worker (its agent's key), instead of a bare rendezvous
+// timeout.
+absl::Status JoinProgramRanks(KvClient& kv, const SessionEnvironment& env,
+                              const Clock& clock) {
+  RETURN_IF_ERROR(
+      kv.Put(absl::StrCat(kProgramJoinedKeyPrefix, env.rank), env.worker_id));
+  const absl::Time deadline = clock.Now() + env.timeout;
+  for (int r = 0; r < env.world_size; ++r) {
+    if (r == env.rank) continue;
+    absl::StatusOr<std::string> joined =
+        kv.Get(absl::StrCat(kProgramJoinedKeyPrefix, r),
+               std::max(deadline - clock.Now(), absl::ZeroDuration()));
+    if (joined.ok()) continue;
+    if (joined.status().code() != absl::StatusCode::kDeadlineExceeded) {
+      return joined.status();
+    }
+    // The agent published its worker id before starting the program.
+    absl::StatusOr<std::string> worker =
+        kv.Get(absl::StrCat(kProgramAgentKeyPrefix, r), kAgentKeyTimeout);
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rank ", r, " (worker ", worker.ok() ? *worker : "unknown",
+        ") did not join the job's communicator within ",
+        absl::FormatDuration(env.timeout),
+        ": did its program call pshard.init()?"));
+  }
+  return absl::OkStatus();
 }
 
 // Collective failures end the session; argument and order errors do not.
@@ -130,13 +165,19 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Open(
     session->assignment_ = std::make_unique<AssignmentClient>(
         session->control_.get(), std::move(options));
   }
-  GlooOptions gloo;
-  gloo.rank = env.rank;
-  gloo.world_size = env.world_size;
-  gloo.hostname = env.hostname;
-  gloo.timeout = env.timeout;
-  gloo.key_prefix = kProgramCommKeyPrefix;
-  ASSIGN_OR_RETURN(session->comm_, CreateGlooCommunicator(gloo, *session->kv_));
+  absl::Status joined = session->Join();
+  if (!joined.ok()) {
+    if (!session->local()) {
+      // The job fails with this reason, not with the program's exit status
+      // that follows it (the first failure reported is the job's).
+      (void)ReportRankResult(
+          *session->control_,
+          ResultSource{env.job_id, env.epoch, env.rank, env.worker_id},
+          /*ok=*/false, joined.message(), /*final_step=*/0,
+          /*output_path=*/"", kProgressRpcTimeout, clock);
+    }
+    return joined;
+  }
   if (!session->local() && env.rank == 0) {
     Session* const self = session.get();
     session->reporter_ = std::make_unique<ProgressReporter>(
@@ -153,6 +194,18 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Open(
   }
   session->last_report_time_ = clock.Now();
   return session;
+}
+
+absl::Status Session::Join() {
+  if (!local()) RETURN_IF_ERROR(JoinProgramRanks(*kv_, env_, clock_));
+  GlooOptions gloo;
+  gloo.rank = env_.rank;
+  gloo.world_size = env_.world_size;
+  gloo.hostname = env_.hostname;
+  gloo.timeout = env_.timeout;
+  gloo.key_prefix = kProgramCommKeyPrefix;
+  ASSIGN_OR_RETURN(comm_, CreateGlooCommunicator(gloo, *kv_));
+  return absl::OkStatus();
 }
 
 absl::Status Session::CheckHealthy() const {

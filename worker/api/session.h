@@ -81,7 +81,12 @@ class Session {
   // Joins the communicator (Gloo, host memory) of `env`'s job. Errors:
   // InvalidArgument for a bad environment; the rendezvous's
   // (DeadlineExceeded when the other ranks do not show up within
-  // env.timeout, Unavailable when the coordinator is unreachable).
+  // env.timeout — in coordinator mode "rank R (worker W) did not join the
+  // job's communicator within T: did its program call pshard.init()?" —,
+  // Unavailable when the coordinator is unreachable). In coordinator mode
+  // a failure to join is also reported to the coordinator as this rank's
+  // result (ReportResult), so that it is the job's reason and the other
+  // ranks' programs are stopped.
   static absl::StatusOr<std::unique_ptr<Session>> Open(
       const SessionEnvironment& env, const Clock& clock = Clock::Real());
 
@@ -128,6 +133,10 @@ class Session {
  private:
   Session(SessionEnvironment env, const Clock& clock);
 
+  // Joins the communicator; in coordinator mode first waits for every
+  // rank's program to open its session (DeadlineExceeded names a rank that
+  // did not, and its worker).
+  absl::Status Join();
   absl::Status CheckHealthy() const;
   absl::Status CheckConfiguring() const;
   // Records `status` as the sticky failure when it came from a collective.
