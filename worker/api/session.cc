@@ -8,6 +8,8 @@
 #include "common/job_spec.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "worker/api/file_kv_store.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/runtime/assignment_client.h"
@@ -338,6 +340,38 @@ absl::Status Session::GradientReady(int index) {
 absl::Status Session::FinishStep() {
   ASSIGN_OR_RETURN(Trainer * trainer, this->trainer());
   return Record(trainer->FinishStep());
+}
+
+absl::StatusOr<Session::OptimizerStateShard> Session::ExportOptimizerState() {
+  ASSIGN_OR_RETURN(Trainer * trainer, this->trainer());
+  OptimizerStateShard shard;
+  ASSIGN_OR_RETURN(shard.params, trainer->ExportOptimizerState());
+  const auto printed =
+      google::protobuf::util::MessageToJsonString(*optimizer_, &shard.optimizer_json);
+  if (!printed.ok()) {
+    return absl::InternalError(absl::StrCat("printing the optimizer spec: ",
+                                            std::string(printed.message())));
+  }
+  return shard;
+}
+
+absl::Status Session::ImportOptimizerState(
+    absl::string_view optimizer_json,
+    std::vector<ParameterOptimizerState> params) {
+  ASSIGN_OR_RETURN(Trainer * trainer, this->trainer());
+  absl::StatusOr<v1::OptimizerSpec> saved = ParseOptimizerSpecJson(optimizer_json);
+  if (!saved.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the optimizer spec of the state to load: ", saved.status().message()));
+  }
+  if (!google::protobuf::util::MessageDifferencer::Equals(*saved,
+                                                          *optimizer_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the state to load was saved with another optimizer (",
+        saved->ShortDebugString(), ") than this session's (",
+        optimizer_->ShortDebugString(), ")"));
+  }
+  return trainer->LoadOptimizerState(std::move(params));
 }
 
 absl::StatusOr<double> Session::AverageLoss(double loss) {

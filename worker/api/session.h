@@ -122,6 +122,20 @@ class Session {
   absl::StatusOr<double> AverageLoss(double loss);
   absl::Status Barrier();
 
+  // This rank's shard of the optimizer state, for a checkpoint.
+  struct OptimizerStateShard {
+    // The session's OptimizerSpec, as protobuf JSON.
+    std::string optimizer_json;
+    std::vector<ParameterOptimizerState> params;
+  };
+  // After the first step (FailedPrecondition before it).
+  absl::StatusOr<OptimizerStateShard> ExportOptimizerState();
+  // After Prepare and before the first step: the state FinishStep resumes
+  // from (Trainer::LoadOptimizerState's checks). InvalidArgument also when
+  // `optimizer_json` is not this session's optimizer (compared as specs).
+  absl::Status ImportOptimizerState(absl::string_view optimizer_json,
+                                    std::vector<ParameterOptimizerState> params);
+
   // InvalidArgument: step < 1, samples < 0. Aborted once the coordinator
   // has told rank 0 that the job was stopped.
   absl::Status ReportProgress(int64_t step, double loss, int64_t samples);

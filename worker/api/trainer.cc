@@ -113,4 +113,14 @@ int64_t Trainer::optimizer_state_bytes() const {
   return hook_->optimizer().total_state_bytes();
 }
 
+absl::StatusOr<std::vector<ParameterOptimizerState>>
+Trainer::ExportOptimizerState() const {
+  return hook_->ExportOptimizerState();
+}
+
+absl::Status Trainer::LoadOptimizerState(
+    std::vector<ParameterOptimizerState> state) {
+  return hook_->SetInitialOptimizerState(std::move(state));
+}
+
 }  // namespace pshard::worker

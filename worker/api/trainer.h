@@ -54,12 +54,12 @@
 #include "absl/types/span.h"
 #include "pshard/v1/job_spec.pb.h"
 #include "worker/comm/communicator.h"
+#include "worker/hook/zero_hook.h"
 #include "worker/workload/workload.h"
 
 namespace pshard::worker {
 
 class AssignmentClient;  // worker/runtime/assignment_client.h
-class ZeroHook;
 
 struct TrainerOptions {
   // The optimizer, with PyTorch's names and defaults; param_groups select
@@ -119,6 +119,14 @@ class Trainer {
   std::vector<int> owned_buckets() const;
   // Optimizer state held by this rank, in bytes (about 1/world of the total).
   int64_t optimizer_state_bytes() const;
+
+  // Checkpoints of this rank's shard (ZeroHook's, worker/hook/zero_hook.h):
+  // after the first step, the state of the parameters whose buckets this
+  // rank owns; before the first step of a new trainer (same rank, world
+  // size, parameters and bucket size), the state to resume from.
+  absl::StatusOr<std::vector<ParameterOptimizerState>> ExportOptimizerState()
+      const;
+  absl::Status LoadOptimizerState(std::vector<ParameterOptimizerState> state);
 
  private:
   Trainer(Communicator* comm, std::unique_ptr<ZeroHook> hook);
