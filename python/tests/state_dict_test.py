@@ -7,17 +7,16 @@ wrong.
 """
 
 import os
-import subprocess
 import sys
-import tempfile
 import unittest
+
+from local_ranks import run_local_ranks
 
 try:
     import torch
 except ImportError:  # pragma: no cover - depends on the machine
     torch = None
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 WORLD = 2
 RUN_TIMEOUT_SECONDS = 240
 
@@ -29,28 +28,7 @@ class StateDictTest(unittest.TestCase):
     def test_resumed_training_is_bit_identical(self):
         import parity_common as common
         import state_dict_rank
-        tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        store, out = os.path.join(tmp, "store"), os.path.join(tmp, "out")
-        os.makedirs(store)
-        os.makedirs(out)
-        ranks = []
-        for rank in range(WORLD):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(WORLD),
-                       PSHARD_COLLECTIVE_TIMEOUT_SECONDS="60",
-                       OMP_NUM_THREADS="1")
-            env.pop("PSHARD_COORDINATOR", None)
-            ranks.append(subprocess.Popen(
-                [sys.executable, os.path.join(HERE, "state_dict_rank.py"),
-                 store, out], env=env))
-        try:
-            for rank, process in enumerate(ranks):
-                code = process.wait(timeout=RUN_TIMEOUT_SECONDS)
-                self.assertEqual(code, 0, f"rank {rank} exited {code}")
-        finally:
-            for process in ranks:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
+        out = run_local_ranks(self, "state_dict_rank.py", WORLD, RUN_TIMEOUT_SECONDS)
 
         names = {n for n, _ in common.make_model().named_parameters()}
         for config in state_dict_rank.CONFIGS:

@@ -162,7 +162,8 @@ int64_t ZeroHook::bucket_state_bytes(int b) const {
   return bytes;
 }
 
-std::vector<ParamSpan> ZeroHook::PieceSpans(int p) const {
+std::vector<ParamSpan> ZeroHook::PieceSpans(int p,
+                                            bool offsets_in_parameters) const {
   const Piece& piece = pieces_[p];
   std::vector<ParamSpan> spans;
   for (const ParamSpan& span : layout_->Spans(piece.bucket)) {
@@ -170,24 +171,21 @@ std::vector<ParamSpan> ZeroHook::PieceSpans(int p) const {
     const int64_t end =
         std::min(span.offset + span.numel, piece.offset + piece.numel);
     if (begin < end) {
-      spans.push_back(ParamSpan{span.name, begin - piece.offset, end - begin});
+      spans.push_back(ParamSpan{
+          span.name, begin - (offsets_in_parameters ? span.offset : piece.offset),
+          end - begin});
     }
   }
   return spans;
 }
 
-std::vector<ParamSpan> ZeroHook::PieceSpansInParameters(int p) const {
-  const Piece& piece = pieces_[p];
-  std::vector<ParamSpan> spans;
-  for (const ParamSpan& span : layout_->Spans(piece.bucket)) {
-    const int64_t begin = std::max(span.offset, piece.offset);
-    const int64_t end =
-        std::min(span.offset + span.numel, piece.offset + piece.numel);
-    if (begin < end) {
-      spans.push_back(ParamSpan{span.name, begin - span.offset, end - begin});
-    }
+absl::flat_hash_map<std::string, int64_t> ZeroHook::OffsetsInParameters(
+    int p) const {
+  absl::flat_hash_map<std::string, int64_t> offsets;
+  for (const ParamSpan& span : PieceSpans(p, /*offsets_in_parameters=*/true)) {
+    offsets[span.name] = span.offset;
   }
-  return spans;
+  return offsets;
 }
 
 absl::StatusOr<std::vector<ParameterOptimizerState>>
@@ -203,10 +201,8 @@ ZeroHook::ExportOptimizerState() const {
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
     if (assignment_.owners[pieces_[p].bucket] != comm_->rank()) continue;
     ASSIGN_OR_RETURN(BucketState piece, optimizer_->ExportState(p));
-    absl::flat_hash_map<std::string, int64_t> offset_in_param;
-    for (const ParamSpan& span : PieceSpansInParameters(p)) {
-      offset_in_param[span.name] = span.offset;
-    }
+    const absl::flat_hash_map<std::string, int64_t> offset_in_param =
+        OffsetsInParameters(p);
     for (SpanState& span : piece.spans) {
       auto [it, added] = index.try_emplace(span.name, out.size());
       if (added) {
@@ -222,7 +218,7 @@ ZeroHook::ExportOptimizerState() const {
       for (size_t t = 0; t < span.tensors.size(); ++t) {
         std::copy(span.tensors[t].second.begin(), span.tensors[t].second.end(),
                   param.tensors[t].second.begin() +
-                      offset_in_param[span.name]);
+                      offset_in_param.at(span.name));
       }
     }
   }
@@ -276,10 +272,8 @@ absl::Status ZeroHook::ApplyInitialOptimizerState() {
     if (assignment_.owners[pieces_[p].bucket] != comm_->rank()) continue;
     // The fresh state says which spans keep state, and under which names.
     ASSIGN_OR_RETURN(BucketState piece, optimizer_->ExportState(p));
-    absl::flat_hash_map<std::string, int64_t> offset_in_param;
-    for (const ParamSpan& span : PieceSpansInParameters(p)) {
-      offset_in_param[span.name] = span.offset;
-    }
+    const absl::flat_hash_map<std::string, int64_t> offset_in_param =
+        OffsetsInParameters(p);
     for (SpanState& span : piece.spans) {
       auto it = by_name.find(span.name);
       if (it == by_name.end()) {
@@ -300,7 +294,7 @@ absl::Status ZeroHook::ApplyInitialOptimizerState() {
               "the optimizer state to load has no '", key,
               "' for parameter '", span.name, "'"));
         }
-        const auto from = t->second.begin() + offset_in_param[span.name];
+        const auto from = t->second.begin() + offset_in_param.at(span.name);
         std::copy(from, from + span.numel, values.begin());
       }
       if (saved.tensors.size() != span.tensors.size()) {

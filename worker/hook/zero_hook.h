@@ -53,6 +53,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -201,10 +202,12 @@ class ZeroHook : public GradientSink {
   absl::Status LaunchBucket(int b);
   void LaunchPiece(int p);
   void IssueBroadcast(int p);
-  std::vector<ParamSpan> PieceSpans(int p) const;
-  // Piece p's spans with each one's offset inside its parameter (instead of
-  // inside the piece).
-  std::vector<ParamSpan> PieceSpansInParameters(int p) const;
+  // Piece p's parameter spans, offsets inside the piece or (for
+  // checkpoints) inside each span's parameter.
+  std::vector<ParamSpan> PieceSpans(int p,
+                                    bool offsets_in_parameters = false) const;
+  // Where each parameter of piece p starts inside the parameter.
+  absl::flat_hash_map<std::string, int64_t> OffsetsInParameters(int p) const;
   // Loads initial_state_ into the owned pieces' optimizer (Initialize).
   absl::Status ApplyInitialOptimizerState();
   absl::Status Fail(absl::Status status);
