@@ -19,7 +19,6 @@
 namespace {
 
 using ::pshard::worker::Session;
-using ::pshard::worker::Trainer;
 
 // Tells a live handle from a closed one or from garbage (best effort: a
 // freed handle's memory may be reused).
@@ -114,16 +113,17 @@ pshardResult_t GetBuffer(const char* call, pshardSession_t handle, int index,
   if (data == nullptr) return NullArgument(call, "data");
   if (numel == nullptr) return NullArgument(call, "numel");
   return WithSession(call, handle, [&](Session& s) {
-    absl::StatusOr<Trainer*> trainer = s.trainer();
-    if (!trainer.ok()) return Return(trainer.status());
-    if (index < 0 || index >= (*trainer)->num_parameters()) {
+    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
+      return Return(prepared);
+    }
+    if (index < 0 || index >= s.num_parameters()) {
       return Fail(pshardInvalidArgument,
                   absl::StrCat(call, ": index ", index, " is not a parameter "
-                               "index (", (*trainer)->num_parameters(),
+                               "index (", s.num_parameters(),
                                " registered)"));
     }
-    absl::Span<float> span = gradient ? (*trainer)->gradient(index)
-                                      : (*trainer)->parameter(index);
+    absl::Span<float> span = gradient ? s.gradient(index)
+                                      : s.parameter(index);
     *data = span.data();
     *numel = static_cast<int64_t>(span.size());
     return pshardSuccess;
@@ -273,9 +273,10 @@ pshardResult_t pshardPrepare(pshardSession_t session) {
 pshardResult_t pshardNumParameters(pshardSession_t session, int* count) {
   if (count == nullptr) return NullArgument("pshardNumParameters", "count");
   return WithSession("pshardNumParameters", session, [&](Session& s) {
-    absl::StatusOr<Trainer*> trainer = s.trainer();
-    if (!trainer.ok()) return Return(trainer.status());
-    *count = (*trainer)->num_parameters();
+    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
+      return Return(prepared);
+    }
+    *count = s.num_parameters();
     return pshardSuccess;
   });
 }
@@ -306,9 +307,10 @@ pshardResult_t pshardFinishStep(pshardSession_t session) {
 pshardResult_t pshardStepsFinished(pshardSession_t session, int64_t* steps) {
   if (steps == nullptr) return NullArgument("pshardStepsFinished", "steps");
   return WithSession("pshardStepsFinished", session, [&](Session& s) {
-    absl::StatusOr<Trainer*> trainer = s.trainer();
-    if (!trainer.ok()) return Return(trainer.status());
-    *steps = (*trainer)->step();
+    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
+      return Return(prepared);
+    }
+    *steps = s.steps_finished();
     return pshardSuccess;
   });
 }
@@ -334,9 +336,10 @@ pshardResult_t pshardReportProgress(pshardSession_t session, int64_t step,
 pshardResult_t pshardNumBuckets(pshardSession_t session, int* count) {
   if (count == nullptr) return NullArgument("pshardNumBuckets", "count");
   return WithSession("pshardNumBuckets", session, [&](Session& s) {
-    absl::StatusOr<Trainer*> trainer = s.trainer();
-    if (!trainer.ok()) return Return(trainer.status());
-    *count = (*trainer)->num_buckets();
+    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
+      return Return(prepared);
+    }
+    *count = s.num_buckets();
     return pshardSuccess;
   });
 }
@@ -351,9 +354,10 @@ pshardResult_t pshardOwnedBuckets(pshardSession_t session, int* owned,
   }
   if (capacity > 0 && owned == nullptr) return NullArgument(kCall, "owned");
   return WithSession(kCall, session, [&](Session& s) {
-    absl::StatusOr<Trainer*> trainer = s.trainer();
-    if (!trainer.ok()) return Return(trainer.status());
-    const std::vector<int> buckets = (*trainer)->owned_buckets();
+    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
+      return Return(prepared);
+    }
+    const std::vector<int> buckets = s.owned_buckets();
     *count = static_cast<int>(buckets.size());
     for (int i = 0; i < capacity && i < *count; ++i) owned[i] = buckets[i];
     return pshardSuccess;
