@@ -141,11 +141,12 @@ class Session {
   // after Close), Aborted after a failure.
   absl::Status CheckPrepared() const;
 
-  // After Prepare (0 or empty before it; an empty span for a bad index).
+  // Parameters registered so far.
+  int num_parameters() const { return static_cast<int>(params_.size()); }
+  // After Prepare (empty or 0 before it; an empty span for a bad index).
   // parameter(i) and gradient(i) point into the bucket buffers: the first
   // FinishStep may move them (it re-packs in the order gradients became
   // ready); they are stable from then on.
-  int num_parameters() const { return static_cast<int>(params_.size()); }
   absl::Span<float> parameter(int i);
   absl::Span<float> gradient(int i);
   int64_t steps_finished() const;
