@@ -101,6 +101,22 @@ _PROTOTYPES = {
     "pshardNumBuckets": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),
     "pshardOwnedBuckets": (ctypes.c_int, [
         ctypes.c_void_p, _c_int_p, ctypes.c_int, _c_int_p]),
+    "pshardExportOptimizerState": (ctypes.c_int, [ctypes.c_void_p,
+                                                  _session_p]),
+    "pshardOptimizerStateNumEntries": (ctypes.c_int, [ctypes.c_void_p,
+                                                      _c_int_p]),
+    "pshardOptimizerStateGetEntry": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
+        ctypes.POINTER(ctypes.c_char_p), _c_int64_p,
+        ctypes.POINTER(ctypes.POINTER(ctypes.c_float)), _c_int64_p]),
+    "pshardOptimizerStateSpec": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]),
+    "pshardOptimizerStateFree": (ctypes.c_int, [ctypes.c_void_p]),
+    "pshardImportOptimizerState": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
+        ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p),
+        _c_int64_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_float)),
+        _c_int64_p]),
     "pshardBarrier": (ctypes.c_int, [ctypes.c_void_p]),
     "pshardSessionClose": (ctypes.c_int, [ctypes.c_void_p]),
 }

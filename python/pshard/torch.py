@@ -85,6 +85,9 @@ class ShardedOptimizer:
                             "OptimizerSpec")
         self._session = session if session is not None else pshard.init()
         self._named = _named_parameters(model)
+        self._spec = {"optimizer": json.loads(optimizer),
+                      "bucket_cap_mb": float(bucket_cap_mb),
+                      "comm_mode": comm_mode}
         handle = self._session.handle
         _capi.check("pshardSetOptimizer", handle, optimizer.encode())
         _capi.check("pshardSetBucketCapMb", handle, float(bucket_cap_mb))
@@ -200,6 +203,106 @@ class ShardedOptimizer:
         _capi.check("pshardOwnedBuckets", handle, owned, count.value,
                     ctypes.byref(count))
         return list(owned[:count.value])
+
+    def state_dict(self):
+        """This rank's shard of the optimizer state (after the first step),
+        as ZeroRedundancyOptimizer's local state: {"state": {parameter name:
+        {"step": n, "exp_avg": tensor, ...}}, "rank", "world_size", and the
+        spec: "optimizer" (OptimizerSpec), "bucket_cap_mb", "comm_mode"}.
+        Only the parameters whose buckets this rank owns (and that keep
+        state: SGD without momentum keeps none). The tensors are copies, in
+        the parameters' shapes."""
+        shapes = {name: p.shape for name, p in self._named}
+        handle = ctypes.c_void_p()
+        _capi.check("pshardExportOptimizerState", self._session.handle,
+                    ctypes.byref(handle))
+        try:
+            count = ctypes.c_int()
+            _capi.check("pshardOptimizerStateNumEntries", handle,
+                        ctypes.byref(count))
+            state = {}
+            for i in range(count.value):
+                name, key = ctypes.c_char_p(), ctypes.c_char_p()
+                step, numel = ctypes.c_int64(), ctypes.c_int64()
+                data = ctypes.POINTER(ctypes.c_float)()
+                _capi.check("pshardOptimizerStateGetEntry", handle, i,
+                            ctypes.byref(name), ctypes.byref(key),
+                            ctypes.byref(step), ctypes.byref(data),
+                            ctypes.byref(numel))
+                name = name.value.decode()
+                entry = state.setdefault(name, {"step": step.value})
+                entry[key.value.decode()] = _view(
+                    ctypes.addressof(data.contents), numel.value,
+                    shapes[name]).clone()
+        finally:
+            _capi.check("pshardOptimizerStateFree", handle)
+        return {"state": state, "rank": self._session.rank,
+                "world_size": self._session.world_size, **self._spec}
+
+    def load_state_dict(self, state_dict):
+        """Resumes from state_dict() of the same rank, world size, model,
+        optimizer spec, bucket size and comm mode. Call it before the first
+        step. Raises ValueError (TypeError for a wrong type) naming what
+        differs; pshard itself checks again (PshardError), and the first
+        step checks that the state covers exactly the buckets this rank
+        owns."""
+        if not isinstance(state_dict, dict):
+            raise TypeError("state_dict: a dict from ShardedOptimizer."
+                            "state_dict()")
+        missing = {"state", "rank", "world_size", *self._spec} - set(state_dict)
+        if missing:
+            raise ValueError(f"state_dict: missing {sorted(missing)}")
+        for field, expected in (("rank", self._session.rank),
+                                ("world_size", self._session.world_size),
+                                *self._spec.items()):
+            if state_dict[field] != expected:
+                raise ValueError(
+                    f"state_dict[{field!r}] is {state_dict[field]!r}, this "
+                    f"optimizer's {expected!r}: a state of this rank's shard "
+                    "loads only into the same configuration")
+        params = dict(self._named)
+        names, keys, steps, pointers, numels = [], [], [], [], []
+        keep = []  # the contiguous tensors the pointers point into
+        for name, entry in state_dict["state"].items():
+            if name not in params:
+                raise ValueError(f"state_dict['state']: {name!r} is not a "
+                                 "parameter of this model")
+            if not isinstance(entry, dict) or not isinstance(
+                    entry.get("step"), int) or entry["step"] < 0:
+                raise ValueError(f"state_dict['state'][{name!r}]: a dict "
+                                 "with an integer 'step' >= 0")
+            for key, tensor in entry.items():
+                if key == "step":
+                    continue
+                where = f"state_dict['state'][{name!r}][{key!r}]"
+                if not isinstance(tensor, torch.Tensor):
+                    raise TypeError(f"{where}: a tensor, got "
+                                    f"{type(tensor).__name__}")
+                if tensor.dtype != torch.float32:
+                    raise ValueError(f"{where}: dtype {tensor.dtype}, "
+                                     "expected torch.float32")
+                if tensor.shape != params[name].shape:
+                    raise ValueError(f"{where}: shape {tuple(tensor.shape)}, "
+                                     f"the parameter's is "
+                                     f"{tuple(params[name].shape)}")
+                tensor = tensor.detach().cpu().contiguous()
+                keep.append(tensor)
+                names.append(name.encode())
+                keys.append(key.encode())
+                steps.append(entry["step"])
+                pointers.append(ctypes.cast(tensor.data_ptr(),
+                                            ctypes.POINTER(ctypes.c_float)))
+                numels.append(tensor.numel())
+        n = len(names)
+        _capi.check(
+            "pshardImportOptimizerState", self._session.handle,
+            json.dumps(state_dict["optimizer"]).encode(), n,
+            (ctypes.c_char_p * max(1, n))(*names),
+            (ctypes.c_char_p * max(1, n))(*keys),
+            (ctypes.c_int64 * max(1, n))(*steps),
+            (ctypes.POINTER(ctypes.c_float) * max(1, n))(*pointers),
+            (ctypes.c_int64 * max(1, n))(*numels))
+        del keep
 
     def _detach(self):
         """The session is closing: the model keeps copies of its values."""

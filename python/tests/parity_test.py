@@ -8,17 +8,16 @@ parameter groups, odd shapes, both comm modes — within 1e-5 relative after
 """
 
 import os
-import subprocess
 import sys
-import tempfile
 import unittest
+
+from local_ranks import run_local_ranks
 
 try:
     import torch
 except ImportError:  # pragma: no cover - depends on the machine
     torch = None
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 # The world size: the first argument (taken off before unittest sees the
 # command line).
 WORLD = int(sys.argv.pop(1)) if len(sys.argv) > 1 else 2
@@ -33,28 +32,7 @@ class ParityTest(unittest.TestCase):
 
     def test_every_rank_matches_the_single_process_reference(self):
         import parity_common as common
-        tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        store, out = os.path.join(tmp, "store"), os.path.join(tmp, "out")
-        os.makedirs(store)
-        os.makedirs(out)
-        ranks = []
-        for rank in range(WORLD):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(WORLD),
-                       PSHARD_COLLECTIVE_TIMEOUT_SECONDS="60",
-                       OMP_NUM_THREADS="1")
-            env.pop("PSHARD_COORDINATOR", None)
-            ranks.append(subprocess.Popen(
-                [sys.executable, os.path.join(HERE, "parity_rank.py"), store,
-                 out], env=env))
-        try:
-            for rank, process in enumerate(ranks):
-                code = process.wait(timeout=RUN_TIMEOUT_SECONDS)
-                self.assertEqual(code, 0, f"rank {rank} exited {code}")
-        finally:
-            for process in ranks:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
+        out = run_local_ranks(self, "parity_rank.py", WORLD, RUN_TIMEOUT_SECONDS)
 
         for optimizer_name, comm_mode in common.configurations():
             name = f"{optimizer_name}-{comm_mode}"

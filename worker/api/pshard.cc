@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -18,7 +19,6 @@
 namespace {
 
 using ::pshard::worker::Session;
-using ::pshard::worker::Trainer;
 
 // Tells a live handle from a closed one or from garbage (best effort: a
 // freed handle's memory may be reused).
@@ -77,6 +77,14 @@ pshardResult_t NullArgument(const char* call, const char* argument) {
 
 }  // namespace
 
+// A copy of a rank's optimizer state shard and its entries' flat index.
+struct pshardOptimizerState {
+  uint64_t magic = kLiveMagic;
+  Session::OptimizerStateShard shard;
+  // (parameter, tensor) of each entry.
+  std::vector<std::pair<size_t, size_t>> entries;
+};
+
 struct pshardSession {
   uint64_t magic = kLiveMagic;
   absl::Mutex mu;
@@ -105,16 +113,17 @@ pshardResult_t GetBuffer(const char* call, pshardSession_t handle, int index,
   if (data == nullptr) return NullArgument(call, "data");
   if (numel == nullptr) return NullArgument(call, "numel");
   return WithSession(call, handle, [&](Session& s) {
-    absl::StatusOr<Trainer*> trainer = s.trainer();
-    if (!trainer.ok()) return Return(trainer.status());
-    if (index < 0 || index >= (*trainer)->num_parameters()) {
+    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
+      return Return(prepared);
+    }
+    if (index < 0 || index >= s.num_parameters()) {
       return Fail(pshardInvalidArgument,
                   absl::StrCat(call, ": index ", index, " is not a parameter "
-                               "index (", (*trainer)->num_parameters(),
+                               "index (", s.num_parameters(),
                                " registered)"));
     }
-    absl::Span<float> span = gradient ? (*trainer)->gradient(index)
-                                      : (*trainer)->parameter(index);
+    absl::Span<float> span = gradient ? s.gradient(index)
+                                      : s.parameter(index);
     *data = span.data();
     *numel = static_cast<int64_t>(span.size());
     return pshardSuccess;
@@ -264,9 +273,10 @@ pshardResult_t pshardPrepare(pshardSession_t session) {
 pshardResult_t pshardNumParameters(pshardSession_t session, int* count) {
   if (count == nullptr) return NullArgument("pshardNumParameters", "count");
   return WithSession("pshardNumParameters", session, [&](Session& s) {
-    absl::StatusOr<Trainer*> trainer = s.trainer();
-    if (!trainer.ok()) return Return(trainer.status());
-    *count = (*trainer)->num_parameters();
+    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
+      return Return(prepared);
+    }
+    *count = s.num_parameters();
     return pshardSuccess;
   });
 }
@@ -297,9 +307,10 @@ pshardResult_t pshardFinishStep(pshardSession_t session) {
 pshardResult_t pshardStepsFinished(pshardSession_t session, int64_t* steps) {
   if (steps == nullptr) return NullArgument("pshardStepsFinished", "steps");
   return WithSession("pshardStepsFinished", session, [&](Session& s) {
-    absl::StatusOr<Trainer*> trainer = s.trainer();
-    if (!trainer.ok()) return Return(trainer.status());
-    *steps = (*trainer)->step();
+    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
+      return Return(prepared);
+    }
+    *steps = s.steps_finished();
     return pshardSuccess;
   });
 }
@@ -325,9 +336,10 @@ pshardResult_t pshardReportProgress(pshardSession_t session, int64_t step,
 pshardResult_t pshardNumBuckets(pshardSession_t session, int* count) {
   if (count == nullptr) return NullArgument("pshardNumBuckets", "count");
   return WithSession("pshardNumBuckets", session, [&](Session& s) {
-    absl::StatusOr<Trainer*> trainer = s.trainer();
-    if (!trainer.ok()) return Return(trainer.status());
-    *count = (*trainer)->num_buckets();
+    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
+      return Return(prepared);
+    }
+    *count = s.num_buckets();
     return pshardSuccess;
   });
 }
@@ -342,12 +354,165 @@ pshardResult_t pshardOwnedBuckets(pshardSession_t session, int* owned,
   }
   if (capacity > 0 && owned == nullptr) return NullArgument(kCall, "owned");
   return WithSession(kCall, session, [&](Session& s) {
-    absl::StatusOr<Trainer*> trainer = s.trainer();
-    if (!trainer.ok()) return Return(trainer.status());
-    const std::vector<int> buckets = (*trainer)->owned_buckets();
+    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
+      return Return(prepared);
+    }
+    const std::vector<int> buckets = s.owned_buckets();
     *count = static_cast<int>(buckets.size());
     for (int i = 0; i < capacity && i < *count; ++i) owned[i] = buckets[i];
     return pshardSuccess;
+  });
+}
+
+pshardResult_t pshardExportOptimizerState(pshardSession_t session,
+                                          pshardOptimizerState_t* state) {
+  constexpr char kCall[] = "pshardExportOptimizerState";
+  if (state == nullptr) return NullArgument(kCall, "state");
+  *state = nullptr;
+  return WithSession(kCall, session, [&](Session& s) {
+    absl::StatusOr<Session::OptimizerStateShard> shard =
+        s.ExportOptimizerState();
+    if (!shard.ok()) return Return(shard.status());
+    auto copy = std::make_unique<pshardOptimizerState>();
+    copy->shard = *std::move(shard);
+    for (size_t p = 0; p < copy->shard.params.size(); ++p) {
+      for (size_t t = 0; t < copy->shard.params[p].tensors.size(); ++t) {
+        copy->entries.emplace_back(p, t);
+      }
+    }
+    *state = copy.release();
+    return pshardSuccess;
+  });
+}
+
+namespace {
+
+pshardResult_t CheckState(const char* call, pshardOptimizerState_t state) {
+  if (state == nullptr) return NullArgument(call, "state");
+  if (state->magic != kLiveMagic) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(call, ": state is not a live optimizer state"));
+  }
+  return pshardSuccess;
+}
+
+}  // namespace
+
+pshardResult_t pshardOptimizerStateNumEntries(pshardOptimizerState_t state,
+                                              int* count) {
+  constexpr char kCall[] = "pshardOptimizerStateNumEntries";
+  if (count == nullptr) return NullArgument(kCall, "count");
+  if (pshardResult_t r = CheckState(kCall, state); r != pshardSuccess) return r;
+  *count = static_cast<int>(state->entries.size());
+  return pshardSuccess;
+}
+
+pshardResult_t pshardOptimizerStateGetEntry(pshardOptimizerState_t state,
+                                            int index, const char** parameter,
+                                            const char** key, int64_t* step,
+                                            const float** data,
+                                            int64_t* numel) {
+  constexpr char kCall[] = "pshardOptimizerStateGetEntry";
+  if (parameter == nullptr) return NullArgument(kCall, "parameter");
+  if (key == nullptr) return NullArgument(kCall, "key");
+  if (step == nullptr) return NullArgument(kCall, "step");
+  if (data == nullptr) return NullArgument(kCall, "data");
+  if (numel == nullptr) return NullArgument(kCall, "numel");
+  if (pshardResult_t r = CheckState(kCall, state); r != pshardSuccess) return r;
+  if (index < 0 || static_cast<size_t>(index) >= state->entries.size()) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(kCall, ": index ", index, " is not in [0, ",
+                             state->entries.size(), ")"));
+  }
+  const auto [p, t] = state->entries[index];
+  const pshard::worker::ParameterOptimizerState& param =
+      state->shard.params[p];
+  *parameter = param.name.c_str();
+  *key = param.tensors[t].first.c_str();
+  *step = param.step;
+  *data = param.tensors[t].second.data();
+  *numel = static_cast<int64_t>(param.tensors[t].second.size());
+  return pshardSuccess;
+}
+
+pshardResult_t pshardOptimizerStateSpec(pshardOptimizerState_t state,
+                                        const char** optimizer_json) {
+  constexpr char kCall[] = "pshardOptimizerStateSpec";
+  if (optimizer_json == nullptr) return NullArgument(kCall, "optimizer_json");
+  if (pshardResult_t r = CheckState(kCall, state); r != pshardSuccess) return r;
+  *optimizer_json = state->shard.optimizer_json.c_str();
+  return pshardSuccess;
+}
+
+pshardResult_t pshardOptimizerStateFree(pshardOptimizerState_t state) {
+  if (state == nullptr) return pshardSuccess;
+  if (pshardResult_t r = CheckState("pshardOptimizerStateFree", state);
+      r != pshardSuccess) {
+    return r;
+  }
+  state->magic = 0;
+  delete state;
+  return pshardSuccess;
+}
+
+pshardResult_t pshardImportOptimizerState(
+    pshardSession_t session, const char* optimizer_json, int count,
+    const char* const* parameters, const char* const* keys,
+    const int64_t* steps, const float* const* data, const int64_t* numels) {
+  constexpr char kCall[] = "pshardImportOptimizerState";
+  if (optimizer_json == nullptr) return NullArgument(kCall, "optimizer_json");
+  if (count < 0) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(kCall, ": count must be >= 0, got ", count));
+  }
+  if (count > 0) {
+    if (parameters == nullptr) return NullArgument(kCall, "parameters");
+    if (keys == nullptr) return NullArgument(kCall, "keys");
+    if (steps == nullptr) return NullArgument(kCall, "steps");
+    if (data == nullptr) return NullArgument(kCall, "data");
+    if (numels == nullptr) return NullArgument(kCall, "numels");
+  }
+  return Guarded(kCall, [&]() -> pshardResult_t {
+    std::vector<pshard::worker::ParameterOptimizerState> params;
+    std::map<std::string, size_t> index;  // parameter name -> params[i]
+    for (int i = 0; i < count; ++i) {
+      if (parameters[i] == nullptr || keys[i] == nullptr ||
+          data[i] == nullptr) {
+        return Fail(pshardInvalidArgument,
+                    absl::StrCat(kCall, ": entry ", i,
+                                 " has a NULL parameter, key or data"));
+      }
+      if (numels[i] < 0 || numels[i] > (int64_t{1} << 40)) {
+        return Fail(pshardInvalidArgument,
+                    absl::StrCat(kCall, ": entry ", i, " (", parameters[i],
+                                 "): numel ", numels[i], " is out of range"));
+      }
+      auto [it, added] = index.try_emplace(parameters[i], params.size());
+      if (added) {
+        params.emplace_back();
+        params.back().name = parameters[i];
+        params.back().step = steps[i];
+      }
+      pshard::worker::ParameterOptimizerState& param = params[it->second];
+      if (param.step != steps[i]) {
+        return Fail(pshardInvalidArgument,
+                    absl::StrCat(kCall, ": parameter '", param.name,
+                                 "' has entries with steps ", param.step,
+                                 " and ", steps[i]));
+      }
+      for (const auto& tensor : param.tensors) {
+        if (tensor.first == keys[i]) {
+          return Fail(pshardInvalidArgument,
+                      absl::StrCat(kCall, ": parameter '", param.name,
+                                   "' has '", keys[i], "' twice"));
+        }
+      }
+      param.tensors.emplace_back(
+          keys[i], std::vector<float>(data[i], data[i] + numels[i]));
+    }
+    return WithSession(kCall, session, [&](Session& s) {
+      return Return(s.ImportOptimizerState(optimizer_json, std::move(params)));
+    });
   });
 }
 

@@ -168,6 +168,58 @@ pshardResult_t pshardNumBuckets(pshardSession_t session, int* count);
 pshardResult_t pshardOwnedBuckets(pshardSession_t session, int* owned,
                                   int capacity, int* count);
 
+/* Checkpoints of this rank's shard of the optimizer state (as
+ * ZeroRedundancyOptimizer's local state): for each parameter whose bucket
+ * this rank owns and that keeps state, its state tensors by PyTorch's names
+ * (SGD "momentum_buffer", Adam/AdamW "exp_avg" and "exp_avg_sq"; each the
+ * parameter's numel floats) and its step count, plus the optimizer spec.
+ *
+ *   pshardOptimizerState_t st;
+ *   pshardExportOptimizerState(s, &st);     after the first step: a copy
+ *   pshardOptimizerStateNumEntries(st, &n); for i < n:
+ *     pshardOptimizerStateGetEntry(st, i, &param, &key, &step, &data, &numel);
+ *   pshardOptimizerStateSpec(st, &json);
+ *   pshardOptimizerStateFree(st);
+ *
+ * and, in a new session with the same rank, world size, parameters, bucket
+ * size and optimizer, after pshardPrepare and before the first step:
+ *   pshardImportOptimizerState(s2, json, n, params, keys, steps, data, numels);
+ */
+typedef struct pshardOptimizerState* pshardOptimizerState_t;
+
+/* InvalidUsage before the first step has finished. *state is NULL on
+ * failure. */
+pshardResult_t pshardExportOptimizerState(pshardSession_t session,
+                                          pshardOptimizerState_t* state);
+pshardResult_t pshardOptimizerStateNumEntries(pshardOptimizerState_t state,
+                                              int* count);
+/* Entry `index` (one state tensor of one parameter): pointers valid until
+ * pshardOptimizerStateFree. */
+pshardResult_t pshardOptimizerStateGetEntry(pshardOptimizerState_t state,
+                                            int index, const char** parameter,
+                                            const char** key, int64_t* step,
+                                            const float** data,
+                                            int64_t* numel);
+/* The OptimizerSpec the state belongs to, as JSON. */
+pshardResult_t pshardOptimizerStateSpec(pshardOptimizerState_t state,
+                                        const char** optimizer_json);
+/* NULL is accepted (no-op). */
+pshardResult_t pshardOptimizerStateFree(pshardOptimizerState_t state);
+
+/* Loads `count` entries (as GetEntry gives them; arrays of `count`; entries
+ * of one parameter carry the same step). The values are copied; the first
+ * pshardFinishStep resumes from them. InvalidArgument: a NULL array or
+ * element, count < 0, `optimizer_json` not this session's optimizer, an
+ * unknown or repeated (parameter, key), a numel that is not the parameter's,
+ * a negative step or steps of one parameter that differ; at the first
+ * pshardFinishStep, an owned parameter missing or a parameter this rank does
+ * not own (a state of another rank, world size or bucket size).
+ * InvalidUsage: before pshardPrepare or after the first step. */
+pshardResult_t pshardImportOptimizerState(
+    pshardSession_t session, const char* optimizer_json, int count,
+    const char* const* parameters, const char* const* keys,
+    const int64_t* steps, const float* const* data, const int64_t* numels);
+
 /* Every rank waits for every other (a collective). */
 pshardResult_t pshardBarrier(pshardSession_t session);
 

@@ -184,6 +184,109 @@ TEST_F(PshardCTest, WrongCallOrderIsInvalidUsageAndAStepWorks) {
   EXPECT_EQ(pshardReportProgress(session_, 1, 1.0, 4), pshardSuccess);
 }
 
+// Export/import of the optimizer state: order, every argument, and the
+// entries of an SGD-with-momentum parameter after one step.
+TEST_F(PshardCTest, OptimizerStateExportAndImportCheckEveryArgument) {
+  const char kSgd[] =
+      "{\"kind\": \"SGD\", \"hyper_parameters\": {\"lr\": 0.5, "
+      "\"momentum\": 0.9}}";
+  ASSERT_EQ(pshardSetOptimizer(session_, kSgd), pshardSuccess);
+  const int64_t shape[] = {4};
+  int index = -1;
+  ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardSuccess);
+  pshardOptimizerState_t state = nullptr;
+  EXPECT_EQ(pshardExportOptimizerState(session_, &state), pshardInvalidUsage);
+  EXPECT_EQ(state, nullptr);
+  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  EXPECT_EQ(pshardExportOptimizerState(session_, &state), pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("before the first step"));
+  EXPECT_EQ(pshardExportOptimizerState(session_, nullptr),
+            pshardInvalidArgument);
+
+  // Import: bad arguments, checked before anything is kept.
+  const float values[4] = {1, 2, 3, 4};
+  const char* names[] = {"w"};
+  const char* keys[] = {"momentum_buffer"};
+  const int64_t steps[] = {7};
+  const float* data[] = {values};
+  const int64_t numels[] = {4};
+  EXPECT_EQ(pshardImportOptimizerState(session_, nullptr, 1, names, keys,
+                                       steps, data, numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("optimizer_json is NULL"));
+  EXPECT_EQ(pshardImportOptimizerState(session_, kSgd, -1, names, keys, steps,
+                                       data, numels),
+            pshardInvalidArgument);
+  EXPECT_EQ(pshardImportOptimizerState(session_, kSgd, 1, names, nullptr,
+                                       steps, data, numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("keys is NULL"));
+  const char* unknown[] = {"v"};
+  EXPECT_EQ(pshardImportOptimizerState(session_, kSgd, 1, unknown, keys,
+                                       steps, data, numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("'v', which is not registered"));
+  const int64_t short_numel[] = {3};
+  EXPECT_EQ(pshardImportOptimizerState(session_, kSgd, 1, names, keys, steps,
+                                       data, short_numel),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("has 3 elements, the parameter 4"));
+  EXPECT_EQ(pshardImportOptimizerState(
+                session_, "{\"kind\": \"ADAM\"}", 1, names, keys, steps,
+                data, numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("another optimizer"));
+
+  // A good import: the first step resumes from momentum {1, 2, 3, 4} at
+  // step 7 (so no first-step special case): buf = 0.9 * buf + grad.
+  ASSERT_EQ(pshardImportOptimizerState(session_, kSgd, 1, names, keys, steps,
+                                       data, numels),
+            pshardSuccess)
+      << LastError();
+  void* pointer = nullptr;
+  int64_t numel = 0;
+  ASSERT_EQ(pshardGetGradient(session_, 0, &pointer, &numel), pshardSuccess);
+  for (int i = 0; i < 4; ++i) static_cast<float*>(pointer)[i] = 1;
+  ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
+  ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+  EXPECT_EQ(pshardImportOptimizerState(session_, kSgd, 1, names, keys, steps,
+                                       data, numels),
+            pshardInvalidUsage);
+
+  ASSERT_EQ(pshardExportOptimizerState(session_, &state), pshardSuccess)
+      << LastError();
+  int count = 0;
+  ASSERT_EQ(pshardOptimizerStateNumEntries(state, &count), pshardSuccess);
+  ASSERT_EQ(count, 1);
+  const char* parameter = nullptr;
+  const char* key = nullptr;
+  int64_t step = 0;
+  const float* buffer = nullptr;
+  EXPECT_EQ(pshardOptimizerStateGetEntry(state, 1, &parameter, &key, &step,
+                                         &buffer, &numel),
+            pshardInvalidArgument);
+  EXPECT_EQ(pshardOptimizerStateGetEntry(state, 0, nullptr, &key, &step,
+                                         &buffer, &numel),
+            pshardInvalidArgument);
+  ASSERT_EQ(pshardOptimizerStateGetEntry(state, 0, &parameter, &key, &step,
+                                         &buffer, &numel),
+            pshardSuccess);
+  EXPECT_STREQ(parameter, "w");
+  EXPECT_STREQ(key, "momentum_buffer");
+  EXPECT_EQ(step, 8);
+  ASSERT_EQ(numel, 4);
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(buffer[i], 0.9f * (i + 1) + 1);
+  const char* json = nullptr;
+  ASSERT_EQ(pshardOptimizerStateSpec(state, &json), pshardSuccess);
+  EXPECT_THAT(json, HasSubstr("SGD"));
+  EXPECT_EQ(pshardOptimizerStateFree(state), pshardSuccess);
+  EXPECT_EQ(pshardOptimizerStateFree(nullptr), pshardSuccess);
+  EXPECT_EQ(pshardOptimizerStateNumEntries(nullptr, &count),
+            pshardInvalidArgument);
+}
+
 TEST(PshardCOpenTest, AMissingEnvironmentNamesWhatIsMissing) {
   unsetenv("PSHARD_COORDINATOR");
   unsetenv("PSHARD_LOCAL_STORE");

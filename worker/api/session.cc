@@ -8,12 +8,17 @@
 #include "common/job_spec.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "worker/api/file_kv_store.h"
 #include "worker/comm/gloo_communicator.h"
+#include "worker/optim/shard_optimizer.h"
 #include "worker/runtime/assignment_client.h"
 #include "worker/runtime/control_plane.h"
 #include "worker/runtime/coordinator_kv.h"
+#include "worker/runtime/program_keys.h"
 #include "worker/runtime/progress_reporter.h"
+#include "worker/runtime/result_reporter.h"
 
 namespace pshard::worker {
 
@@ -21,8 +26,10 @@ namespace {
 
 constexpr int64_t kMaxParameterElements = int64_t{1} << 40;
 constexpr double kMaxTimeoutSeconds = 86400;
-// Deadline of each progress RPC.
+// Deadline of each progress (and result) RPC.
 constexpr absl::Duration kProgressRpcTimeout = absl::Seconds(5);
+// How long to look for a missing rank's agent key (published long before).
+constexpr absl::Duration kAgentKeyTimeout = absl::Seconds(1);
 
 // Reads `name` as an integer in [lo, hi].
 absl::StatusOr<int64_t> IntVariable(
@@ -48,6 +55,37 @@ absl::StatusOr<std::string> StringVariable(
     return absl::InvalidArgumentError(absl::StrCat(name, " is not set"));
   }
   return std::string(value);
+}
+
+// Coordinator mode, before the communicator: announces that this rank's
+// program opened its session and waits (up to env.timeout in all) for every
+// other rank's, so that a rank whose program never calls pshard.init() is
+// named, with its worker (its agent's key), instead of a bare rendezvous
+// timeout.
+absl::Status JoinProgramRanks(KvClient& kv, const SessionEnvironment& env,
+                              const Clock& clock) {
+  RETURN_IF_ERROR(
+      kv.Put(absl::StrCat(kProgramJoinedKeyPrefix, env.rank), env.worker_id));
+  const absl::Time deadline = clock.Now() + env.timeout;
+  for (int r = 0; r < env.world_size; ++r) {
+    if (r == env.rank) continue;
+    absl::StatusOr<std::string> joined =
+        kv.Get(absl::StrCat(kProgramJoinedKeyPrefix, r),
+               std::max(deadline - clock.Now(), absl::ZeroDuration()));
+    if (joined.ok()) continue;
+    if (joined.status().code() != absl::StatusCode::kDeadlineExceeded) {
+      return joined.status();
+    }
+    // The agent published its worker id before starting the program.
+    absl::StatusOr<std::string> worker =
+        kv.Get(absl::StrCat(kProgramAgentKeyPrefix, r), kAgentKeyTimeout);
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rank ", r, " (worker ", worker.ok() ? *worker : "unknown",
+        ") did not join the job's communicator within ",
+        absl::FormatDuration(env.timeout),
+        ": did its program call pshard.init()?"));
+  }
+  return absl::OkStatus();
 }
 
 // Collective failures end the session; argument and order errors do not.
@@ -127,16 +165,23 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Open(
     options.world_size = env.world_size;
     options.worker_id = env.worker_id;
     options.clock = &clock;
-    session->assignment_ = std::make_unique<AssignmentClient>(
+    session->owned_assignment_ = std::make_unique<AssignmentClient>(
         session->control_.get(), std::move(options));
+    session->assignment_ = session->owned_assignment_.get();
   }
-  GlooOptions gloo;
-  gloo.rank = env.rank;
-  gloo.world_size = env.world_size;
-  gloo.hostname = env.hostname;
-  gloo.timeout = env.timeout;
-  gloo.key_prefix = kProgramCommKeyPrefix;
-  ASSIGN_OR_RETURN(session->comm_, CreateGlooCommunicator(gloo, *session->kv_));
+  absl::Status joined = session->Join();
+  if (!joined.ok()) {
+    if (!session->local()) {
+      // The job fails with this reason, not with the program's exit status
+      // that follows it (the first failure reported is the job's).
+      (void)ReportRankResult(
+          *session->control_,
+          ResultSource{env.job_id, env.epoch, env.rank, env.worker_id},
+          /*ok=*/false, joined.message(), /*final_step=*/0,
+          /*output_path=*/"", kProgressRpcTimeout, clock);
+    }
+    return joined;
+  }
   if (!session->local() && env.rank == 0) {
     Session* const self = session.get();
     session->reporter_ = std::make_unique<ProgressReporter>(
@@ -151,6 +196,48 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Open(
         },
         clock);
   }
+  session->last_report_time_ = clock.Now();
+  return session;
+}
+
+absl::Status Session::Join() {
+  if (!local()) RETURN_IF_ERROR(JoinProgramRanks(*kv_, env_, clock_));
+  GlooOptions gloo;
+  gloo.rank = env_.rank;
+  gloo.world_size = env_.world_size;
+  gloo.hostname = env_.hostname;
+  gloo.timeout = env_.timeout;
+  gloo.key_prefix = kProgramCommKeyPrefix;
+  ASSIGN_OR_RETURN(owned_comm_, CreateGlooCommunicator(gloo, *kv_));
+  comm_ = owned_comm_.get();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Attach(
+    Communicator* comm, const AttachOptions& options, const Clock& clock) {
+  if (comm == nullptr) {
+    return absl::InvalidArgumentError("Attach needs a communicator");
+  }
+  if (!(options.timeout > absl::ZeroDuration())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "timeout: must be > 0, got ", absl::FormatDuration(options.timeout)));
+  }
+  if (AssignmentClient* client = options.assignment_client;
+      client != nullptr && (client->options().rank != comm->rank() ||
+                            client->options().world_size != comm->world_size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the assignment client is rank ", client->options().rank, " of ",
+        client->options().world_size, ", the communicator rank ",
+        comm->rank(), " of ", comm->world_size()));
+  }
+  SessionEnvironment env;
+  env.rank = comm->rank();
+  env.world_size = comm->world_size();
+  env.timeout = options.timeout;
+  std::unique_ptr<Session> session(new Session(std::move(env), clock));
+  session->comm_ = comm;
+  session->assignment_ = options.assignment_client;
+  session->assignment_policy_ = options.assignment_policy;
   session->last_report_time_ = clock.Now();
   return session;
 }
@@ -170,7 +257,7 @@ absl::Status Session::CheckHealthy() const {
 
 absl::Status Session::CheckConfiguring() const {
   RETURN_IF_ERROR(CheckHealthy());
-  if (trainer_ != nullptr) {
+  if (hook_ != nullptr) {
     return absl::FailedPreconditionError(
         "the session is already prepared: configure and register parameters "
         "before pshardPrepare");
@@ -188,6 +275,17 @@ absl::Status Session::SetOptimizerJson(absl::string_view json) {
   ASSIGN_OR_RETURN(v1::OptimizerSpec optimizer, ParseOptimizerSpecJson(json));
   optimizer_ = std::move(optimizer);
   return absl::OkStatus();
+}
+
+absl::Status Session::SetOptimizer(const v1::OptimizerSpec& spec) {
+  // Through JSON, so that both setters check the same rules.
+  std::string json;
+  const auto printed = google::protobuf::util::MessageToJsonString(spec, &json);
+  if (!printed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer: cannot print as JSON: ", std::string(printed.message())));
+  }
+  return SetOptimizerJson(json);
 }
 
 absl::Status Session::SetBucketCapMb(double mb) {
@@ -258,33 +356,108 @@ absl::Status Session::Prepare() {
         "no parameters registered (pshardRegisterParameter before "
         "pshardPrepare)");
   }
-  TrainerOptions options;
-  options.optimizer = *optimizer_;
-  options.bucket_cap_mb = bucket_cap_mb_;
-  options.comm_mode = comm_mode_;
-  options.assignment_client = assignment_.get();
-  options.timeout = env_.timeout;
-  ASSIGN_OR_RETURN(trainer_, Trainer::Create(comm_.get(), params_, options));
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer,
+                   ShardOptimizer::Create(*optimizer_));
+  // The coordinator's owners through the client, or owners computed here.
+  AssignmentProvider provider =
+      assignment_ != nullptr
+          ? assignment_->Provider(env_.timeout, [] { return absl::OkStatus(); })
+          : LocalAssignmentProvider(assignment_policy_, env_.world_size);
+  ZeroHookOptions hook_options;
+  hook_options.comm_mode = comm_mode_;
+  hook_options.bucket_cap_mb = bucket_cap_mb_;
+  hook_options.timeout = env_.timeout;
+  ASSIGN_OR_RETURN(hook_, ZeroHook::Create(params_, comm_, std::move(optimizer),
+                                           std::move(provider), hook_options));
   return absl::OkStatus();
 }
 
-absl::StatusOr<Trainer*> Session::trainer() {
+absl::Status Session::CheckPrepared() const {
   RETURN_IF_ERROR(CheckHealthy());
-  if (trainer_ == nullptr) {
+  if (hook_ == nullptr) {
     return absl::FailedPreconditionError(
         "the session is not prepared yet (pshardPrepare first)");
   }
-  return trainer_.get();
+  return absl::OkStatus();
+}
+
+absl::Span<float> Session::parameter(int i) {
+  if (hook_ == nullptr || i < 0 || i >= num_parameters()) return {};
+  return absl::Span<float>(hook_->params()[i], params_[i].numel);
+}
+
+absl::Span<float> Session::gradient(int i) {
+  if (hook_ == nullptr || i < 0 || i >= num_parameters()) return {};
+  return absl::Span<float>(hook_->grads()[i], params_[i].numel);
+}
+
+int64_t Session::steps_finished() const {
+  return hook_ == nullptr ? 0 : hook_->steps_finished();
+}
+
+int Session::num_buckets() const {
+  return hook_ == nullptr ? 0 : hook_->layout().num_buckets();
+}
+
+std::vector<int> Session::owned_buckets() const {
+  std::vector<int> owned;
+  if (hook_ == nullptr) return owned;
+  for (size_t b = 0; b < hook_->owners().size(); ++b) {
+    if (hook_->owners()[b] == env_.rank) owned.push_back(static_cast<int>(b));
+  }
+  return owned;
+}
+
+int64_t Session::optimizer_state_bytes() const {
+  return hook_ == nullptr ? 0 : hook_->optimizer().total_state_bytes();
 }
 
 absl::Status Session::GradientReady(int index) {
-  ASSIGN_OR_RETURN(Trainer * trainer, this->trainer());
-  return Record(trainer->GradientReady(index));
+  RETURN_IF_ERROR(CheckPrepared());
+  return Record(hook_->MarkGradientReady(index));
 }
 
 absl::Status Session::FinishStep() {
-  ASSIGN_OR_RETURN(Trainer * trainer, this->trainer());
-  return Record(trainer->FinishStep());
+  RETURN_IF_ERROR(CheckPrepared());
+  return Record(hook_->FinishStep());
+}
+
+absl::StatusOr<Session::OptimizerStateShard> Session::ExportOptimizerState() {
+  RETURN_IF_ERROR(CheckPrepared());
+  OptimizerStateShard shard;
+  ASSIGN_OR_RETURN(shard.params, hook_->ExportOptimizerState());
+  const auto printed =
+      google::protobuf::util::MessageToJsonString(*optimizer_, &shard.optimizer_json);
+  if (!printed.ok()) {
+    return absl::InternalError(absl::StrCat("printing the optimizer spec: ",
+                                            std::string(printed.message())));
+  }
+  return shard;
+}
+
+absl::Status Session::ImportOptimizerState(
+    absl::string_view optimizer_json,
+    std::vector<ParameterOptimizerState> params) {
+  RETURN_IF_ERROR(CheckPrepared());
+  absl::StatusOr<v1::OptimizerSpec> saved = ParseOptimizerSpecJson(optimizer_json);
+  if (!saved.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the optimizer spec of the state to load: ", saved.status().message()));
+  }
+  if (!google::protobuf::util::MessageDifferencer::Equals(*saved,
+                                                          *optimizer_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the state to load was saved with another optimizer (",
+        saved->ShortDebugString(), ") than this session's (",
+        optimizer_->ShortDebugString(), ")"));
+  }
+  return LoadOptimizerState(std::move(params));
+}
+
+absl::Status Session::LoadOptimizerState(
+    std::vector<ParameterOptimizerState> params) {
+  RETURN_IF_ERROR(CheckPrepared());
+  return hook_->SetInitialOptimizerState(std::move(params));
 }
 
 absl::StatusOr<double> Session::AverageLoss(double loss) {
@@ -335,7 +508,7 @@ absl::Status Session::ReportProgress(int64_t step, double loss,
 absl::Status Session::Close() {
   if (closed_) return absl::FailedPreconditionError("the session is closed");
   absl::Status status = absl::OkStatus();
-  if (trainer_ != nullptr && CheckHealthy().ok()) status = Barrier();
+  if (hook_ != nullptr && CheckHealthy().ok()) status = Barrier();
   if (reporter_ != nullptr) {
     reporter_->Flush(kProgressRpcTimeout);
     reporter_.reset();

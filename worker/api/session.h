@@ -1,21 +1,24 @@
-// Session: one rank of a training program of the user's own, as the C API
-// (pshard.h) and the Python package see it. It joins the job's communicator,
-// holds the configuration until the parameters are registered, and then
-// drives a Trainer (trainer.h) — the C API is this class with its statuses
-// turned into result codes.
+// Session: one rank of a training loop of the user's own — the one
+// implementation behind the C API (pshard.h, and the Python package over it)
+// and the C++ Trainer (trainer.h, a thin layer over this class). It joins
+// (or is handed) the rank's communicator, holds the configuration until the
+// parameters are registered, and then drives the ZeRO hook
+// (worker/hook/zero_hook.h): buckets, owners at the first step, steps.
 //
-//   SessionEnvironment ──Open──▶ configuring ──Prepare──▶ prepared ──Close
-//                        (communicator joined)   (Trainer: buckets,
-//                                                 owners at the 1st step)
+//   Open(env) | Attach(comm) ──▶ configuring ──Prepare──▶ prepared ──Close
+//                                              (hook: buckets; owners
+//                                               settled at the 1st step)
 //
-// Two modes, chosen by the environment (ParseSessionEnvironment):
-//  - coordinator (a `program` job's rank, started by its agent): rendezvous
-//    through the coordinator's KV scoped by (job, epoch), the bucket owners
-//    through AssignmentClient (as the built-in job runner), rank 0's progress
-//    through ProgressReporter;
-//  - local, for tests only: rendezvous through files in a directory
-//    (FileKvStore), owners computed on every rank (LocalAssignmentProvider),
-//    no progress sent.
+// Where the communicator and the bucket owners come from:
+//  - Open, coordinator mode (a `program` job's rank, started by its agent):
+//    rendezvous through the coordinator's KV scoped by (job, epoch), the
+//    owners through AssignmentClient (as the built-in job runner), rank 0's
+//    progress through ProgressReporter;
+//  - Open, local mode, for tests only: rendezvous through files in a
+//    directory (FileKvStore), owners computed on every rank, no progress;
+//  - Attach: the caller's communicator; owners from the caller's
+//    AssignmentClient, or computed on every rank when there is none (a mode
+//    for tests and the threads example, where no coordinator runs).
 //
 // Thread-compatible; the C API serialises calls on one session.
 #ifndef PSHARD_WORKER_API_SESSION_H_
@@ -34,10 +37,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "absl/types/span.h"
 #include "pshard/v1/job_spec.pb.h"
-#include "worker/api/trainer.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/kv_store.h"
+#include "worker/hook/zero_hook.h"
 #include "worker/workload/workload.h"
 
 namespace pshard::worker {
@@ -76,14 +80,38 @@ struct SessionEnvironment {
 absl::StatusOr<SessionEnvironment> ParseSessionEnvironment(
     const std::function<const char*(const char*)>& getenv);
 
+// Attach's options.
+struct AttachOptions {
+  // The coordinator's layout/assignment protocol for this rank of a job
+  // attempt (its rank and world size must be the communicator's; it must
+  // outlive the session). nullptr: owners computed on every rank with
+  // assignment_policy (tests and the threads example only).
+  AssignmentClient* assignment_client = nullptr;
+  v1::JobSpec::AssignmentPolicy assignment_policy = v1::JobSpec::BALANCED;
+  // Deadline of every wait inside a step.
+  absl::Duration timeout = absl::Seconds(60);
+};
+
 class Session {
  public:
   // Joins the communicator (Gloo, host memory) of `env`'s job. Errors:
   // InvalidArgument for a bad environment; the rendezvous's
   // (DeadlineExceeded when the other ranks do not show up within
-  // env.timeout, Unavailable when the coordinator is unreachable).
+  // env.timeout — in coordinator mode "rank R (worker W) did not join the
+  // job's communicator within T: did its program call pshard.init()?" —,
+  // Unavailable when the coordinator is unreachable). In coordinator mode
+  // a failure to join is also reported to the coordinator as this rank's
+  // result (ReportResult), so that it is the job's reason and the other
+  // ranks' programs are stopped.
   static absl::StatusOr<std::unique_ptr<Session>> Open(
       const SessionEnvironment& env, const Clock& clock = Clock::Real());
+
+  // A session over `comm` (joined with every other rank; it must outlive
+  // the session). InvalidArgument: comm null, an assignment client of
+  // another rank or world size, a timeout <= 0.
+  static absl::StatusOr<std::unique_ptr<Session>> Attach(
+      Communicator* comm, const AttachOptions& options,
+      const Clock& clock = Clock::Real());
 
   ~Session();
 
@@ -92,8 +120,10 @@ class Session {
   bool local() const { return env_.coordinator.empty(); }
 
   // Configuration; FailedPrecondition after Prepare.
-  // InvalidArgument names the field (ParseOptimizerSpecJson).
+  // InvalidArgument names the field (ParseOptimizerSpecJson's rules, for
+  // both).
   absl::Status SetOptimizerJson(absl::string_view json);
+  absl::Status SetOptimizer(const v1::OptimizerSpec& spec);
   // InvalidArgument unless in (0, kMaxBucketCapMb].
   absl::Status SetBucketCapMb(double mb);
   absl::Status SetCommMode(v1::JobSpec::CommMode mode);
@@ -104,18 +134,53 @@ class Session {
   absl::StatusOr<int> RegisterParameter(absl::string_view name,
                                         std::vector<int64_t> shape);
 
-  // Creates the Trainer. InvalidArgument: no optimizer set, no parameters;
-  // FailedPrecondition if already prepared.
+  // Allocates the bucket buffers (the hook). InvalidArgument: no optimizer
+  // set, no parameters; FailedPrecondition if already prepared.
   absl::Status Prepare();
-  // After Prepare (FailedPrecondition before it).
-  absl::StatusOr<Trainer*> trainer();
+  // OK once prepared and healthy: FailedPrecondition before Prepare (or
+  // after Close), Aborted after a failure.
+  absl::Status CheckPrepared() const;
 
-  // Step calls on the Trainer. A failure in a collective is sticky: later
-  // calls fail with Aborted naming it.
+  // Parameters registered so far.
+  int num_parameters() const { return static_cast<int>(params_.size()); }
+  // After Prepare (empty or 0 before it; an empty span for a bad index).
+  // parameter(i) and gradient(i) point into the bucket buffers: the first
+  // FinishStep may move them (it re-packs in the order gradients became
+  // ready); they are stable from then on.
+  absl::Span<float> parameter(int i);
+  absl::Span<float> gradient(int i);
+  int64_t steps_finished() const;
+  // After the first step: buckets, the ones this rank owns, and the
+  // optimizer state it holds in bytes (about 1/world of the total).
+  int num_buckets() const;
+  std::vector<int> owned_buckets() const;
+  int64_t optimizer_state_bytes() const;
+
+  // Step calls. InvalidArgument: an index out of range; FailedPrecondition:
+  // a gradient marked twice, a step before every gradient was marked. A
+  // failure in a collective is sticky: later calls fail with Aborted naming
+  // it.
   absl::Status GradientReady(int index);
   absl::Status FinishStep();
   absl::StatusOr<double> AverageLoss(double loss);
   absl::Status Barrier();
+
+  // This rank's shard of the optimizer state, for a checkpoint.
+  struct OptimizerStateShard {
+    // The session's OptimizerSpec, as protobuf JSON.
+    std::string optimizer_json;
+    std::vector<ParameterOptimizerState> params;
+  };
+  // After the first step (FailedPrecondition before it).
+  absl::StatusOr<OptimizerStateShard> ExportOptimizerState();
+  // After Prepare and before the first step: the state FinishStep resumes
+  // from (ZeroHook::SetInitialOptimizerState's checks). InvalidArgument also
+  // when `optimizer_json` is not this session's optimizer (compared as
+  // specs).
+  absl::Status ImportOptimizerState(absl::string_view optimizer_json,
+                                    std::vector<ParameterOptimizerState> params);
+  // The same without the spec (the caller's own, as the C++ Trainer's).
+  absl::Status LoadOptimizerState(std::vector<ParameterOptimizerState> params);
 
   // InvalidArgument: step < 1, samples < 0. Aborted once the coordinator
   // has told rank 0 that the job was stopped.
@@ -128,6 +193,10 @@ class Session {
  private:
   Session(SessionEnvironment env, const Clock& clock);
 
+  // Joins the communicator; in coordinator mode first waits for every
+  // rank's program to open its session (DeadlineExceeded names a rank that
+  // did not, and its worker).
+  absl::Status Join();
   absl::Status CheckHealthy() const;
   absl::Status CheckConfiguring() const;
   // Records `status` as the sticky failure when it came from a collective.
@@ -136,15 +205,19 @@ class Session {
   const SessionEnvironment env_;
   const Clock& clock_;
 
-  // Coordinator mode only.
+  // Open's coordinator mode only.
   std::unique_ptr<ControlPlane> control_;
-  std::unique_ptr<AssignmentClient> assignment_;
+  std::unique_ptr<AssignmentClient> owned_assignment_;
+  // owned_assignment_'s, Attach's, or nullptr: owners computed here.
+  AssignmentClient* assignment_ = nullptr;
+  v1::JobSpec::AssignmentPolicy assignment_policy_ = v1::JobSpec::BALANCED;
 
   std::unique_ptr<KvClient> kv_;
-  // Declared before comm_ so that the communicator goes first (trainer.h:
-  // an aborted transport may hold the trainer's buffers until it is gone).
-  std::unique_ptr<Trainer> trainer_;
-  std::unique_ptr<Communicator> comm_;
+  // Declared before owned_comm_ so that the communicator goes first (an
+  // aborted transport may hold the hook's buffers until it is gone).
+  std::unique_ptr<ZeroHook> hook_;
+  std::unique_ptr<Communicator> owned_comm_;  // Open's
+  Communicator* comm_ = nullptr;              // owned_comm_ or Attach's
   std::unique_ptr<ProgressReporter> reporter_;
 
   std::optional<v1::OptimizerSpec> optimizer_;

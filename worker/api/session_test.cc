@@ -126,11 +126,11 @@ TEST(SessionTest, OneLocalRankStepsAndEnforcesTheCallOrder) {
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("already prepared")));
 
-  ASSERT_OK_AND_ASSIGN(Trainer * trainer, session->trainer());
-  for (float& p : trainer->parameter(0)) p = 1;
-  trainer->parameter(1)[0] = 2;
-  for (float& g : trainer->gradient(0)) g = 1;
-  trainer->gradient(1)[0] = -2;
+  ASSERT_OK(session->CheckPrepared());
+  for (float& p : session->parameter(0)) p = 1;
+  session->parameter(1)[0] = 2;
+  for (float& g : session->gradient(0)) g = 1;
+  session->gradient(1)[0] = -2;
   ASSERT_OK(session->GradientReady(1));
   ASSERT_OK(session->GradientReady(0));
   EXPECT_THAT(session->GradientReady(0),
@@ -138,8 +138,8 @@ TEST(SessionTest, OneLocalRankStepsAndEnforcesTheCallOrder) {
                        HasSubstr("\"w\"")));
   ASSERT_OK(session->FinishStep());
   // SGD, lr 0.5, one rank: p - 0.5 g.
-  for (float p : trainer->parameter(0)) EXPECT_FLOAT_EQ(p, 0.5f);
-  EXPECT_FLOAT_EQ(trainer->parameter(1)[0], 3.0f);
+  for (float p : session->parameter(0)) EXPECT_FLOAT_EQ(p, 0.5f);
+  EXPECT_FLOAT_EQ(session->parameter(1)[0], 3.0f);
   ASSERT_OK_AND_ASSIGN(double loss, session->AverageLoss(1.25));
   EXPECT_DOUBLE_EQ(loss, 1.25);
   ASSERT_OK(session->ReportProgress(1, loss, 8));

@@ -1,36 +1,23 @@
 #include "worker/api/trainer.h"
 
-#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/hook/zero_hook.h"
-#include "worker/optim/shard_optimizer.h"
-#include "worker/runtime/assignment_client.h"
 
 namespace pshard::worker {
 
-namespace {
-
-// The coordinator's assignment through the client, or one computed here.
-absl::StatusOr<AssignmentProvider> MakeProvider(const Communicator& comm,
-                                                const TrainerOptions& options) {
-  const int world = comm.world_size();
-  if (AssignmentClient* client = options.assignment_client; client != nullptr) {
-    if (client->options().rank != comm.rank() ||
-        client->options().world_size != world) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the assignment client is rank ", client->options().rank, " of ",
-          client->options().world_size, ", the communicator rank ",
-          comm.rank(), " of ", world));
-    }
-    return client->Provider(options.timeout, [] { return absl::OkStatus(); });
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Open(
+    const SessionEnvironment& env, std::vector<ParameterInfo> params,
+    const TrainerOptions& options) {
+  if (options.assignment_client != nullptr) {
+    return absl::InvalidArgumentError(
+        "Trainer::Open takes its owners from the environment's mode; "
+        "assignment_client is for Create");
   }
-  return LocalAssignmentProvider(options.assignment_policy, world);
+  ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::Open(env));
+  return Configure(std::move(session), std::move(params), options);
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     Communicator* comm, std::vector<ParameterInfo> params,
@@ -38,14 +25,24 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   if (comm == nullptr) {
     return absl::InvalidArgumentError("Trainer needs a communicator");
   }
-  std::set<std::string> names;
+  AttachOptions attach;
+  attach.assignment_client = options.assignment_client;
+  attach.assignment_policy = options.assignment_policy;
+  attach.timeout = options.timeout;
+  ASSIGN_OR_RETURN(std::unique_ptr<Session> session,
+                   Session::Attach(comm, attach));
+  return Configure(std::move(session), std::move(params), options);
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Configure(
+    std::unique_ptr<Session> session, std::vector<ParameterInfo> params,
+    const TrainerOptions& options) {
+  RETURN_IF_ERROR(session->SetOptimizer(options.optimizer));
+  RETURN_IF_ERROR(session->SetBucketCapMb(options.bucket_cap_mb));
+  RETURN_IF_ERROR(session->SetCommMode(options.comm_mode));
   for (ParameterInfo& p : params) {
     if (p.name.empty()) {
       return absl::InvalidArgumentError("a parameter has no name");
-    }
-    if (!names.insert(p.name).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameter name \"", p.name, "\" is used twice"));
     }
     if (p.shape.empty()) p.shape = {p.numel};
     int64_t numel = 1;
@@ -55,62 +52,27 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
           "parameter \"", p.name, "\" has ", p.numel,
           " elements, which must be >= 1 and match its shape"));
     }
+    RETURN_IF_ERROR(session->RegisterParameter(p.name, p.shape).status());
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer,
-                   ShardOptimizer::Create(options.optimizer));
-  ASSIGN_OR_RETURN(AssignmentProvider provider, MakeProvider(*comm, options));
-  ZeroHookOptions hook_options;
-  hook_options.comm_mode = options.comm_mode == v1::JobSpec::ALLREDUCE_BROADCAST
-                               ? v1::JobSpec::ALLREDUCE_BROADCAST
-                               : v1::JobSpec::REDUCE_BROADCAST;
-  hook_options.bucket_cap_mb = options.bucket_cap_mb;
-  hook_options.timeout = options.timeout;
-  ASSIGN_OR_RETURN(std::unique_ptr<ZeroHook> hook,
-                   ZeroHook::Create(std::move(params), comm,
-                                    std::move(optimizer), std::move(provider),
-                                    hook_options));
-  return std::unique_ptr<Trainer>(new Trainer(comm, std::move(hook)));
+  RETURN_IF_ERROR(session->Prepare());
+  return std::unique_ptr<Trainer>(new Trainer(std::move(session)));
 }
 
-Trainer::Trainer(Communicator* comm, std::unique_ptr<ZeroHook> hook)
-    : comm_(comm), hook_(std::move(hook)) {}
+Trainer::Trainer(std::unique_ptr<Session> session)
+    : session_(std::move(session)) {}
 
 Trainer::~Trainer() = default;
 
-int Trainer::num_parameters() const {
-  return static_cast<int>(hook_->parameter_infos().size());
+absl::StatusOr<std::vector<ParameterOptimizerState>>
+Trainer::ExportOptimizerState() {
+  ASSIGN_OR_RETURN(Session::OptimizerStateShard shard,
+                   session_->ExportOptimizerState());
+  return std::move(shard.params);
 }
 
-absl::Span<float> Trainer::parameter(int i) {
-  if (i < 0 || i >= num_parameters()) return {};
-  return absl::Span<float>(hook_->params()[i], hook_->parameter_infos()[i].numel);
-}
-
-absl::Span<float> Trainer::gradient(int i) {
-  if (i < 0 || i >= num_parameters()) return {};
-  return absl::Span<float>(hook_->grads()[i], hook_->parameter_infos()[i].numel);
-}
-
-absl::Status Trainer::GradientReady(int i) {
-  return hook_->MarkGradientReady(i);
-}
-
-absl::Status Trainer::FinishStep() { return hook_->FinishStep(); }
-
-int64_t Trainer::step() const { return hook_->steps_finished(); }
-
-int Trainer::num_buckets() const { return hook_->layout().num_buckets(); }
-
-std::vector<int> Trainer::owned_buckets() const {
-  std::vector<int> owned;
-  for (size_t b = 0; b < hook_->owners().size(); ++b) {
-    if (hook_->owners()[b] == comm_->rank()) owned.push_back(static_cast<int>(b));
-  }
-  return owned;
-}
-
-int64_t Trainer::optimizer_state_bytes() const {
-  return hook_->optimizer().total_state_bytes();
+absl::Status Trainer::LoadOptimizerState(
+    std::vector<ParameterOptimizerState> state) {
+  return session_->LoadOptimizerState(std::move(state));
 }
 
 }  // namespace pshard::worker

@@ -1,5 +1,7 @@
 #include "worker/api/trainer.h"
 
+#include <sys/stat.h>
+
 #include <memory>
 #include <vector>
 
@@ -127,6 +129,55 @@ TEST(TrainerTest, AnAssignmentClientOfAnotherRankIsRefused) {
   EXPECT_THAT(Trainer::Create(comm.get(), TwoParameters(), options),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("rank 1 of 2")));
+}
+
+TEST(TrainerTest, OpenJoinsAsTheEnvironmentSaysAndCloses) {
+  // The local test mode (world 1): the same Session the C API opens.
+  SessionEnvironment env;
+  env.local_store = ::testing::TempDir() + "/trainer-open";
+  ASSERT_EQ(mkdir(env.local_store.c_str(), 0700), 0);
+  env.timeout = absl::Seconds(30);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> trainer,
+                       Trainer::Open(env, TwoParameters(), SmallBuckets()));
+  for (float& p : trainer->parameter(0)) p = 1;
+  ASSERT_OK(OneStep(*trainer));
+  // SGD, lr 0.1, gradient 0.5 (one rank: the mean is itself).
+  for (float p : trainer->parameter(0)) EXPECT_FLOAT_EQ(p, 0.95f);
+  EXPECT_EQ(trainer->step(), 1);
+  EXPECT_THAT(trainer->owned_buckets(), ElementsAre(0, 1));
+  ASSERT_OK(trainer->Close());
+  EXPECT_THAT(trainer->FinishStep(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("closed")));
+}
+
+TEST(TrainerTest, OpenRefusesAnAssignmentClient) {
+  PublishingRpcs rpcs({0});
+  AssignmentClient client(&rpcs, AssignmentClientOptions());
+  TrainerOptions options = SmallBuckets();
+  options.assignment_client = &client;
+  EXPECT_THAT(Trainer::Open(SessionEnvironment(), TwoParameters(), options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("assignment_client is for Create")));
+}
+
+TEST(TrainerTest, BadParametersAndOptimizerAreRefused) {
+  FakeHub hub(1);
+  std::unique_ptr<Communicator> comm = hub.Create(0);
+  EXPECT_THAT(Trainer::Create(comm.get(), {{"w", {2, 2}, 5}}, SmallBuckets()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("match its shape")));
+  EXPECT_THAT(Trainer::Create(comm.get(), {{"w", {4}, 4}, {"w", {4}, 4}},
+                              SmallBuckets()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("registered twice")));
+  EXPECT_THAT(Trainer::Create(comm.get(), {}, SmallBuckets()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("no parameters")));
+  TrainerOptions no_lr = SmallBuckets();
+  no_lr.optimizer.mutable_hyper_parameters()->clear_lr();
+  EXPECT_THAT(Trainer::Create(comm.get(), TwoParameters(), no_lr),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lr")));
 }
 
 }  // namespace

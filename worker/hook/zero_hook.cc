@@ -5,6 +5,8 @@
 #include <memory>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -160,7 +162,8 @@ int64_t ZeroHook::bucket_state_bytes(int b) const {
   return bytes;
 }
 
-std::vector<ParamSpan> ZeroHook::PieceSpans(int p) const {
+std::vector<ParamSpan> ZeroHook::PieceSpans(int p,
+                                            bool offsets_in_parameters) const {
   const Piece& piece = pieces_[p];
   std::vector<ParamSpan> spans;
   for (const ParamSpan& span : layout_->Spans(piece.bucket)) {
@@ -168,10 +171,152 @@ std::vector<ParamSpan> ZeroHook::PieceSpans(int p) const {
     const int64_t end =
         std::min(span.offset + span.numel, piece.offset + piece.numel);
     if (begin < end) {
-      spans.push_back(ParamSpan{span.name, begin - piece.offset, end - begin});
+      spans.push_back(ParamSpan{
+          span.name, begin - (offsets_in_parameters ? span.offset : piece.offset),
+          end - begin});
     }
   }
   return spans;
+}
+
+absl::flat_hash_map<std::string, int64_t> ZeroHook::OffsetsInParameters(
+    int p) const {
+  absl::flat_hash_map<std::string, int64_t> offsets;
+  for (const ParamSpan& span : PieceSpans(p, /*offsets_in_parameters=*/true)) {
+    offsets[span.name] = span.offset;
+  }
+  return offsets;
+}
+
+absl::StatusOr<std::vector<ParameterOptimizerState>>
+ZeroHook::ExportOptimizerState() const {
+  if (state_ != HookState::kInitialized) {
+    return absl::FailedPreconditionError(
+        "no optimizer state before the first step has finished");
+  }
+  std::vector<ParameterOptimizerState> out;
+  absl::flat_hash_map<std::string, size_t> index;  // name -> out[i]
+  absl::flat_hash_map<std::string, int64_t> numel;
+  for (const ParameterInfo& info : infos_) numel[info.name] = info.numel;
+  for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
+    if (assignment_.owners[pieces_[p].bucket] != comm_->rank()) continue;
+    ASSIGN_OR_RETURN(BucketState piece, optimizer_->ExportState(p));
+    const absl::flat_hash_map<std::string, int64_t> offset_in_param =
+        OffsetsInParameters(p);
+    for (SpanState& span : piece.spans) {
+      auto [it, added] = index.try_emplace(span.name, out.size());
+      if (added) {
+        ParameterOptimizerState& param = out.emplace_back();
+        param.name = span.name;
+        param.step = piece.steps;
+        for (const auto& tensor : span.tensors) {
+          param.tensors.emplace_back(tensor.first,
+                                     std::vector<float>(numel[span.name]));
+        }
+      }
+      ParameterOptimizerState& param = out[it->second];
+      for (size_t t = 0; t < span.tensors.size(); ++t) {
+        std::copy(span.tensors[t].second.begin(), span.tensors[t].second.end(),
+                  param.tensors[t].second.begin() +
+                      offset_in_param.at(span.name));
+      }
+    }
+  }
+  return out;
+}
+
+absl::Status ZeroHook::SetInitialOptimizerState(
+    std::vector<ParameterOptimizerState> state) {
+  if (state_ == HookState::kInitialized || steps_finished_ > 0) {
+    return absl::FailedPreconditionError(
+        "the optimizer state can only be loaded before the first step");
+  }
+  absl::flat_hash_map<std::string, int64_t> numel;
+  for (const ParameterInfo& info : infos_) numel[info.name] = info.numel;
+  absl::flat_hash_set<std::string> seen;
+  for (const ParameterOptimizerState& param : state) {
+    auto it = numel.find(param.name);
+    if (it == numel.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state for parameter '", param.name,
+          "', which is not registered"));
+    }
+    if (!seen.insert(param.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state for parameter '", param.name, "' given twice"));
+    }
+    if (param.step < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", param.name, "': step ", param.step,
+                       " is < 0"));
+    }
+    for (const auto& [key, values] : param.tensors) {
+      if (static_cast<int64_t>(values.size()) != it->second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter '", param.name, "': state '", key, "' has ",
+            values.size(), " elements, the parameter ", it->second));
+      }
+    }
+  }
+  initial_state_ = std::move(state);
+  return absl::OkStatus();
+}
+
+absl::Status ZeroHook::ApplyInitialOptimizerState() {
+  absl::flat_hash_map<std::string, const ParameterOptimizerState*> by_name;
+  for (const ParameterOptimizerState& param : *initial_state_) {
+    by_name[param.name] = &param;
+  }
+  absl::flat_hash_set<std::string> used;
+  for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
+    if (assignment_.owners[pieces_[p].bucket] != comm_->rank()) continue;
+    // The fresh state says which spans keep state, and under which names.
+    ASSIGN_OR_RETURN(BucketState piece, optimizer_->ExportState(p));
+    const absl::flat_hash_map<std::string, int64_t> offset_in_param =
+        OffsetsInParameters(p);
+    for (SpanState& span : piece.spans) {
+      auto it = by_name.find(span.name);
+      if (it == by_name.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the optimizer state to load has no entry for parameter '",
+            span.name, "', whose bucket this rank (", comm_->rank(),
+            ") owns: was it saved by another rank, or with another world "
+            "size or bucket size?"));
+      }
+      const ParameterOptimizerState& saved = *it->second;
+      used.insert(span.name);
+      piece.steps = saved.step;
+      for (auto& [key, values] : span.tensors) {
+        auto t = std::find_if(saved.tensors.begin(), saved.tensors.end(),
+                              [&](const auto& e) { return e.first == key; });
+        if (t == saved.tensors.end()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "the optimizer state to load has no '", key,
+              "' for parameter '", span.name, "'"));
+        }
+        const auto from = t->second.begin() + offset_in_param.at(span.name);
+        std::copy(from, from + span.numel, values.begin());
+      }
+      if (saved.tensors.size() != span.tensors.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter '", span.name, "': the state to load has ",
+            saved.tensors.size(), " state tensors, the optimizer keeps ",
+            span.tensors.size()));
+      }
+    }
+    RETURN_IF_ERROR(optimizer_->ImportState(p, piece));
+  }
+  for (const ParameterOptimizerState& param : *initial_state_) {
+    if (!used.contains(param.name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the optimizer state to load has parameter '", param.name,
+          "', whose bucket this rank (", comm_->rank(),
+          ") does not own or that keeps no state: was it saved by another "
+          "rank, or with another world size or bucket size?"));
+    }
+  }
+  initial_state_.reset();
+  return absl::OkStatus();
 }
 
 void ZeroHook::GradientReady(int param_index) {
@@ -319,6 +464,7 @@ absl::Status ZeroHook::Initialize() {
       RETURN_IF_ERROR(optimizer_->AddBucket(p, PieceSpans(p)));
     }
   }
+  if (initial_state_.has_value()) RETURN_IF_ERROR(ApplyInitialOptimizerState());
   piece_steps_.reset(new std::atomic<int64_t>[pieces_.size()]);
   for (size_t p = 0; p < pieces_.size(); ++p) piece_steps_[p] = 0;
   bucket_pending_.assign(num_buckets, 0);

@@ -48,8 +48,12 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -64,6 +68,16 @@
 namespace pshard::worker {
 
 enum class HookState { kUninitialized, kLayoutReported, kInitialized };
+
+// One parameter's optimizer state, whole (a bucket's pieces joined), as a
+// checkpoint of this rank's shard holds it: `step` is its bucket's step
+// count, `tensors` PyTorch's names of its state (SpanState), each the
+// parameter's numel floats.
+struct ParameterOptimizerState {
+  std::string name;
+  int64_t step = 0;
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;
+};
 
 // Bucket -> owner rank, published for one epoch.
 struct BucketAssignment {
@@ -137,6 +151,23 @@ class ZeroHook : public GradientSink {
   ShardOptimizer& optimizer() { return *optimizer_; }
   int64_t steps_finished() const { return steps_finished_; }
 
+  // After the first step: the optimizer state of the parameters (those with
+  // state) in the buckets this rank owns, in bucket order.
+  // FailedPrecondition before the first step; the optimizer's errors
+  // (Unimplemented where it cannot export).
+  absl::StatusOr<std::vector<ParameterOptimizerState>> ExportOptimizerState()
+      const;
+  // Before the first step: the state to resume from (ExportOptimizerState
+  // of the same rank, world size and bucket layout), applied inside the first
+  // FinishStep once the owners are known. InvalidArgument now: an unknown or
+  // repeated parameter, a state tensor whose size is not the parameter's, a
+  // negative step. At the first FinishStep (InvalidArgument, naming the
+  // parameter): an owned parameter with state that `state` lacks, an entry
+  // for a parameter this rank does not own, a tensor name the optimizer does
+  // not keep. FailedPrecondition after the first step.
+  absl::Status SetInitialOptimizerState(
+      std::vector<ParameterOptimizerState> state);
+
   // How many times this rank has run (host memory) or enqueued (device
   // memory) the optimizer on bucket b (on every piece of it; -1 if its
   // pieces disagree).
@@ -171,7 +202,14 @@ class ZeroHook : public GradientSink {
   absl::Status LaunchBucket(int b);
   void LaunchPiece(int p);
   void IssueBroadcast(int p);
-  std::vector<ParamSpan> PieceSpans(int p) const;
+  // Piece p's parameter spans, offsets inside the piece or (for
+  // checkpoints) inside each span's parameter.
+  std::vector<ParamSpan> PieceSpans(int p,
+                                    bool offsets_in_parameters = false) const;
+  // Where each parameter of piece p starts inside the parameter.
+  absl::flat_hash_map<std::string, int64_t> OffsetsInParameters(int p) const;
+  // Loads initial_state_ into the owned pieces' optimizer (Initialize).
+  absl::Status ApplyInitialOptimizerState();
   absl::Status Fail(absl::Status status);
 
   std::vector<ParameterInfo> infos_;
@@ -186,6 +224,8 @@ class ZeroHook : public GradientSink {
   BucketAssignment assignment_;
   absl::Status error_;
   int64_t steps_finished_ = 0;
+  // SetInitialOptimizerState's, until the first step applies it.
+  std::optional<std::vector<ParameterOptimizerState>> initial_state_;
 
   // Per iteration (cleared by FinishStep).
   std::vector<int> observed_order_;       // first step only

@@ -82,10 +82,18 @@ struct Segment {
   HyperParameters hp;
 };
 
+// Where one span's state lies in its bucket's state arrays.
+struct StateSpan {
+  std::string name;
+  int64_t numel = 0;
+  int64_t state_offset = 0;
+};
+
 struct Bucket {
   // Serialises Steps of this bucket; different buckets step concurrently.
   absl::Mutex mu;
   std::vector<Segment> segments;  // ordered by offset
+  std::vector<StateSpan> state_spans;  // spans with state, by offset
   int64_t numel = 0;              // elements covered by segments
   // SGD: state[0] is the momentum buffer. Adam/AdamW: exp_avg, exp_avg_sq.
   AlignedFloats state[2];
@@ -104,8 +112,12 @@ class CpuShardOptimizer final : public ShardOptimizer {
                     const float* grads) override;
   int64_t state_bytes(int bucket_index) const override;
   int64_t total_state_bytes() const override;
+  absl::StatusOr<BucketState> ExportState(int bucket_index) const override;
+  absl::Status ImportState(int bucket_index, const BucketState& state) override;
 
  private:
+  // PyTorch's names of the state arrays.
+  std::vector<std::string> StateNames() const;
   Bucket* FindBucket(int bucket_index) const;
   // Steps the elements [begin, end) of the bucket (any split of the bucket
   // gives the same bits).
@@ -148,7 +160,10 @@ absl::Status CpuShardOptimizer::AddBucket(int bucket_index,
       seg.hp = hp;
       segs.push_back(seg);
     }
-    if (has_state) state_numel += span.numel;
+    if (has_state) {
+      bucket->state_spans.push_back({span.name, span.numel, state_numel});
+      state_numel += span.numel;
+    }
     bucket->numel += span.numel;
   }
   const int num_state_arrays = adam ? 2 : (state_numel > 0 ? 1 : 0);
@@ -251,6 +266,89 @@ void CpuShardOptimizer::StepRange(const Bucket& bucket, int64_t step,
   }
 }
 
+std::vector<std::string> CpuShardOptimizer::StateNames() const {
+  if (IsAdamKind(spec_.kind())) return {"exp_avg", "exp_avg_sq"};
+  return {"momentum_buffer"};
+}
+
+absl::StatusOr<BucketState> CpuShardOptimizer::ExportState(
+    int bucket_index) const {
+  Bucket* bucket = FindBucket(bucket_index);
+  if (bucket == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("bucket ", bucket_index, " is not owned by this rank"));
+  }
+  const std::vector<std::string> names = StateNames();
+  absl::MutexLock lock(&bucket->mu);
+  BucketState state;
+  state.steps = bucket->steps;
+  for (const StateSpan& span : bucket->state_spans) {
+    SpanState& out = state.spans.emplace_back();
+    out.name = span.name;
+    out.numel = span.numel;
+    for (size_t i = 0; i < names.size(); ++i) {
+      const float* begin = bucket->state[i].data() + span.state_offset;
+      out.tensors.emplace_back(names[i],
+                               std::vector<float>(begin, begin + span.numel));
+    }
+  }
+  return state;
+}
+
+absl::Status CpuShardOptimizer::ImportState(int bucket_index,
+                                            const BucketState& state) {
+  Bucket* bucket = FindBucket(bucket_index);
+  if (bucket == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("bucket ", bucket_index, " is not owned by this rank"));
+  }
+  if (state.steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bucket ", bucket_index, ": step count ", state.steps, " is < 0"));
+  }
+  const std::vector<std::string> names = StateNames();
+  const std::vector<StateSpan>& spans = bucket->state_spans;
+  if (state.spans.size() != spans.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bucket ", bucket_index, ": the state has ", state.spans.size(),
+        " parameters with state, the bucket ", spans.size()));
+  }
+  for (size_t s = 0; s < spans.size(); ++s) {
+    const SpanState& in = state.spans[s];
+    if (in.name != spans[s].name || in.numel != spans[s].numel) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bucket ", bucket_index, ": state entry ", s, " is '", in.name,
+          "' (", in.numel, " elements), the bucket has '", spans[s].name,
+          "' (", spans[s].numel, " elements) there"));
+    }
+    if (in.tensors.size() != names.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", in.name, "': ", in.tensors.size(),
+          " state tensors, the optimizer keeps ", names.size()));
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      const auto& [name, values] = in.tensors[i];
+      if (name != names[i] ||
+          static_cast<int64_t>(values.size()) != in.numel) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter '", in.name, "': state tensor ", i, " is '", name,
+            "' with ", values.size(), " elements; expected '", names[i],
+            "' with ", in.numel));
+      }
+    }
+  }
+  absl::MutexLock lock(&bucket->mu);
+  bucket->steps = state.steps;
+  for (size_t s = 0; s < spans.size(); ++s) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::vector<float>& values = state.spans[s].tensors[i].second;
+      std::copy(values.begin(), values.end(),
+                bucket->state[i].data() + spans[s].state_offset);
+    }
+  }
+  return absl::OkStatus();
+}
+
 int64_t CpuShardOptimizer::state_bytes(int bucket_index) const {
   const Bucket* bucket = FindBucket(bucket_index);
   return bucket == nullptr ? 0 : bucket->state_bytes;
@@ -317,6 +415,16 @@ absl::StatusOr<HyperParameters> ResolveSpanHyperParameters(
                      "; it must be > 0 and finite"));
   }
   return hp;
+}
+
+absl::StatusOr<BucketState> ShardOptimizer::ExportState(int) const {
+  return absl::UnimplementedError(
+      "this optimizer backend cannot export its state yet (host memory only)");
+}
+
+absl::Status ShardOptimizer::ImportState(int, const BucketState&) {
+  return absl::UnimplementedError(
+      "this optimizer backend cannot import a state yet (host memory only)");
 }
 
 absl::StatusOr<std::unique_ptr<ShardOptimizer>> ShardOptimizer::Create(

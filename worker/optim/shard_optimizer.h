@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,6 +36,22 @@ struct ParamSpan {
   std::string name;
   int64_t offset = 0;  // in elements, from the start of the bucket
   int64_t numel = 0;
+};
+
+// The optimizer state of one parameter's part in a bucket, by PyTorch's
+// names: SGD "momentum_buffer" (none when its momentum is 0), Adam/AdamW
+// "exp_avg" and "exp_avg_sq"; each `numel` floats.
+struct SpanState {
+  std::string name;
+  int64_t numel = 0;
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;
+};
+
+// A bucket's optimizer state: its step count and each span's state, in
+// offset order (only spans with state).
+struct BucketState {
+  int64_t steps = 0;
+  std::vector<SpanState> spans;
 };
 
 // Checks the spans of bucket `bucket_index` and sorts them by offset; the
@@ -90,6 +107,16 @@ class ShardOptimizer {
   // bucket is not owned; InvalidArgument for null buffers.
   virtual absl::Status Step(int bucket_index, float* params,
                             const float* grads) = 0;
+
+  // A copy of an owned bucket's state (checkpoints). NotFound if the bucket
+  // is not owned. The base class (backends without host access to their
+  // state yet: the GPU's) returns Unimplemented.
+  virtual absl::StatusOr<BucketState> ExportState(int bucket_index) const;
+  // Replaces an owned bucket's state and step count with `state`, which must
+  // have exactly the spans ExportState would give (same names, numels and
+  // tensor names, same order); nothing changes on error. NotFound: not
+  // owned; InvalidArgument names the first mismatch. Unimplemented as above.
+  virtual absl::Status ImportState(int bucket_index, const BucketState& state);
 
   // Bytes of optimizer state held for one bucket (0 if not owned) and in all.
   virtual int64_t state_bytes(int bucket_index) const = 0;

@@ -136,6 +136,8 @@ std::vector<std::string> ProgramJob::Environment(
 }
 
 absl::StatusOr<std::string> ProgramJob::Rendezvous(absl::Duration timeout) {
+  RETURN_IF_ERROR(kv_.Put(absl::StrCat(kProgramAgentKeyPrefix, directive_.rank()),
+                          options_.worker_id));
   if (directive_.rank() == 0) {
     ASSIGN_OR_RETURN(const int port, PickFreePort());
     const std::string master = absl::StrCat(options_.hostname, ":", port);

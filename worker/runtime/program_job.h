@@ -2,6 +2,8 @@
 // torchrun's agent runs a rank of a PyTorch script. The agent starts it for a
 // RunJobDirective whose spec has a program workload:
 //
+//   every rank's agent publishes its worker id under kProgramAgentKeyPrefix
+//   (program_keys.h) for the sessions' error messages;
 //   MASTER_ADDR/PORT: rank 0 picks a free port on its host and publishes
 //     "host:port" under pshard/program/master_addr in the job's KV (scoped by
 //     job and epoch); the other ranks read it (deadline: the job's
@@ -38,13 +40,10 @@
 #include "pshard/v1/worker_control.pb.h"
 #include "worker/runtime/control_plane.h"
 #include "worker/runtime/coordinator_kv.h"
+#include "worker/runtime/program_keys.h"
 #include "worker/runtime/rank_job.h"
 
 namespace pshard::worker {
-
-// The KV key (in the job's scope) under which rank 0's agent publishes
-// MASTER_ADDR:MASTER_PORT.
-inline constexpr char kProgramMasterAddrKey[] = "pshard/program/master_addr";
 
 struct ProgramJobOptions {
   // The id the rank's RPCs carry ("w-N"): PSHARD_WORKER_ID.

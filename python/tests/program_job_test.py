@@ -1,0 +1,278 @@
+"""End to end through the real binaries: a pshard-coordinator and N
+pshard-workers on loopback run a torch training script as a `program` job
+(submitted with pshardctl), the script using pshard.init() and
+pshard.torch.ShardedOptimizer in coordinator mode. Checks the job's end, its
+shard table (the model's parameter names), its progress (session.report),
+and the final parameters against one process on the full batch; then a
+program that never calls pshard.init() on one rank (the job fails at the
+collective deadline naming that rank, every program is stopped) and on no
+rank (the job succeeds).
+
+    program_job_test.py WORLD_SIZE
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - depends on the machine
+    torch = None
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the runfiles tree
+WORLD = int(sys.argv.pop(1)) if len(sys.argv) > 1 else 2
+# A short collective timeout for the job that never joins.
+NO_INIT_TIMEOUT_SECONDS = 4
+
+
+def binary(path):
+    return os.path.join(ROOT, path)
+
+
+def wait_until(predicate, timeout, what):
+    """Polls `predicate` until it returns a true value (returned) or
+    `timeout` seconds pass (AssertionError naming `what`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.05)
+
+
+def read_file(path):
+    """The file's text, or "" while it does not exist."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def process_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purposes (its parent has not reaped it yet).
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Cluster:
+    """The real coordinator and `workers` real workers on free loopback
+    ports, driven through pshardctl."""
+
+    def __init__(self, workers, tmp):
+        self.tmp = tmp
+        self.processes = []
+        self.logs = []
+        port_file = os.path.join(tmp, "coordinator.port")
+        self._start("coordinator", [
+            binary("server/pshard-coordinator"), "--listen=127.0.0.1:0",
+            f"--port_file={port_file}",
+            f"--state_path={os.path.join(tmp, 'state.db')}",
+            "--heartbeat_interval=100ms", "--worker_timeout=2s"])
+        self.address = f"127.0.0.1:{self._port(port_file)}"
+        for i in range(workers):
+            port_file = os.path.join(tmp, f"worker{i}.port")
+            self._start(f"worker{i}", [
+                binary("worker/pshard-worker"), f"--coordinator={self.address}",
+                f"--name=worker-{i}", "--listen=127.0.0.1:0",
+                f"--port_file={port_file}", "--host=127.0.0.1",
+                f"--log_dir={os.path.join(tmp, f'logs{i}')}"])
+            self._port(port_file)
+        wait_until(lambda: self.idle_workers() == workers, 30,
+                   f"{workers} idle workers")
+
+    def _start(self, name, argv):
+        log = os.path.join(self.tmp, f"{name}.log")
+        self.logs.append(log)
+        with open(log, "w") as out:
+            self.processes.append(subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT))
+
+    def _port(self, port_file):
+        def read():
+            text = read_file(port_file).strip()
+            return int(text) if text.isdigit() else None
+        return wait_until(read, 30, port_file)
+
+    def ctl(self, *args):
+        """pshardctl --output=json ARGS, parsed."""
+        result = subprocess.run(
+            [binary("cli/pshardctl"), f"--coordinator={self.address}",
+             "--output=json", *args],
+            capture_output=True, text=True, timeout=60)
+        if result.returncode != 0:
+            raise AssertionError(f"pshardctl {' '.join(args)} exited "
+                                 f"{result.returncode}: {result.stderr}")
+        return json.loads(result.stdout)
+
+    def idle_workers(self):
+        workers = self.ctl("workers").get("workers", [])
+        return sum(1 for w in workers if w.get("state") == "IDLE")
+
+    def submit(self, spec):
+        path = os.path.join(self.tmp, f"job-{time.monotonic_ns()}.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        return self.ctl("submit", path)["id"]
+
+    def wait_for_end(self, job_id, timeout):
+        return wait_until(
+            lambda: (lambda job: job if job["state"] in (
+                "SUCCEEDED", "FAILED", "CANCELLED") else None)(
+                    self.ctl("get", job_id)),
+            timeout, f"job {job_id} ends")
+
+    def tail(self):
+        text = []
+        for log in self.logs:
+            text.append(f"--- {log}\n{read_file(log)[-3000:]}")
+        return "\n".join(text)
+
+    def stop(self):
+        for p in self.processes[:0:-1]:  # workers first, then coordinator
+            p.send_signal(signal.SIGTERM)
+        for p in self.processes[:0:-1]:
+            self._reap(p)
+        self.processes[0].send_signal(signal.SIGTERM)
+        self._reap(self.processes[0])
+
+    @staticmethod
+    def _reap(p):
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def program_spec(out, extra_args=(), timeout=60):
+    """The job: /usr/bin/python3 program_train.py on WORLD ranks. The
+    package is found as a user of a checkout finds it: PYTHONPATH names the
+    repository's python/ (here the runfiles' copy; libpshard.so sits where
+    the package looks for it, worker/api/ of the same tree)."""
+    return {
+        "name": "torch-program",
+        "world_size": WORLD,
+        "collective_timeout_seconds": timeout,
+        "program": {
+            "argv": ["/usr/bin/python3",
+                     os.path.join(HERE, "program_train.py"), out, "adam",
+                     *extra_args],
+            "env": {"PYTHONPATH": os.path.join(ROOT, "python") + ":" + HERE,
+                    "OMP_NUM_THREADS": "1"},
+            "grace_period_seconds": 5,
+        },
+    }
+
+
+@unittest.skipIf(torch is None, "PyTorch is not installed for "
+                 f"{sys.executable}; install python3-torch (tools/setup.sh)")
+class ProgramJobTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        cls.cluster = Cluster(WORLD, cls.tmp)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def out_dir(self, name):
+        out = os.path.join(self.tmp, name)
+        os.makedirs(out)
+        return out
+
+    def pids(self, out):
+        pids = []
+        for rank in range(WORLD):
+            path = os.path.join(out, f"pid-{rank}")
+            pids.append(int(wait_until(
+                lambda: read_file(path), 60,
+                f"rank {rank}'s pid file")))
+        return pids
+
+    def test_torch_script_trains_through_the_coordinator(self):
+        import parity_common as common
+        out = self.out_dir("train")
+        job_id = self.cluster.submit(program_spec(out))
+        job = self.cluster.wait_for_end(job_id, 180)
+        self.assertEqual(job["state"], "SUCCEEDED",
+                         f"{job['reason']}\n{self.cluster.tail()}")
+
+        # The shard table is the model's: its buckets name its parameters,
+        # and every rank owns some (bucket_cap_mb is tiny).
+        shards = self.cluster.ctl("shards", job_id)
+        names = [n for b in shards["buckets"] for n in b["parameter_names"]]
+        self.assertEqual(sorted(names),
+                         sorted(n for n, _ in common.make_model().named_parameters()))
+        self.assertIn("fc2.bias", names)
+        self.assertEqual(len({b["owner_rank"] for b in shards["buckets"]}),
+                         WORLD)
+
+        # session.report's progress reached the job: the last step and the
+        # rank-averaged loss of that step.
+        self.assertEqual(int(job["progress"]["step"]), common.STEPS)
+        self.assertTrue(0 < job["progress"]["loss"] < 10, job["progress"])
+
+        # Every rank ends with one process's parameters on the full batch.
+        expected = common.reference("adam")[common.STEPS]
+        for rank in range(WORLD):
+            got = torch.load(os.path.join(out, f"final-rank{rank}.pt"))
+            self.assertEqual(sorted(got), sorted(expected))
+            for name, value in expected.items():
+                with self.subTest(rank=rank, param=name):
+                    torch.testing.assert_close(got[name], value, rtol=1e-5,
+                                               atol=1e-6)
+        self.assertTrue(self.cluster.idle_workers() == WORLD or wait_until(
+            lambda: self.cluster.idle_workers() == WORLD, 10, "idle workers"))
+
+    def test_a_rank_that_never_calls_init_fails_the_job_naming_it(self):
+        out = self.out_dir("no-init")
+        started = time.monotonic()
+        job_id = self.cluster.submit(program_spec(
+            out, ["--no-init-on-rank", "1"], timeout=NO_INIT_TIMEOUT_SECONDS))
+        pids = self.pids(out)
+        job = self.cluster.wait_for_end(job_id, 60)
+        self.assertEqual(job["state"], "FAILED", self.cluster.tail())
+        reason = job["reason"]
+        self.assertRegex(reason, r"rank 1 \(worker w-\d+\) did not join the "
+                         r"job's communicator within 4s")
+        self.assertIn("did its program call pshard.init()?", reason)
+        # Failed at the deadline, not at the end of the sleeping rank's 600 s.
+        self.assertLess(time.monotonic() - started, 45)
+        for rank, pid in enumerate(pids):
+            wait_until(lambda: not process_alive(pid), 15,
+                       f"rank {rank}'s program (pid {pid}) ends")
+        wait_until(lambda: self.cluster.idle_workers() == WORLD, 15,
+                   "idle workers")
+
+    def test_a_program_that_never_uses_pshard_succeeds(self):
+        out = self.out_dir("no-pshard")
+        job_id = self.cluster.submit(program_spec(
+            out, ["--no-init-on-rank", "all"], timeout=NO_INIT_TIMEOUT_SECONDS))
+        job = self.cluster.wait_for_end(job_id, 60)
+        self.assertEqual(job["state"], "SUCCEEDED",
+                         f"{job['reason']}\n{self.cluster.tail()}")
+        wait_until(lambda: self.cluster.idle_workers() == WORLD, 15,
+                   "idle workers")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,107 @@
+"""One rank of the state_dict test: for each optimizer, 5 straight steps in
+one session; then 3 steps, state_dict(), and in a new session (a fresh
+model holding the 3-step parameters and a new ShardedOptimizer)
+load_state_dict and 2 more steps. Saves both runs' final parameters, the
+state it saved, and what the bad loads raised.
+
+    RANK=r WORLD_SIZE=n state_dict_rank.py STORE_BASE OUT_DIR
+"""
+
+import os
+import sys
+
+import torch
+
+import parity_common as common
+import pshard
+import pshard.torch
+
+CONFIGS = ["sgd_momentum", "adam"]
+
+
+def open_session(store):
+    os.makedirs(store, exist_ok=True)  # by whichever rank comes first
+    os.environ["PSHARD_LOCAL_STORE"] = store
+    return pshard.Session.open()
+
+
+def train(model, optimizer, session, steps):
+    share = common.BATCH // session.world_size
+    rank = session.rank
+    for step in steps:
+        x, y = common.batch(step)
+        x, y = x[rank * share:(rank + 1) * share], y[rank * share:(rank + 1) * share]
+        optimizer.zero_grad()
+        common.loss_of(model, x, y).backward()
+        optimizer.step()
+
+
+def make(session, name, model=None):
+    model = model if model is not None else common.make_model()
+    return model, pshard.torch.ShardedOptimizer(
+        model, optimizer=common.OPTIMIZERS[name][0],
+        bucket_cap_mb=common.BUCKET_CAP_MB, session=session)
+
+
+def error_of(call):
+    try:
+        call()
+    except (ValueError, TypeError, pshard.PshardError) as e:
+        return f"{type(e).__name__}: {e}"
+    return "no error"
+
+
+def run(name, store, out):
+    session = open_session(os.path.join(store, "straight"))
+    model, optimizer = make(session, name)
+    train(model, optimizer, session, range(1, 6))
+    straight = {n: p.detach().clone() for n, p in model.named_parameters()}
+    session.close()
+
+    session = open_session(os.path.join(store, "first"))
+    model, optimizer = make(session, name)
+    train(model, optimizer, session, range(1, 4))
+    saved = optimizer.state_dict()
+    weights = {n: p.detach().clone() for n, p in model.named_parameters()}
+    errors = {"after_first_step": error_of(
+        lambda: optimizer.load_state_dict(saved))}
+    session.close()
+
+    session = open_session(os.path.join(store, "resumed"))
+    model = common.make_model()
+    model.load_state_dict(weights)
+    model, optimizer = make(session, name, model)
+    other_rank = dict(saved, rank=(saved["rank"] + 1) % session.world_size)
+    errors["other_rank"] = error_of(lambda: optimizer.load_state_dict(other_rank))
+    some = next(iter(saved["state"]))
+    bad_shape = {k: v for k, v in saved["state"][some].items()}
+    key = next(k for k in bad_shape if k != "step")
+    bad_shape[key] = bad_shape[key].reshape(-1)[:-1] if bad_shape[key].numel() > 1 \
+        else torch.zeros(2)
+    errors["bad_shape"] = error_of(lambda: optimizer.load_state_dict(
+        dict(saved, state=dict(saved["state"], **{some: bad_shape}))))
+    errors["bad_dtype"] = error_of(lambda: optimizer.load_state_dict(
+        dict(saved, state=dict(saved["state"], **{some: dict(
+            saved["state"][some], **{key: saved["state"][some][key].double()})}))))
+    errors["unknown_name"] = error_of(lambda: optimizer.load_state_dict(
+        dict(saved, state=dict(saved["state"], nope=saved["state"][some]))))
+    errors["other_spec"] = error_of(lambda: optimizer.load_state_dict(
+        dict(saved, optimizer=dict(saved["optimizer"], kind="ADAMW"))))
+    optimizer.load_state_dict(saved)
+    train(model, optimizer, session, range(4, 6))
+    resumed = {n: p.detach().clone() for n, p in model.named_parameters()}
+    session.close()
+    torch.save({"straight": straight, "resumed": resumed, "saved": saved,
+                "errors": errors}, out)
+
+
+def main():
+    store_base, out_dir = sys.argv[1], sys.argv[2]
+    rank = os.environ["RANK"]
+    for name in CONFIGS:
+        run(name, os.path.join(store_base, name),
+            os.path.join(out_dir, f"{name}-rank{rank}.pt"))
+
+
+if __name__ == "__main__":
+    main()
