@@ -17,12 +17,17 @@ TensorRef AsyncCheckpointWriter::TensorCopy::ref() const {
 }
 
 AsyncCheckpointWriter::TensorCopy AsyncCheckpointWriter::Copy(
-    const TensorRef& tensor) {
+    const TensorRef& tensor, std::vector<TensorCopy>& spare, size_t& next_spare) {
   TensorCopy copy;
   copy.dtype = tensor.dtype;
   copy.shape = tensor.shape;
   copy.size = tensor.bytes.size();
-  copy.bytes.reset(new char[copy.size]);
+  if (next_spare < spare.size() && spare[next_spare].size == copy.size) {
+    copy.bytes = std::move(spare[next_spare].bytes);
+  } else {
+    copy.bytes.reset(new char[copy.size]);
+  }
+  ++next_spare;
   if (copy.size > 0) std::memcpy(copy.bytes.get(), tensor.bytes.data(), copy.size);
   return copy;
 }
@@ -55,17 +60,24 @@ absl::Status AsyncCheckpointWriter::Start(
         absl::StrCat("checkpoint step ", step, " is negative"));
   }
   RETURN_IF_ERROR(ValidateParameters(parameters));
+  std::vector<TensorCopy> spare;
+  {
+    absl::MutexLock lock(&mu_);
+    spare = std::move(spare_);
+    spare_.clear();
+  }
   // The copy runs outside the lock: only this thread starts writes.
   const absl::Time copy_start = clock_.Now();
+  size_t next_spare = 0;
   Snapshot snapshot;
   snapshot.step = step;
   snapshot.parameters.reserve(parameters.size());
   for (const ParameterTensors& p : parameters) {
     ParameterCopy copy;
     copy.name = p.name;
-    copy.value = Copy(p.value);
+    copy.value = Copy(p.value, spare, next_spare);
     for (const auto& [state_name, tensor] : p.state) {
-      copy.state.emplace_back(state_name, Copy(tensor));
+      copy.state.emplace_back(state_name, Copy(tensor, spare, next_spare));
     }
     snapshot.parameters.push_back(std::move(copy));
   }
@@ -100,8 +112,14 @@ void AsyncCheckpointWriter::Run() {
     }
     absl::StatusOr<ShardFileInfo> result =
         writer_.WriteShard(snapshot.step, views);
+    std::vector<TensorCopy> buffers;
+    for (ParameterCopy& p : snapshot.parameters) {
+      buffers.push_back(std::move(p.value));
+      for (auto& [unused, tensor] : p.state) buffers.push_back(std::move(tensor));
+    }
     absl::MutexLock lock(&mu_);
     result_ = std::move(result);
+    spare_ = std::move(buffers);
     writing_ = false;
   }
 }

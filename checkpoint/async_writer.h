@@ -10,6 +10,10 @@
 //   ... train on; parameters may change now ...
 //   absl::StatusOr<ShardFileInfo> file = async.Wait(absl::Minutes(5));
 //
+// The snapshot's buffers are kept after a write and reused by the next
+// Start() of the same shapes, so steady-state memory is one extra copy of
+// the rank's state and the stall is one memcpy of it.
+//
 // A write that fails (a full disk: ResourceExhausted naming the file) leaves
 // no file at the shard's final name and never touches other checkpoints, so
 // the previous complete checkpoint stays the latest one.
@@ -82,7 +86,11 @@ class AsyncCheckpointWriter {
     int64_t step = 0;
     std::vector<ParameterCopy> parameters;
   };
-  static TensorCopy Copy(const TensorRef& tensor);
+  // Copies `tensor`, into the next buffer of `spare` when it has the same
+  // size (a checkpoint of the same model: the copy then touches no fresh
+  // pages, so the stall is a plain memcpy).
+  static TensorCopy Copy(const TensorRef& tensor, std::vector<TensorCopy>& spare,
+                         size_t& next_spare);
   void Run();
   bool HasWorkOrStop() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool NotWriting() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -95,6 +103,8 @@ class AsyncCheckpointWriter {
   std::optional<absl::StatusOr<ShardFileInfo>> result_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration last_snapshot_ ABSL_GUARDED_BY(mu_);
+  // The buffers of the last written snapshot, for the next Start() to reuse.
+  std::vector<TensorCopy> spare_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // last: starts after every field is ready
 };
 

@@ -74,6 +74,18 @@ TEST(AsyncCheckpointWriterTest, WritesTheSnapshotNotLaterChanges) {
     ASSERT_OK_AND_ASSIGN(auto m, reader->ReadFloats(p.name + ".exp_avg"));
     EXPECT_EQ(m, p.exp_avg);
   }
+  // A second checkpoint of the same shapes (reusing the first snapshot's
+  // buffers) holds the new values.
+  ASSERT_OK(async.Start(8, Views(params)));
+  ASSERT_OK_AND_ASSIGN(ShardFileInfo file8, async.Wait(absl::Minutes(2)));
+  ASSERT_OK(WriteManifest(root, {8, "fp", 1, {file8}}));
+  ASSERT_OK_AND_ASSIGN(auto reader8, ShardReader::Open(StepDirectory(root, 8)));
+  for (const OwnedParameter& p : params) {
+    ASSERT_OK_AND_ASSIGN(auto value, reader8->ReadFloats(p.name));
+    EXPECT_EQ(value, p.value);
+    ASSERT_OK_AND_ASSIGN(auto v, reader8->ReadFloats(p.name + ".exp_avg_sq"));
+    EXPECT_EQ(v, p.exp_avg_sq);
+  }
   // The result is taken once.
   EXPECT_THAT(async.Wait(absl::Seconds(1)),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no write")));
