@@ -1,6 +1,5 @@
 #include "checkpoint/async_writer.h"
 
-#include <dirent.h>
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -23,6 +22,7 @@ namespace {
 
 using ::pshard::checkpoint::testing::MakeParameters;
 using ::pshard::checkpoint::testing::OwnedParameter;
+using ::pshard::testing::ListDirectory;
 using ::pshard::testing::MakeTempDir;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
@@ -32,18 +32,6 @@ std::vector<ParameterTensors> Views(const std::vector<OwnedParameter>& params) {
   std::vector<ParameterTensors> views;
   for (const auto& p : params) views.push_back(p.View());
   return views;
-}
-
-std::vector<std::string> ListDir(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return names;
-  while (dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  closedir(d);
-  return names;
 }
 
 TEST(AsyncCheckpointWriterTest, WritesTheSnapshotNotLaterChanges) {
@@ -143,7 +131,7 @@ TEST(AsyncCheckpointWriterTest, AFullDiskFailsTheWriteAndKeepsThePreviousCheckpo
   EXPECT_THAT(failed, StatusIs(absl::StatusCode::kResourceExhausted,
                                HasSubstr("step-20/shard-0-of-1.safetensors")));
   // Nothing half-written is left, and step 10 is still the latest complete.
-  EXPECT_THAT(ListDir(StepDirectory(root, 20)), ElementsAre());
+  EXPECT_THAT(ListDirectory(StepDirectory(root, 20)), ElementsAre());
   ASSERT_OK_AND_ASSIGN(CompleteCheckpoint latest, LatestCompleteCheckpoint(root));
   EXPECT_EQ(latest.manifest.step, 10);
   EXPECT_THAT(latest.skipped, ElementsAre(HasSubstr("step-20 is incomplete")));

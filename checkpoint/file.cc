@@ -184,22 +184,31 @@ absl::Status WriteFileAtomically(const std::string& path,
   return file.Commit();
 }
 
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
-                                          int64_t max_bytes) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoError("cannot open", path, errno);
+absl::StatusOr<OpenFile> OpenRegularFile(const std::string& path) {
+  OpenFile file;
+  file.fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!file.fd.valid()) return ErrnoError("cannot open", path, errno);
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat", path, errno);
+  if (::fstat(file.fd.get(), &st) != 0) {
+    return ErrnoError("cannot stat", path, errno);
+  }
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
   }
-  if (st.st_size > max_bytes) {
+  file.size = st.st_size;
+  return file;
+}
+
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
+                                          int64_t max_bytes) {
+  ASSIGN_OR_RETURN(OpenFile file, OpenRegularFile(path));
+  if (file.size > max_bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", st.st_size, " bytes, more than the limit of ",
+        absl::StrCat(path, ": ", file.size, " bytes, more than the limit of ",
                      max_bytes));
   }
-  std::string contents(static_cast<size_t>(st.st_size), '\0');
-  RETURN_IF_ERROR(PreadFully(fd.get(), contents.data(), st.st_size, 0, path));
+  std::string contents(static_cast<size_t>(file.size), '\0');
+  RETURN_IF_ERROR(PreadFully(file.fd.get(), contents.data(), file.size, 0, path));
   return contents;
 }
 

@@ -97,6 +97,15 @@ class AtomicFile {
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view contents);
 
+// A regular file open for reading, with its size when opened.
+struct OpenFile {
+  UniqueFd fd;
+  int64_t size = 0;
+};
+// NotFound / PermissionDenied / Internal as ErrnoError; InvalidArgument when
+// `path` is not a regular file.
+absl::StatusOr<OpenFile> OpenRegularFile(const std::string& path);
+
 // Reads a whole file of at most `max_bytes`. InvalidArgument when larger.
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
                                           int64_t max_bytes);

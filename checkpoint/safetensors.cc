@@ -335,14 +335,9 @@ SafetensorsReader::SafetensorsReader(std::string path, UniqueFd fd,
 
 absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(
     const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoError("cannot open", path, errno);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat", path, errno);
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
-  const int64_t size = st.st_size;
+  ASSIGN_OR_RETURN(OpenFile file, OpenRegularFile(path));
+  UniqueFd fd = std::move(file.fd);
+  const int64_t size = file.size;
   if (size < 8) return TooShort(size, path);
   unsigned char prefix[8];
   RETURN_IF_ERROR(PreadFully(fd.get(), prefix, 8, 0, path));

@@ -1,11 +1,9 @@
 #include "checkpoint/safetensors.h"
 
-#include <dirent.h>
 #include <sys/wait.h>
 
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -21,6 +19,7 @@
 namespace pshard::checkpoint {
 namespace {
 
+using ::pshard::testing::ListDirectory;
 using ::pshard::testing::MakeTempDir;
 using ::pshard::testing::ReadFile;
 using ::testing::ElementsAre;
@@ -39,23 +38,6 @@ template <typename T>
 std::string Bytes(const std::vector<T>& values) {
   return std::string(reinterpret_cast<const char*>(values.data()),
                      values.size() * sizeof(T));
-}
-
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-std::vector<std::string> ListDir(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return names;
-  while (dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  closedir(d);
-  return names;
 }
 
 struct Tensor {
@@ -198,8 +180,7 @@ TEST(SafetensorsTest, RejectsMalformedFilesNamingTheFileAndTheProblem) {
     EXPECT_THAT(ParseSafetensorsImage(c.bytes, "mem.safetensors"),
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          HasSubstr(c.message)));
-    const std::string path = MakeTempDir("st") + "/bad.safetensors";
-    WriteFile(path, c.bytes);
+    const std::string path = pshard::testing::WriteTempFile("bad.safetensors", c.bytes);
     EXPECT_THAT(SafetensorsReader::Open(path),
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          ::testing::AllOf(HasSubstr(path), HasSubstr(c.message))));
@@ -259,7 +240,7 @@ TEST(SafetensorsTest, WriterRefusesBadInputAndLeavesNoFile) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative dimension")));
   EXPECT_THAT(SafetensorsWriter::Create(path, {{"x", DType::kF64, {int64_t{1} << 40, int64_t{1} << 20}}}, {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("too large")));
-  EXPECT_TRUE(ListDir(dir).empty());
+  EXPECT_TRUE(ListDirectory(dir).empty());
   {
     // Too many bytes: refused, and the error sticks.
     ASSERT_OK_AND_ASSIGN(auto writer, SafetensorsWriter::Create(path, {{"x", DType::kF32, {1}}}, {}));
@@ -278,9 +259,9 @@ TEST(SafetensorsTest, WriterRefusesBadInputAndLeavesNoFile) {
   {
     // Abandoned midway: nothing at the final name, no temporary left.
     ASSERT_OK_AND_ASSIGN(auto writer, SafetensorsWriter::Create(path, {{"x", DType::kF32, {1}}}, {}));
-    EXPECT_EQ(ListDir(dir).size(), 1u);  // the temporary
+    EXPECT_EQ(ListDirectory(dir).size(), 1u);  // the temporary
   }
-  EXPECT_TRUE(ListDir(dir).empty());
+  EXPECT_TRUE(ListDirectory(dir).empty());
   EXPECT_THAT(SafetensorsWriter::Create(dir + "/no/such/dir/a", {}, {}),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("no/such/dir")));
 }
@@ -297,7 +278,7 @@ TEST(SafetensorsTest, FinishReplacesAnOldFileAtomically) {
   ASSERT_OK(writer->Finish().status());
   ASSERT_OK_AND_ASSIGN(auto after, SafetensorsReader::Open(path));
   EXPECT_NE(after->Find("new"), nullptr);
-  EXPECT_THAT(ListDir(dir), ElementsAre("out.safetensors"));
+  EXPECT_THAT(ListDirectory(dir), ElementsAre("out.safetensors"));
 }
 
 // Interop with other readers and writers: a tiny pure-Python implementation
