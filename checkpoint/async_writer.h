@@ -51,7 +51,8 @@ class AsyncCheckpointWriter {
   // either way), then stops the thread.
   ~AsyncCheckpointWriter();
 
-  // Snapshots `parameters` and queues their write as step `step`.
+  // Snapshots `parameters` and queues their write as step `step`. Called
+  // from one thread (the training loop's); the others may be called from any.
   // FailedPrecondition: a write is still in flight. InvalidArgument: as
   // WriteShard (checked before the copy).
   absl::Status Start(int64_t step, absl::Span<const ParameterTensors> parameters);

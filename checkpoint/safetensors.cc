@@ -287,16 +287,21 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
 absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape,
                                      int64_t element_size, int64_t max_bytes,
                                      absl::string_view what) {
-  const int64_t max_numel = max_bytes / element_size;
-  int64_t numel = 1;
+  bool empty = false;
   for (int64_t dim : shape) {
     if (dim < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " has a negative dimension"));
     }
-    if (dim != 0 && numel > max_numel / dim) {
-      // Keep scanning for a zero dimension, which makes the tensor empty.
-      if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+    empty = empty || dim == 0;
+  }
+  if (empty) return 0;
+  // Stop as soon as the product passes what `max_bytes` holds, so it never
+  // overflows.
+  const int64_t max_numel = max_bytes / element_size;
+  int64_t numel = 1;
+  for (int64_t dim : shape) {
+    if (numel > max_numel / dim) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, ": shape [", absl::StrJoin(shape, ", "), "] is too large"));
     }

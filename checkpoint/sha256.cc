@@ -1,6 +1,5 @@
 #include "checkpoint/sha256.h"
 
-#include <fcntl.h>
 #include <openssl/evp.h>
 #include <unistd.h>
 
@@ -55,13 +54,12 @@ std::string Sha256::FinishHex() {
 }
 
 absl::StatusOr<FileDigest> DigestFile(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoError("cannot open", path, errno);
+  ASSIGN_OR_RETURN(OpenFile file, OpenRegularFile(path));
   ASSIGN_OR_RETURN(Sha256 hash, Sha256::Create());
   std::vector<char> buffer(4 << 20);
   FileDigest digest;
   while (true) {
-    const ssize_t got = ::read(fd.get(), buffer.data(), buffer.size());
+    const ssize_t got = ::read(file.fd.get(), buffer.data(), buffer.size());
     if (got < 0) {
       if (errno == EINTR) continue;
       return ErrnoError("cannot read", path, errno);

@@ -82,7 +82,8 @@ class CheckpointWriter {
                                                  std::string spec_fingerprint);
 
   // Writes <root>/step-<step>/shard-<rank>-of-<world>.safetensors (creating
-  // the root and step directories when missing), streamed one tensor at a
+  // the root and step directories when missing; the root's parent must
+  // exist), streamed one tensor at a
   // time, fsynced and renamed into place; returns the manifest entry (size,
   // SHA-256 computed while writing). InvalidArgument: a negative step, a
   // repeated or empty name, a tensor whose bytes do not match its shape and
