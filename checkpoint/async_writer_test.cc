@@ -34,6 +34,21 @@ std::vector<ParameterTensors> Views(const std::vector<OwnedParameter>& params) {
   return views;
 }
 
+// Every parameter and both of its Adam state tensors read back as `params`.
+void ExpectCheckpointHolds(const std::string& step_dir,
+                           const std::vector<OwnedParameter>& params) {
+  ASSERT_OK_AND_ASSIGN(auto reader, ShardReader::Open(step_dir));
+  for (const OwnedParameter& p : params) {
+    SCOPED_TRACE(p.name);
+    ASSERT_OK_AND_ASSIGN(auto value, reader->ReadFloats(p.name));
+    EXPECT_EQ(value, p.value);
+    ASSERT_OK_AND_ASSIGN(auto m, reader->ReadFloats(p.name + ".exp_avg"));
+    EXPECT_EQ(m, p.exp_avg);
+    ASSERT_OK_AND_ASSIGN(auto v, reader->ReadFloats(p.name + ".exp_avg_sq"));
+    EXPECT_EQ(v, p.exp_avg_sq);
+  }
+}
+
 TEST(AsyncCheckpointWriterTest, WritesTheSnapshotNotLaterChanges) {
   const std::string root = MakeTempDir("async");
   ASSERT_OK_AND_ASSIGN(CheckpointWriter writer, CheckpointWriter::Create(root, 0, 1, "fp"));
@@ -55,25 +70,13 @@ TEST(AsyncCheckpointWriterTest, WritesTheSnapshotNotLaterChanges) {
   EXPECT_EQ(file.name, "shard-0-of-1.safetensors");
   EXPECT_GE(async.last_snapshot_duration(), absl::ZeroDuration());
   ASSERT_OK(WriteManifest(root, {7, "fp", 1, {file}}));
-  ASSERT_OK_AND_ASSIGN(auto reader, ShardReader::Open(StepDirectory(root, 7)));
-  for (const OwnedParameter& p : snapshot) {
-    ASSERT_OK_AND_ASSIGN(auto value, reader->ReadFloats(p.name));
-    EXPECT_EQ(value, p.value);
-    ASSERT_OK_AND_ASSIGN(auto m, reader->ReadFloats(p.name + ".exp_avg"));
-    EXPECT_EQ(m, p.exp_avg);
-  }
+  ExpectCheckpointHolds(StepDirectory(root, 7), snapshot);
   // A second checkpoint of the same shapes (reusing the first snapshot's
   // buffers) holds the new values.
   ASSERT_OK(async.Start(8, Views(params)));
   ASSERT_OK_AND_ASSIGN(ShardFileInfo file8, async.Wait(absl::Minutes(2)));
   ASSERT_OK(WriteManifest(root, {8, "fp", 1, {file8}}));
-  ASSERT_OK_AND_ASSIGN(auto reader8, ShardReader::Open(StepDirectory(root, 8)));
-  for (const OwnedParameter& p : params) {
-    ASSERT_OK_AND_ASSIGN(auto value, reader8->ReadFloats(p.name));
-    EXPECT_EQ(value, p.value);
-    ASSERT_OK_AND_ASSIGN(auto v, reader8->ReadFloats(p.name + ".exp_avg_sq"));
-    EXPECT_EQ(v, p.exp_avg_sq);
-  }
+  ExpectCheckpointHolds(StepDirectory(root, 8), params);
   // The result is taken once.
   EXPECT_THAT(async.Wait(absl::Seconds(1)),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no write")));
@@ -116,7 +119,7 @@ TEST(AsyncCheckpointWriterTest, AFullDiskFailsTheWriteAndKeepsThePreviousCheckpo
   ASSERT_OK_AND_ASSIGN(ShardFileInfo file10, async.Wait(absl::Minutes(2)));
   ASSERT_OK(WriteManifest(root, {10, "fp", 1, {file10}}));
 
-  // Step 20 is about 1 MiB; the limit is 64 KiB.
+  // Step 20 is 3 MiB; the limit is 64 KiB.
   OwnedParameter big = MakeParameters(1, 20)[0];
   big.shape = {1 << 18};
   big.value.assign(1 << 18, 1.0f);
