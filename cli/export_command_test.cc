@@ -1,5 +1,7 @@
 #include "cli/export_command.h"
 
+#include <sys/wait.h>
+
 #include <sstream>
 #include <string>
 #include <vector>
@@ -64,6 +66,28 @@ TEST(ExportCommandTest, UsageErrorsAndRefusedCheckpoints) {
   const Outcome none = RunExport({empty, empty + "/out.safetensors"});
   EXPECT_EQ(none.code, 1);
   EXPECT_THAT(none.err, AllOf(StartsWith("pshardctl: "), HasSubstr("no checkpoint under")));
+}
+
+// The real binary: `export` is dispatched before any other flag handling.
+TEST(ExportCommandTest, ThePshardctlBinaryRunsIt) {
+  const std::string root = MakeTempDir("ck");
+  ASSERT_OK(checkpoint::testing::WriteCheckpoint(
+                root, 3, 3, checkpoint::testing::MakeParameters(4, 3))
+                .status());
+  const std::string dir = MakeTempDir("bin");
+  const std::string out = dir + "/p.safetensors";
+  ASSERT_OK_AND_ASSIGN(
+      auto child, pshard::testing::Subprocess::Start(
+                      {pshard::testing::RunfilePath("cli/pshardctl"), "export",
+                       root, out},
+                      {}, dir + "/log.txt"));
+  ASSERT_OK_AND_ASSIGN(int status, child->Wait(absl::Seconds(60)));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << pshard::testing::ReadFile(dir + "/log.txt");
+  EXPECT_THAT(pshard::testing::ReadFile(dir + "/log.txt"),
+              HasSubstr("exported 4 parameters of step 3"));
+  ASSERT_OK_AND_ASSIGN(auto reader, checkpoint::SafetensorsReader::Open(out));
+  EXPECT_EQ(reader->tensors().size(), 4u);
 }
 
 }  // namespace
