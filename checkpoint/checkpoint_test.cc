@@ -1,7 +1,10 @@
 // The sharded layout end to end: shards, manifest, verification, the latest
 // complete checkpoint with fallback, pruning, and reads by name.
 #include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -343,6 +346,51 @@ TEST(CatalogTest, PruneRemovesOldOnesOnlyAfterANewerOneIsComplete) {
   EXPECT_THAT(steps, ElementsAre(40, 45, 50, 60));
   ASSERT_OK_AND_ASSIGN(CompleteCheckpoint latest, LatestCompleteCheckpoint(root));
   EXPECT_EQ(latest.manifest.step, 50);
+}
+
+// kill -9 of a writer midway (a real process): what is left is an
+// incomplete step that never counts and that Prune later removes.
+TEST(CatalogTest, AWriterKilledMidwayLeavesAnIncompleteStep) {
+  const std::string root = MakeTempDir("kill");
+  ASSERT_OK(WriteCheckpoint(root, 10, 1, MakeParameters(2, 10)).status());
+  OwnedParameter big = MakeParameters(1, 20)[0];
+  big.shape = {32 << 20};
+  big.value.assign(32 << 20, 1.0f);
+  big.exp_avg.assign(32 << 20, 2.0f);
+  big.exp_avg_sq.assign(32 << 20, 3.0f);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto writer = CheckpointWriter::Create(root, 0, 1, "fp-1");
+    const bool ok = writer.ok() && writer->WriteShard(20, {big.View()}).ok();
+    ::_exit(ok ? 0 : 1);
+  }
+  // Kill it once its temporary file is there (it writes 384 MiB).
+  const bool started = pshard::testing::WaitUntil(
+      [&] {
+        for (const std::string& name :
+             pshard::testing::ListDirectory(StepDirectory(root, 20))) {
+          if (name.find(".tmp.") != std::string::npos) return true;
+        }
+        return false;
+      },
+      absl::Seconds(60));
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(started);
+  if (WIFEXITED(status)) {
+    GTEST_SKIP() << "the writer finished before it could be killed";
+  }
+  EXPECT_FALSE(Exists(Shard(root, 20, 0, 1)));  // only the temporary
+  ASSERT_OK_AND_ASSIGN(CompleteCheckpoint latest, LatestCompleteCheckpoint(root));
+  EXPECT_EQ(latest.manifest.step, 10);
+  EXPECT_THAT(latest.skipped, ElementsAre(HasSubstr("step-20 is incomplete")));
+  // Once step 30 is complete, keep_last 1 removes 10 and the debris of 20.
+  ASSERT_OK(WriteCheckpoint(root, 30, 1, MakeParameters(2, 30)).status());
+  EXPECT_THAT(PruneOk(root, 1),
+              ElementsAre(StepDirectory(root, 10), StepDirectory(root, 20)));
+  EXPECT_FALSE(Exists(StepDirectory(root, 20)));
 }
 
 }  // namespace
