@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/export_command.h"
 #include "cli/local.h"
 #include "common/clock.h"
 
@@ -128,6 +129,7 @@ std::string SelfPath(const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && absl::string_view(argv[1]) == "export") return pshard::cli::ExportMain(argc, argv, std::cout, std::cerr);
   // SIGINT/SIGTERM are taken by a thread (below) that cancels what is in
   // progress, so `watch` and `local` can clean up. Block them before any
   // thread exists so every thread inherits the mask.

@@ -1,8 +1,10 @@
 #include "tests/testing/subprocess.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -86,6 +88,19 @@ std::string WriteTempFile(absl::string_view name, absl::string_view content) {
   const std::string path = absl::StrCat(MakeTempDir("file"), "/", name);
   std::ofstream(path) << content;
   return path;
+}
+
+std::vector<std::string> ListDirectory(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 std::string ReadFile(const std::string& path) {

@@ -86,6 +86,10 @@ std::string MakeTempDir(absl::string_view prefix);
 // its path.
 std::string WriteTempFile(absl::string_view name, absl::string_view content);
 
+// The names in directory `dir` (without "." and ".."), sorted; empty if it
+// cannot be read.
+std::vector<std::string> ListDirectory(const std::string& dir);
+
 // The whole file; empty if it cannot be read (tests show it in messages).
 std::string ReadFile(const std::string& path);
 

@@ -3,7 +3,9 @@
 // name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to
 // the byte after the header), then the raw tensor bytes.
 //
-// pshard moves only fp32 tensors: the replay workload reads parameters and
+// This is the fp32, whole-file view of checkpoint/safetensors.h (the one
+// implementation of the format, with streaming, every dtype and metadata).
+// pshard moves only fp32 tensors here: the replay workload reads parameters and
 // gradients this way, and a job's final parameters are written this way. Every
 // field of a file is validated before any data is trusted, so a malformed or
 // hostile file yields an error, never a crash or an unbounded allocation.
@@ -18,12 +20,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "checkpoint/safetensors.h"
 
 namespace pshard::worker {
 
-// Limits enforced when reading.
-inline constexpr int64_t kMaxSafetensorsHeaderBytes = int64_t{100} << 20;
-inline constexpr int kMaxSafetensorsRank = 64;
+// Limits enforced when reading (checkpoint/safetensors.h's).
+inline constexpr int64_t kMaxSafetensorsHeaderBytes =
+    checkpoint::kMaxSafetensorsHeaderBytes;
+inline constexpr int kMaxSafetensorsRank = checkpoint::kMaxSafetensorsRank;
 
 // An fp32 tensor read from a file.
 struct SafetensorsTensor {
@@ -42,8 +46,8 @@ struct SafetensorsTensorView {
 
 // Reads every tensor of the file at `path`, ordered by data offset.
 // NotFound: no such file. InvalidArgument: malformed file (truncated, header
-// too large or not the expected JSON, offsets out of range or overlapping,
-// size not matching the shape), or a tensor whose dtype is not F32 (the
+// too large or not the expected JSON, offsets out of range, overlapping or
+// not contiguous, size not matching the shape or the file), or a tensor whose dtype is not F32 (the
 // message names the file and the tensor). Internal: I/O errors.
 absl::StatusOr<std::vector<SafetensorsTensor>> ReadSafetensors(
     const std::string& path);

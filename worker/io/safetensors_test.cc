@@ -1,6 +1,5 @@
 #include "worker/io/safetensors.h"
 
-#include <dirent.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -19,6 +18,7 @@
 namespace pshard::worker {
 namespace {
 
+using ::pshard::testing::ListDirectory;
 using ::pshard::testing::MakeTempDir;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -41,18 +41,6 @@ void WriteFile(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-std::vector<std::string> ListDir(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return names;
-  while (dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  closedir(d);
-  return names;
-}
-
 TEST(SafetensorsTest, RoundTripKeepsWriteOrderNamesShapesAndData) {
   const std::string dir = MakeTempDir("roundtrip");
   const std::string path = dir + "/params.safetensors";
@@ -66,7 +54,7 @@ TEST(SafetensorsTest, RoundTripKeepsWriteOrderNamesShapesAndData) {
       {"scalar", {}, absl::MakeConstSpan(b).subspan(1, 1)},
   };
   ASSERT_OK(WriteSafetensorsAtomic(path, tensors));
-  EXPECT_THAT(ListDir(dir), ElementsAre("params.safetensors"));
+  EXPECT_THAT(ListDirectory(dir), ElementsAre("params.safetensors"));
 
   ASSERT_OK_AND_ASSIGN(std::vector<SafetensorsTensor> read,
                        ReadSafetensors(path));
@@ -89,7 +77,7 @@ TEST(SafetensorsTest, RoundTripKeepsWriteOrderNamesShapesAndData) {
   ASSERT_OK_AND_ASSIGN(read, ReadSafetensors(path));
   ASSERT_EQ(read.size(), 1u);
   EXPECT_EQ(read[0].name, "layers.2.bias");
-  EXPECT_THAT(ListDir(dir), ElementsAre("params.safetensors"));
+  EXPECT_THAT(ListDirectory(dir), ElementsAre("params.safetensors"));
 }
 
 TEST(SafetensorsTest, HeaderIsPaddedToEightBytes) {
@@ -231,7 +219,7 @@ TEST(SafetensorsTest, WriteRejectsBadTensorsAndLeavesNoFile) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("twice")));
   EXPECT_THAT(WriteSafetensorsAtomic(dir + "/a", {{"", {3}, x}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("name")));
-  EXPECT_TRUE(ListDir(dir).empty());
+  EXPECT_TRUE(ListDirectory(dir).empty());
   EXPECT_THAT(WriteSafetensorsAtomic(dir + "/no/such/dir/a", {{"x", {3}, x}}),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("no/such/dir")));
 }
