@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "cli/export_command.h"
 #include "cli/format.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
@@ -82,6 +83,15 @@ const CommandDoc kCommands[] = {
      "imbalance and epoch",
      "Fails (exit 1) while the job has no assignment yet: it is published "
      "once every rank has reported its bucket layout.\n"},
+    {"export", "CHECKPOINT OUT.safetensors",
+     "write a checkpoint's full parameters to one safetensors file",
+     "CHECKPOINT is a step directory (<dir>/step-<N>) or a job's checkpoint "
+     "directory (then its latest complete checkpoint). Verifies the manifest "
+     "(sizes and SHA-256 of every shard), then writes the parameters (no "
+     "optimizer state) sorted by name, streamed shard by shard: memory stays "
+     "bounded by the largest tensor. The output is the same whatever world "
+     "size the checkpoint was written at. Needs no coordinator; exit 1 if "
+     "the checkpoint is refused (the message names the file).\n"},
     {"workers", "", "list the worker pool",
      "A worker taken out of scheduling by `drain` shows as DRAINING (with its "
      "job while that still runs).\n\n"
@@ -194,6 +204,7 @@ class Runner {
     if (cmd == "watch") return Watch(args);
     if (cmd == "logs") return Logs(args);
     if (cmd == "shards") return Shards(args);
+    if (cmd == "export") return Export(args);
     if (cmd == "workers") return Workers(args);
     if (cmd == "drain") return Drain(args);
     if (cmd == "undrain") return Undrain(args);
@@ -265,6 +276,13 @@ class Runner {
     if (!json()) *io_.out << FormatOutcome(job);
     io_.out->flush();
     return job.state() == v1::SUCCEEDED ? kExitOk : kExitError;
+  }
+
+  absl::StatusOr<int> Export(const std::vector<std::string>& args) {
+    RETURN_IF_ERROR(ExpectArgs(args, 2));
+    RETURN_IF_ERROR(ExportCheckpoint(args[1], args[2], options_.output,
+                                     *io_.out));
+    return kExitOk;
   }
 
   absl::StatusOr<int> Logs(const std::vector<std::string>& args) {

@@ -6,15 +6,22 @@
 #define PSHARD_CLI_EXPORT_COMMAND_H_
 
 #include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "cli/commands.h"
 
 namespace pshard::cli {
 
-// Runs `pshardctl export ...` from main's raw argv (argv[1] == "export"):
-// its own --help and --output=table|json; relative paths are the user's
-// (BUILD_WORKING_DIRECTORY under `bazel run`). Returns the exit code: 0, 1
-// (the checkpoint is refused or the write failed; the message names the
-// file), 2 (usage).
-int ExportMain(int argc, char** argv, std::ostream& out, std::ostream& err);
+// Exports `checkpoint` (a step directory, or a job's checkpoint directory:
+// then its latest complete checkpoint) to `output` and prints what was
+// written in `format`. Paths are used as given (main makes them the user's).
+// FailedPrecondition: the checkpoint is refused (the message names the file
+// and why) or the write failed; never InvalidArgument, so that a refused
+// checkpoint exits 1, not 2 (bad command line).
+absl::Status ExportCheckpoint(const std::string& checkpoint,
+                              const std::string& output, OutputFormat format,
+                              std::ostream& out);
 
 }  // namespace pshard::cli
 

@@ -23,7 +23,6 @@
 #include "absl/time/time.h"
 #include "cli/client.h"
 #include "cli/commands.h"
-#include "cli/export_command.h"
 #include "cli/local.h"
 #include "common/clock.h"
 
@@ -129,7 +128,6 @@ std::string SelfPath(const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && absl::string_view(argv[1]) == "export") return pshard::cli::ExportMain(argc, argv, std::cout, std::cerr);
   // SIGINT/SIGTERM are taken by a thread (below) that cancels what is in
   // progress, so `watch` and `local` can clean up. Block them before any
   // thread exists so every thread inherits the mask.
@@ -239,8 +237,8 @@ int main(int argc, char** argv) {
     std::_Exit(code);  // The signal thread is still blocked in sigwait.
   }
 
-  if (command[0] == "submit" && command.size() == 2) {
-    command[1] = UserPath(command[1]);
+  if (command[0] == "submit" || command[0] == "export") {
+    for (size_t i = 1; i < command.size(); ++i) command[i] = UserPath(command[i]);
   }
   const int code = pshard::cli::RunCommand(
       command, options, io,
