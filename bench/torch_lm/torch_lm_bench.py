@@ -317,6 +317,12 @@ def summarise(runs, args):
         base = summary["ddp_zero"]["samples_per_second"]
         for entry in summary.values():
             entry["vs_ddp_zero"] = entry["samples_per_second"] / base
+            # Against the DDP + ZeRO run of the same repeat (the modes of a
+            # repeat run back to back, so they share the machine's load).
+            entry["vs_ddp_zero_per_repeat"] = [
+                mine / theirs for mine, theirs in zip(
+                    entry["samples_per_second_all"],
+                    summary["ddp_zero"]["samples_per_second_all"])]
     return summary
 
 
@@ -340,6 +346,12 @@ def print_table(summary, args):
               f"{' / '.join(f'{v:.0f}' for v in entry['peak_rss_mib'])} | "
               f"{' / '.join(f'{v:.1f}' for v in entry['rss_growth_mib'])} | "
               f"{entry['loss_last']:.4f} |")
+    for mode, entry in summary.items():
+        if mode != "ddp_zero" and "vs_ddp_zero_per_repeat" in entry:
+            ratios = entry["vs_ddp_zero_per_repeat"]
+            print(f"{names[mode]} / DDP+ZeRO, repeat by repeat: " +
+                  ", ".join(f"{r:.2f}" for r in ratios) +
+                  f" (median {statistics.median(ratios):.2f})")
     if "pshard" in summary:
         entry = summary["pshard"]
         print(f"\npshard's Python layer: "
