@@ -186,6 +186,7 @@ def run_rank(args):
             model, optimizer=lm.optimizer_spec(args.lr, args.weight_decay),
             bucket_cap_mb=args.bucket_cap_mb)
         forward, barrier, report = model, session.barrier, session.report
+        finish = session.close
     else:
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
@@ -204,6 +205,9 @@ def run_rank(args):
             optimizer = torch.optim.AdamW(groups, lr=args.lr,
                                           betas=(0.9, 0.95))
         barrier = dist.barrier
+        # Gloo's threads must be gone before exit (an exit with them alive
+        # can end in std::terminate).
+        finish = dist.destroy_process_group
     rss_before_mib = current_rss_mib()
 
     losses = []
@@ -232,6 +236,7 @@ def run_rank(args):
         result["python_layer_s"] = timer.python_s()
         result["c_calls_s"] = dict(timer.c_s)
     barrier()
+    finish()
     with open(args.result, "w") as f:
         json.dump(result, f)
     return 0
