@@ -155,13 +155,14 @@ TEST_F(CommandsTest, SubmitPrintsTheJobId) {
 }
 
 TEST_F(CommandsTest, SubmitEveryExampleSpec) {
-  for (const char* file : {"mlp_adam_2workers.json", "synthetic_benchmark.json",
-                           "replay_small.json"}) {
+  for (const char* file :
+       {"mlp_adam_2workers.json", "synthetic_benchmark.json",
+        "replay_small.json", "torch_digits/job.json", "torch_lm/job.json"}) {
     EXPECT_EQ(Run({"submit", RunfilePath(absl::StrCat("examples/", file))}),
               kExitOk)
         << file << ": " << err_.str();
   }
-  EXPECT_EQ(NumJobs(), 3u);
+  EXPECT_EQ(NumJobs(), 5u);
 }
 
 TEST_F(CommandsTest, SubmitJsonOutputIsTheJob) {

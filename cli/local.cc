@@ -147,7 +147,9 @@ class LocalCluster {
               {worker_bin, absl::StrCat("--coordinator=", address_),
                absl::StrCat("--name=", name), "--listen=127.0.0.1:0",
                absl::StrCat("--port_file=", run_dir, "/", name, ".port"),
-               "--host=127.0.0.1", "--device=cpu"},
+               "--host=127.0.0.1", "--device=cpu",
+               // Program jobs' output: <run_dir>/program-logs/<job>/rank-R.log.
+               absl::StrCat("--log_dir=", run_dir, "/program-logs")},
               absl::StrCat(run_dir, "/", name, ".log"), {}, clock_));
       workers_.push_back(std::move(worker));
     }
@@ -308,6 +310,26 @@ absl::Status ShowShardsWhenReady(LocalCluster& cluster,
 
 }  // namespace
 
+void ResolveUserPaths(const std::string& base_dir, const std::string& run_dir,
+                      v1::JobSpec& spec) {
+  if (spec.output_dir().empty()) {
+    spec.set_output_dir(absl::StrCat(run_dir, "/output"));
+  } else {
+    spec.set_output_dir(Absolute(base_dir, spec.output_dir()));
+  }
+  if (spec.has_replay()) {
+    auto* replay = spec.mutable_replay();
+    replay->set_params_path(Absolute(base_dir, replay->params_path()));
+    replay->set_gradients_dir(Absolute(base_dir, replay->gradients_dir()));
+  }
+  // A program's relative argv and paths are the user's too: it runs where
+  // pshardctl was started, not in the workers' working directory (the
+  // runfiles tree under `bazel run`).
+  if (spec.has_program() && spec.program().working_dir().empty()) {
+    spec.mutable_program()->set_working_dir(base_dir);
+  }
+}
+
 absl::StatusOr<v1::JobSpec> DefaultLocalJobSpec() {
   return ParseJobSpecJson(kDefaultJobSpecJson);
 }
@@ -369,17 +391,7 @@ int RunLocal(const LocalOptions& options, const CliIo& io,
 
   absl::StatusOr<std::string> run_dir = MakeRunDir(options.run_dir);
   if (!run_dir.ok()) return fail(run_dir.status());
-  if (spec.output_dir().empty()) {
-    spec.set_output_dir(absl::StrCat(*run_dir, "/output"));
-  } else {
-    spec.set_output_dir(Absolute(options.base_dir, spec.output_dir()));
-  }
-  if (spec.has_replay()) {
-    auto* replay = spec.mutable_replay();
-    replay->set_params_path(Absolute(options.base_dir, replay->params_path()));
-    replay->set_gradients_dir(
-        Absolute(options.base_dir, replay->gradients_dir()));
-  }
+  ResolveUserPaths(options.base_dir, *run_dir, spec);
   if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return fail(s);
   if (absl::Status s = MakeDirs(spec.output_dir()); !s.ok()) return fail(s);
 
@@ -436,9 +448,15 @@ int RunLocal(const LocalOptions& options, const CliIo& io,
   }
 
   *io.out << FormatOutcome(*final_job);
-  if (final_job->state() == v1::SUCCEEDED && final_job->output_path().empty()) {
+  // A program writes its own results; the built-in workloads write these.
+  if (final_job->state() == v1::SUCCEEDED && final_job->output_path().empty() &&
+      !spec.has_program()) {
     *io.out << "final parameters: " << spec.output_dir()
             << "/params.safetensors\n";
+  }
+  if (spec.has_program()) {
+    *io.out << "program output: " << *run_dir << "/program-logs/" << job_id
+            << "/rank-<R>.log\n";
   }
   *io.out << "logs and state: " << *run_dir << "\n";
   io.out->flush();

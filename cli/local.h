@@ -33,8 +33,8 @@ struct LocalOptions {
   std::string bin_dir;
   // This program's path (/proc/self/exe), the start of the binary search.
   std::string self_path;
-  // Relative paths in the spec (output_dir, replay files) are taken relative
-  // to this directory (the user's working directory).
+  // Relative paths in the spec are taken relative to this directory (the
+  // user's working directory); see ResolveUserPaths.
   std::string base_dir;
   // After the job ends, keep the cluster running until interrupted.
   bool keep_running = false;
@@ -45,6 +45,13 @@ struct LocalOptions {
   // Output format and RPC timeouts for the embedded watch.
   CliOptions cli;
 };
+
+// Makes the spec's paths the user's: a relative output_dir and replay paths
+// are taken relative to `base_dir`, an empty output_dir becomes
+// `run_dir`/output, and a program without a working_dir runs in `base_dir`
+// (so its relative argv names files where pshardctl was started).
+void ResolveUserPaths(const std::string& base_dir, const std::string& run_dir,
+                      v1::JobSpec& spec);
 
 // The default job spec, parsed and validated.
 absl::StatusOr<v1::JobSpec> DefaultLocalJobSpec();

@@ -215,6 +215,29 @@ TEST(DefaultSpecTest, IsTheExampleFile) {
   EXPECT_EQ(builtin.optimizer().kind(), v1::OptimizerSpec::ADAM);
 }
 
+TEST(ResolveUserPathsTest, RelativePathsAreTheUsersAndAProgramRunsThere) {
+  v1::JobSpec program;
+  program.mutable_program()->add_argv("examples/torch_lm/train.py");
+  ResolveUserPaths("/home/u/pshard", "/tmp/run", program);
+  EXPECT_EQ(program.program().working_dir(), "/home/u/pshard");
+  EXPECT_EQ(program.output_dir(), "/tmp/run/output");
+  // A working_dir of the spec's own is kept, as is an absolute output_dir.
+  program.mutable_program()->set_working_dir("/srv/job");
+  program.set_output_dir("/data/out");
+  ResolveUserPaths("/home/u/pshard", "/tmp/run", program);
+  EXPECT_EQ(program.program().working_dir(), "/srv/job");
+  EXPECT_EQ(program.output_dir(), "/data/out");
+
+  v1::JobSpec replay;
+  replay.set_output_dir("out");
+  replay.mutable_replay()->set_params_path("data/params.safetensors");
+  replay.mutable_replay()->set_gradients_dir("/abs/grads");
+  ResolveUserPaths("/home/u", "/tmp/run", replay);
+  EXPECT_EQ(replay.output_dir(), "/home/u/out");
+  EXPECT_EQ(replay.replay().params_path(), "/home/u/data/params.safetensors");
+  EXPECT_EQ(replay.replay().gradients_dir(), "/abs/grads");
+}
+
 TEST(FindSiblingBinaryTest, SearchOrder) {
   const std::string root = MakeTempDir("tree");
   mkdir(absl::StrCat(root, "/cli").c_str(), 0755);

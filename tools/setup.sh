@@ -10,6 +10,7 @@ PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libsqlite3-dev libopenblas-dev libssl-dev
   python3-torch python3-numpy
+  python3-sklearn fortunes
   procps iproute2 python3-yaml
 )
 
