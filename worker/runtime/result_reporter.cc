@@ -1,6 +1,6 @@
 #include "worker/runtime/result_reporter.h"
 
-#include "absl/strings/str_cat.h"
+#include <string>
 
 namespace pshard::worker {
 
@@ -16,8 +16,7 @@ absl::Status ReportRankResult(ControlPlane& control, const ResultSource& source,
   request.set_worker_id(source.worker_id);
   request.set_ok(ok);
   if (!ok) {
-    request.set_error(absl::StrCat("rank ", source.rank, " (worker ",
-                                   source.worker_id, "): ", error));
+    request.set_error(std::string(error));
   }
   request.set_final_step(final_step);
   request.set_output_path(output_path);

@@ -24,7 +24,8 @@ struct ResultSource {
   std::string worker_id;
 };
 
-// Reports `ok`, or the failure `error` as "rank R (worker W): <error>", with
+// Reports `ok`, or the failure `error` as it is (the coordinator prefixes it
+// with "rank R (worker W) failed: ", from the request's own fields), with
 // the final step and (on success) the output path. Returns the last try's
 // status (callers have nothing better to do with it than log it).
 absl::Status ReportRankResult(ControlPlane& control, const ResultSource& source,
