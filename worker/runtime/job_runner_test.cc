@@ -26,6 +26,8 @@ namespace {
 using ::pshard::testing::InProcessCoordinator;
 using ::pshard::testing::MakeTempDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
 
 v1::JobSpec Spec(int world, int64_t steps) {
   v1::JobSpec spec;
@@ -218,10 +220,15 @@ TEST_F(JobRunnerTest, BadWorkloadFailsAndReports) {
   JobRunner runner(control_.get(), ranks[0], Options(ranks[0]));
   EXPECT_FALSE(runner.Run().ok());
   ASSERT_EQ(control_->results().size(), 1u);
-  EXPECT_THAT(control_->results()[0].error(), HasSubstr("rank 0"));
+  // The worker reports the error itself; the coordinator names the rank and
+  // worker, once.
+  EXPECT_THAT(control_->results()[0].error(),
+              HasSubstr("cannot open '/nonexistent/p.safetensors'"));
+  EXPECT_THAT(control_->results()[0].error(), Not(HasSubstr("rank 0")));
   ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob(ranks[0].job_id()));
   EXPECT_EQ(job.state(), v1::FAILED);
-  EXPECT_THAT(job.reason(), HasSubstr("rank 0"));
+  EXPECT_THAT(job.reason(), StartsWith("rank 0 (worker w-"));
+  EXPECT_THAT(job.reason(), HasSubstr("cannot open '/nonexistent/p.safetensors'"));
 }
 
 }  // namespace
