@@ -179,6 +179,12 @@ std::vector<ParamSpan> ZeroHook::PieceSpans(int p,
   return spans;
 }
 
+absl::flat_hash_map<std::string, int64_t> ZeroHook::NumelByName() const {
+  absl::flat_hash_map<std::string, int64_t> numel;
+  for (const ParameterInfo& info : infos_) numel[info.name] = info.numel;
+  return numel;
+}
+
 absl::flat_hash_map<std::string, int64_t> ZeroHook::OffsetsInParameters(
     int p) const {
   absl::flat_hash_map<std::string, int64_t> offsets;
@@ -196,8 +202,7 @@ ZeroHook::ExportOptimizerState() const {
   }
   std::vector<ParameterOptimizerState> out;
   absl::flat_hash_map<std::string, size_t> index;  // name -> out[i]
-  absl::flat_hash_map<std::string, int64_t> numel;
-  for (const ParameterInfo& info : infos_) numel[info.name] = info.numel;
+  const absl::flat_hash_map<std::string, int64_t> numel = NumelByName();
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
     if (assignment_.owners[pieces_[p].bucket] != comm_->rank()) continue;
     ASSIGN_OR_RETURN(BucketState piece, optimizer_->ExportState(p));
@@ -211,7 +216,7 @@ ZeroHook::ExportOptimizerState() const {
         param.step = piece.steps;
         for (const auto& tensor : span.tensors) {
           param.tensors.emplace_back(tensor.first,
-                                     std::vector<float>(numel[span.name]));
+                                     std::vector<float>(numel.at(span.name)));
         }
       }
       ParameterOptimizerState& param = out[it->second];
@@ -231,8 +236,7 @@ absl::Status ZeroHook::SetInitialOptimizerState(
     return absl::FailedPreconditionError(
         "the optimizer state can only be loaded before the first step");
   }
-  absl::flat_hash_map<std::string, int64_t> numel;
-  for (const ParameterInfo& info : infos_) numel[info.name] = info.numel;
+  const absl::flat_hash_map<std::string, int64_t> numel = NumelByName();
   absl::flat_hash_set<std::string> seen;
   for (const ParameterOptimizerState& param : state) {
     auto it = numel.find(param.name);

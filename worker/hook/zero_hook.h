@@ -208,6 +208,8 @@ class ZeroHook : public GradientSink {
                                     bool offsets_in_parameters = false) const;
   // Where each parameter of piece p starts inside the parameter.
   absl::flat_hash_map<std::string, int64_t> OffsetsInParameters(int p) const;
+  // Each registered parameter's element count, by name.
+  absl::flat_hash_map<std::string, int64_t> NumelByName() const;
   // Loads initial_state_ into the owned pieces' optimizer (Initialize).
   absl::Status ApplyInitialOptimizerState();
   absl::Status Fail(absl::Status status);
