@@ -187,6 +187,21 @@ absl::Status CheckNoNul(absl::string_view field, const std::string& value) {
   return FieldError(field, "contains a NUL byte");
 }
 
+// A path the coordinator and workers use as given: absolute, bounded, no NUL.
+absl::Status CheckAbsolutePath(absl::string_view field,
+                               const std::string& path) {
+  RETURN_IF_ERROR(CheckNoNul(field, path));
+  if (path.empty() || path[0] != '/') {
+    return FieldError(field, absl::StrCat("must be an absolute path, got \"",
+                                          absl::CHexEscape(path), "\""));
+  }
+  if (path.size() > kMaxPathLength) {
+    return FieldError(field,
+                      absl::StrCat("at most ", kMaxPathLength, " characters"));
+  }
+  return absl::OkStatus();
+}
+
 bool IsPosixName(const std::string& name) {
   if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) {
     return false;
@@ -263,17 +278,8 @@ absl::Status ValidateProgram(const v1::ProgramWorkload& program) {
                                    " bytes in all, got ", env_bytes));
   }
   if (!program.working_dir().empty()) {
-    RETURN_IF_ERROR(CheckNoNul("program.working_dir", program.working_dir()));
-    if (program.working_dir()[0] != '/') {
-      return FieldError("program.working_dir",
-                        absl::StrCat("must be an absolute path, got \"",
-                                     absl::CHexEscape(program.working_dir()),
-                                     "\""));
-    }
-    if (program.working_dir().size() > kMaxPathLength) {
-      return FieldError("program.working_dir",
-                        absl::StrCat("at most ", kMaxPathLength, " characters"));
-    }
+    RETURN_IF_ERROR(
+        CheckAbsolutePath("program.working_dir", program.working_dir()));
   }
   const double grace = program.grace_period_seconds();
   if (grace != 0 || std::signbit(grace) || std::isnan(grace)) {
@@ -354,6 +360,37 @@ absl::Status CheckEnum(absl::string_view field, bool valid, Enum value) {
   return FieldError(field, absl::StrCat("unknown value ", static_cast<int>(value)));
 }
 
+// checkpoint, max_restarts, min_world_size, from_checkpoint and
+// restart_on_program_failure (issue 14).
+absl::Status ValidateFaultTolerance(const JobSpec& spec) {
+  const bool is_program = spec.has_program();
+  if (spec.has_checkpoint()) {
+    const v1::CheckpointSpec& checkpoint = spec.checkpoint();
+    RETURN_IF_ERROR(CheckAbsolutePath("checkpoint.dir", checkpoint.dir()));
+    if (!is_program || checkpoint.every_steps() != 0) {
+      RETURN_IF_ERROR(CheckIntRange<int64_t>(
+          "checkpoint.every_steps", checkpoint.every_steps(), 1, kMaxSteps));
+    }
+    RETURN_IF_ERROR(CheckIntRange<int64_t>(
+        "checkpoint.keep_last", checkpoint.keep_last(), 0, kMaxKeepLast));
+  }
+  RETURN_IF_ERROR(CheckIntRange<int64_t>("max_restarts", spec.max_restarts(),
+                                         0, kMaxRestarts));
+  if (spec.min_world_size() != 0) {
+    RETURN_IF_ERROR(CheckIntRange<int64_t>(
+        "min_world_size", spec.min_world_size(), 1, spec.world_size()));
+  }
+  if (!spec.from_checkpoint().empty()) {
+    RETURN_IF_ERROR(
+        CheckAbsolutePath("from_checkpoint", spec.from_checkpoint()));
+  }
+  if (spec.restart_on_program_failure() && !is_program) {
+    return FieldError("restart_on_program_failure",
+                      "only for a program workload");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool operator==(const HyperParameters& a, const HyperParameters& b) {
@@ -410,7 +447,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                                spec.collective_timeout_seconds(), 0, 86400,
                                /*lo_open=*/true));
   }
-  return absl::OkStatus();
+  return ValidateFaultTolerance(spec);
 }
 
 namespace {
@@ -458,6 +495,7 @@ JobSpec ApplyJobSpecDefaults(JobSpec spec) {
   }
   if (spec.bucket_cap_mb() == 0) spec.set_bucket_cap_mb(25);
   if (spec.progress_every() == 0) spec.set_progress_every(1);
+  if (spec.min_world_size() == 0) spec.set_min_world_size(spec.world_size());
   if (spec.collective_timeout_seconds() == 0) spec.set_collective_timeout_seconds(60);
   if (spec.has_program() && spec.program().grace_period_seconds() == 0) {
     spec.mutable_program()->set_grace_period_seconds(

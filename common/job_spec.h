@@ -31,6 +31,8 @@ inline constexpr int64_t kMaxProgramEnvBytes = 256 * 1024;
 inline constexpr int kMaxProgramEnvNameLength = 256;
 inline constexpr double kDefaultProgramGracePeriodSeconds = 30;
 inline constexpr double kMaxProgramGracePeriodSeconds = 3600;
+inline constexpr int kMaxRestarts = 1000;
+inline constexpr int kMaxKeepLast = 1000000;
 
 // A program job's environment names that the worker's agent sets itself
 // (docs/api.md, "Program jobs"), so a spec's program.env may not: every name

@@ -368,5 +368,105 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.name;
     });
 
+// ---- Checkpoints and restarts (issue 14) ----
+
+TEST(FaultToleranceSpecTest, ParsesCheckpointRestartsAndMinWorldSize) {
+  ASSERT_OK_AND_ASSIGN(
+      JobSpec spec,
+      ParseJobSpecJson(Replace(
+          "\"seed\": 7",
+          "\"seed\": 7, \"checkpoint\": {\"dir\": \"/ckpt\", \"everySteps\": 25, "
+          "\"keepLast\": 2}, \"maxRestarts\": 3, \"minWorldSize\": 1, "
+          "\"fromCheckpoint\": \"/old/step-50\"")));
+  EXPECT_EQ(spec.checkpoint().dir(), "/ckpt");
+  EXPECT_EQ(spec.checkpoint().every_steps(), 25);
+  EXPECT_EQ(spec.checkpoint().keep_last(), 2);
+  EXPECT_EQ(spec.max_restarts(), 3);
+  EXPECT_EQ(spec.min_world_size(), 1);
+  EXPECT_EQ(spec.from_checkpoint(), "/old/step-50");
+}
+
+TEST(FaultToleranceSpecTest, MinWorldSizeDefaultsToWorldSize) {
+  EXPECT_EQ(ApplyJobSpecDefaults(ParseGood()).min_world_size(), 2);
+  EXPECT_EQ(ApplyJobSpecDefaults(ParseGood()).max_restarts(), 0);
+}
+
+TEST(FaultToleranceSpecTest, ProgramMayLeaveEveryStepsToTheProgram) {
+  JobSpec spec = ProgramSpec();
+  spec.mutable_checkpoint()->set_dir("/ckpt");
+  spec.set_restart_on_program_failure(true);
+  EXPECT_OK(ValidateJobSpec(spec));
+}
+
+struct FaultToleranceCase {
+  std::string name;
+  std::function<void(JobSpec&)> mutate;
+  std::string expected;
+};
+
+class BadFaultToleranceTest
+    : public ::testing::TestWithParam<FaultToleranceCase> {};
+
+TEST_P(BadFaultToleranceTest, IsInvalidArgumentNamingTheField) {
+  JobSpec spec = ParseGood();
+  GetParam().mutate(spec);
+  EXPECT_THAT(ValidateJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(GetParam().expected)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, BadFaultToleranceTest,
+    ::testing::ValuesIn(std::vector<FaultToleranceCase>{
+        {"CheckpointWithoutDir",
+         [](auto& s) { s.mutable_checkpoint()->set_every_steps(5); },
+         "checkpoint.dir: must be an absolute path"},
+        {"RelativeCheckpointDir",
+         [](auto& s) {
+           s.mutable_checkpoint()->set_dir("ckpt");
+           s.mutable_checkpoint()->set_every_steps(5);
+         },
+         "checkpoint.dir: must be an absolute path, got \"ckpt\""},
+        {"CheckpointDirWithNul",
+         [](auto& s) {
+           s.mutable_checkpoint()->set_dir(std::string("/a\0b", 4));
+           s.mutable_checkpoint()->set_every_steps(5);
+         },
+         "checkpoint.dir: contains a NUL byte"},
+        {"CheckpointDirTooLong",
+         [](auto& s) {
+           s.mutable_checkpoint()->set_dir("/" + std::string(kMaxPathLength, 'd'));
+           s.mutable_checkpoint()->set_every_steps(5);
+         },
+         "checkpoint.dir: at most 4096 characters"},
+        {"EveryStepsMissing",
+         [](auto& s) { s.mutable_checkpoint()->set_dir("/ckpt"); },
+         "checkpoint.every_steps: must be in [1, 1000000000], got 0"},
+        {"KeepLastNegative",
+         [](auto& s) {
+           s.mutable_checkpoint()->set_dir("/ckpt");
+           s.mutable_checkpoint()->set_every_steps(5);
+           s.mutable_checkpoint()->set_keep_last(-1);
+         },
+         "checkpoint.keep_last: must be in [0, 1000000], got -1"},
+        {"MaxRestartsNegative", [](auto& s) { s.set_max_restarts(-1); },
+         "max_restarts: must be in [0, 1000], got -1"},
+        {"MaxRestartsHuge", [](auto& s) { s.set_max_restarts(1001); },
+         "max_restarts: must be in [0, 1000], got 1001"},
+        {"MinWorldSizeAboveWorldSize", [](auto& s) { s.set_min_world_size(3); },
+         "min_world_size: must be in [1, 2], got 3"},
+        {"MinWorldSizeNegative", [](auto& s) { s.set_min_world_size(-1); },
+         "min_world_size: must be in [1, 2], got -1"},
+        {"RelativeFromCheckpoint",
+         [](auto& s) { s.set_from_checkpoint("step-5"); },
+         "from_checkpoint: must be an absolute path"},
+        {"RestartOnProgramFailureWithoutProgram",
+         [](auto& s) { s.set_restart_on_program_failure(true); },
+         "restart_on_program_failure: only for a program workload"},
+    }),
+    [](const ::testing::TestParamInfo<FaultToleranceCase>& info) {
+      return info.param.name;
+    });
+
 }  // namespace
 }  // namespace pshard
