@@ -271,6 +271,7 @@ void Coordinator::StartEpoch(JobRec& job,
                           job.job.id(), " restarted with epoch ",
                           job.job.epoch() + 1)));
   job.layout.Reset(static_cast<int>(worker_nums.size()));
+  job.checkpoints.Reset();
   job.recovering = false;
   job.job.set_epoch(job.job.epoch() + 1);
   job.job.clear_members();

@@ -358,6 +358,19 @@ class Coordinator {
   void ReportResultAsync(const v1::ReportResultRequest& request,
                          std::function<void(absl::Status)> done);
 
+  // One rank's shard of a checkpoint (docs/checkpoints.md). When the last
+  // rank's shard of a step is in, writes the step's manifest (the commit
+  // point) and prunes to the spec's keep_last, outside the lock; the job's
+  // CheckpointRecord becomes COMPLETE, or FAILED (a rank could not write,
+  // or the manifest could not be written: its reason names rank and file),
+  // with a JobEvent.checkpoint either way. Training is never stopped by a
+  // checkpoint. A report for an ended job or another epoch is ignored (the
+  // reply's state is unspecified). NotFound: no such job. InvalidArgument:
+  // bad rank/worker or a malformed entry (tracker's checks).
+  // FailedPrecondition: the job has no checkpoint spec.
+  absl::StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(
+      const v1::ReportCheckpointRequest& request);
+
   // ---- Waits and time ----
 
   // Ends a pending wait without calling its callback. Safe to call for a

@@ -19,6 +19,13 @@ namespace coordinator {
 
 absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(ValidateJobSpec(spec));
+  if (!spec.from_checkpoint().empty()) {
+    // Refused rather than ignored: a job silently started from step 0
+    // would look like a resumed one.
+    return absl::UnimplementedError(
+        "from_checkpoint: resuming from a checkpoint is not supported by this "
+        "coordinator yet (docs/checkpoints.md)");
+  }
   Locked lock(this);
   ASSIGN_OR_RETURN(JobRec * j,
                    jobs_.Add(ApplyJobSpecDefaults(spec), clock_->Now()));

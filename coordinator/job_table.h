@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "coordinator/checkpoint_tracker.h"
 #include "coordinator/event_log.h"
 #include "coordinator/layout_barrier.h"
 #include "coordinator/paging.h"
@@ -77,6 +78,8 @@ struct JobRec {
   std::shared_ptr<const v1::JobSpec> run_job_spec;
   // Loaded active after a coordinator restart, not yet settled (recovery.h).
   bool recovering = false;
+  // The current epoch's checkpoint shards, until each step commits.
+  CheckpointTracker checkpoints;
 };
 
 struct JobTableLimits {

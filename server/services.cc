@@ -399,6 +399,17 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportProgress(
   return Done(ctx, r.status());
 }
 
+grpc::ServerUnaryReactor* WorkerControlImpl::ReportCheckpoint(
+    grpc::CallbackServerContext* ctx, const v1::ReportCheckpointRequest* req,
+    v1::ReportCheckpointResponse* resp) {
+  // Blocks this RPC thread while the last shard's manifest is written (a
+  // few milliseconds) and pruning verifies what it keeps: one report per
+  // rank per checkpoint, far rarer than heartbeats.
+  absl::StatusOr<v1::ReportCheckpointResponse> r = c_->ReportCheckpoint(*req);
+  if (r.ok()) *resp = *std::move(r);
+  return Done(ctx, r.status());
+}
+
 grpc::ServerUnaryReactor* WorkerControlImpl::ReportResult(
     grpc::CallbackServerContext* ctx, const v1::ReportResultRequest* req,
     v1::ReportResultResponse*) {

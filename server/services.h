@@ -224,6 +224,9 @@ class WorkerControlImpl final
   grpc::ServerUnaryReactor* ReportResult(
       grpc::CallbackServerContext* ctx, const v1::ReportResultRequest* req,
       v1::ReportResultResponse* resp) override;
+  grpc::ServerUnaryReactor* ReportCheckpoint(
+      grpc::CallbackServerContext* ctx, const v1::ReportCheckpointRequest* req,
+      v1::ReportCheckpointResponse* resp) override;
 
  private:
   // The deadline of a blocking wait, or InvalidArgument for a negative

@@ -63,6 +63,12 @@ class GrpcControlPlane : public ControlPlane {
         .status();
   }
 
+  absl::StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(
+      const v1::ReportCheckpointRequest& request,
+      absl::Duration deadline) override {
+    return Call("ReportCheckpoint", &Stub::ReportCheckpoint, request, deadline);
+  }
+
  private:
   // Calls one unary method of the stub with a deadline; gRPC errors come
   // back as statuses that name the method and the coordinator.

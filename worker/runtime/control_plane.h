@@ -51,6 +51,8 @@ class ControlPlane : public AssignmentRpcs {
       const v1::ReportProgressRequest& request, absl::Duration deadline) = 0;
   virtual absl::Status ReportResult(const v1::ReportResultRequest& request,
                                     absl::Duration deadline) = 0;
+  virtual absl::StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(
+      const v1::ReportCheckpointRequest& request, absl::Duration deadline) = 0;
 };
 
 // A ControlPlane over a gRPC channel to the coordinator's WorkerControl.

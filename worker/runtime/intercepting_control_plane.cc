@@ -88,6 +88,16 @@ absl::Status InterceptingControlPlane::ReportResult(
   return status;
 }
 
+absl::StatusOr<v1::ReportCheckpointResponse>
+InterceptingControlPlane::ReportCheckpoint(
+    const v1::ReportCheckpointRequest& request, absl::Duration deadline) {
+  absl::StatusOr<v1::ReportCheckpointResponse> response =
+      next_->ReportCheckpoint(request, deadline);
+  absl::MutexLock lock(&mu_);
+  checkpoints_.push_back(request);
+  return response;
+}
+
 void InterceptingControlPlane::AppendToNextRunJobReply(
     v1::Directive directive) {
   absl::MutexLock lock(&mu_);
@@ -120,6 +130,12 @@ std::vector<v1::ReportResultRequest> InterceptingControlPlane::results()
     const {
   absl::MutexLock lock(&mu_);
   return results_;
+}
+
+std::vector<v1::ReportCheckpointRequest>
+InterceptingControlPlane::checkpoints() const {
+  absl::MutexLock lock(&mu_);
+  return checkpoints_;
 }
 
 bool InterceptingControlPlane::WaitFor(const int* count, int n,

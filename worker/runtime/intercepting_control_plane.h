@@ -44,6 +44,9 @@ class InterceptingControlPlane : public ControlPlane {
       absl::Duration deadline) override;
   absl::Status ReportResult(const v1::ReportResultRequest& request,
                             absl::Duration deadline) override;
+  absl::StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(
+      const v1::ReportCheckpointRequest& request,
+      absl::Duration deadline) override;
 
   // ---- Faults ----
   // Appends `directive` to the first heartbeat reply from now on that
@@ -57,6 +60,7 @@ class InterceptingControlPlane : public ControlPlane {
   std::vector<v1::HeartbeatRequest> heartbeat_log() const;
   std::vector<v1::ReportProgressRequest> progress() const;
   std::vector<v1::ReportResultRequest> results() const;
+  std::vector<v1::ReportCheckpointRequest> checkpoints() const;
   // Wait (real time, up to `timeout`) until at least `n` such calls have
   // started; false on timeout.
   bool WaitForRegistrations(int n, absl::Duration timeout) const;
@@ -80,6 +84,7 @@ class InterceptingControlPlane : public ControlPlane {
   std::vector<v1::HeartbeatRequest> heartbeat_log_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReportProgressRequest> progress_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReportResultRequest> results_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::ReportCheckpointRequest> checkpoints_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pshard::worker

@@ -8,6 +8,7 @@
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "worker/runtime/engine_factory.h"
+#include "worker/runtime/checkpoint_saver.h"
 #include "worker/runtime/output_writer.h"
 #include "worker/runtime/result_reporter.h"
 
@@ -147,9 +148,21 @@ absl::Status JobRunner::RunSteps() {
         },
         *options_.clock);
   }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<CheckpointSaver> saver,
+      CheckpointSaver::Create(spec,
+                              ResultSource{directive_.job_id(),
+                                           directive_.epoch(), rank,
+                                           options_.worker_id},
+                              world, control_, options_.rpc_timeout,
+                              *options_.clock));
   for (int64_t step = 1; step <= spec.steps(); ++step) {
     RETURN_IF_ERROR(RunStep(*engine, spec, step, reporter.get()));
+    if (saver == nullptr) continue;
+    saver->Poll();
+    if (saver->Due(step)) saver->Start(step, *engine);
   }
+  if (saver != nullptr) saver->Finish(timeout);
   if (reporter != nullptr) reporter->Flush(options_.rpc_timeout);
   RETURN_IF_ERROR(CheckAborted());
   RETURN_IF_ERROR(engine->FinalBarrier());

@@ -5,7 +5,9 @@
 //   -> first step: forward/backward, gradients held; ReportBuckets(observed
 //      layout); GetAssignment (refusing another epoch); held buckets run
 //      through reduce -> owner's step -> broadcast: step 1 updates
-//   -> steps 2..N with communication overlapped with backward
+//   -> steps 2..N with communication overlapped with backward; with a
+//      checkpoint spec, every every_steps-th step's owned state is written
+//      in the background and reported (CheckpointSaver)
 //   -> ReportProgress every progress_every steps and on the last (its abort
 //      bit stops the job), rank 0 writes <output_dir>/params.safetensors
 //      atomically, ReportResult.

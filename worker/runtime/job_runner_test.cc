@@ -17,6 +17,8 @@
 #include "gtest/gtest.h"
 #include "tests/testing/in_process_coordinator.h"
 #include "tests/testing/subprocess.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/shard.h"
 #include "worker/io/safetensors.h"
 #include "worker/runtime/intercepting_control_plane.h"
 
@@ -72,6 +74,21 @@ class JobRunnerTest : public ::testing::Test {
     options.worker_id = w.ok() ? w->id() : "";
     options.rpc_timeout = absl::Seconds(5);
     return options;
+  }
+
+  // Starts `spec` and runs every rank to the end, each on its own thread;
+  // returns their directives (empty if the job did not start).
+  std::vector<v1::RunJobDirective> RunAllRanks(const v1::JobSpec& spec) {
+    std::vector<v1::RunJobDirective> ranks = Start(spec);
+    std::vector<std::thread> threads;
+    for (const v1::RunJobDirective& d : ranks) {
+      threads.emplace_back([&, d] {
+        JobRunner runner(control_.get(), d, Options(d));
+        EXPECT_OK(runner.Run());
+      });
+    }
+    for (auto& t : threads) t.join();
+    return ranks;
   }
 
   std::unique_ptr<InProcessCoordinator> coordinator_;
@@ -232,6 +249,75 @@ TEST_F(JobRunnerTest, BadWorkloadFailsAndReports) {
   EXPECT_EQ(job.state(), v1::FAILED);
   EXPECT_THAT(job.reason(), StartsWith("rank 0 (worker w-"));
   EXPECT_THAT(job.reason(), HasSubstr("cannot open '/nonexistent/p.safetensors'"));
+}
+
+// ---- Periodic checkpoints ----
+
+v1::JobSpec AdamSpec(int world, int64_t steps) {
+  v1::JobSpec spec = Spec(world, steps);
+  spec.mutable_optimizer()->Clear();
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
+  spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(0.01);
+  return spec;
+}
+
+TEST_F(JobRunnerTest, CheckpointsCommitPruneAndHoldTheParametersOfTheirStep) {
+  const std::string root = MakeTempDir("ckpt") + "/job";
+  v1::JobSpec spec = AdamSpec(2, 12);
+  spec.mutable_checkpoint()->set_dir(root);
+  spec.mutable_checkpoint()->set_every_steps(5);
+  spec.mutable_checkpoint()->set_keep_last(1);
+  std::vector<v1::RunJobDirective> ranks = RunAllRanks(spec);
+  ASSERT_EQ(ranks.size(), 2u);
+  ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob(ranks[0].job_id()));
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
+  // Steps 5 and 10 were written (never 12: the last step is the output);
+  // keep_last 1 pruned step 5 once step 10 was complete.
+  ASSERT_EQ(job.checkpoints_size(), 1) << job.DebugString();
+  const v1::CheckpointRecord& kept = job.checkpoints(0);
+  EXPECT_EQ(kept.step(), 10);
+  EXPECT_EQ(kept.state(), v1::CheckpointRecord::COMPLETE) << kept.reason();
+  EXPECT_EQ(kept.path(), root + "/step-10");
+  EXPECT_EQ(kept.world_size(), 2);
+  EXPECT_GT(kept.size_bytes(), 5000 * 4 * 3);
+  EXPECT_FALSE(absl::StatusOr<checkpoint::Manifest>(
+                   checkpoint::ReadManifest(root + "/step-5"))
+                   .ok());
+  EXPECT_EQ(control_->checkpoints().size(), 4u);
+  // Each rank wrote what it owns, with its Adam state, keyed by name.
+  ASSERT_OK_AND_ASSIGN(auto reader, checkpoint::ShardReader::Open(kept.path()));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> exp_avg, reader->ReadFloats("t3.exp_avg"));
+  EXPECT_EQ(exp_avg.size(), 1000u);
+
+  // The checkpoint at step 10 holds what a 10-step run ends with.
+  const std::string out = MakeTempDir("ten");
+  v1::JobSpec ten = AdamSpec(2, 10);
+  ten.set_output_dir(out);
+  RunAllRanks(ten);
+  ASSERT_OK_AND_ASSIGN(auto final_params,
+                       ReadSafetensors(out + "/params.safetensors"));
+  ASSERT_EQ(final_params.size(), 5u);
+  for (const auto& tensor : final_params) {
+    ASSERT_OK_AND_ASSIGN(std::vector<float> saved, reader->ReadFloats(tensor.name));
+    EXPECT_EQ(saved, tensor.data) << tensor.name;
+  }
+}
+
+TEST_F(JobRunnerTest, AFailedCheckpointIsRecordedAndTrainingGoesOn) {
+  v1::JobSpec spec = AdamSpec(2, 6);
+  // The checkpoint root's parent must exist: this one's cannot be made.
+  spec.mutable_checkpoint()->set_dir("/proc/self/no-such-dir/ckpt");
+  spec.mutable_checkpoint()->set_every_steps(3);
+  std::vector<v1::RunJobDirective> ranks = RunAllRanks(spec);
+  ASSERT_EQ(ranks.size(), 2u);
+  ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob(ranks[0].job_id()));
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
+  ASSERT_EQ(job.checkpoints_size(), 1);
+  EXPECT_EQ(job.checkpoints(0).step(), 3);
+  EXPECT_EQ(job.checkpoints(0).state(), v1::CheckpointRecord::FAILED);
+  EXPECT_THAT(job.checkpoints(0).reason(),
+              HasSubstr("could not write its shard"));
+  EXPECT_THAT(job.checkpoints(0).reason(), HasSubstr("/proc/self/no-such-dir"));
 }
 
 }  // namespace

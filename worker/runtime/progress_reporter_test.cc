@@ -91,6 +91,10 @@ class ProgressControlPlane : public ControlPlane {
                             absl::Duration) override {
     return Unexpected();
   }
+  absl::StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(
+      const v1::ReportCheckpointRequest&, absl::Duration) override {
+    return Unexpected();
+  }
 
  private:
   static absl::Status Unexpected() {
