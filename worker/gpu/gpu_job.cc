@@ -87,6 +87,12 @@ class GpuJobImpl final : public GpuJob {
     return out;
   }
 
+  absl::Status UploadParameters(
+      const std::vector<std::vector<float>>&) override {
+    return absl::UnimplementedError(
+        "resuming a GPU job from a checkpoint is not supported yet");
+  }
+
  private:
   std::unique_ptr<NcclCommunicator> comm_;
   gpu::CudaStream stream_;

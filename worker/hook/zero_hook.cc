@@ -266,6 +266,40 @@ absl::Status ZeroHook::SetInitialOptimizerState(
   return absl::OkStatus();
 }
 
+absl::Status ZeroHook::SetOptimizerStateLoader(OptimizerStateLoader load) {
+  if (state_ == HookState::kInitialized || steps_finished_ > 0) {
+    return absl::FailedPreconditionError(
+        "the optimizer state can only be loaded before the first step");
+  }
+  if (initial_state_.has_value()) {
+    return absl::FailedPreconditionError(
+        "optimizer state to load is already set (SetInitialOptimizerState)");
+  }
+  state_loader_ = std::move(load);
+  return absl::OkStatus();
+}
+
+absl::Status ZeroHook::LoadOwnedOptimizerState() {
+  OptimizerStateLoader load = std::move(state_loader_);
+  state_loader_ = nullptr;
+  std::vector<ParameterOptimizerState> state;
+  absl::flat_hash_set<std::string> loaded;
+  for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
+    if (assignment_.owners[pieces_[p].bucket] != comm_->rank()) continue;
+    // The fresh state names the spans and the tensors each keeps.
+    ASSIGN_OR_RETURN(BucketState piece, optimizer_->ExportState(p));
+    for (const SpanState& span : piece.spans) {
+      if (!loaded.insert(span.name).second) continue;
+      std::vector<std::string> names;
+      for (const auto& tensor : span.tensors) names.push_back(tensor.first);
+      ASSIGN_OR_RETURN(ParameterOptimizerState saved, load(span.name, names));
+      state.push_back(std::move(saved));
+    }
+  }
+  initial_state_ = std::move(state);
+  return absl::OkStatus();
+}
+
 absl::Status ZeroHook::ApplyInitialOptimizerState() {
   absl::flat_hash_map<std::string, const ParameterOptimizerState*> by_name;
   for (const ParameterOptimizerState& param : *initial_state_) {
@@ -468,6 +502,7 @@ absl::Status ZeroHook::Initialize() {
       RETURN_IF_ERROR(optimizer_->AddBucket(p, PieceSpans(p)));
     }
   }
+  if (state_loader_) RETURN_IF_ERROR(LoadOwnedOptimizerState());
   if (initial_state_.has_value()) RETURN_IF_ERROR(ApplyInitialOptimizerState());
   piece_steps_.reset(new std::atomic<int64_t>[pieces_.size()]);
   for (size_t p = 0; p < pieces_.size(); ++p) piece_steps_[p] = 0;

@@ -168,6 +168,20 @@ class ZeroHook : public GradientSink {
   absl::Status SetInitialOptimizerState(
       std::vector<ParameterOptimizerState> state);
 
+  // Reads one parameter's optimizer state to resume from: `state_names` are
+  // the tensors the optimizer keeps for it (none for plain SGD).
+  using OptimizerStateLoader = std::function<absl::StatusOr<
+      ParameterOptimizerState>(const std::string& name,
+                               const std::vector<std::string>& state_names)>;
+  // Before the first step: resume from state saved at any world size or
+  // bucket layout. At the first FinishStep, once the owners are known,
+  // `load` is called once for each parameter this rank owns (and only
+  // those: resharding is a read), and the results are applied as
+  // SetInitialOptimizerState's would be. Its errors fail that step.
+  // FailedPrecondition after the first step, or with
+  // SetInitialOptimizerState's state pending.
+  absl::Status SetOptimizerStateLoader(OptimizerStateLoader load);
+
   // How many times this rank has run (host memory) or enqueued (device
   // memory) the optimizer on bucket b (on every piece of it; -1 if its
   // pieces disagree).
@@ -212,6 +226,8 @@ class ZeroHook : public GradientSink {
   absl::flat_hash_map<std::string, int64_t> NumelByName() const;
   // Loads initial_state_ into the owned pieces' optimizer (Initialize).
   absl::Status ApplyInitialOptimizerState();
+  // Fills initial_state_ from state_loader_ for the owned parameters.
+  absl::Status LoadOwnedOptimizerState();
   absl::Status Fail(absl::Status status);
 
   std::vector<ParameterInfo> infos_;
@@ -228,6 +244,8 @@ class ZeroHook : public GradientSink {
   int64_t steps_finished_ = 0;
   // SetInitialOptimizerState's, until the first step applies it.
   std::optional<std::vector<ParameterOptimizerState>> initial_state_;
+  // SetOptimizerStateLoader's, until the first step calls it.
+  OptimizerStateLoader state_loader_;
 
   // Per iteration (cleared by FinishStep).
   std::vector<int> observed_order_;       // first step only

@@ -1,9 +1,11 @@
 #include "worker/runtime/cpu_job.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/optim/shard_optimizer.h"
@@ -79,6 +81,25 @@ class CpuJobImpl final : public CpuJob {
       out.emplace_back(p, p + infos[i].numel);
     }
     return out;
+  }
+
+  absl::Status UploadParameters(
+      const std::vector<std::vector<float>>& values) override {
+    const auto& infos = workload_->parameters();
+    if (values.size() != infos.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameters to load: ", values.size(),
+                       " tensors for a model of ", infos.size()));
+    }
+    for (size_t i = 0; i < infos.size(); ++i) {
+      if (static_cast<int64_t>(values[i].size()) != infos[i].numel) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter \"", infos[i].name, "\" to load has ",
+            values[i].size(), " elements, the model's has ", infos[i].numel));
+      }
+      std::copy(values[i].begin(), values[i].end(), hook_->params()[i]);
+    }
+    return absl::OkStatus();
   }
 
  private:

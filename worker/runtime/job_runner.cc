@@ -8,6 +8,7 @@
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "worker/runtime/engine_factory.h"
+#include "worker/runtime/checkpoint_resume.h"
 #include "worker/runtime/checkpoint_saver.h"
 #include "worker/runtime/output_writer.h"
 #include "worker/runtime/result_reporter.h"
@@ -156,7 +157,12 @@ absl::Status JobRunner::RunSteps() {
                                            options_.worker_id},
                               world, control_, options_.rpc_timeout,
                               *options_.clock));
-  for (int64_t step = 1; step <= spec.steps(); ++step) {
+  // A resumed epoch starts after its checkpoint's step.
+  if (directive_.has_resume()) {
+    RETURN_IF_ERROR(ResumeFromCheckpoint(directive_.resume(), spec, *engine));
+    first_step_ = directive_.resume().step() + 1;
+  }
+  for (int64_t step = first_step_; step <= spec.steps(); ++step) {
     RETURN_IF_ERROR(RunStep(*engine, spec, step, reporter.get()));
     if (saver == nullptr) continue;
     saver->Poll();
@@ -194,7 +200,7 @@ absl::Status JobRunner::RunStep(StepEngine& engine, const v1::JobSpec& spec,
   {
     absl::MutexLock lock(&mu_);
     snapshot_.step = step;
-    if (step == 1) FillOwnedShards(engine.hook(), directive_.rank(), snapshot_);
+    if (step == first_step_) FillOwnedShards(engine.hook(), directive_.rank(), snapshot_);
   }
   if (reporter == nullptr || !report) return absl::OkStatus();
   v1::JobProgress progress;

@@ -98,6 +98,9 @@ class JobRunner : public RankJob {
   Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
   JobSnapshot snapshot_ ABSL_GUARDED_BY(mu_);
   std::string output_path_ ABSL_GUARDED_BY(mu_);
+  // The epoch's first step: 1, or the step after its resume point. Training
+  // thread only.
+  int64_t first_step_ = 1;
 };
 
 }  // namespace pshard::worker

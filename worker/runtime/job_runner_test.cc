@@ -320,5 +320,119 @@ TEST_F(JobRunnerTest, AFailedCheckpointIsRecordedAndTrainingGoesOn) {
   EXPECT_THAT(job.checkpoints(0).reason(), HasSubstr("/proc/self/no-such-dir"));
 }
 
+// Runs `spec`'s ranks from `resume` (as a restarted epoch is told to).
+std::vector<v1::RunJobDirective> WithResume(std::vector<v1::RunJobDirective> ranks,
+                                            const std::string& path, int64_t step) {
+  for (v1::RunJobDirective& d : ranks) {
+    d.mutable_resume()->set_path(path);
+    d.mutable_resume()->set_step(step);
+  }
+  return ranks;
+}
+
+TEST_F(JobRunnerTest, AResumedRunEndsBitIdenticalToAnUninterruptedOne) {
+  const std::string root = MakeTempDir("resume") + "/job";
+  const std::string full_out = MakeTempDir("full");
+  v1::JobSpec spec = AdamSpec(2, 12);
+  spec.mutable_checkpoint()->set_dir(root);
+  spec.mutable_checkpoint()->set_every_steps(5);
+  spec.set_output_dir(full_out);
+  RunAllRanks(spec);
+  ASSERT_OK_AND_ASSIGN(auto full, ReadSafetensors(full_out + "/params.safetensors"));
+
+  // The same job again, resumed after step 5 (parameters and Adam state by
+  // name): steps 6..12 only, the same result to the bit.
+  const std::string resumed_out = MakeTempDir("resumed");
+  v1::JobSpec again = spec;
+  again.set_output_dir(resumed_out);
+  again.mutable_checkpoint()->set_dir(MakeTempDir("again") + "/job");
+  std::vector<v1::RunJobDirective> ranks =
+      WithResume(Start(again), root + "/step-5", 5);
+  ASSERT_EQ(ranks.size(), 2u);
+  std::vector<std::thread> threads;
+  std::vector<JobSnapshot> snapshots(2);
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      JobRunner runner(control_.get(), ranks[r], Options(ranks[r]));
+      EXPECT_OK(runner.Run());
+      snapshots[r] = runner.Snapshot();
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_OK_AND_ASSIGN(auto resumed,
+                       ReadSafetensors(resumed_out + "/params.safetensors"));
+  ASSERT_EQ(resumed.size(), full.size());
+  for (size_t i = 0; i < full.size(); ++i) {
+    EXPECT_EQ(resumed[i].name, full[i].name);
+    EXPECT_EQ(resumed[i].data, full[i].data) << full[i].name;
+  }
+  // Owned state was loaded by name at the first step of the epoch.
+  EXPECT_FALSE(snapshots[0].owned_shards.empty());
+  EXPECT_EQ(snapshots[0].optimizer_state_bytes + snapshots[1].optimizer_state_bytes,
+            5000 * 4 * 2);
+}
+
+TEST_F(JobRunnerTest, ResumesAtAnotherWorldSizeByName) {
+  const std::string root = MakeTempDir("reshard") + "/job";
+  v1::JobSpec spec = AdamSpec(2, 8);
+  spec.mutable_checkpoint()->set_dir(root);
+  spec.mutable_checkpoint()->set_every_steps(4);
+  RunAllRanks(spec);
+  // Three ranks read the two-rank checkpoint: each its own new buckets.
+  v1::JobSpec three = AdamSpec(3, 8);
+  std::vector<v1::RunJobDirective> ranks =
+      WithResume(Start(three), root + "/step-4", 4);
+  ASSERT_EQ(ranks.size(), 3u);
+  std::vector<std::thread> threads;
+  for (const v1::RunJobDirective& d : ranks) {
+    threads.emplace_back([&, d] {
+      JobRunner runner(control_.get(), d, Options(d));
+      EXPECT_OK(runner.Run());
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob(ranks[0].job_id()));
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
+  EXPECT_EQ(job.progress().step(), 8);
+}
+
+TEST_F(JobRunnerTest, ACorruptCheckpointIsRefusedNamingTheFile) {
+  const std::string root = MakeTempDir("corrupt") + "/job";
+  v1::JobSpec spec = AdamSpec(2, 6);
+  spec.mutable_checkpoint()->set_dir(root);
+  spec.mutable_checkpoint()->set_every_steps(3);
+  RunAllRanks(spec);
+  const std::string shard = root + "/step-3/shard-1-of-2.safetensors";
+  ASSERT_EQ(truncate(shard.c_str(), 100), 0);
+  std::vector<v1::RunJobDirective> ranks =
+      WithResume(Start(AdamSpec(1, 6)), root + "/step-3", 3);
+  ASSERT_EQ(ranks.size(), 1u);
+  JobRunner runner(control_.get(), ranks[0], Options(ranks[0]));
+  EXPECT_THAT(runner.Run(), StatusIs(absl::StatusCode::kDataLoss,
+                                     HasSubstr("shard-1-of-2.safetensors")));
+  ASSERT_FALSE(control_->results().empty());
+  const v1::ReportResultRequest result = control_->results().back();
+  EXPECT_THAT(result.error(), HasSubstr("resuming from " + root + "/step-3"));
+  // A bad checkpoint is the job's own failure: a restart would not help.
+  EXPECT_EQ(result.cause(), v1::FAILURE_CAUSE_JOB);
+}
+
+TEST_F(JobRunnerTest, AnotherModelsCheckpointIsRefused) {
+  const std::string root = MakeTempDir("other") + "/job";
+  v1::JobSpec spec = AdamSpec(1, 4);
+  spec.mutable_checkpoint()->set_dir(root);
+  spec.mutable_checkpoint()->set_every_steps(2);
+  RunAllRanks(spec);
+  v1::JobSpec other = AdamSpec(1, 4);
+  other.set_seed(99);
+  std::vector<v1::RunJobDirective> ranks =
+      WithResume(Start(other), root + "/step-2", 2);
+  ASSERT_EQ(ranks.size(), 1u);
+  JobRunner runner(control_.get(), ranks[0], Options(ranks[0]));
+  EXPECT_THAT(runner.Run(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("another model, optimizer or seed")));
+}
+
 }  // namespace
 }  // namespace pshard::worker

@@ -72,6 +72,13 @@ class StepEngine {
   // Every parameter's values on the host, in workload().parameters() order.
   virtual absl::StatusOr<std::vector<std::vector<float>>>
   DownloadParameters() = 0;
+
+  // Before the first step: replaces every parameter's values (a resume from
+  // a checkpoint), in workload().parameters() order, each of its numel.
+  // InvalidArgument: the wrong count or size (named). Unimplemented where
+  // the engine cannot (GpuJob, for now).
+  virtual absl::Status UploadParameters(
+      const std::vector<std::vector<float>>& values) = 0;
 };
 
 }  // namespace pshard::worker
