@@ -126,6 +126,9 @@ struct CoordinatorOptions {
   // A RunJob repeated on this many heartbeats without acknowledgement fails
   // the job (the worker cannot or will not start it).
   int max_unacknowledged_run_jobs = 10;
+  // A rank's failure with cause PEER waits this long for the loss of the
+  // peer it lost, which then takes the blame (see "Blame" above).
+  absl::Duration blame_window = absl::Seconds(2);
 
   int max_workers = 65536;
   int max_unfinished_jobs = 10000;
@@ -414,6 +417,20 @@ class Coordinator {
                    absl::string_view reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkLost(WorkerRec& w, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A failure of the active job, described by `cause`: a restart when
+  // `restartable` and restarts are left (restart_policy.h), else FAILED.
+  // `excluded_worker` (a number, 0 for none) is left out of the restart
+  // (a WORKER failure is that worker's own trouble).
+  void FailOrRestart(JobRec& job, std::string cause, bool restartable,
+                     int64_t excluded_worker = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The restart's event and its new epoch on `worker_nums`.
+  void RestartEpoch(JobRec& job, const std::vector<int64_t>& worker_nums,
+                    const std::string& restart_reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Decides a held PEER failure (job.held_failure) with no loss in its
+  // window: the blamed rank, if any, is named first.
+  void DecideHeldFailure(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts queued jobs, FIFO, while the head fits on idle workers.
   void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies DecideRecovery to a recovering job.
