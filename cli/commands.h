@@ -106,8 +106,9 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
 // Thread-safe: a poller may feed it progress while the event stream does.
 class ProgressRenderer {
  public:
+  // `total_steps` and `max_restarts` come from the job's spec.
   ProgressRenderer(std::ostream& out, bool tty, OutputFormat format,
-                   int64_t total_steps);
+                   int64_t total_steps, int max_restarts = 0);
   void OnEvent(const v1::JobEvent& event);
   // Redraws the bar from a job's latest progress (terminal and table format
   // only), if it is newer than what is shown.
@@ -124,6 +125,7 @@ class ProgressRenderer {
   const bool tty_;
   const OutputFormat format_;
   const int64_t total_steps_;
+  const int max_restarts_;
   bool line_open_ ABSL_GUARDED_BY(mu_) = false;
   int64_t shown_step_ ABSL_GUARDED_BY(mu_) = -1;
   // A terminal state change was drawn: polled progress is stale from now on.

@@ -561,6 +561,27 @@ TEST(ProgressRendererTest, PlainModeIgnoresPolls) {
   EXPECT_EQ(out.str(), "step 6/10 (60%)\n");
 }
 
+TEST(ProgressRendererTest, PrintsRestartsAndCheckpoints) {
+  std::ostringstream out;
+  ProgressRenderer renderer(out, /*tty=*/false, OutputFormat::kTable, 10,
+                            /*max_restarts=*/2);
+  v1::JobEvent restart;
+  restart.mutable_restart()->set_restart(1);
+  restart.mutable_restart()->set_epoch(2);
+  restart.mutable_restart()->set_world_size(2);
+  restart.mutable_restart()->set_cause("rank 1 (worker w-2) lost");
+  renderer.OnEvent(restart);
+  v1::JobEvent checkpoint;
+  checkpoint.mutable_checkpoint()->set_step(5);
+  checkpoint.mutable_checkpoint()->set_state(v1::CheckpointRecord::FAILED);
+  checkpoint.mutable_checkpoint()->set_reason("disk full");
+  renderer.OnEvent(checkpoint);
+  EXPECT_EQ(out.str(),
+            "restart 1 of 2: epoch 2 on 2 workers from step 0: rank 1 "
+            "(worker w-2) lost\n"
+            "checkpoint step 5 FAILED: disk full\n");
+}
+
 TEST(ConnectTest, UnreachableCoordinatorIsAClearError) {
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =

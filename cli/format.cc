@@ -159,6 +159,11 @@ std::string JobStateName(v1::JobState state) {
   return name.empty() ? absl::StrCat("STATE_", static_cast<int>(state)) : name;
 }
 
+std::string CheckpointStateName(v1::CheckpointRecord::State state) {
+  std::string name = v1::CheckpointRecord::State_Name(state);
+  return name.empty() ? absl::StrCat("STATE_", static_cast<int>(state)) : name;
+}
+
 std::string WorkerStateName(v1::WorkerState state) {
   std::string name = v1::WorkerState_Name(state);
   return name.empty() ? absl::StrCat("STATE_", static_cast<int>(state)) : name;
@@ -238,7 +243,19 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
   if (!job.reason().empty()) line("reason", job.reason());
   line("workload", JobWorkload(job.spec()));
   line("world size", absl::StrCat(job.spec().world_size()));
+  if (job.members_size() > 0 && job.members_size() != job.spec().world_size()) {
+    // A restart at a smaller world (min_world_size).
+    line("this epoch", absl::StrCat(job.members_size(), " workers"));
+  }
   line("epoch", absl::StrCat(job.epoch()));
+  if (job.spec().max_restarts() > 0 || job.restarts() > 0) {
+    line("restarts", absl::StrCat(job.restarts(), " of ",
+                                  job.spec().max_restarts()));
+  }
+  if (job.has_resumed_from()) {
+    line("resumed", absl::StrCat("from step ", job.resumed_from().step(), " (",
+                                 job.resumed_from().path(), ")"));
+  }
   v1::JobProgress progress = job.progress();
   if (progress.total_steps() == 0) progress.set_total_steps(job.spec().steps());
   line("progress", FormatProgressLine(progress));
@@ -253,6 +270,17 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
                                    absl::Milliseconds(100))));
   }
   if (!job.output_path().empty()) line("output", job.output_path());
+  if (!job.checkpoints().empty()) {
+    out += "checkpoints:\n";
+    Table table({"  STEP", "STATE", "SHARDS", "SIZE", "PATH"},
+                {true, false, true, true, false});
+    for (const v1::CheckpointRecord& c : job.checkpoints()) {
+      table.AddRow({absl::StrCat(c.step()), CheckpointStateName(c.state()),
+                    absl::StrCat(c.world_size()), HumanBytes(c.size_bytes()),
+                    c.path()});
+    }
+    out += table.Render();
+  }
   if (!job.members().empty()) {
     out += "members:\n";
     Table table({"  RANK", "WORKER", "HOST"}, {true, false, false});
@@ -260,6 +288,28 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
       table.AddRow({absl::StrCat(m.rank()), m.worker_id(), m.host()});
     }
     out += table.Render();
+  }
+  return out;
+}
+
+std::string FormatRestartLine(const v1::JobEvent::Restart& restart,
+                              int max_restarts) {
+  return absl::StrCat(
+      "restart ", restart.restart(), " of ", max_restarts, ": epoch ",
+      restart.epoch(), " on ", restart.world_size(), " workers from step ",
+      restart.has_resumed_from() ? restart.resumed_from().step() : 0,
+      restart.cause().empty() ? "" : ": ", restart.cause());
+}
+
+std::string FormatCheckpointLine(const v1::CheckpointRecord& checkpoint) {
+  std::string out = absl::StrCat("checkpoint step ", checkpoint.step(), " ",
+                                 CheckpointStateName(checkpoint.state()));
+  if (checkpoint.state() == v1::CheckpointRecord::FAILED) {
+    absl::StrAppend(&out, ": ", checkpoint.reason());
+  } else {
+    absl::StrAppend(&out, ": ", checkpoint.world_size(), " shards, ",
+                    HumanBytes(checkpoint.size_bytes()), " at ",
+                    checkpoint.path());
   }
   return out;
 }

@@ -66,6 +66,16 @@ std::string FormatJobsTable(const std::vector<v1::Job>& jobs, absl::Time now);
 // `pshardctl get`: one "key: value" line per interesting field.
 std::string FormatJobDetails(const v1::Job& job, absl::Time now);
 
+// A restart event, on one line (`watch`):
+// "restart 1 of 3: epoch 2 on 2 workers from step 50: <cause>".
+std::string FormatRestartLine(const v1::JobEvent::Restart& restart,
+                              int max_restarts);
+
+// A checkpoint event, on one line (`watch`):
+// "checkpoint step 50 COMPLETE: 4 shards, 3.1 MiB at /ckpt/job-7/step-50", or
+// "checkpoint step 50 FAILED: <reason>".
+std::string FormatCheckpointLine(const v1::CheckpointRecord& checkpoint);
+
 // `pshardctl shards`: a bucket table (bucket, bytes, elements, owner rank,
 // worker, parameters), a per-rank totals table, then a summary line with the
 // policy, the imbalance and the epoch.

@@ -233,6 +233,63 @@ TEST(JobDetailsTest, ShowsReasonOutputAndMembers) {
   EXPECT_THAT(text, HasSubstr("w-1"));
 }
 
+TEST(JobDetailsTest, ShowsRestartsResumeAndCheckpoints) {
+  v1::Job job;
+  job.set_id("job-3");
+  job.mutable_spec()->set_world_size(3);
+  job.mutable_spec()->set_max_restarts(2);
+  job.set_restarts(1);
+  job.mutable_resumed_from()->set_path("/ckpt/step-50");
+  job.mutable_resumed_from()->set_step(50);
+  for (int r = 0; r < 2; ++r) job.add_members()->set_rank(r);
+  v1::CheckpointRecord* done = job.add_checkpoints();
+  done->set_step(50);
+  done->set_state(v1::CheckpointRecord::COMPLETE);
+  done->set_world_size(3);
+  done->set_size_bytes(3 << 20);
+  done->set_path("/ckpt/step-50");
+  v1::CheckpointRecord* failed = job.add_checkpoints();
+  failed->set_step(75);
+  failed->set_state(v1::CheckpointRecord::FAILED);
+  const std::string text = FormatJobDetails(job, absl::Now());
+  EXPECT_THAT(text, HasSubstr("this epoch: 2 workers\n"));
+  EXPECT_THAT(text, HasSubstr("restarts:   1 of 2\n"));
+  EXPECT_THAT(text, HasSubstr("resumed:    from step 50 (/ckpt/step-50)\n"));
+  EXPECT_THAT(text, HasSubstr("checkpoints:\n"));
+  EXPECT_THAT(text, HasSubstr("COMPLETE"));
+  EXPECT_THAT(text, HasSubstr("FAILED"));
+  // A job that cannot restart and never did says nothing about restarts.
+  EXPECT_THAT(FormatJobDetails(v1::Job(), absl::Now()),
+              Not(HasSubstr("restarts")));
+}
+
+TEST(EventLinesTest, RestartAndCheckpoint) {
+  v1::JobEvent::Restart restart;
+  restart.set_restart(1);
+  restart.set_epoch(2);
+  restart.set_world_size(2);
+  restart.set_cause("rank 1 (worker w-2) lost: its connection closed");
+  EXPECT_EQ(FormatRestartLine(restart, 3),
+            "restart 1 of 3: epoch 2 on 2 workers from step 0: rank 1 "
+            "(worker w-2) lost: its connection closed");
+  restart.mutable_resumed_from()->set_step(50);
+  EXPECT_THAT(FormatRestartLine(restart, 3), HasSubstr("from step 50: "));
+  v1::CheckpointRecord c;
+  c.set_step(50);
+  c.set_state(v1::CheckpointRecord::FAILED);
+  c.set_reason("rank 1: /ckpt/step-50/shard-1-of-2.safetensors: disk full");
+  EXPECT_EQ(FormatCheckpointLine(c),
+            "checkpoint step 50 FAILED: rank 1: "
+            "/ckpt/step-50/shard-1-of-2.safetensors: disk full");
+  c.set_state(v1::CheckpointRecord::COMPLETE);
+  c.set_world_size(2);
+  c.set_size_bytes(2048);
+  c.set_path("/ckpt/step-50");
+  EXPECT_THAT(FormatCheckpointLine(c),
+              HasSubstr("checkpoint step 50 COMPLETE: 2 shards, "));
+  EXPECT_THAT(FormatCheckpointLine(c), HasSubstr(" at /ckpt/step-50"));
+}
+
 TEST(JsonTest, RoundTripsThroughTheJsonParser) {
   const v1::ShardAssignment a = TwoRankAssignment();
   const std::string json = ToJson(a);

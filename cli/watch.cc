@@ -17,8 +17,13 @@
 namespace pshard::cli {
 
 ProgressRenderer::ProgressRenderer(std::ostream& out, bool tty,
-                                   OutputFormat format, int64_t total_steps)
-    : out_(out), tty_(tty), format_(format), total_steps_(total_steps) {}
+                                   OutputFormat format, int64_t total_steps,
+                                   int max_restarts)
+    : out_(out),
+      tty_(tty),
+      format_(format),
+      total_steps_(total_steps),
+      max_restarts_(max_restarts) {}
 
 void ProgressRenderer::OnEvent(const v1::JobEvent& event) {
   absl::MutexLock lock(&mu_);
@@ -47,6 +52,12 @@ void ProgressRenderer::OnEvent(const v1::JobEvent& event) {
     // A new attempt (epoch) starts counting again.
     if (change.to() == v1::STARTING) shown_step_ = -1;
     ended_ = IsTerminal(change.to());
+  } else if (event.has_restart()) {
+    FinishLocked();
+    out_ << FormatRestartLine(event.restart(), max_restarts_) << "\n";
+  } else if (event.has_checkpoint()) {
+    FinishLocked();
+    out_ << FormatCheckpointLine(event.checkpoint()) << "\n";
   }
   out_.flush();
 }
@@ -91,7 +102,7 @@ absl::StatusOr<v1::Job> WatchUntilDone(CoordinatorClient& client,
   const absl::Time deadline = clock.Now() + options.watch_timeout;
   ASSIGN_OR_RETURN(v1::Job job, client.GetJob(job_id));
   ProgressRenderer renderer(*io.out, io.out_is_tty, options.output,
-                            job.spec().steps());
+                            job.spec().steps(), job.spec().max_restarts());
   // The coordinator's event log keeps about one progress event a second; on
   // a terminal the bar also follows the job's latest progress, polled.
   absl::Mutex poll_mu;

@@ -177,7 +177,8 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Open(
       (void)ReportRankResult(
           *session->control_,
           ResultSource{env.job_id, env.epoch, env.rank, env.worker_id},
-          /*ok=*/false, joined.message(), /*final_step=*/0,
+          /*ok=*/false, joined.message(), FailureCauseOf(joined),
+          /*final_step=*/0,
           /*output_path=*/"", kProgressRpcTimeout, clock);
     }
     return joined;

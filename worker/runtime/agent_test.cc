@@ -171,6 +171,8 @@ TEST_F(AgentTest, StopAbortsRunningJob) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   ASSERT_EQ(control_->results().size(), 1u);
   EXPECT_THAT(control_->results()[0].error(), HasSubstr("SIGTERM"));
+  // The worker stopping is not the job's fault: a restart may go on elsewhere.
+  EXPECT_EQ(control_->results()[0].cause(), v1::FAILURE_CAUSE_WORKER);
 }
 
 // Two jobs for the only worker: the coordinator hands over the second as

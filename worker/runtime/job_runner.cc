@@ -205,7 +205,8 @@ void JobRunner::ReportResult(const absl::Status& status,
       *control_,
       ResultSource{directive_.job_id(), directive_.epoch(), directive_.rank(),
                    options_.worker_id},
-      status.ok(), status.ToString(), Snapshot().step, output,
+      status.ok(), status.ToString(), FailureCauseOf(status), Snapshot().step,
+      output,
       options_.rpc_timeout, *options_.clock);
 }
 

@@ -225,6 +225,9 @@ TEST_F(JobRunnerTest, BadWorkloadFailsAndReports) {
   EXPECT_THAT(control_->results()[0].error(),
               HasSubstr("cannot open '/nonexistent/p.safetensors'"));
   EXPECT_THAT(control_->results()[0].error(), Not(HasSubstr("rank 0")));
+  // A workload that cannot read its inputs is the job's own failure: a
+  // restart would fail the same way.
+  EXPECT_EQ(control_->results()[0].cause(), v1::FAILURE_CAUSE_JOB);
   ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob(ranks[0].job_id()));
   EXPECT_EQ(job.state(), v1::FAILED);
   EXPECT_THAT(job.reason(), StartsWith("rank 0 (worker w-"));

@@ -49,20 +49,24 @@ absl::StatusOr<int> PickFreePort() {
   return ntohs(addr.sin_port);
 }
 
-// "program exited with status 3", "program killed by signal 9 (Killed)".
+// "program exited with status 3", "program killed by signal 9 (Killed)":
+// the job's own failure (FAILURE_CAUSE_JOB), restarted only when its spec
+// says restart_on_program_failure.
 absl::Status ExitStatus(int wait_status) {
+  absl::Status status;
   if (WIFEXITED(wait_status)) {
     if (WEXITSTATUS(wait_status) == 0) return absl::OkStatus();
-    return absl::AbortedError(absl::StrCat("program exited with status ",
-                                           WEXITSTATUS(wait_status)));
-  }
-  if (WIFSIGNALED(wait_status)) {
+    status = absl::AbortedError(absl::StrCat("program exited with status ",
+                                             WEXITSTATUS(wait_status)));
+  } else if (WIFSIGNALED(wait_status)) {
     const int sig = WTERMSIG(wait_status);
-    return absl::AbortedError(absl::StrCat("program killed by signal ", sig,
-                                           " (", strsignal(sig), ")"));
+    status = absl::AbortedError(absl::StrCat("program killed by signal ", sig,
+                                             " (", strsignal(sig), ")"));
+  } else {
+    status = absl::AbortedError(
+        absl::StrCat("program ended with wait status ", wait_status));
   }
-  return absl::AbortedError(
-      absl::StrCat("program ended with wait status ", wait_status));
+  return WithFailureCause(std::move(status), v1::FAILURE_CAUSE_JOB);
 }
 
 }  // namespace
@@ -173,7 +177,8 @@ absl::Status ProgramJob::Run() {
       *control_,
       ResultSource{directive_.job_id(), directive_.epoch(), directive_.rank(),
                    options_.worker_id},
-      status.ok(), status.message(), /*final_step=*/0, /*output_path=*/"",
+      status.ok(), status.message(), FailureCauseOf(status), /*final_step=*/0,
+      /*output_path=*/"",
       options_.rpc_timeout, *options_.clock);
   return status;
 }

@@ -2,11 +2,50 @@
 
 #include <string>
 
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
+
 namespace pshard::worker {
+namespace {
+
+// The payload WithFailureCause sets: the enum's number in decimal.
+constexpr absl::string_view kFailureCauseUrl =
+    "type.googleapis.com/pshard.v1.FailureCause";
+
+}  // namespace
+
+v1::FailureCause FailureCauseOf(const absl::Status& status) {
+  if (status.ok()) return v1::FAILURE_CAUSE_UNSPECIFIED;
+  if (auto payload = status.GetPayload(kFailureCauseUrl)) {
+    int number = 0;
+    if (absl::SimpleAtoi(std::string(*payload), &number) &&
+        v1::FailureCause_IsValid(number)) {
+      return static_cast<v1::FailureCause>(number);
+    }
+  }
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      return v1::FAILURE_CAUSE_PEER;
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kAborted:
+      return v1::FAILURE_CAUSE_WORKER;
+    default:
+      return v1::FAILURE_CAUSE_JOB;
+  }
+}
+
+absl::Status WithFailureCause(absl::Status status, v1::FailureCause cause) {
+  if (!status.ok()) {
+    status.SetPayload(kFailureCauseUrl,
+                      absl::Cord(std::to_string(static_cast<int>(cause))));
+  }
+  return status;
+}
 
 absl::Status ReportRankResult(ControlPlane& control, const ResultSource& source,
                               bool ok, absl::string_view error,
-                              int64_t final_step,
+                              v1::FailureCause cause, int64_t final_step,
                               const std::string& output_path,
                               absl::Duration rpc_timeout, const Clock& clock) {
   v1::ReportResultRequest request;
@@ -17,6 +56,7 @@ absl::Status ReportRankResult(ControlPlane& control, const ResultSource& source,
   request.set_ok(ok);
   if (!ok) {
     request.set_error(std::string(error));
+    request.set_cause(cause);
   }
   request.set_final_step(final_step);
   request.set_output_path(output_path);

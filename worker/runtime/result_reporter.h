@@ -24,13 +24,26 @@ struct ResultSource {
   std::string worker_id;
 };
 
+// Whose fault a rank's failure is, which decides whether the coordinator
+// restarts the job (JobSpec.max_restarts): the cause its source marked with
+// WithFailureCause, else by code — Unavailable and DeadlineExceeded (a peer
+// or the coordinator stopped answering: the transports' and waits' codes)
+// are PEER, Cancelled and Aborted (the agent or the coordinator stopped the
+// rank) are WORKER, anything else (the workload's own errors, a bad spec or
+// checkpoint, a full disk) is JOB. OK is UNSPECIFIED.
+v1::FailureCause FailureCauseOf(const absl::Status& status);
+
+// `status` marked with `cause`, for the errors whose code says the wrong
+// thing (a program's own exit is JOB whatever code carries it).
+absl::Status WithFailureCause(absl::Status status, v1::FailureCause cause);
+
 // Reports `ok`, or the failure `error` as it is (the coordinator prefixes it
-// with "rank R (worker W) failed: ", from the request's own fields), with
-// the final step and (on success) the output path. Returns the last try's
-// status (callers have nothing better to do with it than log it).
+// with "rank R (worker W) failed: ", from the request's own fields) and its
+// `cause`, with the final step and (on success) the output path. Returns the
+// last try's status (callers have nothing better to do with it than log it).
 absl::Status ReportRankResult(ControlPlane& control, const ResultSource& source,
                               bool ok, absl::string_view error,
-                              int64_t final_step,
+                              v1::FailureCause cause, int64_t final_step,
                               const std::string& output_path,
                               absl::Duration rpc_timeout, const Clock& clock);
 
