@@ -49,6 +49,19 @@
 //     │   (every rank ReportResult ok) ──────────┼───────────────────┴──▶ SUCCEEDED
 //     └──── CancelJob, rank error, LOST worker,  ┴── layout mismatch ────▶ FAILED |
 //                                                                         CANCELLED
+//   Restart edge (JobSpec.max_restarts > 0; restart_policy.h): a failure
+//   that is not the job's own (a LOST worker, a rank's ReportResult with cause
+//   PEER or WORKER, a program's exit with restart_on_program_failure), while
+//   restarts < max_restarts: STARTING|RUNNING ──▶ STARTING in a new epoch on
+//   the surviving members plus idle workers, up to world_size and at least
+//   min_world_size (the epoch's ranks, layout barrier and RunJob world_size
+//   sized to it); with fewer ──▶ QUEUED at the queue's head, placed when
+//   min_world_size workers are idle. Job.restarts counts; a Restart event
+//   precedes the StateChange, whose reason is "restart R of M after: <cause>".
+//   Blame: a PEER failure is held for blame_window (decided by Tick); a loss
+//   of another of the job's workers in it is named first ("rank 1 (worker
+//   w-2) lost: ...; rank 0 (worker w-1) then failed: ..."), else a valid
+//   blamed_rank is.
 //   Recovery edge (after a coordinator restart only): STARTING|RUNNING ──▶
 //   STARTING with epoch+1, when all the job's workers are back but cannot
 //   simply continue (see "Restart" below).
