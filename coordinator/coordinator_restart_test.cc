@@ -62,6 +62,15 @@ class CoordinatorRestartTest : public CoordinatorTest {
     }
   }
 
+  // Rank `rank` reports failure with `cause` (and `blamed_rank` if >= 0).
+  absl::Status Fail(const v1::Job& job, int rank, const std::string& error,
+                    v1::FailureCause cause, int blamed_rank = -1) {
+    v1::ReportResultRequest req = ResultRequest(job, rank, false, error);
+    req.set_cause(cause);
+    if (blamed_rank >= 0) req.set_blamed_rank(blamed_rank);
+    return c_->ReportResult(req);
+  }
+
   std::vector<v1::JobEvent::Restart> Restarts(const std::string& job_id) {
     std::vector<v1::JobEvent::Restart> out;
     for (const v1::JobEvent& e : Events(job_id)) {
@@ -209,9 +218,7 @@ TEST_F(CoordinatorRestartTest, JobCauseIsNotRetried) {
   Add("b");
   Add("c");
   const v1::Job job = StartRunning(Restartable(3));
-  v1::ReportResultRequest req = ResultRequest(job, 0, false, "loss is NaN");
-  req.set_cause(v1::FAILURE_CAUSE_JOB);
-  ASSERT_OK(c_->ReportResult(req));
+  ASSERT_OK(Fail(job, 0, "loss is NaN", v1::FAILURE_CAUSE_JOB));
   const v1::Job failed = GetJob(job.id());
   EXPECT_EQ(failed.state(), v1::FAILED);
   EXPECT_EQ(failed.reason(), "rank 0 (worker w-1) failed: loss is NaN");
@@ -227,9 +234,7 @@ TEST_F(CoordinatorRestartTest, WorkerCauseRestartsWithoutThatWorker) {
   Add("b");
   Worker c = Add("c");
   const v1::Job job = StartRunning(Restartable(1));
-  v1::ReportResultRequest req = ResultRequest(job, 1, false, "agent draining");
-  req.set_cause(v1::FAILURE_CAUSE_WORKER);
-  ASSERT_OK(c_->ReportResult(req));
+  ASSERT_OK(Fail(job, 1, "agent draining", v1::FAILURE_CAUSE_WORKER));
   const v1::Job after = GetJob(job.id());
   EXPECT_EQ(after.state(), v1::STARTING);
   ASSERT_EQ(after.members_size(), 2);
@@ -270,10 +275,8 @@ TEST_F(CoordinatorRestartTest, PeerFailureBlamesAWorkerLostInTheWindow) {
     BeatAsAssigned(workers_[0]);
     c_->Tick();
   }
-  v1::ReportResultRequest req =
-      ResultRequest(job, 0, false, "receiving from rank 1: connection reset");
-  req.set_cause(v1::FAILURE_CAUSE_PEER);
-  ASSERT_OK(c_->ReportResult(req));
+  ASSERT_OK(Fail(job, 0, "receiving from rank 1: connection reset",
+                 v1::FAILURE_CAUSE_PEER));
   EXPECT_EQ(GetJob(job.id()).state(), v1::RUNNING);  // held
   clock_.Advance(absl::Milliseconds(1500));  // b is lost within the window
   c_->Tick();
@@ -291,10 +294,7 @@ TEST_F(CoordinatorRestartTest, PeerFailureWithNoLossNamesTheBlamedRank) {
   Add("b");
   Add("c");
   const v1::Job job = StartRunning(Restartable(1));
-  v1::ReportResultRequest req = ResultRequest(job, 0, false, "deadline");
-  req.set_cause(v1::FAILURE_CAUSE_PEER);
-  req.set_blamed_rank(1);
-  ASSERT_OK(c_->ReportResult(req));
+  ASSERT_OK(Fail(job, 0, "deadline", v1::FAILURE_CAUSE_PEER, /*blamed_rank=*/1));
   clock_.Advance(absl::Milliseconds(1999));
   c_->Tick();
   EXPECT_EQ(GetJob(job.id()).state(), v1::RUNNING);
@@ -311,9 +311,7 @@ TEST_F(CoordinatorRestartTest, PeerFailureWithoutBlameNamesTheRank) {
   Add("a");
   Add("b");
   const v1::Job job = StartRunning(Spec(2));
-  v1::ReportResultRequest req = ResultRequest(job, 1, false, "peer gone");
-  req.set_cause(v1::FAILURE_CAUSE_PEER);
-  ASSERT_OK(c_->ReportResult(req));
+  ASSERT_OK(Fail(job, 1, "peer gone", v1::FAILURE_CAUSE_PEER));
   clock_.Advance(options_.blame_window);
   c_->Tick();
   EXPECT_EQ(GetJob(job.id()).reason(), "rank 1 (worker w-2) failed: peer gone");
