@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -16,6 +17,7 @@
 #include "common/status_macros.h"
 #include "coordinator/locked_section.h"
 #include "coordinator/recovery.h"
+#include "coordinator/restart_policy.h"
 
 namespace pshard {
 namespace coordinator {
@@ -256,6 +258,7 @@ void Coordinator::EndJob(JobRec& job, v1::JobState state, std::string reason) {
     }
   }
   job.recovering = false;
+  job.held_failure.reset();
   if (job.log.progress_dirty()) FlushProgress(job);
   Transition(job, state, reason);
   FailJobWaiters(job, absl::AbortedError(absl::StrCat(
@@ -273,6 +276,7 @@ void Coordinator::StartEpoch(JobRec& job,
   job.layout.Reset(static_cast<int>(worker_nums.size()));
   job.checkpoints.Reset();
   job.recovering = false;
+  job.held_failure.reset();
   job.job.set_epoch(job.job.epoch() + 1);
   job.job.clear_members();
   job.run_job_spec.reset();
@@ -297,6 +301,11 @@ void Coordinator::Schedule() {
                return workers_.Idle();
              })) {
     JobRec& job = *placed->job;
+    if (job.job.restarts() > 0) {  // it waited for workers to restart
+      RestartEpoch(job, placed->worker_nums,
+                   RestartReasonOfWaiting(job.job.reason()));
+      continue;
+    }
     StartEpoch(job, placed->worker_nums,
                absl::StrCat("scheduled on ", job.job.spec().world_size(),
                             " workers (epoch ", job.job.epoch() + 1, ")"));
@@ -308,14 +317,105 @@ void Coordinator::MarkLost(WorkerRec& w, const std::string& why) {
   w.directives.clear();
   if (w.job_num != 0) {
     if (JobRec* job = jobs_.Find(w.job_num)) {
-      EndJob(*job, v1::FAILED,
-             absl::StrCat("worker ", w.info.id(), " (rank ", w.rank,
-                          ") lost: ", why));
+      std::string cause;
+      if (job->held_failure) {
+        // The loss explains the rank's failure held for the blame window.
+        const HeldFailure& held = *job->held_failure;
+        cause = absl::StrCat(JobTable::Who(*job, w.rank), " lost: ", why,
+                             "; ", JobTable::Who(*job, held.rank),
+                             " then failed: ", held.error);
+      } else {
+        cause = absl::StrCat("worker ", w.info.id(), " (rank ", w.rank,
+                             ") lost: ", why);
+      }
+      FailOrRestart(*job, std::move(cause), /*restartable=*/true);
     }
   }
   // EndJob released the rank; make sure nothing stays attached.
   w.job_num = 0;
   w.rank = -1;
+}
+
+void Coordinator::FailOrRestart(JobRec& job, std::string cause,
+                                bool restartable, int64_t excluded_worker) {
+  job.held_failure.reset();
+  const v1::JobSpec& spec = job.job.spec();
+  if (!restartable || spec.max_restarts() == 0) {
+    EndJob(job, v1::FAILED, std::move(cause));
+    return;
+  }
+  if (job.job.restarts() >= spec.max_restarts()) {
+    EndJob(job, v1::FAILED,
+           absl::StrCat(cause, " (no restart left: ", spec.max_restarts(),
+                        " of ", spec.max_restarts(), " used)"));
+    return;
+  }
+  // Abort the old epoch's ranks; those that may run again are survivors.
+  std::set<int64_t> survivors;
+  for (int r = 0; r < static_cast<int>(job.ranks.size()); ++r) {
+    if (!job.ranks[r].finished) {
+      ReleaseRank(job, r, true, absl::StrCat("job restarting after: ", cause));
+    }
+    if (job.ranks[r].worker_num != excluded_worker) {
+      survivors.insert(job.ranks[r].worker_num);
+    }
+  }
+  job.job.set_restarts(job.job.restarts() + 1);
+  const std::string reason =
+      RestartReason(job.job.restarts(), spec.max_restarts(), cause);
+  std::vector<IdleWorker> idle = workers_.Idle();
+  idle.erase(std::remove_if(idle.begin(), idle.end(),
+                            [&](const IdleWorker& w) {
+                              return w.num == excluded_worker;
+                            }),
+             idle.end());
+  std::vector<int64_t> placed = PlaceRestart(
+      idle, survivors, spec.world_size(), MinRestartWorld(spec));
+  if (!placed.empty()) {
+    RestartEpoch(job, placed, reason);
+    return;
+  }
+  // Too few workers: wait at the head of the queue, ranks and waits gone.
+  FailJobWaiters(job, absl::AbortedError(absl::StrCat(
+                          job.job.id(), " waits for workers to restart")));
+  job.layout.DropReference();
+  job.ranks.clear();
+  job.finished_ranks = 0;
+  job.job.clear_members();
+  job.run_job_spec.reset();
+  jobs_.MarkRequeued(job.num);
+  Transition(job, v1::QUEUED,
+             WaitingForRestartReason(reason, spec.world_size(),
+                                     MinRestartWorld(spec)));
+}
+
+void Coordinator::RestartEpoch(JobRec& job,
+                               const std::vector<int64_t>& worker_nums,
+                               const std::string& restart_reason) {
+  v1::JobEvent event;
+  v1::JobEvent::Restart* restart = event.mutable_restart();
+  restart->set_restart(job.job.restarts());
+  restart->set_epoch(job.job.epoch() + 1);
+  restart->set_cause(CauseOfRestartReason(restart_reason));
+  restart->set_world_size(static_cast<int>(worker_nums.size()));
+  AppendEvent(job, std::move(event));
+  StartEpoch(job, worker_nums, restart_reason);
+}
+
+void Coordinator::DecideHeldFailure(JobRec& job) {
+  const HeldFailure held = *job.held_failure;
+  const std::string failed =
+      absl::StrCat(JobTable::Who(job, held.rank), " failed: ", held.error);
+  const bool blamed = held.blamed_rank >= 0 &&
+                      held.blamed_rank < static_cast<int>(job.ranks.size()) &&
+                      held.blamed_rank != held.rank;
+  FailOrRestart(job,
+                blamed ? absl::StrCat(JobTable::Who(job, held.blamed_rank),
+                                      " stopped answering; ",
+                                      JobTable::Who(job, held.rank),
+                                      " then failed: ", held.error)
+                       : failed,
+                /*restartable=*/true);
 }
 
 void Coordinator::Acknowledge(JobRec& job, int rank) {
@@ -353,9 +453,10 @@ void Coordinator::CheckRecovery(JobRec& job) {
 void Coordinator::Tick() {
   Locked lock(this);
   const absl::Time now = clock_->Now();
-  for (WorkerRegistry::Loss& loss : workers_.DueLosses(now)) {
-    MarkLost(*loss.worker, loss.why);
-  }
+  std::vector<WorkerRegistry::Loss> losses = workers_.DueLosses(now);
+  // All are lost before any job restarts, so no restart picks one of them.
+  for (WorkerRegistry::Loss& loss : losses) loss.worker->lost = true;
+  for (WorkerRegistry::Loss& loss : losses) MarkLost(*loss.worker, loss.why);
   // Wait deadlines, earliest first.
   for (Wait& wait : waits_.TakeExpired(now)) Expire(wait);
   for (int64_t num : jobs_.ActiveJobs()) {
@@ -365,6 +466,9 @@ void Coordinator::Tick() {
       FlushProgress(job);
     }
     CheckRecovery(job);
+    if (job.held_failure && now >= job.held_failure->decide_at) {
+      DecideHeldFailure(job);
+    }
   }
   Schedule();
   absl::Status s = lock.Commit();

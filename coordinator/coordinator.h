@@ -49,6 +49,19 @@
 //     │   (every rank ReportResult ok) ──────────┼───────────────────┴──▶ SUCCEEDED
 //     └──── CancelJob, rank error, LOST worker,  ┴── layout mismatch ────▶ FAILED |
 //                                                                         CANCELLED
+//   Restart edge (JobSpec.max_restarts > 0; restart_policy.h): a failure
+//   that is not the job's own (a LOST worker, a rank's ReportResult with cause
+//   PEER or WORKER, a program's exit with restart_on_program_failure), while
+//   restarts < max_restarts: STARTING|RUNNING ──▶ STARTING in a new epoch on
+//   the surviving members plus idle workers, up to world_size and at least
+//   min_world_size (the epoch's ranks, layout barrier and RunJob world_size
+//   sized to it); with fewer ──▶ QUEUED at the queue's head, placed when
+//   min_world_size workers are idle. Job.restarts counts; a Restart event
+//   precedes the StateChange, whose reason is "restart R of M after: <cause>".
+//   Blame: a PEER failure is held for blame_window (decided by Tick); a loss
+//   of another of the job's workers in it is named first ("rank 1 (worker
+//   w-2) lost: ...; rank 0 (worker w-1) then failed: ..."), else a valid
+//   blamed_rank is.
 //   Recovery edge (after a coordinator restart only): STARTING|RUNNING ──▶
 //   STARTING with epoch+1, when all the job's workers are back but cannot
 //   simply continue (see "Restart" below).
@@ -126,6 +139,9 @@ struct CoordinatorOptions {
   // A RunJob repeated on this many heartbeats without acknowledgement fails
   // the job (the worker cannot or will not start it).
   int max_unacknowledged_run_jobs = 10;
+  // A rank's failure with cause PEER waits this long for the loss of the
+  // peer it lost, which then takes the blame (see "Blame" above).
+  absl::Duration blame_window = absl::Seconds(2);
 
   int max_workers = 65536;
   int max_unfinished_jobs = 10000;
@@ -427,6 +443,20 @@ class Coordinator {
                    absl::string_view reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkLost(WorkerRec& w, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A failure of the active job, described by `cause`: a restart when
+  // `restartable` and restarts are left (restart_policy.h), else FAILED.
+  // `excluded_worker` (a number, 0 for none) is left out of the restart
+  // (a WORKER failure is that worker's own trouble).
+  void FailOrRestart(JobRec& job, std::string cause, bool restartable,
+                     int64_t excluded_worker = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The restart's event and its new epoch on `worker_nums`.
+  void RestartEpoch(JobRec& job, const std::vector<int64_t>& worker_nums,
+                    const std::string& restart_reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Decides a held PEER failure (job.held_failure) with no loss in its
+  // window: the blamed rank, if any, is named first.
+  void DecideHeldFailure(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts queued jobs, FIFO, while the head fits on idle workers.
   void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies DecideRecovery to a recovering job.

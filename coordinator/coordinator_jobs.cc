@@ -11,6 +11,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/ids.h"
 #include "coordinator/locked_section.h"
+#include "coordinator/restart_policy.h"
 
 namespace pshard {
 namespace coordinator {
@@ -178,13 +179,27 @@ absl::StatusOr<bool> Coordinator::ReportResultLocked(
   const int rank = req.rank();
   if (j->ranks[rank].finished) return false;  // a retry
   if (!req.ok()) {
+    const int64_t worker_num = j->ranks[rank].worker_num;
     j->ranks[rank].finished = true;
     ++j->finished_ranks;
     ReleaseRank(*j, rank, false, "");
-    EndJob(*j, v1::FAILED,
-           absl::StrCat(JobTable::Who(*j, rank), " failed: ",
-                        req.error().empty() ? "no error given"
-                                            : Clip(req.error())));
+    const std::string error =
+        req.error().empty() ? "no error given" : Clip(req.error());
+    const v1::FailureCause cause = req.cause();
+    if (cause == v1::FAILURE_CAUSE_PEER && !j->held_failure &&
+        options_.blame_window > absl::ZeroDuration()) {
+      // The peer this rank lost is likely about to be known lost: give it
+      // the window to take the blame (Tick decides when none does).
+      j->held_failure = HeldFailure{
+          rank, error, req.has_blamed_rank() ? req.blamed_rank() : -1,
+          clock_->Now() + options_.blame_window};
+    } else if (!j->held_failure || !RestartableCause(j->job.spec(), cause)) {
+      // A second PEER or WORKER failure within the window adds nothing to
+      // the held one; the job's own failure ends it at once.
+      FailOrRestart(*j, absl::StrCat(JobTable::Who(*j, rank), " failed: ", error),
+                    RestartableCause(j->job.spec(), cause),
+                    cause == v1::FAILURE_CAUSE_WORKER ? worker_num : 0);
+    }
     Schedule();
     return true;
   }
@@ -211,7 +226,10 @@ absl::StatusOr<bool> Coordinator::ReportResultLocked(
     }
     PersistJob(*j);
   }
-  if (j->finished_ranks == static_cast<int>(j->ranks.size())) {
+  if (j->held_failure &&
+      j->finished_ranks == static_cast<int>(j->ranks.size())) {
+    DecideHeldFailure(*j);  // every other rank is done: nothing more to learn
+  } else if (j->finished_ranks == static_cast<int>(j->ranks.size())) {
     EndJob(*j, v1::SUCCEEDED,
            absl::StrCat("all ", j->ranks.size(), " ranks finished ",
                         j->job.progress().step(), " steps"));

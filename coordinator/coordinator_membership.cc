@@ -126,7 +126,8 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
         run->set_job_id(job.job.id());
         run->set_epoch(job.job.epoch());
         run->set_rank(w->rank);
-        run->set_world_size(job.job.spec().world_size());
+        run->set_world_size(static_cast<int>(job.ranks.size()));
+        run->set_restart_count(job.job.restarts());
         if (job.run_job_spec == nullptr) {
           job.run_job_spec = std::make_shared<const v1::JobSpec>(job.job.spec());
         }

@@ -10,6 +10,7 @@
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "coordinator/ids.h"
+#include "coordinator/restart_policy.h"
 
 namespace pshard {
 namespace coordinator {
@@ -121,7 +122,8 @@ v1::JobEvent JobTable::Transition(v1::Job& job, v1::JobState to,
   const v1::JobState from = job.state();
   job.set_state(to);
   job.set_reason(reason);
-  if (from == v1::QUEUED && to != v1::QUEUED) {
+  // A job queued again to wait for a restart keeps its first start time.
+  if (from == v1::QUEUED && to != v1::QUEUED && !job.has_start_time()) {
     *job.mutable_start_time() = ToProto(now);
   }
   if (IsTerminal(to)) *job.mutable_end_time() = ToProto(now);
@@ -137,8 +139,11 @@ std::optional<JobTable::Placement> JobTable::PlaceHead(
     absl::FunctionRef<std::vector<IdleWorker>()> idle) {
   if (queued_.empty()) return std::nullopt;
   JobRec* head = jobs_.at(*queued_.begin()).get();
+  const v1::JobSpec& spec = head->job.spec();
   std::vector<int64_t> placed =
-      PlaceRanks(idle(), head->job.spec().world_size());
+      head->job.restarts() > 0
+          ? PlaceRestart(idle(), {}, spec.world_size(), MinRestartWorld(spec))
+          : PlaceRanks(idle(), spec.world_size());
   if (placed.empty()) return std::nullopt;
   return Placement{head, std::move(placed)};
 }

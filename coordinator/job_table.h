@@ -58,6 +58,17 @@ struct RankRec {
   bool finished = false;
 };
 
+// A rank's PEER failure held for the blame window (see "Blame" in
+// coordinator.h): a loss of another of the job's workers within it takes
+// the blame. Not durable: a coordinator restart restarts the epoch anyway.
+struct HeldFailure {
+  int rank = -1;
+  std::string error;
+  // The rank the failed one says it lost, or -1.
+  int blamed_rank = -1;
+  absl::Time decide_at;
+};
+
 struct JobRec {
   int64_t num = 0;
   // The durable view: spec, state, reason, times, progress, members, epoch.
@@ -80,6 +91,7 @@ struct JobRec {
   bool recovering = false;
   // The current epoch's checkpoint shards, until each step commits.
   CheckpointTracker checkpoints;
+  std::optional<HeldFailure> held_failure;
 };
 
 struct JobTableLimits {
@@ -131,6 +143,12 @@ class JobTable {
     queued_.erase(num);
     active_.insert(num);
   }
+  // An active job back at the queue's head (its number is below every queued
+  // job's: it was placed when it was the head), to wait for workers.
+  void MarkRequeued(int64_t num) {
+    active_.erase(num);
+    queued_.insert(num);
+  }
   void MarkEnded(int64_t num) {
     queued_.erase(num);
     active_.erase(num);
@@ -142,7 +160,9 @@ class JobTable {
 
   // The head of the queue and the workers (by rank) it would run on, from
   // `idle()` (asked only when a job is queued); nullopt when none is queued
-  // or the head does not fit (FIFO: later jobs wait behind it).
+  // or the head does not fit (FIFO: later jobs wait behind it). A head that
+  // waits for a restart (restarts > 0) fits on as few as its
+  // min_world_size workers, and takes up to world_size.
   struct Placement {
     JobRec* job;
     std::vector<int64_t> worker_nums;

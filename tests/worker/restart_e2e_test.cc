@@ -1,0 +1,168 @@
+// End to end, restart: a worker killed (SIGKILL) mid-job no longer fails a
+// job with max_restarts: the coordinator restarts it in a new epoch on the
+// survivor plus the spare (or, with min_world_size 1 and no spare, on the
+// survivor alone), and it SUCCEEDS. Without checkpoints the restart runs
+// from step 0, so its output equals an uninterrupted run's bit for bit.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_state.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/cluster.h"
+
+namespace pshard::testing {
+namespace {
+
+v1::JobSpec MlpSpec(const std::string& output_dir) {
+  v1::JobSpec spec;
+  spec.set_name("mlp-restart");
+  spec.set_world_size(2);
+  auto* mlp = spec.mutable_mlp();
+  mlp->set_input_dim(32);
+  mlp->add_hidden_dims(64);
+  mlp->add_hidden_dims(64);
+  mlp->set_output_dim(8);
+  mlp->set_batch_size(64);
+  spec.set_bucket_cap_mb(0.01);
+  spec.set_steps(400);
+  spec.set_seed(3);
+  spec.set_progress_every(1);
+  spec.set_collective_timeout_seconds(20);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
+  spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(0.003);
+  spec.set_output_dir(output_dir);
+  return spec;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+// The index of the cluster worker holding `rank` of the job.
+int WorkerIndexOfRank(Cluster& cluster, const v1::Job& job, int rank) {
+  for (int i = 0; i < cluster.num_workers(); ++i) {
+    auto status = cluster.WorkerStatus(i);
+    if (status.ok() && status->job_id() == job.id() &&
+        status->rank() == rank) {
+      return i;
+    }
+  }
+  return -1;
+}
+
+// Runs the job, kills the worker of rank 1 once the job passed step 20, and
+// returns the job as it ended.
+v1::Job RunAndKillRank1(Cluster& cluster, const v1::JobSpec& spec) {
+  absl::StatusOr<v1::Job> submitted = cluster.Submit(spec);
+  EXPECT_OK(submitted);
+  if (!submitted.ok()) return v1::Job();
+  const std::string id = submitted->id();
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        auto job = cluster.GetJob(id);
+        return job.ok() && job->state() == v1::RUNNING &&
+               job->progress().step() >= 20;
+      },
+      absl::Seconds(30)))
+      << cluster.Logs();
+  auto running = cluster.GetJob(id);
+  EXPECT_OK(running);
+  EXPECT_LT(running->progress().step(), spec.steps())
+      << "the job ended before the kill";
+  const int victim = WorkerIndexOfRank(cluster, *running, 1);
+  EXPECT_GE(victim, 0) << cluster.Logs();
+  if (victim < 0) return v1::Job();
+  const absl::Time killed = absl::Now();
+  EXPECT_OK(cluster.worker(victim).Signal(SIGKILL));
+  // Training again: the new epoch's assignment is published.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        auto job = cluster.GetJob(id);
+        return job.ok() && ((job->epoch() > running->epoch() &&
+                             job->state() == v1::RUNNING) ||
+                            IsTerminal(job->state()));
+      },
+      absl::Seconds(30)))
+      << cluster.Logs();
+  // For docs/BENCHMARKS.md (detection here is the 2 s heartbeat timeout).
+  printf("kill -9 to training again (world_size %d, min_world_size %d): "
+         "%.0f ms\n",
+         spec.world_size(), spec.min_world_size(), absl::ToDoubleMilliseconds(absl::Now() - killed));
+  absl::StatusOr<v1::Job> ended = cluster.WaitForEnd(id, absl::Seconds(60));
+  EXPECT_OK(ended);
+  return ended.ok() ? *ended : v1::Job();
+}
+
+std::vector<v1::JobEvent::Restart> RestartEvents(Cluster& cluster,
+                                                 const std::string& id) {
+  std::vector<v1::JobEvent::Restart> out;
+  auto events = cluster.Events(id, absl::Seconds(10));
+  EXPECT_OK(events);
+  if (!events.ok()) return out;
+  for (const v1::JobEvent& e : *events) {
+    if (e.has_restart()) out.push_back(e.restart());
+  }
+  return out;
+}
+
+TEST(RestartE2eTest, KilledWorkerRestartsOnSurvivorAndSpareBitIdentical) {
+  ClusterOptions options;
+  options.workers = 3;
+  ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
+
+  // The uninterrupted run.
+  const std::string clean_dir = absl::StrCat(cluster->dir(), "/out-clean");
+  ASSERT_OK_AND_ASSIGN(v1::Job clean_submitted,
+                       cluster->Submit(MlpSpec(clean_dir)));
+  ASSERT_OK_AND_ASSIGN(v1::Job clean,
+                       cluster->WaitForEnd(clean_submitted.id(),
+                                           absl::Seconds(60)));
+  ASSERT_EQ(clean.state(), v1::SUCCEEDED) << clean.reason() << cluster->Logs();
+  ASSERT_TRUE(cluster->WaitForIdle(3, absl::Seconds(10))) << cluster->Logs();
+
+  // The same job, one worker killed mid-run.
+  v1::JobSpec spec = MlpSpec(absl::StrCat(cluster->dir(), "/out-restarted"));
+  spec.set_max_restarts(1);
+  const v1::Job job = RunAndKillRank1(*cluster, spec);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << cluster->Logs();
+  EXPECT_EQ(job.restarts(), 1);
+  EXPECT_EQ(job.progress().step(), 400);
+  EXPECT_EQ(job.members_size(), 2);
+  const auto restarts = RestartEvents(*cluster, job.id());
+  ASSERT_EQ(restarts.size(), 1u) << cluster->Logs();
+  EXPECT_EQ(restarts[0].restart(), 1);
+  EXPECT_EQ(restarts[0].world_size(), 2);
+  EXPECT_THAT(restarts[0].cause(), ::testing::HasSubstr("rank 1"));
+
+  const std::string clean_bytes = ReadBytes(clean.output_path());
+  ASSERT_FALSE(clean_bytes.empty());
+  EXPECT_TRUE(ReadBytes(job.output_path()) == clean_bytes)
+      << "the restarted job's parameters differ from the uninterrupted run's";
+}
+
+TEST(RestartE2eTest, NoSpareRestartsAtMinWorldSize) {
+  ClusterOptions options;
+  options.workers = 2;
+  ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
+  v1::JobSpec spec = MlpSpec(absl::StrCat(cluster->dir(), "/out"));
+  spec.set_max_restarts(1);
+  spec.set_min_world_size(1);
+  const v1::Job job = RunAndKillRank1(*cluster, spec);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << cluster->Logs();
+  EXPECT_EQ(job.members_size(), 1);
+  const auto restarts = RestartEvents(*cluster, job.id());
+  ASSERT_EQ(restarts.size(), 1u);
+  EXPECT_EQ(restarts[0].world_size(), 1);
+}
+
+}  // namespace
+}  // namespace pshard::testing
