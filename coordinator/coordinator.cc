@@ -392,14 +392,20 @@ void Coordinator::FailOrRestart(JobRec& job, std::string cause,
 void Coordinator::RestartEpoch(JobRec& job,
                                const std::vector<int64_t>& worker_nums,
                                const std::string& restart_reason) {
+  const std::string resume_note = ChooseResumePoint(job);
   v1::JobEvent event;
   v1::JobEvent::Restart* restart = event.mutable_restart();
   restart->set_restart(job.job.restarts());
   restart->set_epoch(job.job.epoch() + 1);
   restart->set_cause(CauseOfRestartReason(restart_reason));
   restart->set_world_size(static_cast<int>(worker_nums.size()));
+  if (job.job.has_resumed_from()) {
+    *restart->mutable_resumed_from() = job.job.resumed_from();
+  }
   AppendEvent(job, std::move(event));
-  StartEpoch(job, worker_nums, restart_reason);
+  StartEpoch(job, worker_nums,
+             resume_note.empty() ? restart_reason
+                                 : absl::StrCat(restart_reason, "; ", resume_note));
 }
 
 void Coordinator::DecideHeldFailure(JobRec& job) {
@@ -443,7 +449,11 @@ void Coordinator::CheckRecovery(JobRec& job) {
       for (int r = 0; r < static_cast<int>(job.ranks.size()); ++r) {
         if (!job.ranks[r].finished) ReleaseRank(job, r, true, "job restarted");
       }
-      StartEpoch(job, decision.worker_nums, std::move(decision.reason));
+      const std::string resume_note = ChooseResumePoint(job);
+      StartEpoch(job, decision.worker_nums,
+                 resume_note.empty()
+                     ? std::move(decision.reason)
+                     : absl::StrCat(decision.reason, "; ", resume_note));
       return;
   }
 }

@@ -454,6 +454,12 @@ class Coordinator {
   void RestartEpoch(JobRec& job, const std::vector<int64_t>& worker_nums,
                     const std::string& restart_reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before a restarted epoch: sets job.resumed_from to the newest of the
+  // job's own COMPLETE checkpoints that still verifies (sizes and SHA-256;
+  // under the lock, for now), or clears it (from step 0). Returns a note for
+  // the epoch's reason: where it resumes, and why newer ones were skipped
+  // (empty for a job without a checkpoint spec).
+  std::string ChooseResumePoint(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Decides a held PEER failure (job.held_failure) with no loss in its
   // window: the blamed rank, if any, is named first.
   void DecideHeldFailure(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "checkpoint/catalog.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/spec_fingerprint.h"
@@ -61,6 +62,45 @@ void TrimRecords(v1::Job& job, const std::vector<std::string>& pruned) {
 }
 
 }  // namespace
+
+std::string Coordinator::ChooseResumePoint(JobRec& job) {
+  job.job.clear_resumed_from();
+  if (!job.job.spec().has_checkpoint()) return "";
+  // Shards of the ended epoch that never all came in: never complete now.
+  for (v1::CheckpointRecord& record : *job.job.mutable_checkpoints()) {
+    if (record.state() == v1::CheckpointRecord::WRITING) {
+      record.set_state(v1::CheckpointRecord::FAILED);
+      record.set_reason("its epoch ended before every shard was in");
+      *record.mutable_time() = ToProto(clock_->Now());
+    }
+  }
+  std::vector<std::string> skipped;
+  const auto& records = job.job.checkpoints();
+  for (int i = records.size() - 1; i >= 0; --i) {
+    const v1::CheckpointRecord& record = records[i];
+    if (record.state() != v1::CheckpointRecord::COMPLETE) continue;
+    absl::StatusOr<checkpoint::Manifest> verified =
+        checkpoint::VerifyCheckpoint(record.path());
+    if (!verified.ok()) {
+      skipped.push_back(absl::StrCat("step ", record.step(), " refused: ",
+                                     Clip(verified.status().message(), 512)));
+      continue;
+    }
+    v1::ResumePoint* resume = job.job.mutable_resumed_from();
+    resume->set_path(record.path());
+    resume->set_step(record.step());
+    job.job.mutable_progress()->set_step(record.step());
+    break;
+  }
+  std::string note = job.job.has_resumed_from()
+                         ? absl::StrCat("resuming from step ",
+                                        job.job.resumed_from().step())
+                         : std::string("from step 0");
+  if (!skipped.empty()) {
+    absl::StrAppend(&note, " (", absl::StrJoin(skipped, "; "), ")");
+  }
+  return note;
+}
 
 absl::StatusOr<v1::ReportCheckpointResponse> Coordinator::ReportCheckpoint(
     const v1::ReportCheckpointRequest& req) {

@@ -128,6 +128,9 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
         run->set_rank(w->rank);
         run->set_world_size(static_cast<int>(job.ranks.size()));
         run->set_restart_count(job.job.restarts());
+        if (job.job.has_resumed_from()) {
+          *run->mutable_resume() = job.job.resumed_from();
+        }
         if (job.run_job_spec == nullptr) {
           job.run_job_spec = std::make_shared<const v1::JobSpec>(job.job.spec());
         }

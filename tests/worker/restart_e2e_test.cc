@@ -2,7 +2,8 @@
 // job with max_restarts: the coordinator restarts it in a new epoch on the
 // survivor plus the spare (or, with min_world_size 1 and no spare, on the
 // survivor alone), and it SUCCEEDS. Without checkpoints the restart runs
-// from step 0, so its output equals an uninterrupted run's bit for bit.
+// from step 0; with them, from the latest complete one; either way its
+// output equals an uninterrupted run's bit for bit.
 #include <signal.h>
 
 #include <cstdio>
@@ -59,8 +60,16 @@ int WorkerIndexOfRank(Cluster& cluster, const v1::Job& job, int rank) {
   return -1;
 }
 
-// Runs the job, kills the worker of rank 1 once the job passed step 20, and
-// returns the job as it ended.
+bool HasCompleteCheckpoint(const v1::Job& job) {
+  for (const v1::CheckpointRecord& c : job.checkpoints()) {
+    if (c.state() == v1::CheckpointRecord::COMPLETE) return true;
+  }
+  return false;
+}
+
+// Runs the job, kills the worker of rank 1 once the job passed step 20 (and,
+// when it checkpoints, has a complete checkpoint), and returns the job as
+// it ended.
 v1::Job RunAndKillRank1(Cluster& cluster, const v1::JobSpec& spec) {
   absl::StatusOr<v1::Job> submitted = cluster.Submit(spec);
   EXPECT_OK(submitted);
@@ -70,7 +79,8 @@ v1::Job RunAndKillRank1(Cluster& cluster, const v1::JobSpec& spec) {
       [&] {
         auto job = cluster.GetJob(id);
         return job.ok() && job->state() == v1::RUNNING &&
-               job->progress().step() >= 20;
+               job->progress().step() >= 20 &&
+               (!spec.has_checkpoint() || HasCompleteCheckpoint(*job));
       },
       absl::Seconds(30)))
       << cluster.Logs();
@@ -147,6 +157,38 @@ TEST(RestartE2eTest, KilledWorkerRestartsOnSurvivorAndSpareBitIdentical) {
   ASSERT_FALSE(clean_bytes.empty());
   EXPECT_TRUE(ReadBytes(job.output_path()) == clean_bytes)
       << "the restarted job's parameters differ from the uninterrupted run's";
+}
+
+// With checkpoints the restart resumes from the latest complete one, not
+// from step 0, and still ends bit-identical to the uninterrupted run.
+TEST(RestartE2eTest, KilledWorkerResumesFromTheLatestCheckpointBitIdentical) {
+  ClusterOptions options;
+  options.workers = 3;
+  ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
+  const std::string clean_dir = absl::StrCat(cluster->dir(), "/out-clean");
+  ASSERT_OK_AND_ASSIGN(v1::Job clean_submitted,
+                       cluster->Submit(MlpSpec(clean_dir)));
+  ASSERT_OK_AND_ASSIGN(v1::Job clean,
+                       cluster->WaitForEnd(clean_submitted.id(),
+                                           absl::Seconds(60)));
+  ASSERT_EQ(clean.state(), v1::SUCCEEDED) << clean.reason() << cluster->Logs();
+  ASSERT_TRUE(cluster->WaitForIdle(3, absl::Seconds(10))) << cluster->Logs();
+
+  v1::JobSpec spec = MlpSpec(absl::StrCat(cluster->dir(), "/out-resumed"));
+  spec.set_max_restarts(1);
+  spec.mutable_checkpoint()->set_dir(absl::StrCat(cluster->dir(), "/ckpt"));
+  spec.mutable_checkpoint()->set_every_steps(10);
+  spec.mutable_checkpoint()->set_keep_last(2);
+  const v1::Job job = RunAndKillRank1(*cluster, spec);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << cluster->Logs();
+  const auto restarts = RestartEvents(*cluster, job.id());
+  ASSERT_EQ(restarts.size(), 1u) << cluster->Logs();
+  ASSERT_TRUE(restarts[0].has_resumed_from()) << cluster->Logs();
+  EXPECT_GE(restarts[0].resumed_from().step(), 10);
+  EXPECT_EQ(restarts[0].resumed_from().step() % 10, 0);
+  EXPECT_EQ(job.resumed_from().step(), restarts[0].resumed_from().step());
+  EXPECT_TRUE(ReadBytes(job.output_path()) == ReadBytes(clean.output_path()))
+      << "the resumed job's parameters differ from the uninterrupted run's";
 }
 
 TEST(RestartE2eTest, NoSpareRestartsAtMinWorldSize) {
