@@ -112,6 +112,19 @@ v1::Job RunAndKillRank1(Cluster& cluster, const v1::JobSpec& spec) {
   return ended.ok() ? *ended : v1::Job();
 }
 
+// The job as it ends when nothing is killed (its 3 workers idle again).
+v1::Job RunUninterrupted(Cluster& cluster) {
+  absl::StatusOr<v1::Job> submitted =
+      cluster.Submit(MlpSpec(absl::StrCat(cluster.dir(), "/out-clean")));
+  EXPECT_OK(submitted);
+  if (!submitted.ok()) return v1::Job();
+  absl::StatusOr<v1::Job> ended =
+      cluster.WaitForEnd(submitted->id(), absl::Seconds(60));
+  EXPECT_OK(ended);
+  EXPECT_TRUE(cluster.WaitForIdle(3, absl::Seconds(10))) << cluster.Logs();
+  return ended.ok() ? *ended : v1::Job();
+}
+
 std::vector<v1::JobEvent::Restart> RestartEvents(Cluster& cluster,
                                                  const std::string& id) {
   std::vector<v1::JobEvent::Restart> out;
@@ -129,15 +142,8 @@ TEST(RestartE2eTest, KilledWorkerRestartsOnSurvivorAndSpareBitIdentical) {
   options.workers = 3;
   ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
 
-  // The uninterrupted run.
-  const std::string clean_dir = absl::StrCat(cluster->dir(), "/out-clean");
-  ASSERT_OK_AND_ASSIGN(v1::Job clean_submitted,
-                       cluster->Submit(MlpSpec(clean_dir)));
-  ASSERT_OK_AND_ASSIGN(v1::Job clean,
-                       cluster->WaitForEnd(clean_submitted.id(),
-                                           absl::Seconds(60)));
+  const v1::Job clean = RunUninterrupted(*cluster);
   ASSERT_EQ(clean.state(), v1::SUCCEEDED) << clean.reason() << cluster->Logs();
-  ASSERT_TRUE(cluster->WaitForIdle(3, absl::Seconds(10))) << cluster->Logs();
 
   // The same job, one worker killed mid-run.
   v1::JobSpec spec = MlpSpec(absl::StrCat(cluster->dir(), "/out-restarted"));
@@ -165,14 +171,8 @@ TEST(RestartE2eTest, KilledWorkerResumesFromTheLatestCheckpointBitIdentical) {
   ClusterOptions options;
   options.workers = 3;
   ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
-  const std::string clean_dir = absl::StrCat(cluster->dir(), "/out-clean");
-  ASSERT_OK_AND_ASSIGN(v1::Job clean_submitted,
-                       cluster->Submit(MlpSpec(clean_dir)));
-  ASSERT_OK_AND_ASSIGN(v1::Job clean,
-                       cluster->WaitForEnd(clean_submitted.id(),
-                                           absl::Seconds(60)));
+  const v1::Job clean = RunUninterrupted(*cluster);
   ASSERT_EQ(clean.state(), v1::SUCCEEDED) << clean.reason() << cluster->Logs();
-  ASSERT_TRUE(cluster->WaitForIdle(3, absl::Seconds(10))) << cluster->Logs();
 
   v1::JobSpec spec = MlpSpec(absl::StrCat(cluster->dir(), "/out-resumed"));
   spec.set_max_restarts(1);

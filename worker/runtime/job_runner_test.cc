@@ -80,15 +80,24 @@ class JobRunnerTest : public ::testing::Test {
   // returns their directives (empty if the job did not start).
   std::vector<v1::RunJobDirective> RunAllRanks(const v1::JobSpec& spec) {
     std::vector<v1::RunJobDirective> ranks = Start(spec);
+    RunRanks(ranks);
+    return ranks;
+  }
+
+  // Runs `ranks` to the end, each on its own thread, expecting success;
+  // returns each rank's last snapshot.
+  std::vector<JobSnapshot> RunRanks(const std::vector<v1::RunJobDirective>& ranks) {
+    std::vector<JobSnapshot> snapshots(ranks.size());
     std::vector<std::thread> threads;
-    for (const v1::RunJobDirective& d : ranks) {
-      threads.emplace_back([&, d] {
-        JobRunner runner(control_.get(), d, Options(d));
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      threads.emplace_back([&, r] {
+        JobRunner runner(control_.get(), ranks[r], Options(ranks[r]));
         EXPECT_OK(runner.Run());
+        snapshots[r] = runner.Snapshot();
       });
     }
     for (auto& t : threads) t.join();
-    return ranks;
+    return snapshots;
   }
 
   std::unique_ptr<InProcessCoordinator> coordinator_;
@@ -349,16 +358,7 @@ TEST_F(JobRunnerTest, AResumedRunEndsBitIdenticalToAnUninterruptedOne) {
   std::vector<v1::RunJobDirective> ranks =
       WithResume(Start(again), root + "/step-5", 5);
   ASSERT_EQ(ranks.size(), 2u);
-  std::vector<std::thread> threads;
-  std::vector<JobSnapshot> snapshots(2);
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      JobRunner runner(control_.get(), ranks[r], Options(ranks[r]));
-      EXPECT_OK(runner.Run());
-      snapshots[r] = runner.Snapshot();
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<JobSnapshot> snapshots = RunRanks(ranks);
   ASSERT_OK_AND_ASSIGN(auto resumed,
                        ReadSafetensors(resumed_out + "/params.safetensors"));
   ASSERT_EQ(resumed.size(), full.size());
@@ -383,14 +383,7 @@ TEST_F(JobRunnerTest, ResumesAtAnotherWorldSizeByName) {
   std::vector<v1::RunJobDirective> ranks =
       WithResume(Start(three), root + "/step-4", 4);
   ASSERT_EQ(ranks.size(), 3u);
-  std::vector<std::thread> threads;
-  for (const v1::RunJobDirective& d : ranks) {
-    threads.emplace_back([&, d] {
-      JobRunner runner(control_.get(), d, Options(d));
-      EXPECT_OK(runner.Run());
-    });
-  }
-  for (auto& t : threads) t.join();
+  RunRanks(ranks);
   ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob(ranks[0].job_id()));
   EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
   EXPECT_EQ(job.progress().step(), 8);
