@@ -454,7 +454,8 @@ class Coordinator {
   void RestartEpoch(JobRec& job, const std::vector<int64_t>& worker_nums,
                     const std::string& restart_reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Before a restarted epoch: sets job.resumed_from to the newest of the
+  // Before a restarted epoch: marks the ended epoch's WRITING checkpoints
+  // FAILED, and sets job.resumed_from to the newest of the
   // job's own COMPLETE checkpoints that still verifies (sizes and SHA-256;
   // under the lock, for now), or clears it (from step 0). Returns a note for
   // the epoch's reason: where it resumes, and why newer ones were skipped

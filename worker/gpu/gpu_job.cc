@@ -74,16 +74,9 @@ class GpuJobImpl final : public GpuJob {
   GpuZeroHook& hook() override { return *hook_; }
   const Workload& workload() const override { return *workload_; }
 
-  absl::StatusOr<std::vector<std::vector<float>>> DownloadParameters()
-      override {
-    std::vector<std::vector<float>> out;
-    const auto& infos = workload_->parameters();
-    out.reserve(infos.size());
-    for (size_t i = 0; i < infos.size(); ++i) {
-      out.emplace_back(infos[i].numel);
-      RETURN_IF_ERROR(
-          hook_->CopyParameterToHost(static_cast<int>(i), out.back().data()));
-    }
+  absl::StatusOr<std::vector<float>> DownloadParameter(int index) override {
+    std::vector<float> out(workload_->parameters()[index].numel);
+    RETURN_IF_ERROR(hook_->CopyParameterToHost(index, out.data()));
     return out;
   }
 

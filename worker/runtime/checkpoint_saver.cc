@@ -49,18 +49,21 @@ bool CheckpointSaver::Due(int64_t step) const {
 namespace {
 
 // The tensors this rank owns after a step: every owned parameter's values
-// and its optimizer state, by name. The views point into `values` and
-// `state`, which must outlive them.
+// (downloaded here, the owned ones only, into `values`) and its optimizer
+// state, by name. The views point into `values` and `state`, which must
+// outlive them.
 absl::StatusOr<std::vector<checkpoint::ParameterTensors>> OwnedTensors(
-    const Workload& workload, const std::vector<std::vector<float>>& values,
-    const std::vector<ParameterOptimizerState>& state) {
+    StepEngine& engine, const std::vector<ParameterOptimizerState>& state,
+    std::vector<std::vector<float>>& values) {
   absl::flat_hash_map<std::string, int> index;
-  const std::vector<ParameterInfo>& params = workload.parameters();
+  const std::vector<ParameterInfo>& params = engine.workload().parameters();
   for (int i = 0; i < static_cast<int>(params.size()); ++i) {
     index[params[i].name] = i;
   }
   std::vector<checkpoint::ParameterTensors> out;
   out.reserve(state.size());
+  values.clear();
+  values.reserve(state.size());
   for (const ParameterOptimizerState& owned : state) {
     auto it = index.find(owned.name);
     if (it == index.end()) {
@@ -69,9 +72,12 @@ absl::StatusOr<std::vector<checkpoint::ParameterTensors>> OwnedTensors(
           "\", which is not a parameter of the workload"));
     }
     const ParameterInfo& info = params[it->second];
+    ASSIGN_OR_RETURN(std::vector<float> value,
+                     engine.DownloadParameter(it->second));
+    values.push_back(std::move(value));
     checkpoint::ParameterTensors& tensors = out.emplace_back();
     tensors.name = owned.name;
-    tensors.value = checkpoint::FloatTensor(values[it->second], info.shape);
+    tensors.value = checkpoint::FloatTensor(values.back(), info.shape);
     for (const auto& [state_name, data] : owned.tensors) {
       tensors.state.emplace_back(state_name,
                                  checkpoint::FloatTensor(data, info.shape));
@@ -90,10 +96,9 @@ void CheckpointSaver::Start(int64_t step, StepEngine& engine) {
   absl::Status started = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(std::vector<ParameterOptimizerState> state,
                      engine.hook().ExportOptimizerState());
-    ASSIGN_OR_RETURN(std::vector<std::vector<float>> values,
-                     engine.DownloadParameters());
+    std::vector<std::vector<float>> values;
     ASSIGN_OR_RETURN(std::vector<checkpoint::ParameterTensors> tensors,
-                     OwnedTensors(engine.workload(), values, state));
+                     OwnedTensors(engine, state, values));
     return writer_.Start(step, tensors);
   }();
   if (!started.ok()) Report(started);

@@ -71,16 +71,9 @@ class CpuJobImpl final : public CpuJob {
   ZeroHook& hook() override { return *hook_; }
   const Workload& workload() const override { return *workload_; }
 
-  absl::StatusOr<std::vector<std::vector<float>>> DownloadParameters()
-      override {
-    std::vector<std::vector<float>> out;
-    const auto& infos = workload_->parameters();
-    out.reserve(infos.size());
-    for (size_t i = 0; i < infos.size(); ++i) {
-      const float* p = hook_->params()[i];
-      out.emplace_back(p, p + infos[i].numel);
-    }
-    return out;
+  absl::StatusOr<std::vector<float>> DownloadParameter(int index) override {
+    const float* p = hook_->params()[index];
+    return std::vector<float>(p, p + workload_->parameters()[index].numel);
   }
 
   absl::Status UploadParameters(

@@ -21,6 +21,7 @@
 #define PSHARD_WORKER_RUNTIME_STEP_ENGINE_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -69,9 +70,22 @@ class StepEngine {
   virtual ZeroHook& hook() = 0;
   virtual const Workload& workload() const = 0;
 
+  // Parameter `index`'s values on the host (index into
+  // workload().parameters(), which the caller keeps in range).
+  virtual absl::StatusOr<std::vector<float>> DownloadParameter(int index) = 0;
+
   // Every parameter's values on the host, in workload().parameters() order.
-  virtual absl::StatusOr<std::vector<std::vector<float>>>
-  DownloadParameters() = 0;
+  absl::StatusOr<std::vector<std::vector<float>>> DownloadParameters() {
+    std::vector<std::vector<float>> out;
+    const int count = static_cast<int>(workload().parameters().size());
+    out.reserve(count);
+    for (int i = 0; i < count; ++i) {
+      absl::StatusOr<std::vector<float>> values = DownloadParameter(i);
+      if (!values.ok()) return values.status();
+      out.push_back(*std::move(values));
+    }
+    return out;
+  }
 
   // Before the first step: replaces every parameter's values (a resume from
   // a checkpoint), in workload().parameters() order, each of its numel.
