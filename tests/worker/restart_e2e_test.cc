@@ -4,18 +4,12 @@
 // survivor alone), and it SUCCEEDS. Without checkpoints the restart runs
 // from step 0; with them, from the latest complete one; either way its
 // output equals an uninterrupted run's bit for bit.
-#include <signal.h>
-
-#include <cstdio>
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
-#include "common/job_state.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/cluster.h"
+#include "tests/worker/restart_testing.h"
 
 namespace pshard::testing {
 namespace {
@@ -41,100 +35,10 @@ v1::JobSpec MlpSpec(const std::string& output_dir) {
   return spec;
 }
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
-
-// The index of the cluster worker holding `rank` of the job.
-int WorkerIndexOfRank(Cluster& cluster, const v1::Job& job, int rank) {
-  for (int i = 0; i < cluster.num_workers(); ++i) {
-    auto status = cluster.WorkerStatus(i);
-    if (status.ok() && status->job_id() == job.id() &&
-        status->rank() == rank) {
-      return i;
-    }
-  }
-  return -1;
-}
-
-bool HasCompleteCheckpoint(const v1::Job& job) {
-  for (const v1::CheckpointRecord& c : job.checkpoints()) {
-    if (c.state() == v1::CheckpointRecord::COMPLETE) return true;
-  }
-  return false;
-}
-
-// Runs the job, kills the worker of rank 1 once the job passed step 20 (and,
-// when it checkpoints, has a complete checkpoint), and returns the job as
-// it ended.
-v1::Job RunAndKillRank1(Cluster& cluster, const v1::JobSpec& spec) {
-  absl::StatusOr<v1::Job> submitted = cluster.Submit(spec);
-  EXPECT_OK(submitted);
-  if (!submitted.ok()) return v1::Job();
-  const std::string id = submitted->id();
-  EXPECT_TRUE(WaitUntil(
-      [&] {
-        auto job = cluster.GetJob(id);
-        return job.ok() && job->state() == v1::RUNNING &&
-               job->progress().step() >= 20 &&
-               (!spec.has_checkpoint() || HasCompleteCheckpoint(*job));
-      },
-      absl::Seconds(30)))
-      << cluster.Logs();
-  auto running = cluster.GetJob(id);
-  EXPECT_OK(running);
-  EXPECT_LT(running->progress().step(), spec.steps())
-      << "the job ended before the kill";
-  const int victim = WorkerIndexOfRank(cluster, *running, 1);
-  EXPECT_GE(victim, 0) << cluster.Logs();
-  if (victim < 0) return v1::Job();
-  const absl::Time killed = absl::Now();
-  EXPECT_OK(cluster.worker(victim).Signal(SIGKILL));
-  // Training again: the new epoch's assignment is published.
-  EXPECT_TRUE(WaitUntil(
-      [&] {
-        auto job = cluster.GetJob(id);
-        return job.ok() && ((job->epoch() > running->epoch() &&
-                             job->state() == v1::RUNNING) ||
-                            IsTerminal(job->state()));
-      },
-      absl::Seconds(30)))
-      << cluster.Logs();
-  // For docs/BENCHMARKS.md (detection here is the 2 s heartbeat timeout).
-  printf("kill -9 to training again (world_size %d, min_world_size %d): "
-         "%.0f ms\n",
-         spec.world_size(), spec.min_world_size(), absl::ToDoubleMilliseconds(absl::Now() - killed));
-  absl::StatusOr<v1::Job> ended = cluster.WaitForEnd(id, absl::Seconds(60));
-  EXPECT_OK(ended);
-  return ended.ok() ? *ended : v1::Job();
-}
-
 // The job as it ends when nothing is killed (its 3 workers idle again).
 v1::Job RunUninterrupted(Cluster& cluster) {
-  absl::StatusOr<v1::Job> submitted =
-      cluster.Submit(MlpSpec(absl::StrCat(cluster.dir(), "/out-clean")));
-  EXPECT_OK(submitted);
-  if (!submitted.ok()) return v1::Job();
-  absl::StatusOr<v1::Job> ended =
-      cluster.WaitForEnd(submitted->id(), absl::Seconds(60));
-  EXPECT_OK(ended);
-  EXPECT_TRUE(cluster.WaitForIdle(3, absl::Seconds(10))) << cluster.Logs();
-  return ended.ok() ? *ended : v1::Job();
-}
-
-std::vector<v1::JobEvent::Restart> RestartEvents(Cluster& cluster,
-                                                 const std::string& id) {
-  std::vector<v1::JobEvent::Restart> out;
-  auto events = cluster.Events(id, absl::Seconds(10));
-  EXPECT_OK(events);
-  if (!events.ok()) return out;
-  for (const v1::JobEvent& e : *events) {
-    if (e.has_restart()) out.push_back(e.restart());
-  }
-  return out;
+  return RunToEnd(cluster, MlpSpec(absl::StrCat(cluster.dir(), "/out-clean")),
+                  3);
 }
 
 TEST(RestartE2eTest, KilledWorkerRestartsOnSurvivorAndSpareBitIdentical) {
@@ -148,7 +52,7 @@ TEST(RestartE2eTest, KilledWorkerRestartsOnSurvivorAndSpareBitIdentical) {
   // The same job, one worker killed mid-run.
   v1::JobSpec spec = MlpSpec(absl::StrCat(cluster->dir(), "/out-restarted"));
   spec.set_max_restarts(1);
-  const v1::Job job = RunAndKillRank1(*cluster, spec);
+  const v1::Job job = RunAndKillRank(*cluster, spec, 1);
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << cluster->Logs();
   EXPECT_EQ(job.restarts(), 1);
   EXPECT_EQ(job.progress().step(), 400);
@@ -159,9 +63,9 @@ TEST(RestartE2eTest, KilledWorkerRestartsOnSurvivorAndSpareBitIdentical) {
   EXPECT_EQ(restarts[0].world_size(), 2);
   EXPECT_THAT(restarts[0].cause(), ::testing::HasSubstr("rank 1"));
 
-  const std::string clean_bytes = ReadBytes(clean.output_path());
+  const std::string clean_bytes = ReadFile(clean.output_path());
   ASSERT_FALSE(clean_bytes.empty());
-  EXPECT_TRUE(ReadBytes(job.output_path()) == clean_bytes)
+  EXPECT_TRUE(ReadFile(job.output_path()) == clean_bytes)
       << "the restarted job's parameters differ from the uninterrupted run's";
 }
 
@@ -179,7 +83,7 @@ TEST(RestartE2eTest, KilledWorkerResumesFromTheLatestCheckpointBitIdentical) {
   spec.mutable_checkpoint()->set_dir(absl::StrCat(cluster->dir(), "/ckpt"));
   spec.mutable_checkpoint()->set_every_steps(10);
   spec.mutable_checkpoint()->set_keep_last(2);
-  const v1::Job job = RunAndKillRank1(*cluster, spec);
+  const v1::Job job = RunAndKillRank(*cluster, spec, 1);
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << cluster->Logs();
   const auto restarts = RestartEvents(*cluster, job.id());
   ASSERT_EQ(restarts.size(), 1u) << cluster->Logs();
@@ -187,7 +91,7 @@ TEST(RestartE2eTest, KilledWorkerResumesFromTheLatestCheckpointBitIdentical) {
   EXPECT_GE(restarts[0].resumed_from().step(), 10);
   EXPECT_EQ(restarts[0].resumed_from().step() % 10, 0);
   EXPECT_EQ(job.resumed_from().step(), restarts[0].resumed_from().step());
-  EXPECT_TRUE(ReadBytes(job.output_path()) == ReadBytes(clean.output_path()))
+  EXPECT_TRUE(ReadFile(job.output_path()) == ReadFile(clean.output_path()))
       << "the resumed job's parameters differ from the uninterrupted run's";
 }
 
@@ -198,7 +102,7 @@ TEST(RestartE2eTest, NoSpareRestartsAtMinWorldSize) {
   v1::JobSpec spec = MlpSpec(absl::StrCat(cluster->dir(), "/out"));
   spec.set_max_restarts(1);
   spec.set_min_world_size(1);
-  const v1::Job job = RunAndKillRank1(*cluster, spec);
+  const v1::Job job = RunAndKillRank(*cluster, spec, 1);
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << cluster->Logs();
   EXPECT_EQ(job.members_size(), 1);
   const auto restarts = RestartEvents(*cluster, job.id());

@@ -1,0 +1,116 @@
+// End to end, a checkpoint directory on a full disk: a small tmpfs holds the
+// job's first checkpoint and not the second. Training goes on untouched (its
+// output equals a run without checkpoints, bit for bit), every later
+// checkpoint is marked FAILED with the disk's error in its record and in an
+// event, and the first stays complete and verifiable.
+//
+// The tmpfs is mounted in a mount namespace of this test's own, which the
+// cluster's processes inherit, so nothing outside the test sees it. Needs
+// CAP_SYS_ADMIN; the test skips, saying so, without it.
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/catalog.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/cluster.h"
+#include "tests/worker/restart_testing.h"
+
+namespace pshard::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// About 0.9 MB of parameters and Adam state per checkpoint.
+v1::JobSpec MlpSpec(const std::string& output_dir) {
+  v1::JobSpec spec;
+  spec.set_name("mlp-disk-full");
+  spec.set_world_size(2);
+  auto* mlp = spec.mutable_mlp();
+  mlp->set_input_dim(32);
+  mlp->add_hidden_dims(256);
+  mlp->add_hidden_dims(256);
+  mlp->set_output_dim(8);
+  mlp->set_batch_size(32);
+  spec.set_bucket_cap_mb(0.1);
+  spec.set_steps(60);
+  spec.set_seed(4);
+  spec.set_collective_timeout_seconds(20);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
+  spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(0.001);
+  spec.set_output_dir(output_dir);
+  return spec;
+}
+
+// A mount namespace of this thread's own (its children inherit it), with
+// nothing propagating back to the host.
+absl::Status PrivateMountNamespace() {
+  if (::unshare(CLONE_NEWNS) != 0 ||
+      ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "a private mount namespace needs CAP_SYS_ADMIN: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+TEST(CheckpointDiskFullE2eTest, TrainingGoesOnAndTheCheckpointIsMarkedFailed) {
+  if (absl::Status ns = PrivateMountNamespace(); !ns.ok()) {
+    GTEST_SKIP() << "cannot mount a small tmpfs: " << ns;
+  }
+  ClusterOptions options;
+  options.workers = 2;
+  ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
+  const std::string disk = absl::StrCat(cluster->dir(), "/small-disk");
+  ASSERT_EQ(::mkdir(disk.c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_EQ(::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=1536k"), 0)
+      << std::strerror(errno);
+
+  const v1::Job clean =
+      RunToEnd(*cluster, MlpSpec(absl::StrCat(cluster->dir(), "/out-clean")), 2);
+  ASSERT_EQ(clean.state(), v1::SUCCEEDED) << clean.reason() << cluster->Logs();
+
+  v1::JobSpec spec = MlpSpec(absl::StrCat(cluster->dir(), "/out-full"));
+  spec.mutable_checkpoint()->set_dir(absl::StrCat(disk, "/ckpt"));
+  spec.mutable_checkpoint()->set_every_steps(10);
+  spec.mutable_checkpoint()->set_keep_last(1);
+  const v1::Job job = RunToEnd(*cluster, spec, 2);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << cluster->Logs();
+  EXPECT_EQ(job.progress().step(), 60);
+  EXPECT_TRUE(ReadFile(job.output_path()) == ReadFile(clean.output_path()))
+      << "checkpoints that failed changed the training";
+
+  // Steps 10..50: the first fits, the rest find the disk full.
+  ASSERT_EQ(job.checkpoints_size(), 5) << job.DebugString();
+  EXPECT_EQ(job.checkpoints(0).step(), 10);
+  EXPECT_EQ(job.checkpoints(0).state(), v1::CheckpointRecord::COMPLETE)
+      << job.checkpoints(0).reason();
+  for (int i = 1; i < job.checkpoints_size(); ++i) {
+    const v1::CheckpointRecord& c = job.checkpoints(i);
+    EXPECT_EQ(c.step(), 10 * (i + 1));
+    EXPECT_EQ(c.state(), v1::CheckpointRecord::FAILED) << c.DebugString();
+    EXPECT_THAT(c.reason(), HasSubstr("No space left on device"));
+  }
+  ASSERT_OK_AND_ASSIGN(auto events, cluster->Events(job.id(), absl::Seconds(10)));
+  int failed_events = 0;
+  for (const v1::JobEvent& e : events) {
+    if (e.has_checkpoint() &&
+        e.checkpoint().state() == v1::CheckpointRecord::FAILED) {
+      ++failed_events;
+      EXPECT_THAT(e.checkpoint().reason(), HasSubstr("No space left on device"));
+    }
+  }
+  EXPECT_EQ(failed_events, 4);
+  // The complete one is still the one a restart would resume from.
+  ASSERT_OK_AND_ASSIGN(checkpoint::CompleteCheckpoint latest,
+                       checkpoint::LatestCompleteCheckpoint(spec.checkpoint().dir()));
+  EXPECT_EQ(latest.manifest.step, 10);
+}
+
+}  // namespace
+}  // namespace pshard::testing

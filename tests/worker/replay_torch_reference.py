@@ -1,0 +1,96 @@
+#!/usr/bin/python3
+"""Checks a replay job's parameters against torch.optim.Adam on the same data
+when the job's world size changed at a step, as a restart at a smaller world
+does: steps 1..switch_step average the gradients of `world_before` ranks,
+the steps after average those of `world_after` ranks (rank r of step s reads
+gradients/step-<s>/rank-<r>.safetensors, as the replay workload does).
+
+  replay_torch_reference.py --replay_tools examples/make_replay_data.py \
+      --data DIR --steps 100 --switch_step 40 --world_before 3 \
+      --world_after 2 --lr 0.01 --actual params.safetensors
+
+Exits 0 when every value is within --rtol/--atol (as the Python parity tests
+compare), else 1 naming the worst parameter. Needs torch and numpy.
+"""
+
+import argparse
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import torch
+
+
+def load_module(path):
+    spec = importlib.util.spec_from_file_location("make_replay_data", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def reference(tools, data, steps, switch_step, world_before, world_after, lr):
+    initial = tools.read_safetensors(os.path.join(data, "params.safetensors"))
+    params = {name: torch.tensor(np.array(value), dtype=torch.float32)
+              for name, value in initial.items()}
+    optimizer = torch.optim.Adam(params.values(), lr=lr)
+    for step in range(1, steps + 1):
+        world = world_before if step <= switch_step else world_after
+        grads = [tools.read_safetensors(os.path.join(
+            data, "gradients", f"step-{step}", f"rank-{r}.safetensors"))
+            for r in range(world)]
+        for name, p in params.items():
+            total = torch.tensor(np.array(grads[0][name]))
+            for r in range(1, world):
+                total += torch.tensor(np.array(grads[r][name]))
+            p.grad = total / world
+        optimizer.step()
+    return params
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--replay_tools", required=True,
+                        help="path of examples/make_replay_data.py")
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--switch_step", type=int, required=True)
+    parser.add_argument("--world_before", type=int, required=True)
+    parser.add_argument("--world_after", type=int, required=True)
+    parser.add_argument("--lr", type=float, required=True)
+    parser.add_argument("--actual", required=True)
+    parser.add_argument("--rtol", type=float, default=1e-5)
+    parser.add_argument("--atol", type=float, default=1e-6)
+    args = parser.parse_args()
+    if not 0 <= args.switch_step <= args.steps:
+        parser.error("--switch_step must be in [0, --steps]")
+    tools = load_module(args.replay_tools)
+    expected = reference(tools, args.data, args.steps, args.switch_step,
+                         args.world_before, args.world_after, args.lr)
+    actual = tools.read_safetensors(args.actual)
+    if sorted(actual) != sorted(expected):
+        print(f"{args.actual}: parameters {sorted(actual)}, expected "
+              f"{sorted(expected)}", file=sys.stderr)
+        return 1
+    worst_name, worst = None, 0.0
+    for name, want in expected.items():
+        got = torch.tensor(np.array(actual[name]))
+        if got.shape != want.shape:
+            print(f"{name}: shape {tuple(got.shape)}, expected "
+                  f"{tuple(want.shape)}", file=sys.stderr)
+            return 1
+        # How far past the tolerance, as torch.allclose measures it.
+        excess = float(((got - want).abs() -
+                        args.rtol * want.abs()).max())
+        if worst_name is None or excess > worst:
+            worst_name, worst = name, excess
+    ok = worst <= args.atol
+    print(f"torch reference (world {args.world_before} to step "
+          f"{args.switch_step}, then {args.world_after}): worst {worst_name}, "
+          f"|got - want| - rtol*|want| = {worst:.3g} "
+          f"({'within' if ok else 'above'} atol {args.atol:g})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+// What the restart end-to-end tests share: kill the worker of a rank once
+// the job has trained (and checkpointed) far enough, then watch the job
+// restart and end.
+#ifndef PSHARD_TESTS_WORKER_RESTART_TESTING_H_
+#define PSHARD_TESTS_WORKER_RESTART_TESTING_H_
+
+#include <string>
+#include <vector>
+
+#include "pshard/v1/job.pb.h"
+#include "pshard/v1/job_spec.pb.h"
+#include "tests/testing/cluster.h"
+
+namespace pshard::testing {
+
+// The index of the cluster worker holding `rank` of the job; -1 if none.
+int WorkerIndexOfRank(Cluster& cluster, const v1::Job& job, int rank);
+
+bool HasCompleteCheckpoint(const v1::Job& job);
+
+// Submits `spec`, SIGKILLs the worker of `rank` once the job is past step
+// 20 (and, when it checkpoints, has a complete checkpoint), waits until it
+// trains again in a new epoch, and returns the job as it ended. Prints the
+// time from the kill to training again (docs/BENCHMARKS.md). Test failures
+// are recorded with gtest's EXPECTs; the returned job is empty then.
+v1::Job RunAndKillRank(Cluster& cluster, const v1::JobSpec& spec, int rank);
+
+// Submits `spec` and returns the job as it ended, once `idle_workers` are
+// idle again.
+v1::Job RunToEnd(Cluster& cluster, const v1::JobSpec& spec, int idle_workers);
+
+// The job's restart events, in order.
+std::vector<v1::JobEvent::Restart> RestartEvents(Cluster& cluster,
+                                                 const std::string& id);
+
+}  // namespace pshard::testing
+
+#endif  // PSHARD_TESTS_WORKER_RESTART_TESTING_H_
