@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
 
 namespace pshard {
 namespace coordinator {
@@ -89,6 +90,37 @@ int CheckpointTracker::pending_steps() const {
   int n = 0;
   for (const auto& [step, shards] : steps_) n += shards.ended ? 0 : 1;
   return n;
+}
+
+std::vector<v1::CheckpointRecord> SettleInterruptedCheckpoints(v1::Job& job,
+                                                               absl::Time now) {
+  std::vector<v1::CheckpointRecord> settled;
+  for (v1::CheckpointRecord& record : *job.mutable_checkpoints()) {
+    if (record.state() != v1::CheckpointRecord::WRITING) continue;
+    absl::StatusOr<checkpoint::Manifest> manifest =
+        checkpoint::ReadManifest(record.path());
+    if (manifest.ok() && manifest->step == record.step() &&
+        manifest->world_size == record.world_size()) {
+      int64_t size_bytes = 0;
+      for (const checkpoint::ShardFileInfo& f : manifest->files) {
+        size_bytes += f.size_bytes;
+      }
+      record.set_state(v1::CheckpointRecord::COMPLETE);
+      record.set_size_bytes(size_bytes);
+      record.set_reason(
+          "its manifest was written before the coordinator restarted");
+    } else {
+      record.set_state(v1::CheckpointRecord::FAILED);
+      record.set_reason(absl::StrCat(
+          "the coordinator restarted before this checkpoint was committed (",
+          manifest.ok() ? "its manifest is another checkpoint's"
+                        : std::string(manifest.status().message()),
+          ")"));
+    }
+    *record.mutable_time() = ToProto(now);
+    settled.push_back(record);
+  }
+  return settled;
 }
 
 }  // namespace coordinator

@@ -5,7 +5,8 @@
 // with another's, whose world size or owners may differ). Not durable on
 // purpose: after a coordinator restart the ranks' shards of an unfinished
 // step are orphans, and the step stays incomplete (no manifest: it never
-// counts, docs/checkpoints.md).
+// counts, docs/checkpoints.md); SettleInterruptedCheckpoints then says so
+// in the job's records.
 #ifndef PSHARD_COORDINATOR_CHECKPOINT_TRACKER_H_
 #define PSHARD_COORDINATOR_CHECKPOINT_TRACKER_H_
 
@@ -16,7 +17,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "checkpoint/manifest.h"
+#include "pshard/v1/job.pb.h"
 #include "pshard/v1/worker_control.pb.h"
 
 namespace pshard {
@@ -67,6 +70,16 @@ class CheckpointTracker {
   };
   std::map<int64_t, StepShards> steps_;
 };
+
+// After a coordinator restart, the job's records still WRITING were cut off
+// by it, somewhere in the commit: the manifest (the commit point) decides.
+// A step directory with the record's manifest (same step and world size)
+// was committed on disk before the state was: COMPLETE. Anything else never
+// will be: FAILED (its ranks' reports died with the old process). Either
+// way the records and the disk agree again. Returns the records it
+// settled, as they are now, for the job's events.
+std::vector<v1::CheckpointRecord> SettleInterruptedCheckpoints(v1::Job& job,
+                                                               absl::Time now);
 
 }  // namespace coordinator
 }  // namespace pshard

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_state.h"
 #include "common/status_macros.h"
+#include "coordinator/checkpoint_tracker.h"
 #include "coordinator/locked_section.h"
 #include "coordinator/recovery.h"
 #include "coordinator/restart_policy.h"
@@ -91,10 +92,24 @@ Coordinator::~Coordinator() {
 
 absl::Status Coordinator::Load() {
   ASSIGN_OR_RETURN(StateStore::Snapshot snap, store_->Load());
+  std::vector<int64_t> job_nums;
+  for (const auto& [num, job] : snap.jobs) job_nums.push_back(num);
   Locked lock(this);
   for (auto& [job, reason] :
        RestoreSnapshot(std::move(snap), clock_->Now(), workers_, jobs_)) {
     EndJob(*job, v1::FAILED, std::move(reason));
+  }
+  // Checkpoint commits the restart cut short (docs/checkpoints.md).
+  for (int64_t num : job_nums) {
+    JobRec* job = jobs_.Find(num);
+    if (job == nullptr) continue;
+    for (v1::CheckpointRecord& record :
+         SettleInterruptedCheckpoints(job->job, clock_->Now())) {
+      v1::JobEvent event;
+      *event.mutable_checkpoint() = std::move(record);
+      AppendEvent(*job, std::move(event));
+      PersistJob(*job);
+    }
   }
   return lock.Commit();
 }

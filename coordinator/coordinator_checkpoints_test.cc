@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/catalog.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/test_checkpoints.h"
 #include "coordinator/coordinator_test_fixture.h"
@@ -35,9 +36,10 @@ class CoordinatorCheckpointsTest : public CoordinatorTest {
     return GetJob(job.id());
   }
 
-  // Both ranks' shards of `step`, written as owners would, then reported;
-  // returns the coordinator's last reply.
-  v1::ReportCheckpointResponse WriteAndReport(const v1::Job& job, int64_t step) {
+  // Both ranks' shards of `step`, written as owners would, then the first
+  // `ranks` of them reported; returns the coordinator's last reply.
+  v1::ReportCheckpointResponse WriteAndReport(const v1::Job& job, int64_t step,
+                                              int ranks = 2) {
     auto manifest = checkpoint::testing::WriteCheckpoint(
         root_, step, 2, checkpoint::testing::MakeParameters(4, step));
     EXPECT_OK(manifest);
@@ -46,7 +48,7 @@ class CoordinatorCheckpointsTest : public CoordinatorTest {
                              checkpoint::kManifestFileName)
                     .c_str());
     v1::ReportCheckpointResponse last;
-    for (int r = 0; r < 2 && manifest.ok(); ++r) {
+    for (int r = 0; r < ranks && manifest.ok(); ++r) {
       v1::ReportCheckpointRequest req;
       req.set_job_id(job.id());
       req.set_epoch(job.epoch());
@@ -58,14 +60,24 @@ class CoordinatorCheckpointsTest : public CoordinatorTest {
       req.set_size_bytes(manifest->files[r].size_bytes);
       req.set_sha256(manifest->files[r].sha256);
       auto resp = c_->ReportCheckpoint(req);
+      if (!expect_reports_ok_) continue;
       EXPECT_OK(resp);
       if (resp.ok()) last = *resp;
     }
     return last;
   }
 
+  const v1::CheckpointRecord* Record(const v1::Job& job, int64_t step) {
+    for (const v1::CheckpointRecord& c : job.checkpoints()) {
+      if (c.step() == step) return &c;
+    }
+    ADD_FAILURE() << "no record of step " << step << ": " << job.DebugString();
+    return nullptr;
+  }
+
   std::string root_;
   Worker a_, b_;
+  bool expect_reports_ok_ = true;
 };
 
 TEST_F(CoordinatorCheckpointsTest, TheLastShardCommitsTheManifest) {
@@ -146,6 +158,62 @@ TEST_F(CoordinatorCheckpointsTest, ARestartResumesFromTheNewestThatVerifies) {
     EXPECT_TRUE(told) << m.worker_id() << " (b is " << b_.id << "): "
                       << resp->ShortDebugString();
   }
+}
+
+// kill -9 of the coordinator in a checkpoint's commit, at each of its two
+// points ("kill and restart" is reopening the state file, as in
+// coordinator_recovery_test): the checkpoint is complete or absent, never
+// half, and the records say which.
+
+TEST_F(CoordinatorCheckpointsTest, KilledBeforeTheManifestTheCheckpointNeverCounts) {
+  const std::string path = TempPath("ckpt.db");
+  Open(path);
+  const v1::Job job = StartCheckpointedJob(0);
+  WriteAndReport(job, 10);
+  WriteAndReport(job, 20, /*ranks=*/1);  // rank 1's report dies with the process
+  Open(path);
+  const v1::Job after = GetJob(job.id());
+  ASSERT_NE(Record(after, 20), nullptr);
+  EXPECT_EQ(Record(after, 20)->state(), v1::CheckpointRecord::FAILED);
+  EXPECT_THAT(Record(after, 20)->reason(),
+              HasSubstr("the coordinator restarted before this checkpoint was "
+                        "committed"));
+  EXPECT_EQ(Record(after, 10)->state(), v1::CheckpointRecord::COMPLETE);
+  ASSERT_OK_AND_ASSIGN(checkpoint::CompleteCheckpoint latest,
+                       checkpoint::LatestCompleteCheckpoint(root_));
+  EXPECT_EQ(latest.manifest.step, 10);
+  const std::vector<v1::JobEvent> events = Events(job.id());
+  ASSERT_FALSE(events.empty());
+  ASSERT_TRUE(events.back().has_checkpoint());
+  EXPECT_EQ(events.back().checkpoint().step(), 20);
+  EXPECT_EQ(events.back().checkpoint().state(), v1::CheckpointRecord::FAILED);
+  // Settled once: a second restart changes nothing.
+  Open(path);
+  EXPECT_EQ(Events(job.id()).size(), events.size());
+}
+
+TEST_F(CoordinatorCheckpointsTest, KilledAfterTheManifestTheCheckpointIsComplete) {
+  const std::string path = TempPath("ckpt.db");
+  FaultStateStore* faults = OpenWithFaults(path);
+  ASSERT_NE(faults, nullptr);
+  const v1::Job job = StartCheckpointedJob(0);
+  // Rank 1's report commits twice: its shard (then the manifest is written),
+  // then COMPLETE. The process dies before the second.
+  faults->FailCommits(-1, absl::UnavailableError("killed"), /*after=*/2);
+  expect_reports_ok_ = false;
+  WriteAndReport(job, 10);
+  ASSERT_EQ(faults->failed_commits(), 1);
+  Open(path);
+  const v1::Job after = GetJob(job.id());
+  ASSERT_NE(Record(after, 10), nullptr);
+  EXPECT_EQ(Record(after, 10)->state(), v1::CheckpointRecord::COMPLETE)
+      << Record(after, 10)->reason();
+  EXPECT_THAT(Record(after, 10)->reason(),
+              HasSubstr("manifest was written before the coordinator restarted"));
+  EXPECT_GT(Record(after, 10)->size_bytes(), 0);
+  ASSERT_OK_AND_ASSIGN(checkpoint::Manifest verified,
+                       checkpoint::VerifyCheckpoint(Record(after, 10)->path()));
+  EXPECT_EQ(verified.step, 10);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "common/fake_clock.h"
 #include "common/status_matchers.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/fault_state_store.h"
 #include "coordinator/sqlite.h"
 #include "coordinator/state_store.h"
 #include "gmock/gmock.h"
@@ -103,6 +104,23 @@ class CoordinatorTest : public ::testing::Test {
     c_.reset();
     ASSERT_OK_AND_ASSIGN(auto store, StateStore::Open(path));
     ASSERT_OK_AND_ASSIGN(c_, Coordinator::Create(options_, &clock_, std::move(store)));
+  }
+
+  // Open, with a FaultStateStore between the coordinator and the store; the
+  // coordinator owns it, the test arms it.
+  FaultStateStore* OpenWithFaults(const std::string& path) {
+    c_.reset();
+    absl::StatusOr<std::unique_ptr<StateStore>> inner = StateStore::Open(path);
+    EXPECT_OK(inner);
+    if (!inner.ok()) return nullptr;
+    auto store = std::make_unique<FaultStateStore>(*std::move(inner));
+    FaultStateStore* faults = store.get();
+    absl::StatusOr<std::unique_ptr<Coordinator>> c =
+        Coordinator::Create(options_, &clock_, std::move(store));
+    EXPECT_OK(c);
+    if (!c.ok()) return nullptr;
+    c_ = *std::move(c);
+    return faults;
   }
 
   struct Worker {

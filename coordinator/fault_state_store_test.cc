@@ -44,6 +44,22 @@ TEST(FaultStateStoreTest, FailsTheArmedCommitsAndWritesNothingForThem) {
   EXPECT_EQ(snap.jobs.count(2), 1u);
 }
 
+TEST(FaultStateStoreTest, FailsOnlyAfterTheCommitsItLetsThrough) {
+  ASSERT_OK_AND_ASSIGN(auto inner, StateStore::Open(":memory:"));
+  FaultStateStore store(std::move(inner));
+  store.FailCommits(1, absl::InternalError("crash"), /*after=*/2);
+  EXPECT_OK(store.Commit(OneJob(1)));
+  EXPECT_OK(store.Commit(StateStore::Batch{}));  // not a write: not counted
+  EXPECT_OK(store.Commit(OneJob(2)));
+  EXPECT_THAT(store.Commit(OneJob(3)),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("crash")));
+  EXPECT_OK(store.Commit(OneJob(4)));
+  EXPECT_EQ(store.failed_commits(), 1);
+  ASSERT_OK_AND_ASSIGN(StateStore::Snapshot snap, store.Load());
+  EXPECT_EQ(snap.jobs.size(), 3u);
+  EXPECT_EQ(snap.jobs.count(3), 0u);
+}
+
 v1::JobSpec Spec() {
   v1::JobSpec spec;
   spec.set_name("test");
