@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "pshard/v1/worker_status.grpc.pb.h"
@@ -46,6 +47,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
       StartCoordinator(coordinator_options);
   if (!coordinator.ok()) return coordinator.status();
   cluster->logs_.push_back(coordinator->log);
+  coordinator_options.port = coordinator->port;
+  cluster->coordinator_options_ = coordinator_options;
   cluster->coordinator_ = std::move(coordinator->process);
   cluster->address_ = coordinator->address();
   const std::string& address = cluster->address_;
@@ -90,6 +93,15 @@ Cluster::~Cluster() {
     (void)coordinator_->Signal(SIGTERM);
     (void)coordinator_->Wait(absl::Seconds(10));
   }
+}
+
+absl::Status Cluster::KillAndRestartCoordinator() {
+  RETURN_IF_ERROR(coordinator_->Signal(SIGKILL));
+  RETURN_IF_ERROR(coordinator_->Wait(absl::Seconds(10)).status());
+  ASSIGN_OR_RETURN(RunningCoordinator restarted,
+                   StartCoordinator(coordinator_options_));
+  coordinator_ = std::move(restarted.process);
+  return absl::OkStatus();
 }
 
 std::string Cluster::worker_status_address(int i) const {

@@ -67,6 +67,11 @@ class Cluster {
   // Polls until `count` workers are IDLE.
   bool WaitForIdle(int count, absl::Duration timeout);
 
+  // kill -9 of the coordinator, then a new one on the same state file and
+  // port; the workers find it again on their own (as behind a Kubernetes
+  // Service). Returns once the new one listens.
+  absl::Status KillAndRestartCoordinator();
+
   // The last lines of every process's log, for failure messages.
   std::string Logs() const;
 
@@ -75,6 +80,7 @@ class Cluster {
 
   std::string dir_;
   std::string address_;
+  CoordinatorOptions coordinator_options_;  // with the port it got
   std::unique_ptr<Subprocess> coordinator_;
   std::vector<std::unique_ptr<Subprocess>> workers_;
   std::vector<int> worker_ports_;
