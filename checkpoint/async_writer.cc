@@ -16,19 +16,21 @@ TensorRef AsyncCheckpointWriter::TensorCopy::ref() const {
   return TensorRef{dtype, shape, absl::Span<const char>(bytes.get(), size)};
 }
 
-AsyncCheckpointWriter::TensorCopy AsyncCheckpointWriter::Copy(
-    const TensorRef& tensor, std::vector<TensorCopy>& spare, size_t& next_spare) {
+AsyncCheckpointWriter::TensorCopy AsyncCheckpointWriter::Allocate(
+    const TensorShape& shape, std::vector<TensorCopy>& spare,
+    size_t& next_spare) {
+  int64_t numel = 1;
+  for (int64_t d : shape.shape) numel *= d;
   TensorCopy copy;
-  copy.dtype = tensor.dtype;
-  copy.shape = tensor.shape;
-  copy.size = tensor.bytes.size();
+  copy.dtype = shape.dtype;
+  copy.shape = shape.shape;
+  copy.size = static_cast<size_t>(numel * DTypeSize(shape.dtype));
   if (next_spare < spare.size() && spare[next_spare].size == copy.size) {
     copy.bytes = std::move(spare[next_spare].bytes);
   } else {
     copy.bytes.reset(new char[copy.size]);
   }
   ++next_spare;
-  if (copy.size > 0) std::memcpy(copy.bytes.get(), tensor.bytes.data(), copy.size);
   return copy;
 }
 
@@ -46,6 +48,34 @@ AsyncCheckpointWriter::~AsyncCheckpointWriter() {
 
 absl::Status AsyncCheckpointWriter::Start(
     int64_t step, absl::Span<const ParameterTensors> parameters) {
+  RETURN_IF_ERROR(ValidateParameters(parameters));
+  std::vector<EntryLayout> layout;
+  layout.reserve(parameters.size());
+  for (const ParameterTensors& p : parameters) {
+    EntryLayout& entry = layout.emplace_back();
+    entry.name = p.name;
+    entry.value = {p.value.dtype, p.value.shape};
+    for (const auto& [state_name, tensor] : p.state) {
+      entry.state.emplace_back(state_name, TensorShape{tensor.dtype, tensor.shape});
+    }
+  }
+  return Start(step, layout,
+               [&](int i, absl::Span<const absl::Span<char>> buffers) {
+                 const ParameterTensors& p = parameters[i];
+                 std::memcpy(buffers[0].data(), p.value.bytes.data(),
+                             buffers[0].size());
+                 for (size_t k = 0; k < p.state.size(); ++k) {
+                   std::memcpy(buffers[k + 1].data(),
+                               p.state[k].second.bytes.data(),
+                               buffers[k + 1].size());
+                 }
+                 return absl::OkStatus();
+               });
+}
+
+absl::Status AsyncCheckpointWriter::Start(int64_t step,
+                                          absl::Span<const EntryLayout> layout,
+                                          FillFunction fill) {
   {
     absl::MutexLock lock(&mu_);
     if (writing_) {
@@ -59,35 +89,88 @@ absl::Status AsyncCheckpointWriter::Start(
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint step ", step, " is negative"));
   }
-  RETURN_IF_ERROR(ValidateParameters(parameters));
+  for (const EntryLayout& entry : layout) {
+    auto check = [&](const TensorShape& t, absl::string_view what) {
+      for (int64_t d : t.shape) {
+        if (d < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "checkpoint tensor ", entry.name, what, ": negative dimension ", d));
+        }
+      }
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(check(entry.value, ""));
+    for (const auto& [state_name, t] : entry.state) {
+      RETURN_IF_ERROR(check(t, absl::StrCat(".", state_name)));
+    }
+  }
   std::vector<TensorCopy> spare;
   {
     absl::MutexLock lock(&mu_);
     spare = std::move(spare_);
     spare_.clear();
   }
-  // The copy runs outside the lock: only this thread starts writes.
-  const absl::Time copy_start = clock_.Now();
+  // The snapshot's storage, and the views WriteShard will see, checked as
+  // it checks them before anything is copied.
   size_t next_spare = 0;
   Snapshot snapshot;
   snapshot.step = step;
-  snapshot.parameters.reserve(parameters.size());
-  for (const ParameterTensors& p : parameters) {
-    ParameterCopy copy;
-    copy.name = p.name;
-    copy.value = Copy(p.value, spare, next_spare);
-    for (const auto& [state_name, tensor] : p.state) {
-      copy.state.emplace_back(state_name, Copy(tensor, spare, next_spare));
+  snapshot.parameters.reserve(layout.size());
+  for (const EntryLayout& entry : layout) {
+    ParameterCopy& copy = snapshot.parameters.emplace_back();
+    copy.name = entry.name;
+    copy.value = Allocate(entry.value, spare, next_spare);
+    for (const auto& [state_name, t] : entry.state) {
+      copy.state.emplace_back(state_name, Allocate(t, spare, next_spare));
     }
-    snapshot.parameters.push_back(std::move(copy));
+  }
+  std::vector<ParameterTensors> views = Views(snapshot);
+  absl::Status valid = ValidateParameters(views);
+  // The copy runs outside the lock: only this thread starts writes.
+  const absl::Time copy_start = clock_.Now();
+  std::vector<absl::Span<char>> buffers;
+  for (size_t i = 0; valid.ok() && i < snapshot.parameters.size(); ++i) {
+    ParameterCopy& copy = snapshot.parameters[i];
+    buffers.clear();
+    buffers.emplace_back(copy.value.bytes.get(), copy.value.size);
+    for (auto& [unused, t] : copy.state) buffers.emplace_back(t.bytes.get(), t.size);
+    valid = fill(static_cast<int>(i), buffers);
   }
   const absl::Duration copy_time = clock_.Now() - copy_start;
   absl::MutexLock lock(&mu_);
+  if (!valid.ok()) {
+    spare_ = Buffers(std::move(snapshot));  // kept for the next Start
+    return valid;
+  }
   last_snapshot_ = copy_time;
   result_.reset();
   pending_ = std::move(snapshot);
   writing_ = true;
   return absl::OkStatus();
+}
+
+std::vector<ParameterTensors> AsyncCheckpointWriter::Views(
+    const Snapshot& snapshot) {
+  std::vector<ParameterTensors> views;
+  views.reserve(snapshot.parameters.size());
+  for (const ParameterCopy& p : snapshot.parameters) {
+    ParameterTensors view{p.name, p.value.ref(), {}};
+    for (const auto& [state_name, tensor] : p.state) {
+      view.state.emplace_back(state_name, tensor.ref());
+    }
+    views.push_back(std::move(view));
+  }
+  return views;
+}
+
+std::vector<AsyncCheckpointWriter::TensorCopy> AsyncCheckpointWriter::Buffers(
+    Snapshot snapshot) {
+  std::vector<TensorCopy> buffers;
+  for (ParameterCopy& p : snapshot.parameters) {
+    buffers.push_back(std::move(p.value));
+    for (auto& [unused, tensor] : p.state) buffers.push_back(std::move(tensor));
+  }
+  return buffers;
 }
 
 void AsyncCheckpointWriter::Run() {
@@ -101,22 +184,9 @@ void AsyncCheckpointWriter::Run() {
       snapshot = *std::move(pending_);
       pending_.reset();
     }
-    std::vector<ParameterTensors> views;
-    views.reserve(snapshot.parameters.size());
-    for (const ParameterCopy& p : snapshot.parameters) {
-      ParameterTensors view{p.name, p.value.ref(), {}};
-      for (const auto& [state_name, tensor] : p.state) {
-        view.state.emplace_back(state_name, tensor.ref());
-      }
-      views.push_back(std::move(view));
-    }
     absl::StatusOr<ShardFileInfo> result =
-        writer_.WriteShard(snapshot.step, views);
-    std::vector<TensorCopy> buffers;
-    for (ParameterCopy& p : snapshot.parameters) {
-      buffers.push_back(std::move(p.value));
-      for (auto& [unused, tensor] : p.state) buffers.push_back(std::move(tensor));
-    }
+        writer_.WriteShard(snapshot.step, Views(snapshot));
+    std::vector<TensorCopy> buffers = Buffers(std::move(snapshot));
     absl::MutexLock lock(&mu_);
     result_ = std::move(result);
     spare_ = std::move(buffers);

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -56,6 +57,28 @@ class AsyncCheckpointWriter {
   // FailedPrecondition: a write is still in flight. InvalidArgument: as
   // WriteShard (checked before the copy).
   absl::Status Start(int64_t step, absl::Span<const ParameterTensors> parameters);
+
+  // A tensor of a snapshot that the caller fills itself.
+  struct TensorShape {
+    DType dtype = DType::kF32;
+    std::vector<int64_t> shape;
+  };
+  struct EntryLayout {
+    std::string name;
+    TensorShape value;
+    std::vector<std::pair<std::string, TensorShape>> state;  // (state name, shape)
+  };
+  // Copies entry `entry` into `buffers`: its value, then its state tensors
+  // in layout order, each of its shape's size in bytes.
+  using FillFunction = absl::FunctionRef<absl::Status(
+      int entry, absl::Span<const absl::Span<char>> buffers)>;
+  // As above, but the copy is `fill`'s, straight from wherever the tensors
+  // live (device memory, optimizer buckets a parameter is split across):
+  // one pass over the rank's state and no intermediate copy. An error of
+  // `fill` is returned and nothing is queued. InvalidArgument also for a
+  // negative dimension.
+  absl::Status Start(int64_t step, absl::Span<const EntryLayout> layout,
+                     FillFunction fill);
 
   // True when no write is in flight.
   bool IsCompleted() const;
@@ -87,11 +110,14 @@ class AsyncCheckpointWriter {
     int64_t step = 0;
     std::vector<ParameterCopy> parameters;
   };
-  // Copies `tensor`, into the next buffer of `spare` when it has the same
-  // size (a checkpoint of the same model: the copy then touches no fresh
-  // pages, so the stall is a plain memcpy).
-  static TensorCopy Copy(const TensorRef& tensor, std::vector<TensorCopy>& spare,
-                         size_t& next_spare);
+  // Storage for a tensor of `shape`: the next buffer of `spare` when it has
+  // the same size (a checkpoint of the same model: the copy then touches no
+  // fresh pages, so the stall is a plain memcpy), else a new one.
+  static TensorCopy Allocate(const TensorShape& shape,
+                             std::vector<TensorCopy>& spare, size_t& next_spare);
+  static std::vector<ParameterTensors> Views(const Snapshot& snapshot);
+  // The snapshot's storage, for spare_.
+  static std::vector<TensorCopy> Buffers(Snapshot snapshot);
   void Run();
   bool HasWorkOrStop() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool NotWriting() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

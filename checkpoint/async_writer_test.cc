@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,54 @@ TEST(AsyncCheckpointWriterTest, WritesTheSnapshotNotLaterChanges) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'w'")));
   EXPECT_THAT(async.Start(-1, {}), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("-1")));
   EXPECT_TRUE(async.IsCompleted());
+}
+
+// The caller fills the snapshot itself (each tensor from wherever it
+// lives: here, a parameter split in two pieces); a fill that fails queues
+// nothing and the next Start still works.
+TEST(AsyncCheckpointWriterTest, FillsTheSnapshotInPlace) {
+  const std::string root = MakeTempDir("async-fill");
+  ASSERT_OK_AND_ASSIGN(CheckpointWriter writer, CheckpointWriter::Create(root, 0, 1, "fp"));
+  AsyncCheckpointWriter async(writer, Clock::Real());
+  const std::vector<OwnedParameter> params = MakeParameters(3, 5);
+  std::vector<AsyncCheckpointWriter::EntryLayout> layout;
+  for (const OwnedParameter& p : params) {
+    layout.push_back({p.name, {DType::kF32, p.shape},
+                      {{"exp_avg", {DType::kF32, p.shape}},
+                       {"exp_avg_sq", {DType::kF32, p.shape}}}});
+  }
+  auto fill = [&](int i, absl::Span<const absl::Span<char>> buffers) {
+    const OwnedParameter& p = params[i];
+    const std::vector<float>* sources[] = {&p.value, &p.exp_avg, &p.exp_avg_sq};
+    EXPECT_EQ(buffers.size(), 3u);
+    for (size_t t = 0; t < 3; ++t) {
+      const std::vector<float>& from = *sources[t];
+      EXPECT_EQ(buffers[t].size(), from.size() * sizeof(float));
+      const size_t half = from.size() / 2;  // two pieces
+      std::memcpy(buffers[t].data(), from.data(), half * sizeof(float));
+      std::memcpy(buffers[t].data() + half * sizeof(float), from.data() + half,
+                  (from.size() - half) * sizeof(float));
+    }
+    return absl::OkStatus();
+  };
+  EXPECT_THAT(async.Start(5, layout,
+                          [](int i, absl::Span<const absl::Span<char>>) {
+                            return i == 1 ? absl::InternalError("device lost")
+                                          : absl::OkStatus();
+                          }),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("device lost")));
+  EXPECT_TRUE(async.IsCompleted());
+  EXPECT_THAT(async.Wait(absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no write")));
+  std::vector<AsyncCheckpointWriter::EntryLayout> negative = layout;
+  negative[0].state[1].second.shape = {-4};
+  EXPECT_THAT(async.Start(5, negative, fill),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(params[0].name + ".exp_avg_sq: negative")));
+  ASSERT_OK(async.Start(5, layout, fill));
+  ASSERT_OK_AND_ASSIGN(ShardFileInfo file, async.Wait(absl::Minutes(2)));
+  ASSERT_OK(WriteManifest(root, {5, "fp", 1, {file}}));
+  ExpectCheckpointHolds(StepDirectory(root, 5), params);
 }
 
 // Lowers this process's file-size limit (RLIMIT_FSIZE: works unprivileged,

@@ -74,10 +74,8 @@ class GpuJobImpl final : public GpuJob {
   GpuZeroHook& hook() override { return *hook_; }
   const Workload& workload() const override { return *workload_; }
 
-  absl::StatusOr<std::vector<float>> DownloadParameter(int index) override {
-    std::vector<float> out(workload_->parameters()[index].numel);
-    RETURN_IF_ERROR(hook_->CopyParameterToHost(index, out.data()));
-    return out;
+  absl::Status CopyParameterToHost(int index, float* out) override {
+    return hook_->CopyParameterToHost(index, out);
   }
 
   absl::Status UploadParameters(

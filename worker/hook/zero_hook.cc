@@ -194,36 +194,56 @@ absl::flat_hash_map<std::string, int64_t> ZeroHook::OffsetsInParameters(
   return offsets;
 }
 
-absl::StatusOr<std::vector<ParameterOptimizerState>>
-ZeroHook::ExportOptimizerState() const {
+absl::StatusOr<std::vector<ParameterOptimizerStateView>>
+ZeroHook::ViewOptimizerState() const {
   if (state_ != HookState::kInitialized) {
     return absl::FailedPreconditionError(
         "no optimizer state before the first step has finished");
   }
-  std::vector<ParameterOptimizerState> out;
+  std::vector<ParameterOptimizerStateView> out;
   absl::flat_hash_map<std::string, size_t> index;  // name -> out[i]
   const absl::flat_hash_map<std::string, int64_t> numel = NumelByName();
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
     if (assignment_.owners[pieces_[p].bucket] != comm_->rank()) continue;
-    ASSIGN_OR_RETURN(BucketState piece, optimizer_->ExportState(p));
+    ASSIGN_OR_RETURN(BucketStateView piece, optimizer_->ViewState(p));
     const absl::flat_hash_map<std::string, int64_t> offset_in_param =
         OffsetsInParameters(p);
-    for (SpanState& span : piece.spans) {
+    for (SpanStateView& span : piece.spans) {
       auto [it, added] = index.try_emplace(span.name, out.size());
       if (added) {
-        ParameterOptimizerState& param = out.emplace_back();
+        ParameterOptimizerStateView& param = out.emplace_back();
         param.name = span.name;
         param.step = piece.steps;
+        param.numel = numel.at(span.name);
         for (const auto& tensor : span.tensors) {
-          param.tensors.emplace_back(tensor.first,
-                                     std::vector<float>(numel.at(span.name)));
+          param.tensor_names.push_back(tensor.first);
         }
       }
-      ParameterOptimizerState& param = out[it->second];
-      for (size_t t = 0; t < span.tensors.size(); ++t) {
-        std::copy(span.tensors[t].second.begin(), span.tensors[t].second.end(),
-                  param.tensors[t].second.begin() +
-                      offset_in_param.at(span.name));
+      ParameterOptimizerStateView::Part& part = out[it->second].parts.emplace_back();
+      part.offset = offset_in_param.at(span.name);
+      for (const auto& tensor : span.tensors) part.tensors.push_back(tensor.second);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<ParameterOptimizerState>>
+ZeroHook::ExportOptimizerState() const {
+  ASSIGN_OR_RETURN(std::vector<ParameterOptimizerStateView> views,
+                   ViewOptimizerState());
+  std::vector<ParameterOptimizerState> out;
+  out.reserve(views.size());
+  for (const ParameterOptimizerStateView& view : views) {
+    ParameterOptimizerState& param = out.emplace_back();
+    param.name = view.name;
+    param.step = view.step;
+    for (const std::string& name : view.tensor_names) {
+      param.tensors.emplace_back(name, std::vector<float>(view.numel));
+    }
+    for (const ParameterOptimizerStateView::Part& part : view.parts) {
+      for (size_t t = 0; t < part.tensors.size(); ++t) {
+        std::copy(part.tensors[t].begin(), part.tensors[t].end(),
+                  param.tensors[t].second.begin() + part.offset);
       }
     }
   }

@@ -79,6 +79,21 @@ struct ParameterOptimizerState {
   std::vector<std::pair<std::string, std::vector<float>>> tensors;
 };
 
+// The same, where it lives: the parts of the parameter in this rank's
+// pieces, each a view into the optimizer's buffers at its element offset in
+// the parameter (checkpoint snapshots copy from them once).
+struct ParameterOptimizerStateView {
+  struct Part {
+    int64_t offset = 0;                      // elements into the parameter
+    std::vector<absl::Span<const float>> tensors;  // by tensor_names
+  };
+  std::string name;
+  int64_t step = 0;
+  int64_t numel = 0;
+  std::vector<std::string> tensor_names;
+  std::vector<Part> parts;
+};
+
 // Bucket -> owner rank, published for one epoch.
 struct BucketAssignment {
   int64_t epoch = 0;
@@ -156,6 +171,9 @@ class ZeroHook : public GradientSink {
   // FailedPrecondition before the first step; the optimizer's errors
   // (Unimplemented where it cannot export).
   absl::StatusOr<std::vector<ParameterOptimizerState>> ExportOptimizerState()
+      const;
+  // The same parameters and order, as views valid until the next step.
+  absl::StatusOr<std::vector<ParameterOptimizerStateView>> ViewOptimizerState()
       const;
   // Before the first step: the state to resume from (ExportOptimizerState
   // of the same rank, world size and bucket layout), applied inside the first

@@ -112,7 +112,7 @@ class CpuShardOptimizer final : public ShardOptimizer {
                     const float* grads) override;
   int64_t state_bytes(int bucket_index) const override;
   int64_t total_state_bytes() const override;
-  absl::StatusOr<BucketState> ExportState(int bucket_index) const override;
+  absl::StatusOr<BucketStateView> ViewState(int bucket_index) const override;
   absl::Status ImportState(int bucket_index, const BucketState& state) override;
 
  private:
@@ -271,7 +271,7 @@ std::vector<std::string> CpuShardOptimizer::StateNames() const {
   return {"momentum_buffer"};
 }
 
-absl::StatusOr<BucketState> CpuShardOptimizer::ExportState(
+absl::StatusOr<BucketStateView> CpuShardOptimizer::ViewState(
     int bucket_index) const {
   Bucket* bucket = FindBucket(bucket_index);
   if (bucket == nullptr) {
@@ -280,19 +280,19 @@ absl::StatusOr<BucketState> CpuShardOptimizer::ExportState(
   }
   const std::vector<std::string> names = StateNames();
   absl::MutexLock lock(&bucket->mu);
-  BucketState state;
-  state.steps = bucket->steps;
+  BucketStateView view;
+  view.steps = bucket->steps;
   for (const StateSpan& span : bucket->state_spans) {
-    SpanState& out = state.spans.emplace_back();
+    SpanStateView& out = view.spans.emplace_back();
     out.name = span.name;
     out.numel = span.numel;
     for (size_t i = 0; i < names.size(); ++i) {
-      const float* begin = bucket->state[i].data() + span.state_offset;
-      out.tensors.emplace_back(names[i],
-                               std::vector<float>(begin, begin + span.numel));
+      out.tensors.emplace_back(
+          names[i], absl::Span<const float>(
+                        bucket->state[i].data() + span.state_offset, span.numel));
     }
   }
-  return state;
+  return view;
 }
 
 absl::Status CpuShardOptimizer::ImportState(int bucket_index,
@@ -417,9 +417,25 @@ absl::StatusOr<HyperParameters> ResolveSpanHyperParameters(
   return hp;
 }
 
-absl::StatusOr<BucketState> ShardOptimizer::ExportState(int) const {
+absl::StatusOr<BucketStateView> ShardOptimizer::ViewState(int) const {
   return absl::UnimplementedError(
       "this optimizer backend cannot export its state yet (host memory only)");
+}
+
+absl::StatusOr<BucketState> ShardOptimizer::ExportState(int bucket_index) const {
+  absl::StatusOr<BucketStateView> view = ViewState(bucket_index);
+  if (!view.ok()) return view.status();
+  BucketState state;
+  state.steps = view->steps;
+  for (const SpanStateView& span : view->spans) {
+    SpanState& out = state.spans.emplace_back();
+    out.name = span.name;
+    out.numel = span.numel;
+    for (const auto& [name, data] : span.tensors) {
+      out.tensors.emplace_back(name, std::vector<float>(data.begin(), data.end()));
+    }
+  }
+  return state;
 }
 
 absl::Status ShardOptimizer::ImportState(int, const BucketState&) {

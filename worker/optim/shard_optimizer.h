@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/job_spec.h"
 #include "pshard/v1/job_spec.pb.h"
 
@@ -52,6 +53,17 @@ struct SpanState {
 struct BucketState {
   int64_t steps = 0;
   std::vector<SpanState> spans;
+};
+
+// The same, as views into the optimizer's own buffers (no copy).
+struct SpanStateView {
+  std::string name;
+  int64_t numel = 0;
+  std::vector<std::pair<std::string, absl::Span<const float>>> tensors;
+};
+struct BucketStateView {
+  int64_t steps = 0;
+  std::vector<SpanStateView> spans;
 };
 
 // Checks the spans of bucket `bucket_index` and sorts them by offset; the
@@ -108,10 +120,14 @@ class ShardOptimizer {
   virtual absl::Status Step(int bucket_index, float* params,
                             const float* grads) = 0;
 
-  // A copy of an owned bucket's state (checkpoints). NotFound if the bucket
-  // is not owned. The base class (backends without host access to their
-  // state yet: the GPU's) returns Unimplemented.
-  virtual absl::StatusOr<BucketState> ExportState(int bucket_index) const;
+  // An owned bucket's state where it lives (checkpoint snapshots copy from
+  // it once, between steps): valid until the bucket's next Step or
+  // ImportState. NotFound if the bucket is not owned. The base class
+  // (backends without host access to their state yet: the GPU's) returns
+  // Unimplemented.
+  virtual absl::StatusOr<BucketStateView> ViewState(int bucket_index) const;
+  // A copy of ViewState.
+  absl::StatusOr<BucketState> ExportState(int bucket_index) const;
   // Replaces an owned bucket's state and step count with `state`, which must
   // have exactly the spans ExportState would give (same names, numels and
   // tensor names, same order); nothing changes on error. NotFound: not

@@ -1,5 +1,6 @@
 #include "worker/runtime/checkpoint_saver.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -46,60 +47,57 @@ bool CheckpointSaver::Due(int64_t step) const {
   return step % every_steps_ == 0 && step < last_step_;
 }
 
-namespace {
-
-// The tensors this rank owns after a step: every owned parameter's values
-// (downloaded here, the owned ones only, into `values`) and its optimizer
-// state, by name. The views point into `values` and `state`, which must
-// outlive them.
-absl::StatusOr<std::vector<checkpoint::ParameterTensors>> OwnedTensors(
-    StepEngine& engine, const std::vector<ParameterOptimizerState>& state,
-    std::vector<std::vector<float>>& values) {
-  absl::flat_hash_map<std::string, int> index;
-  const std::vector<ParameterInfo>& params = engine.workload().parameters();
-  for (int i = 0; i < static_cast<int>(params.size()); ++i) {
-    index[params[i].name] = i;
-  }
-  std::vector<checkpoint::ParameterTensors> out;
-  out.reserve(state.size());
-  values.clear();
-  values.reserve(state.size());
-  for (const ParameterOptimizerState& owned : state) {
-    auto it = index.find(owned.name);
-    if (it == index.end()) {
-      return absl::InternalError(absl::StrCat(
-          "the optimizer holds state for \"", owned.name,
-          "\", which is not a parameter of the workload"));
-    }
-    const ParameterInfo& info = params[it->second];
-    ASSIGN_OR_RETURN(std::vector<float> value,
-                     engine.DownloadParameter(it->second));
-    values.push_back(std::move(value));
-    checkpoint::ParameterTensors& tensors = out.emplace_back();
-    tensors.name = owned.name;
-    tensors.value = checkpoint::FloatTensor(values.back(), info.shape);
-    for (const auto& [state_name, data] : owned.tensors) {
-      tensors.state.emplace_back(state_name,
-                                 checkpoint::FloatTensor(data, info.shape));
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 void CheckpointSaver::Start(int64_t step, StepEngine& engine) {
   if (in_flight_.has_value()) Report(writer_.Wait(write_timeout_));
   in_flight_ = step;
-  // The snapshot: what this rank owns, as of now. The async writer copies
-  // it once more, so these may go when Start returns.
+  // The snapshot: what this rank owns, as of now, copied once straight into
+  // the writer's buffers (the stall training sees).
   absl::Status started = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(std::vector<ParameterOptimizerState> state,
-                     engine.hook().ExportOptimizerState());
-    std::vector<std::vector<float>> values;
-    ASSIGN_OR_RETURN(std::vector<checkpoint::ParameterTensors> tensors,
-                     OwnedTensors(engine, state, values));
-    return writer_.Start(step, tensors);
+    ASSIGN_OR_RETURN(std::vector<ParameterOptimizerStateView> owned,
+                     engine.hook().ViewOptimizerState());
+    absl::flat_hash_map<std::string, int> index;
+    const std::vector<ParameterInfo>& params = engine.workload().parameters();
+    for (int i = 0; i < static_cast<int>(params.size()); ++i) {
+      index[params[i].name] = i;
+    }
+    std::vector<int> param_of(owned.size());
+    std::vector<checkpoint::AsyncCheckpointWriter::EntryLayout> layout;
+    layout.reserve(owned.size());
+    for (size_t k = 0; k < owned.size(); ++k) {
+      auto it = index.find(owned[k].name);
+      if (it == index.end()) {
+        return absl::InternalError(absl::StrCat(
+            "the optimizer holds state for \"", owned[k].name,
+            "\", which is not a parameter of the workload"));
+      }
+      param_of[k] = it->second;
+      const ParameterInfo& info = params[it->second];
+      const std::vector<int64_t> shape =
+          info.shape.empty() ? std::vector<int64_t>{info.numel} : info.shape;
+      auto& entry = layout.emplace_back();
+      entry.name = owned[k].name;
+      entry.value = {checkpoint::DType::kF32, shape};
+      for (const std::string& state_name : owned[k].tensor_names) {
+        entry.state.emplace_back(
+            state_name,
+            checkpoint::AsyncCheckpointWriter::TensorShape{checkpoint::DType::kF32,
+                                                          shape});
+      }
+    }
+    return writer_.Start(
+        step, layout,
+        [&](int k, absl::Span<const absl::Span<char>> buffers) -> absl::Status {
+          RETURN_IF_ERROR(engine.CopyParameterToHost(
+              param_of[k], reinterpret_cast<float*>(buffers[0].data())));
+          for (const ParameterOptimizerStateView::Part& part : owned[k].parts) {
+            for (size_t t = 0; t < part.tensors.size(); ++t) {
+              float* to = reinterpret_cast<float*>(buffers[t + 1].data());
+              std::copy(part.tensors[t].begin(), part.tensors[t].end(),
+                        to + part.offset);
+            }
+          }
+          return absl::OkStatus();
+        });
   }();
   if (!started.ok()) Report(started);
 }

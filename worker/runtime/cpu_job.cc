@@ -71,9 +71,10 @@ class CpuJobImpl final : public CpuJob {
   ZeroHook& hook() override { return *hook_; }
   const Workload& workload() const override { return *workload_; }
 
-  absl::StatusOr<std::vector<float>> DownloadParameter(int index) override {
+  absl::Status CopyParameterToHost(int index, float* out) override {
     const float* p = hook_->params()[index];
-    return std::vector<float>(p, p + workload_->parameters()[index].numel);
+    std::copy(p, p + workload_->parameters()[index].numel, out);
+    return absl::OkStatus();
   }
 
   absl::Status UploadParameters(

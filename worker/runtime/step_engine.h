@@ -70,9 +70,18 @@ class StepEngine {
   virtual ZeroHook& hook() = 0;
   virtual const Workload& workload() const = 0;
 
-  // Parameter `index`'s values on the host (index into
-  // workload().parameters(), which the caller keeps in range).
-  virtual absl::StatusOr<std::vector<float>> DownloadParameter(int index) = 0;
+  // Copies parameter `index`'s values (index into workload().parameters(),
+  // which the caller keeps in range) to host memory at `out`, which holds
+  // its numel floats.
+  virtual absl::Status CopyParameterToHost(int index, float* out) = 0;
+
+  // The same, into a new vector.
+  absl::StatusOr<std::vector<float>> DownloadParameter(int index) {
+    std::vector<float> out(workload().parameters()[index].numel);
+    absl::Status copied = CopyParameterToHost(index, out.data());
+    if (!copied.ok()) return copied;
+    return out;
+  }
 
   // Every parameter's values on the host, in workload().parameters() order.
   absl::StatusOr<std::vector<std::vector<float>>> DownloadParameters() {
