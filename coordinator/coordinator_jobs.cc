@@ -12,6 +12,7 @@
 #include "coordinator/ids.h"
 #include "coordinator/locked_section.h"
 #include "coordinator/restart_policy.h"
+#include "coordinator/worker_reports.h"
 
 namespace pshard {
 namespace coordinator {
@@ -124,12 +125,9 @@ Coordinator::WaitId Coordinator::WaitForEvents(absl::string_view job_id,
 
 absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
     const v1::ReportProgressRequest& req) {
-  if (req.progress().step() < 0 || req.progress().bytes_sent() < 0) {
-    return absl::InvalidArgumentError(
-        "progress: step and bytes_sent must be >= 0");
-  }
   Locked lock(this);
   ASSIGN_OR_RETURN(JobRec * j, jobs_.Get(req.job_id()));
+  RETURN_IF_ERROR(ValidateProgress(req.progress(), j->job.spec()));
   v1::ReportProgressResponse resp;
   if (!IsActive(j->job.state()) || req.epoch() != j->job.epoch()) {
     resp.set_abort(true);
@@ -172,6 +170,7 @@ void Coordinator::ReportResultAsync(const v1::ReportResultRequest& req,
 absl::StatusOr<bool> Coordinator::ReportResultLocked(
     const v1::ReportResultRequest& req) {
   ASSIGN_OR_RETURN(JobRec * j, jobs_.Get(req.job_id()));
+  RETURN_IF_ERROR(ValidateResult(req, j->job.spec()));
   if (!IsActive(j->job.state()) || req.epoch() != j->job.epoch()) {
     return false;  // Nothing to do; the worker is free anyway.
   }

@@ -9,6 +9,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/ids.h"
 #include "coordinator/locked_section.h"
+#include "coordinator/worker_reports.h"
 
 namespace pshard {
 namespace coordinator {
@@ -57,6 +58,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
 
 absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
     const v1::HeartbeatRequest& req) {
+  RETURN_IF_ERROR(ValidateHeartbeat(req));
   Locked lock(this);
   WorkerRec* w = workers_.Find(req.worker_id());
   if (w == nullptr || w->lost || w->info.incarnation() != req.incarnation()) {

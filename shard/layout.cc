@@ -1,8 +1,10 @@
 #include "shard/layout.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "shard/assignment.h"
@@ -26,6 +28,8 @@ absl::Status ValidateLayout(const Layout& layout, const LayoutLimits& limits) {
                      " buckets allowed, got ", layout.size()));
   }
   int64_t total_parameters = 0;
+  // Where each name was first seen: a parameter lives in one bucket, once.
+  absl::flat_hash_map<absl::string_view, std::pair<int, int>> seen;
   for (int i = 0; i < layout.size(); ++i) {
     const v1::BucketLayout& bucket = layout[i];
     if (bucket.index() != i) {
@@ -59,6 +63,12 @@ absl::Status ValidateLayout(const Layout& layout, const LayoutLimits& limits) {
         return absl::InvalidArgumentError(absl::StrCat(
             where(), ".num_elements: must be in 1..",
             limits.max_parameter_elements, ", got ", p.num_elements()));
+      }
+      if (auto [first, added] = seen.try_emplace(p.name(), i, j); !added) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where(), ".name: \"", p.name().substr(0, 64),
+            "\" is already buckets[", first->second.first, "].parameters[",
+            first->second.second, "]: parameter names must be unique"));
       }
       if (DtypeSize(p.dtype()) == 0) {
         return absl::InvalidArgumentError(

@@ -57,6 +57,25 @@ TEST(BucketBytesTest, CountsEachParameterByItsDtype) {
   EXPECT_EQ(BucketBytes(layout), (std::vector<int64_t>{3 * 4 + 5 * 2 + 7 * 2}));
 }
 
+TEST(ValidateLayoutTest, AParameterNameAppearsOnce) {
+  Layout layout;
+  for (const char* name : {"w", "b", "w"}) {
+    v1::BucketLayout* bucket = layout.Add();
+    bucket->set_index(layout.size() - 1);
+    v1::BucketParameter* p = bucket->add_parameters();
+    p->set_name(name);
+    p->set_num_elements(4);
+    p->set_dtype("F32");
+  }
+  EXPECT_THAT(ValidateLayout(layout, LayoutLimits()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "buckets[2].parameters[0].name: \"w\" is already "
+                       "buckets[0].parameters[0]: parameter names must be "
+                       "unique"));
+  layout.Mutable(2)->mutable_parameters(0)->set_name("v");
+  EXPECT_OK(ValidateLayout(layout, LayoutLimits()));
+}
+
 }  // namespace
 }  // namespace shard
 }  // namespace pshard
