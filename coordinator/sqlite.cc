@@ -1,7 +1,12 @@
 #include "coordinator/sqlite.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,8 +14,64 @@
 namespace pshard {
 namespace coordinator {
 
+absl::StatusOr<FileOwnerLock> FileOwnerLock::Acquire(const std::string& path) {
+  const std::string lock_path = path + ".lock";
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot create lock file ", lock_path, ": ", std::strerror(errno)));
+  }
+  FileOwnerLock lock(fd);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd, pid, sizeof(pid) - 1, 0);
+    std::string holder = n > 0 ? std::string(pid, n) : "";
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) {
+      holder.pop_back();
+    }
+    if (err == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, " is in use by another coordinator (pid ",
+          holder.empty() ? "unknown" : holder, ", lock file ", lock_path,
+          "); one state file has one coordinator"));
+    }
+    return absl::UnavailableError(absl::StrCat("cannot lock ", lock_path, ": ",
+                                               std::strerror(err)));
+  }
+  const std::string pid = absl::StrCat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, pid.data(), pid.size(), 0) !=
+          static_cast<ssize_t>(pid.size())) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot write lock file ", lock_path, ": ", std::strerror(errno)));
+  }
+  return lock;
+}
+
+FileOwnerLock::FileOwnerLock(FileOwnerLock&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)) {}
+
+FileOwnerLock& FileOwnerLock::operator=(FileOwnerLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+FileOwnerLock::~FileOwnerLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing drops the flock
+}
+
 absl::StatusOr<std::unique_ptr<SqliteDatabase>> SqliteDatabase::Open(
-    const std::string& path) {
+    const std::string& path, const SqliteOptions& options) {
+  std::optional<FileOwnerLock> owner;
+  if (path != ":memory:") {
+    absl::StatusOr<FileOwnerLock> lock = FileOwnerLock::Acquire(path);
+    if (!lock.ok()) return lock.status();
+    owner = *std::move(lock);
+  }
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db,
@@ -22,11 +83,14 @@ absl::StatusOr<std::unique_ptr<SqliteDatabase>> SqliteDatabase::Open(
     return absl::UnavailableError(
         absl::StrCat("cannot open state database ", path, ": ", msg));
   }
-  std::unique_ptr<SqliteDatabase> out(new SqliteDatabase(db));
+  std::unique_ptr<SqliteDatabase> out(new SqliteDatabase(db, std::move(owner)));
   sqlite3_busy_timeout(db, 5000);
-  absl::Status s = out->Exec(
-      "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
-      "PRAGMA foreign_keys=ON;");
+  // locking_mode before the first WAL access: no -shm file, no mmap at all.
+  absl::Status s = out->Exec(absl::StrCat(
+      "PRAGMA locking_mode=EXCLUSIVE; PRAGMA mmap_size=0; "
+      "PRAGMA journal_mode=WAL; PRAGMA synchronous=",
+      options.synchronous_full ? "FULL" : "NORMAL",
+      "; PRAGMA foreign_keys=ON;"));
   if (!s.ok()) {
     return absl::UnavailableError(
         absl::StrCat("cannot use state database ", path, ": ", s.message()));

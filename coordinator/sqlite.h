@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,16 +25,45 @@ namespace coordinator {
 
 class SqliteStatement;
 
+struct SqliteOptions {
+  // FULL (the default): a transaction that committed survives a power loss
+  // too (WAL synced at every commit). NORMAL: it survives a crash of this
+  // process (kill -9), but a power loss may lose the last commits; never
+  // corrupts the file.
+  bool synchronous_full = true;
+};
+
+// The one owner of a database file: an exclusive flock on "<path>.lock"
+// holding the owner's pid, released by the kernel when the process dies
+// (kill -9 included), so a second opener stops at once and names the first.
+class FileOwnerLock {
+ public:
+  // FailedPrecondition naming the holder's pid when another process (or
+  // another open in this one) holds it; Unavailable when the lock file
+  // cannot be created.
+  static absl::StatusOr<FileOwnerLock> Acquire(const std::string& path);
+  FileOwnerLock(FileOwnerLock&& other) noexcept;
+  FileOwnerLock& operator=(FileOwnerLock&& other) noexcept;
+  ~FileOwnerLock();
+
+ private:
+  explicit FileOwnerLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
 class SqliteDatabase {
  public:
   // Opens (creating if needed) the database at `path` (":memory:" for a
-  // private in-memory one), in WAL mode with synchronous=NORMAL: a committed
-  // transaction survives a crash of this process (kill -9); a power loss may
-  // lose the last transactions but never corrupts the file.
+  // private in-memory one), owned by this process alone: FileOwnerLock,
+  // and SQLite's locking_mode=EXCLUSIVE, under which WAL keeps its index in
+  // heap memory instead of a memory-mapped -shm file (which turns an I/O
+  // error into SIGBUS). WAL with synchronous per `options`.
   //
-  // Errors: Unavailable if the file cannot be opened or is not a database.
+  // Errors: FailedPrecondition if another process holds the file (naming
+  // its pid); Unavailable if the file cannot be opened or is not a
+  // database.
   static absl::StatusOr<std::unique_ptr<SqliteDatabase>> Open(
-      const std::string& path);
+      const std::string& path, const SqliteOptions& options = {});
 
   ~SqliteDatabase();
   SqliteDatabase(const SqliteDatabase&) = delete;
@@ -48,7 +79,9 @@ class SqliteDatabase {
   absl::Status Error(absl::string_view what) const;
 
  private:
-  explicit SqliteDatabase(sqlite3* db) : db_(db) {}
+  SqliteDatabase(sqlite3* db, std::optional<FileOwnerLock> owner)
+      : owner_(std::move(owner)), db_(db) {}
+  std::optional<FileOwnerLock> owner_;  // none for ":memory:"; released last
   sqlite3* db_;
 };
 

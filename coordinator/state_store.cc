@@ -51,9 +51,9 @@ class SqliteStateStore final : public StateStore {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
-    const std::string& path) {
+    const std::string& path, const SqliteOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteDatabase> db,
-                   SqliteDatabase::Open(path));
+                   SqliteDatabase::Open(path, options));
   absl::Status s = db->Exec(kSchema);
   if (!s.ok()) {
     return absl::UnavailableError(absl::StrCat(

@@ -29,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "coordinator/sqlite.h"
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/job.pb.h"
 #include "pshard/v1/shard.pb.h"
@@ -71,12 +72,14 @@ class StateStore {
   };
 
   // The SQLite store: opens or creates the database at `path` (":memory:"
-  // for tests without a file) and creates the tables if needed.
+  // for tests without a file), owned by this process alone (SqliteDatabase),
+  // and creates the tables if needed.
   //
-  // Errors: Unavailable if the file cannot be opened or is not a pshard state
-  // database; Internal on SQLite errors.
+  // Errors: FailedPrecondition if another coordinator holds the file (its
+  // pid named); Unavailable if the file cannot be opened or is not a pshard
+  // state database; Internal on SQLite errors.
   static absl::StatusOr<std::unique_ptr<StateStore>> Open(
-      const std::string& path);
+      const std::string& path, const SqliteOptions& options = {});
 
   // Everything stored. Called once, before any Commit.
   // Errors: DataLoss if a stored record does not parse; Internal on storage

@@ -1,5 +1,7 @@
 #include "coordinator/state_store.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 
@@ -19,6 +21,32 @@ using ::testing::HasSubstr;
 // A database path in a fresh directory (no earlier run's file or WAL).
 std::string TempPath(const std::string& name) {
   return absl::StrCat(::pshard::testing::MakeTempDir("db"), "/", name);
+}
+
+TEST(StateStoreTest, OneStateFileHasOneOwner) {
+  const std::string path = TempPath("owned.db");
+  {
+    ASSERT_OK_AND_ASSIGN(auto first, StateStore::Open(path));
+    StateStore::Batch batch;
+    v1::Job job;
+    job.set_id("job-1");
+    batch.jobs.emplace_back(1, job);
+    ASSERT_OK(first->Commit(batch));
+    EXPECT_THAT(StateStore::Open(path),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         HasSubstr(absl::StrCat(
+                             "in use by another coordinator (pid ", getpid()))));
+    // WAL without shared memory: nothing is memory-mapped that an I/O error
+    // could turn into SIGBUS.
+    for (const std::string& name :
+         ::pshard::testing::ListDirectory(path.substr(0, path.rfind('/')))) {
+      EXPECT_THAT(name, ::testing::Not(::testing::EndsWith("-shm")));
+    }
+  }
+  // The owner is gone: the next one opens it, with everything committed.
+  ASSERT_OK_AND_ASSIGN(auto second, StateStore::Open(path));
+  ASSERT_OK_AND_ASSIGN(StateStore::Snapshot snap, second->Load());
+  EXPECT_EQ(snap.jobs.count(1), 1u);
 }
 
 TEST(StateStoreTest, RoundTripsEverythingThroughAFile) {

@@ -27,6 +27,10 @@ ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written there once serving");
 ABSL_FLAG(std::string, state_path, "pshard-coordinator.db",
           "SQLite state file (created if missing)");
+ABSL_FLAG(std::string, state_sync, "full",
+          "full: a commit the coordinator acknowledged survives a power loss; "
+          "normal: it survives a crash of the coordinator (kill -9), but a "
+          "power loss may lose the last commits (faster on slow disks)");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "how often workers heartbeat");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(5),
@@ -84,7 +88,17 @@ int main(int argc, char** argv) {
 
   const pshard::Clock& clock = pshard::Clock::Real();
   const std::string state_path = absl::GetFlag(FLAGS_state_path);
-  auto store = pshard::coordinator::StateStore::Open(state_path);
+  const std::string state_sync = absl::GetFlag(FLAGS_state_sync);
+  if (state_sync != "full" && state_sync != "normal") {
+    fprintf(stderr,
+            "pshard-coordinator: --state_sync: must be full or normal, got "
+            "\"%s\"\n",
+            state_sync.c_str());
+    return 2;
+  }
+  pshard::coordinator::SqliteOptions sqlite_options;
+  sqlite_options.synchronous_full = state_sync == "full";
+  auto store = pshard::coordinator::StateStore::Open(state_path, sqlite_options);
   if (!store.ok()) {
     fprintf(stderr, "pshard-coordinator: %s\n",
             std::string(store.status().message()).c_str());

@@ -48,7 +48,8 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   BenchReport report;
   Recorder rec;
   const std::string state = opt.work_dir + "/bench-state.db";
-  for (const std::string& p : {state, state + "-wal", state + "-shm"}) {
+  for (const std::string& p :
+       {state, state + "-wal", state + "-shm", state + ".lock"}) {
     std::remove(p.c_str());
   }
   testing::CoordinatorOptions coordinator_options;
@@ -56,6 +57,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   coordinator_options.state_path = state;
   coordinator_options.heartbeat_interval = opt.heartbeat_interval;
   coordinator_options.worker_timeout = opt.worker_timeout;
+  coordinator_options.extra_flags = {"--state_sync=" + opt.state_sync};
   ASSIGN_OR_RETURN(testing::RunningCoordinator running,
                    testing::StartCoordinator(coordinator_options));
   testing::Subprocess* coordinator = running.process.get();

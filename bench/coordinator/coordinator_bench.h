@@ -40,6 +40,8 @@ struct BenchOptions {
   absl::Duration worker_timeout = absl::Seconds(5);
   // Directory for the state file, port file and coordinator log.
   std::string work_dir;
+  // The coordinator's --state_sync (full or normal).
+  std::string state_sync = "full";
   // Extra time allowed for each phase.
   absl::Duration phase_timeout = absl::Seconds(180);
 };

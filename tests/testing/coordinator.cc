@@ -29,15 +29,14 @@ absl::StatusOr<RunningCoordinator> StartCoordinator(
   std::remove(port_file.c_str());
   RunningCoordinator c;
   c.log = options.dir + "/coordinator.log";
-  ASSIGN_OR_RETURN(
-      c.process,
-      Subprocess::Start(
-          {RunfilePath("server/pshard-coordinator"),
-           absl::StrCat("--listen=127.0.0.1:", options.port),
-           "--port_file=" + port_file, "--state_path=" + options.state_path,
-           "--heartbeat_interval=" + DurationFlag(options.heartbeat_interval),
-           "--worker_timeout=" + DurationFlag(options.worker_timeout)},
-          {}, c.log));
+  std::vector<std::string> argv = {
+      RunfilePath("server/pshard-coordinator"),
+      absl::StrCat("--listen=127.0.0.1:", options.port),
+      "--port_file=" + port_file, "--state_path=" + options.state_path,
+      "--heartbeat_interval=" + DurationFlag(options.heartbeat_interval),
+      "--worker_timeout=" + DurationFlag(options.worker_timeout)};
+  argv.insert(argv.end(), options.extra_flags.begin(), options.extra_flags.end());
+  ASSIGN_OR_RETURN(c.process, Subprocess::Start(argv, {}, c.log));
   ASSIGN_OR_RETURN(c.port, WaitForPortFile(port_file, absl::Seconds(30)));
   return c;
 }

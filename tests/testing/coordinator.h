@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -25,6 +26,8 @@ struct CoordinatorOptions {
   // is noticed quickly.
   absl::Duration heartbeat_interval = absl::Milliseconds(100);
   absl::Duration worker_timeout = absl::Seconds(2);
+  // More flags for the binary (e.g. "--state_sync=normal").
+  std::vector<std::string> extra_flags;
 };
 
 struct RunningCoordinator {
