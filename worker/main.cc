@@ -50,6 +50,10 @@ ABSL_FLAG(std::string, log_dir, "",
 ABSL_FLAG(int64_t, log_max_bytes, int64_t{64} << 20,
           "cap of each program log file; at the cap it is rotated to "
           "<file>.1 (so at most twice this per rank); >= 1024");
+ABSL_FLAG(absl::Duration, result_retry_for, absl::Minutes(10),
+          "how long a job's result is retried while the coordinator cannot be "
+          "reached (a restart, an outage): the job it finished is then known "
+          "to have finished, not re-run");
 ABSL_FLAG(int, blas_threads, 0,
           "threads for the mlp workload's BLAS calls; 0: $OPENBLAS_NUM_THREADS "
           "if set, else 1 (one rank per core, as torchrun's OMP_NUM_THREADS=1)");
@@ -155,6 +159,11 @@ int main(int argc, char** argv) {
                      "/pshard-worker-", name, "/logs");
   }
   options.program_log_max_bytes = log_max_bytes;
+  options.result_retry_for = absl::GetFlag(FLAGS_result_retry_for);
+  if (options.result_retry_for < absl::ZeroDuration()) {
+    fprintf(stderr, "pshard-worker: --result_retry_for: must be >= 0\n");
+    return 2;
+  }
   // The one place the worker's time comes from.
   options.clock = &pshard::Clock::Real();
   options.device_kind = device->is_gpu() ? pshard::v1::GPU : pshard::v1::CPU;

@@ -95,9 +95,12 @@ Cluster::~Cluster() {
   }
 }
 
-absl::Status Cluster::KillAndRestartCoordinator() {
+absl::Status Cluster::KillCoordinator() {
   RETURN_IF_ERROR(coordinator_->Signal(SIGKILL));
-  RETURN_IF_ERROR(coordinator_->Wait(absl::Seconds(10)).status());
+  return coordinator_->Wait(absl::Seconds(10)).status();
+}
+
+absl::Status Cluster::RestartCoordinator() {
   ASSIGN_OR_RETURN(RunningCoordinator restarted,
                    StartCoordinator(coordinator_options_));
   coordinator_ = std::move(restarted.process);

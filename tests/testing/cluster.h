@@ -67,10 +67,16 @@ class Cluster {
   // Polls until `count` workers are IDLE.
   bool WaitForIdle(int count, absl::Duration timeout);
 
-  // kill -9 of the coordinator, then a new one on the same state file and
-  // port; the workers find it again on their own (as behind a Kubernetes
-  // Service). Returns once the new one listens.
-  absl::Status KillAndRestartCoordinator();
+  // kill -9 of the coordinator (the workers go on without it).
+  absl::Status KillCoordinator();
+  // A new coordinator on the same state file and port; the workers find it
+  // again on their own (as behind a Kubernetes Service). Returns once it
+  // listens.
+  absl::Status RestartCoordinator();
+  absl::Status KillAndRestartCoordinator() {
+    absl::Status killed = KillCoordinator();
+    return killed.ok() ? RestartCoordinator() : killed;
+  }
 
   // The last lines of every process's log, for failure messages.
   std::string Logs() const;

@@ -220,6 +220,7 @@ void Agent::StartJob(const v1::RunJobDirective& directive) {
     options.worker_id = worker_id_;
     options.gloo_hostname = options_.gloo_hostname;
     options.rpc_timeout = options_.rpc_timeout;
+    options.result_retry_for = options_.result_retry_for;
     options.device = options_.worker_device;
     options.clock = options_.clock;
     job_ = std::make_unique<JobRunner>(control_, directive, options);

@@ -57,6 +57,8 @@ struct AgentOptions {
   // The worker's device (--device); decides NCCL or Gloo per job.
   WorkerDevice worker_device;
   absl::Duration rpc_timeout = absl::Seconds(5);
+  // JobRunnerOptions::result_retry_for (--result_retry_for).
+  absl::Duration result_retry_for = absl::Minutes(10);
   // host:port of the coordinator, as the worker reaches it: a program job's
   // PSHARD_COORDINATOR.
   std::string coordinator_address;

@@ -225,8 +225,9 @@ void JobRunner::ReportResult(const absl::Status& status,
       ResultSource{directive_.job_id(), directive_.epoch(), directive_.rank(),
                    options_.worker_id},
       status.ok(), status.ToString(), FailureCauseOf(status), Snapshot().step,
-      output,
-      options_.rpc_timeout, *options_.clock);
+      output, options_.rpc_timeout, *options_.clock,
+      ResultRetry{options_.result_retry_for,
+                  [this] { return !CheckAborted().ok(); }});
 }
 
 }  // namespace pshard::worker

@@ -55,6 +55,10 @@ struct JobRunnerOptions {
   std::string gloo_hostname = "127.0.0.1";
   // Deadline of control RPCs that do not wait on purpose.
   absl::Duration rpc_timeout = absl::Seconds(10);
+  // How long the rank's result is retried while the coordinator cannot be
+  // reached (ResultRetry): a job that ends during an outage is still known
+  // to have ended once the coordinator is back.
+  absl::Duration result_retry_for = absl::Minutes(10);
   // The worker's device: jobs run on NCCL + CUDA when it is a GPU and the
   // job's backend allows (ChooseBackend), on Gloo otherwise.
   WorkerDevice device;

@@ -1,5 +1,6 @@
 #include "worker/runtime/result_reporter.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/cord.h"
@@ -47,7 +48,8 @@ absl::Status ReportRankResult(ControlPlane& control, const ResultSource& source,
                               bool ok, absl::string_view error,
                               v1::FailureCause cause, int64_t final_step,
                               const std::string& output_path,
-                              absl::Duration rpc_timeout, const Clock& clock) {
+                              absl::Duration rpc_timeout, const Clock& clock,
+                              const ResultRetry& retry) {
   v1::ReportResultRequest request;
   request.set_job_id(source.job_id);
   request.set_epoch(source.epoch);
@@ -60,13 +62,22 @@ absl::Status ReportRankResult(ControlPlane& control, const ResultSource& source,
   }
   request.set_final_step(final_step);
   request.set_output_path(output_path);
-  absl::Status sent;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    if (attempt > 0) clock.SleepFor(absl::Milliseconds(200));
-    sent = control.ReportResult(request, rpc_timeout);
-    if (sent.ok() || sent.code() != absl::StatusCode::kUnavailable) break;
+  constexpr absl::Duration kSlice = absl::Milliseconds(200);
+  const absl::Time give_up = clock.Now() + retry.give_up_after;
+  absl::Duration backoff = kSlice;
+  for (;;) {
+    absl::Status sent = control.ReportResult(request, rpc_timeout);
+    const bool unreachable = sent.code() == absl::StatusCode::kUnavailable ||
+                             sent.code() == absl::StatusCode::kDeadlineExceeded;
+    if (!unreachable || clock.Now() >= give_up) return sent;
+    // Sleep in slices, so that a rank torn down stops waiting soon.
+    const absl::Time next = std::min(clock.Now() + backoff, give_up);
+    while (clock.Now() < next) {
+      if (retry.stopped && retry.stopped()) return sent;
+      clock.SleepFor(std::min(kSlice, next - clock.Now()));
+    }
+    backoff = std::min(2 * backoff, absl::Seconds(5));
   }
-  return sent;
 }
 
 }  // namespace pshard::worker

@@ -1,10 +1,13 @@
-// The rank's last word to the coordinator: ReportResult, retried a few times
-// on Unavailable (the job's fate depends on it), each try bounded. Shared by
-// every RankJob.
+// The rank's last word to the coordinator: ReportResult, retried with
+// backoff while the coordinator cannot be reached (the job's fate depends on
+// it: a result that outlives a coordinator outage lets the restarted
+// coordinator finish the job instead of re-running it), each try bounded.
+// Shared by every RankJob.
 #ifndef PSHARD_WORKER_RUNTIME_RESULT_REPORTER_H_
 #define PSHARD_WORKER_RUNTIME_RESULT_REPORTER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -37,6 +40,15 @@ v1::FailureCause FailureCauseOf(const absl::Status& status);
 // thing (a program's own exit is JOB whatever code carries it).
 absl::Status WithFailureCause(absl::Status status, v1::FailureCause cause);
 
+// How long a result is retried: tries on Unavailable or DeadlineExceeded (the
+// coordinator is down or restarting) back off from 200 ms to 5 s, until
+// `give_up_after` since the first try or until `stopped` (polled at least
+// every 200 ms) says the rank is being torn down.
+struct ResultRetry {
+  absl::Duration give_up_after = absl::Seconds(1);
+  std::function<bool()> stopped;
+};
+
 // Reports `ok`, or the failure `error` as it is (the coordinator prefixes it
 // with "rank R (worker W) failed: ", from the request's own fields) and its
 // `cause`, with the final step and (on success) the output path. Returns the
@@ -45,7 +57,8 @@ absl::Status ReportRankResult(ControlPlane& control, const ResultSource& source,
                               bool ok, absl::string_view error,
                               v1::FailureCause cause, int64_t final_step,
                               const std::string& output_path,
-                              absl::Duration rpc_timeout, const Clock& clock);
+                              absl::Duration rpc_timeout, const Clock& clock,
+                              const ResultRetry& retry = {});
 
 }  // namespace pshard::worker
 
