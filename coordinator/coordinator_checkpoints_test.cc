@@ -1,11 +1,13 @@
 // The coordinator's checkpoint commits and the choice of where a restart
 // resumes (coordinator_checkpoints.cc), over real files in a temp dir.
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "checkpoint/manifest.h"
 #include "checkpoint/test_checkpoints.h"
+#include "coordinator/fault_state_store.h"
 #include "coordinator/coordinator_test_fixture.h"
 
 namespace pshard {
@@ -35,33 +37,61 @@ class CoordinatorCheckpointsTest : public CoordinatorTest {
     return GetJob(job.id());
   }
 
-  // Both ranks' shards of `step`, written as owners would, then reported;
-  // returns the coordinator's last reply.
-  v1::ReportCheckpointResponse WriteAndReport(const v1::Job& job, int64_t step) {
+  // Both ranks' shards of `step`, written as owners would (the manifest is
+  // the coordinator's to write); returns the manifest it is to write.
+  checkpoint::Manifest WriteShards(int64_t step) {
     auto manifest = checkpoint::testing::WriteCheckpoint(
         root_, step, 2, checkpoint::testing::MakeParameters(4, step));
     EXPECT_OK(manifest);
-    // The owners write shards; the manifest is the coordinator's to write.
     std::remove(absl::StrCat(checkpoint::StepDirectory(root_, step), "/",
                              checkpoint::kManifestFileName)
                     .c_str());
+    return manifest.ok() ? *manifest : checkpoint::Manifest();
+  }
+
+  // Rank `rank`'s report of its shard of `manifest`.
+  absl::StatusOr<v1::ReportCheckpointResponse> ReportShard(
+      const v1::Job& job, const checkpoint::Manifest& manifest, int rank) {
+    v1::ReportCheckpointRequest req;
+    req.set_job_id(job.id());
+    req.set_epoch(job.epoch());
+    req.set_rank(rank);
+    req.set_worker_id(job.members(rank).worker_id());
+    req.set_step(manifest.step);
+    req.set_ok(true);
+    req.set_file_name(manifest.files[rank].name);
+    req.set_size_bytes(manifest.files[rank].size_bytes);
+    req.set_sha256(manifest.files[rank].sha256);
+    return c_->ReportCheckpoint(req);
+  }
+
+  // Both ranks' shards of `step`, written then reported; returns the
+  // coordinator's last reply.
+  v1::ReportCheckpointResponse WriteAndReport(const v1::Job& job, int64_t step) {
+    const checkpoint::Manifest manifest = WriteShards(step);
     v1::ReportCheckpointResponse last;
-    for (int r = 0; r < 2 && manifest.ok(); ++r) {
-      v1::ReportCheckpointRequest req;
-      req.set_job_id(job.id());
-      req.set_epoch(job.epoch());
-      req.set_rank(r);
-      req.set_worker_id(job.members(r).worker_id());
-      req.set_step(step);
-      req.set_ok(true);
-      req.set_file_name(manifest->files[r].name);
-      req.set_size_bytes(manifest->files[r].size_bytes);
-      req.set_sha256(manifest->files[r].sha256);
-      auto resp = c_->ReportCheckpoint(req);
+    for (int r = 0; r < 2 && !manifest.files.empty(); ++r) {
+      auto resp = ReportShard(job, manifest, r);
       EXPECT_OK(resp);
       if (resp.ok()) last = *resp;
     }
     return last;
+  }
+
+  // A coordinator on the SQLite file `path` through a store whose commits
+  // the test can fail; returns that store.
+  FaultStateStore* OpenWithFaults(const std::string& path) {
+    c_.reset();
+    absl::StatusOr<std::unique_ptr<StateStore>> inner = StateStore::Open(path);
+    EXPECT_OK(inner);
+    if (!inner.ok()) return nullptr;
+    auto owned = std::make_unique<FaultStateStore>(*std::move(inner));
+    FaultStateStore* store = owned.get();
+    absl::StatusOr<std::unique_ptr<Coordinator>> c =
+        Coordinator::Create(options_, &clock_, std::move(owned));
+    EXPECT_OK(c);
+    if (c.ok()) c_ = *std::move(c);
+    return store;
   }
 
   std::string root_;
@@ -145,6 +175,62 @@ TEST_F(CoordinatorCheckpointsTest, ARestartResumesFromTheNewestThatVerifies) {
     }
     EXPECT_TRUE(told) << m.worker_id() << " (b is " << b_.id << "): "
                       << resp->ShortDebugString();
+  }
+}
+
+// kill -9 of the coordinator during a checkpoint's commit, at both crash
+// points: before the manifest (the last shard's report is not durable) and
+// between the manifest (the commit point on disk) and the durable COMPLETE
+// record. A failed commit writes nothing, and a new coordinator on the same
+// file is what a restart after kill -9 sees. Either way the checkpoint is
+// complete (manifest and every shard verify) or absent (no manifest), and
+// the coordinator never records COMPLETE what does not verify.
+TEST_F(CoordinatorCheckpointsTest, ACrashDuringTheCommitLeavesItCompleteOrAbsent) {
+  const std::string db = TempPath("crash.db");
+  FaultStateStore* store = OpenWithFaults(db);
+  ASSERT_NE(store, nullptr);
+  const v1::Job job = StartCheckpointedJob(0);
+
+  const checkpoint::Manifest step10 = WriteShards(10);
+  ASSERT_OK(ReportShard(job, step10, 0).status());
+  store->FailCommits(-1, absl::InternalError("killed before the manifest"));
+  EXPECT_THAT(ReportShard(job, step10, 1),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("killed")));
+  store = OpenWithFaults(db);
+
+  ASSERT_EQ(GetJob(job.id()).state(), v1::RUNNING) << GetJob(job.id()).reason();
+  const checkpoint::Manifest step20 = WriteShards(20);
+  ASSERT_OK(ReportShard(job, step20, 0).status());
+  // The last shard's report commits once (its record), the manifest is
+  // written, and the commit of COMPLETE is where it dies.
+  store->FailCommits(-1, absl::InternalError("killed after the manifest"),
+                     /*pass=*/1);
+  EXPECT_THAT(ReportShard(job, step20, 1),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("killed")));
+  EXPECT_EQ(store->failed_commits(), 1);
+  OpenWithFaults(db);
+
+  // Step 10: absent. Step 20: complete on disk, every shard verifying.
+  EXPECT_THAT(checkpoint::VerifyCheckpoint(checkpoint::StepDirectory(root_, 10)),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("manifest")));
+  ASSERT_OK_AND_ASSIGN(checkpoint::Manifest on_disk,
+                       checkpoint::VerifyCheckpoint(
+                           checkpoint::StepDirectory(root_, 20)));
+  EXPECT_EQ(on_disk.files.size(), 2u);
+  const v1::Job after = GetJob(job.id());
+  ASSERT_EQ(after.state(), v1::RUNNING) << after.reason();
+  ASSERT_EQ(after.members_size(), 2);
+  for (const v1::CheckpointRecord& c : after.checkpoints()) {
+    SCOPED_TRACE(c.ShortDebugString());
+    EXPECT_NE(c.state(), v1::CheckpointRecord::COMPLETE);
+  }
+  // The job goes on checkpointing after the restart.
+  EXPECT_EQ(WriteAndReport(after, 30).state(), v1::CheckpointRecord::COMPLETE);
+  const v1::Job later = GetJob(job.id());
+  for (const v1::CheckpointRecord& c : later.checkpoints()) {
+    if (c.state() == v1::CheckpointRecord::COMPLETE) {
+      EXPECT_OK(checkpoint::VerifyCheckpoint(c.path()).status()) << c.path();
+    }
   }
 }
 

@@ -5,14 +5,16 @@
 namespace pshard {
 namespace coordinator {
 
-void FaultStateStore::FailCommits(int count, absl::Status error) {
+void FaultStateStore::FailCommits(int count, absl::Status error, int pass) {
   absl::MutexLock lock(&mu_);
+  pass_count_ = pass;
   fail_count_ = count;
   error_ = std::move(error);
 }
 
 void FaultStateStore::Heal() {
   absl::MutexLock lock(&mu_);
+  pass_count_ = 0;
   fail_count_ = 0;
 }
 
@@ -35,7 +37,9 @@ absl::Status FaultStateStore::Commit(const Batch& batch) {
   {
     absl::MutexLock lock(&mu_);
     ++commits_;
-    if (fail_count_ != 0) {
+    if (pass_count_ > 0) {
+      --pass_count_;
+    } else if (fail_count_ != 0) {
       if (fail_count_ > 0) --fail_count_;
       ++failed_commits_;
       return error_;

@@ -23,10 +23,12 @@ class FaultStateStore final : public StateStore {
   explicit FaultStateStore(std::unique_ptr<StateStore> inner)
       : inner_(std::move(inner)) {}
 
-  // The next `count` non-empty commits fail with `error` and write nothing;
-  // later ones go through again. count < 0: every commit fails until
-  // Heal().
-  void FailCommits(int count, absl::Status error) ABSL_LOCKS_EXCLUDED(mu_);
+  // After `pass` more non-empty commits go through, the next `count` fail
+  // with `error` and write nothing; later ones go through again. count < 0:
+  // every commit fails until Heal(). (`pass` > 0 stops a change between two
+  // of its commits: a crash there.)
+  void FailCommits(int count, absl::Status error, int pass = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Commits go through again.
   void Heal() ABSL_LOCKS_EXCLUDED(mu_);
   // Non-empty commits attempted so far (failed ones included).
@@ -40,6 +42,7 @@ class FaultStateStore final : public StateStore {
  private:
   const std::unique_ptr<StateStore> inner_;
   mutable absl::Mutex mu_;
+  int pass_count_ ABSL_GUARDED_BY(mu_) = 0;
   int fail_count_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
