@@ -62,14 +62,14 @@ absl::StatusOr<v1::ResumePoint> Coordinator::ResolveFromCheckpoint(
 
 absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(ValidateJobSpec(spec));
+  v1::JobSpec with_defaults = ApplyJobSpecDefaults(spec);
   std::optional<v1::ResumePoint> initialized_from;
-  if (!spec.from_checkpoint().empty()) {
-    ASSIGN_OR_RETURN(initialized_from,
-                     ResolveFromCheckpoint(ApplyJobSpecDefaults(spec)));
+  if (!with_defaults.from_checkpoint().empty()) {
+    ASSIGN_OR_RETURN(initialized_from, ResolveFromCheckpoint(with_defaults));
   }
   Locked lock(this);
   ASSIGN_OR_RETURN(JobRec * j,
-                   jobs_.Add(ApplyJobSpecDefaults(spec), clock_->Now()));
+                   jobs_.Add(std::move(with_defaults), clock_->Now()));
   JobRec& job = *j;
   std::string reason = absl::StrCat("submitted; waiting for ",
                                     job.job.spec().world_size(), " idle workers");
