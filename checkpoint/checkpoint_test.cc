@@ -107,6 +107,18 @@ TEST_P(ShardRoundTripTest, EveryTensorReadsBackByName) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, ShardRoundTripTest, ::testing::Values(1, 2, 3, 5));
 
+// More ranks than buckets: a rank that owns nothing writes an empty shard
+// (its parameter list "[]"), and the checkpoint opens and reads.
+TEST(ShardReaderTest, ARankThatOwnsNothingWritesAnEmptyShard) {
+  const std::string root = MakeTempDir("ck");
+  const std::vector<OwnedParameter> params = MakeParameters(2, 5);
+  ASSERT_OK(WriteCheckpoint(root, 5, 3, params, {0, 1}).status());
+  ASSERT_OK_AND_ASSIGN(auto reader, ShardReader::Open(StepDirectory(root, 5)));
+  EXPECT_THAT(reader->parameter_names(), SizeIs(2));
+  ASSERT_OK_AND_ASSIGN(auto value, reader->ReadFloats(params[1].name));
+  EXPECT_EQ(value, params[1].value);
+}
+
 TEST(CheckpointWriterTest, RefusesBadArgumentsNamingThem) {
   const std::string root = MakeTempDir("ck");
   EXPECT_THAT(CheckpointWriter::Create("", 0, 1, "fp"),

@@ -22,8 +22,11 @@ namespace {
 
 std::string ParameterListJson(absl::Span<const ParameterTensors> parameters) {
   google::protobuf::Value list;
+  // Set even when empty: a rank that owns no parameter (more ranks than
+  // buckets) writes "[]", not an unset value.
+  google::protobuf::ListValue* names = list.mutable_list_value();
   for (const ParameterTensors& p : parameters) {
-    list.mutable_list_value()->add_values()->set_string_value(p.name);
+    names->add_values()->set_string_value(p.name);
   }
   std::string json;
   (void)google::protobuf::util::MessageToJsonString(list, &json);

@@ -49,7 +49,15 @@ const CommandDoc kCommands[] = {
      "coordinator, then submits it and prints the new job id.\n\n"
      "Flags:\n"
      "  --watch                  follow the job until it ends (as `watch`); "
-     "exit 0 only if it SUCCEEDED\n"},
+     "exit 0 only if it SUCCEEDED\n"
+     "  --from_checkpoint=DIR    start the job from a checkpoint instead of "
+     "step 0 (sets the spec's from_checkpoint, replacing any there): a step "
+     "directory (<dir>/step-<N>) or a job's checkpoint directory (its latest "
+     "complete checkpoint). A relative DIR is taken from the current "
+     "directory and sent as an absolute path. The coordinator verifies it "
+     "(every shard's size and SHA-256), requires the same workload, optimizer "
+     "and seed, and a step below the spec's steps; the job then runs steps "
+     "N+1..steps at its own world_size, whatever the checkpoint's\n"},
     {"list", "", "list jobs, newest first",
      "Flags:\n"
      "  --state=S1,S2            only jobs in these states (queued, starting, "
@@ -83,6 +91,13 @@ const CommandDoc kCommands[] = {
      "imbalance and epoch",
      "Fails (exit 1) while the job has no assignment yet: it is published "
      "once every rank has reported its bucket layout.\n"},
+    {"checkpoints", "JOB",
+     "list a job's checkpoints: step, state, world size, size, time, path",
+     "One row per checkpoint the coordinator records for the job, oldest "
+     "first: the complete ones still on disk, then any being written or "
+     "failed (REASON says why). With --output=json, the Job message with only "
+     "its id, checkpoints and initialized_from set. A job submitted with "
+     "--from_checkpoint says where it was initialised first.\n"},
     {"export", "CHECKPOINT OUT.safetensors",
      "write a checkpoint's full parameters to one safetensors file",
      "CHECKPOINT is a step directory (<dir>/step-<N>) or a job's checkpoint "
@@ -204,6 +219,7 @@ class Runner {
     if (cmd == "watch") return Watch(args);
     if (cmd == "logs") return Logs(args);
     if (cmd == "shards") return Shards(args);
+    if (cmd == "checkpoints") return Checkpoints(args);
     if (cmd == "export") return Export(args);
     if (cmd == "workers") return Workers(args);
     if (cmd == "drain") return Drain(args);
@@ -225,6 +241,10 @@ class Runner {
   absl::StatusOr<int> Submit(const std::vector<std::string>& args) {
     RETURN_IF_ERROR(ExpectArgs(args, 1));
     ASSIGN_OR_RETURN(v1::JobSpec spec, LoadJobSpecFile(args[1]));
+    if (!options_.from_checkpoint.empty()) {
+      spec.set_from_checkpoint(options_.from_checkpoint);
+      RETURN_IF_ERROR(ValidateJobSpec(spec));  // e.g. a relative path
+    }
     ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
     ASSIGN_OR_RETURN(v1::Job job, client->SubmitJob(spec));
     if (json() && !options_.watch) {
@@ -299,6 +319,24 @@ class Runner {
     ASSIGN_OR_RETURN(v1::ShardAssignment assignment,
                      client->GetShardAssignment(args[1]));
     *io_.out << (json() ? ToJson(assignment) : FormatShardTable(assignment));
+    return kExitOk;
+  }
+
+  absl::StatusOr<int> Checkpoints(const std::vector<std::string>& args) {
+    RETURN_IF_ERROR(ExpectArgs(args, 1));
+    ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
+    ASSIGN_OR_RETURN(v1::Job job, client->GetJob(args[1]));
+    if (json()) {
+      v1::Job listed;
+      listed.set_id(job.id());
+      *listed.mutable_checkpoints() = job.checkpoints();
+      if (job.has_initialized_from()) {
+        *listed.mutable_initialized_from() = job.initialized_from();
+      }
+      *io_.out << ToJson(listed);
+    } else {
+      *io_.out << FormatCheckpointsTable(job, clock_.Now());
+    }
     return kExitOk;
   }
 

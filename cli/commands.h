@@ -1,5 +1,5 @@
 // The pshardctl subcommands that talk to a running coordinator: submit, list,
-// get, watch, logs, shards, workers, drain, undrain, cancel. main() turns flags into CliOptions and
+// get, watch, logs, shards, checkpoints, workers, drain, undrain, cancel. main() turns flags into CliOptions and
 // calls RunCommand; tests call it directly against an in-process server.
 //
 // Exit codes: 0 success; 1 a server or connection error, or a watched job that
@@ -51,6 +51,9 @@ struct CliOptions {
   absl::Duration watch_timeout = absl::Hours(72);
   // submit: follow the job after submitting.
   bool watch = false;
+  // submit: sets the spec's from_checkpoint (an absolute path; main()
+  // absolutises a relative --from_checkpoint against the working directory).
+  std::string from_checkpoint;
   // list: comma-separated state names; empty = all.
   std::string states;
   // list, workers: at most this many (0 = all, page after page).
@@ -83,7 +86,7 @@ using Connector =
     std::function<absl::StatusOr<std::unique_ptr<CoordinatorClient>>()>;
 
 // Runs `args` (args[0] is the subcommand: submit, list, get, watch, logs,
-// shards, workers, drain, undrain, cancel) and returns the exit code. Errors are printed as one line
+// shards, checkpoints, workers, drain, undrain, cancel) and returns the exit code. Errors are printed as one line
 // on io.err. `cancel` (may be null) interrupts a watch.
 // Waits and timestamps are measured on `clock`.
 int RunCommand(const std::vector<std::string>& args, const CliOptions& options,

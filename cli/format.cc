@@ -36,6 +36,12 @@ std::string Timestamp(const google::protobuf::Timestamp& ts, absl::Time now) {
       " (", Age(ts, now), ")");
 }
 
+// As the coordinator's events say it: "initialised from PATH (step s)".
+std::string InitializedFromText(const v1::ResumePoint& point) {
+  return absl::StrCat("initialised from ", point.path(), " (step ",
+                      point.step(), ")");
+}
+
 std::string StepCell(const v1::JobProgress& p) {
   if (p.total_steps() <= 0) return absl::StrCat(p.step());
   return absl::StrCat(p.step(), "/", p.total_steps());
@@ -252,6 +258,9 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
     line("restarts", absl::StrCat(job.restarts(), " of ",
                                   job.spec().max_restarts()));
   }
+  if (job.has_initialized_from()) {
+    line("origin", InitializedFromText(job.initialized_from()));
+  }
   if (job.has_resumed_from()) {
     line("resumed", absl::StrCat("from step ", job.resumed_from().step(), " (",
                                  job.resumed_from().path(), ")"));
@@ -312,6 +321,26 @@ std::string FormatCheckpointLine(const v1::CheckpointRecord& checkpoint) {
                     checkpoint.path());
   }
   return out;
+}
+
+std::string FormatCheckpointsTable(const v1::Job& job, absl::Time now) {
+  std::string out;
+  if (job.has_initialized_from()) {
+    absl::StrAppend(&out, InitializedFromText(job.initialized_from()), "\n");
+  }
+  if (job.checkpoints().empty()) {
+    absl::StrAppend(&out, job.id(), ": no checkpoints\n");
+    return out;
+  }
+  Table table({"STEP", "STATE", "WORLD", "SIZE", "TIME", "PATH", "REASON"},
+              {true, false, true, true, false, false, false});
+  for (const v1::CheckpointRecord& c : job.checkpoints()) {
+    table.AddRow({absl::StrCat(c.step()), CheckpointStateName(c.state()),
+                  absl::StrCat(c.world_size()), HumanBytes(c.size_bytes()),
+                  Age(c.time(), now), c.path(),
+                  c.reason().empty() ? "-" : c.reason()});
+  }
+  return out + table.Render();
 }
 
 std::string FormatShardTable(const v1::ShardAssignment& a) {

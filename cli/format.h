@@ -76,6 +76,11 @@ std::string FormatRestartLine(const v1::JobEvent::Restart& restart,
 // "checkpoint step 50 FAILED: <reason>".
 std::string FormatCheckpointLine(const v1::CheckpointRecord& checkpoint);
 
+// `pshardctl checkpoints`: "initialised from PATH (step s)" first for a job
+// submitted with from_checkpoint, then STEP, STATE, WORLD, SIZE, TIME (age),
+// PATH, REASON, oldest first; "no checkpoints" when there are none.
+std::string FormatCheckpointsTable(const v1::Job& job, absl::Time now);
+
 // `pshardctl shards`: a bucket table (bucket, bytes, elements, owner rank,
 // worker, parameters), a per-rank totals table, then a summary line with the
 // policy, the imbalance and the epoch.

@@ -31,6 +31,10 @@ ABSL_FLAG(std::string, coordinator, "",
           "localhost:7070).");
 ABSL_FLAG(std::string, output, "table", "Output format: table or json.");
 ABSL_FLAG(bool, watch, false, "submit: follow the job until it ends.");
+ABSL_FLAG(std::string, from_checkpoint, "",
+          "submit: start the job from this checkpoint (a step directory or a "
+          "job's checkpoint directory); a relative path is taken from the "
+          "current directory.");
 ABSL_FLAG(std::string, state, "",
           "list: comma-separated job states to show (e.g. running,queued).");
 ABSL_FLAG(int, limit, 0,
@@ -194,6 +198,7 @@ int main(int argc, char** argv) {
   }
   options.output = *output;
   options.watch = absl::GetFlag(FLAGS_watch);
+  options.from_checkpoint = UserPath(absl::GetFlag(FLAGS_from_checkpoint));
   options.states = absl::GetFlag(FLAGS_state);
   options.limit = absl::GetFlag(FLAGS_limit);
   options.include_lost = absl::GetFlag(FLAGS_include_lost);

@@ -457,10 +457,20 @@ class Coordinator {
   // Before a restarted epoch: marks the ended epoch's WRITING checkpoints
   // FAILED, and sets job.resumed_from to the newest of the
   // job's own COMPLETE checkpoints that still verifies (sizes and SHA-256;
-  // under the lock, for now), or clears it (from step 0). Returns a note for
+  // under the lock, for now), else to job.initialized_from (a job submitted
+  // with from_checkpoint), else clears it (from step 0). Returns a note for
   // the epoch's reason: where it resumes, and why newer ones were skipped
   // (empty for a job without a checkpoint spec).
   std::string ChooseResumePoint(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SubmitJob's check of spec.from_checkpoint (defaults applied), without
+  // the lock: resolves it (a step directory, or the latest complete
+  // checkpoint of a job's directory), verifies every shard's size and
+  // SHA-256, and requires the spec's fingerprint and a step < spec.steps.
+  // InvalidArgument / FailedPrecondition naming the path and what differs.
+  static absl::StatusOr<v1::ResumePoint> ResolveFromCheckpoint(
+      const v1::JobSpec& spec);
+  // "initialised from PATH (step s)", for reasons and events.
+  static std::string InitializedFromNote(const v1::ResumePoint& point);
   // Decides a held PEER failure (job.held_failure) with no loss in its
   // window: the blamed rank, if any, is named first.
   void DecideHeldFailure(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -63,9 +63,17 @@ void TrimRecords(v1::Job& job, const std::vector<std::string>& pruned) {
 
 }  // namespace
 
+std::string Coordinator::InitializedFromNote(const v1::ResumePoint& point) {
+  return absl::StrCat("initialised from ", point.path(), " (step ",
+                      point.step(), ")");
+}
+
 std::string Coordinator::ChooseResumePoint(JobRec& job) {
   job.job.clear_resumed_from();
-  if (!job.job.spec().has_checkpoint()) return "";
+  // A job without its own complete checkpoint resumes where it was
+  // initialised, never from step 0 (the fallback below).
+  const bool initialized = job.job.has_initialized_from();
+  if (!job.job.spec().has_checkpoint() && !initialized) return "";
   // Shards of the ended epoch that never all came in: never complete now.
   for (v1::CheckpointRecord& record : *job.job.mutable_checkpoints()) {
     if (record.state() == v1::CheckpointRecord::WRITING) {
@@ -92,10 +100,18 @@ std::string Coordinator::ChooseResumePoint(JobRec& job) {
     job.job.mutable_progress()->set_step(record.step());
     break;
   }
-  std::string note = job.job.has_resumed_from()
-                         ? absl::StrCat("resuming from step ",
-                                        job.job.resumed_from().step())
-                         : std::string("from step 0");
+  std::string note;
+  if (job.job.has_resumed_from()) {
+    note = absl::StrCat("resuming from step ", job.job.resumed_from().step());
+  } else if (initialized) {
+    // Verified at submission; each rank verifies it again as it loads it.
+    *job.job.mutable_resumed_from() = job.job.initialized_from();
+    job.job.mutable_progress()->set_step(job.job.initialized_from().step());
+    note = absl::StrCat("resuming from step ", job.job.initialized_from().step(),
+                        ", as ", InitializedFromNote(job.job.initialized_from()));
+  } else {
+    note = "from step 0";
+  }
   if (!skipped.empty()) {
     absl::StrAppend(&note, " (", absl::StrJoin(skipped, "; "), ")");
   }

@@ -1,10 +1,13 @@
 // The Coordinator's job methods: submit, read, list and cancel jobs, their
 // event logs, and the progress and results their ranks report.
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/catalog.h"
+#include "checkpoint/spec_fingerprint.h"
 #include "common/job_spec.h"
 #include "common/job_state.h"
 #include "common/status_macros.h"
@@ -19,22 +22,66 @@ namespace coordinator {
 
 // ---- Jobs and events ----
 
+absl::StatusOr<v1::ResumePoint> Coordinator::ResolveFromCheckpoint(
+    const v1::JobSpec& spec) {
+  const std::string& path = spec.from_checkpoint();
+  // Reads the manifest and hashes every shard: GBs for a large model, so
+  // the caller holds no lock.
+  absl::StatusOr<checkpoint::CompleteCheckpoint> resolved =
+      checkpoint::ResolveCheckpoint(path);
+  if (!resolved.ok()) {
+    const absl::StatusCode code =
+        absl::IsInvalidArgument(resolved.status())
+            ? absl::StatusCode::kInvalidArgument
+            : absl::StatusCode::kFailedPrecondition;
+    return absl::Status(
+        code, absl::StrCat("from_checkpoint: ", Clip(path, 512),
+                           " is not a complete checkpoint: ",
+                           Clip(resolved.status().message(), 2048)));
+  }
+  ASSIGN_OR_RETURN(const std::string fingerprint,
+                   checkpoint::SpecFingerprint(spec));
+  const checkpoint::Manifest& manifest = resolved->manifest;
+  if (manifest.spec_fingerprint != fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "from_checkpoint: ", Clip(resolved->step_dir, 512),
+        " was written by another model or optimizer: its spec fingerprint is ",
+        Clip(manifest.spec_fingerprint, 64), " but this spec's (workload, "
+        "optimizer, seed) is ", fingerprint));
+  }
+  if (manifest.step >= spec.steps()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "from_checkpoint: ", Clip(resolved->step_dir, 512), " is at step ",
+        manifest.step, ", not before steps (", spec.steps(),
+        "): nothing would be left to run"));
+  }
+  v1::ResumePoint point;
+  point.set_path(resolved->step_dir);
+  point.set_step(manifest.step);
+  return point;
+}
+
 absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(ValidateJobSpec(spec));
-  if (!spec.from_checkpoint().empty()) {
-    // Refused rather than ignored: a job silently started from step 0
-    // would look like a resumed one.
-    return absl::UnimplementedError(
-        "from_checkpoint: resuming from a checkpoint is not supported by this "
-        "coordinator yet (docs/checkpoints.md)");
+  v1::JobSpec with_defaults = ApplyJobSpecDefaults(spec);
+  std::optional<v1::ResumePoint> initialized_from;
+  if (!with_defaults.from_checkpoint().empty()) {
+    ASSIGN_OR_RETURN(initialized_from, ResolveFromCheckpoint(with_defaults));
   }
   Locked lock(this);
   ASSIGN_OR_RETURN(JobRec * j,
-                   jobs_.Add(ApplyJobSpecDefaults(spec), clock_->Now()));
+                   jobs_.Add(std::move(with_defaults), clock_->Now()));
   JobRec& job = *j;
-  Transition(job, v1::QUEUED,
-             absl::StrCat("submitted; waiting for ",
-                          job.job.spec().world_size(), " idle workers"));
+  std::string reason = absl::StrCat("submitted; waiting for ",
+                                    job.job.spec().world_size(), " idle workers");
+  if (initialized_from.has_value()) {
+    *job.job.mutable_initialized_from() = *initialized_from;
+    // The first epoch's RunJob directives carry it: steps s+1..steps.
+    *job.job.mutable_resumed_from() = *initialized_from;
+    job.job.mutable_progress()->set_step(initialized_from->step());
+    reason = absl::StrCat(InitializedFromNote(*initialized_from), "; ", reason);
+  }
+  Transition(job, v1::QUEUED, std::move(reason));
   // Transition() set start_time because it left UNSPECIFIED: undo that.
   job.job.clear_start_time();
   jobs_.MarkQueued(job.num);

@@ -18,12 +18,13 @@ TEST_F(CoordinatorTest, SubmitValidatesTheSpec) {
   spec.clear_name();
   EXPECT_THAT(c_->SubmitJob(spec),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("name")));
-  // Resuming is not wired yet: refused, not silently started from step 0.
+  // from_checkpoint is resolved and verified: a missing one is refused, not
+  // silently started from step 0 (coordinator_from_checkpoint_test).
   spec = Spec(2);
-  spec.set_from_checkpoint("/ckpt/step-5");
+  spec.set_from_checkpoint("/nonexistent/ckpt/step-5");
   EXPECT_THAT(c_->SubmitJob(spec),
-              StatusIs(absl::StatusCode::kUnimplemented,
-                       HasSubstr("from_checkpoint: resuming")));
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("from_checkpoint: /nonexistent/ckpt/step-5")));
   ASSERT_OK_AND_ASSIGN(auto jobs, c_->ListJobs({}, 0, ""));
   EXPECT_THAT(jobs.jobs, SizeIs(0));
 }
