@@ -388,14 +388,15 @@ TEST_F(CoordinatorTest, ListJobsFiltersAndPages) {
 
 TEST_F(CoordinatorTest, ReportResultAsyncAnswersOnceTheResultIsDurable) {
   const std::string path = TempPath("async-result.db");
-  Open(path);
+  FaultStateStore* store = OpenWithFaults(path);
+  ASSERT_NE(store, nullptr);
   Worker a = Register("a");
   Worker b = Register("b");
   v1::Job job = StartJobOn(a, b);
   PublishLayout(job, {4, 4});
   job = GetJob(job.id());
   auto request = [&](int rank) { return ResultRequest(job, rank, true); };
-  // What a second connection to the database sees when `done` runs.
+  // What has committed to the database when `done` runs.
   struct Seen {
     std::optional<absl::Status> status;
     std::set<int> finished;
@@ -403,14 +404,11 @@ TEST_F(CoordinatorTest, ReportResultAsyncAnswersOnceTheResultIsDurable) {
   };
   const int64_t job_num = 1;
   auto capture = [&](Seen* seen) {
-    return [&path, seen, job_num](absl::Status status) {
+    return [store, seen, job_num](absl::Status status) {
       seen->status = status;
-      auto store = StateStore::Open(path);
-      ASSERT_OK(store);
-      auto snapshot = (*store)->Load();
-      ASSERT_OK(snapshot);
-      seen->finished = snapshot->finished_ranks[job_num];
-      seen->state = snapshot->jobs[job_num].state();
+      StateStore::Snapshot snapshot = store->committed();
+      seen->finished = snapshot.finished_ranks[job_num];
+      seen->state = snapshot.jobs[job_num].state();
     };
   };
   Seen bad, first, retry, second;

@@ -18,6 +18,16 @@ void FaultStateStore::Heal() {
   fail_count_ = 0;
 }
 
+void FaultStateStore::Hold() {
+  absl::MutexLock lock(&mu_);
+  held_ = true;
+}
+
+void FaultStateStore::Release() {
+  absl::MutexLock lock(&mu_);
+  held_ = false;
+}
+
 int64_t FaultStateStore::commits() const {
   absl::MutexLock lock(&mu_);
   return commits_;
@@ -36,6 +46,11 @@ absl::Status FaultStateStore::Commit(const Batch& batch) {
   if (batch.empty()) return inner_->Commit(batch);
   {
     absl::MutexLock lock(&mu_);
+    auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !held_;
+    };
+    // A test hold, released by the test thread; no deadline on purpose.
+    mu_.Await(absl::Condition(&released));
     ++commits_;
     if (pass_count_ > 0) {
       --pass_count_;
@@ -47,7 +62,25 @@ absl::Status FaultStateStore::Commit(const Batch& batch) {
   }
   // Not under mu_: the inner store may be slow, and the test may arm the
   // next fault meanwhile.
-  return inner_->Commit(batch);
+  absl::Status status = inner_->Commit(batch);
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [num, info] : batch.workers) committed_.workers[num] = info;
+    for (const auto& [num, job] : batch.jobs) committed_.jobs[num] = job;
+    for (const auto& [num, event] : batch.events) {
+      committed_.events[num].push_back(event);
+    }
+    for (const auto& [num, a] : batch.assignments) committed_.assignments[num] = a;
+    for (const Batch::FinishedRank& f : batch.finished_ranks) {
+      committed_.finished_ranks[f.job_num].insert(f.rank);
+    }
+  }
+  return status;
+}
+
+StateStore::Snapshot FaultStateStore::committed() const {
+  absl::MutexLock lock(&mu_);
+  return committed_;
 }
 
 }  // namespace coordinator

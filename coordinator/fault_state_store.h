@@ -31,6 +31,15 @@ class FaultStateStore final : public StateStore {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Commits go through again.
   void Heal() ABSL_LOCKS_EXCLUDED(mu_);
+  // While held, non-empty commits wait (as behind a slow disk) until
+  // Release().
+  void Hold() ABSL_LOCKS_EXCLUDED(mu_);
+  void Release() ABSL_LOCKS_EXCLUDED(mu_);
+  // What has committed through this store so far (workers, jobs, events,
+  // assignments, finished ranks as Load would give them): what a test can
+  // see is durable, with no second connection to the file (it has one
+  // owner).
+  Snapshot committed() const ABSL_LOCKS_EXCLUDED(mu_);
   // Non-empty commits attempted so far (failed ones included).
   int64_t commits() const ABSL_LOCKS_EXCLUDED(mu_);
   // Commits failed so far.
@@ -42,6 +51,8 @@ class FaultStateStore final : public StateStore {
  private:
   const std::unique_ptr<StateStore> inner_;
   mutable absl::Mutex mu_;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
+  Snapshot committed_ ABSL_GUARDED_BY(mu_);
   int pass_count_ ABSL_GUARDED_BY(mu_) = 0;
   int fail_count_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
