@@ -22,6 +22,8 @@ namespace {
 
 std::string ParameterListJson(absl::Span<const ParameterTensors> parameters) {
   google::protobuf::Value list;
+  // A rank that owns no parameter writes "[]", not "null".
+  list.mutable_list_value();
   for (const ParameterTensors& p : parameters) {
     list.mutable_list_value()->add_values()->set_string_value(p.name);
   }
