@@ -69,8 +69,10 @@ bool HasCompleteCheckpoint(const v1::Job& job) {
 
 // Runs the job, kills the worker of rank 1 once the job passed step 20 (and,
 // when it checkpoints, has a complete checkpoint), and returns the job as
-// it ended.
-v1::Job RunAndKillRank1(Cluster& cluster, const v1::JobSpec& spec) {
+// it ended; `*to_training` (if set) is the time from the kill to the new
+// epoch's assignment.
+v1::Job RunAndKillRank1(Cluster& cluster, const v1::JobSpec& spec,
+                        absl::Duration* to_training = nullptr) {
   absl::StatusOr<v1::Job> submitted = cluster.Submit(spec);
   EXPECT_OK(submitted);
   if (!submitted.ok()) return v1::Job();
@@ -103,10 +105,15 @@ v1::Job RunAndKillRank1(Cluster& cluster, const v1::JobSpec& spec) {
       },
       absl::Seconds(30)))
       << cluster.Logs();
-  // For docs/BENCHMARKS.md (detection here is the 2 s heartbeat timeout).
-  printf("kill -9 to training again (world_size %d, min_world_size %d): "
+  // For docs/BENCHMARKS.md (detection is the killed worker's Attach stream
+  // closing).
+  const absl::Duration elapsed = absl::Now() - killed;
+  if (to_training != nullptr) *to_training = elapsed;
+  printf("kill -9 to training again (world_size %d, min_world_size %d%s): "
          "%.0f ms\n",
-         spec.world_size(), spec.min_world_size(), absl::ToDoubleMilliseconds(absl::Now() - killed));
+         spec.world_size(), spec.min_world_size(),
+         spec.has_checkpoint() ? ", checkpoints" : "",
+         absl::ToDoubleMilliseconds(elapsed));
   absl::StatusOr<v1::Job> ended = cluster.WaitForEnd(id, absl::Seconds(60));
   EXPECT_OK(ended);
   return ended.ok() ? *ended : v1::Job();
@@ -190,6 +197,38 @@ TEST(RestartE2eTest, KilledWorkerResumesFromTheLatestCheckpointBitIdentical) {
   EXPECT_TRUE(ReadBytes(job.output_path()) == ReadBytes(clean.output_path()))
       << "the resumed job's parameters differ from the uninterrupted run's";
 }
+
+// Fast loss detection: with a worker timeout of a minute, the job trains
+// again within seconds (the killed worker's Attach stream closing), resumed
+// from its latest checkpoint, at world 2 and 4 with a spare each.
+class RestartAfterKillTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(RestartAfterKillTest, TrainsAgainWithoutWaitingForTheWorkerTimeout) {
+  const int world = GetParam();
+  ClusterOptions options;
+  options.workers = world + 1;
+  options.worker_timeout = absl::Seconds(60);
+  ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
+  v1::JobSpec spec = MlpSpec(absl::StrCat(cluster->dir(), "/out"));
+  spec.set_world_size(world);
+  spec.set_max_restarts(1);
+  spec.mutable_checkpoint()->set_dir(absl::StrCat(cluster->dir(), "/ckpt"));
+  spec.mutable_checkpoint()->set_every_steps(10);
+  spec.mutable_checkpoint()->set_keep_last(2);
+  absl::Duration to_training = absl::InfiniteDuration();
+  const v1::Job job = RunAndKillRank1(*cluster, spec, &to_training);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << cluster->Logs();
+  EXPECT_LT(to_training, absl::Seconds(10));
+  const auto restarts = RestartEvents(*cluster, job.id());
+  ASSERT_EQ(restarts.size(), 1u) << cluster->Logs();
+  EXPECT_EQ(restarts[0].world_size(), world);
+  EXPECT_TRUE(restarts[0].has_resumed_from());
+  EXPECT_THAT(restarts[0].cause(),
+              ::testing::HasSubstr(
+                  "lost: its connection to the coordinator closed"));
+}
+
+INSTANTIATE_TEST_SUITE_P(World, RestartAfterKillTest, ::testing::Values(2, 4));
 
 TEST(RestartE2eTest, NoSpareRestartsAtMinWorldSize) {
   ClusterOptions options;
