@@ -92,7 +92,12 @@ TEST(FaultE2eTest, KilledWorkerFailsJobAndSurvivorsReturn) {
 // Fast loss detection: with a worker timeout of a minute, only the killed
 // worker's Attach stream (its connection closing) can explain a loss seen
 // within seconds.
-constexpr absl::Duration kLongWorkerTimeout = absl::Seconds(60);
+ClusterOptions TwoWorkersLongTimeout() {
+  ClusterOptions options;
+  options.workers = 2;
+  options.worker_timeout = absl::Seconds(60);
+  return options;
+}
 
 absl::StatusOr<v1::WorkerInfo> WorkerNamed(Cluster& cluster,
                                            const std::string& name) {
@@ -106,10 +111,7 @@ absl::StatusOr<v1::WorkerInfo> WorkerNamed(Cluster& cluster,
 }
 
 TEST(FaultE2eTest, KilledIdleWorkerIsLostAtOnce) {
-  ClusterOptions options;
-  options.workers = 2;
-  options.worker_timeout = kLongWorkerTimeout;
-  ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
+  ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(TwoWorkersLongTimeout()));
   // An agent attaches the moment it has registered; a job run to the end
   // first leaves seconds for that (no API shows an attachment).
   ASSERT_OK_AND_ASSIGN(v1::Job warmup, cluster->Submit(ShortJob(2)));
@@ -140,10 +142,7 @@ TEST(FaultE2eTest, KilledIdleWorkerIsLostAtOnce) {
 }
 
 TEST(FaultE2eTest, KilledBusyWorkerFailsItsJobPromptlyNamingIt) {
-  ClusterOptions options;
-  options.workers = 2;
-  options.worker_timeout = kLongWorkerTimeout;
-  ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
+  ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(TwoWorkersLongTimeout()));
   ASSERT_OK_AND_ASSIGN(v1::Job job, cluster->Submit(LongJob(2)));
   ASSERT_TRUE(WaitForStep(*cluster, job.id(), 3)) << cluster->Logs();
   ASSERT_OK_AND_ASSIGN(v1::WorkerInfo victim, WorkerNamed(*cluster, "worker-1"));
