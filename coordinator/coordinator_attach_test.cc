@@ -201,7 +201,8 @@ TEST_F(CoordinatorAttachTest, LossWithoutAHeldFailureRestartsNamingTheWorker) {
   EXPECT_EQ(restarted.state(), v1::STARTING);
   EXPECT_THAT(restarted.reason(),
               StartsWith(absl::StrCat(
-                  "restart 1 of 1 after: worker w-2 (rank 1) lost: ", kClosed)));
+                  "restart 1 of 1 after: worker w-2 (rank 1) lost: ",
+                  kClosed)));
   ASSERT_EQ(restarted.members_size(), 1);  // no spare: the survivor alone
   EXPECT_EQ(restarted.members(0).worker_id(), a.id);
 }

@@ -41,7 +41,8 @@ class AttachTest : public ServicesTest {
   std::unique_ptr<Call> Accepted(const std::string& id) {
     std::unique_ptr<Call> call = Attach(id);
     v1::AttachResponse accepted;
-    EXPECT_TRUE(call->reader->Read(&accepted)) << call->reader->Finish().error_message();
+    EXPECT_TRUE(call->reader->Read(&accepted))
+        << call->reader->Finish().error_message();
     return call;
   }
 

@@ -145,7 +145,8 @@ TEST(FaultE2eTest, KilledBusyWorkerFailsItsJobPromptlyNamingIt) {
   ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(TwoWorkersLongTimeout()));
   ASSERT_OK_AND_ASSIGN(v1::Job job, cluster->Submit(LongJob(2)));
   ASSERT_TRUE(WaitForStep(*cluster, job.id(), 3)) << cluster->Logs();
-  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo victim, WorkerNamed(*cluster, "worker-1"));
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo victim,
+                       WorkerNamed(*cluster, "worker-1"));
   const absl::Time killed = absl::Now();
   ASSERT_OK(cluster->worker(1).Signal(SIGKILL));
   ASSERT_OK_AND_ASSIGN(v1::Job ended,
