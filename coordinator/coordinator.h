@@ -36,10 +36,14 @@
 //                       │  ╲                  │
 //                       │   DRAINING          │
 //                       ▼                     ▼
-//                      LOST: no heartbeat for worker_timeout, or the name
-//                            re-registered with a new incarnation. A LOST
-//                            worker's heartbeats get NotFound; it registers
-//                            again (same name -> same id "w-<n>").
+//                      LOST: its Attach stream closed (the process died:
+//                            its connection broke), no heartbeat for
+//                            worker_timeout (e.g. a frozen process or a
+//                            lost host), or the name re-registered with a
+//                            new incarnation. A LOST worker is never
+//                            scheduled; its heartbeats and attaches get
+//                            NotFound; it registers again (same name ->
+//                            same id "w-<n>").
 //
 // Job lifecycle (JobState), each edge an event with a reason and a time:
 //
@@ -67,7 +71,9 @@
 //   simply continue (see "Restart" below).
 //
 // Protocol seen from a worker:
-//   RegisterWorker; Heartbeat every heartbeat_interval. A heartbeat reply
+//   RegisterWorker; Attach (one stream held open for the membership's
+//   life: fast loss detection, see AttachWorker/WorkerDetached); Heartbeat
+//   every heartbeat_interval. A heartbeat reply
 //   carries directives in order: pending AbortJob / Drain first, then RunJob.
 //   RunJob is repeated on every heartbeat until the worker acknowledges it:
 //   by a heartbeat reporting that job and epoch (state BUSY), or by any
@@ -207,6 +213,28 @@ class Coordinator {
   };
   absl::StatusOr<SharedHeartbeat> HeartbeatShared(
       const v1::HeartbeatRequest& request);
+
+  // Opens an attachment of a registered worker: the server holds one per
+  // open Attach stream, and while it is the worker's current one, its end
+  // (WorkerDetached) makes the worker LOST at once. A new attachment
+  // replaces the one before; registering again clears it. Returns its id.
+  // InvalidArgument: worker_id is not a worker id, incarnation not 1..64
+  //   characters.
+  // NotFound: unknown worker id, LOST worker, or the incarnation was
+  //   replaced: register again.
+  absl::StatusOr<int64_t> AttachWorker(const v1::AttachRequest& request);
+
+  // Attachment `attachment_id` of (worker_id, incarnation) ended because the
+  // worker went away (its Attach stream's connection closed). If it is still
+  // the worker's current attachment, with that incarnation, and the worker
+  // is not LOST, the worker is LOST now, as after a heartbeat timeout ("its
+  // connection to the coordinator closed"): its job fails or restarts. A
+  // stale attachment (replaced, or the worker registered again since)
+  // changes nothing.
+  // Internal: the state database failed.
+  absl::Status WorkerDetached(absl::string_view worker_id,
+                              absl::string_view incarnation,
+                              int64_t attachment_id);
 
   // `worker` is a worker id ("w-7") or a worker name; an id wins.
   // NotFound: no such worker (the message names `worker`).

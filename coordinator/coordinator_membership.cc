@@ -1,5 +1,6 @@
-// The Coordinator's membership methods: registration, heartbeats (and the
-// directives they carry), drain, and the worker listing.
+// The Coordinator's membership methods: registration, attachments (fast
+// loss detection), heartbeats (and the directives they carry), drain, and
+// the worker listing.
 #include <string>
 #include <utility>
 
@@ -43,6 +44,47 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   return resp;
 }
 
+namespace {
+
+// Why `worker_id` (found as `w`, or null) may not heartbeat or attach.
+absl::Status NotCurrent(absl::string_view worker_id, const WorkerRec* w) {
+  return absl::NotFoundError(absl::StrCat(
+      "worker ", Clip(worker_id, 64),
+      w == nullptr ? " is unknown"
+                   : (w->lost ? " was declared lost" : " has a newer incarnation"),
+      "; register again"));
+}
+
+bool IsCurrent(const WorkerRec* w, absl::string_view incarnation) {
+  return w != nullptr && !w->lost && w->info.incarnation() == incarnation;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> Coordinator::AttachWorker(
+    const v1::AttachRequest& req) {
+  RETURN_IF_ERROR(WorkerRegistry::ValidateAttachment(req));
+  Locked lock(this);
+  WorkerRec* w = workers_.Find(req.worker_id());
+  if (!IsCurrent(w, req.incarnation())) return NotCurrent(req.worker_id(), w);
+  // Nothing durable: an attachment lives as long as its stream.
+  return workers_.Attach(*w);
+}
+
+absl::Status Coordinator::WorkerDetached(absl::string_view worker_id,
+                                         absl::string_view incarnation,
+                                         int64_t attachment_id) {
+  Locked lock(this);
+  WorkerRec* w = workers_.Find(worker_id);
+  if (!IsCurrent(w, incarnation) || w->attachment_id != attachment_id) {
+    return absl::OkStatus();  // a stale stream: nothing to do
+  }
+  MarkLost(*w, "its connection to the coordinator closed");
+  w->attachment_id = 0;
+  Schedule();  // a restarted job may have gone back to the queue
+  return lock.Commit();
+}
+
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
     const v1::HeartbeatRequest& req) {
   ASSIGN_OR_RETURN(SharedHeartbeat shared, HeartbeatShared(req));
@@ -61,14 +103,7 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
   RETURN_IF_ERROR(ValidateHeartbeat(req));
   Locked lock(this);
   WorkerRec* w = workers_.Find(req.worker_id());
-  if (w == nullptr || w->lost || w->info.incarnation() != req.incarnation()) {
-    return absl::NotFoundError(absl::StrCat(
-        "worker ", Clip(req.worker_id(), 64),
-        w == nullptr ? " is unknown"
-                     : (w->lost ? " was declared lost"
-                                : " has a newer incarnation"),
-        "; register again"));
-  }
+  if (!IsCurrent(w, req.incarnation())) return NotCurrent(req.worker_id(), w);
   const bool was_confirmed = w->confirmed;
   w->confirmed = true;
   w->heartbeated = true;

@@ -23,6 +23,15 @@ bool ValidWorkerName(absl::string_view name) {
   return true;
 }
 
+absl::Status ValidateIncarnation(absl::string_view incarnation) {
+  if (incarnation.empty() || incarnation.size() > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("incarnation: must be 1..64 characters, got ",
+                     incarnation.size()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void WorkerRec::Assign(int64_t job, int64_t job_epoch, int job_rank) {
@@ -45,11 +54,7 @@ absl::Status WorkerRegistry::ValidateRegistration(
     return absl::InvalidArgumentError(
         "name: must be 1..253 characters of [A-Za-z0-9._:-]");
   }
-  if (req.incarnation().empty() || req.incarnation().size() > 64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("incarnation: must be 1..64 characters, got ",
-                     req.incarnation().size()));
-  }
+  RETURN_IF_ERROR(ValidateIncarnation(req.incarnation()));
   if (req.address().size() > 261) {
     return absl::InvalidArgumentError("address: at most 261 characters");
   }
@@ -64,6 +69,18 @@ absl::Status WorkerRegistry::ValidateRegistration(
         absl::StrCat("device_kind: unknown value ", req.device_kind()));
   }
   return absl::OkStatus();
+}
+
+absl::Status WorkerRegistry::ValidateAttachment(const v1::AttachRequest& req) {
+  if (req.worker_id().empty()) {
+    return absl::InvalidArgumentError("worker_id: missing");
+  }
+  if (!ParseWorkerId(req.worker_id()).has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker_id: not a worker id (w-<n>): ",
+                     Clip(req.worker_id(), 64)));
+  }
+  return ValidateIncarnation(req.incarnation());
 }
 
 WorkerRec* WorkerRegistry::FindByName(absl::string_view name) {
@@ -99,7 +116,13 @@ void WorkerRegistry::Register(WorkerRec& w,
   w.lost = false;
   w.confirmed = true;
   w.last_heartbeat = now;
+  w.attachment_id = 0;
   next_loss_check_ = std::min(next_loss_check_, now + options_.worker_timeout);
+}
+
+int64_t WorkerRegistry::Attach(WorkerRec& w) {
+  w.attachment_id = ++last_attachment_id_;
+  return w.attachment_id;
 }
 
 WorkerRec& WorkerRegistry::Restore(int64_t num, v1::WorkerInfo info,

@@ -17,6 +17,8 @@
 //     or page token.
 //   ResourceExhausted (Add): max_workers workers are registered.
 //   NotFound (Resolve): neither a worker id nor a name.
+//   InvalidArgument (ValidateAttachment): worker_id or incarnation missing
+//     or too long.
 #ifndef PSHARD_COORDINATOR_WORKER_REGISTRY_H_
 #define PSHARD_COORDINATOR_WORKER_REGISTRY_H_
 
@@ -65,6 +67,10 @@ struct WorkerRec {
   // AbortJob directives, delivered (and cleared) with the next heartbeat
   // reply.
   std::vector<v1::Directive> directives;
+  // The current Attach stream (Coordinator::AttachWorker), 0 when none;
+  // only its end makes the worker LOST. Registering clears it: a stream
+  // opened before belongs to a membership that has ended.
+  int64_t attachment_id = 0;
 
   // Takes `rank` of (job_num, epoch), not yet acknowledged.
   void Assign(int64_t job_num, int64_t epoch, int rank);
@@ -99,6 +105,7 @@ class WorkerRegistry {
       : options_(options), started_(started) {}
 
   static absl::Status ValidateRegistration(const v1::RegisterWorkerRequest& req);
+  static absl::Status ValidateAttachment(const v1::AttachRequest& req);
 
   // The worker named `name`, or null.
   WorkerRec* FindByName(absl::string_view name);
@@ -108,6 +115,9 @@ class WorkerRegistry {
   // confirmed and not lost, heard from now.
   void Register(WorkerRec& w, const v1::RegisterWorkerRequest& req,
                 absl::Time now);
+  // A new attachment of `w`, which replaces the one before; its id, unique
+  // for this registry's life.
+  int64_t Attach(WorkerRec& w);
   // A worker loaded from the state store: unconfirmed, heard of at `now`.
   WorkerRec& Restore(int64_t num, v1::WorkerInfo info, absl::Time now);
 
@@ -146,6 +156,7 @@ class WorkerRegistry {
   const WorkerRegistryOptions options_;
   const absl::Time started_;
   int64_t next_num_ = 0;
+  int64_t last_attachment_id_ = 0;
   std::map<int64_t, std::unique_ptr<WorkerRec>> workers_;
   absl::flat_hash_map<std::string, int64_t> by_name_;
   // No worker can be lost before this time.

@@ -85,6 +85,10 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   shut_down_ = true;
   // gRPC deadlines are wall-clock time whatever clock the coordinator runs
   // on (a test's fake clock never moves gRPC).
+  // First, so that Shutdown does not wait out the grace for streams that
+  // never end by themselves, and so that no worker is detached (made LOST)
+  // by its stream's cancellation.
+  worker_control_.attach_streams().Close();
   if (server_) {
     server_->Shutdown(absl::ToChronoTime(Clock::Real().Now() + grace));
   }

@@ -62,8 +62,12 @@ class CoordinatorServer {
   // The JobService (tests wait on its open WatchJob streams).
   JobServiceImpl& job_service() { return jobs_; }
 
-  // Stops accepting calls, cancels pending ones after `grace`, stops the
-  // ticker. Idempotent.
+  // The WorkerControl service's open Attach streams (tests wait on them).
+  AttachStreams& attach_streams() { return worker_control_.attach_streams(); }
+
+  // Ends the open Attach streams (their workers are not detached: they
+  // attach again to the next coordinator), stops accepting calls, cancels
+  // pending ones after `grace`, stops the ticker. Idempotent.
   void Shutdown(absl::Duration grace = absl::Seconds(1));
 
  private:

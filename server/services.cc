@@ -410,6 +410,11 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportCheckpoint(
   return Done(ctx, r.status());
 }
 
+grpc::ServerWriteReactor<v1::AttachResponse>* WorkerControlImpl::Attach(
+    grpc::CallbackServerContext*, const v1::AttachRequest* req) {
+  return attach_streams_.Start(*req);
+}
+
 grpc::ServerUnaryReactor* WorkerControlImpl::ReportResult(
     grpc::CallbackServerContext* ctx, const v1::ReportResultRequest* req,
     v1::ReportResultResponse*) {

@@ -9,7 +9,8 @@
 // second at a time and is capped at max_watchers concurrent streams so it
 // cannot take the sync pool). WorkerControl uses the callback API: KvGet and
 // GetAssignment park a callback in the Coordinator instead of a thread, so
-// thousands of ranks can wait at once.
+// thousands of ranks can wait at once, and an open Attach stream holds no
+// thread at all.
 #ifndef PSHARD_SERVER_SERVICES_H_
 #define PSHARD_SERVER_SERVICES_H_
 
@@ -27,6 +28,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
+#include "server/attach_streams.h"
 #include "pshard/v1/cluster.grpc.pb.h"
 #include "pshard/v1/job.grpc.pb.h"
 #include "pshard/v1/shard.grpc.pb.h"
@@ -227,6 +229,13 @@ class WorkerControlImpl final
   grpc::ServerUnaryReactor* ReportCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::ReportCheckpointRequest* req,
       v1::ReportCheckpointResponse* resp) override;
+  // Held open for the worker's membership (attach_streams.h).
+  grpc::ServerWriteReactor<v1::AttachResponse>* Attach(
+      grpc::CallbackServerContext* ctx, const v1::AttachRequest* req) override;
+
+  // The open Attach streams; the server closes them first when it shuts
+  // down.
+  AttachStreams& attach_streams() { return attach_streams_; }
 
  private:
   // The deadline of a blocking wait, or InvalidArgument for a negative
@@ -243,6 +252,7 @@ class WorkerControlImpl final
   // epoch, wire::EncodeRunJobSpecTail).
   SliceCache<v1::ShardAssignment> assignments_{8};
   SliceCache<v1::JobSpec> tails_{16};
+  AttachStreams attach_streams_{c_};
 };
 
 }  // namespace server

@@ -1,12 +1,19 @@
 // End to end, faults: a worker killed mid-job fails the job within the
 // worker timeout and the survivors return to the pool (and can run the next
-// job); a cancelled job stops within about a heartbeat; SIGTERM ends a
-// worker cleanly. Nothing may hang: every wait below has a deadline.
+// job); a killed worker is LOST, and its job failed naming it, within
+// seconds even with a minute's worker timeout (its Attach stream closes); a
+// cancelled job stops within about a heartbeat; SIGTERM ends a worker
+// cleanly. Nothing may hang: every wait below has a deadline.
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cstdio>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/cluster.h"
 
@@ -80,6 +87,88 @@ TEST(FaultE2eTest, KilledWorkerFailsJobAndSurvivorsReturn) {
   ASSERT_OK_AND_ASSIGN(v1::Job done,
                        cluster->WaitForEnd(next.id(), absl::Seconds(30)));
   EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.reason() << cluster->Logs();
+}
+
+// Fast loss detection: with a worker timeout of a minute, only the killed
+// worker's Attach stream (its connection closing) can explain a loss seen
+// within seconds.
+ClusterOptions TwoWorkersLongTimeout() {
+  ClusterOptions options;
+  options.workers = 2;
+  options.worker_timeout = absl::Seconds(60);
+  return options;
+}
+
+absl::StatusOr<v1::WorkerInfo> WorkerNamed(Cluster& cluster,
+                                           const std::string& name) {
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers =
+      cluster.Workers(/*include_lost=*/true);
+  if (!workers.ok()) return workers.status();
+  for (const v1::WorkerInfo& w : *workers) {
+    if (w.name() == name) return w;
+  }
+  return absl::NotFoundError(absl::StrCat("no worker named ", name));
+}
+
+TEST(FaultE2eTest, KilledIdleWorkerIsLostAtOnce) {
+  ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(TwoWorkersLongTimeout()));
+  // An agent attaches the moment it has registered; a job run to the end
+  // first leaves seconds for that (no API shows an attachment).
+  ASSERT_OK_AND_ASSIGN(v1::Job warmup, cluster->Submit(ShortJob(2)));
+  ASSERT_OK_AND_ASSIGN(v1::Job done,
+                       cluster->WaitForEnd(warmup.id(), absl::Seconds(30)));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason() << cluster->Logs();
+  ASSERT_TRUE(cluster->WaitForIdle(2, absl::Seconds(10))) << cluster->Logs();
+  const absl::Time killed = absl::Now();
+  ASSERT_OK(cluster->worker(1).Signal(SIGKILL));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto w = WorkerNamed(*cluster, "worker-1");
+        return w.ok() && w->state() == v1::LOST;
+      },
+      absl::Seconds(20)))
+      << cluster->Logs();
+  const absl::Duration detection = absl::Now() - killed;
+  printf("kill -9 of an idle worker to LOST: %.0f ms\n",
+         absl::ToDoubleMilliseconds(detection));
+  EXPECT_LT(detection, absl::Seconds(10));
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo survivor,
+                       WorkerNamed(*cluster, "worker-0"));
+  EXPECT_EQ(survivor.state(), v1::IDLE);
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::WorkerInfo> live,
+                       cluster->Workers(/*include_lost=*/false));
+  ASSERT_EQ(live.size(), 1u);
+  EXPECT_EQ(live[0].name(), "worker-0");
+}
+
+TEST(FaultE2eTest, KilledBusyWorkerFailsItsJobPromptlyNamingIt) {
+  ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(TwoWorkersLongTimeout()));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, cluster->Submit(LongJob(2)));
+  ASSERT_TRUE(WaitForStep(*cluster, job.id(), 3)) << cluster->Logs();
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo victim,
+                       WorkerNamed(*cluster, "worker-1"));
+  const absl::Time killed = absl::Now();
+  ASSERT_OK(cluster->worker(1).Signal(SIGKILL));
+  ASSERT_OK_AND_ASSIGN(v1::Job ended,
+                       cluster->WaitForEnd(job.id(), absl::Seconds(20)));
+  const absl::Duration to_failed = absl::Now() - killed;
+  printf("kill -9 of a busy worker to its job FAILED: %.0f ms\n",
+         absl::ToDoubleMilliseconds(to_failed));
+  EXPECT_EQ(ended.state(), v1::FAILED);
+  EXPECT_LT(to_failed, absl::Seconds(10));
+  // Named first, whether the loss came before the survivor's own failure or
+  // within its blame window.
+  EXPECT_THAT(ended.reason(), ::testing::AnyOf(
+                                  ::testing::StartsWith(absl::StrCat(
+                                      "worker ", victim.id(), " (rank ")),
+                                  ::testing::StartsWith("rank ")));
+  EXPECT_THAT(ended.reason(), ::testing::HasSubstr(victim.id()));
+  EXPECT_THAT(ended.reason(),
+              ::testing::HasSubstr(
+                  "lost: its connection to the coordinator closed"))
+      << ended.reason();
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo lost, WorkerNamed(*cluster, "worker-1"));
+  EXPECT_EQ(lost.state(), v1::LOST);
 }
 
 TEST(FaultE2eTest, CancelStopsWorkersWithinAHeartbeat) {

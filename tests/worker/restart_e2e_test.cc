@@ -95,6 +95,38 @@ TEST(RestartE2eTest, KilledWorkerResumesFromTheLatestCheckpointBitIdentical) {
       << "the resumed job's parameters differ from the uninterrupted run's";
 }
 
+// Fast loss detection: with a worker timeout of a minute, the job trains
+// again within seconds (the killed worker's Attach stream closing), resumed
+// from its latest checkpoint, at world 2 and 4 with a spare each.
+class RestartAfterKillTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(RestartAfterKillTest, TrainsAgainWithoutWaitingForTheWorkerTimeout) {
+  const int world = GetParam();
+  ClusterOptions options;
+  options.workers = world + 1;
+  options.worker_timeout = absl::Seconds(60);
+  ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
+  v1::JobSpec spec = MlpSpec(absl::StrCat(cluster->dir(), "/out"));
+  spec.set_world_size(world);
+  spec.set_max_restarts(1);
+  spec.mutable_checkpoint()->set_dir(absl::StrCat(cluster->dir(), "/ckpt"));
+  spec.mutable_checkpoint()->set_every_steps(10);
+  spec.mutable_checkpoint()->set_keep_last(2);
+  absl::Duration to_training = absl::InfiniteDuration();
+  const v1::Job job = RunAndKillRank(*cluster, spec, 1, &to_training);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << cluster->Logs();
+  EXPECT_LT(to_training, absl::Seconds(10));
+  const auto restarts = RestartEvents(*cluster, job.id());
+  ASSERT_EQ(restarts.size(), 1u) << cluster->Logs();
+  EXPECT_EQ(restarts[0].world_size(), world);
+  EXPECT_TRUE(restarts[0].has_resumed_from());
+  EXPECT_THAT(restarts[0].cause(),
+              ::testing::HasSubstr(
+                  "lost: its connection to the coordinator closed"));
+}
+
+INSTANTIATE_TEST_SUITE_P(World, RestartAfterKillTest, ::testing::Values(2, 4));
+
 TEST(RestartE2eTest, NoSpareRestartsAtMinWorldSize) {
   ClusterOptions options;
   options.workers = 2;

@@ -28,7 +28,8 @@ bool HasCompleteCheckpoint(const v1::Job& job) {
   return false;
 }
 
-v1::Job RunAndKillRank(Cluster& cluster, const v1::JobSpec& spec, int rank) {
+v1::Job RunAndKillRank(Cluster& cluster, const v1::JobSpec& spec, int rank,
+                       absl::Duration* to_training) {
   absl::StatusOr<v1::Job> submitted = cluster.Submit(spec);
   EXPECT_OK(submitted);
   if (!submitted.ok()) return v1::Job();
@@ -74,10 +75,14 @@ v1::Job RunAndKillRank(Cluster& cluster, const v1::JobSpec& spec, int rank) {
       },
       absl::Seconds(30)))
       << cluster.Logs();
-  printf("kill -9 to training again (world_size %d, min_world_size %d): "
+  // Detection is the killed worker's Attach stream closing.
+  const absl::Duration elapsed = absl::Now() - killed;
+  if (to_training != nullptr) *to_training = elapsed;
+  printf("kill -9 to training again (world_size %d, min_world_size %d%s): "
          "%.0f ms\n",
          spec.world_size(), spec.min_world_size(),
-         absl::ToDoubleMilliseconds(absl::Now() - killed));
+         spec.has_checkpoint() ? ", checkpoints" : "",
+         absl::ToDoubleMilliseconds(elapsed));
   absl::StatusOr<v1::Job> ended = cluster.WaitForEnd(id, absl::Seconds(60));
   EXPECT_OK(ended);
   return ended.ok() ? *ended : v1::Job();

@@ -21,9 +21,11 @@ bool HasCompleteCheckpoint(const v1::Job& job);
 // Submits `spec`, SIGKILLs the worker of `rank` once the job is past step
 // 20 (and, when it checkpoints, has a complete checkpoint), waits until it
 // trains again in a new epoch, and returns the job as it ended. Prints the
-// time from the kill to training again (docs/BENCHMARKS.md). Test failures
-// are recorded with gtest's EXPECTs; the returned job is empty then.
-v1::Job RunAndKillRank(Cluster& cluster, const v1::JobSpec& spec, int rank);
+// time from the kill to training again (docs/BENCHMARKS.md), also set in
+// `*to_training` when given. Test failures are recorded with gtest's
+// EXPECTs; the returned job is empty then.
+v1::Job RunAndKillRank(Cluster& cluster, const v1::JobSpec& spec, int rank,
+                       absl::Duration* to_training = nullptr);
 
 // Submits `spec` and returns the job as it ended, once `idle_workers` are
 // idle again.

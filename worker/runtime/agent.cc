@@ -20,6 +20,7 @@ Agent::~Agent() { Stop(absl::CancelledError("worker shutting down")); }
 
 void Agent::Start() {
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  attach_thread_ = std::thread([this] { AttachLoop(); });
 }
 
 void Agent::Stop(const absl::Status& reason) {
@@ -36,6 +37,13 @@ void Agent::Stop(const absl::Status& reason) {
   }
   // The job reports its result (bounded by its RPC deadlines) and returns.
   if (job_thread.joinable()) job_thread.join();
+  // Detached last, so that the coordinator hears the job's result before
+  // the stream's end makes this worker LOST.
+  {
+    absl::MutexLock lock(&mu_);
+    if (attachment_ != nullptr) attachment_->Cancel();
+  }
+  if (attach_thread_.joinable()) attach_thread_.join();
 }
 
 bool Agent::WaitForDrained(absl::Duration timeout) {
@@ -84,6 +92,9 @@ absl::Status Agent::Register() {
   if (!response.ok()) return response.status();
   absl::MutexLock lock(&mu_);
   worker_id_ = response->worker_id();
+  ++registrations_;
+  // The stream of the registration before is stale now: attach again.
+  if (attachment_ != nullptr) attachment_->Cancel();
   if (response->has_heartbeat_interval()) {
     const absl::Duration interval = FromProto(response->heartbeat_interval());
     if (interval > absl::ZeroDuration()) interval_ = interval;
@@ -121,6 +132,57 @@ void Agent::HeartbeatLoop() {
     };
     options_.clock->AwaitWithTimeout(mu_, absl::Condition(&woken), wait);
     wake_ = false;
+  }
+}
+
+void Agent::AttachLoop() {
+  absl::Duration backoff = kAttachBackoffMin;
+  while (true) {
+    v1::AttachRequest request;
+    int64_t registration;
+    {
+      absl::MutexLock lock(&mu_);
+      auto registered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !worker_id_.empty();
+      };
+      if (!options_.clock->AwaitWithTimeout(mu_, absl::Condition(&registered),
+                                            kAttachBackoffMax)) {
+        continue;
+      }
+      if (stopping_) return;
+      request.set_worker_id(worker_id_);
+      request.set_incarnation(options_.incarnation);
+      registration = registrations_;
+    }
+    absl::StatusOr<std::unique_ptr<Attachment>> attachment =
+        control_->Attach(request, options_.rpc_timeout);
+    if (attachment.ok()) {
+      bool current;
+      {
+        absl::MutexLock lock(&mu_);
+        current = !stopping_ && registrations_ == registration;
+        if (current) attachment_ = attachment->get();
+      }
+      if (!current) continue;  // registered again meanwhile (or stopping)
+      backoff = kAttachBackoffMin;
+      // Held until it ends: the coordinator went away, or Stop or a new
+      // registration cancelled it. Each wait is bounded; the stream's end is
+      // certain once cancelled.
+      while (!(*attachment)->WaitForEnd(kAttachBackoffMax).has_value()) {
+      }
+      absl::MutexLock lock(&mu_);
+      attachment_ = nullptr;
+      if (stopping_) return;
+    }
+    // Broken or refused (NotFound: the heartbeat loop registers again):
+    // retry after the backoff, or at once after a new registration.
+    absl::MutexLock lock(&mu_);
+    auto retry_now = [this, registration]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || registrations_ != registration;
+    };
+    options_.clock->AwaitWithTimeout(mu_, absl::Condition(&retry_now),
+                                     backoff);
+    backoff = std::min(2 * backoff, kAttachBackoffMax);
   }
 }
 

@@ -23,6 +23,14 @@
 // without our record) makes the agent register again under the same name and
 // incarnation. Transient coordinator failures are retried on the next beat;
 // a running job is not disturbed by them.
+//
+// Once registered, the agent holds one WorkerControl.Attach stream open on
+// its own thread (fast loss detection: if this process dies, its connection
+// closes and the coordinator makes it LOST at once, instead of a heartbeat
+// timeout later). A stream that ends (the coordinator restarted) or is
+// refused is opened again after a backoff (kAttachBackoffMin doubling to
+// kAttachBackoffMax), and at once after each new registration, which also
+// ends the stream of the registration before.
 #ifndef PSHARD_WORKER_RUNTIME_AGENT_H_
 #define PSHARD_WORKER_RUNTIME_AGENT_H_
 
@@ -81,7 +89,12 @@ class Agent {
   // coordinator answers or Stop()).
   void Start();
 
-  // Aborts any job with `reason`, stops heartbeating and joins every thread.
+  // Between attempts to open the Attach stream.
+  static constexpr absl::Duration kAttachBackoffMin = absl::Milliseconds(100);
+  static constexpr absl::Duration kAttachBackoffMax = absl::Seconds(5);
+
+  // Aborts any job with `reason`, stops heartbeating and attaching, and joins
+  // every thread.
   void Stop(const absl::Status& reason);
 
   // Blocks until a Drain directive (reserved, see above) has been carried
@@ -93,6 +106,8 @@ class Agent {
 
  private:
   void HeartbeatLoop();
+  // Holds the Attach stream open until Stop (see the header comment).
+  void AttachLoop();
   absl::Status Register();
   void Beat();
   void StartJob(const v1::RunJobDirective& directive)
@@ -119,8 +134,14 @@ class Agent {
   // Set when a job ends, so that the next heartbeat goes at once.
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   int64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;
+  // Successful registrations so far; an attachment belongs to one.
+  int64_t registrations_ ABSL_GUARDED_BY(mu_) = 0;
+  // The open Attach stream (owned by AttachLoop), for Stop and Register to
+  // end; null when none.
+  Attachment* attachment_ ABSL_GUARDED_BY(mu_) = nullptr;
 
   std::thread heartbeat_thread_;
+  std::thread attach_thread_;
 };
 
 }  // namespace pshard::worker

@@ -145,6 +145,28 @@ TEST_F(AgentTest, NotFoundMakesItRegisterAgain) {
       [&] { return agent_->Status().worker_id() == before.id(); },
       absl::Seconds(10)))
       << agent_->Status().worker_id();
+  // The new registration is attached too.
+  EXPECT_TRUE(control_->WaitForAttachments(2, absl::Seconds(10)));
+}
+
+// The agent holds an Attach stream; when it stops, the stream ends and the
+// coordinator makes the worker LOST at once (the fake clock never moves, so
+// no heartbeat timeout can explain it).
+TEST_F(AgentTest, AttachesAndItsEndMakesTheWorkerLost) {
+  ASSERT_TRUE(control_->WaitForAttachments(1, absl::Seconds(10)));
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo attached,
+                       coordinator_->GetWorker("alpha"));
+  EXPECT_EQ(attached.state(), v1::IDLE);
+  const absl::Time start = absl::Now();
+  agent_->Stop(absl::CancelledError("test over"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        absl::StatusOr<v1::WorkerInfo> w = coordinator_->GetWorker("alpha");
+        return w.ok() && w->state() == v1::LOST;
+      },
+      absl::Seconds(10)));
+  EXPECT_EQ(control_->attachments(), 1);
 }
 
 // The coordinator does not send Drain (DrainWorker only stops scheduling),

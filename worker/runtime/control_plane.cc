@@ -1,13 +1,102 @@
 #include "worker/runtime/control_plane.h"
 
 #include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 
 namespace pshard::worker {
 namespace {
+
+// An Attach stream over gRPC's callback API: the reactor reads the
+// acceptance, then waits for the stream's end with one more read (the
+// coordinator sends nothing else). It deletes itself in OnDone; what the
+// Attachment and the reactor both need lives in the shared State, so
+// neither outlives what it uses.
+class GrpcAttachment final : public Attachment {
+ public:
+  struct State {
+    grpc::ClientContext context;
+    absl::Mutex mu;
+    bool accepted ABSL_GUARDED_BY(mu) = false;
+    std::optional<absl::Status> ended ABSL_GUARDED_BY(mu);
+  };
+
+  class Reactor final : public grpc::ClientReadReactor<v1::AttachResponse> {
+   public:
+    Reactor(v1::WorkerControl::Stub* stub, const v1::AttachRequest& request,
+            std::shared_ptr<State> state, std::string what)
+        : request_(request), state_(std::move(state)), what_(std::move(what)) {
+      stub->async()->Attach(&state_->context, &request_, this);
+      StartRead(&response_);
+      StartCall();
+    }
+
+    void OnReadDone(bool ok) override {
+      if (!ok) return;  // the stream ends; OnDone follows
+      {
+        absl::MutexLock lock(&state_->mu);
+        state_->accepted = true;
+      }
+      StartRead(&response_);  // completes when the stream ends
+    }
+
+    void OnDone(const grpc::Status& status) override {
+      {
+        absl::MutexLock lock(&state_->mu);
+        state_->ended = FromGrpcStatus(status, what_);
+      }
+      delete this;
+    }
+
+   private:
+    const v1::AttachRequest request_;
+    const std::shared_ptr<State> state_;
+    const std::string what_;
+    v1::AttachResponse response_;
+  };
+
+  explicit GrpcAttachment(std::shared_ptr<State> state)
+      : state_(std::move(state)) {}
+  ~GrpcAttachment() override { Cancel(); }
+
+  // Waits up to `timeout` for the acceptance: OK, or why the stream ended
+  // first, or DeadlineExceeded (the stream is then cancelled).
+  absl::Status AwaitAccepted(absl::Duration timeout, const std::string& what) {
+    absl::MutexLock lock(&state_->mu);
+    auto decided = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
+      return state_->accepted || state_->ended.has_value();
+    };
+    if (!state_->mu.AwaitWithTimeout(absl::Condition(&decided), timeout)) {
+      state_->context.TryCancel();
+      return absl::DeadlineExceededError(absl::StrCat(
+          what, ": not accepted within ", absl::FormatDuration(timeout)));
+    }
+    return state_->accepted ? absl::OkStatus() : *state_->ended;
+  }
+
+  std::optional<absl::Status> WaitForEnd(absl::Duration timeout) override {
+    absl::MutexLock lock(&state_->mu);
+    auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
+      return state_->ended.has_value();
+    };
+    state_->mu.AwaitWithTimeout(absl::Condition(&ended), timeout);
+    return state_->ended;
+  }
+
+  void Cancel() override { state_->context.TryCancel(); }
+
+ private:
+  const std::shared_ptr<State> state_;
+};
 
 class GrpcControlPlane : public ControlPlane {
   using Stub = v1::WorkerControl::Stub;
@@ -67,6 +156,17 @@ class GrpcControlPlane : public ControlPlane {
       const v1::ReportCheckpointRequest& request,
       absl::Duration deadline) override {
     return Call("ReportCheckpoint", &Stub::ReportCheckpoint, request, deadline);
+  }
+
+  absl::StatusOr<std::unique_ptr<Attachment>> Attach(
+      const v1::AttachRequest& request, absl::Duration deadline) override {
+    const std::string what = absl::StrCat("Attach to ", address_);
+    auto state = std::make_shared<GrpcAttachment::State>();
+    new GrpcAttachment::Reactor(stub_.get(), request, state, what);
+    auto attachment = std::make_unique<GrpcAttachment>(std::move(state));
+    absl::Status accepted = attachment->AwaitAccepted(deadline, what);
+    if (!accepted.ok()) return accepted;
+    return attachment;
   }
 
  private:

@@ -6,6 +6,7 @@
 #define PSHARD_WORKER_RUNTIME_CONTROL_PLANE_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -33,6 +34,25 @@ class AssignmentRpcs {
       const v1::GetAssignmentRequest& request, absl::Duration deadline) = 0;
 };
 
+// An accepted WorkerControl.Attach stream (fast loss detection: the
+// coordinator makes the worker LOST the moment the stream's connection
+// closes). It stays open until the coordinator ends it (it shuts down or
+// restarts) or Cancel. Thread-safe.
+class Attachment {
+ public:
+  // Cancels the stream if it is still open.
+  virtual ~Attachment() = default;
+
+  // Waits up to `timeout` (real time) for the stream to end: why it ended
+  // (Unavailable when the coordinator went away, Cancelled after Cancel), or
+  // nullopt while it is open.
+  virtual std::optional<absl::Status> WaitForEnd(absl::Duration timeout) = 0;
+
+  // Ends the stream from this side, without blocking; WaitForEnd returns
+  // soon after.
+  virtual void Cancel() = 0;
+};
+
 class ControlPlane : public AssignmentRpcs {
  public:
   ~ControlPlane() override = default;
@@ -53,6 +73,11 @@ class ControlPlane : public AssignmentRpcs {
                                     absl::Duration deadline) = 0;
   virtual absl::StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(
       const v1::ReportCheckpointRequest& request, absl::Duration deadline) = 0;
+  // Opens an Attach stream; returns once the coordinator accepted it. Only
+  // the acceptance has `deadline`: the stream itself stays open.
+  // NotFound: unknown worker or replaced incarnation (register again).
+  virtual absl::StatusOr<std::unique_ptr<Attachment>> Attach(
+      const v1::AttachRequest& request, absl::Duration deadline) = 0;
 };
 
 // A ControlPlane over a gRPC channel to the coordinator's WorkerControl.

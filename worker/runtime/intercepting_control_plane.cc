@@ -98,6 +98,17 @@ InterceptingControlPlane::ReportCheckpoint(
   return response;
 }
 
+absl::StatusOr<std::unique_ptr<Attachment>> InterceptingControlPlane::Attach(
+    const v1::AttachRequest& request, absl::Duration deadline) {
+  absl::StatusOr<std::unique_ptr<Attachment>> attachment =
+      next_->Attach(request, deadline);
+  if (attachment.ok()) {
+    absl::MutexLock lock(&mu_);
+    ++attachments_;
+  }
+  return attachment;
+}
+
 void InterceptingControlPlane::AppendToNextRunJobReply(
     v1::Directive directive) {
   absl::MutexLock lock(&mu_);
@@ -112,6 +123,11 @@ void InterceptingControlPlane::set_assignment_epoch_offset(int64_t offset) {
 int InterceptingControlPlane::registrations() const {
   absl::MutexLock lock(&mu_);
   return registrations_;
+}
+
+int InterceptingControlPlane::attachments() const {
+  absl::MutexLock lock(&mu_);
+  return attachments_;
 }
 
 std::vector<v1::HeartbeatRequest> InterceptingControlPlane::heartbeat_log()
@@ -148,6 +164,11 @@ bool InterceptingControlPlane::WaitFor(const int* count, int n,
 bool InterceptingControlPlane::WaitForRegistrations(
     int n, absl::Duration timeout) const {
   return WaitFor(&registrations_, n, timeout);
+}
+
+bool InterceptingControlPlane::WaitForAttachments(
+    int n, absl::Duration timeout) const {
+  return WaitFor(&attachments_, n, timeout);
 }
 
 bool InterceptingControlPlane::WaitForHeartbeats(int n,

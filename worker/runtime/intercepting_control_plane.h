@@ -47,6 +47,8 @@ class InterceptingControlPlane : public ControlPlane {
   absl::StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(
       const v1::ReportCheckpointRequest& request,
       absl::Duration deadline) override;
+  absl::StatusOr<std::unique_ptr<Attachment>> Attach(
+      const v1::AttachRequest& request, absl::Duration deadline) override;
 
   // ---- Faults ----
   // Appends `directive` to the first heartbeat reply from now on that
@@ -57,6 +59,8 @@ class InterceptingControlPlane : public ControlPlane {
 
   // ---- Observations ----
   int registrations() const;
+  // Attach calls that the coordinator accepted.
+  int attachments() const;
   std::vector<v1::HeartbeatRequest> heartbeat_log() const;
   std::vector<v1::ReportProgressRequest> progress() const;
   std::vector<v1::ReportResultRequest> results() const;
@@ -64,6 +68,7 @@ class InterceptingControlPlane : public ControlPlane {
   // Wait (real time, up to `timeout`) until at least `n` such calls have
   // started; false on timeout.
   bool WaitForRegistrations(int n, absl::Duration timeout) const;
+  bool WaitForAttachments(int n, absl::Duration timeout) const;
   bool WaitForHeartbeats(int n, absl::Duration timeout) const;
   bool WaitForKvGets(int n, absl::Duration timeout) const;
   bool WaitForProgress(int n, absl::Duration timeout) const;
@@ -77,6 +82,7 @@ class InterceptingControlPlane : public ControlPlane {
   std::optional<v1::Directive> append_to_run_job_ ABSL_GUARDED_BY(mu_);
   int64_t epoch_offset_ ABSL_GUARDED_BY(mu_) = 0;
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
+  int attachments_ ABSL_GUARDED_BY(mu_) = 0;
   int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
   int kv_gets_ ABSL_GUARDED_BY(mu_) = 0;
   int progress_count_ ABSL_GUARDED_BY(mu_) = 0;

@@ -95,6 +95,10 @@ class ProgressControlPlane : public ControlPlane {
       const v1::ReportCheckpointRequest&, absl::Duration) override {
     return Unexpected();
   }
+  absl::StatusOr<std::unique_ptr<Attachment>> Attach(
+      const v1::AttachRequest&, absl::Duration) override {
+    return Unexpected();
+  }
 
  private:
   static absl::Status Unexpected() {
