@@ -124,6 +124,8 @@ TEST_F(ProgramE2eTest, TwoRanksSucceedWithTheAgentsEnvironment) {
     EXPECT_EQ(env["PSHARD_COORDINATOR"], cluster_->address());
     EXPECT_EQ(env["PSHARD_JOB_ID"], job.id());
     EXPECT_EQ(env["PSHARD_EPOCH"], absl::StrCat(ended.epoch()));
+    EXPECT_EQ(env["PSHARD_RESTART_COUNT"], "0");
+    EXPECT_EQ(env.count("PSHARD_RESUME_FROM"), 0u);
     EXPECT_EQ(env["PSHARD_RANK"], absl::StrCat(rank));
     EXPECT_EQ(env["PSHARD_WORLD_SIZE"], "2");
     EXPECT_THAT(env["PSHARD_WORKER_ID"], StartsWith("w-"));
@@ -267,6 +269,30 @@ TEST_F(ProgramE2eTest, RankExitingThreeFailsTheJobAndStopsTheOther) {
   EXPECT_TRUE(WaitForGone(child0, absl::Seconds(10))) << "child pid " << child0;
   EXPECT_FALSE(ProcessAlive(rank1));
   EXPECT_TRUE(cluster_->WaitForIdle(2, absl::Seconds(10))) << cluster_->Logs();
+}
+
+// A program that asks for restarts is restarted after its own failure and
+// told so: PSHARD_RESTART_COUNT counts the restarts (no checkpoint here, so
+// no PSHARD_RESUME_FROM).
+TEST_F(ProgramE2eTest, ARestartedProgramIsToldItsRestartCount) {
+  v1::JobSpec spec = Program(
+      "if [ \"$PSHARD_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ]; then exit 3; fi\n"
+      "env > \"$OUT/env-$RANK.tmp\" && mv \"$OUT/env-$RANK.tmp\" "
+      "\"$OUT/env-$RANK\"\n");
+  spec.set_max_restarts(1);
+  spec.set_restart_on_program_failure(true);
+  ASSERT_OK_AND_ASSIGN(v1::Job job, cluster_->Submit(spec));
+  ASSERT_OK_AND_ASSIGN(v1::Job ended,
+                       cluster_->WaitForEnd(job.id(), absl::Seconds(60)));
+  ASSERT_EQ(ended.state(), v1::SUCCEEDED) << ended.reason() << cluster_->Logs();
+  EXPECT_EQ(ended.restarts(), 1);
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank));
+    auto env = ParseEnv(ReadFile(absl::StrCat(out_, "/env-", rank)));
+    EXPECT_EQ(env["PSHARD_RESTART_COUNT"], "1");
+    EXPECT_EQ(env["PSHARD_EPOCH"], absl::StrCat(ended.epoch()));
+    EXPECT_EQ(env.count("PSHARD_RESUME_FROM"), 0u);
+  }
 }
 
 TEST_F(ProgramE2eTest, CancelEndsEveryProgramWithinTheGracePeriod) {

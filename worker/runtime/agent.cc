@@ -275,6 +275,7 @@ void Agent::StartJob(const v1::RunJobDirective& directive) {
     options.log_dir = options_.program_log_dir;
     options.log_max_bytes = options_.program_log_max_bytes;
     options.rpc_timeout = options_.rpc_timeout;
+    options.result_retry_for = options_.result_retry_for;
     options.clock = options_.clock;
     job_ = std::make_unique<ProgramJob>(control_, directive, options);
   } else {

@@ -136,6 +136,13 @@ std::vector<std::string> ProgramJob::Environment(
   for (const auto& [name, value] : agent) {
     env.push_back(absl::StrCat(name, "=", value));
   }
+  // A restarted program is told how often, and where to resume from (the
+  // step directory its epoch starts after) when there is a checkpoint.
+  env.push_back(absl::StrCat("PSHARD_RESTART_COUNT=", directive.restart_count()));
+  if (directive.has_resume() && !directive.resume().path().empty()) {
+    env.push_back(absl::StrCat("PSHARD_RESUME_FROM=", directive.resume().path()));
+    env.push_back(absl::StrCat("PSHARD_RESUME_STEP=", directive.resume().step()));
+  }
   return env;
 }
 
@@ -178,8 +185,9 @@ absl::Status ProgramJob::Run() {
       ResultSource{directive_.job_id(), directive_.epoch(), directive_.rank(),
                    options_.worker_id},
       status.ok(), status.message(), FailureCauseOf(status), /*final_step=*/0,
-      /*output_path=*/"",
-      options_.rpc_timeout, *options_.clock);
+      /*output_path=*/"", options_.rpc_timeout, *options_.clock,
+      ResultRetry{options_.result_retry_for,
+                  [this] { return !CheckAborted().ok(); }});
   return status;
 }
 

@@ -57,6 +57,9 @@ struct ProgramJobOptions {
   int64_t log_max_bytes = int64_t{64} << 20;
   // Deadline of control RPCs that do not wait on purpose.
   absl::Duration rpc_timeout = absl::Seconds(10);
+  // How long the program's result is retried while the coordinator cannot
+  // be reached (ResultRetry, as JobRunnerOptions::result_retry_for).
+  absl::Duration result_retry_for = absl::Minutes(10);
   // The grace period and every wait's deadline. Must outlive the job.
   const Clock* clock = &Clock::Real();
 };

@@ -1,6 +1,7 @@
 #include "worker/runtime/result_reporter.h"
 
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -86,6 +87,10 @@ class ResultControlPlane : public ControlPlane {
   }
   absl::StatusOr<v1::ShardAssignment> GetAssignment(
       const v1::GetAssignmentRequest&, absl::Duration) override {
+    return absl::UnimplementedError("");
+  }
+  absl::StatusOr<std::unique_ptr<Attachment>> Attach(const v1::AttachRequest&,
+                                                     absl::Duration) override {
     return absl::UnimplementedError("");
   }
 
