@@ -29,23 +29,9 @@ using ::testing::HasSubstr;
 
 // About 0.9 MB of parameters and Adam state per checkpoint.
 v1::JobSpec MlpSpec(const std::string& output_dir) {
-  v1::JobSpec spec;
-  spec.set_name("mlp-disk-full");
-  spec.set_world_size(2);
-  auto* mlp = spec.mutable_mlp();
-  mlp->set_input_dim(32);
-  mlp->add_hidden_dims(256);
-  mlp->add_hidden_dims(256);
-  mlp->set_output_dim(8);
-  mlp->set_batch_size(32);
-  spec.set_bucket_cap_mb(0.1);
-  spec.set_steps(60);
-  spec.set_seed(4);
-  spec.set_collective_timeout_seconds(20);
-  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
-  spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(0.001);
-  spec.set_output_dir(output_dir);
-  return spec;
+  return MlpJobSpec(
+      {"mlp-disk-full", {256, 256}, 32, 0.1, 60, 4, 0.001, 20},
+      output_dir);
 }
 
 // A mount namespace of this thread's own (its children inherit it), with

@@ -24,24 +24,9 @@ namespace {
 constexpr int64_t kSteps = 1000;
 
 v1::JobSpec MlpSpec(const std::string& output_dir) {
-  v1::JobSpec spec;
-  spec.set_name("mlp-coordinator-kill");
-  spec.set_world_size(2);
-  auto* mlp = spec.mutable_mlp();
-  mlp->set_input_dim(32);
-  mlp->add_hidden_dims(512);
-  mlp->add_hidden_dims(512);
-  mlp->set_output_dim(8);
-  mlp->set_batch_size(64);
-  spec.set_bucket_cap_mb(0.01);
-  spec.set_steps(kSteps);
-  spec.set_seed(9);
-  spec.set_progress_every(1);
-  spec.set_collective_timeout_seconds(30);
-  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
-  spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(0.003);
-  spec.set_output_dir(output_dir);
-  return spec;
+  return MlpJobSpec(
+      {"mlp-coordinator-kill", {512, 512}, 64, 0.01, kSteps, 9, 0.003, 30, 1},
+      output_dir);
 }
 
 TEST(CoordinatorKillCheckpointE2eTest, EveryCheckpointIsCompleteOrAbsent) {

@@ -17,22 +17,9 @@ namespace {
 constexpr int64_t kSteps = 300;
 
 v1::JobSpec MlpSpec(const std::string& output_dir) {
-  v1::JobSpec spec;
-  spec.set_name("mlp-outage");
-  spec.set_world_size(2);
-  auto* mlp = spec.mutable_mlp();
-  mlp->set_input_dim(32);
-  mlp->add_hidden_dims(64);
-  mlp->set_output_dim(8);
-  mlp->set_batch_size(32);
-  spec.set_bucket_cap_mb(0.01);
-  spec.set_steps(kSteps);
-  spec.set_seed(12);
-  spec.set_collective_timeout_seconds(30);
-  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
-  spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(0.003);
-  spec.set_output_dir(output_dir);
-  return spec;
+  return MlpJobSpec(
+      {"mlp-outage", {64}, 32, 0.01, kSteps, 12, 0.003, 30},
+      output_dir);
 }
 
 TEST(CoordinatorOutageE2eTest, AJobThatEndsWhileTheCoordinatorIsDownSucceeds) {

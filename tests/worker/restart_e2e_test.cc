@@ -15,24 +15,9 @@ namespace pshard::testing {
 namespace {
 
 v1::JobSpec MlpSpec(const std::string& output_dir) {
-  v1::JobSpec spec;
-  spec.set_name("mlp-restart");
-  spec.set_world_size(2);
-  auto* mlp = spec.mutable_mlp();
-  mlp->set_input_dim(32);
-  mlp->add_hidden_dims(64);
-  mlp->add_hidden_dims(64);
-  mlp->set_output_dim(8);
-  mlp->set_batch_size(64);
-  spec.set_bucket_cap_mb(0.01);
-  spec.set_steps(400);
-  spec.set_seed(3);
-  spec.set_progress_every(1);
-  spec.set_collective_timeout_seconds(20);
-  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
-  spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(0.003);
-  spec.set_output_dir(output_dir);
-  return spec;
+  return MlpJobSpec(
+      {"mlp-restart", {64, 64}, 64, 0.01, 400, 3, 0.003, 20, 1},
+      output_dir);
 }
 
 // The job as it ends when nothing is killed (its 3 workers idle again).

@@ -10,6 +10,26 @@
 
 namespace pshard::testing {
 
+v1::JobSpec MlpJobSpec(const MlpJob& job, const std::string& output_dir) {
+  v1::JobSpec spec;
+  spec.set_name(job.name);
+  spec.set_world_size(2);
+  auto* mlp = spec.mutable_mlp();
+  mlp->set_input_dim(32);
+  for (int d : job.hidden_dims) mlp->add_hidden_dims(d);
+  mlp->set_output_dim(8);
+  mlp->set_batch_size(job.batch_size);
+  spec.set_bucket_cap_mb(job.bucket_cap_mb);
+  spec.set_steps(job.steps);
+  spec.set_seed(job.seed);
+  if (job.progress_every > 0) spec.set_progress_every(job.progress_every);
+  spec.set_collective_timeout_seconds(job.collective_timeout_seconds);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
+  spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(job.lr);
+  spec.set_output_dir(output_dir);
+  return spec;
+}
+
 int WorkerIndexOfRank(Cluster& cluster, const v1::Job& job, int rank) {
   for (int i = 0; i < cluster.num_workers(); ++i) {
     auto status = cluster.WorkerStatus(i);

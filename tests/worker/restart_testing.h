@@ -4,6 +4,7 @@
 #ifndef PSHARD_TESTS_WORKER_RESTART_TESTING_H_
 #define PSHARD_TESTS_WORKER_RESTART_TESTING_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,21 @@
 #include "tests/testing/cluster.h"
 
 namespace pshard::testing {
+
+// A 2-rank `mlp` job (32 inputs, 8 outputs) with Adam, in the sizes the
+// restart tests vary; fields left 0 stay unset in the spec.
+struct MlpJob {
+  std::string name;
+  std::vector<int> hidden_dims;
+  int batch_size = 0;
+  double bucket_cap_mb = 0;
+  int64_t steps = 0;
+  uint64_t seed = 0;
+  double lr = 0;
+  int collective_timeout_seconds = 0;
+  int progress_every = 0;
+};
+v1::JobSpec MlpJobSpec(const MlpJob& job, const std::string& output_dir);
 
 // The index of the cluster worker holding `rank` of the job; -1 if none.
 int WorkerIndexOfRank(Cluster& cluster, const v1::Job& job, int rank);

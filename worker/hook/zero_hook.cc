@@ -307,8 +307,8 @@ absl::Status ZeroHook::LoadOwnedOptimizerState() {
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
     if (assignment_.owners[pieces_[p].bucket] != comm_->rank()) continue;
     // The fresh state names the spans and the tensors each keeps.
-    ASSIGN_OR_RETURN(BucketState piece, optimizer_->ExportState(p));
-    for (const SpanState& span : piece.spans) {
+    ASSIGN_OR_RETURN(BucketStateView piece, optimizer_->ViewState(p));
+    for (const SpanStateView& span : piece.spans) {
       if (!loaded.insert(span.name).second) continue;
       std::vector<std::string> names;
       for (const auto& tensor : span.tensors) names.push_back(tensor.first);
