@@ -14,9 +14,13 @@
 namespace pshard::testing {
 namespace {
 
+// Long enough (about 2 s here) that the kill after step 20 cannot miss the
+// job on a loaded CI machine; 400 steps once could.
+constexpr int64_t kSteps = 1200;
+
 v1::JobSpec MlpSpec(const std::string& output_dir) {
   return MlpJobSpec(
-      {"mlp-restart", {64, 64}, 64, 0.01, 400, 3, 0.003, 20, 1},
+      {"mlp-restart", {256, 256}, 64, 0.01, kSteps, 3, 0.003, 20, 1},
       output_dir);
 }
 
@@ -40,7 +44,7 @@ TEST(RestartE2eTest, KilledWorkerRestartsOnSurvivorAndSpareBitIdentical) {
   const v1::Job job = RunAndKillRank(*cluster, spec, 1);
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << cluster->Logs();
   EXPECT_EQ(job.restarts(), 1);
-  EXPECT_EQ(job.progress().step(), 400);
+  EXPECT_EQ(job.progress().step(), kSteps);
   EXPECT_EQ(job.members_size(), 2);
   const auto restarts = RestartEvents(*cluster, job.id());
   ASSERT_EQ(restarts.size(), 1u) << cluster->Logs();
