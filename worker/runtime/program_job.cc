@@ -17,6 +17,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/spec_fingerprint.h"
 #include "common/child_process.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
@@ -104,7 +105,7 @@ JobSnapshot ProgramJob::Snapshot() const {
   return snapshot;
 }
 
-std::vector<std::string> ProgramJob::Environment(
+absl::StatusOr<std::vector<std::string>> ProgramJob::Environment(
     const v1::JobSpec& spec, const v1::RunJobDirective& directive,
     const ProgramJobOptions& options, const std::string& master) {
   std::vector<std::string> env;
@@ -142,6 +143,22 @@ std::vector<std::string> ProgramJob::Environment(
   if (directive.has_resume() && !directive.resume().path().empty()) {
     env.push_back(absl::StrCat("PSHARD_RESUME_FROM=", directive.resume().path()));
     env.push_back(absl::StrCat("PSHARD_RESUME_STEP=", directive.resume().step()));
+  }
+  // What pshardSaveCheckpoint/pshardLoadCheckpoint need: where the job's
+  // checkpoints go, how often the spec asks for one, and the fingerprint
+  // every shard's manifest carries and every resume checks.
+  if (spec.has_checkpoint()) {
+    ASSIGN_OR_RETURN(const std::string fingerprint,
+                     checkpoint::SpecFingerprint(spec));
+    env.push_back(absl::StrCat("PSHARD_CHECKPOINT_DIR=", spec.checkpoint().dir()));
+    env.push_back(absl::StrCat("PSHARD_CHECKPOINT_EVERY_STEPS=",
+                               spec.checkpoint().every_steps()));
+    env.push_back(absl::StrCat("PSHARD_CHECKPOINT_FINGERPRINT=", fingerprint));
+  } else if (directive.has_resume() && !directive.resume().path().empty()) {
+    // Initialised from a checkpoint (from_checkpoint) without writing any.
+    ASSIGN_OR_RETURN(const std::string fingerprint,
+                     checkpoint::SpecFingerprint(spec));
+    env.push_back(absl::StrCat("PSHARD_CHECKPOINT_FINGERPRINT=", fingerprint));
   }
   return env;
 }
@@ -227,7 +244,8 @@ absl::Status ProgramJob::RunProgram(const v1::JobSpec& spec) {
   child_options.argv.assign(program.argv().begin(), program.argv().end());
   child_options.search_path = true;
   child_options.output_fd = pipe_fds[1];
-  child_options.extra_env = Environment(spec, directive_, options_, master);
+  ASSIGN_OR_RETURN(child_options.extra_env,
+                   Environment(spec, directive_, options_, master));
   child_options.working_dir = program.working_dir();
   child_options.reap_descendants = true;
   child_options.clock = options_.clock;
