@@ -19,6 +19,7 @@
 #include "worker/runtime/checkpoint_saver.h"
 #include "worker/runtime/control_plane.h"
 #include "worker/runtime/coordinator_kv.h"
+#include "worker/runtime/program_failure.h"
 #include "worker/runtime/program_keys.h"
 #include "worker/runtime/progress_reporter.h"
 #include "worker/runtime/result_reporter.h"
@@ -135,6 +136,7 @@ absl::StatusOr<SessionEnvironment> ParseSessionEnvironment(
           "\""));
     }
     env.resume_from = OptionalVariable(getenv, "PSHARD_RESUME_FROM");
+    env.error_file = OptionalVariable(getenv, "PSHARD_ERROR_FILE");
   } else if (local != nullptr && *local != '\0') {
     env.local_store = local;
     ASSIGN_OR_RETURN(env.world_size,
@@ -288,7 +290,14 @@ absl::Status Session::CheckConfiguring() const {
 }
 
 absl::Status Session::Record(absl::Status status) {
-  if (IsSticky(status) && failure_.ok()) failure_ = status;
+  if (IsSticky(status) && failure_.ok()) {
+    failure_ = status;
+    // For the agent: a program that exits after this failure failed because
+    // of it (a lost peer is then the lost worker's fault, not the job's).
+    if (!env_.error_file.empty()) {
+      (void)WriteProgramFailure(env_.error_file, status);
+    }
+  }
   return status;
 }
 

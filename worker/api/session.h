@@ -79,6 +79,9 @@ struct SessionEnvironment {
   std::string checkpoint_fingerprint;
   // The step directory a restarted epoch resumes from (empty: none).
   std::string resume_from;
+  // Where the first collective failure is written for the agent
+  // (PSHARD_ERROR_FILE, program_failure.h; empty: nowhere).
+  std::string error_file;
 };
 
 // Reads the contract's variables through `getenv` (returns nullptr for an

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -21,6 +22,7 @@
 #include "common/child_process.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
+#include "worker/runtime/program_failure.h"
 #include "worker/runtime/program_log.h"
 #include "worker/runtime/result_reporter.h"
 
@@ -140,6 +142,9 @@ absl::StatusOr<std::vector<std::string>> ProgramJob::Environment(
   // A restarted program is told how often, and where to resume from (the
   // step directory its epoch starts after) when there is a checkpoint.
   env.push_back(absl::StrCat("PSHARD_RESTART_COUNT=", directive.restart_count()));
+  env.push_back(absl::StrCat(
+      "PSHARD_ERROR_FILE=",
+      ProgramFailurePath(options.log_dir, directive.job_id(), directive.rank())));
   if (directive.has_resume() && !directive.resume().path().empty()) {
     env.push_back(absl::StrCat("PSHARD_RESUME_FROM=", directive.resume().path()));
     env.push_back(absl::StrCat("PSHARD_RESUME_STEP=", directive.resume().step()));
@@ -239,6 +244,14 @@ absl::Status ProgramJob::RunProgram(const v1::JobSpec& spec) {
   const int read_fd = pipe_fds[0];
   absl::Cleanup close_read = [read_fd] { close(read_fd); };
 
+  // This attempt's program writes its own failure afresh.
+  const std::string error_file =
+      ProgramFailurePath(options_.log_dir, directive_.job_id(), rank);
+  if (unlink(error_file.c_str()) != 0 && errno != ENOENT) {
+    return absl::InternalError(absl::StrCat("removing ", error_file, ": ",
+                                            std::strerror(errno)));
+  }
+
   ChildProcess::Options child_options;
   child_options.name = "program";
   child_options.argv.assign(program.argv().begin(), program.argv().end());
@@ -307,7 +320,20 @@ absl::Status ProgramJob::RunProgram(const v1::JobSpec& spec) {
     }
   }
   log->Append(absl::StrCat("[pshard: program ", child.DescribeExit(), "]\n"));
-  return ExitStatus(*child.wait_status());
+  absl::Status exit = ExitStatus(*child.wait_status());
+  // An exit that followed a lost peer is the peer's failure, not the
+  // program's: the coordinator then blames the lost worker and restarts.
+  if (!exit.ok()) {
+    if (std::optional<ProgramFailure> failure = ReadProgramFailure(error_file);
+        failure.has_value() && failure->cause == v1::FAILURE_CAUSE_PEER) {
+      return WithFailureCause(
+          absl::AbortedError(absl::StrCat(exit.message(), " after its pshard "
+                                          "session lost a peer: ",
+                                          failure->error)),
+          v1::FAILURE_CAUSE_PEER);
+    }
+  }
+  return exit;
 }
 
 }  // namespace pshard::worker
