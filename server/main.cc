@@ -35,6 +35,12 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "how often workers heartbeat");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(5),
           "a worker silent this long is LOST");
+ABSL_FLAG(absl::Duration, blame_window, absl::Seconds(2),
+          "how long a rank's failure caused by a peer (a closed connection, a "
+          "collective deadline) waits for that peer's worker to be found LOST, "
+          "which then takes the blame and the job restarts (max_restarts); 0: "
+          "the first failure reported decides. Set it above --worker_timeout "
+          "for frozen workers to be blamed too");
 
 namespace {
 
@@ -85,6 +91,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.recovery_grace = 2 * options.worker_timeout;
+  options.blame_window = absl::GetFlag(FLAGS_blame_window);
+  if (options.blame_window < absl::ZeroDuration()) {
+    fprintf(stderr, "pshard-coordinator: --blame_window must be >= 0\n");
+    return 2;
+  }
 
   const pshard::Clock& clock = pshard::Clock::Real();
   const std::string state_path = absl::GetFlag(FLAGS_state_path);
