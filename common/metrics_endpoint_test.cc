@@ -52,11 +52,13 @@ TEST(MetricsEndpointTest, ServesItsRegistryAndCollectorsOnAnyFreePort) {
 
 TEST(MetricsEndpointTest, BadOrTakenAddressesAreErrors) {
   EXPECT_THAT(MetricsEndpoint::Start("no-port"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host:port")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("want IPv4-address:port")));
   ASSERT_OK_AND_ASSIGN(auto first, MetricsEndpoint::Start("127.0.0.1:0"));
   EXPECT_THAT(
       MetricsEndpoint::Start(absl::StrCat("127.0.0.1:", first->port())),
       StatusIs(absl::StatusCode::kUnavailable, HasSubstr("metrics endpoint")));
+  EXPECT_THAT(MetricsEndpoint::Start("example.com:9100"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("IPv4")));
 }
 
 }  // namespace

@@ -102,6 +102,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -166,6 +167,17 @@ struct CoordinatorOptions {
   // coordinator's notifier thread instead of the caller's, so the RPC that
   // caused it answers at once.
   int max_inline_callbacks = 64;
+};
+
+// What the coordinator's metrics show (Coordinator::Stats): counts read
+// under its lock at a scrape.
+struct CoordinatorStats {
+  std::map<v1::JobState, int64_t> jobs_by_state;
+  // The oldest QUEUED job's time since submission (zero when none).
+  absl::Duration oldest_queued_wait;
+  std::map<v1::WorkerState, int64_t> workers_by_state;
+  // The longest time since a live (not LOST) worker was last heard from.
+  absl::Duration max_heartbeat_age;
 };
 
 class Coordinator {
@@ -420,6 +432,10 @@ class Coordinator {
   // Ends a pending wait without calling its callback. Safe to call for a
   // wait that has already completed.
   void CancelWait(WaitId id);
+
+  // Jobs and workers counted by state, for the metrics endpoint
+  // (coordinator_metrics.cc). O(jobs + workers) under the lock.
+  CoordinatorStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Fires what is due at clock->Now(): LOST workers (failing their jobs),
   // wait deadlines, throttled progress events, restart recovery.

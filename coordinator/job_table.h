@@ -178,6 +178,11 @@ class JobTable {
 
   size_t size() const { return jobs_.size(); }
 
+  // Every job, in number order (metrics).
+  void ForEach(absl::FunctionRef<void(const JobRec&)> visit) const {
+    for (const auto& [num, job] : jobs_) visit(*job);
+  }
+
  private:
   const JobTableLimits limits_;
   int64_t next_num_ = 0;

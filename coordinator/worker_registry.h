@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -151,6 +152,11 @@ class WorkerRegistry {
                                   absl::Time now) const;
 
   size_t size() const { return workers_.size(); }
+
+  // Every worker, in number order (metrics).
+  void ForEach(absl::FunctionRef<void(const WorkerRec&)> visit) const {
+    for (const auto& [num, worker] : workers_) visit(*worker);
+  }
 
  private:
   const WorkerRegistryOptions options_;

@@ -19,6 +19,7 @@
 #include "grpcpp/channel.h"
 #include "grpcpp/support/client_interceptor.h"
 #include "grpcpp/server.h"
+#include "prometheus/registry.h"
 #include "server/services.h"
 
 namespace pshard {
@@ -34,6 +35,9 @@ struct ServerOptions {
   int max_sync_threads = 64;
   // How often Coordinator::Tick runs.
   absl::Duration tick_interval = absl::Milliseconds(50);
+  // When set, every RPC is counted and timed into it (common/rpc_metrics.h);
+  // it must outlive the server.
+  prometheus::Registry* metrics = nullptr;
   ServiceOptions services;
 };
 

@@ -171,7 +171,13 @@ absl::Status JobRunner::RunSteps() {
     if (saver == nullptr) continue;
     saver->Poll();
     // A failed checkpoint is reported; training goes on.
-    if (CheckpointSaver::Due(spec, step)) (void)saver->Start(step, *engine);
+    if (CheckpointSaver::Due(spec, step)) {
+      const absl::Time start = options_.clock->Now();
+      (void)saver->Start(step, *engine);
+      if (options_.metrics != nullptr) {
+        options_.metrics->ObserveCheckpointStall(options_.clock->Now() - start);
+      }
+    }
   }
   if (saver != nullptr) saver->Finish(timeout);
   if (reporter != nullptr) reporter->Flush(options_.rpc_timeout);
@@ -205,7 +211,17 @@ absl::Status JobRunner::RunStep(StepEngine& engine, const v1::JobSpec& spec,
   {
     absl::MutexLock lock(&mu_);
     snapshot_.step = step;
-    if (step == first_step_) FillOwnedShards(engine.hook(), directive_.rank(), snapshot_);
+    if (step == first_step_) {
+      FillOwnedShards(engine.hook(), directive_.rank(), snapshot_);
+      if (options_.metrics != nullptr) {
+        options_.metrics->SetOptimizerStateBytes(snapshot_.optimizer_state_bytes);
+      }
+    }
+  }
+  if (options_.metrics != nullptr) {
+    const int64_t bytes_sent = engine.communicator().bytes_sent();
+    options_.metrics->ObserveStep(step_time, bytes_sent - bytes_sent_before_);
+    bytes_sent_before_ = bytes_sent;
   }
   if (reporter == nullptr || !report) return absl::OkStatus();
   v1::JobProgress progress;
