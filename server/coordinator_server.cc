@@ -21,7 +21,11 @@ CoordinatorServer::CoordinatorServer(coordinator::Coordinator* coordinator,
       jobs_(coordinator, clock, options_.services),
       shards_(coordinator),
       cluster_(coordinator),
-      worker_control_(coordinator, clock, options_.services) {}
+      worker_control_(coordinator, clock, options_.services),
+      reflection_v1_({v1::JobService::service_full_name(),
+                      v1::ShardService::service_full_name(),
+                      v1::ClusterService::service_full_name(),
+                      v1::WorkerControl::service_full_name()}) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     coordinator::Coordinator* coordinator, const Clock* clock,
@@ -41,6 +45,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(&s->shards_);
   builder.RegisterService(&s->cluster_);
   builder.RegisterService(&s->worker_control_);
+  builder.RegisterService(&s->reflection_v1_);
   if (s->options_.metrics != nullptr) {
     std::vector<
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>

@@ -20,6 +20,7 @@
 #include "grpcpp/support/client_interceptor.h"
 #include "grpcpp/server.h"
 #include "prometheus/registry.h"
+#include "server/reflection_v1.h"
 #include "server/services.h"
 
 namespace pshard {
@@ -84,6 +85,7 @@ class CoordinatorServer {
   ShardServiceImpl shards_;
   ClusterServiceImpl cluster_;
   WorkerControlImpl worker_control_;
+  ReflectionV1Service reflection_v1_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   absl::Notification stop_;

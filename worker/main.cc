@@ -25,6 +25,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "common/clock.h"
 #include "common/port_file.h"
+#include "server/reflection_v1.h"
 #include "worker/gpu/backend_choice.h"
 #include "worker/gpu/device.h"
 #include "worker/runtime/agent.h"
@@ -255,6 +256,9 @@ int main(int argc, char** argv) {
       },
       &logs);
   builder.RegisterService(&service);
+  pshard::server::ReflectionV1Service reflection_v1(
+      {pshard::v1::WorkerStatus::service_full_name()});
+  builder.RegisterService(&reflection_v1);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     std::fprintf(stderr, "pshard-worker: cannot listen on %s\n", listen.c_str());
