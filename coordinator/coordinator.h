@@ -21,14 +21,18 @@
 // mutex, and then the batches sealed so far are written in order, in one
 // transaction, by whichever waiting method gets there first. So a slow disk
 // delays the methods that changed state, not the heartbeats and status reads
-// meanwhile. Each method is one locked
-// section: lock, check and change, seal; then, as the section's epilogue
-// after the unlock, wait for the write (see GroupCommit) and reply; the lock
-// is never released in the middle of a change. A method that changed nothing
-// still waits until every earlier batch is written, so no reply depends on
-// state that a crash could lose; only the read-only status methods (GetJob,
-// ListJobs, ListWorkers, GetShardAssignment, GetEvents) may show a change
-// a few hundred microseconds before it is durable.
+// meanwhile. Each method is one locked section: lock, check and change,
+// seal; then, as the section's epilogue after the unlock, wait for the write
+// (see GroupCommit) and reply; the lock is never released in the middle of a
+// change. A method that changed nothing still waits until every earlier
+// batch is written, so no reply depends on state that a crash could lose;
+// only the read-only status methods (GetJob, ListJobs, ListWorkers,
+// GetShardAssignment, GetEvents) may show a change a few hundred
+// microseconds before it is durable.
+//
+// Commit or nothing (locked_section.h): a method whose change did not
+// commit answers Unavailable with the store's error, and memory is put back
+// as the store has it; StoreHealth reports it until a write succeeds.
 //
 // Worker membership (WorkerState):
 //
@@ -425,6 +429,10 @@ class Coordinator {
   // wait deadlines, throttled progress events, restart recovery.
   void Tick();
 
+  // OK while the state store commits; the error of the latest failed write
+  // (or probe) until one succeeds. For the server's health status.
+  absl::Status StoreHealth() const;
+
   // Waits (up to `timeout`) until callbacks handed to the notifier thread
   // have run; for tests.
   bool WaitForNotifier(absl::Duration timeout);
@@ -552,11 +560,21 @@ class Coordinator {
   // Seals the pending writes as the next batch of commit_; its ticket, 0 if
   // none.
   uint64_t Seal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Defer(std::function<void()> fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs callbacks deferred by a section that has ended: inline, or on the
-  // notifier thread when there are more than max_inline_callbacks.
-  void RunDeferred(std::vector<std::function<void()>> fns)
+  // A callback run after the section, with the outcome of its commit.
+  using Deferred = std::function<void(const absl::Status& commit)>;
+  void Defer(Deferred fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers `done` with `result` after the section, or with the commit's
+  // error when the change it rests on did not commit (locked_section.h).
+  template <typename Done, typename Result>
+  void DeferAnswer(Done done, Result result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs callbacks deferred by a section that has ended, given its commit's
+  // outcome: inline, or on the notifier thread when there are more than
+  // max_inline_callbacks.
+  void RunDeferred(std::vector<Deferred> fns, const absl::Status& commit)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // After a failed write: restores the records it held from the store,
+  // once per failure (locked_section.h).
+  void RollBackFailedWrite() ABSL_LOCKS_EXCLUDED(mu_);
 
   const CoordinatorOptions options_;
   const RendezvousLimits kv_limits_;
@@ -573,7 +591,7 @@ class Coordinator {
   std::unique_ptr<Pending> pending_ ABSL_GUARDED_BY(mu_);
   // Sealed under mu_, written without it (see Locked::Commit).
   GroupCommit commit_;
-  std::vector<std::function<void()>> deferred_ ABSL_GUARDED_BY(mu_);
+  std::vector<Deferred> deferred_ ABSL_GUARDED_BY(mu_);
   // Declared last: destroyed first, after running what it was given.
   std::unique_ptr<Notifier> notifier_;
 };
