@@ -195,13 +195,13 @@ class Coordinator {
   // InvalidArgument: name not 1..253 of [A-Za-z0-9._:-], incarnation not
   //   1..64 characters, address/host/device too long, unknown device kind.
   // ResourceExhausted: max_workers workers are registered.
-  // Internal: the state database failed.
+  // Unavailable: the state store could not commit; nothing changed.
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
       const v1::RegisterWorkerRequest& request);
 
   // NotFound: unknown worker id, LOST worker, or the incarnation was
   //   replaced: register again.
-  // Internal: the state database failed.
+  // Unavailable: the state store could not commit; nothing changed.
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request);
 
@@ -235,7 +235,7 @@ class Coordinator {
   // connection to the coordinator closed"): its job fails or restarts. A
   // stale attachment (replaced, or the worker registered again since)
   // changes nothing.
-  // Internal: the state database failed.
+  // Unavailable: the state store could not commit; nothing changed.
   absl::Status WorkerDetached(absl::string_view worker_id,
                               absl::string_view incarnation,
                               int64_t attachment_id);
@@ -249,7 +249,7 @@ class Coordinator {
   // incarnation). Its state is DRAINING. Idempotent; durable. The worker is
   // not told to exit (no Drain directive).
   // NotFound: no such worker. FailedPrecondition: the worker is LOST.
-  // Internal: the state database failed.
+  // Unavailable: the state store could not commit; nothing changed.
   absl::StatusOr<v1::WorkerInfo> DrainWorker(absl::string_view worker);
 
   // Makes the worker schedulable again (a queued job may start on it at
@@ -272,7 +272,7 @@ class Coordinator {
   // InvalidArgument: the spec is invalid (names the field).
   // ResourceExhausted: max_unfinished_jobs jobs are queued or running, or
   //   max_jobs jobs are kept.
-  // Internal: the state database failed.
+  // Unavailable: the state store could not commit; nothing changed.
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
 
   // NotFound: no such job.
@@ -337,7 +337,7 @@ class Coordinator {
   //   goes on).
   // NotFound: no such job. FailedPrecondition: the job is not STARTING or
   //   RUNNING at that epoch (stale epoch).
-  // Internal: the state database failed.
+  // Unavailable: the state store could not commit; nothing changed.
   absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
       const v1::ReportBucketsRequest& request);
 
@@ -395,7 +395,7 @@ class Coordinator {
   // epoch are accepted and ignored (the worker is free either way).
   // NotFound: no such job. InvalidArgument: bad rank/worker.
   // FailedPrecondition: ok=true before the assignment was published.
-  // Internal: the state database failed.
+  // Unavailable: the state store could not commit; nothing changed.
   absl::Status ReportResult(const v1::ReportResultRequest& request);
   // ReportResult that never blocks on the state database: `done` gets the
   // same outcome once the result is durable, from the calling thread when
