@@ -123,12 +123,9 @@ void Coordinator::RunDeferred(std::vector<Deferred> fns,
                               const absl::Status& commit) {
   if (static_cast<int>(fns.size()) > options_.max_inline_callbacks &&
       notifier_ != nullptr) {
-    std::vector<std::function<void()>> bound;
-    bound.reserve(fns.size());
-    for (Deferred& fn : fns) {
-      bound.push_back([fn = std::move(fn), commit] { fn(commit); });
-    }
-    notifier_->Post(std::move(bound));
+    notifier_->Post({[fns = std::move(fns), commit] {
+      for (const Deferred& fn : fns) fn(commit);
+    }});
     return;
   }
   for (auto& fn : fns) fn(commit);

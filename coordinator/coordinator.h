@@ -567,13 +567,11 @@ class Coordinator {
   // error when the change it rests on did not commit (locked_section.h).
   template <typename Done, typename Result>
   void DeferAnswer(Done done, Result result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs callbacks deferred by a section that has ended, given its commit's
-  // outcome: inline, or on the notifier thread when there are more than
-  // max_inline_callbacks.
+  // Runs a finished section's callbacks with its commit's outcome: inline,
+  // or on the notifier thread when there are more than max_inline_callbacks.
   void RunDeferred(std::vector<Deferred> fns, const absl::Status& commit)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // After a failed write: restores the records it held from the store,
-  // once per failure (locked_section.h).
+  // Restores the records a failed write held, once (locked_section.h).
   void RollBackFailedWrite() ABSL_LOCKS_EXCLUDED(mu_);
 
   const CoordinatorOptions options_;
