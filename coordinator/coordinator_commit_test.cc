@@ -330,6 +330,39 @@ TEST_F(CommitOrNothingTest, EveryChangeOfAFailedGroupIsRefusedAndUndone) {
   EXPECT_EQ(Observe(), before);
 }
 
+// A RunJob for a job whose submission is still being written waits for
+// that write; when it fails, the heartbeat is refused and no worker is
+// told to run a job that does not exist.
+TEST_F(CommitOrNothingTest, NoRunJobIsSentForASubmissionThatDidNotCommit) {
+  Worker a = Register("a");
+  ASSERT_OK(Beat(a));
+  faults_->Hold();
+  absl::Status submitted;
+  std::thread submit([&] { submitted = c_->SubmitJob(Spec(1)).status(); });
+  // The submission is sealed (and its write held) once a's rank is taken.
+  ASSERT_TRUE(::pshard::testing::WaitUntil(
+      [&] { return StateOf(a.id) == v1::BUSY; }, absl::Seconds(30)));
+  Refuse();
+  absl::StatusOr<v1::HeartbeatResponse> beat;
+  std::thread heartbeat([&] { beat = Beat(a); });
+  faults_->Release();
+  submit.join();
+  heartbeat.join();
+  EXPECT_THAT(submitted, StatusIs(absl::StatusCode::kUnavailable, HasSubstr(kFull)));
+  // Refused if it waited for the failed write; else it came after the
+  // rollback and has nothing to run. Either way: no RunJob.
+  if (beat.ok()) {
+    EXPECT_THAT(beat->directives(), SizeIs(0));
+  } else {
+    EXPECT_THAT(beat.status(),
+                StatusIs(absl::StatusCode::kUnavailable, HasSubstr(kFull)));
+  }
+  EXPECT_EQ(StateOf(a.id), v1::IDLE);
+  faults_->Heal();
+  ASSERT_OK_AND_ASSIGN(auto resp, Beat(a));
+  EXPECT_THAT(resp.directives(), SizeIs(0));
+}
+
 TEST_F(CommitOrNothingTest, StoreHealthFollowsTheStoreWithoutAClientChange) {
   Register("a");
   EXPECT_OK(StoreHealthOf(true));
