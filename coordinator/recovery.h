@@ -13,7 +13,7 @@
 //
 //   RestoreRecords (after a failed commit, not a restart): the records the
 //     failed batches held are put back as the store has them; the rest of
-//     memory stays as it is (see "Commit or nothing" in coordinator.h).
+//     memory stays as it is (see "Commit or nothing" in locked_section.h).
 //
 // Pure functions over the units; the coordinator applies the decision (it
 // ends jobs, releases ranks and starts epochs). Called under its lock.
@@ -53,7 +53,7 @@ struct RestoredRecords {
 };
 
 // Puts jobs `job_nums` and workers `worker_nums` back as `snapshot` (the
-// store's last committed state) has them, at `now`: records it lacks are
+// store's last committed state) has them: records it lacks are
 // removed (numbers are not reused); a job restored at the state and epoch
 // memory had keeps its epoch's runtime (layout reports, rendezvous keys,
 // waits, checkpoint shards); another restored active job is recovering, as
