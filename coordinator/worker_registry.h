@@ -121,6 +121,9 @@ class WorkerRegistry {
   int64_t Attach(WorkerRec& w);
   // A worker loaded from the state store: unconfirmed, heard of at `now`.
   WorkerRec& Restore(int64_t num, v1::WorkerInfo info, absl::Time now);
+  // Forgets worker `num` (a registration that did not commit). Numbers are
+  // not handed out again.
+  void Remove(int64_t num);
 
   WorkerRec* Find(int64_t num);
   const WorkerRec* Find(int64_t num) const;

@@ -1,5 +1,7 @@
 #include "server/coordinator_server.h"
 
+#include <cstdio>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -61,9 +63,24 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
   CoordinatorServer* self = s.get();
   s->ticker_ = std::thread([self] {
+    // NOT_SERVING while the state store cannot commit (Tick probes it), so
+    // that a load balancer or an operator's check sees the outage; SERVING
+    // again by itself once a write succeeds.
+    bool serving = true;
+    grpc::HealthCheckServiceInterface* health =
+        self->server_->GetHealthCheckService();
     while (!self->stop_.WaitForNotificationWithTimeout(
         self->options_.tick_interval)) {
       self->coordinator_->Tick();
+      const absl::Status store = self->coordinator_->StoreHealth();
+      if (store.ok() != serving && health != nullptr) {
+        serving = store.ok();
+        health->SetServingStatus(serving);
+        fprintf(stderr, "pshard-coordinator: health %s%s%s\n",
+                serving ? "SERVING" : "NOT_SERVING: ",
+                serving ? "" : "the state store cannot commit: ",
+                std::string(store.message()).c_str());
+      }
     }
   });
   return s;

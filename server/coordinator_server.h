@@ -1,6 +1,8 @@
 // The coordinator's gRPC server: the four pshard services plus health and
 // reflection, message-size caps, a bounded sync thread pool, and the ticker
-// thread that drives Coordinator::Tick (worker loss, wait deadlines).
+// thread that drives Coordinator::Tick (worker loss, wait deadlines) and
+// sets the health status: NOT_SERVING while the state store cannot commit
+// (Coordinator::StoreHealth), SERVING again once it can.
 // Used by the pshard-coordinator binary, the in-process tests and the
 // benchmark.
 #ifndef PSHARD_SERVER_COORDINATOR_SERVER_H_
