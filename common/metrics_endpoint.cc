@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/port_file.h"
 #include "prometheus/text_serializer.h"
 
 namespace pshard {
@@ -86,7 +87,6 @@ MetricsEndpoint::MetricsEndpoint(int listen_fd, int port, int stop_read,
       port_(port),
       stop_read_(stop_read),
       stop_write_(stop_write),
-      registry_(std::make_shared<prometheus::Registry>()),
       thread_([this] { Serve(); }) {}
 
 MetricsEndpoint::~MetricsEndpoint() {
@@ -105,7 +105,7 @@ void MetricsEndpoint::Add(std::shared_ptr<prometheus::Collectable> collector) {
 }
 
 std::string MetricsEndpoint::Render() const {
-  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  std::vector<prometheus::MetricFamily> families = registry_.Collect();
   {
     absl::MutexLock lock(&mu_);
     for (const auto& collector : collectors_) {
@@ -167,6 +167,26 @@ void MetricsEndpoint::Answer(int fd) const {
                            "Content-Length: ", body.size(), "\r\n"
                            "Connection: close\r\n\r\n"));
   SendAll(fd, body);
+}
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartMetricsEndpoint(
+    const std::string& listen, const std::string& port_file) {
+  if (listen.empty()) return nullptr;
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> started =
+      MetricsEndpoint::Start(listen);
+  if (!started.ok()) {
+    return absl::Status(started.status().code(),
+                        absl::StrCat("--metrics_listen: ",
+                                     started.status().message()));
+  }
+  if (!port_file.empty()) {
+    if (absl::Status written = WritePortFile(port_file, (*started)->port());
+        !written.ok()) {
+      return absl::Status(written.code(), absl::StrCat("--metrics_port_file: ",
+                                                       written.message()));
+    }
+  }
+  return started;
 }
 
 }  // namespace pshard

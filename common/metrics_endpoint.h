@@ -37,7 +37,7 @@ class MetricsEndpoint {
   // Stops serving: the thread is joined, the socket closed.
   ~MetricsEndpoint();
 
-  prometheus::Registry& registry() { return *registry_; }
+  prometheus::Registry& registry() { return registry_; }
 
   // Serves `collector` too, from now on, for the endpoint's life.
   void Add(std::shared_ptr<prometheus::Collectable> collector)
@@ -59,12 +59,18 @@ class MetricsEndpoint {
   // The destructor writes to stop_write_ to end Serve()'s poll.
   const int stop_read_;
   const int stop_write_;
-  const std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Registry registry_;
   mutable absl::Mutex mu_;
   std::vector<std::shared_ptr<prometheus::Collectable>> collectors_
       ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // last: starts once every field is set
 };
+
+// The binaries' --metrics_listen and --metrics_port_file: nullptr when
+// `listen` is empty; else the started endpoint, its port written to
+// `port_file` when that is set. Errors name the flag.
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartMetricsEndpoint(
+    const std::string& listen, const std::string& port_file);
 
 }  // namespace pshard
 

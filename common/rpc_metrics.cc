@@ -75,9 +75,12 @@ class RpcMetricsInterceptorFactory final
 
 }  // namespace
 
-std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-NewRpcMetricsInterceptorFactory(prometheus::Registry& registry) {
-  return std::make_unique<RpcMetricsInterceptorFactory>(registry);
+std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+RpcMetricsInterceptors(prometheus::Registry& registry) {
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(std::make_unique<RpcMetricsInterceptorFactory>(registry));
+  return interceptors;
 }
 
 }  // namespace pshard

@@ -10,6 +10,7 @@
 #define PSHARD_COMMON_RPC_METRICS_H_
 
 #include <memory>
+#include <vector>
 
 #include "grpcpp/support/server_interceptor.h"
 #include "prometheus/registry.h"
@@ -18,8 +19,8 @@ namespace pshard {
 
 // For ServerBuilder::experimental().SetInterceptorCreators. `registry`
 // must outlive the server.
-std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-NewRpcMetricsInterceptorFactory(prometheus::Registry& registry);
+std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+RpcMetricsInterceptors(prometheus::Registry& registry);
 
 }  // namespace pshard
 

@@ -1,5 +1,6 @@
 #include "server/coordinator_metrics.h"
 
+#include <map>
 #include <string>
 
 #include "absl/time/time.h"
@@ -25,22 +26,34 @@ void AddSample(prometheus::MetricFamily& family, double value,
   metric.gauge.value = value;
 }
 
+// One sample per named value of an enum (UNSPECIFIED left out), so that a
+// dashboard's series exist before the first job or worker: its count in
+// `counts`, 0 when absent.
+template <typename State, typename IsValid, typename Name>
+prometheus::MetricFamily ByState(std::string name, std::string help,
+                                 const std::map<State, int64_t>& counts,
+                                 int min, int max, IsValid is_valid,
+                                 Name state_name) {
+  prometheus::MetricFamily family = Gauge(std::move(name), std::move(help));
+  for (int s = min + 1; s <= max; ++s) {  // min is UNSPECIFIED (0)
+    if (!is_valid(s)) continue;
+    const auto state = static_cast<State>(s);
+    auto it = counts.find(state);
+    AddSample(family, it == counts.end() ? 0 : it->second,
+              {{"state", state_name(state)}});
+  }
+  return family;
+}
+
 }  // namespace
 
 std::vector<prometheus::MetricFamily> CoordinatorMetrics::Collect() const {
   const coordinator::CoordinatorStats stats = coordinator_->Stats();
   std::vector<prometheus::MetricFamily> out;
 
-  prometheus::MetricFamily jobs = Gauge("pshard_jobs", "Jobs by state");
-  // Every state, so that a dashboard's series exist before the first job.
-  for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
-    if (!v1::JobState_IsValid(s) || s == v1::JOB_STATE_UNSPECIFIED) continue;
-    const auto state = static_cast<v1::JobState>(s);
-    auto it = stats.jobs_by_state.find(state);
-    AddSample(jobs, it == stats.jobs_by_state.end() ? 0 : it->second,
-              {{"state", v1::JobState_Name(state)}});
-  }
-  out.push_back(std::move(jobs));
+  out.push_back(ByState("pshard_jobs", "Jobs by state", stats.jobs_by_state,
+                        v1::JobState_MIN, v1::JobState_MAX, v1::JobState_IsValid,
+                        [](v1::JobState s) { return v1::JobState_Name(s); }));
 
   prometheus::MetricFamily depth =
       Gauge("pshard_job_queue_depth", "Jobs waiting for workers (QUEUED)");
@@ -54,17 +67,10 @@ std::vector<prometheus::MetricFamily> CoordinatorMetrics::Collect() const {
   AddSample(wait, absl::ToDoubleSeconds(stats.oldest_queued_wait));
   out.push_back(std::move(wait));
 
-  prometheus::MetricFamily workers = Gauge("pshard_workers", "Workers by state");
-  for (int s = v1::WorkerState_MIN; s <= v1::WorkerState_MAX; ++s) {
-    if (!v1::WorkerState_IsValid(s) || s == v1::WORKER_STATE_UNSPECIFIED) {
-      continue;
-    }
-    const auto state = static_cast<v1::WorkerState>(s);
-    auto it = stats.workers_by_state.find(state);
-    AddSample(workers, it == stats.workers_by_state.end() ? 0 : it->second,
-              {{"state", v1::WorkerState_Name(state)}});
-  }
-  out.push_back(std::move(workers));
+  out.push_back(ByState("pshard_workers", "Workers by state",
+                        stats.workers_by_state, v1::WorkerState_MIN,
+                        v1::WorkerState_MAX, v1::WorkerState_IsValid,
+                        [](v1::WorkerState s) { return v1::WorkerState_Name(s); }));
 
   prometheus::MetricFamily age =
       Gauge("pshard_worker_heartbeat_age_max_seconds",

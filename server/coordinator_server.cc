@@ -49,11 +49,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(&s->worker_control_);
   builder.RegisterService(&s->reflection_v1_);
   if (s->options_.metrics != nullptr) {
-    std::vector<
-        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-        interceptors;
-    interceptors.push_back(NewRpcMetricsInterceptorFactory(*s->options_.metrics));
-    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+    builder.experimental().SetInterceptorCreators(
+        RpcMetricsInterceptors(*s->options_.metrics));
   }
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {

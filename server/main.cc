@@ -133,28 +133,17 @@ int main(int argc, char** argv) {
 
   pshard::server::ServerOptions server_options;
   server_options.listen = absl::GetFlag(FLAGS_listen);
-  std::unique_ptr<pshard::MetricsEndpoint> metrics;
-  if (const std::string listen = absl::GetFlag(FLAGS_metrics_listen);
-      !listen.empty()) {
-    auto started = pshard::MetricsEndpoint::Start(listen);
-    if (!started.ok()) {
-      fprintf(stderr, "pshard-coordinator: --metrics_listen: %s\n",
-              std::string(started.status().message()).c_str());
-      return 1;
-    }
-    metrics = *std::move(started);
-    metrics->Add(std::make_shared<pshard::server::CoordinatorMetrics>(
+  auto metrics = pshard::StartMetricsEndpoint(
+      absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file));
+  if (!metrics.ok()) {
+    fprintf(stderr, "pshard-coordinator: %s\n",
+            std::string(metrics.status().message()).c_str());
+    return 1;
+  }
+  if (*metrics != nullptr) {
+    (*metrics)->Add(std::make_shared<pshard::server::CoordinatorMetrics>(
         coordinator->get()));
-    server_options.metrics = &metrics->registry();
-    if (const std::string file = absl::GetFlag(FLAGS_metrics_port_file);
-        !file.empty()) {
-      if (absl::Status written = pshard::WritePortFile(file, metrics->port());
-          !written.ok()) {
-        fprintf(stderr, "pshard-coordinator: --metrics_port_file: %s\n",
-                written.ToString().c_str());
-        return 1;
-      }
-    }
+    server_options.metrics = &(*metrics)->registry();
   }
   auto server = pshard::server::CoordinatorServer::Start(
       coordinator->get(), &clock, server_options);
@@ -181,7 +170,7 @@ int main(int argc, char** argv) {
   fprintf(stderr, "pshard-coordinator: signal %d, shutting down\n", sig);
   (*server)->Shutdown(absl::Seconds(2));
   server->reset();
-  metrics.reset();  // its collector reads the coordinator
+  metrics->reset();  // its collector reads the coordinator
   coordinator->reset();
   return 0;
 }

@@ -100,36 +100,24 @@ int main(int argc, char** argv) {
       "[--blas_threads=N] [--log_dir=DIR] [--log_max_bytes=N]");
   absl::ParseCommandLine(argc, argv);
 
-  // Metrics before the servers that count into them; they outlive both.
-  std::unique_ptr<pshard::MetricsEndpoint> metrics;
-  std::unique_ptr<pshard::worker::WorkerMetrics> worker_metrics;
-  if (const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-      !metrics_listen.empty()) {
-    auto started = pshard::MetricsEndpoint::Start(metrics_listen);
-    if (!started.ok()) {
-      std::fprintf(stderr, "pshard-worker: --metrics_listen: %s\n",
-                   std::string(started.status().message()).c_str());
-      return 1;
-    }
-    metrics = *std::move(started);
-    worker_metrics =
-        std::make_unique<pshard::worker::WorkerMetrics>(metrics->registry());
-    if (const std::string file = absl::GetFlag(FLAGS_metrics_port_file);
-        !file.empty()) {
-      if (absl::Status written = pshard::WritePortFile(file, metrics->port());
-          !written.ok()) {
-        std::fprintf(stderr, "pshard-worker: --metrics_port_file: %s\n",
-                     written.ToString().c_str());
-        return 1;
-      }
-    }
-  }
-
-
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
   if (coordinator.empty()) {
     std::fprintf(stderr, "pshard-worker: --coordinator is required\n");
     return 2;
+  }
+
+  // Metrics before the servers that count into them; they outlive both.
+  auto metrics = pshard::StartMetricsEndpoint(
+      absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file));
+  if (!metrics.ok()) {
+    std::fprintf(stderr, "pshard-worker: %s\n",
+                 std::string(metrics.status().message()).c_str());
+    return 1;
+  }
+  std::unique_ptr<pshard::worker::WorkerMetrics> worker_metrics;
+  if (*metrics != nullptr) {
+    worker_metrics =
+        std::make_unique<pshard::worker::WorkerMetrics>((*metrics)->registry());
   }
   std::string why_no_cuda;
   const int cuda_devices = pshard::worker::CudaDeviceCount(&why_no_cuda);
@@ -224,13 +212,9 @@ int main(int argc, char** argv) {
   const std::string listen = absl::GetFlag(FLAGS_listen);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-  if (metrics != nullptr) {
-    std::vector<
-        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-        interceptors;
-    interceptors.push_back(
-        pshard::NewRpcMetricsInterceptorFactory(metrics->registry()));
-    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  if (*metrics != nullptr) {
+    builder.experimental().SetInterceptorCreators(
+        pshard::RpcMetricsInterceptors((*metrics)->registry()));
   }
   // The agent exists only once the port is known; until then the service
   // answers Unavailable. `agent` outlives the server (shut down first).

@@ -145,25 +145,24 @@ absl::StatusOr<std::vector<std::string>> ProgramJob::Environment(
   env.push_back(absl::StrCat(
       "PSHARD_ERROR_FILE=",
       ProgramFailurePath(options.log_dir, directive.job_id(), directive.rank())));
-  if (directive.has_resume() && !directive.resume().path().empty()) {
+  const bool resumes = directive.has_resume() && !directive.resume().path().empty();
+  if (resumes) {
     env.push_back(absl::StrCat("PSHARD_RESUME_FROM=", directive.resume().path()));
     env.push_back(absl::StrCat("PSHARD_RESUME_STEP=", directive.resume().step()));
   }
   // What pshardSaveCheckpoint/pshardLoadCheckpoint need: where the job's
   // checkpoints go, how often the spec asks for one, and the fingerprint
-  // every shard's manifest carries and every resume checks.
-  if (spec.has_checkpoint()) {
+  // every shard's manifest carries and every resume checks (a resume
+  // without `checkpoint` is a job initialised from_checkpoint).
+  if (spec.has_checkpoint() || resumes) {
     ASSIGN_OR_RETURN(const std::string fingerprint,
                      checkpoint::SpecFingerprint(spec));
+    env.push_back(absl::StrCat("PSHARD_CHECKPOINT_FINGERPRINT=", fingerprint));
+  }
+  if (spec.has_checkpoint()) {
     env.push_back(absl::StrCat("PSHARD_CHECKPOINT_DIR=", spec.checkpoint().dir()));
     env.push_back(absl::StrCat("PSHARD_CHECKPOINT_EVERY_STEPS=",
                                spec.checkpoint().every_steps()));
-    env.push_back(absl::StrCat("PSHARD_CHECKPOINT_FINGERPRINT=", fingerprint));
-  } else if (directive.has_resume() && !directive.resume().path().empty()) {
-    // Initialised from a checkpoint (from_checkpoint) without writing any.
-    ASSIGN_OR_RETURN(const std::string fingerprint,
-                     checkpoint::SpecFingerprint(spec));
-    env.push_back(absl::StrCat("PSHARD_CHECKPOINT_FINGERPRINT=", fingerprint));
   }
   return env;
 }
