@@ -205,9 +205,17 @@ def run_rank(args):
             optimizer = torch.optim.AdamW(groups, lr=args.lr,
                                           betas=(0.9, 0.95))
         barrier = dist.barrier
-        # Gloo's threads must be gone before exit (an exit with them alive
-        # can end in std::terminate).
-        finish = dist.destroy_process_group
+
+        def finish():
+            # DDP and ZeRO keep their own references to the process group,
+            # so destroy_process_group alone leaves Gloo's threads to die in
+            # interpreter finalisation, where they can end in std::terminate
+            # (SIGABRT, seen in CI). The result is on disk by now: leave
+            # without finalisation.
+            dist.destroy_process_group()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
     rss_before_mib = current_rss_mib()
 
     losses = []
@@ -236,9 +244,9 @@ def run_rank(args):
         result["python_layer_s"] = timer.python_s()
         result["c_calls_s"] = dict(timer.c_s)
     barrier()
-    finish()
     with open(args.result, "w") as f:
         json.dump(result, f)
+    finish()
     return 0
 
 
