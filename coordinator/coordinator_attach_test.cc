@@ -147,10 +147,12 @@ TEST_F(CoordinatorAttachTest, BusyWorkerLostFailsItsJobNamingIt) {
   EXPECT_EQ(failed.state(), v1::FAILED);
   EXPECT_EQ(failed.reason(),
             absl::StrCat("worker w-2 (rank 1) lost: ", kClosed));
-  // The survivor is told to abort and is free again.
+  // The survivor is told to abort, and is free again once it has stopped.
   auto resp = Beat(a, v1::BUSY, job.id(), job.epoch());
   ASSERT_OK(resp);
   EXPECT_TRUE(HasAbort(*resp, job.id()));
+  EXPECT_EQ(StateOf(a.id), v1::RELEASING);
+  ASSERT_OK(Beat(a));
   EXPECT_EQ(StateOf(a.id), v1::IDLE);
 }
 
