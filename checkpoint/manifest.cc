@@ -68,14 +68,6 @@ absl::StatusOr<std::string> StringField(const Struct& object,
   return value->string_value();
 }
 
-bool IsSha256Hex(absl::string_view s) {
-  if (s.size() != 64) return false;
-  for (char c : s) {
-    if (!absl::ascii_isdigit(c) && !(c >= 'a' && c <= 'f')) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 std::string StepDirectory(absl::string_view root, int64_t step) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "checkpoint/file.h"
 #include "common/status_macros.h"
@@ -70,6 +71,14 @@ absl::StatusOr<FileDigest> DigestFile(const std::string& path) {
   }
   digest.sha256 = hash.FinishHex();
   return digest;
+}
+
+bool IsSha256Hex(absl::string_view s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!absl::ascii_isdigit(c) && !(c >= 'a' && c <= 'f')) return false;
+  }
+  return true;
 }
 
 }  // namespace pshard::checkpoint

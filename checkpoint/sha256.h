@@ -39,6 +39,9 @@ struct FileDigest {
 };
 absl::StatusOr<FileDigest> DigestFile(const std::string& path);
 
+// True when `s` is a digest as FinishHex writes it: 64 lowercase hex digits.
+bool IsSha256Hex(absl::string_view s);
+
 }  // namespace pshard::checkpoint
 
 #endif  // PSHARD_CHECKPOINT_SHA256_H_

@@ -460,6 +460,19 @@ INSTANTIATE_TEST_SUITE_P(
         {"RelativeFromCheckpoint",
          [](auto& s) { s.set_from_checkpoint("step-5"); },
          "from_checkpoint: must be an absolute path"},
+        {"CheckpointOnNccl",
+         [](auto& s) {
+           s.set_backend(JobSpec::NCCL);
+           s.mutable_checkpoint()->set_dir("/ckpt");
+           s.mutable_checkpoint()->set_every_steps(5);
+         },
+         "checkpoint: not supported yet with backend NCCL"},
+        {"FromCheckpointOnNccl",
+         [](auto& s) {
+           s.set_backend(JobSpec::NCCL);
+           s.set_from_checkpoint("/ckpt/step-5");
+         },
+         "from_checkpoint: not supported yet with backend NCCL"},
         {"RestartOnProgramFailureWithoutProgram",
          [](auto& s) { s.set_restart_on_program_failure(true); },
          "restart_on_program_failure: only for a program workload"},

@@ -5,21 +5,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/sha256.h"
 #include "common/proto_time.h"
 
 namespace pshard {
 namespace coordinator {
-namespace {
-
-bool IsSha256Hex(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s) {
-    if (!absl::ascii_isdigit(c) && !(c >= 'a' && c <= 'f')) return false;
-  }
-  return true;
-}
-
-}  // namespace
+using checkpoint::IsSha256Hex;
 
 absl::StatusOr<CheckpointTracker::Outcome> CheckpointTracker::Add(
     const v1::ReportCheckpointRequest& report, int world_size,

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <set>
 #include <type_traits>
 #include <utility>
@@ -116,17 +117,56 @@ absl::Status Coordinator::Load() {
 
 // ---- Durability and callbacks ----
 
-void Coordinator::Defer(std::function<void()> fn) {
-  deferred_.push_back(std::move(fn));
-}
+void Coordinator::Defer(Deferred fn) { deferred_.push_back(std::move(fn)); }
 
-void Coordinator::RunDeferred(std::vector<std::function<void()>> fns) {
+void Coordinator::RunDeferred(std::vector<Deferred> fns,
+                              const absl::Status& commit) {
   if (static_cast<int>(fns.size()) > options_.max_inline_callbacks &&
       notifier_ != nullptr) {
-    notifier_->Post(std::move(fns));
+    notifier_->Post({[fns = std::move(fns), commit] {
+      for (const Deferred& fn : fns) fn(commit);
+    }});
     return;
   }
-  for (auto& fn : fns) fn();
+  for (auto& fn : fns) fn(commit);
+}
+
+absl::Status Coordinator::StoreHealth() const { return commit_.health(); }
+
+void Coordinator::RollBackFailedWrite() {
+  if (!commit_.failed()) return;
+  // Off the lock: the store holds the last committed state, and nothing is
+  // written until TakeFailure below.
+  uint64_t failure = 0;
+  absl::StatusOr<StateStore::Snapshot> committed =
+      commit_.LoadCommitted(&failure);
+  if (!committed.ok()) {
+    // Still stopped: the next failed epilogue tries again.
+    if (commit_.failed()) {
+      fprintf(stderr, "pshard-coordinator: cannot reload the state store: %s\n",
+              std::string(committed.status().message()).c_str());
+    }
+    return;
+  }
+  Locked lock(this);
+  std::optional<GroupCommit::Failure> failed = commit_.TakeFailure(failure);
+  if (!failed.has_value()) return;  // another epilogue rolled it back
+  const absl::Status undone = absl::UnavailableError(absl::StrCat(
+      "undone: the state store could not commit: ", failed->error.message()));
+  RestoredRecords restored =
+      RestoreRecords(*std::move(committed), failed->jobs, failed->workers,
+                     workers_, jobs_);
+  for (std::unique_ptr<JobRec>& old : restored.replaced) {
+    FailJobWaiters(*old, undone);
+    WakeEventWaiters(old->log.TakeWaiters());
+  }
+  // Their loss comes back (its job's change was undone with the rest).
+  for (WorkerRec* w : restored.lost_members) {
+    if (w->job_num != 0) MarkLost(*w, "it was lost while the state store failed");
+  }
+  // Written by the next epilogue (Tick's at the latest); a failure then
+  // rolls back again.
+  Seal();
 }
 
 void Coordinator::PersistJob(const JobRec& job) {
@@ -178,7 +218,7 @@ void Coordinator::WakeEventWaiters(const std::vector<WaitId>& ids) {
   for (WaitId id : ids) {
     std::optional<EventsWait> w = waits_.Take<EventsWait>(id);
     if (!w) continue;
-    Defer([done = std::move(w->done)] { done(absl::OkStatus()); });
+    DeferAnswer(std::move(w->done), absl::OkStatus());
   }
 }
 
@@ -191,7 +231,7 @@ void Coordinator::FailJobWaiters(JobRec& job, const absl::Status& status) {
     for (WaitId id : ids) {
       std::optional<W> w = waits_.Take<W>(id);
       if (!w) continue;
-      Defer([done = std::move(w->done), status] { done(status); });
+      DeferAnswer(std::move(w->done), status);
     }
   };
   // The rendezvous store goes with its waits: a new epoch starts empty.
@@ -208,7 +248,7 @@ void Coordinator::Expire(Wait& wait) {
           // Nobody sent the layout in full in time: this rank sends it.
           v1::ReportBucketsResponse send;
           send.set_send_layout(true);
-          Defer([done = std::move(w.done), send] { done(send); });
+          DeferAnswer(std::move(w.done), send);
         } else {
           std::string what = "no new event before the deadline";
           if constexpr (std::is_same_v<W, KvWait>) {
@@ -221,8 +261,7 @@ void Coordinator::Expire(Wait& wait) {
                               " ranks reported their bucket layout)");
             }
           }
-          Defer([done = std::move(w.done),
-                 s = absl::DeadlineExceededError(what)] { done(s); });
+          DeferAnswer(std::move(w.done), absl::DeadlineExceededError(what));
         }
       },
       wait);
@@ -511,9 +550,13 @@ void Coordinator::Tick() {
   Schedule();
   absl::Status s = lock.Commit();
   if (!s.ok()) {
-    // Nothing to answer here; the next state change reports the failure.
+    // Nothing to answer here (the commit rolled back what it held).
     fprintf(stderr, "pshard-coordinator: commit failed in Tick: %s\n",
             std::string(s.message()).c_str());
+  } else if (!commit_.health().ok()) {
+    // Nothing failed now, but the latest write did: whether the store
+    // commits again (health recovers by itself, without a client's change).
+    commit_.Probe().IgnoreError();
   }
 }
 

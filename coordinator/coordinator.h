@@ -21,14 +21,18 @@
 // mutex, and then the batches sealed so far are written in order, in one
 // transaction, by whichever waiting method gets there first. So a slow disk
 // delays the methods that changed state, not the heartbeats and status reads
-// meanwhile. Each method is one locked
-// section: lock, check and change, seal; then, as the section's epilogue
-// after the unlock, wait for the write (see GroupCommit) and reply; the lock
-// is never released in the middle of a change. A method that changed nothing
-// still waits until every earlier batch is written, so no reply depends on
-// state that a crash could lose; only the read-only status methods (GetJob,
-// ListJobs, ListWorkers, GetShardAssignment, GetEvents) may show a change
-// a few hundred microseconds before it is durable.
+// meanwhile. Each method is one locked section: lock, check and change,
+// seal; then, as the section's epilogue after the unlock, wait for the write
+// (see GroupCommit) and reply; the lock is never released in the middle of a
+// change. A method that changed nothing still waits until every earlier
+// batch is written, so no reply depends on state that a crash could lose;
+// only the read-only status methods (GetJob, ListJobs, ListWorkers,
+// GetShardAssignment, GetEvents) may show a change a few hundred
+// microseconds before it is durable.
+//
+// Commit or nothing (locked_section.h): a method whose change did not
+// commit answers Unavailable with the store's error, and memory is put back
+// as the store has it; StoreHealth reports it until a write succeeds.
 //
 // Worker membership (WorkerState):
 //
@@ -114,6 +118,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -180,6 +185,17 @@ struct CoordinatorOptions {
   int max_inline_callbacks = 64;
 };
 
+// What the coordinator's metrics show (Coordinator::Stats): counts read
+// under its lock at a scrape.
+struct CoordinatorStats {
+  std::map<v1::JobState, int64_t> jobs_by_state;
+  // The oldest QUEUED job's time since submission (zero when none).
+  absl::Duration oldest_queued_wait;
+  std::map<v1::WorkerState, int64_t> workers_by_state;
+  // The longest time since a live (not LOST) worker was last heard from.
+  absl::Duration max_heartbeat_age;
+};
+
 class Coordinator {
  public:
   // The callback types of the blocking calls (see wait_registry.h).
@@ -203,13 +219,13 @@ class Coordinator {
   // InvalidArgument: name not 1..253 of [A-Za-z0-9._:-], incarnation not
   //   1..64 characters, address/host/device too long, unknown device kind.
   // ResourceExhausted: max_workers workers are registered.
-  // Internal: the state database failed.
+  // Unavailable: the state store could not commit; nothing changed.
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
       const v1::RegisterWorkerRequest& request);
 
   // NotFound: unknown worker id, LOST worker, or the incarnation was
   //   replaced: register again.
-  // Internal: the state database failed.
+  // Unavailable: the state store could not commit; nothing changed.
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request);
 
@@ -243,7 +259,7 @@ class Coordinator {
   // connection to the coordinator closed"): its job fails or restarts. A
   // stale attachment (replaced, or the worker registered again since)
   // changes nothing.
-  // Internal: the state database failed.
+  // Unavailable: the state store could not commit; nothing changed.
   absl::Status WorkerDetached(absl::string_view worker_id,
                               absl::string_view incarnation,
                               int64_t attachment_id);
@@ -257,7 +273,7 @@ class Coordinator {
   // incarnation). Its state is DRAINING. Idempotent; durable. The worker is
   // not told to exit (no Drain directive).
   // NotFound: no such worker. FailedPrecondition: the worker is LOST.
-  // Internal: the state database failed.
+  // Unavailable: the state store could not commit; nothing changed.
   absl::StatusOr<v1::WorkerInfo> DrainWorker(absl::string_view worker);
 
   // Makes the worker schedulable again (a queued job may start on it at
@@ -280,7 +296,7 @@ class Coordinator {
   // InvalidArgument: the spec is invalid (names the field).
   // ResourceExhausted: max_unfinished_jobs jobs are queued or running, or
   //   max_jobs jobs are kept.
-  // Internal: the state database failed.
+  // Unavailable: the state store could not commit; nothing changed.
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
 
   // NotFound: no such job.
@@ -345,7 +361,7 @@ class Coordinator {
   //   goes on).
   // NotFound: no such job. FailedPrecondition: the job is not STARTING or
   //   RUNNING at that epoch (stale epoch).
-  // Internal: the state database failed.
+  // Unavailable: the state store could not commit; nothing changed.
   absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
       const v1::ReportBucketsRequest& request);
 
@@ -403,7 +419,7 @@ class Coordinator {
   // epoch are accepted and ignored (the worker is free either way).
   // NotFound: no such job. InvalidArgument: bad rank/worker.
   // FailedPrecondition: ok=true before the assignment was published.
-  // Internal: the state database failed.
+  // Unavailable: the state store could not commit; nothing changed.
   absl::Status ReportResult(const v1::ReportResultRequest& request);
   // ReportResult that never blocks on the state database: `done` gets the
   // same outcome once the result is durable, from the calling thread when
@@ -433,9 +449,17 @@ class Coordinator {
   // wait that has already completed.
   void CancelWait(WaitId id);
 
+  // Jobs and workers counted by state, for the metrics endpoint
+  // (coordinator_metrics.cc). O(jobs + workers) under the lock.
+  CoordinatorStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Fires what is due at clock->Now(): LOST workers (failing their jobs),
   // wait deadlines, throttled progress events, restart recovery.
   void Tick();
+
+  // OK while the state store commits; the error of the latest failed write
+  // (or probe) until one succeeds. For the server's health status.
+  absl::Status StoreHealth() const;
 
   // Waits (up to `timeout`) until callbacks handed to the notifier thread
   // have run; for tests.
@@ -564,11 +588,19 @@ class Coordinator {
   // Seals the pending writes as the next batch of commit_; its ticket, 0 if
   // none.
   uint64_t Seal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Defer(std::function<void()> fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs callbacks deferred by a section that has ended: inline, or on the
-  // notifier thread when there are more than max_inline_callbacks.
-  void RunDeferred(std::vector<std::function<void()>> fns)
+  // A callback run after the section, with the outcome of its commit.
+  using Deferred = std::function<void(const absl::Status& commit)>;
+  void Defer(Deferred fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers `done` with `result` after the section, or with the commit's
+  // error when the change it rests on did not commit (locked_section.h).
+  template <typename Done, typename Result>
+  void DeferAnswer(Done done, Result result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs a finished section's callbacks with its commit's outcome: inline,
+  // or on the notifier thread when there are more than max_inline_callbacks.
+  void RunDeferred(std::vector<Deferred> fns, const absl::Status& commit)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Restores the records a failed write held, once (locked_section.h).
+  void RollBackFailedWrite() ABSL_LOCKS_EXCLUDED(mu_);
 
   const CoordinatorOptions options_;
   const RendezvousLimits kv_limits_;
@@ -585,7 +617,7 @@ class Coordinator {
   std::unique_ptr<Pending> pending_ ABSL_GUARDED_BY(mu_);
   // Sealed under mu_, written without it (see Locked::Commit).
   GroupCommit commit_;
-  std::vector<std::function<void()>> deferred_ ABSL_GUARDED_BY(mu_);
+  std::vector<Deferred> deferred_ ABSL_GUARDED_BY(mu_);
   // Declared last: destroyed first, after running what it was given.
   std::unique_ptr<Notifier> notifier_;
 };

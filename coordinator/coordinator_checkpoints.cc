@@ -150,6 +150,10 @@ absl::StatusOr<v1::ReportCheckpointResponse> Coordinator::ReportCheckpoint(
     keep_last = j->job.spec().checkpoint().keep_last();
     v1::CheckpointRecord* record =
         FindRecord(j->job, req.step(), j->job.epoch());
+    // The tracker forgets a failed step once it is recorded, so another
+    // rank's failure of it is new to the tracker but not to the record.
+    const bool failed_before =
+        record != nullptr && record->state() == v1::CheckpointRecord::FAILED;
     if (record == nullptr && outcome != CheckpointTracker::Outcome::kIgnored) {
       record = j->job.add_checkpoints();
       record->set_step(req.step());
@@ -164,6 +168,10 @@ absl::StatusOr<v1::ReportCheckpointResponse> Coordinator::ReportCheckpoint(
       case CheckpointTracker::Outcome::kIgnored:
         break;
       case CheckpointTracker::Outcome::kFailed: {
+        if (failed_before) {  // one FAILED record and event per step
+          j->checkpoints.Forget(req.step());
+          break;
+        }
         record->set_state(v1::CheckpointRecord::FAILED);
         record->set_reason(absl::StrCat(JobTable::Who(*j, req.rank()),
                                         " could not write its shard: ",

@@ -192,6 +192,34 @@ TEST_F(CoordinatorCheckpointsTest, KilledBeforeTheManifestTheCheckpointNeverCoun
   EXPECT_EQ(Events(job.id()).size(), events.size());
 }
 
+// Both ranks find the disk full: one FAILED record and one event for the
+// step (the first failure's reason), not one per rank.
+TEST_F(CoordinatorCheckpointsTest, EveryRankFailingAStepRecordsItOnce) {
+  const v1::Job job = StartCheckpointedJob(0);
+  for (int r = 0; r < 2; ++r) {
+    v1::ReportCheckpointRequest req;
+    req.set_job_id(job.id());
+    req.set_epoch(job.epoch());
+    req.set_rank(r);
+    req.set_worker_id(job.members(r).worker_id());
+    req.set_step(10);
+    req.set_ok(false);
+    req.set_error(absl::StrCat("rank ", r, ": No space left on device"));
+    ASSERT_OK_AND_ASSIGN(v1::ReportCheckpointResponse resp,
+                         c_->ReportCheckpoint(req));
+    EXPECT_EQ(resp.state(), v1::CheckpointRecord::FAILED);
+  }
+  const v1::Job after = GetJob(job.id());
+  ASSERT_EQ(after.checkpoints_size(), 1);
+  EXPECT_THAT(after.checkpoints(0).reason(), HasSubstr("rank 0: No space"));
+  int failed_events = 0;
+  for (const v1::JobEvent& e : Events(job.id())) {
+    failed_events += e.has_checkpoint() &&
+                     e.checkpoint().state() == v1::CheckpointRecord::FAILED;
+  }
+  EXPECT_EQ(failed_events, 1);
+}
+
 TEST_F(CoordinatorCheckpointsTest, KilledAfterTheManifestTheCheckpointIsComplete) {
   const std::string path = TempPath("ckpt.db");
   FaultStateStore* faults = OpenWithFaults(path);

@@ -160,7 +160,7 @@ Coordinator::WaitId Coordinator::WaitForEvents(absl::string_view job_id,
     immediate = waits_.CheckCapacity();
   }
   if (ready || !immediate.ok()) {
-    Defer([done = std::move(done), immediate] { done(immediate); });
+    DeferAnswer(std::move(done), immediate);
     return 0;
   }
   const WaitId id = Park(EventsWait{j->num, std::move(done)}, deadline);
@@ -211,7 +211,7 @@ void Coordinator::ReportResultAsync(const v1::ReportResultRequest& req,
     lock.CommitInBackground(std::move(done));
     return;
   }
-  Defer([done = std::move(done), status = changed.status()] { done(status); });
+  DeferAnswer(std::move(done), changed.status());
 }
 
 absl::StatusOr<bool> Coordinator::ReportResultLocked(

@@ -30,7 +30,7 @@ absl::Status Coordinator::KvPut(const v1::KvPutRequest& req) {
   for (WaitId id : woken) {
     std::optional<KvWait> w = waits_.Take<KvWait>(id);
     if (!w) continue;
-    Defer([done = std::move(w->done), value = req.value()] { done(value); });
+    DeferAnswer(std::move(w->done), req.value());
   }
   return absl::OkStatus();
 }
@@ -66,9 +66,7 @@ Coordinator::WaitId Coordinator::KvGet(absl::string_view job_id,
     }
   }
   if (answer) {
-    Defer([done = std::move(done), immediate = std::move(immediate)] {
-      done(immediate);
-    });
+    DeferAnswer(std::move(done), std::move(immediate));
   }
   return 0;
 }
@@ -189,7 +187,7 @@ void Coordinator::AnswerLayoutWaiters(JobRec& job) {
     if (!job.layout.AcceptFingerprint(w->rank, w->fingerprint)) {
       resp.set_send_layout(true);
     }
-    Defer([done = std::move(w->done), resp] { done(resp); });
+    DeferAnswer(std::move(w->done), resp);
   }
 }
 
@@ -217,7 +215,7 @@ void Coordinator::PublishAssignment(JobRec& job) {
     std::optional<AssignmentWait> w = waits_.Take<AssignmentWait>(id);
     if (!w) continue;
     AssignmentPtr a = w->owners_view ? job.assignment_owners : job.assignment;
-    Defer([done = std::move(w->done), a = std::move(a)] { done(a); });
+    DeferAnswer(std::move(w->done), std::move(a));
   }
   job.assignment_waiters.clear();
 }
@@ -262,9 +260,7 @@ Coordinator::WaitId Coordinator::GetAssignment(absl::string_view job_id,
     j->assignment_waiters.push_back(id);
     return id;
   }
-  Defer([done = std::move(done), immediate = std::move(immediate)] {
-    done(immediate);
-  });
+  DeferAnswer(std::move(done), std::move(immediate));
   return 0;
 }
 

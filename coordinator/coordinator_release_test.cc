@@ -14,19 +14,6 @@ using ::testing::HasSubstr;
 
 class CoordinatorReleaseTest : public CoordinatorTest {
  protected:
-  // A two-rank job with `spec` on `a` and `b`, both ranks started, RUNNING.
-  v1::Job StartRunning(const v1::JobSpec& spec, const Worker& a,
-                       const Worker& b) {
-    auto submitted = c_->SubmitJob(spec);
-    EXPECT_OK(submitted);
-    if (!submitted.ok()) return v1::Job();
-    StartRank(a);
-    StartRank(b);
-    const v1::Job job = GetJob(submitted->id());
-    PublishLayout(job, {10});
-    return GetJob(job.id());
-  }
-
   v1::WorkerInfo Info(const Worker& w) {
     auto info = c_->GetWorker(w.id);
     EXPECT_OK(info);
@@ -171,11 +158,8 @@ TEST_F(CoordinatorReleaseTest, ARestartWaitsForItsSurvivorToStopTheOldEpoch) {
   v1::JobSpec spec = Spec(2);
   spec.set_max_restarts(1);
   const v1::Job old = StartRunning(spec, a, b);
-  v1::AttachRequest attach;
-  attach.set_worker_id(b.id);
-  attach.set_incarnation(b.incarnation);
-  ASSERT_OK_AND_ASSIGN(const int64_t attachment, c_->AttachWorker(attach));
-  ASSERT_OK(c_->WorkerDetached(b.id, b.incarnation, attachment));  // b died
+  ASSERT_OK_AND_ASSIGN(const int64_t attachment, Attach(b));
+  ASSERT_OK(Detach(b, attachment));  // b died
   const v1::Job restarted = GetJob(old.id());
   ASSERT_EQ(restarted.state(), v1::STARTING);
   ASSERT_EQ(restarted.epoch(), old.epoch() + 1);

@@ -13,6 +13,7 @@
 #define PSHARD_COORDINATOR_EVENT_LOG_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -44,6 +45,8 @@ class EventLog {
 
   // Wait `id` wants the next event.
   void AddWaiter(WaitId id) { waiters_.push_back(id); }
+  // The waits parked on the log, forgotten (some may be gone already).
+  std::vector<WaitId> TakeWaiters() { return std::exchange(waiters_, {}); }
 
   // The job's progress changed since its last progress event.
   void NoteProgress() { progress_dirty_ = true; }

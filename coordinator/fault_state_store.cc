@@ -42,6 +42,14 @@ absl::StatusOr<StateStore::Snapshot> FaultStateStore::Load() {
   return inner_->Load();
 }
 
+absl::Status FaultStateStore::Probe() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (pass_count_ == 0 && fail_count_ != 0) return error_;
+  }
+  return inner_->Probe();
+}
+
 absl::Status FaultStateStore::Commit(const Batch& batch) {
   if (batch.empty()) return inner_->Commit(batch);
   {

@@ -47,6 +47,9 @@ class FaultStateStore final : public StateStore {
 
   absl::StatusOr<Snapshot> Load() override;
   absl::Status Commit(const Batch& batch) override ABSL_LOCKS_EXCLUDED(mu_);
+  // Fails with the armed error while commits would fail (without using up
+  // a counted failure), else probes the inner store.
+  absl::Status Probe() override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const std::unique_ptr<StateStore> inner_;

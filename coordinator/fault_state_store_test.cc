@@ -72,7 +72,8 @@ v1::JobSpec Spec() {
 }
 
 // The coordinator answers a change only once it is durable: a failed write
-// is the caller's error, and the coordinator goes on once the store heals.
+// is the caller's error (Unavailable, with the store's), and the
+// coordinator goes on once the store heals.
 TEST(FaultStateStoreTest, CoordinatorReportsAFailedCommitToItsCaller) {
   FakeClock clock;
   ASSERT_OK_AND_ASSIGN(auto inner, StateStore::Open(":memory:"));
@@ -84,14 +85,14 @@ TEST(FaultStateStoreTest, CoordinatorReportsAFailedCommitToItsCaller) {
 
   store->FailCommits(1, absl::InternalError("disk full"));
   EXPECT_THAT(c->SubmitJob(Spec()),
-              StatusIs(absl::StatusCode::kInternal, HasSubstr("disk full")));
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("disk full")));
   v1::RegisterWorkerRequest reg;
   reg.set_name("pod-a");
   reg.set_incarnation("inc-1");
   reg.set_device_kind(v1::CPU);
   store->FailCommits(1, absl::InternalError("I/O error"));
   EXPECT_THAT(c->RegisterWorker(reg),
-              StatusIs(absl::StatusCode::kInternal, HasSubstr("I/O error")));
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("I/O error")));
   EXPECT_EQ(store->failed_commits(), 2);
 
   // Healed: the next changes are written and answered.

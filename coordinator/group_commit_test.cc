@@ -70,12 +70,54 @@ TEST_F(GroupCommitTest, AFailedWriteIsTheOutcomeOfEveryBatchItHeld) {
               StatusIs(absl::StatusCode::kInternal, HasSubstr("disk full")));
   EXPECT_THAT(commit_->Await(t1),
               StatusIs(absl::StatusCode::kInternal, HasSubstr("disk full")));
-  // The next batch is written again.
+  EXPECT_THAT(commit_->health(), StatusIs(absl::StatusCode::kInternal, ::testing::_));
+  // Stopped: a batch sealed after the failure rests on it and is not
+  // written, although the store would take it now.
+  ASSERT_TRUE(commit_->failed());
   const auto t3 = commit_->Seal(Job(3, "c"));
-  EXPECT_OK(commit_->Await(t3));
+  EXPECT_THAT(commit_->Await(t3),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("disk full")));
+  EXPECT_EQ(store_->commits(), 1);
+  // Settling names every record the failed batches held, and fails t3 too.
+  const auto t4 = commit_->Seal(Job(4, "d"));
+  EXPECT_EQ(commit_->Unsettled(), t4);
+  uint64_t which = 0;
+  ASSERT_OK_AND_ASSIGN(StateStore::Snapshot committed,
+                       commit_->LoadCommitted(&which));
+  EXPECT_TRUE(committed.jobs.empty());
+  EXPECT_FALSE(commit_->TakeFailure(which + 1).has_value());  // not that one
+  std::optional<GroupCommit::Failure> failure = commit_->TakeFailure(which);
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_THAT(failure->error, StatusIs(absl::StatusCode::kInternal,
+                                       HasSubstr("disk full")));
+  EXPECT_THAT(failure->jobs, ::testing::ElementsAre(1, 2, 3, 4));
+  EXPECT_FALSE(commit_->failed());
+  EXPECT_FALSE(commit_->TakeFailure(which).has_value());
+  EXPECT_THAT(commit_->LoadCommitted(&which),
+              StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
+  EXPECT_EQ(commit_->Unsettled(), 0u);
+  EXPECT_THAT(commit_->Await(t4),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("disk full")));
+  // The next batch is written again, and health follows it.
+  const auto t5 = commit_->Seal(Job(5, "e"));
+  EXPECT_EQ(commit_->Unsettled(), t5);
+  EXPECT_OK(commit_->Await(t5));
+  EXPECT_OK(commit_->health());
   ASSERT_OK_AND_ASSIGN(StateStore::Snapshot snap, store_->Load());
   EXPECT_EQ(snap.jobs.size(), 1u);
-  EXPECT_EQ(snap.jobs.count(3), 1u);
+  EXPECT_EQ(snap.jobs.count(5), 1u);
+}
+
+TEST_F(GroupCommitTest, AProbeReportsWhetherTheStoreCanCommit) {
+  EXPECT_OK(commit_->Probe());
+  store_->FailCommits(-1, absl::InternalError("database or disk is full"));
+  EXPECT_THAT(commit_->Probe(),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("disk is full")));
+  EXPECT_THAT(commit_->health(), StatusIs(absl::StatusCode::kInternal, ::testing::_));
+  store_->Heal();
+  EXPECT_OK(commit_->Probe());
+  EXPECT_OK(commit_->health());
+  EXPECT_EQ(store_->commits(), 0);  // a probe writes no state
 }
 
 TEST_F(GroupCommitTest, ConcurrentCallersAllSeeTheirBatchDurable) {

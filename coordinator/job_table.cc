@@ -53,6 +53,16 @@ JobRec& JobTable::Restore(int64_t num, v1::Job job) {
   return out;
 }
 
+std::unique_ptr<JobRec> JobTable::Remove(int64_t num) {
+  auto it = jobs_.find(num);
+  if (it == jobs_.end()) return nullptr;
+  std::unique_ptr<JobRec> out = std::move(it->second);
+  jobs_.erase(it);
+  queued_.erase(num);
+  active_.erase(num);
+  return out;
+}
+
 JobRec* JobTable::Find(int64_t num) {
   auto it = jobs_.find(num);
   return it == jobs_.end() ? nullptr : it->second.get();

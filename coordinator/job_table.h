@@ -118,6 +118,9 @@ class JobTable {
   absl::StatusOr<JobRec*> Add(v1::JobSpec spec, absl::Time now);
   // A job loaded from the state store, queued or active by its state.
   JobRec& Restore(int64_t num, v1::Job job);
+  // Takes job `num` out of the table (null if none), to be restored anew
+  // after a failed commit. Numbers are not handed out again.
+  std::unique_ptr<JobRec> Remove(int64_t num);
 
   JobRec* Find(int64_t num);
   JobRec* Find(absl::string_view job_id);
@@ -177,6 +180,11 @@ class JobTable {
                                int64_t max_bytes) const;
 
   size_t size() const { return jobs_.size(); }
+
+  // Every job, in number order (metrics).
+  void ForEach(absl::FunctionRef<void(const JobRec&)> visit) const {
+    for (const auto& [num, job] : jobs_) visit(*job);
+  }
 
  private:
   const JobTableLimits limits_;

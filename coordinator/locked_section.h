@@ -6,6 +6,22 @@
 // and change the units, seal the writes; then, after the unlock, wait for
 // the write and run the deferred callbacks. The lock is never released in
 // the middle of a change.
+//
+// Commit or nothing. A section changes memory before its write, and group
+// commit lets later sections build on it before it is written. So when a
+// write fails (a full disk: the store's error), GroupCommit stops writing:
+// every batch not yet written fails with that error, since it rests on the
+// failed one. The first epilogue to see the failure rolls back
+// (Coordinator::RollBackFailedWrite): it loads the store's state, which is
+// the last committed one, and under the lock settles the failure
+// (GroupCommit::TakeFailure names the jobs and workers the failed batches
+// held) and puts exactly those records back as stored (RestoreRecords,
+// recovery.h), ending the waits of the undone epochs. Then writing resumes.
+// Every section whose batch failed, or that waited for one that did,
+// answers Unavailable with the store's error, and so do the callbacks it
+// deferred (DeferAnswer): no wait is answered with an undone change, and a
+// heartbeat reply whose directives rest on one is refused. Job and worker
+// numbers of undone records are not handed out again.
 #ifndef PSHARD_COORDINATOR_LOCKED_SECTION_H_
 #define PSHARD_COORDINATOR_LOCKED_SECTION_H_
 
@@ -17,6 +33,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/state_store.h"
 
@@ -48,66 +65,92 @@ class ABSL_SCOPED_LOCKABLE Coordinator::Locked {
   Locked(const Locked&) = delete;
   Locked& operator=(const Locked&) = delete;
   ~Locked() ABSL_UNLOCK_FUNCTION() {
-    if (held_) RunDeferred(Unlock());
+    if (held_) RunDeferred(Unlock(), absl::OkStatus());
   }
 
-  // The epilogue: the outcome of this section's writes (OK when it had
-  // none; see CommitWait).
+  // The epilogue: OK when this section's writes, and every write before
+  // them, committed (see CommitWait); else Unavailable with the store's
+  // error, after the rollback.
   absl::Status Commit(CommitWait wait = CommitWait::kAllSealed)
       ABSL_UNLOCK_FUNCTION() {
     const uint64_t mine = c_->Seal();
     if (mine == 0 && wait == CommitWait::kOwnBatch) {
-      RunDeferred(Unlock());
+      RunDeferred(Unlock(), absl::OkStatus());
       return absl::OkStatus();
     }
     // Wait for every batch sealed so far, ours or not: no reply may rest on
     // state that is not durable yet.
-    const uint64_t ticket = c_->commit_.LastSealed();
-    std::vector<std::function<void()>> fns = Unlock();
-    const absl::Status status = c_->commit_.Await(ticket);
-    RunDeferred(std::move(fns));
-    return mine == 0 ? absl::OkStatus() : status;
+    const uint64_t ticket = c_->commit_.Unsettled();
+    std::vector<Deferred> fns = Unlock();
+    const absl::Status status = Settle(c_, c_->commit_.Await(ticket));
+    RunDeferred(std::move(fns), status);
+    return status;
   }
 
-  // The epilogue without waiting: `done` gets the outcome of this section's
-  // writes; it and the callbacks this section deferred run after the write,
-  // on the notifier thread (inline when everything was written already).
+  // The epilogue without waiting: `done` gets the outcome (as Commit's);
+  // it and the callbacks this section deferred run after the write, on the
+  // notifier thread (inline when everything was written already).
   void CommitInBackground(std::function<void(absl::Status)> done)
       ABSL_UNLOCK_FUNCTION() {
-    const uint64_t mine = c_->Seal();
-    const uint64_t ticket = c_->commit_.LastSealed();
-    if (c_->commit_.Written(ticket)) {
-      c_->Defer([done = std::move(done)] { done(absl::OkStatus()); });
-      RunDeferred(Unlock());
+    c_->Seal();
+    const uint64_t ticket = c_->commit_.Unsettled();
+    c_->Defer([done = std::move(done)](const absl::Status& commit) {
+      done(commit);
+    });
+    std::vector<Deferred> fns = Unlock();
+    if (c_->commit_.Written(ticket)) {  // Await answers without the store
+      RunDeferred(std::move(fns), Settle(c_, c_->commit_.Await(ticket)));
       return;
     }
-    std::vector<std::function<void()>> fns = Unlock();
     Coordinator* c = c_;
-    c_->notifier_->Post({[c, ticket, mine, fns = std::move(fns),
-                          done = std::move(done)] {
-      const absl::Status status = c->commit_.Await(ticket);
-      for (const auto& fn : fns) fn();
-      done(mine == 0 ? absl::OkStatus() : status);
+    c_->notifier_->Post({[c, ticket, fns = std::move(fns)] {
+      const absl::Status status = Settle(c, c->commit_.Await(ticket));
+      for (const auto& fn : fns) fn(status);
     }});
   }
 
  private:
+  using Deferred = Coordinator::Deferred;
+
+  // A failed write's outcome, after its rollback: Unavailable, with the
+  // store's error.
+  static absl::Status Settle(Coordinator* c, absl::Status status) {
+    if (status.ok()) return status;
+    c->RollBackFailedWrite();
+    return absl::UnavailableError(absl::StrCat(
+        "the coordinator's state store could not commit this change, so "
+        "nothing was changed (retry): ",
+        status.message()));
+  }
+
   // Releases mu_; the callbacks this section deferred.
-  std::vector<std::function<void()>> Unlock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    std::vector<std::function<void()>> fns = std::move(c_->deferred_);
+  std::vector<Deferred> Unlock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    std::vector<Deferred> fns = std::move(c_->deferred_);
     c_->deferred_.clear();
     held_ = false;
     c_->mu_.Unlock();
     return fns;
   }
-  void RunDeferred(std::vector<std::function<void()>> fns) {
-    c_->RunDeferred(std::move(fns));
+  void RunDeferred(std::vector<Deferred> fns, const absl::Status& commit) {
+    c_->RunDeferred(std::move(fns), commit);
   }
 
   Coordinator* const c_;
   bool held_ = true;
 };
 
+
+template <typename Done, typename Result>
+void Coordinator::DeferAnswer(Done done, Result result) {
+  Defer([done = std::move(done), result = std::move(result)](
+            const absl::Status& commit) mutable {
+    if (commit.ok()) {
+      done(std::move(result));
+    } else {
+      done(commit);
+    }
+  });
+}
 
 }  // namespace coordinator
 }  // namespace pshard

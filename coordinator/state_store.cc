@@ -24,6 +24,7 @@ CREATE TABLE IF NOT EXISTS assignments(
 CREATE TABLE IF NOT EXISTS finished_ranks(
   job_num INTEGER NOT NULL, epoch INTEGER NOT NULL, rank INTEGER NOT NULL,
   PRIMARY KEY(job_num, epoch, rank));
+CREATE TABLE IF NOT EXISTS probe(id INTEGER PRIMARY KEY, n INTEGER NOT NULL);
 )sql";
 
 template <typename Proto>
@@ -43,6 +44,7 @@ class SqliteStateStore final : public StateStore {
       : db_(std::move(db)) {}
   absl::StatusOr<Snapshot> Load() override;
   absl::Status Commit(const Batch& batch) override;
+  absl::Status Probe() override;
 
  private:
   const std::unique_ptr<SqliteDatabase> db_;
@@ -189,6 +191,15 @@ absl::Status SqliteStateStore::Commit(const Batch& batch) {
                           .Run());
     }
   }
+  return txn.Commit();
+}
+
+absl::Status SqliteStateStore::Probe() {
+  SqliteTransaction txn(db_.get());
+  RETURN_IF_ERROR(txn.status());
+  RETURN_IF_ERROR(db_->Exec(
+      "INSERT INTO probe(id, n) VALUES(1, 1) "
+      "ON CONFLICT(id) DO UPDATE SET n = n + 1"));
   return txn.Commit();
 }
 

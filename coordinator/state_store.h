@@ -17,6 +17,7 @@
 //   events(job_num, sequence, event BLOB: v1.JobEvent)
 //   assignments(job_num, epoch, assignment BLOB: v1.ShardAssignment)
 //   finished_ranks(job_num, epoch, rank)
+//   probe(id PRIMARY KEY, n): one row, rewritten by Probe
 #ifndef PSHARD_COORDINATOR_STATE_STORE_H_
 #define PSHARD_COORDINATOR_STATE_STORE_H_
 
@@ -81,7 +82,8 @@ class StateStore {
   static absl::StatusOr<std::unique_ptr<StateStore>> Open(
       const std::string& path, const SqliteOptions& options = {});
 
-  // Everything stored. Called once, before any Commit.
+  // Everything stored: once at start-up, and again (never concurrently
+  // with Commit) to restore the coordinator's memory after a failed commit.
   // Errors: DataLoss if a stored record does not parse; Internal on storage
   // errors.
   virtual absl::StatusOr<Snapshot> Load() = 0;
@@ -90,6 +92,12 @@ class StateStore {
   // concurrently (the coordinator serialises its writes).
   // Errors: Internal on storage errors (disk full, I/O error).
   virtual absl::Status Commit(const Batch& batch) = 0;
+
+  // Commits a transaction that changes no state (the probe row): whether
+  // the store can commit now, for health checks while commits fail. Not
+  // called concurrently with Commit.
+  // Errors: as Commit.
+  virtual absl::Status Probe() = 0;
 };
 
 }  // namespace coordinator

@@ -138,6 +138,14 @@ WorkerRec& WorkerRegistry::Restore(int64_t num, v1::WorkerInfo info,
   return out;
 }
 
+void WorkerRegistry::Remove(int64_t num) {
+  auto it = workers_.find(num);
+  if (it == workers_.end()) return;
+  auto name = by_name_.find(it->second->info.name());
+  if (name != by_name_.end() && name->second == num) by_name_.erase(name);
+  workers_.erase(it);
+}
+
 WorkerRec* WorkerRegistry::Find(int64_t num) {
   auto it = workers_.find(num);
   return it == workers_.end() ? nullptr : it->second.get();

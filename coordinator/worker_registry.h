@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -147,6 +148,9 @@ class WorkerRegistry {
   int64_t Attach(WorkerRec& w);
   // A worker loaded from the state store: unconfirmed, heard of at `now`.
   WorkerRec& Restore(int64_t num, v1::WorkerInfo info, absl::Time now);
+  // Forgets worker `num` (a registration that did not commit). Numbers are
+  // not handed out again.
+  void Remove(int64_t num);
 
   WorkerRec* Find(int64_t num);
   const WorkerRec* Find(int64_t num) const;
@@ -191,6 +195,11 @@ class WorkerRegistry {
                                   absl::Time now) const;
 
   size_t size() const { return workers_.size(); }
+
+  // Every worker, in number order (metrics).
+  void ForEach(absl::FunctionRef<void(const WorkerRec&)> visit) const {
+    for (const auto& [num, worker] : workers_) visit(*worker);
+  }
 
  private:
   // Schedulable but for a RELEASING rank.

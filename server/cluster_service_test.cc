@@ -144,6 +144,39 @@ TEST_F(ServicesTest, HealthServiceAnswers) {
   EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
+// Health follows the state store: NOT_SERVING while it cannot commit (a
+// refused change says why), SERVING again by itself once it can (the
+// ticker's probe, with no client change needed).
+TEST_F(ServicesTest, HealthIsNotServingWhileTheStateStoreCannotCommit) {
+  using grpc::health::v1::HealthCheckResponse;
+  auto stub = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext watch;
+  watch.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(30));
+  std::unique_ptr<grpc::ClientReader<HealthCheckResponse>> updates =
+      stub->Watch(&watch, grpc::health::v1::HealthCheckRequest());
+  HealthCheckResponse status;
+  ASSERT_TRUE(updates->Read(&status));
+  EXPECT_EQ(status.status(), HealthCheckResponse::SERVING);
+
+  faults_->FailCommits(-1, absl::InternalError("database or disk is full"));
+  grpc::ClientContext ctx;
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = Spec(1);
+  v1::Job job;
+  const grpc::Status refused = jobs_->SubmitJob(&ctx, req, &job);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(refused.error_message(), HasSubstr("database or disk is full"));
+  ASSERT_TRUE(updates->Read(&status));  // the next change of status
+  EXPECT_EQ(status.status(), HealthCheckResponse::NOT_SERVING);
+
+  faults_->Heal();
+  ASSERT_TRUE(updates->Read(&status));
+  EXPECT_EQ(status.status(), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Submit(1).id(), "job-2");  // job-1 was refused: not reused
+  watch.TryCancel();
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace pshard

@@ -1,8 +1,11 @@
 #include "server/coordinator_server.h"
 
+#include <cstdio>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc_metrics.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
@@ -20,7 +23,11 @@ CoordinatorServer::CoordinatorServer(coordinator::Coordinator* coordinator,
       jobs_(coordinator, clock, options_.services),
       shards_(coordinator),
       cluster_(coordinator),
-      worker_control_(coordinator, clock, options_.services) {}
+      worker_control_(coordinator, clock, options_.services),
+      reflection_v1_({v1::JobService::service_full_name(),
+                      v1::ShardService::service_full_name(),
+                      v1::ClusterService::service_full_name(),
+                      v1::WorkerControl::service_full_name()}) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     coordinator::Coordinator* coordinator, const Clock* clock,
@@ -40,6 +47,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(&s->shards_);
   builder.RegisterService(&s->cluster_);
   builder.RegisterService(&s->worker_control_);
+  builder.RegisterService(&s->reflection_v1_);
+  if (s->options_.metrics != nullptr) {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(NewRpcMetricsInterceptorFactory(*s->options_.metrics));
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(
@@ -48,9 +63,24 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
   CoordinatorServer* self = s.get();
   s->ticker_ = std::thread([self] {
+    // NOT_SERVING while the state store cannot commit (Tick probes it), so
+    // that a load balancer or an operator's check sees the outage; SERVING
+    // again by itself once a write succeeds.
+    bool serving = true;
+    grpc::HealthCheckServiceInterface* health =
+        self->server_->GetHealthCheckService();
     while (!self->stop_.WaitForNotificationWithTimeout(
         self->options_.tick_interval)) {
       self->coordinator_->Tick();
+      const absl::Status store = self->coordinator_->StoreHealth();
+      if (store.ok() != serving && health != nullptr) {
+        serving = store.ok();
+        health->SetServingStatus(serving);
+        fprintf(stderr, "pshard-coordinator: health %s%s%s\n",
+                serving ? "SERVING" : "NOT_SERVING: ",
+                serving ? "" : "the state store cannot commit: ",
+                std::string(store.message()).c_str());
+      }
     }
   });
   return s;

@@ -1,6 +1,8 @@
 // The coordinator's gRPC server: the four pshard services plus health and
 // reflection, message-size caps, a bounded sync thread pool, and the ticker
-// thread that drives Coordinator::Tick (worker loss, wait deadlines).
+// thread that drives Coordinator::Tick (worker loss, wait deadlines) and
+// sets the health status: NOT_SERVING while the state store cannot commit
+// (Coordinator::StoreHealth), SERVING again once it can.
 // Used by the pshard-coordinator binary, the in-process tests and the
 // benchmark.
 #ifndef PSHARD_SERVER_COORDINATOR_SERVER_H_
@@ -19,6 +21,8 @@
 #include "grpcpp/channel.h"
 #include "grpcpp/support/client_interceptor.h"
 #include "grpcpp/server.h"
+#include "prometheus/registry.h"
+#include "server/reflection_v1.h"
 #include "server/services.h"
 
 namespace pshard {
@@ -34,6 +38,9 @@ struct ServerOptions {
   int max_sync_threads = 64;
   // How often Coordinator::Tick runs.
   absl::Duration tick_interval = absl::Milliseconds(50);
+  // When set, every RPC is counted and timed into it (common/rpc_metrics.h);
+  // it must outlive the server.
+  prometheus::Registry* metrics = nullptr;
   ServiceOptions services;
 };
 
@@ -80,6 +87,7 @@ class CoordinatorServer {
   ShardServiceImpl shards_;
   ClusterServiceImpl cluster_;
   WorkerControlImpl worker_control_;
+  ReflectionV1Service reflection_v1_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   absl::Notification stop_;

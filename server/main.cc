@@ -19,6 +19,8 @@
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/state_store.h"
+#include "common/metrics_endpoint.h"
+#include "server/coordinator_metrics.h"
 #include "server/coordinator_server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
@@ -35,6 +37,18 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "how often workers heartbeat");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(5),
           "a worker silent this long is LOST");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port of the Prometheus endpoint (GET /metrics): jobs, queue, "
+          "workers, heartbeat age, RPCs by method and code; empty: none");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "write the metrics endpoint's port here once it listens (for "
+          "--metrics_listen with port 0)");
+ABSL_FLAG(absl::Duration, blame_window, absl::Seconds(2),
+          "how long a rank's failure caused by a peer (a closed connection, a "
+          "collective deadline) waits for that peer's worker to be found LOST, "
+          "which then takes the blame and the job restarts (max_restarts); 0: "
+          "the first failure reported decides. Set it above --worker_timeout "
+          "for frozen workers to be blamed too");
 
 namespace {
 
@@ -85,6 +99,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.recovery_grace = 2 * options.worker_timeout;
+  options.blame_window = absl::GetFlag(FLAGS_blame_window);
+  if (options.blame_window < absl::ZeroDuration()) {
+    fprintf(stderr, "pshard-coordinator: --blame_window must be >= 0\n");
+    return 2;
+  }
 
   const pshard::Clock& clock = pshard::Clock::Real();
   const std::string state_path = absl::GetFlag(FLAGS_state_path);
@@ -114,6 +133,29 @@ int main(int argc, char** argv) {
 
   pshard::server::ServerOptions server_options;
   server_options.listen = absl::GetFlag(FLAGS_listen);
+  std::unique_ptr<pshard::MetricsEndpoint> metrics;
+  if (const std::string listen = absl::GetFlag(FLAGS_metrics_listen);
+      !listen.empty()) {
+    auto started = pshard::MetricsEndpoint::Start(listen);
+    if (!started.ok()) {
+      fprintf(stderr, "pshard-coordinator: --metrics_listen: %s\n",
+              std::string(started.status().message()).c_str());
+      return 1;
+    }
+    metrics = *std::move(started);
+    metrics->Add(std::make_shared<pshard::server::CoordinatorMetrics>(
+        coordinator->get()));
+    server_options.metrics = &metrics->registry();
+    if (const std::string file = absl::GetFlag(FLAGS_metrics_port_file);
+        !file.empty()) {
+      if (absl::Status written = pshard::WritePortFile(file, metrics->port());
+          !written.ok()) {
+        fprintf(stderr, "pshard-coordinator: --metrics_port_file: %s\n",
+                written.ToString().c_str());
+        return 1;
+      }
+    }
+  }
   auto server = pshard::server::CoordinatorServer::Start(
       coordinator->get(), &clock, server_options);
   if (!server.ok()) {
@@ -139,6 +181,7 @@ int main(int argc, char** argv) {
   fprintf(stderr, "pshard-coordinator: signal %d, shutting down\n", sig);
   (*server)->Shutdown(absl::Seconds(2));
   server->reset();
+  metrics.reset();  // its collector reads the coordinator
   coordinator->reset();
   return 0;
 }

@@ -2,7 +2,8 @@
 // worker_control_service_test.cc, cluster_service_test.cc): a real
 // Coordinator on the real clock behind the real CoordinatorServer, reached
 // through its in-process channel, with one stub per service and the request
-// builders the tests share. Waits use short deadlines rather than sleeps.
+// builders the tests share; its store is behind a FaultStateStore (faults_)
+// that tests may arm. Waits use short deadlines rather than sleeps.
 #ifndef PSHARD_SERVER_SERVICES_TEST_FIXTURE_H_
 #define PSHARD_SERVER_SERVICES_TEST_FIXTURE_H_
 
@@ -15,6 +16,7 @@
 #include "common/proto_time.h"
 #include "common/status_matchers.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/fault_state_store.h"
 #include "coordinator/state_store.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -65,11 +67,14 @@ inline v1::KvPutRequest MakeKvPut(const v1::Job& job, const std::string& key,
 class ServicesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto store = coordinator::StateStore::Open(":memory:");
-    ASSERT_OK(store);
+    auto inner = coordinator::StateStore::Open(":memory:");
+    ASSERT_OK(inner);
+    auto store =
+        std::make_unique<coordinator::FaultStateStore>(*std::move(inner));
+    faults_ = store.get();
     coordinator::CoordinatorOptions options;
     options.worker_timeout = absl::Seconds(60);  // no loss during a test
-    auto c = coordinator::Coordinator::Create(options, &clock_, *std::move(store));
+    auto c = coordinator::Coordinator::Create(options, &clock_, std::move(store));
     ASSERT_OK(c);
     coordinator_ = *std::move(c);
     ServerOptions server_options;
@@ -158,6 +163,8 @@ class ServicesTest : public ::testing::Test {
 
   RealClock clock_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
+  // Owned by coordinator_.
+  coordinator::FaultStateStore* faults_ = nullptr;
   std::unique_ptr<CoordinatorServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;

@@ -18,14 +18,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics_endpoint.h"
+#include "common/rpc_metrics.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "common/clock.h"
 #include "common/port_file.h"
+#include "server/reflection_v1.h"
 #include "worker/gpu/backend_choice.h"
 #include "worker/gpu/device.h"
 #include "worker/runtime/agent.h"
+#include "worker/runtime/worker_metrics.h"
 #include "worker/runtime/control_plane.h"
 #include "worker/runtime/program_log_stream.h"
 #include "worker/runtime/worker_status_service.h"
@@ -50,6 +54,12 @@ ABSL_FLAG(std::string, log_dir, "",
 ABSL_FLAG(int64_t, log_max_bytes, int64_t{64} << 20,
           "cap of each program log file; at the cap it is rotated to "
           "<file>.1 (so at most twice this per rank); >= 1024");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port of the Prometheus endpoint (GET /metrics): steps, step "
+          "time, bytes sent, optimizer-state bytes, checkpoint stalls, RPCs; "
+          "empty: none");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "write the metrics endpoint's port here once it listens");
 ABSL_FLAG(absl::Duration, result_retry_for, absl::Minutes(10),
           "how long a job's result is retried while the coordinator cannot be "
           "reached (a restart, an outage): the job it finished is then known "
@@ -89,6 +99,32 @@ int main(int argc, char** argv) {
       "[--port_file=PATH] [--host=H] [--device=cpu|auto|cuda:N] "
       "[--blas_threads=N] [--log_dir=DIR] [--log_max_bytes=N]");
   absl::ParseCommandLine(argc, argv);
+
+  // Metrics before the servers that count into them; they outlive both.
+  std::unique_ptr<pshard::MetricsEndpoint> metrics;
+  std::unique_ptr<pshard::worker::WorkerMetrics> worker_metrics;
+  if (const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+      !metrics_listen.empty()) {
+    auto started = pshard::MetricsEndpoint::Start(metrics_listen);
+    if (!started.ok()) {
+      std::fprintf(stderr, "pshard-worker: --metrics_listen: %s\n",
+                   std::string(started.status().message()).c_str());
+      return 1;
+    }
+    metrics = *std::move(started);
+    worker_metrics =
+        std::make_unique<pshard::worker::WorkerMetrics>(metrics->registry());
+    if (const std::string file = absl::GetFlag(FLAGS_metrics_port_file);
+        !file.empty()) {
+      if (absl::Status written = pshard::WritePortFile(file, metrics->port());
+          !written.ok()) {
+        std::fprintf(stderr, "pshard-worker: --metrics_port_file: %s\n",
+                     written.ToString().c_str());
+        return 1;
+      }
+    }
+  }
+
 
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
   if (coordinator.empty()) {
@@ -176,6 +212,8 @@ int main(int argc, char** argv) {
     }
   }
 
+  options.metrics = worker_metrics.get();
+
   // The status server first: its address is part of the registration.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -186,6 +224,14 @@ int main(int argc, char** argv) {
   const std::string listen = absl::GetFlag(FLAGS_listen);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  if (metrics != nullptr) {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(
+        pshard::NewRpcMetricsInterceptorFactory(metrics->registry()));
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   // The agent exists only once the port is known; until then the service
   // answers Unavailable. `agent` outlives the server (shut down first).
   absl::Mutex agent_mu;
@@ -210,6 +256,9 @@ int main(int argc, char** argv) {
       },
       &logs);
   builder.RegisterService(&service);
+  pshard::server::ReflectionV1Service reflection_v1(
+      {pshard::v1::WorkerStatus::service_full_name()});
+  builder.RegisterService(&reflection_v1);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     std::fprintf(stderr, "pshard-worker: cannot listen on %s\n", listen.c_str());

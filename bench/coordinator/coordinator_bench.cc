@@ -25,6 +25,7 @@
 #include "pshard/v1/shard.grpc.pb.h"
 #include "pshard/v1/worker_control.grpc.pb.h"
 #include "tests/testing/coordinator.h"
+#include "tests/testing/metrics_scrape.h"
 #include "tests/testing/subprocess.h"
 #include "worker/runtime/assignment_client.h"
 
@@ -58,6 +59,13 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   coordinator_options.heartbeat_interval = opt.heartbeat_interval;
   coordinator_options.worker_timeout = opt.worker_timeout;
   coordinator_options.extra_flags = {"--state_sync=" + opt.state_sync};
+  const std::string metrics_port_file = opt.work_dir + "/bench-metrics.port";
+  std::remove(metrics_port_file.c_str());
+  if (opt.scrape_interval > absl::ZeroDuration()) {
+    coordinator_options.extra_flags.push_back("--metrics_listen=127.0.0.1:0");
+    coordinator_options.extra_flags.push_back("--metrics_port_file=" +
+                                              metrics_port_file);
+  }
   ASSIGN_OR_RETURN(testing::RunningCoordinator running,
                    testing::StartCoordinator(coordinator_options));
   testing::Subprocess* coordinator = running.process.get();
@@ -251,10 +259,26 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     }
   });
 
+  // ---- Prometheus scrapes alongside (--scrape_interval) ----
+  std::thread scraper;
+  if (opt.scrape_interval > absl::ZeroDuration()) {
+    ASSIGN_OR_RETURN(const int metrics_port,
+                     testing::WaitForPortFile(metrics_port_file, absl::Seconds(30)));
+    scraper = std::thread([&, metrics_port] {
+      while (!stop) {
+        const absl::Time start = absl::Now();
+        const absl::StatusOr<std::string> text = testing::ScrapeMetrics(metrics_port);
+        rec.Add("Scrape", absl::Now() - start, text.ok());
+        absl::SleepFor(opt.scrape_interval);
+      }
+    });
+  }
+
   auto finish_threads = [&] {
     stop = true;
     heartbeater.join();
     status_client.join();
+    if (scraper.joinable()) scraper.join();
     const absl::Time wait_until = absl::Now() + absl::Seconds(30);
     while (outstanding > 0 && absl::Now() < wait_until) {
       absl::SleepFor(absl::Milliseconds(10));

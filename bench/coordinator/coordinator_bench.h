@@ -44,6 +44,9 @@ struct BenchOptions {
   std::string state_sync = "full";
   // Extra time allowed for each phase.
   absl::Duration phase_timeout = absl::Seconds(180);
+  // > 0: the coordinator serves --metrics_listen and a scraper GETs
+  // /metrics this often, timed as "Scrape".
+  absl::Duration scrape_interval = absl::ZeroDuration();
 };
 
 struct LatencyStats {

@@ -20,6 +20,8 @@ ABSL_FLAG(int, channels, 8,
           "gRPC connections the simulated workers share (real workers have "
           "one each)");
 ABSL_FLAG(std::string, work_dir, "/tmp", "for the state file and logs");
+ABSL_FLAG(absl::Duration, scrape_interval, absl::ZeroDuration(),
+          "> 0: scrape the coordinator's /metrics this often (\"Scrape\")");
 ABSL_FLAG(std::string, state_sync, "full",
           "the coordinator's --state_sync: full or normal (to measure what "
           "full costs)");
@@ -37,6 +39,7 @@ int main(int argc, char** argv) {
   options.list_page_size = absl::GetFlag(FLAGS_list_page_size);
   options.work_dir = absl::GetFlag(FLAGS_work_dir);
   options.state_sync = absl::GetFlag(FLAGS_state_sync);
+  options.scrape_interval = absl::GetFlag(FLAGS_scrape_interval);
   options.channels = absl::GetFlag(FLAGS_channels);
   auto report = pshard::bench::RunCoordinatorBenchmark(options);
   if (!report.ok()) {

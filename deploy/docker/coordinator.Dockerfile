@@ -9,7 +9,7 @@ FROM ${BASE_IMAGE}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libabsl20220623 libatomic1 libc-ares2 libgrpc++1.51 libgrpc29 \
-      libprotobuf32 libre2-9 libsqlite3-0 libssl3 \
+      libprometheus-cpp-core1.0 libprotobuf32 libre2-9 libsqlite3-0 libssl3 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 65532 pshard \
  && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
@@ -20,6 +20,6 @@ COPY server/pshard-coordinator /usr/local/bin/pshard-coordinator
 
 USER 65532:65532
 WORKDIR /var/lib/pshard
-EXPOSE 7070
+EXPOSE 7070 9090
 ENTRYPOINT ["/usr/local/bin/pshard-coordinator"]
 CMD ["--listen=0.0.0.0:7070", "--state_path=/var/lib/pshard/state/pshard-coordinator.db"]

@@ -18,7 +18,8 @@ FROM ${BASE_IMAGE} AS libs
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libabsl20220623 libatomic1 libc-ares2 libgloo0 libgrpc++1.51 libgrpc29 \
-      libopenblas0-pthread libprotobuf32 libre2-9 libssl3 \
+      libopenblas0-pthread libprometheus-cpp-core1.0 libprotobuf32 libre2-9 \
+      libssl3 \
  && rm -rf /var/lib/apt/lists/*
 COPY worker/pshard-worker /usr/local/bin/pshard-worker
 RUN mkdir -p /opt/pshard/lib \
@@ -49,5 +50,5 @@ ENV NVIDIA_VISIBLE_DEVICES=all
 ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER 65532:65532
 WORKDIR /var/lib/pshard
-EXPOSE 7071
+EXPOSE 7071 9090
 ENTRYPOINT ["/usr/local/bin/pshard-worker"]

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import pshard
+import pshard.checkpoint
 import pshard.torch
 
 # Images held out for the final test accuracy (of 1797).
@@ -111,8 +112,15 @@ def main(argv):
               f"parameters, {world} ranks x {args.batch_size} images",
               flush=True)
 
+    # A restarted job (the spec's max_restarts and checkpoint) resumes from
+    # its latest complete checkpoint; a first run starts at step 1.
+    start = pshard.checkpoint.load(optimizer)
+    if start > 0 and rank == 0:
+        print(f"resumed from step {start} (restart "
+              f"{pshard.checkpoint.restart_count()})", flush=True)
+
     losses = []
-    for step in range(1, args.steps + 1):
+    for step in range(start + 1, args.steps + 1):
         index = batch_indices(args.seed, rank, world, step, args.batch_size,
                               len(train_y))
         optimizer.zero_grad()
@@ -125,6 +133,8 @@ def main(argv):
             mean = session.average_loss(losses[-1])
             if rank == 0:
                 print(f"step {step:5d}  loss {mean:.4f}", flush=True)
+        if pshard.checkpoint.due(step, args.steps):
+            pshard.checkpoint.save(optimizer, step)
 
     with torch.no_grad():
         predicted = model(test_x).argmax(dim=1)

@@ -18,6 +18,7 @@ import sys
 import torch
 
 import pshard
+import pshard.checkpoint
 import pshard.torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -89,8 +90,15 @@ def main(argv):
               f" parameters, {world} ranks x {args.batch_size} windows of "
               f"{args.context}", flush=True)
 
+    # A restarted job (the spec's max_restarts and checkpoint) resumes from
+    # its latest complete checkpoint; a first run starts at step 1.
+    start = pshard.checkpoint.load(optimizer)
+    if start > 0 and rank == 0:
+        print(f"resumed from step {start} (restart "
+              f"{pshard.checkpoint.restart_count()})", flush=True)
+
     losses = []
-    for step in range(1, args.steps + 1):
+    for step in range(start + 1, args.steps + 1):
         inputs, targets = lm.batch(train_ids, args.seed, rank, world, step,
                                    args.batch_size, args.context)
         optimizer.zero_grad()
@@ -103,6 +111,8 @@ def main(argv):
             mean = session.average_loss(losses[-1])
             if rank == 0:
                 print(f"step {step:5d}  loss {mean:.4f}", flush=True)
+        if pshard.checkpoint.due(step, args.steps):
+            pshard.checkpoint.save(optimizer, step)
 
     held_out = validation_loss(model, validation_ids, args)
     if rank == 0:

@@ -16,6 +16,8 @@ INTERNAL_ERROR = 3
 TIMEOUT = 4
 UNAVAILABLE = 5
 ABORTED = 6
+NOT_FOUND = 7
+DATA_LOSS = 8
 
 FLOAT32 = 0
 HOST_MEMORY = 0
@@ -24,7 +26,7 @@ CUDA_MEMORY = 1
 REDUCE_BROADCAST = 0
 ALLREDUCE_BROADCAST = 1
 
-API_VERSION = 1
+API_VERSION = 2
 
 _LIBRARY_NAME = "libpshard.so"
 
@@ -117,6 +119,9 @@ _PROTOTYPES = {
         ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p),
         _c_int64_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_float)),
         _c_int64_p]),
+    "pshardSaveCheckpoint": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64]),
+    "pshardLoadCheckpoint": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_char_p, _c_int64_p]),
     "pshardBarrier": (ctypes.c_int, [ctypes.c_void_p]),
     "pshardSessionClose": (ctypes.c_int, [ctypes.c_void_p]),
 }

@@ -240,26 +240,26 @@ class ShardedOptimizer:
                 "world_size": self._session.world_size, **self._spec}
 
     def load_state_dict(self, state_dict):
-        """Resumes from state_dict() of the same rank, world size, model,
-        optimizer spec, bucket size and comm mode. Call it before the first
-        step. Raises ValueError (TypeError for a wrong type) naming what
-        differs; pshard itself checks again (PshardError), and the first
-        step checks that the state covers exactly the buckets this rank
-        owns."""
+        """Resumes from state_dict(), keyed by parameter name, so at any
+        rank, world size, bucket size or comm mode: the state must cover the
+        parameters this rank comes to own (one rank's state_dict() at the
+        same configuration does; at another world size, merge every rank's
+        "state" into one dict). Entries of parameters this rank does not own
+        are ignored. The model and optimizer spec must be the same. Call it
+        before the first step. Raises ValueError (TypeError for a wrong
+        type) naming what differs; pshard itself checks again (PshardError),
+        and the first step fails naming an owned parameter the state lacks.
+        For a checkpoint of the whole job on disk, see pshard.checkpoint."""
         if not isinstance(state_dict, dict):
             raise TypeError("state_dict: a dict from ShardedOptimizer."
                             "state_dict()")
-        missing = {"state", "rank", "world_size", *self._spec} - set(state_dict)
+        missing = {"state", "optimizer"} - set(state_dict)
         if missing:
             raise ValueError(f"state_dict: missing {sorted(missing)}")
-        for field, expected in (("rank", self._session.rank),
-                                ("world_size", self._session.world_size),
-                                *self._spec.items()):
-            if state_dict[field] != expected:
-                raise ValueError(
-                    f"state_dict[{field!r}] is {state_dict[field]!r}, this "
-                    f"optimizer's {expected!r}: a state of this rank's shard "
-                    "loads only into the same configuration")
+        if state_dict["optimizer"] != self._spec["optimizer"]:
+            raise ValueError(
+                f"state_dict['optimizer'] is {state_dict['optimizer']!r}, "
+                f"this optimizer's {self._spec['optimizer']!r}")
         params = dict(self._named)
         names, keys, steps, pointers, numels = [], [], [], [], []
         keep = []  # the contiguous tensors the pointers point into
@@ -303,6 +303,11 @@ class ShardedOptimizer:
             (ctypes.POINTER(ctypes.c_float) * max(1, n))(*pointers),
             (ctypes.c_int64 * max(1, n))(*numels))
         del keep
+
+    @property
+    def session(self):
+        """The pshard.Session this optimizer's buckets belong to."""
+        return self._session
 
     def _detach(self):
         """The session is closing: the model keeps copies of its values."""

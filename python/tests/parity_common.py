@@ -86,9 +86,10 @@ def loss_of(model, x, y):
     return torch.nn.functional.mse_loss(model(x), y)
 
 
-def reference(optimizer_name):
+def reference(optimizer_name, steps=None):
     """The same optimizer in one process on the full batch: parameters after
-    step 1 and after the last step, by name."""
+    step 1 and after the last step (STEPS, or `steps`: then only those), by
+    name."""
     _, make, group_options = OPTIMIZERS[optimizer_name]
     model = make_model()
     named = list(model.named_parameters())
@@ -98,11 +99,12 @@ def reference(optimizer_name):
     ]
     optimizer = make(groups)
     snapshots = {}
-    for step in range(1, STEPS + 1):
+    last = STEPS if steps is None else steps
+    for step in range(1, last + 1):
         x, y = batch(step)
         optimizer.zero_grad()
         loss_of(model, x, y).backward()
         optimizer.step()
-        if step in (1, STEPS):
+        if step in (1, last):
             snapshots[step] = {n: p.detach().clone() for n, p in named}
-    return snapshots
+    return snapshots if steps is None else snapshots[steps]

@@ -1,23 +1,31 @@
 """A user's torch training script, as a `program` job runs it: each rank
 opens its session from the agent's environment (pshard.init(), coordinator
-mode), trains parity_common's model with pshard.torch.ShardedOptimizer on
-its share of each batch, reports progress, and saves its final parameters.
+mode), resumes from the job's checkpoint when its epoch has one, trains
+parity_common's model with pshard.torch.ShardedOptimizer on its share of
+each batch, reports progress, saves checkpoints when the spec asks, and
+saves its final parameters.
 
-    program_train.py OUT_DIR OPTIMIZER [--no-init-on-rank R]
+    program_train.py OUT_DIR OPTIMIZER [--steps N] [--no-init-on-rank R]
+                     [--hold-rank R --hold-after S]
 
+--steps N: train N steps (default parity_common.STEPS).
 --no-init-on-rank R: rank R never calls pshard.init() and instead waits
 (a program that forgot it); with R = all, no rank calls it and every rank
 exits 0 (a program using only torch.distributed, or nothing of pshard).
+--hold-rank R --hold-after S: on a first run (PSHARD_RESTART_COUNT 0), rank
+R stops after step S until it is killed (2 minutes at most), so that a test
+can kill its worker while the other ranks wait for it inside step S + 1.
 """
 
+import argparse
 import os
-import sys
 import time
 
 import torch
 
 import parity_common as common
 import pshard
+import pshard.checkpoint
 import pshard.torch
 
 
@@ -27,15 +35,29 @@ def write_atomically(path, text):
     os.replace(path + ".tmp", path)
 
 
+def parse_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("optimizer")
+    parser.add_argument("--steps", type=int, default=common.STEPS)
+    parser.add_argument("--no-init-on-rank")
+    parser.add_argument("--hold-rank", type=int)
+    parser.add_argument("--hold-after", type=int)
+    return parser.parse_args()
+
+
 def main():
-    out, optimizer_name = sys.argv[1], sys.argv[2]
-    no_init = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--no-init-on-rank" else None
+    args = parse_args()
     rank = int(os.environ["RANK"])
-    write_atomically(os.path.join(out, f"pid-{rank}"), str(os.getpid()))
-    if no_init == "all":
+    restarts = pshard.checkpoint.restart_count()
+    write_atomically(os.path.join(args.out, f"pid-{rank}-{restarts}"),
+                     str(os.getpid()))
+    if restarts == 0:
+        write_atomically(os.path.join(args.out, f"pid-{rank}"), str(os.getpid()))
+    if args.no_init_on_rank == "all":
         print(f"rank {rank}: not using pshard", flush=True)
         return
-    if no_init is not None and int(no_init) == rank:
+    if args.no_init_on_rank is not None and int(args.no_init_on_rank) == rank:
         print(f"rank {rank}: never calls pshard.init()", flush=True)
         time.sleep(600)  # until the agent stops it
         return
@@ -45,10 +67,15 @@ def main():
     world = session.world_size
     model = common.make_model()
     optimizer = pshard.torch.ShardedOptimizer(
-        model, optimizer=common.OPTIMIZERS[optimizer_name][0],
+        model, optimizer=common.OPTIMIZERS[args.optimizer][0],
         bucket_cap_mb=common.BUCKET_CAP_MB)
+    start = pshard.checkpoint.load(optimizer)
+    print(f"rank {rank} of {world}: restart {restarts}, resumed from step "
+          f"{start}", flush=True)
+    write_atomically(os.path.join(args.out, f"resumed-{rank}-{restarts}"),
+                     str(start))
     share = common.BATCH // world
-    for step in range(1, common.STEPS + 1):
+    for step in range(start + 1, args.steps + 1):
         x, y = common.batch(step)
         x = x[rank * share:(rank + 1) * share]
         y = y[rank * share:(rank + 1) * share]
@@ -59,8 +86,13 @@ def main():
         mean = session.average_loss(loss.item())
         session.report(step=step, loss=mean, samples=share)
         print(f"rank {rank} step {step} loss {mean:.6f}", flush=True)
+        if pshard.checkpoint.due(step, args.steps):
+            pshard.checkpoint.save(optimizer, step)
+        if restarts == 0 and rank == args.hold_rank and step == args.hold_after:
+            print(f"rank {rank}: holding after step {step}", flush=True)
+            time.sleep(120)  # until the test kills this worker
     torch.save({n: p.detach().clone() for n, p in model.named_parameters()},
-               os.path.join(out, f"final-rank{rank}.pt"))
+               os.path.join(args.out, f"final-rank{rank}.pt"))
     session.close()
 
 

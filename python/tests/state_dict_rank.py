@@ -2,7 +2,8 @@
 one session; then 3 steps, state_dict(), and in a new session (a fresh
 model holding the 3-step parameters and a new ShardedOptimizer)
 load_state_dict and 2 more steps. Saves both runs' final parameters, the
-state it saved, and what the bad loads raised.
+state it saved, and what the bad loads raised (the last in a 4th session,
+which it ends).
 
     RANK=r WORLD_SIZE=n state_dict_rank.py STORE_BASE OUT_DIR
 """
@@ -71,8 +72,6 @@ def run(name, store, out):
     model = common.make_model()
     model.load_state_dict(weights)
     model, optimizer = make(session, name, model)
-    other_rank = dict(saved, rank=(saved["rank"] + 1) % session.world_size)
-    errors["other_rank"] = error_of(lambda: optimizer.load_state_dict(other_rank))
     some = next(iter(saved["state"]))
     bad_shape = {k: v for k, v in saved["state"][some].items()}
     key = next(k for k in bad_shape if k != "step")
@@ -91,6 +90,19 @@ def run(name, store, out):
     train(model, optimizer, session, range(4, 6))
     resumed = {n: p.detach().clone() for n, p in model.named_parameters()}
     session.close()
+
+    # A state without one of the parameters this rank owns: the first step
+    # names it (the state is keyed by name, so only the first step, which
+    # settles the owners, can tell).
+    session = open_session(os.path.join(store, "missing"))
+    model = common.make_model()
+    model.load_state_dict(weights)
+    model, optimizer = make(session, name, model)
+    optimizer.load_state_dict(dict(saved, state={
+        n: v for n, v in saved["state"].items() if n != some}))
+    errors["missing_owned"] = error_of(
+        lambda: train(model, optimizer, session, range(4, 5)))
+    error_of(session.close)
     torch.save({"straight": straight, "resumed": resumed, "saved": saved,
                 "errors": errors}, out)
 

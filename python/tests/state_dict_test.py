@@ -58,7 +58,8 @@ class StateDictTest(unittest.TestCase):
                     self.assertIn("PshardError", errors["after_first_step"])
                     self.assertIn("before the first step",
                                   errors["after_first_step"])
-                    self.assertIn("state_dict['rank']", errors["other_rank"])
+                    self.assertIn("has no entry for parameter",
+                                  errors["missing_owned"])
                     self.assertIn("shape", errors["bad_shape"])
                     self.assertIn("torch.float64", errors["bad_dtype"])
                     self.assertIn("'nope' is not a parameter",

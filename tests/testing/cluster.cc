@@ -43,6 +43,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
   coordinator_options.state_path = cluster->dir_ + "/state.db";
   coordinator_options.heartbeat_interval = options.heartbeat_interval;
   coordinator_options.worker_timeout = options.worker_timeout;
+  coordinator_options.extra_flags = options.coordinator_flags;
   absl::StatusOr<RunningCoordinator> coordinator =
       StartCoordinator(coordinator_options);
   if (!coordinator.ok()) return coordinator.status();

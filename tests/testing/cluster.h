@@ -31,6 +31,8 @@ struct ClusterOptions {
   // Extra flags for every worker; "{i}" in one becomes the worker's index
   // (e.g. "--log_dir=/tmp/x/logs-{i}").
   std::vector<std::string> worker_flags;
+  // Extra flags for the coordinator.
+  std::vector<std::string> coordinator_flags;
 };
 
 class Cluster {

@@ -7,19 +7,13 @@
 // The tmpfs is mounted in a mount namespace of this test's own, which the
 // cluster's processes inherit, so nothing outside the test sees it. Needs
 // CAP_SYS_ADMIN; the test skips, saying so, without it.
-#include <sched.h>
-#include <sys/mount.h>
-#include <sys/stat.h>
-
-#include <cerrno>
-#include <cstring>
-
 #include "absl/strings/str_cat.h"
 #include "checkpoint/catalog.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/private_mount.h"
 #include "tests/worker/restart_testing.h"
 
 namespace pshard::testing {
@@ -34,17 +28,6 @@ v1::JobSpec MlpSpec(const std::string& output_dir) {
       output_dir);
 }
 
-// A mount namespace of this thread's own (its children inherit it), with
-// nothing propagating back to the host.
-absl::Status PrivateMountNamespace() {
-  if (::unshare(CLONE_NEWNS) != 0 ||
-      ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "a private mount namespace needs CAP_SYS_ADMIN: ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
 TEST(CheckpointDiskFullE2eTest, TrainingGoesOnAndTheCheckpointIsMarkedFailed) {
   if (absl::Status ns = PrivateMountNamespace(); !ns.ok()) {
     GTEST_SKIP() << "cannot mount a small tmpfs: " << ns;
@@ -53,9 +36,7 @@ TEST(CheckpointDiskFullE2eTest, TrainingGoesOnAndTheCheckpointIsMarkedFailed) {
   options.workers = 2;
   ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
   const std::string disk = absl::StrCat(cluster->dir(), "/small-disk");
-  ASSERT_EQ(::mkdir(disk.c_str(), 0755), 0) << std::strerror(errno);
-  ASSERT_EQ(::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=1536k"), 0)
-      << std::strerror(errno);
+  ASSERT_OK(MountTmpfs(disk, "1536k"));
 
   const v1::Job clean =
       RunToEnd(*cluster, MlpSpec(absl::StrCat(cluster->dir(), "/out-clean")), 2);

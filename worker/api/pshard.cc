@@ -42,6 +42,10 @@ pshardResult_t ToResult(const absl::Status& status) {
     case absl::StatusCode::kAborted:
     case absl::StatusCode::kCancelled:
       return pshardAborted;
+    case absl::StatusCode::kNotFound:
+      return pshardNotFound;
+    case absl::StatusCode::kDataLoss:
+      return pshardDataLoss;
     default:
       return pshardInternalError;
   }
@@ -150,6 +154,10 @@ const char* pshardGetErrorString(pshardResult_t result) {
       return "unavailable";
     case pshardAborted:
       return "aborted";
+    case pshardNotFound:
+      return "not found";
+    case pshardDataLoss:
+      return "data loss (a corrupted checkpoint)";
     default:
       return "unknown result code";
   }
@@ -513,6 +521,24 @@ pshardResult_t pshardImportOptimizerState(
     return WithSession(kCall, session, [&](Session& s) {
       return Return(s.ImportOptimizerState(optimizer_json, std::move(params)));
     });
+  });
+}
+
+pshardResult_t pshardSaveCheckpoint(pshardSession_t session, int64_t step) {
+  return WithSession("pshardSaveCheckpoint", session, [&](Session& s) {
+    return Return(s.SaveCheckpoint(step));
+  });
+}
+
+pshardResult_t pshardLoadCheckpoint(pshardSession_t session, const char* path,
+                                    int64_t* step) {
+  if (step == nullptr) return NullArgument("pshardLoadCheckpoint", "step");
+  return WithSession("pshardLoadCheckpoint", session, [&](Session& s) {
+    absl::StatusOr<int64_t> loaded =
+        s.LoadCheckpoint(path == nullptr ? "" : path);
+    if (!loaded.ok()) return Return(loaded.status());
+    *step = *loaded;
+    return pshardSuccess;
   });
 }
 

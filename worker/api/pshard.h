@@ -26,7 +26,11 @@
  * Environment (set by the agent; see docs/design.md's program contract):
  *   PSHARD_COORDINATOR, PSHARD_JOB_ID, PSHARD_EPOCH, PSHARD_RANK,
  *   PSHARD_WORLD_SIZE, PSHARD_WORKER_ID, PSHARD_HOSTNAME,
- *   PSHARD_COLLECTIVE_TIMEOUT_SECONDS (optional, default 60).
+ *   PSHARD_COLLECTIVE_TIMEOUT_SECONDS (optional, default 60);
+ *   for checkpoints (see pshardSaveCheckpoint): PSHARD_CHECKPOINT_DIR,
+ *   PSHARD_CHECKPOINT_EVERY_STEPS, PSHARD_CHECKPOINT_FINGERPRINT (when the
+ *   spec has `checkpoint`), PSHARD_RESTART_COUNT, and PSHARD_RESUME_FROM /
+ *   PSHARD_RESUME_STEP (when the epoch resumes from a checkpoint).
  * Local test mode, FOR TESTS ONLY: with PSHARD_COORDINATOR unset and
  *   PSHARD_LOCAL_STORE=<directory> set, ranks started by a test meet through
  *   files in that directory (a fresh one per run) and compute the bucket
@@ -55,7 +59,9 @@
 extern "C" {
 #endif
 
-#define PSHARD_API_VERSION 1
+/* 2: checkpoints (pshardSaveCheckpoint, pshardLoadCheckpoint), pshardNotFound
+ * and pshardDataLoss, optimizer state imported at any world size. */
+#define PSHARD_API_VERSION 2
 
 typedef enum {
   pshardSuccess = 0,
@@ -75,7 +81,11 @@ typedef enum {
   /* The job was stopped (cancelled, failed elsewhere, replaced by a newer
    * attempt) or the session failed earlier. */
   pshardAborted = 6,
-  pshardNumResults = 7
+  /* No checkpoint where one was asked for, or a parameter it lacks. */
+  pshardNotFound = 7,
+  /* A checkpoint's shard is truncated or corrupted (the file is named). */
+  pshardDataLoss = 8,
+  pshardNumResults = 9
 } pshardResult_t;
 
 typedef enum { pshardFloat32 = 0, pshardNumDataTypes = 1 } pshardDataType_t;
@@ -181,9 +191,12 @@ pshardResult_t pshardOwnedBuckets(pshardSession_t session, int* owned,
  *   pshardOptimizerStateSpec(st, &json);
  *   pshardOptimizerStateFree(st);
  *
- * and, in a new session with the same rank, world size, parameters, bucket
- * size and optimizer, after pshardPrepare and before the first step:
+ * and, in a new session with the same parameters and optimizer (any rank,
+ * world size or bucket size), after pshardPrepare and before the first step:
  *   pshardImportOptimizerState(s2, json, n, params, keys, steps, data, numels);
+ * with entries covering at least the parameters s2 comes to own (the entries
+ * of every rank's export together cover all of them; the others are
+ * ignored). For a checkpoint of the whole job, see pshardSaveCheckpoint.
  */
 typedef struct pshardOptimizerState* pshardOptimizerState_t;
 
@@ -212,13 +225,55 @@ pshardResult_t pshardOptimizerStateFree(pshardOptimizerState_t state);
  * element, count < 0, `optimizer_json` not this session's optimizer, an
  * unknown or repeated (parameter, key), a numel that is not the parameter's,
  * a negative step or steps of one parameter that differ; at the first
- * pshardFinishStep, an owned parameter missing or a parameter this rank does
- * not own (a state of another rank, world size or bucket size).
+ * pshardFinishStep, a parameter this rank owns whose state is missing.
+ * Entries of parameters this rank does not own are ignored.
  * InvalidUsage: before pshardPrepare or after the first step. */
 pshardResult_t pshardImportOptimizerState(
     pshardSession_t session, const char* optimizer_json, int count,
     const char* const* parameters, const char* const* keys,
     const int64_t* steps, const float* const* data, const int64_t* numels);
+
+/* Checkpoints of the whole job in its sharded format (docs/checkpoints.md),
+ * the same as a built-in job's: one directory per step under the job spec's
+ * checkpoint.dir, each rank's shard holding the parameters it owns and
+ * their optimizer state, keyed by parameter name, so that a checkpoint
+ * loads at any world size. A checkpoint is complete only when the
+ * coordinator has every rank's shard and has written its manifest; a
+ * restarted job resumes from the latest complete one.
+ *
+ *   int64_t start = 0;
+ *   pshardLoadCheckpoint(s, NULL, &start);  after pshardPrepare: the one
+ *                                           this epoch resumes from (0 if
+ *                                           none)
+ *   for (step = start + 1; ...) {
+ *     ... pshardFinishStep(s);
+ *     if (step % every_steps == 0) pshardSaveCheckpoint(s, step);
+ *   }
+ *
+ * Save: every rank calls it at the same steps, after pshardFinishStep of
+ * `step` (the state after `step` updates). It copies this rank's shard and
+ * returns; the file is written on a background thread and reported to the
+ * coordinator at a later pshardFinishStep or at pshardSessionClose.
+ * InvalidUsage: no checkpoint.dir in the job's spec, the local test mode
+ * (only a coordinator commits checkpoints), before the first step.
+ * InvalidArgument: step < 1 or not after the last saved step. A write that
+ * fails (a full disk) fails that checkpoint only: the coordinator records it
+ * FAILED and training goes on. */
+pshardResult_t pshardSaveCheckpoint(pshardSession_t session, int64_t step);
+
+/* Load: after pshardPrepare, before the first step, on every rank. `path`:
+ * a step directory, or a checkpoint root (its latest complete checkpoint);
+ * NULL or "": the checkpoint this epoch resumes from (PSHARD_RESUME_FROM),
+ * and nothing (*step = 0, success) when there is none. The parameters are
+ * read by name into the buffers (every rank the same values); the
+ * optimizer state of the parameters this rank comes to own is read by name
+ * at the first pshardFinishStep. *step gets the checkpoint's step: resume
+ * at *step + 1. NotFound: no checkpoint there, or a parameter it lacks
+ * (named); DataLoss: a shard's size or SHA-256 does not match (named);
+ * InvalidUsage: another job's model, optimizer or seed, after the first
+ * step. */
+pshardResult_t pshardLoadCheckpoint(pshardSession_t session, const char* path,
+                                    int64_t* step);
 
 /* Every rank waits for every other (a collective). */
 pshardResult_t pshardBarrier(pshardSession_t session);

@@ -287,6 +287,41 @@ TEST_F(PshardCTest, OptimizerStateExportAndImportCheckEveryArgument) {
             pshardInvalidArgument);
 }
 
+TEST_F(PshardCTest, CheckpointCallsCheckTheirOrderAndNeedACoordinatorToSave) {
+  int64_t step = -1;
+  EXPECT_EQ(pshardLoadCheckpoint(session_, nullptr, nullptr),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("step is NULL"));
+  EXPECT_EQ(pshardLoadCheckpoint(session_, nullptr, &step), pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("not prepared"));
+
+  const int64_t shape[] = {4};
+  int index = 0;
+  ASSERT_EQ(pshardSetOptimizer(session_, R"({"kind": "ADAM"})"), pshardSuccess);
+  ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardSuccess);
+  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  // Nothing to resume from (no PSHARD_RESUME_FROM): step 0, not an error.
+  ASSERT_EQ(pshardLoadCheckpoint(session_, nullptr, &step), pshardSuccess)
+      << LastError();
+  EXPECT_EQ(step, 0);
+  const std::string absent = std::string(getenv("TEST_TMPDIR")) + "/no-ckpt";
+  EXPECT_EQ(pshardLoadCheckpoint(session_, absent.c_str(), &step),
+            pshardNotFound);
+  EXPECT_THAT(LastError(), HasSubstr(absent));
+  EXPECT_EQ(pshardSaveCheckpoint(session_, 1), pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("local test mode"));
+
+  ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
+  ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+  EXPECT_EQ(pshardLoadCheckpoint(session_, nullptr, &step), pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("before the first step"));
+  EXPECT_STREQ(pshardGetErrorString(pshardNotFound), "not found");
+  EXPECT_STREQ(pshardGetErrorString(pshardDataLoss),
+               "data loss (a corrupted checkpoint)");
+}
+
 TEST(PshardCOpenTest, AMissingEnvironmentNamesWhatIsMissing) {
   unsetenv("PSHARD_COORDINATOR");
   unsetenv("PSHARD_LOCAL_STORE");

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/sha256.h"
 #include "common/job_spec.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
@@ -14,8 +16,10 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/optim/shard_optimizer.h"
 #include "worker/runtime/assignment_client.h"
+#include "worker/runtime/checkpoint_saver.h"
 #include "worker/runtime/control_plane.h"
 #include "worker/runtime/coordinator_kv.h"
+#include "worker/runtime/program_failure.h"
 #include "worker/runtime/program_keys.h"
 #include "worker/runtime/progress_reporter.h"
 #include "worker/runtime/result_reporter.h"
@@ -55,6 +59,13 @@ absl::StatusOr<std::string> StringVariable(
     return absl::InvalidArgumentError(absl::StrCat(name, " is not set"));
   }
   return std::string(value);
+}
+
+// "" when unset.
+std::string OptionalVariable(
+    const std::function<const char*(const char*)>& getenv, const char* name) {
+  const char* value = getenv(name);
+  return value == nullptr ? "" : value;
 }
 
 // Coordinator mode, before the communicator: announces that this rank's
@@ -114,6 +125,18 @@ absl::StatusOr<SessionEnvironment> ParseSessionEnvironment(
     ASSIGN_OR_RETURN(env.rank, IntVariable(getenv, "PSHARD_RANK", 0,
                                            env.world_size - 1));
     ASSIGN_OR_RETURN(env.hostname, StringVariable(getenv, "PSHARD_HOSTNAME"));
+    env.checkpoint_dir = OptionalVariable(getenv, "PSHARD_CHECKPOINT_DIR");
+    env.checkpoint_fingerprint =
+        OptionalVariable(getenv, "PSHARD_CHECKPOINT_FINGERPRINT");
+    if (!env.checkpoint_fingerprint.empty() &&
+        !checkpoint::IsSha256Hex(env.checkpoint_fingerprint)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PSHARD_CHECKPOINT_FINGERPRINT: must be 64 lowercase hex digits, "
+          "got \"", absl::CHexEscape(env.checkpoint_fingerprint.substr(0, 80)),
+          "\""));
+    }
+    env.resume_from = OptionalVariable(getenv, "PSHARD_RESUME_FROM");
+    env.error_file = OptionalVariable(getenv, "PSHARD_ERROR_FILE");
   } else if (local != nullptr && *local != '\0') {
     env.local_store = local;
     ASSIGN_OR_RETURN(env.world_size,
@@ -143,7 +166,7 @@ absl::StatusOr<SessionEnvironment> ParseSessionEnvironment(
 Session::Session(SessionEnvironment env, const Clock& clock)
     : env_(std::move(env)), clock_(clock) {}
 
-Session::~Session() = default;
+Session::~Session() = default;  // a shard write in flight finishes, unreported
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Open(
     const SessionEnvironment& env, const Clock& clock) {
@@ -267,7 +290,14 @@ absl::Status Session::CheckConfiguring() const {
 }
 
 absl::Status Session::Record(absl::Status status) {
-  if (IsSticky(status) && failure_.ok()) failure_ = status;
+  if (IsSticky(status) && failure_.ok()) {
+    failure_ = status;
+    // For the agent: a program that exits after this failure failed because
+    // of it (a lost peer is then the lost worker's fault, not the job's).
+    if (!env_.error_file.empty()) {
+      (void)WriteProgramFailure(env_.error_file, status);
+    }
+  }
   return status;
 }
 
@@ -420,7 +450,9 @@ absl::Status Session::GradientReady(int index) {
 
 absl::Status Session::FinishStep() {
   RETURN_IF_ERROR(CheckPrepared());
-  return Record(hook_->FinishStep());
+  RETURN_IF_ERROR(Record(hook_->FinishStep()));
+  if (saver_ != nullptr) saver_->Poll();  // a finished shard write reported
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Session::OptimizerStateShard> Session::ExportOptimizerState() {
@@ -509,6 +541,9 @@ absl::Status Session::ReportProgress(int64_t step, double loss,
 absl::Status Session::Close() {
   if (closed_) return absl::FailedPreconditionError("the session is closed");
   absl::Status status = absl::OkStatus();
+  // The last shard write is reported before the final barrier, so that its
+  // checkpoint can complete before the job ends.
+  if (saver_ != nullptr && CheckHealthy().ok()) saver_->Finish(env_.timeout);
   if (hook_ != nullptr && CheckHealthy().ok()) status = Barrier();
   if (reporter_ != nullptr) {
     reporter_->Flush(kProgressRpcTimeout);

@@ -42,11 +42,13 @@
 #include "worker/comm/communicator.h"
 #include "worker/comm/kv_store.h"
 #include "worker/hook/zero_hook.h"
+#include "worker/runtime/rank_model.h"
 #include "worker/workload/workload.h"
 
 namespace pshard::worker {
 
 class AssignmentClient;
+class CheckpointSaver;
 class ControlPlane;
 class ProgressReporter;
 
@@ -70,13 +72,24 @@ struct SessionEnvironment {
   // What this rank's communicator listens on and publishes.
   std::string hostname = "127.0.0.1";
   absl::Duration timeout = absl::Seconds(60);
+  // Checkpoints (coordinator mode; empty when the job's spec has none):
+  // JobSpec.checkpoint.dir, and the spec fingerprint that shards carry and
+  // loads check (empty: not checked).
+  std::string checkpoint_dir;
+  std::string checkpoint_fingerprint;
+  // The step directory a restarted epoch resumes from (empty: none).
+  std::string resume_from;
+  // Where the first collective failure is written for the agent
+  // (PSHARD_ERROR_FILE, program_failure.h; empty: nowhere).
+  std::string error_file;
 };
 
 // Reads the contract's variables through `getenv` (returns nullptr for an
 // unset name; ::getenv in the C API). InvalidArgument names the variable:
 // neither PSHARD_COORDINATOR nor PSHARD_LOCAL_STORE set, a required one
 // missing, a number that does not parse or is out of range (rank outside
-// [0, world), world outside [1, 4096], timeout not in (0, 86400] seconds).
+// [0, world), world outside [1, 4096], timeout not in (0, 86400] seconds),
+// a PSHARD_CHECKPOINT_FINGERPRINT that is not 64 hex digits.
 absl::StatusOr<SessionEnvironment> ParseSessionEnvironment(
     const std::function<const char*(const char*)>& getenv);
 
@@ -92,7 +105,10 @@ struct AttachOptions {
   absl::Duration timeout = absl::Seconds(60);
 };
 
-class Session {
+// A RankModel (privately) so that it writes and resumes checkpoints through
+// worker/runtime's CheckpointSaver and ResumeFromCheckpoint, as built-in
+// jobs do.
+class Session : private RankModel {
  public:
   // Joins the communicator (Gloo, host memory) of `env`'s job. Errors:
   // InvalidArgument for a bad environment; the rendezvous's
@@ -113,7 +129,7 @@ class Session {
       Communicator* comm, const AttachOptions& options,
       const Clock& clock = Clock::Real());
 
-  ~Session();
+  ~Session() override;
 
   int rank() const { return env_.rank; }
   int world_size() const { return env_.world_size; }
@@ -182,6 +198,33 @@ class Session {
   // The same without the spec (the caller's own, as the C++ Trainer's).
   absl::Status LoadOptimizerState(std::vector<ParameterOptimizerState> params);
 
+  // Checkpoints in the job's sharded format (docs/checkpoints.md).
+  //
+  // Starts saving this rank's shard of the checkpoint at `step` (the state
+  // after `step` updates; every rank saves the same steps): the parameters
+  // this rank owns and their optimizer state, keyed by name, copied now and
+  // written on a background thread into JobSpec.checkpoint.dir/step-<N>/.
+  // When the write ends it is reported to the coordinator (at a later step
+  // or Close), which writes the manifest once every rank's shard is in; only
+  // then is the checkpoint complete. FailedPrecondition: local mode (the
+  // coordinator commits checkpoints), a job spec without checkpoint.dir,
+  // before the first step; InvalidArgument: step < 1 or not after the last
+  // saved one. A failed write is the checkpoint's, not the session's: it is
+  // reported (the coordinator marks it FAILED) and training goes on.
+  absl::Status SaveCheckpoint(int64_t step);
+
+  // After Prepare, before the first step: loads a checkpoint and returns its
+  // step. `path` is a step directory, or a checkpoint root (its latest
+  // complete checkpoint); empty: the one this epoch resumes from
+  // (PSHARD_RESUME_FROM), and nothing (step 0) when there is none. Every
+  // shard's size and SHA-256 are checked, the parameters are read by name
+  // into the buffers, and the optimizer state of the parameters this rank
+  // comes to own is read by name at the first step: any world size. Errors
+  // name the checkpoint: NotFound (no checkpoint there, a parameter it
+  // lacks), DataLoss (a corrupted shard), FailedPrecondition (another job's
+  // model, optimizer or seed; a session already stepped).
+  absl::StatusOr<int64_t> LoadCheckpoint(absl::string_view path);
+
   // InvalidArgument: step < 1, samples < 0. Aborted once the coordinator
   // has told rank 0 that the job was stopped.
   absl::Status ReportProgress(int64_t step, double loss, int64_t samples);
@@ -201,6 +244,15 @@ class Session {
   absl::Status CheckConfiguring() const;
   // Records `status` as the sticky failure when it came from a collective.
   absl::Status Record(absl::Status status);
+
+  // RankModel, for the checkpoint saver and resume (session_checkpoint.cc).
+  ZeroHook& hook() override { return *hook_; }
+  const std::vector<ParameterInfo>& parameters() const override {
+    return params_;
+  }
+  absl::Status CopyParameterToHost(int index, float* out) override;
+  absl::Status UploadParameters(
+      const std::vector<std::vector<float>>& values) override;
 
   const SessionEnvironment env_;
   const Clock& clock_;
@@ -224,6 +276,10 @@ class Session {
   double bucket_cap_mb_ = 25;
   v1::JobSpec::CommMode comm_mode_ = v1::JobSpec::REDUCE_BROADCAST;
   std::vector<ParameterInfo> params_;
+
+  // The first SaveCheckpoint's; the last step it saved.
+  std::unique_ptr<CheckpointSaver> saver_;
+  int64_t last_saved_step_ = 0;
 
   absl::Status failure_;
   bool closed_ = false;

@@ -31,6 +31,10 @@ Environment AgentEnvironment() {
           {"PSHARD_WORKER_ID", "w-7"},
           {"PSHARD_HOSTNAME", "10.0.0.9"},
           {"PSHARD_COLLECTIVE_TIMEOUT_SECONDS", "12.5"},
+          {"PSHARD_CHECKPOINT_DIR", "/ckpt/job-3"},
+          {"PSHARD_CHECKPOINT_FINGERPRINT", std::string(64, 'a')},
+          {"PSHARD_RESUME_FROM", "/ckpt/job-3/step-20"},
+          {"PSHARD_ERROR_FILE", "/logs/job-3/rank-1.error.json"},
           // torchrun's names do not count in coordinator mode.
           {"RANK", "0"},
           {"WORLD_SIZE", "1"}};
@@ -46,6 +50,10 @@ TEST(ParseSessionEnvironmentTest, ReadsTheAgentsContract) {
   EXPECT_EQ(env.worker_id, "w-7");
   EXPECT_EQ(env.hostname, "10.0.0.9");
   EXPECT_EQ(env.timeout, absl::Milliseconds(12500));
+  EXPECT_EQ(env.checkpoint_dir, "/ckpt/job-3");
+  EXPECT_EQ(env.checkpoint_fingerprint, std::string(64, 'a'));
+  EXPECT_EQ(env.resume_from, "/ckpt/job-3/step-20");
+  EXPECT_EQ(env.error_file, "/logs/job-3/rank-1.error.json");
   EXPECT_TRUE(env.local_store.empty());
 }
 
@@ -80,6 +88,8 @@ TEST(ParseSessionEnvironmentTest, ErrorsNameTheVariable) {
            Case{"PSHARD_HOSTNAME", "", "PSHARD_HOSTNAME is not set"},
            Case{"PSHARD_COLLECTIVE_TIMEOUT_SECONDS", "-1",
                 "PSHARD_COLLECTIVE_TIMEOUT_SECONDS"},
+           Case{"PSHARD_CHECKPOINT_FINGERPRINT", "abc",
+                "PSHARD_CHECKPOINT_FINGERPRINT: must be 64 lowercase hex"},
        }) {
     Environment vars = AgentEnvironment();
     if (c.value.empty()) {

@@ -325,7 +325,6 @@ absl::Status ZeroHook::ApplyInitialOptimizerState() {
   for (const ParameterOptimizerState& param : *initial_state_) {
     by_name[param.name] = &param;
   }
-  absl::flat_hash_set<std::string> used;
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
     if (assignment_.owners[pieces_[p].bucket] != comm_->rank()) continue;
     // The fresh state says which spans keep state, and under which names.
@@ -338,11 +337,10 @@ absl::Status ZeroHook::ApplyInitialOptimizerState() {
         return absl::InvalidArgumentError(absl::StrCat(
             "the optimizer state to load has no entry for parameter '",
             span.name, "', whose bucket this rank (", comm_->rank(),
-            ") owns: was it saved by another rank, or with another world "
-            "size or bucket size?"));
+            ") owns: at another world size or bucket size, load every "
+            "rank's state together"));
       }
       const ParameterOptimizerState& saved = *it->second;
-      used.insert(span.name);
       piece.steps = saved.step;
       for (auto& [key, values] : span.tensors) {
         auto t = std::find_if(saved.tensors.begin(), saved.tensors.end(),
@@ -363,15 +361,6 @@ absl::Status ZeroHook::ApplyInitialOptimizerState() {
       }
     }
     RETURN_IF_ERROR(optimizer_->ImportState(p, piece));
-  }
-  for (const ParameterOptimizerState& param : *initial_state_) {
-    if (!used.contains(param.name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the optimizer state to load has parameter '", param.name,
-          "', whose bucket this rank (", comm_->rank(),
-          ") does not own or that keeps no state: was it saved by another "
-          "rank, or with another world size or bucket size?"));
-    }
   }
   initial_state_.reset();
   return absl::OkStatus();

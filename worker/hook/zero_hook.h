@@ -176,13 +176,15 @@ class ZeroHook : public GradientSink {
   absl::StatusOr<std::vector<ParameterOptimizerStateView>> ViewOptimizerState()
       const;
   // Before the first step: the state to resume from (ExportOptimizerState
-  // of the same rank, world size and bucket layout), applied inside the first
-  // FinishStep once the owners are known. InvalidArgument now: an unknown or
-  // repeated parameter, a state tensor whose size is not the parameter's, a
-  // negative step. At the first FinishStep (InvalidArgument, naming the
-  // parameter): an owned parameter with state that `state` lacks, an entry
-  // for a parameter this rank does not own, a tensor name the optimizer does
-  // not keep. FailedPrecondition after the first step.
+  // of the same rank and layout, or the entries of every rank's together at
+  // any world size or layout: they are keyed by parameter name), applied
+  // inside the first FinishStep once the owners are known; entries of
+  // parameters this rank does not own are ignored. InvalidArgument now: an
+  // unknown or repeated parameter, a state tensor whose size is not the
+  // parameter's, a negative step. At the first FinishStep (InvalidArgument,
+  // naming the parameter): an owned parameter with state that `state` lacks,
+  // a tensor name the optimizer does not keep. FailedPrecondition after the
+  // first step.
   absl::Status SetInitialOptimizerState(
       std::vector<ParameterOptimizerState> state);
 

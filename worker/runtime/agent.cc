@@ -286,6 +286,7 @@ void Agent::StartJob(const v1::RunJobDirective& directive) {
     options.result_retry_for = options_.result_retry_for;
     options.device = options_.worker_device;
     options.clock = options_.clock;
+    options.metrics = options_.metrics;
     job_ = std::make_unique<JobRunner>(control_, directive, options);
   }
   job_running_ = true;

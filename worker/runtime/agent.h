@@ -49,6 +49,7 @@
 #include "worker/gpu/backend_choice.h"
 #include "worker/runtime/control_plane.h"
 #include "worker/runtime/rank_job.h"
+#include "worker/runtime/worker_metrics.h"
 
 namespace pshard::worker {
 
@@ -78,6 +79,8 @@ struct AgentOptions {
   // Heartbeat pacing, every job's time and every wait's deadline. Must
   // outlive the agent.
   const Clock* clock = &Clock::Real();
+  // Built-in jobs' step metrics (JobRunnerOptions::metrics), or nullptr.
+  WorkerMetrics* metrics = nullptr;
 };
 
 class Agent {

@@ -7,15 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/shard.h"
-#include "checkpoint/spec_fingerprint.h"
 #include "common/status_macros.h"
 #include "worker/runtime/result_reporter.h"
 
 namespace pshard::worker {
 namespace {
 
-absl::Status Resume(const v1::ResumePoint& resume, const v1::JobSpec& spec,
-                    StepEngine& engine) {
+absl::Status Resume(const v1::ResumePoint& resume,
+                    absl::string_view fingerprint, RankModel& model) {
   ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::ShardReader> opened,
                    checkpoint::ShardReader::Open(resume.path()));
   std::shared_ptr<const checkpoint::ShardReader> reader = std::move(opened);
@@ -25,22 +24,20 @@ absl::Status Resume(const v1::ResumePoint& resume, const v1::JobSpec& spec,
         absl::StrCat(resume.path(), " holds step ", manifest.step,
                      ", not the step ", resume.step(), " to resume from"));
   }
-  ASSIGN_OR_RETURN(const std::string fingerprint,
-                   checkpoint::SpecFingerprint(spec));
-  if (manifest.spec_fingerprint != fingerprint) {
+  if (!fingerprint.empty() && manifest.spec_fingerprint != fingerprint) {
     return absl::FailedPreconditionError(absl::StrCat(
         resume.path(), " was written by a job with another model, optimizer "
         "or seed (spec fingerprint ", manifest.spec_fingerprint.substr(0, 12),
         "…, this job's ", fingerprint.substr(0, 12), "…)"));
   }
   std::vector<std::vector<float>> values;
-  for (const ParameterInfo& param : engine.workload().parameters()) {
+  for (const ParameterInfo& param : model.parameters()) {
     ASSIGN_OR_RETURN(std::vector<float> v, reader->ReadFloats(param.name));
     values.push_back(std::move(v));
   }
-  RETURN_IF_ERROR(engine.UploadParameters(values));
+  RETURN_IF_ERROR(model.UploadParameters(values));
   const int64_t step = manifest.step;
-  return engine.hook().SetOptimizerStateLoader(
+  return model.hook().SetOptimizerStateLoader(
       [reader, step](const std::string& name,
                      const std::vector<std::string>& state_names)
           -> absl::StatusOr<ParameterOptimizerState> {
@@ -60,8 +57,9 @@ absl::Status Resume(const v1::ResumePoint& resume, const v1::JobSpec& spec,
 }  // namespace
 
 absl::Status ResumeFromCheckpoint(const v1::ResumePoint& resume,
-                                  const v1::JobSpec& spec, StepEngine& engine) {
-  absl::Status status = Resume(resume, spec, engine);
+                                  absl::string_view fingerprint,
+                                  RankModel& model) {
+  absl::Status status = Resume(resume, fingerprint, model);
   if (status.ok()) return status;
   return WithFailureCause(
       absl::Status(status.code(), absl::StrCat("resuming from ", resume.path(),

@@ -8,21 +8,24 @@
 
 #include "absl/status/status.h"
 #include "pshard/v1/job.pb.h"
-#include "pshard/v1/job_spec.pb.h"
-#include "worker/runtime/step_engine.h"
+#include "absl/strings/string_view.h"
+#include "worker/runtime/rank_model.h"
 
 namespace pshard::worker {
 
-// Before `engine`'s first step. Opens `resume.path` (verifying every
+// Before `model`'s first step. Opens `resume.path` (verifying every
 // shard's size and SHA-256), checks it was written at step `resume.step` by
-// the same model, optimizer and seed (SpecFingerprint), loads the
-// parameters into `engine` and hands the hook a loader for its owned
-// state. Every error is the job's own (FAILURE_CAUSE_JOB) and names the
+// a job with the same model, optimizer and seed (its manifest's spec
+// fingerprint is `fingerprint`, checkpoint::SpecFingerprint; not checked
+// when empty), loads the
+// parameters into `model` and hands the hook a loader for its owned state.
+// Every error is the job's own (FAILURE_CAUSE_JOB) and names the
 // checkpoint: a corrupt or truncated shard (DataLoss naming the file),
 // another spec's checkpoint (FailedPrecondition), a missing or misshapen
 // tensor (NotFound/InvalidArgument naming it).
 absl::Status ResumeFromCheckpoint(const v1::ResumePoint& resume,
-                                  const v1::JobSpec& spec, StepEngine& engine);
+                                  absl::string_view fingerprint,
+                                  RankModel& model);
 
 }  // namespace pshard::worker
 

@@ -15,91 +15,102 @@
 namespace pshard::worker {
 
 absl::StatusOr<std::unique_ptr<CheckpointSaver>> CheckpointSaver::Create(
+    const Options& options, const ResultSource& source, ControlPlane* control,
+    const Clock& clock) {
+  ASSIGN_OR_RETURN(checkpoint::CheckpointWriter writer,
+                   checkpoint::CheckpointWriter::Create(
+                       options.dir, source.rank, options.world_size,
+                       options.fingerprint));
+  return std::unique_ptr<CheckpointSaver>(new CheckpointSaver(
+      options, source, std::move(writer), control, clock));
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointSaver>> CheckpointSaver::ForJob(
     const v1::JobSpec& spec, const ResultSource& source, int world_size,
     ControlPlane* control, absl::Duration rpc_timeout, const Clock& clock) {
   if (!spec.has_checkpoint() || spec.checkpoint().every_steps() <= 0) {
     return nullptr;
   }
-  ASSIGN_OR_RETURN(const std::string fingerprint,
-                   checkpoint::SpecFingerprint(spec));
-  ASSIGN_OR_RETURN(checkpoint::CheckpointWriter writer,
-                   checkpoint::CheckpointWriter::Create(
-                       spec.checkpoint().dir(), source.rank, world_size,
-                       fingerprint));
-  return std::unique_ptr<CheckpointSaver>(new CheckpointSaver(
-      spec, source, std::move(writer), control, rpc_timeout, clock));
+  Options options;
+  options.dir = spec.checkpoint().dir();
+  ASSIGN_OR_RETURN(options.fingerprint, checkpoint::SpecFingerprint(spec));
+  options.world_size = world_size;
+  options.write_timeout = absl::Seconds(spec.collective_timeout_seconds());
+  options.rpc_timeout = rpc_timeout;
+  return Create(options, source, control, clock);
 }
 
-CheckpointSaver::CheckpointSaver(const v1::JobSpec& spec,
+CheckpointSaver::CheckpointSaver(const Options& options,
                                  const ResultSource& source,
                                  checkpoint::CheckpointWriter writer,
-                                 ControlPlane* control,
-                                 absl::Duration rpc_timeout, const Clock& clock)
-    : every_steps_(spec.checkpoint().every_steps()),
-      last_step_(spec.steps()),
-      write_timeout_(absl::Seconds(spec.collective_timeout_seconds())),
+                                 ControlPlane* control, const Clock& clock)
+    : write_timeout_(options.write_timeout),
       source_(source),
       control_(control),
-      rpc_timeout_(rpc_timeout),
+      rpc_timeout_(options.rpc_timeout),
       writer_(std::move(writer), clock) {}
 
-bool CheckpointSaver::Due(int64_t step) const {
-  return step % every_steps_ == 0 && step < last_step_;
+bool CheckpointSaver::Due(const v1::JobSpec& spec, int64_t step) {
+  const int64_t every = spec.has_checkpoint() ? spec.checkpoint().every_steps() : 0;
+  return every > 0 && step % every == 0 && step < spec.steps();
 }
 
-void CheckpointSaver::Start(int64_t step, StepEngine& engine) {
+absl::Status CheckpointSaver::Start(int64_t step, RankModel& model) {
   if (in_flight_.has_value()) Report(writer_.Wait(write_timeout_));
   in_flight_ = step;
-  // The snapshot: what this rank owns, as of now, copied once straight into
-  // the writer's buffers (the stall training sees).
-  absl::Status started = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(std::vector<ParameterOptimizerStateView> owned,
-                     engine.hook().ViewOptimizerState());
-    absl::flat_hash_map<std::string, int> index;
-    const std::vector<ParameterInfo>& params = engine.workload().parameters();
-    for (int i = 0; i < static_cast<int>(params.size()); ++i) {
-      index[params[i].name] = i;
-    }
-    std::vector<int> param_of(owned.size());
-    std::vector<checkpoint::AsyncCheckpointWriter::EntryLayout> layout;
-    layout.reserve(owned.size());
-    for (size_t k = 0; k < owned.size(); ++k) {
-      auto it = index.find(owned[k].name);
-      if (it == index.end()) {
-        return absl::InternalError(absl::StrCat(
-            "the optimizer holds state for \"", owned[k].name,
-            "\", which is not a parameter of the workload"));
-      }
-      param_of[k] = it->second;
-      const ParameterInfo& info = params[it->second];
-      const std::vector<int64_t> shape =
-          info.shape.empty() ? std::vector<int64_t>{info.numel} : info.shape;
-      auto& entry = layout.emplace_back();
-      entry.name = owned[k].name;
-      entry.value = {checkpoint::DType::kF32, shape};
-      for (const std::string& state_name : owned[k].tensor_names) {
-        entry.state.emplace_back(
-            state_name,
-            checkpoint::AsyncCheckpointWriter::TensorShape{checkpoint::DType::kF32,
-                                                          shape});
-      }
-    }
-    return writer_.Start(
-        step, layout,
-        [&](int k, absl::Span<const absl::Span<char>> buffers) -> absl::Status {
-          RETURN_IF_ERROR(engine.CopyParameterToHost(
-              param_of[k], reinterpret_cast<float*>(buffers[0].data())));
-          for (const ParameterOptimizerStateView::Part& part : owned[k].parts) {
-            for (size_t t = 0; t < part.tensors.size(); ++t) {
-              float* to = reinterpret_cast<float*>(buffers[t + 1].data());
-              std::copy(part.tensors[t].begin(), part.tensors[t].end(),
-                        to + part.offset);
-            }
-          }
-          return absl::OkStatus();
-        });
-  }();
+  absl::Status started = Snapshot(step, model);
   if (!started.ok()) Report(started);
+  return started;
+}
+
+absl::Status CheckpointSaver::Snapshot(int64_t step, RankModel& model) {
+  // What this rank owns, as of now, copied once straight into the writer's
+  // buffers (the stall training sees).
+  ASSIGN_OR_RETURN(std::vector<ParameterOptimizerStateView> owned,
+                   model.hook().ViewOptimizerState());
+  absl::flat_hash_map<std::string, int> index;
+  const std::vector<ParameterInfo>& params = model.parameters();
+  for (int i = 0; i < static_cast<int>(params.size()); ++i) {
+    index[params[i].name] = i;
+  }
+  std::vector<int> param_of(owned.size());
+  std::vector<checkpoint::AsyncCheckpointWriter::EntryLayout> layout;
+  layout.reserve(owned.size());
+  for (size_t k = 0; k < owned.size(); ++k) {
+    auto it = index.find(owned[k].name);
+    if (it == index.end()) {
+      return absl::InternalError(absl::StrCat(
+          "the optimizer holds state for \"", owned[k].name,
+          "\", which is not one of the parameters"));
+    }
+    param_of[k] = it->second;
+    const ParameterInfo& info = params[it->second];
+    const std::vector<int64_t> shape =
+        info.shape.empty() ? std::vector<int64_t>{info.numel} : info.shape;
+    auto& entry = layout.emplace_back();
+    entry.name = owned[k].name;
+    entry.value = {checkpoint::DType::kF32, shape};
+    for (const std::string& state_name : owned[k].tensor_names) {
+      entry.state.emplace_back(
+          state_name,
+          checkpoint::AsyncCheckpointWriter::TensorShape{checkpoint::DType::kF32,
+                                                        shape});
+    }
+  }
+  return writer_.Start(
+      step, layout,
+      [&](int k, absl::Span<const absl::Span<char>> buffers) -> absl::Status {
+        RETURN_IF_ERROR(model.CopyParameterToHost(
+            param_of[k], reinterpret_cast<float*>(buffers[0].data())));
+        for (const ParameterOptimizerStateView::Part& part : owned[k].parts) {
+          for (size_t t = 0; t < part.tensors.size(); ++t) {
+            float* to = reinterpret_cast<float*>(buffers[t + 1].data());
+            std::copy(part.tensors[t].begin(), part.tensors[t].end(),
+                      to + part.offset);
+          }
+        }
+        return absl::OkStatus();
+      });
 }
 
 void CheckpointSaver::Poll() {

@@ -1,10 +1,11 @@
-// CheckpointSaver: one rank's part of a job's periodic checkpoints
-// (JobSpec.checkpoint, docs/checkpoints.md). At every every_steps-th step
-// (never the last: its parameters are the job's output) it snapshots the
-// parameters this rank owns and their optimizer state, keyed by name, and
-// writes them as its shard on a background thread (AsyncCheckpointWriter);
-// when the write ends it tells the coordinator (ReportCheckpoint), which
-// writes the step's manifest once every rank's shard is in.
+// CheckpointSaver: one rank's part of a job's checkpoints (JobSpec.checkpoint,
+// docs/checkpoints.md). At a checkpoint step it snapshots the parameters
+// this rank owns and their optimizer state, keyed by name, and writes them
+// as its shard on a background thread (AsyncCheckpointWriter); when the
+// write ends it tells the coordinator (ReportCheckpoint), which writes the
+// step's manifest once every rank's shard is in. A built-in job saves at
+// every every_steps-th step (ForJob, Due); a program saves when it asks
+// (pshardSaveCheckpoint, through its Session).
 //
 // A checkpoint never stops training: a failed snapshot or write (a full
 // disk: ResourceExhausted naming the file) is reported as the shard's
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,31 +28,50 @@
 #include "common/clock.h"
 #include "pshard/v1/job_spec.pb.h"
 #include "worker/runtime/control_plane.h"
+#include "worker/runtime/rank_model.h"
 #include "worker/runtime/result_reporter.h"
-#include "worker/runtime/step_engine.h"
 
 namespace pshard::worker {
 
 class CheckpointSaver {
  public:
-  // nullptr when `spec` asks for no periodic checkpoints (no checkpoint, or
-  // every_steps 0). `spec` has its defaults applied; `world_size` is the
-  // epoch's. `control` and `clock` must outlive the saver.
+  struct Options {
+    // JobSpec.checkpoint.dir: the step directories' root.
+    std::string dir;
+    // checkpoint::SpecFingerprint of the job's spec.
+    std::string fingerprint;
+    // The epoch's.
+    int world_size = 1;
+    // How long a checkpoint step waits for the previous write.
+    absl::Duration write_timeout = absl::Seconds(60);
+    // Every RPC's.
+    absl::Duration rpc_timeout = absl::Seconds(10);
+  };
+  // `control` and `clock` must outlive the saver.
   static absl::StatusOr<std::unique_ptr<CheckpointSaver>> Create(
+      const Options& options, const ResultSource& source,
+      ControlPlane* control, const Clock& clock);
+
+  // A built-in job's saver: nullptr when `spec` asks for no periodic
+  // checkpoints (no checkpoint, or every_steps 0). `spec` has its defaults
+  // applied; `world_size` is the epoch's.
+  static absl::StatusOr<std::unique_ptr<CheckpointSaver>> ForJob(
       const v1::JobSpec& spec, const ResultSource& source, int world_size,
       ControlPlane* control, absl::Duration rpc_timeout, const Clock& clock);
 
   // Lets a write in flight finish (without reporting it).
   ~CheckpointSaver() = default;
 
-  // True when step `step` (1-based) is a checkpoint step.
-  bool Due(int64_t step) const;
+  // True when step `step` (1-based) is a periodic checkpoint step of
+  // `spec` (never the last: its parameters are the job's output).
+  static bool Due(const v1::JobSpec& spec, int64_t step);
 
-  // After step `step`'s update: reports the previous write (waiting for it,
-  // up to the job's collective timeout, if it is still going), then
-  // snapshots `engine`'s owned parameters and optimizer state and starts
-  // writing. Failures are reported, not returned.
-  void Start(int64_t step, StepEngine& engine);
+  // After step `step`'s update (the model's first step has run): reports
+  // the previous write (waiting for it, up to write_timeout, if it is still
+  // going), then snapshots `model`'s owned parameters and optimizer state
+  // and starts writing. Failures are reported to the coordinator and
+  // returned (a built-in job goes on regardless).
+  absl::Status Start(int64_t step, RankModel& model);
 
   // Reports a write that has ended, without waiting for one in flight.
   void Poll();
@@ -59,15 +80,16 @@ class CheckpointSaver {
   void Finish(absl::Duration timeout);
 
  private:
-  CheckpointSaver(const v1::JobSpec& spec, const ResultSource& source,
+  CheckpointSaver(const Options& options, const ResultSource& source,
                   checkpoint::CheckpointWriter writer, ControlPlane* control,
-                  absl::Duration rpc_timeout, const Clock& clock);
+                  const Clock& clock);
+
+  // The snapshot: what this rank owns, copied once into the writer.
+  absl::Status Snapshot(int64_t step, RankModel& model);
 
   // Reports the write of in_flight_ with `result`, and clears in_flight_.
   void Report(const absl::StatusOr<checkpoint::ShardFileInfo>& result);
 
-  const int64_t every_steps_;
-  const int64_t last_step_;
   const absl::Duration write_timeout_;
   const ResultSource source_;
   ControlPlane* const control_;

@@ -4,6 +4,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/spec_fingerprint.h"
 #include "common/job_spec.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
@@ -151,7 +152,7 @@ absl::Status JobRunner::RunSteps() {
   }
   ASSIGN_OR_RETURN(
       std::unique_ptr<CheckpointSaver> saver,
-      CheckpointSaver::Create(spec,
+      CheckpointSaver::ForJob(spec,
                               ResultSource{directive_.job_id(),
                                            directive_.epoch(), rank,
                                            options_.worker_id},
@@ -159,14 +160,24 @@ absl::Status JobRunner::RunSteps() {
                               *options_.clock));
   // A resumed epoch starts after its checkpoint's step.
   if (directive_.has_resume()) {
-    RETURN_IF_ERROR(ResumeFromCheckpoint(directive_.resume(), spec, *engine));
+    ASSIGN_OR_RETURN(const std::string fingerprint,
+                     checkpoint::SpecFingerprint(spec));
+    RETURN_IF_ERROR(
+        ResumeFromCheckpoint(directive_.resume(), fingerprint, *engine));
     first_step_ = directive_.resume().step() + 1;
   }
   for (int64_t step = first_step_; step <= spec.steps(); ++step) {
     RETURN_IF_ERROR(RunStep(*engine, spec, step, reporter.get()));
     if (saver == nullptr) continue;
     saver->Poll();
-    if (saver->Due(step)) saver->Start(step, *engine);
+    // A failed checkpoint is reported; training goes on.
+    if (CheckpointSaver::Due(spec, step)) {
+      const absl::Time start = options_.clock->Now();
+      (void)saver->Start(step, *engine);
+      if (options_.metrics != nullptr) {
+        options_.metrics->ObserveCheckpointStall(options_.clock->Now() - start);
+      }
+    }
   }
   if (saver != nullptr) saver->Finish(timeout);
   if (reporter != nullptr) reporter->Flush(options_.rpc_timeout);
@@ -200,7 +211,17 @@ absl::Status JobRunner::RunStep(StepEngine& engine, const v1::JobSpec& spec,
   {
     absl::MutexLock lock(&mu_);
     snapshot_.step = step;
-    if (step == first_step_) FillOwnedShards(engine.hook(), directive_.rank(), snapshot_);
+    if (step == first_step_) {
+      FillOwnedShards(engine.hook(), directive_.rank(), snapshot_);
+      if (options_.metrics != nullptr) {
+        options_.metrics->SetOptimizerStateBytes(snapshot_.optimizer_state_bytes);
+      }
+    }
+  }
+  if (options_.metrics != nullptr) {
+    const int64_t bytes_sent = engine.communicator().bytes_sent();
+    options_.metrics->ObserveStep(step_time, bytes_sent - bytes_sent_before_);
+    bytes_sent_before_ = bytes_sent;
   }
   if (reporter == nullptr || !report) return absl::OkStatus();
   v1::JobProgress progress;

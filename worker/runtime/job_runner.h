@@ -45,6 +45,7 @@
 #include "worker/runtime/coordinator_kv.h"
 #include "worker/runtime/progress_reporter.h"
 #include "worker/runtime/rank_job.h"
+#include "worker/runtime/worker_metrics.h"
 #include "worker/runtime/step_engine.h"
 
 namespace pshard::worker {
@@ -65,6 +66,9 @@ struct JobRunnerOptions {
   // Step times, retry pauses and every wait's deadline. Must outlive the
   // runner.
   const Clock* clock = &Clock::Real();
+  // The worker's metrics (--metrics_listen), or nullptr. Must outlive the
+  // runner.
+  WorkerMetrics* metrics = nullptr;
 };
 
 class JobRunner : public RankJob {
@@ -105,6 +109,8 @@ class JobRunner : public RankJob {
   // The epoch's first step: 1, or the step after its resume point. Training
   // thread only.
   int64_t first_step_ = 1;
+  // The communicator's bytes_sent at the previous step (metrics).
+  int64_t bytes_sent_before_ = 0;
 };
 
 }  // namespace pshard::worker

@@ -12,14 +12,17 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/spec_fingerprint.h"
 #include "common/child_process.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
+#include "worker/runtime/program_failure.h"
 #include "worker/runtime/program_log.h"
 #include "worker/runtime/result_reporter.h"
 
@@ -104,7 +107,7 @@ JobSnapshot ProgramJob::Snapshot() const {
   return snapshot;
 }
 
-std::vector<std::string> ProgramJob::Environment(
+absl::StatusOr<std::vector<std::string>> ProgramJob::Environment(
     const v1::JobSpec& spec, const v1::RunJobDirective& directive,
     const ProgramJobOptions& options, const std::string& master) {
   std::vector<std::string> env;
@@ -139,9 +142,28 @@ std::vector<std::string> ProgramJob::Environment(
   // A restarted program is told how often, and where to resume from (the
   // step directory its epoch starts after) when there is a checkpoint.
   env.push_back(absl::StrCat("PSHARD_RESTART_COUNT=", directive.restart_count()));
+  env.push_back(absl::StrCat(
+      "PSHARD_ERROR_FILE=",
+      ProgramFailurePath(options.log_dir, directive.job_id(), directive.rank())));
   if (directive.has_resume() && !directive.resume().path().empty()) {
     env.push_back(absl::StrCat("PSHARD_RESUME_FROM=", directive.resume().path()));
     env.push_back(absl::StrCat("PSHARD_RESUME_STEP=", directive.resume().step()));
+  }
+  // What pshardSaveCheckpoint/pshardLoadCheckpoint need: where the job's
+  // checkpoints go, how often the spec asks for one, and the fingerprint
+  // every shard's manifest carries and every resume checks.
+  if (spec.has_checkpoint()) {
+    ASSIGN_OR_RETURN(const std::string fingerprint,
+                     checkpoint::SpecFingerprint(spec));
+    env.push_back(absl::StrCat("PSHARD_CHECKPOINT_DIR=", spec.checkpoint().dir()));
+    env.push_back(absl::StrCat("PSHARD_CHECKPOINT_EVERY_STEPS=",
+                               spec.checkpoint().every_steps()));
+    env.push_back(absl::StrCat("PSHARD_CHECKPOINT_FINGERPRINT=", fingerprint));
+  } else if (directive.has_resume() && !directive.resume().path().empty()) {
+    // Initialised from a checkpoint (from_checkpoint) without writing any.
+    ASSIGN_OR_RETURN(const std::string fingerprint,
+                     checkpoint::SpecFingerprint(spec));
+    env.push_back(absl::StrCat("PSHARD_CHECKPOINT_FINGERPRINT=", fingerprint));
   }
   return env;
 }
@@ -222,12 +244,21 @@ absl::Status ProgramJob::RunProgram(const v1::JobSpec& spec) {
   const int read_fd = pipe_fds[0];
   absl::Cleanup close_read = [read_fd] { close(read_fd); };
 
+  // This attempt's program writes its own failure afresh.
+  const std::string error_file =
+      ProgramFailurePath(options_.log_dir, directive_.job_id(), rank);
+  if (unlink(error_file.c_str()) != 0 && errno != ENOENT) {
+    return absl::InternalError(absl::StrCat("removing ", error_file, ": ",
+                                            std::strerror(errno)));
+  }
+
   ChildProcess::Options child_options;
   child_options.name = "program";
   child_options.argv.assign(program.argv().begin(), program.argv().end());
   child_options.search_path = true;
   child_options.output_fd = pipe_fds[1];
-  child_options.extra_env = Environment(spec, directive_, options_, master);
+  ASSIGN_OR_RETURN(child_options.extra_env,
+                   Environment(spec, directive_, options_, master));
   child_options.working_dir = program.working_dir();
   child_options.reap_descendants = true;
   child_options.clock = options_.clock;
@@ -289,7 +320,20 @@ absl::Status ProgramJob::RunProgram(const v1::JobSpec& spec) {
     }
   }
   log->Append(absl::StrCat("[pshard: program ", child.DescribeExit(), "]\n"));
-  return ExitStatus(*child.wait_status());
+  absl::Status exit = ExitStatus(*child.wait_status());
+  // An exit that followed a lost peer is the peer's failure, not the
+  // program's: the coordinator then blames the lost worker and restarts.
+  if (!exit.ok()) {
+    if (std::optional<ProgramFailure> failure = ReadProgramFailure(error_file);
+        failure.has_value() && failure->cause == v1::FAILURE_CAUSE_PEER) {
+      return WithFailureCause(
+          absl::AbortedError(absl::StrCat(exit.message(), " after its pshard "
+                                          "session lost a peer: ",
+                                          failure->error)),
+          v1::FAILURE_CAUSE_PEER);
+    }
+  }
+  return exit;
 }
 
 }  // namespace pshard::worker

@@ -82,8 +82,8 @@ class ProgramJob : public RankJob {
 
   // The program's environment beyond the worker's own, as "NAME=value": the
   // spec's env, then the agent's names (which the spec may not set).
-  // `master` is "host:port".
-  static std::vector<std::string> Environment(
+  // `master` is "host:port". Errors: the spec's fingerprint's.
+  static absl::StatusOr<std::vector<std::string>> Environment(
       const v1::JobSpec& spec, const v1::RunJobDirective& directive,
       const ProgramJobOptions& options, const std::string& master);
 

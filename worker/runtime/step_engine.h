@@ -28,13 +28,14 @@
 #include "absl/status/statusor.h"
 #include "worker/comm/communicator.h"
 #include "worker/hook/zero_hook.h"
+#include "worker/runtime/rank_model.h"
 #include "worker/workload/workload.h"
 
 namespace pshard::worker {
 
-class StepEngine {
+// A RankModel too: checkpoints write from and resume into it.
+class StepEngine : public RankModel {
  public:
-  virtual ~StepEngine() = default;
 
   // Step `step` (1-based): the workload's forward/backward, its gradients
   // handed to the ZeRO hook as they become final (reduce -> owner's step ->
@@ -65,17 +66,12 @@ class StepEngine {
   // are the engine's operations above.
   virtual Communicator& communicator() = 0;
 
-  // The hook (host or device memory: GpuZeroHook is a ZeroHook), for the
-  // layout, the owners and the optimizer state once the first step ran.
-  virtual ZeroHook& hook() = 0;
   virtual const Workload& workload() const = 0;
+  const std::vector<ParameterInfo>& parameters() const final {
+    return workload().parameters();
+  }
 
-  // Copies parameter `index`'s values (index into workload().parameters(),
-  // which the caller keeps in range) to host memory at `out`, which holds
-  // its numel floats.
-  virtual absl::Status CopyParameterToHost(int index, float* out) = 0;
-
-  // The same, into a new vector.
+  // Parameter `index`'s values (CopyParameterToHost), in a new vector.
   absl::StatusOr<std::vector<float>> DownloadParameter(int index) {
     std::vector<float> out(workload().parameters()[index].numel);
     absl::Status copied = CopyParameterToHost(index, out.data());
@@ -95,13 +91,6 @@ class StepEngine {
     }
     return out;
   }
-
-  // Before the first step: replaces every parameter's values (a resume from
-  // a checkpoint), in workload().parameters() order, each of its numel.
-  // InvalidArgument: the wrong count or size (named). Unimplemented where
-  // the engine cannot (GpuJob, for now).
-  virtual absl::Status UploadParameters(
-      const std::vector<std::vector<float>>& values) = 0;
 };
 
 }  // namespace pshard::worker

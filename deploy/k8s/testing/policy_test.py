@@ -19,9 +19,11 @@ WORKER = "pshard-worker"
 # stop the process at start-up.
 FLAGS = {
     "/usr/local/bin/pshard-coordinator": {
-        "listen", "port_file", "state_path", "heartbeat_interval", "worker_timeout"},
+        "listen", "port_file", "state_path", "heartbeat_interval", "worker_timeout",
+        "metrics_listen"},
     "/usr/local/bin/pshard-worker": {
-        "coordinator", "name", "listen", "port_file", "host", "device"},
+        "coordinator", "name", "listen", "port_file", "host", "device",
+        "metrics_listen"},
     "/usr/local/bin/pshardctl": {
         "coordinator", "output", "watch", "state", "limit", "include_lost", "reason",
         "connect_timeout", "rpc_timeout", "watch_timeout"},
@@ -213,14 +215,17 @@ class OverlayTest(unittest.TestCase):
                 spec = policies[0]["spec"]
                 self.assertIn("Ingress", spec["policyTypes"])
 
-                def admitted(labels):
+                def admitted(labels, port=7070):
                     for rule in spec.get("ingress", []):
                         if "from" not in rule:
                             return True  # from everywhere
+                        if port not in [p["port"] for p in rule["ports"]]:
+                            continue
                         for peer in rule["from"]:
-                            self.assertEqual(set(peer), {"podSelector"}, "only pod selectors expected")
+                            self.assertIn(set(peer), ({"podSelector"},
+                                                      {"podSelector", "namespaceSelector"}),
+                                          "only pod selectors expected")
                             if m.labels_match(peer["podSelector"], labels):
-                                self.assertEqual([p["port"] for p in rule["ports"]], [7070])
                                 return True
                     return False
 
@@ -229,6 +234,11 @@ class OverlayTest(unittest.TestCase):
                 self.assertTrue(admitted(toolbox_labels), "the pshardctl pod cannot reach the coordinator")
                 self.assertFalse(admitted({"app": "something-else"}), "an unlabelled pod gets in")
                 self.assertFalse(admitted({**client_labels, "pshard.io/client": "false"}))
+                # Prometheus reaches the metrics port only.
+                scraper = {"pshard.io/metrics-scraper": "true"}
+                self.assertTrue(admitted(scraper, 9090), "Prometheus cannot scrape")
+                self.assertFalse(admitted(scraper, 7070), "the scraper reaches the API")
+                self.assertFalse(admitted({"app": "something-else"}, 9090))
 
     def test_worker_network_policy_lets_peers_talk(self):
         for overlay, objs in self.each_overlay():

@@ -16,7 +16,8 @@ What is simulated, and how:
   args and environment becomes 127.0.0.1:<the port the selected pod bound>,
   and every pod's IP (the downward API's status.podIP) is 127.0.0.1.
 - Ports: every --listen=HOST:PORT becomes --listen=127.0.0.1:0 with a
-  --port_file, so several pods share the machine without fixed ports.
+  --port_file (and --metrics_listen the same with --metrics_port_file), so
+  several pods share the machine without fixed ports.
 - Volumes: each volume is a directory under the test's temporary directory
   (a PersistentVolumeClaim one per claim, a ConfigMap volume holds its keys
   as files); mount paths in args, environment and mounted ConfigMap files are
@@ -143,7 +144,11 @@ class Pod:
         out = []
         for a in argv:
             mt = re.fullmatch(r"--listen=(.*):(\d+)", a)
-            if mt:
+            if re.fullmatch(r"--metrics_listen=(.*):(\d+)", a):
+                # Like --listen: any free loopback port, written to a file.
+                out += ["--metrics_listen=127.0.0.1:0",
+                        f"--metrics_port_file={self.port_file}.metrics"]
+            elif mt:
                 self.listen_port = int(mt.group(2))
                 bind = self.bind_ports.get(self.listen_port, 0)
                 out += [f"--listen=127.0.0.1:{bind}", f"--port_file={self.port_file}"]

@@ -1,0 +1,83 @@
+"""Checkpoints of a program job in pshard's sharded format
+(docs/checkpoints.md), the same as a built-in job's: a directory per step
+under the job spec's checkpoint.dir, each rank writing the parameters it owns
+and their optimizer state keyed by parameter name, committed by the
+coordinator once every rank's shard is in. A restarted job (max_restarts)
+resumes from the latest complete one, at any world size:
+
+    import pshard, pshard.checkpoint, pshard.torch
+
+    opt = pshard.torch.ShardedOptimizer(model, optimizer={...})
+    start = pshard.checkpoint.load(opt)         # 0 on a first run
+    for step in range(start + 1, steps + 1):
+        ...; opt.step()
+        if pshard.checkpoint.due(step):
+            pshard.checkpoint.save(opt, step)   # copies, then writes behind
+
+The program's own state beyond the model and optimizer (a data loader's
+position) is its own: make it a function of the step, as pshard's built-in
+workloads do, and a resume is exact.
+"""
+
+import ctypes
+import os
+
+from pshard import _capi
+
+__all__ = ["due", "every_steps", "load", "restart_count", "save"]
+
+
+def _int_variable(name):
+    value = os.environ.get(name, "")
+    if not value:
+        return 0
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"{name}: an integer, got {value!r}") from None
+    if number < 0:
+        raise ValueError(f"{name}: must be >= 0, got {number}")
+    return number
+
+
+def every_steps():
+    """The job spec's checkpoint.every_steps (0: none asked for)."""
+    return _int_variable("PSHARD_CHECKPOINT_EVERY_STEPS")
+
+
+def restart_count():
+    """How often the coordinator has restarted this job (0 on a first run)."""
+    return _int_variable("PSHARD_RESTART_COUNT")
+
+
+def due(step, total_steps=None):
+    """True when the spec asks for a checkpoint after `step` (never after
+    the last step, `total_steps`, whose parameters are the job's output)."""
+    every = every_steps()
+    if every <= 0 or step % every != 0:
+        return False
+    return total_steps is None or step < total_steps
+
+
+def save(optimizer, step):
+    """Starts saving this rank's shard of the checkpoint at `step` (the
+    state after `step` optimizer steps; every rank saves the same steps).
+    Returns once the shard is copied; it is written in the background.
+    Raises PshardError: no checkpoint.dir in the job spec, before the first
+    step, a step not after the last saved one."""
+    _capi.check("pshardSaveCheckpoint", optimizer.session.handle, int(step))
+
+
+def load(optimizer, path=None):
+    """Before the first step: loads a checkpoint into the model and
+    `optimizer` and returns its step (resume at step + 1). `path`: a step
+    directory or a checkpoint root (its latest complete checkpoint); None:
+    the one this restarted epoch resumes from (PSHARD_RESUME_FROM), and 0
+    when there is none. Raises PshardError naming the checkpoint: none there
+    (NOT_FOUND), a corrupted shard (DATA_LOSS), another job's model or
+    optimizer."""
+    step = ctypes.c_int64()
+    _capi.check("pshardLoadCheckpoint", optimizer.session.handle,
+                None if path is None else os.fsencode(path),
+                ctypes.byref(step))
+    return step.value

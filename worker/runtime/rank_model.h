@@ -1,0 +1,43 @@
+// RankModel: one rank's parameters and its ZeRO hook, as a checkpoint sees
+// them. CheckpointSaver writes this rank's shard from one, and
+// ResumeFromCheckpoint loads a checkpoint into one, so that a built-in job
+// (its StepEngine) and a program of the user's own (its Session,
+// worker/api/session.h) write and read checkpoints the same way.
+#ifndef PSHARD_WORKER_RUNTIME_RANK_MODEL_H_
+#define PSHARD_WORKER_RUNTIME_RANK_MODEL_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/hook/zero_hook.h"
+#include "worker/workload/workload.h"
+
+namespace pshard::worker {
+
+class RankModel {
+ public:
+  virtual ~RankModel() = default;
+
+  // The hook (host or device memory: GpuZeroHook is a ZeroHook), for the
+  // layout, the owners and the optimizer state once the first step ran.
+  virtual ZeroHook& hook() = 0;
+
+  // The parameters, in registration (forward) order.
+  virtual const std::vector<ParameterInfo>& parameters() const = 0;
+
+  // Copies parameter `index`'s values (index into parameters(), which the
+  // caller keeps in range) to host memory at `out`, which holds its numel
+  // floats.
+  virtual absl::Status CopyParameterToHost(int index, float* out) = 0;
+
+  // Before the first step: replaces every parameter's values (a resume from
+  // a checkpoint), in parameters() order, each of its numel.
+  // InvalidArgument: the wrong count or size (named). Unimplemented where
+  // the model cannot (GpuJob, for now).
+  virtual absl::Status UploadParameters(
+      const std::vector<std::vector<float>>& values) = 0;
+};
+
+}  // namespace pshard::worker
+
+#endif  // PSHARD_WORKER_RUNTIME_RANK_MODEL_H_
