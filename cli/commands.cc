@@ -109,7 +109,9 @@ const CommandDoc kCommands[] = {
      "the checkpoint is refused (the message names the file).\n"},
     {"workers", "", "list the worker pool",
      "A worker taken out of scheduling by `drain` shows as DRAINING (with its "
-     "job while that still runs).\n\n"
+     "job while that still runs). A worker whose job was cancelled, failed or "
+     "restarted shows as RELEASING (with that job) until it has stopped it; "
+     "it takes no new job until then.\n\n"
      "Flags:\n"
      "  --include_lost           also list LOST workers\n"
      "  --limit=N                at most N workers (default 0: all, fetched "

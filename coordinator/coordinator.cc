@@ -44,7 +44,7 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock,
       clock_(clock),
       store_(std::move(store)),
       workers_({options_.max_workers, options_.worker_timeout,
-                options_.recovery_grace},
+                options_.recovery_grace, options_.worker_timeout / 2},
                clock->Now()),
       jobs_({options_.max_jobs, options_.max_unfinished_jobs}),
       waits_(options_.max_waiters),
@@ -291,7 +291,13 @@ void Coordinator::ReleaseRank(JobRec& job, int rank, bool send_abort,
                               absl::string_view reason) {
   WorkerRec* w = workers_.Find(job.ranks[rank].worker_num);
   if (w == nullptr || !w->Holds(job.num, job.job.epoch())) return;
+  // A worker told to run the rank may be inside it (a long compute step
+  // does not stop at once): it is RELEASING until it says it stopped.
+  const bool may_run = w->acknowledged || w->run_job_sends > 0;
   w->Release();
+  if (send_abort && !w->lost && may_run) {
+    w->releasing = WorkerRec::Releasing{job.job.id(), job.job.epoch(), rank};
+  }
   if (send_abort && !w->lost) {
     v1::Directive d;
     auto* abort = d.mutable_abort_job();
@@ -351,8 +357,12 @@ void Coordinator::StartEpoch(JobRec& job,
 
 void Coordinator::Schedule() {
   while (std::optional<JobTable::Placement> placed = jobs_.PlaceHead(
-             [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-               return workers_.Idle();
+             [this](const JobRec& head) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+               // A job waiting to restart takes its own old members back,
+               // as FailOrRestart does.
+               return workers_.Idle(clock_->Now(), head.job.restarts() > 0
+                                                       ? head.job.id()
+                                                       : std::string());
              })) {
     JobRec& job = *placed->job;
     if (job.job.restarts() > 0) {  // it waited for workers to restart
@@ -369,6 +379,7 @@ void Coordinator::Schedule() {
 void Coordinator::MarkLost(WorkerRec& w, const std::string& why) {
   w.lost = true;
   w.directives.clear();
+  w.releasing.reset();  // whatever it ran is gone with it
   if (w.job_num != 0) {
     if (JobRec* job = jobs_.Find(w.job_num)) {
       std::string cause;
@@ -417,7 +428,9 @@ void Coordinator::FailOrRestart(JobRec& job, std::string cause,
   job.job.set_restarts(job.job.restarts() + 1);
   const std::string reason =
       RestartReason(job.job.restarts(), spec.max_restarts(), cause);
-  std::vector<IdleWorker> idle = workers_.Idle();
+  // Its own old members count as idle: each runs the new epoch once it has
+  // stopped the old one (Heartbeat waits for that).
+  std::vector<IdleWorker> idle = workers_.Idle(clock_->Now(), job.job.id());
   idle.erase(std::remove_if(idle.begin(), idle.end(),
                             [&](const IdleWorker& w) {
                               return w.num == excluded_worker;

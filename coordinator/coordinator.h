@@ -36,9 +36,12 @@
 //
 // Worker membership (WorkerState):
 //
-//   RegisterWorker ──▶ IDLE ──(scheduled)──▶ BUSY ──(job ends / rank done)──▶ IDLE
-//                       │  ╲                  │
-//                       │   DRAINING          │
+//   RegisterWorker ──▶ IDLE ──(scheduled)──▶ BUSY ──(rank done: its result)──▶ IDLE
+//                       │  ╲  ▲               │ (job ended / restarted: rank
+//                       │   ╲ │               ▼  taken back, AbortJob sent)
+//                       │    ╲└─(it says it  RELEASING: not scheduled; shows
+//                       │     ╲  stopped)─── the job it finishes
+//                       │      DRAINING       │
 //                       ▼                     ▼
 //                      LOST: its Attach stream closed (the process died:
 //                            its connection broke), no heartbeat for
@@ -48,6 +51,14 @@
 //                            scheduled; its heartbeats and attaches get
 //                            NotFound; it registers again (same name ->
 //                            same id "w-<n>").
+//   "It says it stopped": a heartbeat without the released (job, epoch),
+//   or a ReportResult for it (WorkerRec::releasing). A worker never sent
+//   its RunJob is free at once. Only a schedulable worker gets a rank:
+//   confirmed, not DRAINING, not RELEASING, and heard from within
+//   worker_timeout / 2 (WorkerRegistry::Schedulable); a restart may take
+//   back its own RELEASING members (they start the new epoch once they
+//   have stopped the old one, and the RunJob repeats meanwhile do not
+//   count towards max_unacknowledged_run_jobs).
 //
 // Job lifecycle (JobState), each edge an event with a reason and a time:
 //
@@ -89,8 +100,9 @@
 //   has dropped its rank. Workers must send ReportResult before going IDLE.
 //   Then: KvPut/KvGet (rendezvous, scoped by job+epoch), ReportBuckets once,
 //   GetAssignment (blocks until published), ReportProgress (rank 0's progress
-//   is the job's), ReportResult. A rank that reported ok returns to the pool
-//   at once.
+//   is the job's), ReportResult. A rank that reported its result returns to
+//   the pool at once; one taken back by the coordinator when it has said it
+//   stopped (see RELEASING above).
 //
 // Restart (a new Coordinator on the same store):
 //   Workers are known but unconfirmed: a heartbeat or registration with the

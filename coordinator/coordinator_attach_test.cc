@@ -12,33 +12,7 @@ using ::testing::StartsWith;
 
 constexpr char kClosed[] = "its connection to the coordinator closed";
 
-class CoordinatorAttachTest : public CoordinatorTest {
- protected:
-  absl::StatusOr<int64_t> Attach(const Worker& w) {
-    v1::AttachRequest req;
-    req.set_worker_id(w.id);
-    req.set_incarnation(w.incarnation);
-    return c_->AttachWorker(req);
-  }
-
-  absl::Status Detach(const Worker& w, int64_t attachment) {
-    return c_->WorkerDetached(w.id, w.incarnation, attachment);
-  }
-
-  // A two-rank job with `spec` on a (w-1) and b (w-2), both ranks started
-  // and RUNNING.
-  v1::Job StartRunning(const v1::JobSpec& spec, const Worker& a,
-                       const Worker& b) {
-    auto submitted = c_->SubmitJob(spec);
-    EXPECT_OK(submitted);
-    if (!submitted.ok()) return v1::Job();
-    StartRank(a);
-    StartRank(b);
-    const v1::Job job = GetJob(submitted->id());
-    PublishLayout(job, {10});
-    return GetJob(job.id());
-  }
-};
+using CoordinatorAttachTest = CoordinatorTest;
 
 TEST_F(CoordinatorAttachTest, StreamEndMakesTheWorkerLostAtOnce) {
   const Worker a = Register("a");
@@ -147,10 +121,12 @@ TEST_F(CoordinatorAttachTest, BusyWorkerLostFailsItsJobNamingIt) {
   EXPECT_EQ(failed.state(), v1::FAILED);
   EXPECT_EQ(failed.reason(),
             absl::StrCat("worker w-2 (rank 1) lost: ", kClosed));
-  // The survivor is told to abort and is free again.
+  // The survivor is told to abort, and is free again once it has stopped.
   auto resp = Beat(a, v1::BUSY, job.id(), job.epoch());
   ASSERT_OK(resp);
   EXPECT_TRUE(HasAbort(*resp, job.id()));
+  EXPECT_EQ(StateOf(a.id), v1::RELEASING);
+  ASSERT_OK(Beat(a));
   EXPECT_EQ(StateOf(a.id), v1::IDLE);
 }
 

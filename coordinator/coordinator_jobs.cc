@@ -218,8 +218,15 @@ absl::StatusOr<bool> Coordinator::ReportResultLocked(
     const v1::ReportResultRequest& req) {
   ASSIGN_OR_RETURN(JobRec * j, jobs_.Get(req.job_id()));
   RETURN_IF_ERROR(ValidateResult(req, j->job.spec()));
+  // A result is the rank's last word: a worker RELEASING it has stopped.
+  WorkerRec* reporter = workers_.Find(req.worker_id());
+  const bool freed = reporter != nullptr &&
+                     reporter->IsReleasing(req.job_id(), req.epoch());
+  if (freed) reporter->releasing.reset();
   if (!IsActive(j->job.state()) || req.epoch() != j->job.epoch()) {
-    return false;  // Nothing to do; the worker is free anyway.
+    if (!freed) return false;  // Nothing to do.
+    Schedule();  // the worker is free now
+    return true;
   }
   RETURN_IF_ERROR(JobTable::CheckRank(*j, req.rank(), req.worker_id()));
   const int rank = req.rank();

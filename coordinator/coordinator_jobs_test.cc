@@ -209,6 +209,8 @@ TEST_F(CoordinatorTest, CancelInEveryState) {
   EXPECT_THAT(*waiting.result, StatusIs(absl::StatusCode::kAborted, HasSubstr("CANCELLED")));
   ASSERT_OK_AND_ASSIGN(auto resp, Beat(a, v1::BUSY, running.id(), running.epoch()));
   EXPECT_TRUE(HasAbort(resp, running.id()));
+  EXPECT_EQ(StateOf(a.id), v1::RELEASING);  // until it says it stopped
+  ASSERT_OK(Beat(a));
   EXPECT_EQ(StateOf(a.id), v1::IDLE);
   EXPECT_EQ(GetJob(running.id()).reason(), "cancelled by user");
   // Progress reports are told to abort.
@@ -234,6 +236,8 @@ TEST_F(CoordinatorTest, LostWorkerFailsItsJobAndFreesTheOthers) {
   EXPECT_EQ(StateOf(a.id), v1::LOST);
   ASSERT_OK_AND_ASSIGN(auto resp, Beat(b, v1::BUSY, job.id(), job.epoch()));
   EXPECT_TRUE(HasAbort(resp, job.id()));
+  EXPECT_EQ(StateOf(b.id), v1::RELEASING);
+  ASSERT_OK(Beat(b));
   EXPECT_EQ(StateOf(b.id), v1::IDLE);
 }
 

@@ -28,6 +28,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
         MarkLost(*w, "it restarted (new incarnation)");
       }
       w->directives.clear();
+      w->releasing.reset();  // a new process runs nothing yet
       w->info.set_drain_requested(false);
       *w->info.mutable_registered_time() = ToProto(now);
     }
@@ -104,10 +105,12 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
   Locked lock(this);
   WorkerRec* w = workers_.Find(req.worker_id());
   if (!IsCurrent(w, req.incarnation())) return NotCurrent(req.worker_id(), w);
+  const absl::Time now = clock_->Now();
   const bool was_confirmed = w->confirmed;
+  const bool was_schedulable = workers_.Schedulable(*w, now);
   w->confirmed = true;
   w->heartbeated = true;
-  w->last_heartbeat = clock_->Now();
+  w->last_heartbeat = now;
   if (req.state() == v1::DRAINING && !w->info.drain_requested()) {
     // The worker is on its way out (it was told to drain before).
     w->info.set_drain_requested(true);
@@ -152,7 +155,13 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
       w->acknowledged = true;
       w->missing_reports = 0;
     } else if (!w->acknowledged) {
-      if (++w->run_job_sends > options_.max_unacknowledged_run_jobs) {
+      // A restart gave the worker the next epoch of the job whose last
+      // epoch it is still stopping: it starts this one after that (the
+      // agent queues it), so these sends do not count against it.
+      const bool stopping_last_epoch =
+          reports_job && w->IsReleasing(req.job_id(), req.epoch());
+      if (!stopping_last_epoch &&
+          ++w->run_job_sends > options_.max_unacknowledged_run_jobs) {
         EndJob(job, v1::FAILED,
                absl::StrCat("worker ", w->info.id(), " (rank ", w->rank,
                             ") did not start the job after ",
@@ -182,7 +191,10 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
                           Clip(req.job_id(), 64), ")"));
     }
   }
-  if (!was_confirmed) Schedule();
+  WorkerRegistry::NoteWhatItRuns(*w, req);
+  if (!was_confirmed || (!was_schedulable && workers_.Schedulable(*w, now))) {
+    Schedule();
+  }
   // A reply without directives only tells the worker to carry on, which no
   // unwritten change of another section can contradict (a change that
   // concerns this worker queues a directive for it). So it waits only for

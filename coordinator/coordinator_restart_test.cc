@@ -255,6 +255,8 @@ TEST_F(CoordinatorRestartTest, ProgramFailureRestartsOnlyWhenAsked) {
   const v1::Job plain = StartRunning(spec);
   ASSERT_OK(Result(plain, 0, false, "exit status 1"));
   EXPECT_EQ(GetJob(plain.id()).state(), v1::FAILED);
+  // Rank 1, told to abort, stops; only then is its worker free again.
+  ASSERT_OK(Result(plain, 1, false, "aborted"));
 
   spec.set_restart_on_program_failure(true);
   const v1::Job retried = StartRunning(spec);

@@ -180,6 +180,33 @@ class CoordinatorTest : public ::testing::Test {
     return job;
   }
 
+  // Opens an attachment of `w`, as its Attach stream would; Detach ends it
+  // as that stream's closed connection would.
+  absl::StatusOr<int64_t> Attach(const Worker& w) {
+    v1::AttachRequest req;
+    req.set_worker_id(w.id);
+    req.set_incarnation(w.incarnation);
+    return c_->AttachWorker(req);
+  }
+
+  absl::Status Detach(const Worker& w, int64_t attachment) {
+    return c_->WorkerDetached(w.id, w.incarnation, attachment);
+  }
+
+  // A two-rank job with `spec` on a (w-1) and b (w-2), both ranks started
+  // and RUNNING.
+  v1::Job StartRunning(const v1::JobSpec& spec, const Worker& a,
+                       const Worker& b) {
+    auto submitted = c_->SubmitJob(spec);
+    EXPECT_OK(submitted);
+    if (!submitted.ok()) return v1::Job();
+    StartRank(a);
+    StartRank(b);
+    const v1::Job job = GetJob(submitted->id());
+    PublishLayout(job, {10});
+    return GetJob(job.id());
+  }
+
   v1::Job GetJob(const std::string& id) {
     auto job = c_->GetJob(id);
     EXPECT_OK(job);

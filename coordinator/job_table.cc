@@ -146,14 +146,15 @@ v1::JobEvent JobTable::Transition(v1::Job& job, v1::JobState to,
 }
 
 std::optional<JobTable::Placement> JobTable::PlaceHead(
-    absl::FunctionRef<std::vector<IdleWorker>()> idle) {
+    absl::FunctionRef<std::vector<IdleWorker>(const JobRec& head)> idle) {
   if (queued_.empty()) return std::nullopt;
   JobRec* head = jobs_.at(*queued_.begin()).get();
   const v1::JobSpec& spec = head->job.spec();
   std::vector<int64_t> placed =
       head->job.restarts() > 0
-          ? PlaceRestart(idle(), {}, spec.world_size(), MinRestartWorld(spec))
-          : PlaceRanks(idle(), spec.world_size());
+          ? PlaceRestart(idle(*head), {}, spec.world_size(),
+                         MinRestartWorld(spec))
+          : PlaceRanks(idle(*head), spec.world_size());
   if (placed.empty()) return std::nullopt;
   return Placement{head, std::move(placed)};
 }

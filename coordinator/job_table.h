@@ -162,7 +162,7 @@ class JobTable {
   }
 
   // The head of the queue and the workers (by rank) it would run on, from
-  // `idle()` (asked only when a job is queued); nullopt when none is queued
+  // `idle(head)` (asked only when a job is queued); nullopt when none is queued
   // or the head does not fit (FIFO: later jobs wait behind it). A head that
   // waits for a restart (restarts > 0) fits on as few as its
   // min_world_size workers, and takes up to world_size.
@@ -171,7 +171,7 @@ class JobTable {
     std::vector<int64_t> worker_nums;
   };
   std::optional<Placement> PlaceHead(
-      absl::FunctionRef<std::vector<IdleWorker>()> idle);
+      absl::FunctionRef<std::vector<IdleWorker>(const JobRec& head)> idle);
 
   // Newest first; `states` empty lists every state (see
   // Coordinator::ListJobs).

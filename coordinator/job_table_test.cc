@@ -119,7 +119,7 @@ TEST(JobTableTest, ActiveAtAndCheckRankNameWhatIsWrong) {
 TEST(JobTableTest, PlaceHeadIsFifoAndAsksForIdleWorkersOnlyWhenQueued) {
   JobTable table({});
   int asked = 0;
-  auto idle = [&] {
+  auto idle = [&](const JobRec&) {
     ++asked;
     return std::vector<IdleWorker>{{1, "h1"}, {2, "h1"}};
   };
@@ -152,7 +152,8 @@ TEST(JobTableTest, RestoreKeepsNumbersAndQueues) {
   ASSERT_OK_AND_ASSIGN(JobRec * next, table.Add(Spec(1), kT0));
   EXPECT_EQ(next->job.id(), "job-8");
   std::optional<JobTable::Placement> p =
-      table.PlaceHead([] { return std::vector<IdleWorker>{{1, "h"}}; });
+      table.PlaceHead(
+          [](const JobRec&) { return std::vector<IdleWorker>{{1, "h"}}; });
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->job->job.id(), "job-4");
 }

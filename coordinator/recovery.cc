@@ -160,6 +160,8 @@ RestoredRecords RestoreRecords(StateStore::Snapshot snap,
         w->Assign(j->num, j->job.epoch(), static_cast<int>(r));
         w->acknowledged = true;
       }
+      // An undone release (a refused CancelJob): it runs the rank again.
+      if (w->IsReleasing(j->job.id(), j->job.epoch())) w->releasing.reset();
       // Recovery waits for its next heartbeat to say what it runs.
       if (j->recovering) w->heartbeated = false;
       std::vector<v1::Directive>& ds = w->directives;

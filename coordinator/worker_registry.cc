@@ -173,10 +173,24 @@ absl::StatusOr<const WorkerRec*> WorkerRegistry::Resolve(
   return const_cast<WorkerRegistry*>(this)->Resolve(worker);
 }
 
+void WorkerRegistry::NoteWhatItRuns(WorkerRec& w,
+                                    const v1::HeartbeatRequest& req) {
+  const bool runs_a_job = !req.job_id().empty() && req.state() != v1::IDLE;
+  const bool runs_its_rank = runs_a_job && w.job_num != 0 &&
+                             req.job_id() == JobId(w.job_num) &&
+                             req.epoch() == w.epoch;
+  if (!runs_a_job || runs_its_rank) {
+    w.releasing.reset();
+  } else if (!w.IsReleasing(req.job_id(), req.epoch())) {
+    w.releasing = WorkerRec::Releasing{Clip(req.job_id(), 64), req.epoch(), -1};
+  }
+}
+
 v1::WorkerState WorkerRegistry::StateOf(const WorkerRec& w) {
   if (w.lost) return v1::LOST;
   if (w.info.drain_requested()) return v1::DRAINING;
   if (w.job_num != 0) return v1::BUSY;
+  if (w.releasing.has_value()) return v1::RELEASING;
   return v1::IDLE;
 }
 
@@ -186,6 +200,10 @@ v1::WorkerInfo WorkerRegistry::InfoOf(const WorkerRec& w, absl::Time now) {
   if (w.job_num != 0) {
     info.set_job_id(JobId(w.job_num));
     info.set_rank(w.rank);
+  } else if (w.releasing.has_value() && !w.lost) {
+    // The job it is finishing (so that `drain --wait` waits for it too).
+    info.set_job_id(w.releasing->job_id);
+    info.set_rank(w.releasing->rank);
   } else {
     info.set_rank(-1);
   }
@@ -194,11 +212,25 @@ v1::WorkerInfo WorkerRegistry::InfoOf(const WorkerRec& w, absl::Time now) {
   return info;
 }
 
-std::vector<IdleWorker> WorkerRegistry::Idle() const {
+bool WorkerRegistry::Schedulable(const WorkerRec& w, absl::Time now) const {
+  return !w.releasing.has_value() && FreeOnceReleased(w, now);
+}
+
+bool WorkerRegistry::FreeOnceReleased(const WorkerRec& w,
+                                      absl::Time now) const {
+  return w.confirmed && !w.lost && !w.info.drain_requested() &&
+         w.job_num == 0 &&
+         now - w.last_heartbeat <= options_.schedulable_heartbeat_age;
+}
+
+std::vector<IdleWorker> WorkerRegistry::Idle(
+    absl::Time now, absl::string_view finishing_job_id) const {
   std::vector<IdleWorker> idle;
   for (const auto& [num, w] : workers_) {
-    if (w->confirmed && !w->lost && !w->info.drain_requested() &&
-        w->job_num == 0) {
+    const bool finishing_that_job = !finishing_job_id.empty() &&
+                                    w->releasing.has_value() &&
+                                    w->releasing->job_id == finishing_job_id;
+    if (finishing_that_job ? FreeOnceReleased(*w, now) : Schedulable(*w, now)) {
       idle.push_back({num, w->info.host()});
     }
   }

@@ -3,6 +3,12 @@
 // drain flag and its current rank, if any. The membership state machine is
 // drawn in coordinator.h; StateOf derives the state from the record.
 //
+// A worker is schedulable (Idle) only when it is free: not LOST, not
+// draining, holding no rank, not RELEASING (still finishing a rank the
+// coordinator took back, see WorkerRec::releasing) and heard from within
+// schedulable_heartbeat_age (a worker whose heartbeat is late, e.g. its
+// process is stalled or its network slow, may be about to be LOST).
+//
 // Loss detection is lazy: DueLosses scans the records only once the earliest
 // possible loss is due (a heartbeat only ever moves a worker's limit
 // later). A worker loaded after a restart is unconfirmed until it is heard
@@ -25,6 +31,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +75,18 @@ struct WorkerRec {
   // AbortJob directives, delivered (and cleared) with the next heartbeat
   // reply.
   std::vector<v1::Directive> directives;
+  // The rank the coordinator took back (cancel, failure, restart) while
+  // the worker may still be running it: it stays RELEASING, and is not
+  // scheduled, until it says it has stopped (a heartbeat without that job
+  // and epoch, or a ReportResult for it) or is LOST. Also set when a
+  // heartbeat reports a job and epoch the worker does not hold (e.g. after
+  // a coordinator restart). Not durable: heartbeats rebuild it.
+  struct Releasing {
+    std::string job_id;
+    int64_t epoch = 0;
+    int rank = -1;  // -1 when only a heartbeat told of it
+  };
+  std::optional<Releasing> releasing;
   // The current Attach stream (Coordinator::AttachWorker), 0 when none;
   // only its end makes the worker LOST. Registering clears it: a stream
   // opened before belongs to a membership that has ended.
@@ -77,6 +96,11 @@ struct WorkerRec {
   void Assign(int64_t job_num, int64_t epoch, int rank);
   // Drops the assignment and its acknowledgement bookkeeping.
   void Release();
+  // Whether the worker is finishing (job_id, epoch), released.
+  bool IsReleasing(absl::string_view job_id, int64_t epoch) const {
+    return releasing.has_value() && releasing->job_id == job_id &&
+           releasing->epoch == epoch;
+  }
   // Whether the worker holds a rank of (job_num, epoch).
   bool Holds(int64_t job_num, int64_t epoch) const {
     return this->job_num == job_num && this->epoch == epoch;
@@ -87,6 +111,9 @@ struct WorkerRegistryOptions {
   int max_workers = 65536;
   absl::Duration worker_timeout = absl::Seconds(5);
   absl::Duration recovery_grace = absl::Seconds(10);
+  // A worker heard from longer ago than this is not scheduled (its
+  // heartbeat is late); Coordinator sets it to worker_timeout / 2.
+  absl::Duration schedulable_heartbeat_age = absl::Seconds(2.5);
 };
 
 // A page of ListWorkers.
@@ -133,12 +160,25 @@ class WorkerRegistry {
   absl::StatusOr<WorkerRec*> Resolve(absl::string_view worker);
   absl::StatusOr<const WorkerRec*> Resolve(absl::string_view worker) const;
 
+  // What heartbeat `req` says `w` runs decides whether it is RELEASING: a
+  // job and epoch it does not hold keeps (or makes) it so; anything else
+  // (no job, or its own assignment) means it has stopped what it finished.
+  static void NoteWhatItRuns(WorkerRec& w, const v1::HeartbeatRequest& req);
+
   static v1::WorkerState StateOf(const WorkerRec& w);
   // The worker as ListWorkers/GetWorker show it at `now`.
   static v1::WorkerInfo InfoOf(const WorkerRec& w, absl::Time now);
 
-  // Confirmed, not lost, not draining and holding no rank, in number order.
-  std::vector<IdleWorker> Idle() const;
+  // Whether `w` may be given a rank at `now`: confirmed, not lost, not
+  // draining, holding no rank, not RELEASING, and its last heartbeat at
+  // most schedulable_heartbeat_age old.
+  bool Schedulable(const WorkerRec& w, absl::Time now) const;
+  // The schedulable workers at `now`, in number order. With
+  // `finishing_job_id`, also those RELEASING only a rank of that job (and
+  // otherwise schedulable): a restart of the job may take its own old
+  // members back, since they run its next epoch once they stop the last.
+  std::vector<IdleWorker> Idle(absl::Time now,
+                               absl::string_view finishing_job_id = {}) const;
 
   // The workers not heard from in time at `now`, in number order, with the
   // reason each is lost; none until the earliest possible loss is due.
@@ -162,6 +202,9 @@ class WorkerRegistry {
   }
 
  private:
+  // Schedulable but for a RELEASING rank.
+  bool FreeOnceReleased(const WorkerRec& w, absl::Time now) const;
+
   const WorkerRegistryOptions options_;
   const absl::Time started_;
   int64_t next_num_ = 0;

@@ -102,7 +102,7 @@ TEST(WorkerRegistryTest, IdleSkipsBusyDrainingLostAndUnconfirmedWorkers) {
   stored.set_id("w-9");
   stored.set_name("unconfirmed");
   registry.Restore(9, stored, kT0);
-  std::vector<IdleWorker> idle = registry.Idle();
+  std::vector<IdleWorker> idle = registry.Idle(kT0);
   ASSERT_THAT(idle, SizeIs(1));
   EXPECT_EQ(idle[0].num, 1);
   EXPECT_EQ(idle[0].host, "hx");

@@ -75,7 +75,7 @@ absl::Status ValidateResult(const v1::ReportResultRequest& result,
 
 absl::Status ValidateHeartbeat(const v1::HeartbeatRequest& heartbeat) {
   if (!v1::WorkerState_IsValid(heartbeat.state()) ||
-      heartbeat.state() == v1::LOST) {
+      heartbeat.state() == v1::LOST || heartbeat.state() == v1::RELEASING) {
     return absl::InvalidArgumentError(absl::StrCat(
         "state: must be IDLE, BUSY or DRAINING, got ", heartbeat.state()));
   }

@@ -105,6 +105,9 @@ TEST(WorkerReportsTest, ResultsAndHeartbeats) {
   beat.set_state(v1::LOST);
   EXPECT_THAT(ValidateHeartbeat(beat),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("state")));
+  beat.set_state(v1::RELEASING);  // the coordinator's word, not a worker's
+  EXPECT_THAT(ValidateHeartbeat(beat),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("state")));
   beat.set_state(v1::IDLE);
   beat.set_epoch(-1);
   EXPECT_THAT(ValidateHeartbeat(beat),

@@ -187,9 +187,9 @@ TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
   }
 }
 
-// Heartbeat replies are encoded by hand (RunJob's spec is shared bytes): a reply with AbortJob, then RunJob must parse as the typed
-// message.
-TEST_F(ServicesTest, HeartbeatReplyWithAbortAndRunJobParses) {
+// Heartbeat replies are encoded by hand (RunJob's spec is shared bytes): the AbortJob reply and the RunJob that
+// follows once the worker is free must parse as the typed messages.
+TEST_F(ServicesTest, HeartbeatRepliesWithAbortAndRunJobParse) {
   const std::string a = Register("a");
   v1::Job first = Get(Submit(1).id());
   auto beat = [&](v1::WorkerState state, const std::string& job, int64_t epoch) {
@@ -211,11 +211,15 @@ TEST_F(ServicesTest, HeartbeatReplyWithAbortAndRunJobParses) {
   beat(v1::BUSY, first.id(), 1);  // acknowledged
   v1::Job second = Submit(1);
   ASSERT_TRUE(Cancel(first.id()).ok());
+  // The worker is RELEASING: the abort comes alone, the next job waits until the worker says it is free.
   v1::HeartbeatResponse r2 = beat(v1::BUSY, first.id(), 1);
-  ASSERT_EQ(r2.directives_size(), 2);
+  ASSERT_EQ(r2.directives_size(), 1);
   EXPECT_EQ(r2.directives(0).abort_job().job_id(), first.id());
   EXPECT_EQ(r2.directives(0).abort_job().epoch(), 1);
-  const v1::RunJobDirective& run = r2.directives(1).run_job();
+  beat(v1::IDLE, "", 0);  // it stopped: free now, and the next job is placed on it
+  v1::HeartbeatResponse r3 = beat(v1::IDLE, "", 0);
+  ASSERT_EQ(r3.directives_size(), 1);
+  const v1::RunJobDirective& run = r3.directives(0).run_job();
   EXPECT_EQ(run.job_id(), second.id());
   EXPECT_EQ(run.epoch(), 1);
   EXPECT_EQ(run.rank(), 0);
