@@ -1,11 +1,13 @@
 #include "cli/commands.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -582,11 +584,21 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
     }
     return spec;
   }
+  // An ifstream opens a directory without complaint and then reads nothing.
+  std::error_code error;
+  const std::filesystem::file_status kind = std::filesystem::status(path, error);
+  if (kind.type() == std::filesystem::file_type::not_found) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read job spec ", path, ": no such file"));
+  }
+  if (std::filesystem::is_directory(kind)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read job spec ", path, ": is a directory"));
+  }
   std::ifstream file(path, std::ios::binary);
   if (!file) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot read job spec ", path, ": no such file or not "
-                     "readable"));
+        absl::StrCat("cannot read job spec ", path, ": not readable"));
   }
   std::stringstream buffer;
   buffer << file.rdbuf();

@@ -205,7 +205,17 @@ TEST_F(CommandsTest, UnknownFieldIsRejected) {
 
 TEST_F(CommandsTest, MissingSpecFileExits2) {
   EXPECT_EQ(Run({"submit", "/nonexistent/job.json"}), kExitUsage);
-  EXPECT_THAT(err_.str(), HasSubstr("/nonexistent/job.json"));
+  EXPECT_EQ(err_.str(),
+            "pshardctl: cannot read job spec /nonexistent/job.json: no such "
+            "file\n");
+}
+
+TEST_F(CommandsTest, SpecPathThatIsADirectoryExits2) {
+  const std::string dir = ::testing::TempDir();
+  EXPECT_EQ(Run({"submit", dir}), kExitUsage);
+  EXPECT_EQ(err_.str(), absl::StrCat("pshardctl: cannot read job spec ", dir,
+                                     ": is a directory\n"));
+  EXPECT_EQ(connects_, 0);
 }
 
 // The coordinator accepts every spec pshardctl's own check passes, so its

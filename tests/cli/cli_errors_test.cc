@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -60,6 +61,49 @@ TEST(CliErrorsTest, BadSpecNamesTheFieldAndExits2BeforeConnecting) {
   EXPECT_EQ(Lines(r.err), 1) << r.err;
   EXPECT_THAT(r.out, IsEmpty());
   EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+}
+
+// Each kind of job-spec mistake, as the binary prints it: one line, the
+// file, the place, what is wrong; exit 2 before any connection.
+TEST(CliErrorsTest, JobSpecMistakesAreNamedForPeople) {
+  struct Case {
+    std::string json;
+    std::string message;
+  };
+  const std::string good_head =
+      "{\"name\": \"x\", \"world_size\": 2, \"optimizer\": {\"kind\": "
+      "\"adam\"}, \"steps\": 5,\n";
+  const Case cases[] = {
+      {good_head + "\"mlp\": {\"input_dim\": 4, \"hidden_dims\": [null, "
+                   "256], \"output_dim\": 2, \"batch_size\": 4}}",
+       "mlp.hidden_dims[0]: null is not allowed in a list"},
+      {good_head + "\"mlp\": {\"input_dim\": 4, \"output_dim\": 2, "
+                   "\"batch_size\": 4}, \"backend\": \"mpi\"}",
+       "backend: unknown value \"mpi\"; valid values: AUTO, NCCL, GLOO"},
+      {good_head + "\"mlp\": {\"input_dim\": 4, \"output_dim\": 2, "
+                   "\"batchsize\": 4}}",
+       "mlp.batchsize: unknown field; did you mean batch_size?"},
+      {good_head + "\"mlp\": {\"input_dim\": 4, \"output_dim\": 2}}",
+       "mlp.batch_size: required: an integer in [1, 65536]"},
+      {good_head + "\"mlp\": {\"input_dim\" 4}}",
+       "JSON syntax error at line 2, column 21: Expected : between key:value "
+       "pair."},
+      {good_head + "\"mlp\": {\"input_dim\": \"four\"}}",
+       "mlp.input_dim: must be an integer, got \"four\""},
+  };
+  for (const Case& c : cases) {
+    const std::string spec = WriteTempFile("spec.json", c.json);
+    CliResult r = RunPshardctl({"submit", spec, "--coordinator=127.0.0.1:1"});
+    EXPECT_EQ(r.exit_code, 2) << c.json;
+    EXPECT_EQ(r.err,
+              absl::StrCat("pshardctl: invalid job spec ", spec, ": ",
+                           c.message, "\n"));
+  }
+  const std::string dir = MakeTempDir("spec-dir");
+  CliResult r = RunPshardctl({"submit", dir});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, absl::StrCat("pshardctl: cannot read job spec ", dir,
+                                ": is a directory\n"));
 }
 
 TEST(CliErrorsTest, SubmitReadsTheSpecFromStdin) {
