@@ -26,14 +26,60 @@ gpr_timespec GrpcDeadline(absl::Duration timeout) {
       GPR_CLOCK_MONOTONIC);
 }
 
+// gRPC's own message when a call's deadline passes, which says neither what
+// did not answer nor within how long.
+constexpr absl::string_view kGrpcDeadlineMessage = "Deadline Exceeded";
+
+// `status` converted, with `method` prefixed; a deadline passed on our side
+// says `what_late` (e.g. "the coordinator at h:p did not answer") and the
+// `timeout`.
+absl::Status CallStatus(const grpc::Status& status, absl::string_view method,
+                        absl::string_view what_late, absl::Duration timeout) {
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+      status.error_message() == kGrpcDeadlineMessage) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        method, method.empty() ? "" : ": ", what_late, " within ",
+        absl::FormatDuration(timeout)));
+  }
+  return method.empty() ? FromGrpcStatus(status)
+                        : FromGrpcStatus(status, method);
+}
+
+// Waits up to `timeout` for `channel` to connect. A refused connection (or
+// a host that does not resolve) puts the channel in TRANSIENT_FAILURE at
+// once: that ends the wait there, rather than after `timeout` of gRPC's
+// retries. Unavailable either way: `what` "refuses connections" or "does not
+// answer within <timeout>", then `hint`.
+absl::Status AwaitConnected(grpc::Channel& channel, absl::Duration timeout,
+                            absl::string_view what, absl::string_view hint) {
+  const gpr_timespec deadline = GrpcDeadline(timeout);
+  for (grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+       state != GRPC_CHANNEL_READY;
+       state = channel.GetState(/*try_to_connect=*/true)) {
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
+        state == GRPC_CHANNEL_SHUTDOWN) {
+      return absl::UnavailableError(absl::StrCat(
+          what, ": the connection failed at once (refused, or the host is "
+                "unknown)",
+          hint));
+    }
+    if (!channel.WaitForStateChange(state, deadline)) {
+      return absl::UnavailableError(absl::StrCat(
+          what, " within ", absl::FormatDuration(timeout), hint));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // One server-streaming call with a deadline: `start` opens it on the
 // context, every message goes to `on_message` until the server ends the
 // stream. Cancelled (naming `method`) once any of `cancels` (each may be
 // null) fires; otherwise the stream's own status, prefixed with `method`
-// when `name_method`.
+// when `name_method`; past the deadline, "<what_late> within <timeout>".
 template <typename Message>
 absl::Status ReadServerStream(
-    const char* method, bool name_method, absl::Duration timeout,
+    const char* method, bool name_method, absl::string_view what_late,
+    absl::Duration timeout,
     const std::vector<Cancellation*>& cancels,
     const std::function<std::unique_ptr<grpc::ClientReader<Message>>(
         grpc::ClientContext*)>& start,
@@ -62,7 +108,7 @@ absl::Status ReadServerStream(
   for (Cancellation* cancel : attached) {
     if (cancel->cancelled()) return cancelled;
   }
-  return name_method ? FromGrpcStatus(status, method) : FromGrpcStatus(status);
+  return CallStatus(status, name_method ? method : "", what_late, timeout);
 }
 
 }  // namespace
@@ -99,13 +145,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   }
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  if (!channel->WaitForConnected(GrpcDeadline(connect_timeout))) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot reach the coordinator at ", address, " within ",
-        absl::FormatDuration(connect_timeout),
-        " (is pshard-coordinator running? set --coordinator or "
-        "$PSHARD_COORDINATOR)"));
-  }
+  RETURN_IF_ERROR(AwaitConnected(
+      *channel, connect_timeout,
+      absl::StrCat("cannot reach the coordinator at ", address),
+      " (is pshard-coordinator running? set --coordinator or "
+      "$PSHARD_COORDINATOR)"));
   return std::make_unique<CoordinatorClient>(std::move(channel), address,
                                              rpc_timeout);
 }
@@ -132,7 +176,12 @@ absl::StatusOr<Response> CoordinatorClient::Call(
   SetDeadline(context);
   Response response;
   grpc::Status status = (stub->*rpc)(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status, method);
+  if (!status.ok()) {
+    return CallStatus(
+        status, method,
+        absl::StrCat("the coordinator at ", address_, " did not answer"),
+        rpc_timeout_);
+  }
   return response;
 }
 
@@ -261,7 +310,8 @@ absl::Status CoordinatorClient::WatchJob(
   request.set_job_id(job_id);
   request.set_after_sequence(after_sequence);
   return ReadServerStream<v1::JobEvent>(
-      "WatchJob", /*name_method=*/true, timeout, {cancel},
+      "WatchJob", /*name_method=*/true, "the job did not end", timeout,
+      {cancel},
       [&](grpc::ClientContext* context) {
         return jobs_->WatchJob(context, request);
       },
@@ -277,11 +327,8 @@ absl::StatusOr<std::unique_ptr<WorkerLogClient>> WorkerLogClient::Connect(
   }
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  if (!channel->WaitForConnected(GrpcDeadline(connect_timeout))) {
-    return absl::UnavailableError(
-        absl::StrCat("its status server does not answer within ",
-                     absl::FormatDuration(connect_timeout)));
-  }
+  RETURN_IF_ERROR(AwaitConnected(*channel, connect_timeout,
+                                 "cannot reach its status server", ""));
   return std::make_unique<WorkerLogClient>(std::move(channel));
 }
 
@@ -294,7 +341,8 @@ absl::Status WorkerLogClient::StreamLogs(
     const std::vector<Cancellation*>& cancels) {
   // The worker's own message says what is wrong; callers name the rank.
   return ReadServerStream<v1::LogChunk>(
-      "StreamLogs", /*name_method=*/false, timeout, cancels,
+      "StreamLogs", /*name_method=*/false,
+      "the worker did not finish sending the log", timeout, cancels,
       [&](grpc::ClientContext* context) {
         return status_->StreamLogs(context, request);
       },

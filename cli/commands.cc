@@ -1,14 +1,17 @@
 #include "cli/commands.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -29,7 +32,15 @@ struct CommandDoc {
   const char* args;
   const char* summary;
   const char* details;
+  // The flags the command takes, space-separated, without the common ones
+  // below; any other flag given is refused (CheckFlagsApply).
+  const char* flags;
+  // Talks to a coordinator: takes kConnectionFlags.
+  bool remote;
 };
+
+// The flags of kCommonFlags.
+constexpr const char* kConnectionFlags = "coordinator connect_timeout rpc_timeout";
 
 constexpr const char* kCommonFlags =
     "  --coordinator=HOST:PORT  coordinator address (default "
@@ -57,21 +68,27 @@ const CommandDoc kCommands[] = {
      "directory and sent as an absolute path. The coordinator verifies it "
      "(every shard's size and SHA-256), requires the same workload, optimizer "
      "and seed, and a step below the spec's steps; the job then runs steps "
-     "N+1..steps at its own world_size, whatever the checkpoint's\n"},
+     "N+1..steps at its own world_size, whatever the checkpoint's\n"
+     "  --watch_timeout=DURATION with --watch: give up following after this "
+     "long (default 72h)\n",
+     "output watch from_checkpoint watch_timeout", true},
     {"list", "", "list jobs, newest first",
      "Flags:\n"
      "  --state=S1,S2            only jobs in these states (queued, starting, "
      "running, succeeded, failed, cancelled)\n"
      "  --limit=N                at most N jobs (default 0: all, fetched page "
-     "by page)\n"},
-    {"get", "JOB", "show one job: state, progress, members, output path", ""},
+     "by page)\n",
+     "output state limit", true},
+    {"get", "JOB", "show one job: state, progress, members, output path", "",
+     "output", true},
     {"watch", "JOB",
      "follow a job's progress until it ends; exit 0 only if it SUCCEEDED",
      "On a terminal the progress bar is redrawn in place; otherwise every "
      "event is printed on its own line (with --output=json, one JSON "
      "JobEvent per line).\n\n"
      "Flags:\n"
-     "  --watch_timeout=DURATION give up after this long (default 72h)\n"},
+     "  --watch_timeout=DURATION give up after this long (default 72h)\n",
+     "output watch_timeout", true},
     {"logs", "JOB",
      "print a program job's output (its ranks' stdout and stderr)",
      "Reads each rank's log from the worker that runs (or ran) it, through "
@@ -85,19 +102,24 @@ const CommandDoc kCommands[] = {
      "Flags:\n"
      "  --rank=R                 only rank R, as the program wrote it\n"
      "  --follow                 keep printing what the programs write until "
-     "they exit (Ctrl-C stops)\n"},
+     "they exit (Ctrl-C stops)\n"
+     "  --watch_timeout=DURATION with --follow: give up after this long "
+     "(default 72h)\n",
+     "rank follow watch_timeout", true},
     {"shards", "JOB",
      "show which rank owns which gradient bucket, per-rank totals, policy, "
      "imbalance and epoch",
      "Fails (exit 1) while the job has no assignment yet: it is published "
-     "once every rank has reported its bucket layout.\n"},
+     "once every rank has reported its bucket layout.\n",
+     "output", true},
     {"checkpoints", "JOB",
      "list a job's checkpoints: step, state, world size, size, time, path",
      "One row per checkpoint the coordinator records for the job, oldest "
      "first: the complete ones still on disk, then any being written or "
      "failed (REASON says why). With --output=json, the Job message with only "
      "its id, checkpoints and initialized_from set. A job submitted with "
-     "--from_checkpoint says where it was initialised first.\n"},
+     "--from_checkpoint says where it was initialised first.\n",
+     "output", true},
     {"export", "CHECKPOINT OUT.safetensors",
      "write a checkpoint's full parameters to one safetensors file",
      "CHECKPOINT is a step directory (<dir>/step-<N>) or a job's checkpoint "
@@ -106,7 +128,8 @@ const CommandDoc kCommands[] = {
      "optimizer state) sorted by name, streamed shard by shard: memory stays "
      "bounded by the largest tensor. The output is the same whatever world "
      "size the checkpoint was written at. Needs no coordinator; exit 1 if "
-     "the checkpoint is refused (the message names the file).\n"},
+     "the checkpoint is refused (the message names the file).\n",
+     "output", false},
     {"workers", "", "list the worker pool",
      "A worker taken out of scheduling by `drain` shows as DRAINING (with its "
      "job while that still runs). A worker whose job was cancelled, failed or "
@@ -115,7 +138,8 @@ const CommandDoc kCommands[] = {
      "Flags:\n"
      "  --include_lost           also list LOST workers\n"
      "  --limit=N                at most N workers (default 0: all, fetched "
-     "page by page)\n"},
+     "page by page)\n",
+     "output include_lost limit", true},
     {"drain", "WORKER",
      "take a worker out of scheduling; its running job, if any, finishes",
      "WORKER is a worker id (w-7) or name (e.g. the pod name). The worker "
@@ -125,12 +149,15 @@ const CommandDoc kCommands[] = {
      "Flags:\n"
      "  --wait                   wait until the worker's job (if any) has ended\n"
      "  --wait_timeout=DURATION  give up waiting after this long (default 1h; "
-     "exit 1)\n"},
+     "exit 1)\n",
+     "output wait wait_timeout", true},
     {"undrain", "WORKER", "make a drained worker schedulable again",
-     "WORKER is a worker id (w-7) or name.\n"},
+     "WORKER is a worker id (w-7) or name.\n",
+     "output", true},
     {"cancel", "JOB", "cancel a job that has not ended",
      "Flags:\n"
-     "  --reason=TEXT            recorded in the job's event log\n"},
+     "  --reason=TEXT            recorded in the job's event log\n",
+     "output reason", true},
     {"local", "[JOB.json]",
      "run a local cluster (coordinator + N CPU workers) and a job on it",
      "Starts pshard-coordinator and N pshard-worker processes on 127.0.0.1 "
@@ -148,7 +175,14 @@ const CommandDoc kCommands[] = {
      "  --bin_dir=DIR            where pshard-coordinator and pshard-worker "
      "are (default: next to pshardctl, or its Bazel runfiles)\n"
      "  --keep_running           after the job ends, keep the cluster up "
-     "until Ctrl-C (to inspect it with other pshardctl commands)\n"},
+     "until Ctrl-C (to inspect it with other pshardctl commands)\n"
+     "  --watch_timeout=DURATION give up following the job after this long "
+     "(default 72h)\n"
+     "  --connect_timeout=5s, --rpc_timeout=30s  as for the other commands, "
+     "towards the local coordinator\n",
+     "output workers run_dir bin_dir keep_running connect_timeout rpc_timeout "
+     "watch_timeout",
+     false},
 };
 
 const CommandDoc* FindCommand(absl::string_view name) {
@@ -498,6 +532,34 @@ std::string UsageText() {
   return out;
 }
 
+std::vector<std::string> CommandFlags(absl::string_view command) {
+  const CommandDoc* doc = FindCommand(command);
+  if (doc == nullptr) return {};
+  std::vector<std::string> flags = absl::StrSplit(doc->flags, ' ',
+                                                  absl::SkipEmpty());
+  if (doc->remote) {
+    for (absl::string_view flag :
+         absl::StrSplit(kConnectionFlags, ' ', absl::SkipEmpty())) {
+      if (!absl::c_linear_search(flags, flag)) flags.emplace_back(flag);
+    }
+  }
+  return flags;
+}
+
+absl::Status CheckFlagsApply(absl::string_view command,
+                             const std::vector<std::string>& given) {
+  if (FindCommand(command) == nullptr) return absl::OkStatus();
+  const std::vector<std::string> taken = CommandFlags(command);
+  for (const std::string& flag : given) {
+    if (absl::c_linear_search(taken, flag)) continue;
+    return UsageError(absl::StrCat(
+        command, " does not take --", flag, " (its flags: --",
+        absl::StrJoin(taken, ", --"), "; see pshardctl ", command,
+        " --help)"));
+  }
+  return absl::OkStatus();
+}
+
 std::string CommandHelp(absl::string_view command) {
   const CommandDoc* doc = FindCommand(command);
   if (doc == nullptr) return "";
@@ -505,10 +567,11 @@ std::string CommandHelp(absl::string_view command) {
                                  doc->args[0] != '\0' ? " " : "", doc->args,
                                  " [FLAGS]\n\n", doc->summary, ".\n");
   if (doc->details[0] != '\0') absl::StrAppend(&out, "\n", doc->details);
-  absl::StrAppend(&out, "\nCommon flags:\n", kCommonFlags);
-  if (command != "local" && command != "logs") {
-    absl::StrAppend(&out, kOutputFlag);
-  }
+  const std::vector<std::string> flags = CommandFlags(command);
+  const bool output = absl::c_linear_search(flags, "output");
+  if (doc->remote || output) absl::StrAppend(&out, "\nCommon flags:\n");
+  if (doc->remote) absl::StrAppend(&out, kCommonFlags);
+  if (output) absl::StrAppend(&out, kOutputFlag);
   return out;
 }
 
@@ -523,11 +586,21 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
     }
     return spec;
   }
+  // An ifstream opens a directory without complaint and then reads nothing.
+  std::error_code error;
+  const std::filesystem::file_status kind = std::filesystem::status(path, error);
+  if (kind.type() == std::filesystem::file_type::not_found) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read job spec ", path, ": no such file"));
+  }
+  if (std::filesystem::is_directory(kind)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read job spec ", path, ": is a directory"));
+  }
   std::ifstream file(path, std::ios::binary);
   if (!file) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot read job spec ", path, ": no such file or not "
-                     "readable"));
+        absl::StrCat("cannot read job spec ", path, ": not readable"));
   }
   std::stringstream buffer;
   buffer << file.rdbuf();

@@ -99,6 +99,15 @@ std::string UsageText();
 // command.
 std::string CommandHelp(absl::string_view command);
 
+// The flags `command` takes (its own and the common ones), by name.
+std::vector<std::string> CommandFlags(absl::string_view command);
+// InvalidArgument naming the flag and the command, e.g. "cancel does not take
+// --limit (its flags: ...)", for the first of `given` (flag names) that
+// `command` does not take. OK for an unknown command (reported by
+// RunCommand).
+absl::Status CheckFlagsApply(absl::string_view command,
+                             const std::vector<std::string>& given);
+
 // Reads and validates a job-spec file (JSON of JobSpec; "-" is stdin).
 // InvalidArgument names the file and the offending field, or says the file
 // cannot be read.

@@ -1,5 +1,10 @@
 #include "cli/commands.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -200,7 +205,17 @@ TEST_F(CommandsTest, UnknownFieldIsRejected) {
 
 TEST_F(CommandsTest, MissingSpecFileExits2) {
   EXPECT_EQ(Run({"submit", "/nonexistent/job.json"}), kExitUsage);
-  EXPECT_THAT(err_.str(), HasSubstr("/nonexistent/job.json"));
+  EXPECT_EQ(err_.str(),
+            "pshardctl: cannot read job spec /nonexistent/job.json: no such "
+            "file\n");
+}
+
+TEST_F(CommandsTest, SpecPathThatIsADirectoryExits2) {
+  const std::string dir = ::testing::TempDir();
+  EXPECT_EQ(Run({"submit", dir}), kExitUsage);
+  EXPECT_EQ(err_.str(), absl::StrCat("pshardctl: cannot read job spec ", dir,
+                                     ": is a directory\n"));
+  EXPECT_EQ(connects_, 0);
 }
 
 // The coordinator accepts every spec pshardctl's own check passes, so its
@@ -582,16 +597,113 @@ TEST(ProgressRendererTest, PrintsRestartsAndCheckpoints) {
             "checkpoint step 5 FAILED: disk full\n");
 }
 
-TEST(ConnectTest, UnreachableCoordinatorIsAClearError) {
+TEST(ConnectTest, RefusedConnectionFailsAtOnce) {
   const absl::Time start = absl::Now();
+  // Port 1 on loopback: nothing serves it, the connection is refused.
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
-      CoordinatorClient::Connect("127.0.0.1:1", absl::Milliseconds(500),
+      CoordinatorClient::Connect("127.0.0.1:1", absl::Seconds(30),
                                  absl::Seconds(1));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // Not after the 30 s of --connect_timeout.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   EXPECT_THAT(client, StatusIs(absl::StatusCode::kUnavailable,
                                HasSubstr("cannot reach the coordinator at "
-                                         "127.0.0.1:1")));
+                                         "127.0.0.1:1: the connection failed "
+                                         "at once")));
   EXPECT_EQ(ExitCodeFor(client.status()), kExitError);
+}
+
+// A loopback port that accepts TCP connections (into the kernel's backlog)
+// and never speaks gRPC: connecting and calling both wait out their time.
+class SilentPort {
+ public:
+  SilentPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address = {};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    if (fd_ < 0 ||
+        bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+            0 ||
+        listen(fd_, 16) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) !=
+            0) {
+      ADD_FAILURE() << "cannot listen on loopback";
+      return;
+    }
+    target_ = absl::StrCat("127.0.0.1:", ntohs(address.sin_port));
+  }
+  ~SilentPort() {
+    if (fd_ >= 0) close(fd_);
+  }
+  const std::string& target() const { return target_; }
+
+ private:
+  int fd_ = -1;
+  std::string target_;
+};
+
+TEST(ConnectTest, SilentPortTimesOutNamingTheWait) {
+  SilentPort port;
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
+      CoordinatorClient::Connect(port.target(), absl::Milliseconds(500),
+                                 absl::Seconds(1));
+  EXPECT_THAT(client,
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr(absl::StrCat("cannot reach the coordinator at ",
+                                              port.target(), " within 500ms"))));
+}
+
+TEST(ConnectTest, RequestDeadlineNamesTheCoordinatorAndTheTime) {
+  SilentPort port;
+  CoordinatorClient client(
+      grpc::CreateChannel(port.target(), grpc::InsecureChannelCredentials()),
+      port.target(), absl::Milliseconds(300));
+  // gRPC's own "Deadline Exceeded" is not what the user sees.
+  EXPECT_THAT(client.GetJob("job-1"),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       absl::StrCat("GetJob: the coordinator at ",
+                                    port.target(),
+                                    " did not answer within 300ms")));
+}
+
+TEST_F(CommandsTest, WatchTimeoutSaysWhereTheJobWas) {
+  const std::string id = AddJob();  // QUEUED: no workers.
+  options_.watch_timeout = absl::Milliseconds(300);
+  EXPECT_EQ(Run({"watch", id}), kExitError);
+  EXPECT_EQ(err_.str(), absl::StrCat("pshardctl: watch ", id,
+                                     ": still QUEUED after "
+                                     "--watch_timeout=300ms\n"));
+}
+
+TEST(CheckFlagsApplyTest, RefusesAFlagTheCommandDoesNotTake) {
+  EXPECT_OK(CheckFlagsApply("cancel", {"reason", "coordinator", "output"}));
+  EXPECT_THAT(
+      CheckFlagsApply("cancel", {"reason", "limit"}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               StartsWith("cancel does not take --limit (its flags: "
+                          "--output, --reason, --coordinator, ")));
+  EXPECT_EQ(ExitCodeFor(CheckFlagsApply("get", {"watch"})), kExitUsage);
+  // export reads a checkpoint: no coordinator.
+  EXPECT_THAT(CheckFlagsApply("export", {"coordinator"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("export does not take --coordinator")));
+  EXPECT_OK(CheckFlagsApply("local", {"workers", "watch_timeout", "output"}));
+  EXPECT_THAT(CheckFlagsApply("local", {"coordinator"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("local does not take --coordinator")));
+}
+
+TEST(CheckFlagsApplyTest, EveryFlagOfACommandIsInItsHelp) {
+  for (const char* cmd : {"submit", "list", "get", "watch", "logs", "shards",
+                          "checkpoints", "export", "workers", "drain",
+                          "undrain", "cancel", "local"}) {
+    const std::vector<std::string> flags = CommandFlags(cmd);
+    EXPECT_THAT(flags, Not(IsEmpty())) << cmd;
+    for (const std::string& flag : flags) {
+      EXPECT_THAT(CommandHelp(cmd), HasSubstr("--" + flag)) << cmd;
+    }
+  }
 }
 
 TEST(ExitCodeTest, Mapping) {

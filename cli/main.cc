@@ -3,9 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <climits>
-#include <iterator>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -15,21 +13,21 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/reflection.h"
-#include "absl/flags/usage.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "cli/client.h"
+#include "cli/flag_args.h"
 #include "cli/commands.h"
 #include "cli/local.h"
+#include "common/binary_flags.h"
 #include "common/clock.h"
 
 ABSL_FLAG(std::string, coordinator, "",
           "Coordinator address host:port (default $PSHARD_COORDINATOR, else "
           "localhost:7070).");
-ABSL_FLAG(std::string, output, "table", "Output format: table or json.");
+ABSL_FLAG(std::string, output, "table",
+          "Output format: table or json (-o json for short).");
 ABSL_FLAG(bool, watch, false, "submit: follow the job until it ends.");
 ABSL_FLAG(std::string, from_checkpoint, "",
           "submit: start the job from this checkpoint (a step directory or a "
@@ -91,37 +89,6 @@ std::string UserPath(const std::string& path) {
   return base.empty() ? path : absl::StrCat(base, "/", path);
 }
 
-// Abseil exits with 1 on an unknown flag; for pshardctl that is bad input,
-// exit code 2, so unknown flags are caught here first. Returns the first
-// unknown flag, or "".
-std::string FindUnknownFlag(const std::vector<char*>& args) {
-  for (size_t i = 1; i < args.size(); ++i) {
-    absl::string_view arg = args[i];
-    if (arg == "--") break;
-    if (arg.size() < 2 || arg[0] != '-') continue;
-    absl::string_view name = arg.substr(arg[1] == '-' ? 2 : 1);
-    name = name.substr(0, name.find('='));
-    if (name.empty()) continue;
-    if (absl::FindCommandLineFlag(name) != nullptr) continue;
-    // Abseil's own flags, handled inside ParseCommandLine.
-    static constexpr absl::string_view kBuiltin[] = {
-        "helpfull", "helpshort", "helppackage", "helpon", "helpmatch",
-        "version",  "only_check_args", "flagfile", "fromenv", "tryfromenv",
-        "undefok"};
-    if (std::find(std::begin(kBuiltin), std::end(kBuiltin), name) !=
-        std::end(kBuiltin)) {
-      continue;
-    }
-    // --nofoo negates the bool flag --foo.
-    if (absl::StartsWith(name, "no") &&
-        absl::FindCommandLineFlag(name.substr(2)) != nullptr) {
-      continue;
-    }
-    return std::string(arg);
-  }
-  return "";
-}
-
 std::string SelfPath(const char* argv0) {
   char buffer[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
@@ -145,20 +112,27 @@ int main(int argc, char** argv) {
   // Per-command help is ours; abseil's --help would list every flag of every
   // linked library.
   bool help = false;
-  std::vector<char*> args;
+  std::vector<std::string> arg_strings;
   for (int i = 0; i < argc; ++i) {
     if (i > 0 && IsHelpFlag(argv[i])) {
       help = true;
     } else {
-      args.push_back(argv[i]);
+      arg_strings.push_back(argv[i]);
     }
   }
-  absl::SetProgramUsageMessage(pshard::cli::UsageText());
-  if (std::string unknown = FindUnknownFlag(args); !unknown.empty()) {
-    std::cerr << "pshardctl: unknown flag " << unknown
-              << " (see pshardctl --help)\n";
+  arg_strings = pshard::cli::ExpandShortFlags(arg_strings);
+  pshard::SetUpBinaryFlags("pshardctl", pshard::cli::UsageText(), __FILE__);
+  absl::StatusOr<std::vector<std::string>> given_flags =
+      pshard::cli::CheckFlagArgs(arg_strings);
+  if (!given_flags.ok()) {
+    pshard::cli::PrintError(
+        std::cerr,
+        absl::InvalidArgumentError(absl::StrCat(
+            given_flags.status().message(), " (see pshardctl --help)")));
     return pshard::cli::kExitUsage;
   }
+  std::vector<char*> args;
+  for (std::string& arg : arg_strings) args.push_back(arg.data());
   std::vector<char*> positional =
       absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
   std::vector<std::string> command(positional.begin() + 1, positional.end());
@@ -181,6 +155,13 @@ int main(int argc, char** argv) {
     }
     (help ? std::cout : std::cerr) << pshard::cli::UsageText();
     return help ? pshard::cli::kExitOk : pshard::cli::kExitUsage;
+  }
+
+  if (absl::Status applies =
+          pshard::cli::CheckFlagsApply(command[0], *given_flags);
+      !applies.ok()) {
+    pshard::cli::PrintError(std::cerr, applies);
+    return pshard::cli::kExitUsage;
   }
 
   pshard::cli::CliOptions options;

@@ -3,6 +3,7 @@
 // `watch` and `local`.
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
@@ -137,14 +138,15 @@ absl::StatusOr<v1::Job> WatchUntilDone(CoordinatorClient& client,
   };
   int64_t last_sequence = 0;
   int failures = 0;
+  auto timed_out = [&] {
+    return absl::DeadlineExceededError(
+        absl::StrCat("watch ", job_id, ": still ", JobStateName(job.state()),
+                     " after --watch_timeout=",
+                     absl::FormatDuration(options.watch_timeout)));
+  };
   while (true) {
     const absl::Duration left = deadline - clock.Now();
-    if (left <= absl::ZeroDuration()) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("watch ", job_id, ": still ", JobStateName(job.state()),
-                       " after --watch_timeout=",
-                       absl::FormatDuration(options.watch_timeout)));
-    }
+    if (left <= absl::ZeroDuration()) return timed_out();
     absl::Status status = client.WatchJob(
         job_id, last_sequence, left,
         [&](const v1::JobEvent& event) {
@@ -153,6 +155,13 @@ absl::StatusOr<v1::Job> WatchUntilDone(CoordinatorClient& client,
         },
         cancel);
     if (status.code() == absl::StatusCode::kCancelled) return status;
+    if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+      // The stream's deadline (gRPC's clock) was the watch's: say in which
+      // state it left the job.
+      absl::StatusOr<v1::Job> latest = client.GetJob(job_id);
+      if (latest.ok()) job = *std::move(latest);
+      return timed_out();
+    }
     if (!status.ok()) {
       // A broken stream (coordinator restart, network blip) is resumed from
       // the last event seen; anything else is final.

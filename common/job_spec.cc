@@ -13,8 +13,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/job_spec_json.h"
 #include "common/status_macros.h"
-#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/descriptor.h"
 
 namespace pshard {
 namespace {
@@ -44,6 +45,18 @@ absl::Status CheckIntRange(absl::string_view field, Int value, Int lo, Int hi) {
   if (value >= lo && value <= hi) return absl::OkStatus();
   return FieldError(field, absl::StrCat("must be in [", lo, ", ", hi, "], got ",
                                         value));
+}
+
+// A field that must be set, where 0 is proto3's "not set" (missing from the
+// JSON, or given as 0).
+template <typename Int>
+absl::Status CheckRequiredInt(absl::string_view field, Int value, Int lo,
+                              Int hi) {
+  if (value == 0) {
+    return FieldError(field, absl::StrCat("required: an integer in [", lo, ", ",
+                                          hi, "]"));
+  }
+  return CheckIntRange(field, value, lo, hi);
 }
 
 absl::Status ValidateHyperParameters(absl::string_view path,
@@ -191,7 +204,8 @@ absl::Status CheckNoNul(absl::string_view field, const std::string& value) {
 absl::Status CheckAbsolutePath(absl::string_view field,
                                const std::string& path) {
   RETURN_IF_ERROR(CheckNoNul(field, path));
-  if (path.empty() || path[0] != '/') {
+  if (path.empty()) return FieldError(field, "required: an absolute path");
+  if (path[0] != '/') {
     return FieldError(field, absl::StrCat("must be an absolute path, got \"",
                                           absl::CHexEscape(path), "\""));
   }
@@ -294,9 +308,9 @@ absl::Status ValidateWorkload(const JobSpec& spec) {
   switch (spec.workload_case()) {
     case JobSpec::kMlp: {
       const v1::MlpWorkload& mlp = spec.mlp();
-      RETURN_IF_ERROR(CheckIntRange("mlp.input_dim", mlp.input_dim(), 1, kMaxLayerWidth));
-      RETURN_IF_ERROR(CheckIntRange("mlp.output_dim", mlp.output_dim(), 1, kMaxLayerWidth));
-      RETURN_IF_ERROR(CheckIntRange("mlp.batch_size", mlp.batch_size(), 1, kMaxLayerWidth));
+      RETURN_IF_ERROR(CheckRequiredInt("mlp.input_dim", mlp.input_dim(), 1, kMaxLayerWidth));
+      RETURN_IF_ERROR(CheckRequiredInt("mlp.output_dim", mlp.output_dim(), 1, kMaxLayerWidth));
+      RETURN_IF_ERROR(CheckRequiredInt("mlp.batch_size", mlp.batch_size(), 1, kMaxLayerWidth));
       if (mlp.hidden_dims_size() > kMaxHiddenLayers) {
         return FieldError("mlp.hidden_dims",
                           absl::StrCat("at most ", kMaxHiddenLayers,
@@ -323,7 +337,7 @@ absl::Status ValidateWorkload(const JobSpec& spec) {
     }
     case JobSpec::kSynthetic: {
       const v1::SyntheticWorkload& s = spec.synthetic();
-      RETURN_IF_ERROR(CheckIntRange<int64_t>("synthetic.num_parameters",
+      RETURN_IF_ERROR(CheckRequiredInt<int64_t>("synthetic.num_parameters",
                                              s.num_parameters(), 1,
                                              kMaxSyntheticParameters));
       if (s.tensor_numel() != 0) {
@@ -354,10 +368,10 @@ absl::Status ValidateWorkload(const JobSpec& spec) {
                     "required: one of mlp, synthetic, replay, program");
 }
 
-template <typename Enum>
-absl::Status CheckEnum(absl::string_view field, bool valid, Enum value) {
-  if (valid) return absl::OkStatus();
-  return FieldError(field, absl::StrCat("unknown value ", static_cast<int>(value)));
+absl::Status CheckEnum(absl::string_view field,
+                       const google::protobuf::EnumDescriptor* type, int value) {
+  if (type->FindValueByNumber(value) != nullptr) return absl::OkStatus();
+  return FieldError(field, UnknownEnumValueMessage(*type, absl::StrCat(value)));
 }
 
 // checkpoint, max_restarts, min_world_size, from_checkpoint and
@@ -368,7 +382,7 @@ absl::Status ValidateFaultTolerance(const JobSpec& spec) {
     const v1::CheckpointSpec& checkpoint = spec.checkpoint();
     RETURN_IF_ERROR(CheckAbsolutePath("checkpoint.dir", checkpoint.dir()));
     if (!is_program || checkpoint.every_steps() != 0) {
-      RETURN_IF_ERROR(CheckIntRange<int64_t>(
+      RETURN_IF_ERROR(CheckRequiredInt<int64_t>(
           "checkpoint.every_steps", checkpoint.every_steps(), 1, kMaxSteps));
     }
     RETURN_IF_ERROR(CheckIntRange<int64_t>(
@@ -418,14 +432,14 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return FieldError("name", absl::StrCat("at most ", kMaxJobNameLength,
                                            " characters, got ", spec.name().size()));
   }
-  RETURN_IF_ERROR(CheckIntRange("world_size", spec.world_size(), 1, kMaxWorldSize));
-  RETURN_IF_ERROR(CheckEnum("backend", JobSpec::Backend_IsValid(spec.backend()),
-                            spec.backend()));
+  RETURN_IF_ERROR(CheckRequiredInt("world_size", spec.world_size(), 1, kMaxWorldSize));
+  RETURN_IF_ERROR(
+      CheckEnum("backend", JobSpec::Backend_descriptor(), spec.backend()));
   RETURN_IF_ERROR(CheckEnum("assignment_policy",
-                            JobSpec::AssignmentPolicy_IsValid(spec.assignment_policy()),
+                            JobSpec::AssignmentPolicy_descriptor(),
                             spec.assignment_policy()));
-  RETURN_IF_ERROR(CheckEnum("comm_mode", JobSpec::CommMode_IsValid(spec.comm_mode()),
-                            spec.comm_mode()));
+  RETURN_IF_ERROR(
+      CheckEnum("comm_mode", JobSpec::CommMode_descriptor(), spec.comm_mode()));
   RETURN_IF_ERROR(ValidateWorkload(spec));
   // 0 means "default"; anything set must be a sane size.
   if (spec.bucket_cap_mb() != 0 || std::signbit(spec.bucket_cap_mb()) ||
@@ -442,7 +456,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return FieldError("optimizer", "required");
   }
   if (!is_program || spec.steps() != 0) {
-    RETURN_IF_ERROR(CheckIntRange<int64_t>("steps", spec.steps(), 1, kMaxSteps));
+    RETURN_IF_ERROR(CheckRequiredInt<int64_t>("steps", spec.steps(), 1, kMaxSteps));
   }
   if (spec.output_dir().size() > kMaxPathLength) {
     return FieldError("output_dir", absl::StrCat("at most ", kMaxPathLength,
@@ -462,37 +476,16 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   return ValidateFaultTolerance(spec);
 }
 
-namespace {
-
-// Protobuf's JSON mapping with the rules every spec follows here: unknown
-// fields are errors, enum names are case-insensitive.
-absl::Status ParseJson(absl::string_view json, absl::string_view what,
-                       google::protobuf::Message* message) {
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = false;
-  options.case_insensitive_enum_parsing = true;
-  const auto status = google::protobuf::util::JsonStringToMessage(
-      google::protobuf::StringPiece(json.data(), json.size()), message, options);
-  if (!status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " is not valid JSON for ", message->GetDescriptor()->name(), ": ",
-        status.message().ToString()));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json) {
   JobSpec spec;
-  RETURN_IF_ERROR(ParseJson(json, "job spec", &spec));
+  RETURN_IF_ERROR(ParseStrictJson(json, "", &spec));
   RETURN_IF_ERROR(ValidateJobSpec(spec));
   return spec;
 }
 
 absl::StatusOr<OptimizerSpec> ParseOptimizerSpecJson(absl::string_view json) {
   OptimizerSpec optimizer;
-  RETURN_IF_ERROR(ParseJson(json, "optimizer", &optimizer));
+  RETURN_IF_ERROR(ParseStrictJson(json, "optimizer", &optimizer));
   RETURN_IF_ERROR(ValidateOptimizer(optimizer));
   return optimizer;
 }

@@ -44,8 +44,11 @@ inline constexpr absl::string_view kTorchrunEnvNames[] = {
 
 // Parses the JSON form of a JobSpec (protobuf's JSON mapping; enum names are
 // case-insensitive, so "gloo" and "GLOO" both work) and validates it.
-// InvalidArgument names the offending field: unknown fields, wrong types and
-// out-of-range values are all rejected.
+// InvalidArgument names the offending field by its path: JSON syntax errors
+// by line and column, unknown fields with the nearest field name, wrong
+// types, enum values with the valid ones, null in a list, a missing required
+// field as "required", out-of-range values (ParseStrictJson in
+// job_spec_json.h, then ValidateJobSpec).
 absl::StatusOr<v1::JobSpec> ParseJobSpecJson(absl::string_view json);
 
 // Parses the JSON form of an OptimizerSpec alone (a JobSpec's `optimizer`

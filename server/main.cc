@@ -11,10 +11,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/binary_flags.h"
 #include "common/port_file.h"
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
@@ -66,8 +66,12 @@ void OnSignal(int sig) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "pshard coordinator: worker pool, jobs, rendezvous, shard assignment");
+  pshard::SetUpBinaryFlags(
+      "pshard-coordinator",
+      "the control plane of pshard (worker pool, jobs, rendezvous, shard "
+      "assignment).\n\nusage: pshard-coordinator [--listen=HOST:PORT] "
+      "[--state_path=FILE] [FLAGS]",
+      __FILE__);
   absl::ParseCommandLine(argc, argv);
   // Abseil's Mutex deadlock detection (on in builds without NDEBUG, which is
   // Bazel's default) keeps a process-wide graph of every mutex under a global

@@ -12,7 +12,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +22,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "common/binary_flags.h"
 #include "common/clock.h"
 #include "common/port_file.h"
 #include "server/reflection_v1.h"
@@ -94,10 +94,12 @@ std::string HostOf(const std::string& address) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "pshard-worker --coordinator=HOST:PORT [--name=N] [--listen=ADDR] "
-      "[--port_file=PATH] [--host=H] [--device=cpu|auto|cuda:N] "
-      "[--blas_threads=N] [--log_dir=DIR] [--log_max_bytes=N]");
+  pshard::SetUpBinaryFlags(
+      "pshard-worker",
+      "one worker of a pshard pool: registers with the coordinator and runs "
+      "the jobs it is given.\n\nusage: pshard-worker --coordinator=HOST:PORT "
+      "[--name=N] [--listen=ADDR] [--device=cpu|auto|cuda:N] [FLAGS]",
+      __FILE__);
   absl::ParseCommandLine(argc, argv);
 
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);

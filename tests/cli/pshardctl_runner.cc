@@ -26,12 +26,19 @@ CliResult RunPshardctl(const std::vector<std::string>& args,
                        const std::vector<std::string>& extra_env,
                        absl::Duration timeout,
                        const std::string& stdin_path) {
-  const std::string dir = MakeTempDir("pshardctl");
+  return RunBinary("cli/pshardctl", args, extra_env, timeout, stdin_path);
+}
+
+CliResult RunBinary(const std::string& binary,
+                    const std::vector<std::string>& args,
+                    const std::vector<std::string>& extra_env,
+                    absl::Duration timeout, const std::string& stdin_path) {
+  const std::string dir = MakeTempDir("pshard-binary");
   std::vector<std::string> quoted;
   for (const std::string& a : args) quoted.push_back(Quote(a));
   // The shell only redirects; exec leaves pshardctl as the process waited on.
   const std::string command =
-      absl::StrCat("exec ", Quote(RunfilePath("cli/pshardctl")), " ",
+      absl::StrCat("exec ", Quote(RunfilePath(binary)), " ",
                    absl::StrJoin(quoted, " "), " >", dir, "/out 2>", dir,
                    "/err <",
                    Quote(stdin_path.empty() ? "/dev/null" : stdin_path));
@@ -40,7 +47,7 @@ CliResult RunPshardctl(const std::vector<std::string>& args,
   EXPECT_OK(process.status());
   if (!process.ok()) return result;
   absl::StatusOr<int> status = (*process)->Wait(timeout);
-  EXPECT_OK(status.status()) << "pshardctl " << absl::StrJoin(args, " ");
+  EXPECT_OK(status.status()) << binary << " " << absl::StrJoin(args, " ");
   if (status.ok() && WIFEXITED(*status)) result.exit_code = WEXITSTATUS(*status);
   result.out = ReadFile(dir + "/out");
   result.err = ReadFile(dir + "/err");

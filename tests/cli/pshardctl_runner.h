@@ -26,6 +26,13 @@ CliResult RunPshardctl(const std::vector<std::string>& args,
                        absl::Duration timeout = absl::Seconds(60),
                        const std::string& stdin_path = "");
 
+// The same for any of the test's runfiles, e.g. "server/pshard-coordinator".
+CliResult RunBinary(const std::string& binary,
+                    const std::vector<std::string>& args,
+                    const std::vector<std::string>& extra_env = {},
+                    absl::Duration timeout = absl::Seconds(60),
+                    const std::string& stdin_path = "");
+
 }  // namespace pshard::testing
 
 #endif  // PSHARD_TESTS_CLI_PSHARDCTL_RUNNER_H_

@@ -1,0 +1,60 @@
+// pshard-coordinator and pshard-worker as a user first meets them: --help
+// lists their own flags, --version prints the version.
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cli/pshardctl_runner.h"
+
+namespace pshard::testing {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+TEST(BinariesTest, CoordinatorHelpListsItsFlags) {
+  CliResult r = RunBinary("server/pshard-coordinator", {"--help"});
+  // Abseil's convention: exit 1 after printing help.
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out,
+              AllOf(StartsWith("pshard-coordinator: the control plane"),
+                    HasSubstr("usage: pshard-coordinator"),
+                    HasSubstr("Flags from server/main.cc"),
+                    HasSubstr("--listen"), HasSubstr("--state_path"),
+                    HasSubstr("--worker_timeout"),
+                    Not(HasSubstr("No flags matched")),
+                    // Only the binary's own flags, not every library's.
+                    Not(HasSubstr("--flagfile"))));
+}
+
+TEST(BinariesTest, WorkerHelpListsItsFlags) {
+  CliResult r = RunBinary("worker/pshard-worker", {"--helpshort"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out, AllOf(HasSubstr("usage: pshard-worker --coordinator="),
+                           HasSubstr("Flags from worker/main.cc"),
+                           HasSubstr("--coordinator"), HasSubstr("--device"),
+                           HasSubstr("--log_dir"),
+                           Not(HasSubstr("No flags matched"))));
+}
+
+TEST(BinariesTest, EveryBinaryPrintsOneVersion) {
+  const CliResult coordinator =
+      RunBinary("server/pshard-coordinator", {"--version"});
+  const CliResult worker = RunBinary("worker/pshard-worker", {"--version"});
+  const CliResult cli = RunBinary("cli/pshardctl", {"--version"});
+  for (const CliResult* r : {&coordinator, &worker, &cli}) {
+    EXPECT_EQ(r->exit_code, 0) << r->err;
+  }
+  EXPECT_THAT(coordinator.out,
+              MatchesRegex("pshard-coordinator [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  const std::string version =
+      coordinator.out.substr(std::string("pshard-coordinator ").size());
+  EXPECT_EQ(worker.out, "pshard-worker " + version);
+  EXPECT_EQ(cli.out, "pshardctl " + version);
+}
+
+}  // namespace
+}  // namespace pshard::testing
