@@ -133,15 +133,34 @@ TEST_F(ServicesTest, DrainAndUndrainWorker) {
   }
 }
 
-TEST_F(ServicesTest, HealthServiceAnswers) {
-  auto stub = grpc::health::v1::Health::NewStub(channel_);
+// The status of the server ("") or of one service by name; UNKNOWN when the
+// check itself fails (NOT_FOUND for a name it does not know).
+grpc::health::v1::HealthCheckResponse::ServingStatus CheckHealth(
+    grpc::health::v1::Health::Stub* stub, const std::string& service,
+    grpc::StatusCode* code = nullptr) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
   grpc::health::v1::HealthCheckResponse response;
-  const grpc::Status status =
-      stub->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &response);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  const grpc::Status status = stub->Check(&ctx, request, &response);
+  if (code != nullptr) *code = status.error_code();
+  return status.ok() ? response.status()
+                     : grpc::health::v1::HealthCheckResponse::UNKNOWN;
+}
+
+TEST_F(ServicesTest, HealthServiceAnswersForTheServerAndEachService) {
+  using grpc::health::v1::HealthCheckResponse;
+  auto stub = grpc::health::v1::Health::NewStub(channel_);
+  for (const std::string service :
+       {"", "pshard.v1.JobService", "pshard.v1.ShardService",
+        "pshard.v1.ClusterService", "pshard.v1.WorkerControl"}) {
+    EXPECT_EQ(CheckHealth(stub.get(), service), HealthCheckResponse::SERVING)
+        << "service \"" << service << "\"";
+  }
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  CheckHealth(stub.get(), "pshard.v1.NoSuchService", &code);
+  EXPECT_EQ(code, grpc::StatusCode::NOT_FOUND);
 }
 
 // Health follows the state store: NOT_SERVING while it cannot commit (a
@@ -169,10 +188,19 @@ TEST_F(ServicesTest, HealthIsNotServingWhileTheStateStoreCannotCommit) {
   EXPECT_THAT(refused.error_message(), HasSubstr("database or disk is full"));
   ASSERT_TRUE(updates->Read(&status));  // the next change of status
   EXPECT_EQ(status.status(), HealthCheckResponse::NOT_SERVING);
+  // The services that write follow the store; the read-only one does not.
+  EXPECT_EQ(CheckHealth(stub.get(), "pshard.v1.JobService"),
+            HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(CheckHealth(stub.get(), "pshard.v1.WorkerControl"),
+            HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(CheckHealth(stub.get(), "pshard.v1.ShardService"),
+            HealthCheckResponse::SERVING);
 
   faults_->Heal();
   ASSERT_TRUE(updates->Read(&status));
   EXPECT_EQ(status.status(), HealthCheckResponse::SERVING);
+  EXPECT_EQ(CheckHealth(stub.get(), "pshard.v1.JobService"),
+            HealthCheckResponse::SERVING);
   EXPECT_EQ(Submit(1).id(), "job-2");  // job-1 was refused: not reused
   watch.TryCancel();
 }

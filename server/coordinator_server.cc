@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_metrics.h"
@@ -28,6 +29,20 @@ CoordinatorServer::CoordinatorServer(coordinator::Coordinator* coordinator,
                       v1::ShardService::service_full_name(),
                       v1::ClusterService::service_full_name(),
                       v1::WorkerControl::service_full_name()}) {}
+
+namespace {
+
+// The services with calls that commit to the state store: their health is
+// the store's.
+const std::vector<std::string>& StoreBackedServices() {
+  static const auto* const services = new std::vector<std::string>{
+      v1::JobService::service_full_name(),
+      v1::ClusterService::service_full_name(),
+      v1::WorkerControl::service_full_name()};
+  return *services;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     coordinator::Coordinator* coordinator, const Clock* clock,
@@ -59,20 +74,35 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                      " (address in use or invalid?)"));
   }
   CoordinatorServer* self = s.get();
-  s->ticker_ = std::thread([self] {
+  grpc::HealthCheckServiceInterface* health =
+      s->server_->GetHealthCheckService();
+  if (health != nullptr) {
+    // Every service by name, so that a probe of one ("pshard.v1.JobService")
+    // answers rather than NOT_FOUND.
+    for (const std::string& service : StoreBackedServices()) {
+      health->SetServingStatus(service, true);
+    }
+    health->SetServingStatus(v1::ShardService::service_full_name(), true);
+  }
+  s->ticker_ = std::thread([self, health] {
     // NOT_SERVING while the state store cannot commit (Tick probes it), so
     // that a load balancer or an operator's check sees the outage; SERVING
-    // again by itself once a write succeeds.
+    // again by itself once a write succeeds. The server as a whole ("") and
+    // the services whose calls write state follow the store; ShardService
+    // only reads and stays SERVING.
     bool serving = true;
-    grpc::HealthCheckServiceInterface* health =
-        self->server_->GetHealthCheckService();
     while (!self->stop_.WaitForNotificationWithTimeout(
         self->options_.tick_interval)) {
       self->coordinator_->Tick();
       const absl::Status store = self->coordinator_->StoreHealth();
       if (store.ok() != serving && health != nullptr) {
         serving = store.ok();
-        health->SetServingStatus(serving);
+        // The services before the server, so that whoever sees the
+        // server's change sees theirs too.
+        for (const std::string& service : StoreBackedServices()) {
+          health->SetServingStatus(service, serving);
+        }
+        health->SetServingStatus("", serving);
         fprintf(stderr, "pshard-coordinator: health %s%s%s\n",
                 serving ? "SERVING" : "NOT_SERVING: ",
                 serving ? "" : "the state store cannot commit: ",

@@ -250,6 +250,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pshard-worker: cannot listen on %s\n", listen.c_str());
     return 1;
   }
+  // The service by name as well as the server (""), so that a probe of
+  // pshard.v1.WorkerStatus answers rather than NOT_FOUND.
+  if (grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+      health != nullptr) {
+    health->SetServingStatus(pshard::v1::WorkerStatus::service_full_name(), true);
+  }
   options.address = absl::StrCat(
       absl::StartsWith(HostOf(listen), "0.0.0.0") || HostOf(listen) == "[::]"
           ? host

@@ -171,14 +171,15 @@ absl::StatusOr<v1::GetWorkerStatusResponse> Cluster::WorkerStatus(int i) {
   return response;
 }
 
-absl::Status Cluster::WorkerHealth(int i) {
+absl::Status Cluster::WorkerHealth(int i, const std::string& service) {
   auto stub = MakeStub<grpc::health::v1::Health>(worker_status_address(i));
   grpc::ClientContext context;
   SetDeadline(&context, absl::Seconds(10));
   // service "" asks for the server's overall health.
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
   grpc::health::v1::HealthCheckResponse response;
-  grpc::Status status = stub->Check(
-      &context, grpc::health::v1::HealthCheckRequest(), &response);
+  grpc::Status status = stub->Check(&context, request, &response);
   if (!status.ok()) return FromGrpcStatus(status, "Health/Check");
   if (response.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
     return absl::UnavailableError(absl::StrCat(

@@ -63,9 +63,9 @@ class Cluster {
                                                    absl::Duration timeout);
   absl::StatusOr<std::vector<v1::WorkerInfo>> Workers(bool include_lost);
   absl::StatusOr<v1::GetWorkerStatusResponse> WorkerStatus(int i);
-  // grpc.health.v1.Health/Check on worker i's server (overall health):
-  // OK when it answers SERVING.
-  absl::Status WorkerHealth(int i);
+  // grpc.health.v1.Health/Check on worker i's server, for `service` ("" is
+  // the server's overall health): OK when it answers SERVING.
+  absl::Status WorkerHealth(int i, const std::string& service = "");
   // Polls until `count` workers are IDLE.
   bool WaitForIdle(int count, absl::Duration timeout);
 

@@ -17,6 +17,8 @@ TEST(MlpE2eTest, TwoWorkersHalveTheLossIn100Steps) {
   // Every worker serves gRPC health.
   EXPECT_OK(cluster->WorkerHealth(0));
   EXPECT_OK(cluster->WorkerHealth(1));
+  EXPECT_OK(cluster->WorkerHealth(0, "pshard.v1.WorkerStatus"));
+  EXPECT_FALSE(cluster->WorkerHealth(0, "pshard.v1.NoSuchService").ok());
   v1::JobSpec spec;
   spec.set_name("mlp");
   spec.set_world_size(2);
