@@ -33,6 +33,10 @@ def needed_libraries(binary):
         parts = line.split()
         if len(parts) >= 3 and parts[1] == "=>":
             resolved[parts[0]] = parts[2]
+        elif parts and parts[0].startswith("/"):
+            # The dynamic loader, which ldd prints by path alone; a binary
+            # that calls into it (__tls_get_addr) has it as NEEDED.
+            resolved[os.path.basename(parts[0])] = parts[0]
     return {soname: resolved.get(soname) for soname in needed}
 
 
