@@ -27,13 +27,6 @@ struct RpcFamilies {
   prometheus::Family<prometheus::Histogram>& duration;
 };
 
-const prometheus::Histogram::BucketBoundaries& DurationBuckets() {
-  static const auto* const buckets = new prometheus::Histogram::BucketBoundaries{
-      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-      0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10,   60};
-  return *buckets;
-}
-
 class RpcMetricsInterceptor final : public grpc::experimental::Interceptor {
  public:
   RpcMetricsInterceptor(RpcFamilies& families, std::string method)
@@ -46,7 +39,7 @@ class RpcMetricsInterceptor final : public grpc::experimental::Interceptor {
       const std::string code = absl::StatusCodeToString(
           static_cast<absl::StatusCode>(status.error_code()));
       families_.total.Add({{"method", method_}, {"code", code}}).Increment();
-      families_.duration.Add({{"method", method_}}, DurationBuckets())
+      families_.duration.Add({{"method", method_}}, LatencyBuckets())
           .Observe(absl::ToDoubleSeconds(absl::Now() - start_));
     }
     methods->Proceed();
@@ -74,6 +67,13 @@ class RpcMetricsInterceptorFactory final
 };
 
 }  // namespace
+
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* const buckets = new prometheus::Histogram::BucketBoundaries{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+      0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10,   60};
+  return *buckets;
+}
 
 std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
 RpcMetricsInterceptors(prometheus::Registry& registry) {

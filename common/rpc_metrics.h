@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "grpcpp/support/server_interceptor.h"
+#include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
 namespace pshard {
@@ -21,6 +22,9 @@ namespace pshard {
 // must outlive the server.
 std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
 RpcMetricsInterceptors(prometheus::Registry& registry);
+
+// The buckets of every latency histogram pshard exports: 100 us .. 60 s.
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets();
 
 }  // namespace pshard
 

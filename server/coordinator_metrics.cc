@@ -2,8 +2,11 @@
 
 #include <map>
 #include <string>
+#include <utility>
 
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/rpc_metrics.h"
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/job.pb.h"
 
@@ -78,6 +81,31 @@ std::vector<prometheus::MetricFamily> CoordinatorMetrics::Collect() const {
   AddSample(age, absl::ToDoubleSeconds(stats.max_heartbeat_age));
   out.push_back(std::move(age));
   return out;
+}
+
+TimedStateStore::TimedStateStore(std::unique_ptr<coordinator::StateStore> store,
+                                 prometheus::Registry& registry)
+    : store_(std::move(store)),
+      commit_seconds_(prometheus::BuildHistogram()
+                          .Name("pshard_state_commit_seconds")
+                          .Help("Time of each commit to the coordinator's "
+                                "state store (one commit holds a group of "
+                                "changes)")
+                          .Register(registry)
+                          .Add({}, LatencyBuckets())),
+      commit_failures_(prometheus::BuildCounter()
+                           .Name("pshard_state_commit_failures_total")
+                           .Help("Commits the state store refused (disk full, "
+                                 "I/O error)")
+                           .Register(registry)
+                           .Add({})) {}
+
+absl::Status TimedStateStore::Commit(const Batch& batch) {
+  const absl::Time start = absl::Now();
+  absl::Status status = store_->Commit(batch);
+  commit_seconds_.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  if (!status.ok()) commit_failures_.Increment();
+  return status;
 }
 
 }  // namespace server

@@ -127,6 +127,17 @@ int main(int argc, char** argv) {
             std::string(store.status().message()).c_str());
     return 1;
   }
+  auto metrics = pshard::StartMetricsEndpoint(
+      absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file));
+  if (!metrics.ok()) {
+    fprintf(stderr, "pshard-coordinator: %s\n",
+            std::string(metrics.status().message()).c_str());
+    return 1;
+  }
+  if (*metrics != nullptr) {
+    *store = std::make_unique<pshard::server::TimedStateStore>(
+        *std::move(store), (*metrics)->registry());
+  }
   auto coordinator = pshard::coordinator::Coordinator::Create(
       options, &clock, *std::move(store));
   if (!coordinator.ok()) {
@@ -137,13 +148,6 @@ int main(int argc, char** argv) {
 
   pshard::server::ServerOptions server_options;
   server_options.listen = absl::GetFlag(FLAGS_listen);
-  auto metrics = pshard::StartMetricsEndpoint(
-      absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file));
-  if (!metrics.ok()) {
-    fprintf(stderr, "pshard-coordinator: %s\n",
-            std::string(metrics.status().message()).c_str());
-    return 1;
-  }
   if (*metrics != nullptr) {
     (*metrics)->Add(std::make_shared<pshard::server::CoordinatorMetrics>(
         coordinator->get()));

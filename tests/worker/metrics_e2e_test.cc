@@ -98,6 +98,9 @@ TEST(MetricsE2eTest, CoordinatorAndWorkersExposeTheJobTheyRun) {
             2);
   EXPECT_GT(Sample(text, R"(pshard_rpc_total{code="OK",method="/pshard.v1.WorkerControl/Heartbeat"})"),
             0);
+  // The submit, the job's transitions and the checkpoints were written.
+  EXPECT_GE(Sample(text, "pshard_state_commit_seconds_count"), 3);
+  EXPECT_EQ(Sample(text, "pshard_state_commit_failures_total"), 0);
 
   for (int i = 0; i < 2; ++i) {
     ASSERT_OK_AND_ASSIGN(worker_text, ScrapeMetrics(workers[i]));
