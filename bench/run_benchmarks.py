@@ -196,8 +196,13 @@ def run_pshard(runner, bins, name, spec, workers, warmup, timeout):
     shutil.rmtree(run_dir, ignore_errors=True)
     local_cmd = [bins["pshardctl"], "local", spec_path, "--workers", str(workers),
                  "--run_dir", run_dir]
+    tls = os.path.join(run_dir, "tls")
     probe_cmd = [bins["job_probe"], "--port_file", os.path.join(run_dir, "coordinator.port"),
-                 "--job", "job-1", "--timeout", "%ds" % timeout]
+                 "--job", "job-1", "--timeout", "%ds" % timeout,
+                 # pshardctl local's mutual TLS: its CA and client certificate.
+                 "--tls_ca", os.path.join(tls, "ca.crt"),
+                 "--tls_cert", os.path.join(tls, "pshardctl.crt"),
+                 "--tls_key", os.path.join(tls, "pshardctl.key")]
     runner.echo("$ " + show_cmd(local_cmd) + " &")
     runner.echo("$ " + show_cmd(probe_cmd))
     start = time.monotonic()

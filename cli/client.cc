@@ -50,8 +50,19 @@ absl::Status CallStatus(const grpc::Status& status, absl::string_view method,
 // once: that ends the wait there, rather than after `timeout` of gRPC's
 // retries. Unavailable either way: `what` "refuses connections" or "does not
 // answer within <timeout>", then `hint`.
-absl::Status AwaitConnected(grpc::Channel& channel, absl::Duration timeout,
-                            absl::string_view what, absl::string_view hint) {
+// What to check when a connection fails at once under `security`.
+std::string TransportHint(const security::TransportSecurity& security) {
+  return security.insecure
+             ? "; if the server uses TLS, drop --insecure and pass --tls_ca"
+             : "; with TLS, also check --tls_ca (and --tls_cert/--tls_key where "
+               "the server asks for a client certificate), or pass --insecure "
+               "for a plaintext server";
+}
+
+absl::Status AwaitConnected(grpc::Channel& channel,
+                            const security::TransportSecurity& security,
+                            absl::Duration timeout, absl::string_view what,
+                            absl::string_view hint) {
   const gpr_timespec deadline = GrpcDeadline(timeout);
   for (grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
        state != GRPC_CHANNEL_READY;
@@ -59,9 +70,10 @@ absl::Status AwaitConnected(grpc::Channel& channel, absl::Duration timeout,
     if (state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
         state == GRPC_CHANNEL_SHUTDOWN) {
       return absl::UnavailableError(absl::StrCat(
-          what, ": the connection failed at once (refused, or the host is "
-                "unknown)",
-          hint));
+          what,
+          ": the connection failed at once (refused, the host is unknown, or "
+          "the TLS handshake failed",
+          TransportHint(security), ")", hint));
     }
     if (!channel.WaitForStateChange(state, deadline)) {
       return absl::UnavailableError(absl::StrCat(
@@ -137,16 +149,16 @@ void Cancellation::Detach(grpc::ClientContext* context) {
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
-    const std::string& address, absl::Duration connect_timeout,
-    absl::Duration rpc_timeout) {
+    const std::string& address, const security::TransportSecurity& security,
+    absl::Duration connect_timeout, absl::Duration rpc_timeout) {
   if (address.empty()) {
     return absl::InvalidArgumentError(
         "--coordinator is empty; pass host:port or set $PSHARD_COORDINATOR");
   }
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   security::NewChannel(address, security));
   RETURN_IF_ERROR(AwaitConnected(
-      *channel, connect_timeout,
+      *channel, security, connect_timeout,
       absl::StrCat("cannot reach the coordinator at ", address),
       " (is pshard-coordinator running? set --coordinator or "
       "$PSHARD_COORDINATOR)"));
@@ -319,15 +331,16 @@ absl::Status CoordinatorClient::WatchJob(
 }
 
 absl::StatusOr<std::unique_ptr<WorkerLogClient>> WorkerLogClient::Connect(
-    const std::string& address, absl::Duration connect_timeout) {
+    const std::string& address, const security::TransportSecurity& security,
+    absl::Duration connect_timeout) {
   if (address.empty()) {
     return absl::UnavailableError(
         "the worker registered no status address (is it an older "
         "pshard-worker?)");
   }
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  RETURN_IF_ERROR(AwaitConnected(*channel, connect_timeout,
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   security::NewChannel(address, security));
+  RETURN_IF_ERROR(AwaitConnected(*channel, security, connect_timeout,
                                  "cannot reach its status server", ""));
   return std::make_unique<WorkerLogClient>(std::move(channel));
 }

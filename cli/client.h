@@ -22,6 +22,7 @@
 #include "pshard/v1/job.grpc.pb.h"
 #include "pshard/v1/shard.grpc.pb.h"
 #include "pshard/v1/worker_status.grpc.pb.h"
+#include "security/transport.h"
 
 namespace pshard::cli {
 
@@ -50,9 +51,11 @@ class CoordinatorClient {
   // Opens a channel to `address` (host:port) and waits up to
   // `connect_timeout` for it to connect. Unavailable, naming the address, if
   // nothing answers in time.
+  // `security`: TLS settings (security/transport.h); InvalidArgument for bad
+  // ones.
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
-      const std::string& address, absl::Duration connect_timeout,
-      absl::Duration rpc_timeout);
+      const std::string& address, const security::TransportSecurity& security,
+      absl::Duration connect_timeout, absl::Duration rpc_timeout);
 
   // Wraps an existing channel (tests, in-process servers). `address` is only
   // used in error messages.
@@ -116,7 +119,8 @@ class WorkerLogClient {
   // waits up to `connect_timeout` for it to connect. Unavailable if nothing
   // answers in time (callers name the worker and address).
   static absl::StatusOr<std::unique_ptr<WorkerLogClient>> Connect(
-      const std::string& address, absl::Duration connect_timeout);
+      const std::string& address, const security::TransportSecurity& security,
+      absl::Duration connect_timeout);
 
   explicit WorkerLogClient(std::shared_ptr<grpc::Channel> channel);
 

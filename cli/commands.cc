@@ -40,14 +40,25 @@ struct CommandDoc {
 };
 
 // The flags of kCommonFlags.
-constexpr const char* kConnectionFlags = "coordinator connect_timeout rpc_timeout";
+constexpr const char* kConnectionFlags =
+    "coordinator connect_timeout rpc_timeout insecure tls_ca tls_cert tls_key "
+    "tls_server_name";
 
 constexpr const char* kCommonFlags =
     "  --coordinator=HOST:PORT  coordinator address (default "
     "$PSHARD_COORDINATOR, else localhost:7070)\n"
     "  --connect_timeout=5s     give up if the coordinator does not answer "
     "within this long\n"
-    "  --rpc_timeout=30s        deadline of each request\n";
+    "  --rpc_timeout=30s        deadline of each request\n"
+    "  --tls_ca=FILE            CA bundle the coordinator's (and workers') "
+    "certificates are checked against (default $PSHARD_TLS_CA, else the "
+    "system's roots)\n"
+    "  --tls_cert=FILE, --tls_key=FILE  client certificate and key, where the "
+    "coordinator requires one (mutual TLS)\n"
+    "  --tls_server_name=NAME   the name the server's certificate carries, when "
+    "it is not the host dialled\n"
+    "  --insecure               plaintext, for a coordinator started with "
+    "--insecure\n";
 constexpr const char* kOutputFlag =
     "  --output=table|json      output format (default table; json prints the "
     "API message under protobuf's JSON mapping)\n";
@@ -178,10 +189,12 @@ const CommandDoc kCommands[] = {
      "until Ctrl-C (to inspect it with other pshardctl commands)\n"
      "  --watch_timeout=DURATION give up following the job after this long "
      "(default 72h)\n"
+     "  --insecure               plaintext on loopback; by default the cluster "
+     "uses mutual TLS with a CA and certificates made in RUN_DIR/tls\n"
      "  --connect_timeout=5s, --rpc_timeout=30s  as for the other commands, "
      "towards the local coordinator\n",
      "output workers run_dir bin_dir keep_running connect_timeout rpc_timeout "
-     "watch_timeout",
+     "watch_timeout insecure",
      false},
 };
 

@@ -25,6 +25,7 @@
 #include "common/clock.h"
 #include "pshard/v1/job.pb.h"
 #include "pshard/v1/job_spec.pb.h"
+#include "security/transport.h"
 
 namespace pshard::cli {
 
@@ -44,6 +45,8 @@ absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view name);
 // Everything the flags say, already typed.
 struct CliOptions {
   std::string coordinator = "localhost:7070";
+  // TLS settings of every connection (--tls_*, --insecure).
+  security::TransportSecurity security;
   OutputFormat output = OutputFormat::kTable;
   absl::Duration connect_timeout = absl::Seconds(5);
   absl::Duration rpc_timeout = absl::Seconds(30);

@@ -597,11 +597,17 @@ TEST(ProgressRendererTest, PrintsRestartsAndCheckpoints) {
             "checkpoint step 5 FAILED: disk full\n");
 }
 
+security::TransportSecurity Plaintext() {
+  security::TransportSecurity s;
+  s.insecure = true;
+  return s;
+}
+
 TEST(ConnectTest, RefusedConnectionFailsAtOnce) {
   const absl::Time start = absl::Now();
   // Port 1 on loopback: nothing serves it, the connection is refused.
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
-      CoordinatorClient::Connect("127.0.0.1:1", absl::Seconds(30),
+      CoordinatorClient::Connect("127.0.0.1:1", Plaintext(), absl::Seconds(30),
                                  absl::Seconds(1));
   // Not after the 30 s of --connect_timeout.
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
@@ -610,6 +616,17 @@ TEST(ConnectTest, RefusedConnectionFailsAtOnce) {
                                          "127.0.0.1:1: the connection failed "
                                          "at once")));
   EXPECT_EQ(ExitCodeFor(client.status()), kExitError);
+}
+
+TEST(ConnectTest, BadTlsSettingsAreAnInputError) {
+  security::TransportSecurity s;
+  s.ca_file = "/nonexistent/ca.crt";
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
+      CoordinatorClient::Connect("127.0.0.1:1", s, absl::Seconds(1),
+                                 absl::Seconds(1));
+  EXPECT_THAT(client, StatusIs(absl::StatusCode::kInvalidArgument,
+                               HasSubstr("--tls_ca")));
+  EXPECT_EQ(ExitCodeFor(client.status()), kExitUsage);
 }
 
 // A loopback port that accepts TCP connections (into the kernel's backlog)
@@ -646,8 +663,8 @@ class SilentPort {
 TEST(ConnectTest, SilentPortTimesOutNamingTheWait) {
   SilentPort port;
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
-      CoordinatorClient::Connect(port.target(), absl::Milliseconds(500),
-                                 absl::Seconds(1));
+      CoordinatorClient::Connect(port.target(), Plaintext(),
+                                 absl::Milliseconds(500), absl::Seconds(1));
   EXPECT_THAT(client,
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr(absl::StrCat("cannot reach the coordinator at ",

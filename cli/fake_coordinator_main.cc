@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "common/clock.h"
 #include "common/port_file.h"
+#include "security/transport_flags.h"
 #include "tests/testing/in_process_coordinator.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Address to serve on.");
@@ -32,6 +33,9 @@ int main(int argc, char** argv) {
 
   pshard::testing::InProcessCoordinatorOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
+  // The --tls_* flags `pshardctl local` passes, so it is tested against a
+  // TLS coordinator as it runs the real one.
+  options.security = pshard::security::TransportSecurityFromFlags();
   options.state_path = absl::GetFlag(FLAGS_state_path);
   auto coordinator = pshard::testing::InProcessCoordinator::Start(options);
   if (!coordinator.ok()) {

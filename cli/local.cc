@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -25,6 +26,9 @@
 #include "common/job_spec.h"
 #include "common/port_file.h"
 #include "common/status_macros.h"
+#include "security/certificate_directory.h"
+#include "security/transport.h"
+#include "security/transport_flags.h"
 
 namespace pshard::cli {
 namespace {
@@ -105,6 +109,14 @@ absl::Status ChildDied(ChildProcess& child) {
       tail.empty() ? "" : absl::StrCat(", ending with:\n", tail)));
 }
 
+constexpr absl::Duration kLocalCertificateLifetime = absl::Hours(24 * 30);
+
+std::vector<std::string> Concat(std::vector<std::string> a,
+                                const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 class LocalCluster {
  public:
   LocalCluster(const LocalOptions& options, const CliIo& io,
@@ -121,6 +133,25 @@ class LocalCluster {
                      FindSiblingBinary("pshard-worker", "worker",
                                        options_.bin_dir, options_.self_path));
     const absl::Time deadline = clock_.Now() + options_.startup_timeout;
+    // Secure by default like a real cluster; --insecure for plaintext.
+    // Every process holds a certificate from a CA made for this run, in
+    // <run_dir>/tls, and every server requires one (mutual TLS).
+    std::optional<security::CertificateDirectory> certificates;
+    security::TransportSecurity coordinator_tls;
+    if (options_.cli.security.insecure) {
+      coordinator_tls.insecure = true;
+      client_security_.insecure = true;
+    } else {
+      ASSIGN_OR_RETURN(certificates,
+                       security::CertificateDirectory::Create(
+                           absl::StrCat(run_dir, "/tls"),
+                           "pshard local CA",
+                           absl::Now(), kLocalCertificateLifetime));
+      ASSIGN_OR_RETURN(coordinator_tls,
+                       certificates->Issue("pshard-coordinator"));
+      coordinator_tls.require_client_certificate = true;
+      ASSIGN_OR_RETURN(client_security_, certificates->Issue("pshardctl"));
+    }
 
     const std::string coordinator_port_file =
         absl::StrCat(run_dir, "/coordinator.port");
@@ -128,9 +159,10 @@ class LocalCluster {
         coordinator_,
         ChildProcess::Start(
             "pshard-coordinator",
-            {coordinator_bin, "--listen=127.0.0.1:0",
-             absl::StrCat("--port_file=", coordinator_port_file),
-             absl::StrCat("--state_path=", run_dir, "/coordinator.db")},
+            Concat({coordinator_bin, "--listen=127.0.0.1:0",
+                    absl::StrCat("--port_file=", coordinator_port_file),
+                    absl::StrCat("--state_path=", run_dir, "/coordinator.db")},
+                   security::TransportSecurityFlags(coordinator_tls)),
             absl::StrCat(run_dir, "/coordinator.log"), {}, clock_));
     ASSIGN_OR_RETURN(int port,
                      WaitForPort(*coordinator_, coordinator_port_file, deadline));
@@ -140,16 +172,25 @@ class LocalCluster {
 
     for (int i = 0; i < workers; ++i) {
       const std::string name = absl::StrCat("local-worker-", i);
+      security::TransportSecurity worker_tls;
+      worker_tls.insecure = coordinator_tls.insecure;
+      if (certificates.has_value()) {
+        ASSIGN_OR_RETURN(worker_tls, certificates->Issue(name));
+        worker_tls.require_client_certificate = true;
+      }
       ASSIGN_OR_RETURN(
           std::unique_ptr<ChildProcess> worker,
           ChildProcess::Start(
               absl::StrCat("pshard-worker ", i),
-              {worker_bin, absl::StrCat("--coordinator=", address_),
-               absl::StrCat("--name=", name), "--listen=127.0.0.1:0",
-               absl::StrCat("--port_file=", run_dir, "/", name, ".port"),
-               "--host=127.0.0.1", "--device=cpu",
-               // Program jobs' output: <run_dir>/program-logs/<job>/rank-R.log.
-               absl::StrCat("--log_dir=", run_dir, "/program-logs")},
+              Concat(
+                  {worker_bin, absl::StrCat("--coordinator=", address_),
+                   absl::StrCat("--name=", name), "--listen=127.0.0.1:0",
+                   absl::StrCat("--port_file=", run_dir, "/", name, ".port"),
+                   "--host=127.0.0.1", "--device=cpu",
+                   // Program jobs' output:
+                   // <run_dir>/program-logs/<job>/rank-R.log.
+                   absl::StrCat("--log_dir=", run_dir, "/program-logs")},
+                  security::TransportSecurityFlags(worker_tls)),
               absl::StrCat(run_dir, "/", name, ".log"), {}, clock_));
       workers_.push_back(std::move(worker));
     }
@@ -165,8 +206,14 @@ class LocalCluster {
     }
     io_.out->flush();
 
+    if (!client_security_.insecure) {
+      *io_.out << "TLS          CA " << client_security_.ca_file
+               << "  pshardctl's certificate " << client_security_.certificate_file
+               << "\n";
+    }
+    io_.out->flush();
     ASSIGN_OR_RETURN(client_,
-                     CoordinatorClient::Connect(address_,
+                     CoordinatorClient::Connect(address_, client_security_,
                                                 options_.cli.connect_timeout,
                                                 options_.cli.rpc_timeout));
     return WaitForIdleWorkers(workers, deadline);
@@ -174,6 +221,14 @@ class LocalCluster {
 
   CoordinatorClient& client() { return *client_; }
   const std::string& address() const { return address_; }
+  // The pshardctl flags that reach the cluster: its certificate, or
+  // plaintext.
+  std::string ConnectionFlags() const {
+    return absl::StrCat("--coordinator=", address_, " ",
+                        absl::StrJoin(security::TransportSecurityFlags(
+                                          client_security_),
+                                      " "));
+  }
 
   // Any child that has died on its own, as an error naming it.
   absl::Status CheckChildren() {
@@ -266,6 +321,7 @@ class LocalCluster {
   std::vector<std::unique_ptr<ChildProcess>> workers_;
   std::unique_ptr<CoordinatorClient> client_;
   std::string address_;
+  security::TransportSecurity client_security_;
   bool stopped_ = false;
 };
 
@@ -416,7 +472,7 @@ int RunLocal(const LocalOptions& options, const CliIo& io,
   const std::string job_id = submitted->id();
   *io.out << "submitted " << job_id << " \"" << spec.name() << "\": "
           << spec.steps() << " steps on " << workers << " workers; "
-          << "inspect it with: pshardctl --coordinator=" << cluster.address()
+          << "inspect it with: pshardctl " << cluster.ConnectionFlags()
           << " get " << job_id << "\n";
   io.out->flush();
 
@@ -463,7 +519,9 @@ int RunLocal(const LocalOptions& options, const CliIo& io,
 
   if (options.keep_running && (cancel == nullptr || !cancel->cancelled())) {
     *io.out << "cluster still running at " << cluster.address()
-            << "; press Ctrl-C to stop it\n";
+            << "; press Ctrl-C to stop it\n"
+            << "reach it with: pshardctl " << cluster.ConnectionFlags()
+            << " COMMAND\n";
     io.out->flush();
     while (cancel != nullptr && !cancel->cancelled()) {
       if (!cluster.CheckChildren().ok()) break;

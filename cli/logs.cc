@@ -166,7 +166,8 @@ absl::Status StreamJobLogs(CoordinatorClient& client, const std::string& job_id,
                        "): ", status.message()));
     };
     absl::StatusOr<std::unique_ptr<WorkerLogClient>> worker =
-        WorkerLogClient::Connect(source.address, options.connect_timeout);
+        WorkerLogClient::Connect(source.address, options.security,
+                                 options.connect_timeout);
     if (!worker.ok()) return where(worker.status());
     RankOutput output(
         options.rank >= 0 ? "" : absl::StrCat("[rank ", source.rank, "] "), out,

@@ -53,6 +53,7 @@ class LogsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     cli_clock_.set_advance_on_sleep(true);
+    options_.security.insecure = true;  // the simulated worker is plaintext
     StartCluster(/*worker_address=*/"");
   }
 

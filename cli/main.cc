@@ -22,6 +22,7 @@
 #include "cli/local.h"
 #include "common/binary_flags.h"
 #include "common/clock.h"
+#include "security/transport_flags.h"
 
 ABSL_FLAG(std::string, coordinator, "",
           "Coordinator address host:port (default $PSHARD_COORDINATOR, else "
@@ -99,6 +100,10 @@ std::string SelfPath(const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // gRPC logs a failed TLS handshake on stderr in its own format before
+  // pshardctl's one-line error says the same in words; keep stderr to ours
+  // unless the user asks for gRPC's (GRPC_VERBOSITY=debug).
+  setenv("GRPC_VERBOSITY", "NONE", /*overwrite=*/0);
   // SIGINT/SIGTERM are taken by a thread (below) that cancels what is in
   // progress, so `watch` and `local` can clean up. Block them before any
   // thread exists so every thread inherits the mask.
@@ -191,6 +196,12 @@ int main(int argc, char** argv) {
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   options.watch_timeout = absl::GetFlag(FLAGS_watch_timeout);
+  options.security = pshard::security::TransportSecurityFromFlags();
+  for (std::string* path :
+       {&options.security.ca_file, &options.security.certificate_file,
+        &options.security.key_file}) {
+    *path = UserPath(*path);
+  }
 
   Cancellation cancel;
   std::thread signal_thread([&signals, &cancel] {
@@ -230,7 +241,8 @@ int main(int argc, char** argv) {
       command, options, io,
       [&options]() {
         return pshard::cli::CoordinatorClient::Connect(
-            options.coordinator, options.connect_timeout, options.rpc_timeout);
+            options.coordinator, options.security, options.connect_timeout,
+            options.rpc_timeout);
       },
       &cancel, pshard::Clock::Real());
   std::cout.flush();

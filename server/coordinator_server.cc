@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_metrics.h"
+#include "common/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
@@ -49,11 +50,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     ServerOptions options) {
   std::unique_ptr<CoordinatorServer> s(
       new CoordinatorServer(coordinator, clock, std::move(options)));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   security::ServerCredentials(s->options_.security));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(s->options_.listen, grpc::InsecureServerCredentials(),
-                           &s->port_);
+  builder.AddListeningPort(s->options_.listen, credentials, &s->port_);
   builder.SetMaxReceiveMessageSize(s->options_.max_receive_message_bytes);
   grpc::ResourceQuota quota("pshard-coordinator");
   quota.SetMaxThreads(s->options_.max_sync_threads);

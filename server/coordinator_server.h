@@ -22,6 +22,7 @@
 #include "grpcpp/support/client_interceptor.h"
 #include "grpcpp/server.h"
 #include "prometheus/registry.h"
+#include "security/transport.h"
 #include "server/reflection_v1.h"
 #include "server/services.h"
 
@@ -31,6 +32,9 @@ namespace server {
 struct ServerOptions {
   // host:port; port 0 picks a free port (see CoordinatorServer::port()).
   std::string listen = "0.0.0.0:7070";
+  // TLS (the default, which needs a certificate) or plaintext when
+  // security.insecure (security/transport.h).
+  security::TransportSecurity security;
   // Largest request accepted (bigger ones fail with RESOURCE_EXHAUSTED
   // before any handler runs).
   int max_receive_message_bytes = 16 << 20;
@@ -47,7 +51,8 @@ struct ServerOptions {
 class CoordinatorServer {
  public:
   // Starts serving `coordinator` (which must outlive the server).
-  // Errors: Unavailable if the address cannot be bound.
+  // Errors: Unavailable if the address cannot be bound; InvalidArgument
+  // naming the flag for bad TLS settings (ValidateServerSecurity).
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       coordinator::Coordinator* coordinator, const Clock* clock,
       ServerOptions options);

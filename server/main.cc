@@ -21,10 +21,12 @@
 #include "coordinator/state_store.h"
 #include "common/metrics_endpoint.h"
 #include "server/coordinator_metrics.h"
+#include "security/transport_flags.h"
 #include "server/coordinator_server.h"
 
-ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
-          "host:port to serve on; port 0 picks a free port");
+ABSL_FLAG(std::string, listen, "",
+          "host:port to serve on; port 0 picks a free port (default "
+          "0.0.0.0:7070, or 127.0.0.1:7070 with --insecure)");
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written there once serving");
 ABSL_FLAG(std::string, state_path, "pshard-coordinator.db",
@@ -70,8 +72,8 @@ int main(int argc, char** argv) {
       "pshard-coordinator",
       "the control plane of pshard (worker pool, jobs, rendezvous, shard "
       "assignment).\n\nusage: pshard-coordinator [--listen=HOST:PORT] "
-      "[--state_path=FILE] [FLAGS]",
-      __FILE__);
+      "[--state_path=FILE] (--tls_cert=F --tls_key=F | --insecure) [FLAGS]",
+      __FILE__, {std::string(pshard::security::kTransportFlagsFile)});
   absl::ParseCommandLine(argc, argv);
   // Abseil's Mutex deadlock detection (on in builds without NDEBUG, which is
   // Bazel's default) keeps a process-wide graph of every mutex under a global
@@ -106,6 +108,17 @@ int main(int argc, char** argv) {
   options.blame_window = absl::GetFlag(FLAGS_blame_window);
   if (options.blame_window < absl::ZeroDuration()) {
     fprintf(stderr, "pshard-coordinator: --blame_window must be >= 0\n");
+    return 2;
+  }
+
+  // Checked before the state store is opened (and locked), so a bad flag
+  // leaves nothing behind.
+  const pshard::security::TransportSecurity security =
+      pshard::security::TransportSecurityFromFlags();
+  if (absl::Status valid = pshard::security::ValidateServerSecurity(security);
+      !valid.ok()) {
+    fprintf(stderr, "pshard-coordinator: %s\n",
+            std::string(valid.message()).c_str());
     return 2;
   }
 
@@ -147,7 +160,9 @@ int main(int argc, char** argv) {
   }
 
   pshard::server::ServerOptions server_options;
-  server_options.listen = absl::GetFlag(FLAGS_listen);
+  server_options.security = security;
+  server_options.listen = pshard::security::ListenAddress(
+      absl::GetFlag(FLAGS_listen), 7070, server_options.security);
   if (*metrics != nullptr) {
     (*metrics)->Add(std::make_shared<pshard::server::CoordinatorMetrics>(
         coordinator->get()));

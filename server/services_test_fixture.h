@@ -79,6 +79,7 @@ class ServicesTest : public ::testing::Test {
     coordinator_ = *std::move(c);
     ServerOptions server_options;
     server_options.listen = "127.0.0.1:0";
+    server_options.security.insecure = true;
     server_options.tick_interval = absl::Milliseconds(10);
     server_options.services.max_watchers = 4;
     server_options.services.watch_poll = absl::Milliseconds(100);

@@ -29,6 +29,7 @@
 #include "worker/gpu/backend_choice.h"
 #include "worker/gpu/device.h"
 #include "worker/runtime/agent.h"
+#include "security/transport_flags.h"
 #include "worker/runtime/worker_metrics.h"
 #include "worker/runtime/control_plane.h"
 #include "worker/runtime/program_log_stream.h"
@@ -39,8 +40,9 @@ ABSL_FLAG(std::string, coordinator, "",
           "host:port of the coordinator (required)");
 ABSL_FLAG(std::string, name, "",
           "stable worker name; default <hostname>-<pid>");
-ABSL_FLAG(std::string, listen, "0.0.0.0:7071",
-          "address of the WorkerStatus server; port 0 picks a free port");
+ABSL_FLAG(std::string, listen, "",
+          "address of the WorkerStatus server; port 0 picks a free port "
+          "(default 0.0.0.0:7071, or 127.0.0.1:7071 with --insecure)");
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound WorkerStatus port is written here once serving");
 ABSL_FLAG(std::string, host, "",
@@ -98,13 +100,24 @@ int main(int argc, char** argv) {
       "pshard-worker",
       "one worker of a pshard pool: registers with the coordinator and runs "
       "the jobs it is given.\n\nusage: pshard-worker --coordinator=HOST:PORT "
-      "[--name=N] [--listen=ADDR] [--device=cpu|auto|cuda:N] [FLAGS]",
-      __FILE__);
+      "[--name=N] [--listen=ADDR] [--device=cpu|auto|cuda:N] "
+      "(--tls_cert=F --tls_key=F --tls_ca=F | --insecure) [FLAGS]",
+      __FILE__, {std::string(pshard::security::kTransportFlagsFile)});
   absl::ParseCommandLine(argc, argv);
 
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
   if (coordinator.empty()) {
     std::fprintf(stderr, "pshard-worker: --coordinator is required\n");
+    return 2;
+  }
+  // One set of TLS settings for both ends: the worker serves its status
+  // RPCs with its certificate and presents the same one to the coordinator.
+  const pshard::security::TransportSecurity security =
+      pshard::security::TransportSecurityFromFlags();
+  if (absl::Status valid = pshard::security::ValidateServerSecurity(security);
+      !valid.ok()) {
+    std::fprintf(stderr, "pshard-worker: %s\n",
+                 std::string(valid.message()).c_str());
     return 2;
   }
 
@@ -167,8 +180,17 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 
-  std::unique_ptr<pshard::worker::ControlPlane> control =
-      pshard::worker::NewGrpcControlPlane(coordinator);
+  // As a client, the worker presents its certificate; requiring one of
+  // others is its status server's business.
+  pshard::security::TransportSecurity client_security = security;
+  client_security.require_client_certificate = false;
+  absl::StatusOr<std::unique_ptr<pshard::worker::ControlPlane>> control =
+      pshard::worker::NewGrpcControlPlane(coordinator, client_security);
+  if (!control.ok()) {
+    std::fprintf(stderr, "pshard-worker: %s\n",
+                 std::string(control.status().message()).c_str());
+    return 2;
+  }
 
   pshard::worker::AgentOptions options;
   options.name = name;
@@ -177,6 +199,7 @@ int main(int argc, char** argv) {
   options.gloo_hostname = host;
   options.worker_device = *device;
   options.coordinator_address = coordinator;
+  options.coordinator_security = client_security;
   options.program_log_dir = absl::GetFlag(FLAGS_log_dir);
   if (options.program_log_dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
@@ -211,9 +234,17 @@ int main(int argc, char** argv) {
   // server is shut down before the agent goes.
   std::unique_ptr<pshard::worker::Agent> agent;
   int port = 0;
-  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::string listen = pshard::security::ListenAddress(
+      absl::GetFlag(FLAGS_listen), 7071, security);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      pshard::security::ServerCredentials(security);
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "pshard-worker: %s\n",
+                 std::string(credentials.status().message()).c_str());
+    return 2;
+  }
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, *credentials, &port);
   if (*metrics != nullptr) {
     builder.experimental().SetInterceptorCreators(
         pshard::RpcMetricsInterceptors((*metrics)->registry()));
@@ -263,7 +294,7 @@ int main(int argc, char** argv) {
       ":", port);
   {
     absl::MutexLock lock(&agent_mu);
-    agent = std::make_unique<pshard::worker::Agent>(control.get(), options);
+    agent = std::make_unique<pshard::worker::Agent>(control->get(), options);
   }
   agent->Start();
 

@@ -47,6 +47,8 @@
 #include "grpcpp/grpcpp.h"
 #include "pshard/v1/job.grpc.pb.h"
 #include "pshard/v1/shard.grpc.pb.h"
+#include "security/transport.h"
+#include "security/transport_flags.h"
 
 ABSL_FLAG(std::string, coordinator, "",
           "the coordinator's host:port (or use --port_file)");
@@ -144,10 +146,16 @@ int Main() {
     std::fprintf(stderr, "job_probe: %s\n", address.status().ToString().c_str());
     return 1;
   }
-  auto channel =
-      grpc::CreateChannel(*address, grpc::InsecureChannelCredentials());
-  auto stub = v1::JobService::NewStub(channel);
-  auto shard_stub = v1::ShardService::NewStub(channel);
+  // --tls_* as pshardctl takes them (run_benchmarks.py passes the files
+  // `pshardctl local` made in its run directory), or --insecure.
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      security::NewChannel(*address, security::TransportSecurityFromFlags());
+  if (!channel.ok()) {
+    std::fprintf(stderr, "job_probe: %s\n", channel.status().ToString().c_str());
+    return 2;
+  }
+  auto stub = v1::JobService::NewStub(*channel);
+  auto shard_stub = v1::ShardService::NewStub(*channel);
   bool have_assignment = false;
   v1::ShardAssignment assignment;
   v1::GetJobRequest request;

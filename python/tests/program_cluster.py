@@ -62,13 +62,35 @@ class Cluster:
     """The real coordinator and `workers` real workers on free loopback
     ports, driven through pshardctl."""
 
-    def __init__(self, workers, tmp, worker_timeout="2s", blame_window="2s"):
+    def __init__(self, workers, tmp, worker_timeout="2s", blame_window="2s",
+                 tls=False):
+        """`tls`: mutual TLS with a CA made for the cluster in tmp/tls (a
+        certificate each for the coordinator, every worker and pshardctl),
+        as a secure cluster runs; otherwise plaintext on loopback."""
         self.tmp = tmp
         self.processes = []
         self.logs = []
+        names = ["pshard-coordinator", "pshardctl"] + [
+            f"worker-{i}" for i in range(workers)]
+        if tls:
+            tls_dir = os.path.join(tmp, "tls")
+            subprocess.run([binary("tests/testing/make_certificates"),
+                            f"--dir={tls_dir}", "--names=" + ",".join(names)],
+                           check=True, timeout=60)
+
+        def security(name, server=True):
+            if not tls:
+                return ["--insecure"]
+            flags = [f"--tls_cert={tls_dir}/{name}.crt",
+                     f"--tls_key={tls_dir}/{name}.key",
+                     f"--tls_ca={tls_dir}/ca.crt"]
+            return flags + (["--tls_require_client_cert"] if server else [])
+
+        self.client_flags = security("pshardctl", server=False)
         port_file = os.path.join(tmp, "coordinator.port")
         self._start("coordinator", [
             binary("server/pshard-coordinator"), "--listen=127.0.0.1:0",
+            *security("pshard-coordinator"),
             f"--port_file={port_file}",
             f"--state_path={os.path.join(tmp, 'state.db')}",
             "--heartbeat_interval=100ms", f"--worker_timeout={worker_timeout}",
@@ -79,6 +101,7 @@ class Cluster:
             self._start(f"worker{i}", [
                 binary("worker/pshard-worker"), f"--coordinator={self.address}",
                 f"--name=worker-{i}", "--listen=127.0.0.1:0",
+                *security(f"worker-{i}"),
                 f"--port_file={port_file}", "--host=127.0.0.1",
                 f"--log_dir={os.path.join(tmp, f'logs{i}')}"])
             self._port(port_file)
@@ -101,7 +124,7 @@ class Cluster:
     def ctl(self, *args):
         """pshardctl --output=json ARGS, parsed."""
         result = subprocess.run(
-            [binary("cli/pshardctl"), f"--coordinator={self.address}",
+            [binary("cli/pshardctl"), f"--coordinator={self.address}", *self.client_flags,
              "--output=json", *args],
             capture_output=True, text=True, timeout=60)
         if result.returncode != 0:
@@ -113,7 +136,7 @@ class Cluster:
         """The job's events (pshardctl watch --output=json: one JobEvent per
         line, from the first; it returns when the job has ended)."""
         result = subprocess.run(
-            [binary("cli/pshardctl"), f"--coordinator={self.address}",
+            [binary("cli/pshardctl"), f"--coordinator={self.address}", *self.client_flags,
              "--output=json", "watch", job_id],
             capture_output=True, text=True, timeout=60)
         return [json.loads(line) for line in result.stdout.splitlines()

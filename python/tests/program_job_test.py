@@ -1,5 +1,7 @@
 """End to end through the real binaries: a pshard-coordinator and N
-pshard-workers on loopback run a torch training script as a `program` job
+pshard-workers on loopback, under mutual TLS (every rank's program reaches
+the coordinator with its worker's certificate), run a torch training script
+as a `program` job
 (submitted with pshardctl), the script using pshard.init() and
 pshard.torch.ShardedOptimizer in coordinator mode. Checks the job's end, its
 shard table (the model's parameter names), its progress (session.report),
@@ -57,7 +59,9 @@ class ProgramJobTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        cls.cluster = Cluster(WORLD, cls.tmp)
+        # Mutual TLS: every rank's program reaches the coordinator with its
+        # worker's certificate (PSHARD_TLS_*), as on a secure cluster.
+        cls.cluster = Cluster(WORLD, cls.tmp, tls=True)
 
     @classmethod
     def tearDownClass(cls):

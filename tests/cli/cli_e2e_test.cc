@@ -61,6 +61,9 @@ class CliE2eTest : public ::testing::Test {
     options.heartbeat_interval = absl::Seconds(1);
     options.worker_timeout = absl::Seconds(5);
     options.worker_name_prefix = "e2e-worker-";
+    // Mutual TLS, as a real cluster runs: every command below goes through
+    // pshardctl's --tls_ca/--tls_cert/--tls_key.
+    options.tls = true;
     absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start(options);
     ASSERT_OK(cluster.status());
     cluster_ = cluster->release();
@@ -93,6 +96,13 @@ class CliE2eTest : public ::testing::Test {
 
   static CliResult Cli(std::vector<std::string> args,
                        absl::Duration timeout = absl::Seconds(60)) {
+    for (std::string& flag : cluster_->ClientFlags()) args.push_back(flag);
+    return CliWithoutCredentials(std::move(args), timeout);
+  }
+
+  static CliResult CliWithoutCredentials(
+      std::vector<std::string> args,
+      absl::Duration timeout = absl::Seconds(60)) {
     args.push_back("--coordinator=" + cluster_->address());
     return RunCli(args, timeout);
   }
@@ -251,6 +261,37 @@ TEST_F(CliE2eTest, BadSpecNamesTheFieldAndExits2) {
   EXPECT_THAT(r.err, AllOf(StartsWith("pshardctl: "), HasSubstr("batch_size")));
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_THAT(r.out, IsEmpty());
+}
+
+TEST_F(CliE2eTest, WithoutTheClustersCaTheConnectionFailsSayingWhatToCheck) {
+  // The system's roots do not know the cluster's CA.
+  CliResult r = CliWithoutCredentials({"workers", "--connect_timeout=10s"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, AllOf(StartsWith("pshardctl: "),
+                           HasSubstr("the TLS handshake failed"),
+                           HasSubstr("--tls_ca")));
+}
+
+TEST_F(CliE2eTest, TheCoordinatorRefusesAClientWithoutACertificate) {
+  CliResult r = CliWithoutCredentials(
+      {"workers", "--connect_timeout=10s",
+       "--tls_ca=" + cluster_->client_security().ca_file});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--tls_cert/--tls_key"));
+}
+
+TEST_F(CliE2eTest, PlaintextAgainstTheTlsCoordinatorFails) {
+  CliResult r = CliWithoutCredentials(
+      {"workers", "--connect_timeout=10s", "--insecure"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("drop --insecure and pass --tls_ca"));
+}
+
+TEST_F(CliE2eTest, InsecureWithATlsFlagIsAUsageError) {
+  CliResult r = CliWithoutCredentials(
+      {"workers", "--insecure", "--tls_ca=/etc/hostname"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--insecure and --tls_ca contradict"));
 }
 
 TEST_F(CliE2eTest, UnknownJobExits1) {

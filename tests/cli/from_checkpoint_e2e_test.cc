@@ -75,6 +75,7 @@ class FromCheckpointE2eTest : public ::testing::Test {
 
   CliResult Cli(std::vector<std::string> args) {
     args.push_back("--coordinator=" + cluster_->address());
+    for (std::string& flag : cluster_->ClientFlags()) args.push_back(flag);
     return RunPshardctl(args, {}, absl::Seconds(120));
   }
 

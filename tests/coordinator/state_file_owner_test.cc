@@ -28,7 +28,8 @@ TEST(StateFileOwnerTest, ASecondCoordinatorOnTheSameFileExitsNamingTheFirst) {
       auto second,
       testing::Subprocess::Start(
           {testing::RunfilePath("server/pshard-coordinator"),
-           "--listen=127.0.0.1:0", "--state_path=" + dir + "/state.db"},
+           "--listen=127.0.0.1:0", "--insecure",
+           "--state_path=" + dir + "/state.db"},
           {}, log));
   ASSERT_OK_AND_ASSIGN(int status, second->Wait(absl::Seconds(30)));
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;

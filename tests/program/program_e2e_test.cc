@@ -174,7 +174,7 @@ TEST_F(ProgramE2eTest, LogsShowsTheOutputOfAFinishedJob) {
 
   // Every rank, each line prefixed, rank 0 first; read from the workers
   // after the job ended.
-  CliResult all = RunPshardctl({"logs", job.id(), coordinator});
+  CliResult all = RunPshardctl({"logs", job.id(), coordinator, "--insecure"});
   ASSERT_EQ(all.exit_code, 0) << all.err;
   EXPECT_THAT(all.out, HasSubstr("[rank 0] hello from rank 0\n"));
   EXPECT_THAT(all.out, HasSubstr("[rank 0] to stderr from rank 0\n"));
@@ -182,12 +182,12 @@ TEST_F(ProgramE2eTest, LogsShowsTheOutputOfAFinishedJob) {
   EXPECT_THAT(all.out, HasSubstr("[rank 1] [pshard: program exited with code 0]"));
   EXPECT_LT(all.out.find("[rank 0]"), all.out.find("[rank 1]"));
 
-  CliResult one = RunPshardctl({"logs", job.id(), "--rank=1", coordinator});
+  CliResult one = RunPshardctl({"logs", job.id(), "--rank=1", coordinator, "--insecure"});
   ASSERT_EQ(one.exit_code, 0) << one.err;
   EXPECT_THAT(one.out, HasSubstr("\nhello from rank 1\n"));
   EXPECT_THAT(one.out, Not(HasSubstr("rank 0")));
 
-  CliResult out_of_range = RunPshardctl({"logs", job.id(), "--rank=2", coordinator});
+  CliResult out_of_range = RunPshardctl({"logs", job.id(), "--rank=2", coordinator, "--insecure"});
   EXPECT_EQ(out_of_range.exit_code, 2);
   EXPECT_THAT(out_of_range.err, HasSubstr("has ranks 0 to 1"));
 }

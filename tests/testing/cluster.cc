@@ -11,14 +11,17 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "pshard/v1/worker_status.grpc.pb.h"
+#include "security/transport_flags.h"
 
 namespace pshard::testing {
 namespace {
 
 template <typename Service>
-std::unique_ptr<typename Service::Stub> MakeStub(const std::string& address) {
-  return Service::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+absl::StatusOr<std::unique_ptr<typename Service::Stub>> MakeStub(
+    const std::string& address, const security::TransportSecurity& security) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   security::NewChannel(address, security));
+  return Service::NewStub(std::move(channel));
 }
 
 void SetDeadline(grpc::ClientContext* context, absl::Duration d) {
@@ -38,7 +41,25 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
     const ClusterOptions& options) {
   std::unique_ptr<Cluster> cluster(new Cluster());
   cluster->dir_ = MakeTempDir("cluster");
+  // Each server's flags, and the test client's settings.
+  security::TransportSecurity coordinator_tls;
+  coordinator_tls.insecure = true;
+  cluster->client_security_.insecure = true;
+  if (options.tls) {
+    ASSIGN_OR_RETURN(cluster->certificates_,
+                     security::CertificateDirectory::Create(
+                         cluster->dir_ + "/tls", "pshard test cluster CA",
+                         absl::Now(), absl::Hours(24)));
+    ASSIGN_OR_RETURN(coordinator_tls,
+                     cluster->certificates_->Issue("pshard-coordinator"));
+    coordinator_tls.require_client_certificate = true;
+    coordinator_tls.reload_interval = options.tls_reload_interval;
+    ASSIGN_OR_RETURN(cluster->client_security_,
+                     cluster->certificates_->Issue("pshardctl"));
+  }
   CoordinatorOptions coordinator_options;
+  coordinator_options.security_flags =
+      security::TransportSecurityFlags(coordinator_tls);
   coordinator_options.dir = cluster->dir_;
   coordinator_options.state_path = cluster->dir_ + "/state.db";
   coordinator_options.heartbeat_interval = options.heartbeat_interval;
@@ -53,9 +74,10 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
   cluster->coordinator_ = std::move(coordinator->process);
   cluster->address_ = coordinator->address();
   const std::string& address = cluster->address_;
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   security::NewChannel(address, cluster->client_security_));
   cluster->client_ = std::make_unique<cli::CoordinatorClient>(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), address,
-      absl::Seconds(10));
+      std::move(channel), address, absl::Seconds(10));
 
   for (int i = 0; i < options.workers; ++i) {
     const std::string wport = absl::StrCat(cluster->dir_, "/worker", i, ".port");
@@ -65,6 +87,18 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
         RunfilePath("worker/pshard-worker"), "--coordinator=" + address,
         absl::StrCat("--name=", options.worker_name_prefix, i),
         "--listen=127.0.0.1:0", "--port_file=" + wport, "--host=127.0.0.1"};
+    security::TransportSecurity worker_tls;
+    worker_tls.insecure = true;
+    if (options.tls) {
+      ASSIGN_OR_RETURN(worker_tls,
+                       cluster->certificates_->Issue(absl::StrCat(
+                           options.worker_name_prefix, i)));
+      worker_tls.require_client_certificate = true;
+      worker_tls.reload_interval = options.tls_reload_interval;
+    }
+    for (std::string& flag : security::TransportSecurityFlags(worker_tls)) {
+      argv.push_back(std::move(flag));
+    }
     for (const std::string& flag : options.worker_flags) {
       argv.push_back(absl::StrReplaceAll(flag, {{"{i}", absl::StrCat(i)}}));
     }
@@ -106,6 +140,10 @@ absl::Status Cluster::RestartCoordinator() {
                    StartCoordinator(coordinator_options_));
   coordinator_ = std::move(restarted.process);
   return absl::OkStatus();
+}
+
+std::vector<std::string> Cluster::ClientFlags() const {
+  return security::TransportSecurityFlags(client_security_);
 }
 
 std::string Cluster::worker_status_address(int i) const {
@@ -161,7 +199,8 @@ absl::StatusOr<std::vector<v1::WorkerInfo>> Cluster::Workers(
 }
 
 absl::StatusOr<v1::GetWorkerStatusResponse> Cluster::WorkerStatus(int i) {
-  auto stub = MakeStub<v1::WorkerStatus>(worker_status_address(i));
+  ASSIGN_OR_RETURN(auto stub, MakeStub<v1::WorkerStatus>(
+                                   worker_status_address(i), client_security_));
   grpc::ClientContext context;
   SetDeadline(&context, absl::Seconds(10));
   v1::GetWorkerStatusResponse response;
@@ -172,7 +211,9 @@ absl::StatusOr<v1::GetWorkerStatusResponse> Cluster::WorkerStatus(int i) {
 }
 
 absl::Status Cluster::WorkerHealth(int i, const std::string& service) {
-  auto stub = MakeStub<grpc::health::v1::Health>(worker_status_address(i));
+  ASSIGN_OR_RETURN(auto stub,
+                   MakeStub<grpc::health::v1::Health>(worker_status_address(i),
+                                                      client_security_));
   grpc::ClientContext context;
   SetDeadline(&context, absl::Seconds(10));
   // service "" asks for the server's overall health.

@@ -6,6 +6,7 @@
 #define PSHARD_TESTS_TESTING_CLUSTER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,8 @@
 #include "pshard/v1/cluster.pb.h"
 #include "pshard/v1/job.pb.h"
 #include "pshard/v1/worker_status.pb.h"
+#include "security/certificate_directory.h"
+#include "security/transport.h"
 #include "tests/testing/coordinator.h"
 #include "tests/testing/subprocess.h"
 
@@ -33,6 +36,13 @@ struct ClusterOptions {
   std::vector<std::string> worker_flags;
   // Extra flags for the coordinator.
   std::vector<std::string> coordinator_flags;
+  // Mutual TLS: a CA made for the cluster in dir()/tls, a certificate for
+  // the coordinator, each worker (its name) and the test's client
+  // ("pshardctl"), every server requiring client certificates. Otherwise
+  // plaintext on loopback (--insecure).
+  bool tls = false;
+  // With tls: how often the processes re-read their certificate files.
+  absl::Duration tls_reload_interval = absl::Seconds(1);
 };
 
 class Cluster {
@@ -51,6 +61,16 @@ class Cluster {
   Subprocess& worker(int i) { return *workers_[i]; }
   // host:port of worker i's WorkerStatus server.
   std::string worker_status_address(int i) const;
+  // How the test's clients reach the servers, as settings and as pshardctl
+  // flags.
+  const security::TransportSecurity& client_security() const {
+    return client_security_;
+  }
+  std::vector<std::string> ClientFlags() const;
+  // With tls: the cluster's certificates (to issue or rotate more).
+  security::CertificateDirectory* certificates() {
+    return certificates_ ? &*certificates_ : nullptr;
+  }
 
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
@@ -94,6 +114,8 @@ class Cluster {
   std::vector<int> worker_ports_;
   std::vector<std::string> logs_;
   std::unique_ptr<cli::CoordinatorClient> client_;
+  security::TransportSecurity client_security_;
+  std::optional<security::CertificateDirectory> certificates_;
 };
 
 }  // namespace pshard::testing

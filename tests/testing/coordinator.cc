@@ -35,6 +35,8 @@ absl::StatusOr<RunningCoordinator> StartCoordinator(
       "--port_file=" + port_file, "--state_path=" + options.state_path,
       "--heartbeat_interval=" + DurationFlag(options.heartbeat_interval),
       "--worker_timeout=" + DurationFlag(options.worker_timeout)};
+  argv.insert(argv.end(), options.security_flags.begin(),
+              options.security_flags.end());
   argv.insert(argv.end(), options.extra_flags.begin(), options.extra_flags.end());
   ASSIGN_OR_RETURN(c.process, Subprocess::Start(argv, {}, c.log));
   ASSIGN_OR_RETURN(c.port, WaitForPortFile(port_file, absl::Seconds(30)));

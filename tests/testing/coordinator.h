@@ -28,6 +28,9 @@ struct CoordinatorOptions {
   absl::Duration worker_timeout = absl::Seconds(2);
   // More flags for the binary (e.g. "--state_sync=normal").
   std::vector<std::string> extra_flags;
+  // Its transport: plaintext on loopback unless a test says otherwise
+  // (security::TransportSecurityFlags).
+  std::vector<std::string> security_flags = {"--insecure"};
 };
 
 struct RunningCoordinator {

@@ -237,6 +237,7 @@ InProcessCoordinator::Start(InProcessCoordinatorOptions options) {
                                                     std::move(store)));
   server::ServerOptions so;
   so.listen = options.listen;
+  so.security = options.security;
   // The test ticks (AdvanceAndTick); the server's ticker never does.
   so.tick_interval = absl::InfiniteDuration();
   so.services.watch_poll = options.watch_poll;

@@ -55,6 +55,7 @@
 #include "pshard/v1/job.pb.h"
 #include "pshard/v1/job_spec.pb.h"
 #include "pshard/v1/worker_control.pb.h"
+#include "security/transport.h"
 
 namespace pshard {
 namespace coordinator {
@@ -130,6 +131,13 @@ struct InProcessCoordinatorOptions {
   // Where the server also listens (loopback only; port 0: a free one), for
   // clients in other processes.
   std::string listen = "127.0.0.1:0";
+  // How it serves there: plaintext unless set (cli/fake_coordinator_main
+  // passes its --tls_* flags).
+  security::TransportSecurity security = [] {
+    security::TransportSecurity s;
+    s.insecure = true;
+    return s;
+  }();
   // The SQLite state file; empty: one in a fresh temp dir.
   std::string state_path;
   // The WorkerStatus address simulated workers register (host:port), for

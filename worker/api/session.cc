@@ -115,6 +115,7 @@ absl::StatusOr<SessionEnvironment> ParseSessionEnvironment(
   const char* local = getenv("PSHARD_LOCAL_STORE");
   if (coordinator != nullptr && *coordinator != '\0') {
     env.coordinator = coordinator;
+    env.coordinator_security = security::ClientSecurityFromEnvironment(getenv);
     ASSIGN_OR_RETURN(env.job_id, StringVariable(getenv, "PSHARD_JOB_ID"));
     ASSIGN_OR_RETURN(env.epoch,
                      IntVariable(getenv, "PSHARD_EPOCH", 1, INT64_MAX));
@@ -178,7 +179,14 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Open(
   if (session->local()) {
     session->kv_ = std::make_unique<FileKvStore>(env.local_store, clock);
   } else {
-    session->control_ = NewGrpcControlPlane(env.coordinator);
+    absl::StatusOr<std::unique_ptr<ControlPlane>> control =
+        NewGrpcControlPlane(env.coordinator, env.coordinator_security);
+    if (!control.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PSHARD_TLS_* / PSHARD_INSECURE: ",
+                       control.status().message()));
+    }
+    session->control_ = *std::move(control);
     session->kv_ = std::make_unique<CoordinatorKvClient>(
         session->control_.get(), env.job_id, env.epoch, clock);
     AssignmentClientOptions options;

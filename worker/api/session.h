@@ -44,6 +44,7 @@
 #include "worker/hook/zero_hook.h"
 #include "worker/runtime/rank_model.h"
 #include "worker/workload/workload.h"
+#include "security/transport.h"
 
 namespace pshard::worker {
 
@@ -62,6 +63,8 @@ inline constexpr int kMaxParameterDims = 16;
 struct SessionEnvironment {
   // Non-empty: coordinator mode, with job_id, epoch and worker_id.
   std::string coordinator;
+  // How to reach it: PSHARD_TLS_* / PSHARD_INSECURE.
+  security::TransportSecurity coordinator_security;
   std::string job_id;
   int64_t epoch = 0;
   std::string worker_id;

@@ -271,6 +271,7 @@ void Agent::StartJob(const v1::RunJobDirective& directive) {
     ProgramJobOptions options;
     options.worker_id = worker_id_;
     options.coordinator_address = options_.coordinator_address;
+    options.coordinator_security = options_.coordinator_security;
     options.hostname = options_.gloo_hostname;
     options.log_dir = options_.program_log_dir;
     options.log_max_bytes = options_.program_log_max_bytes;

@@ -50,6 +50,7 @@
 #include "worker/runtime/control_plane.h"
 #include "worker/runtime/rank_job.h"
 #include "worker/runtime/worker_metrics.h"
+#include "security/transport.h"
 
 namespace pshard::worker {
 
@@ -71,6 +72,9 @@ struct AgentOptions {
   // host:port of the coordinator, as the worker reaches it: a program job's
   // PSHARD_COORDINATOR.
   std::string coordinator_address;
+  // How the worker reaches it (TLS files or plaintext), handed to a program
+  // job's ranks as PSHARD_TLS_* / PSHARD_INSECURE.
+  security::TransportSecurity coordinator_security;
   // Where program jobs' output goes (ProgramLogPath) and each file's cap.
   std::string program_log_dir = "/tmp/pshard-worker/logs";
   int64_t program_log_max_bytes = int64_t{64} << 20;

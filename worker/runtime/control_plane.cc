@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 
 namespace pshard::worker {
@@ -197,12 +198,12 @@ class GrpcControlPlane : public ControlPlane {
 
 }  // namespace
 
-std::unique_ptr<ControlPlane> NewGrpcControlPlane(
-    const std::string& coordinator_address) {
-  return NewGrpcControlPlane(
-      grpc::CreateChannel(coordinator_address,
-                          grpc::InsecureChannelCredentials()),
-      coordinator_address);
+absl::StatusOr<std::unique_ptr<ControlPlane>> NewGrpcControlPlane(
+    const std::string& coordinator_address,
+    const security::TransportSecurity& security) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   security::NewChannel(coordinator_address, security));
+  return NewGrpcControlPlane(std::move(channel), coordinator_address);
 }
 
 std::unique_ptr<ControlPlane> NewGrpcControlPlane(

@@ -16,6 +16,7 @@
 #include "pshard/v1/shard.pb.h"
 #include "pshard/v1/worker_control.grpc.pb.h"
 #include "pshard/v1/worker_control.pb.h"
+#include "security/transport.h"
 
 namespace pshard::worker {
 
@@ -80,9 +81,12 @@ class ControlPlane : public AssignmentRpcs {
       const v1::AttachRequest& request, absl::Duration deadline) = 0;
 };
 
-// A ControlPlane over a gRPC channel to the coordinator's WorkerControl.
-std::unique_ptr<ControlPlane> NewGrpcControlPlane(
-    const std::string& coordinator_address);
+// A ControlPlane over a gRPC channel to the coordinator's WorkerControl,
+// with `security`'s TLS settings (security/transport.h).
+// InvalidArgument for bad TLS settings.
+absl::StatusOr<std::unique_ptr<ControlPlane>> NewGrpcControlPlane(
+    const std::string& coordinator_address,
+    const security::TransportSecurity& security);
 // The same over an existing channel (e.g. an in-process one in tests);
 // `name` stands for the coordinator in error messages.
 std::unique_ptr<ControlPlane> NewGrpcControlPlane(

@@ -139,6 +139,10 @@ absl::StatusOr<std::vector<std::string>> ProgramJob::Environment(
   for (const auto& [name, value] : agent) {
     env.push_back(absl::StrCat(name, "=", value));
   }
+  for (const auto& [name, value] :
+       security::ClientSecurityEnvironment(options.coordinator_security)) {
+    env.push_back(absl::StrCat(name, "=", value));
+  }
   // A restarted program is told how often, and where to resume from (the
   // step directory its epoch starts after) when there is a checkpoint.
   env.push_back(absl::StrCat("PSHARD_RESTART_COUNT=", directive.restart_count()));

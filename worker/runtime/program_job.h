@@ -42,6 +42,7 @@
 #include "worker/runtime/coordinator_kv.h"
 #include "worker/runtime/program_keys.h"
 #include "worker/runtime/rank_job.h"
+#include "security/transport.h"
 
 namespace pshard::worker {
 
@@ -50,6 +51,8 @@ struct ProgramJobOptions {
   std::string worker_id;
   // host:port of the coordinator: PSHARD_COORDINATOR.
   std::string coordinator_address;
+  // PSHARD_TLS_* / PSHARD_INSECURE (security::ClientSecurityEnvironment).
+  security::TransportSecurity coordinator_security;
   // The worker's advertised host: PSHARD_HOSTNAME, and MASTER_ADDR on rank 0.
   std::string hostname = "127.0.0.1";
   // Where ProgramLog files go (program_log.h), and each file's cap.

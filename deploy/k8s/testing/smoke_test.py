@@ -318,7 +318,8 @@ class SmokeTest(unittest.TestCase):
         binary, _, _ = image_binary(m.one(self.cluster.objects, "Job")["spec"]["template"]["spec"]
                                     ["containers"][0]["image"])
         coordinator = self.cluster.rewrite("pshard-coordinator:7070")
-        return subprocess.run([binary, f"--coordinator={coordinator}", *args],
+        # As the example pods: the base coordinator serves plaintext.
+        return subprocess.run([binary, f"--coordinator={coordinator}", "--insecure", *args],
                               capture_output=True, text=True, timeout=timeout)
 
     def run_example_job(self, pod_name):
