@@ -207,7 +207,8 @@ TEST_F(ProgramE2eTest, LogsFollowStreamsARunningProgramUntilItExits) {
       std::unique_ptr<Subprocess> follower,
       Subprocess::Start({RunfilePath("cli/pshardctl"), "logs", job.id(),
                          "--follow",
-                         absl::StrCat("--coordinator=", cluster_->address())},
+                         absl::StrCat("--coordinator=", cluster_->address()),
+                         "--insecure"},
                         {}, output));
   // Both first lines arrive while the programs still run.
   EXPECT_TRUE(WaitUntil(

@@ -17,16 +17,20 @@ WORKER = "pshard-worker"
 
 # The flags each binary defines (the team's contract); a misspelled flag would
 # stop the process at start-up.
+# Every binary's transport flags (security/transport_flags.cc).
+TRANSPORT_FLAGS = {
+    "insecure", "tls_cert", "tls_key", "tls_ca", "tls_require_client_cert",
+    "tls_server_name", "tls_reload_interval"}
 FLAGS = {
     "/usr/local/bin/pshard-coordinator": {
         "listen", "port_file", "state_path", "heartbeat_interval", "worker_timeout",
-        "metrics_listen"},
+        "metrics_listen"} | TRANSPORT_FLAGS,
     "/usr/local/bin/pshard-worker": {
         "coordinator", "name", "listen", "port_file", "host", "device",
-        "metrics_listen"},
+        "metrics_listen"} | TRANSPORT_FLAGS,
     "/usr/local/bin/pshardctl": {
         "coordinator", "output", "watch", "state", "limit", "include_lost", "reason",
-        "connect_timeout", "rpc_timeout", "watch_timeout"},
+        "connect_timeout", "rpc_timeout", "watch_timeout"} | TRANSPORT_FLAGS,
 }
 
 
