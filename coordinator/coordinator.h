@@ -293,11 +293,16 @@ class Coordinator {
 
   // ---- Jobs ----
 
-  // InvalidArgument: the spec is invalid (names the field).
+  // A non-empty `request_id` makes it idempotent: a job already submitted
+  // with it and the same spec (defaults applied) is returned as it is now,
+  // and no job is added (SubmitJobRequest.request_id).
+  // InvalidArgument: the spec or request_id is invalid (names the field).
+  // AlreadyExists: request_id was used for a job with another spec.
   // ResourceExhausted: max_unfinished_jobs jobs are queued or running, or
   //   max_jobs jobs are kept.
   // Unavailable: the state store could not commit; nothing changed.
-  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec,
+                                    absl::string_view request_id = {});
 
   // NotFound: no such job.
   absl::StatusOr<v1::Job> GetJob(absl::string_view job_id) const;

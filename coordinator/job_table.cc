@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "absl/strings/str_join.h"
 #include "common/job_state.h"
 #include "common/proto_time.h"
@@ -15,7 +16,55 @@
 namespace pshard {
 namespace coordinator {
 
-absl::StatusOr<JobRec*> JobTable::Add(v1::JobSpec spec, absl::Time now) {
+namespace {
+
+constexpr size_t kMaxRequestIdLength = 128;
+
+bool IsRequestIdChar(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+         (c >= '0' && c <= '9') || c == '.' || c == '_' || c == ':' ||
+         c == '-';
+}
+
+// The spec as Add stores it, for comparing a retry's with the first's.
+v1::JobSpec AsStored(v1::JobSpec spec) {
+  spec.DiscardUnknownFields();
+  return spec;
+}
+
+}  // namespace
+
+absl::Status JobTable::ValidateRequestId(absl::string_view request_id) {
+  if (request_id.size() <= kMaxRequestIdLength &&
+      std::all_of(request_id.begin(), request_id.end(), IsRequestIdChar)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "request_id: must be at most ", kMaxRequestIdLength,
+      " characters of [A-Za-z0-9._:-], got \"", Clip(request_id, 64), "\"",
+      request_id.size() > kMaxRequestIdLength
+          ? absl::StrCat(" (", request_id.size(), " characters)")
+          : std::string()));
+}
+
+absl::StatusOr<const JobRec*> JobTable::FindSubmission(
+    absl::string_view request_id, const v1::JobSpec& spec) const {
+  auto it = by_request_id_.find(request_id);
+  if (it == by_request_id_.end()) return nullptr;
+  const JobRec* j = jobs_.at(it->second).get();
+  // Field by field, not by serialized bytes: proto serialization is not
+  // canonical across versions, and the stored spec went through a restart.
+  if (!google::protobuf::util::MessageDifferencer::Equals(j->job.spec(),
+                                                          AsStored(spec))) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("request_id ", request_id, " was used for job ",
+                     j->job.id(), " with a different spec"));
+  }
+  return j;
+}
+
+absl::StatusOr<JobRec*> JobTable::Add(v1::JobSpec spec, absl::Time now,
+                                      std::string request_id) {
   if (static_cast<int>(jobs_.size()) >= limits_.max_jobs) {
     return absl::ResourceExhaustedError(
         absl::StrCat("too many jobs kept (", limits_.max_jobs, ")"));
@@ -35,6 +84,10 @@ absl::StatusOr<JobRec*> JobTable::Add(v1::JobSpec spec, absl::Time now) {
   j->job.set_state(v1::JOB_STATE_UNSPECIFIED);
   *j->job.mutable_submit_time() = ToProto(now);
   j->job.mutable_progress()->set_total_steps(j->job.spec().steps());
+  if (!request_id.empty()) {
+    by_request_id_[request_id] = j->num;
+    j->job.set_request_id(std::move(request_id));
+  }
   JobRec* out = j.get();
   jobs_[j->num] = std::move(j);
   return out;
@@ -48,6 +101,7 @@ JobRec& JobTable::Restore(int64_t num, v1::Job job) {
   const v1::JobState state = j->job.state();
   if (state == v1::QUEUED) queued_.insert(num);
   if (IsActive(state)) active_.insert(num);
+  if (!j->job.request_id().empty()) by_request_id_[j->job.request_id()] = num;
   JobRec& out = *j;
   jobs_[num] = std::move(j);
   return out;
@@ -58,6 +112,10 @@ std::unique_ptr<JobRec> JobTable::Remove(int64_t num) {
   if (it == jobs_.end()) return nullptr;
   std::unique_ptr<JobRec> out = std::move(it->second);
   jobs_.erase(it);
+  auto by_id = by_request_id_.find(out->job.request_id());
+  if (by_id != by_request_id_.end() && by_id->second == num) {
+    by_request_id_.erase(by_id);
+  }
   queued_.erase(num);
   active_.erase(num);
   return out;

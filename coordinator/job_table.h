@@ -17,7 +17,14 @@
 //   FailedPrecondition (ActiveAt): not STARTING or RUNNING, or another epoch
 //     ("epoch E is stale|unknown; current epoch is C").
 //   InvalidArgument (CheckRank): rank out of range, or held by another
-//     worker; (List) a bad page size, state or page token.
+//     worker; (List) a bad page size, state or page token;
+//     (ValidateRequestId) not 0..128 characters of [A-Za-z0-9._:-].
+//   AlreadyExists (FindSubmission): the request id was used for a job with
+//     another spec.
+//
+// Idempotent submission: a job submitted with a request id is indexed by
+// it (Add, and Restore from the stored Job.request_id, so the index
+// survives a coordinator restart); FindSubmission finds it for a retry.
 #ifndef PSHARD_COORDINATOR_JOB_TABLE_H_
 #define PSHARD_COORDINATOR_JOB_TABLE_H_
 
@@ -113,9 +120,20 @@ class JobTable {
   explicit JobTable(JobTableLimits limits) : limits_(limits) {}
 
   // A new job "job-<n>" for `spec` (valid, defaults applied by the caller),
-  // unknown fields dropped, submitted at `now`, in no state yet (the caller
-  // transitions it to QUEUED and calls MarkQueued).
-  absl::StatusOr<JobRec*> Add(v1::JobSpec spec, absl::Time now);
+  // unknown fields dropped, submitted at `now` with `request_id` (valid;
+  // empty for none; the caller checked FindSubmission), in no state yet (the
+  // caller transitions it to QUEUED and calls MarkQueued).
+  absl::StatusOr<JobRec*> Add(v1::JobSpec spec, absl::Time now,
+                              std::string request_id = "");
+  // OK for an empty id or at most 128 characters of [A-Za-z0-9._:-]
+  // (printable, and safe in a log line or a Kubernetes label).
+  static absl::Status ValidateRequestId(absl::string_view request_id);
+  // The job submitted with `request_id` (non-empty), or null when there is
+  // none. AlreadyExists when that job's spec differs from `spec` (defaults
+  // applied, as Add stores it): "request_id X was used for job J with a
+  // different spec".
+  absl::StatusOr<const JobRec*> FindSubmission(absl::string_view request_id,
+                                               const v1::JobSpec& spec) const;
   // A job loaded from the state store, queued or active by its state.
   JobRec& Restore(int64_t num, v1::Job job);
   // Takes job `num` out of the table (null if none), to be restored anew
@@ -192,6 +210,8 @@ class JobTable {
   std::map<int64_t, std::unique_ptr<JobRec>> jobs_;
   std::set<int64_t> queued_;
   std::set<int64_t> active_;
+  // SubmitJobRequest.request_id -> job number, for the jobs that have one.
+  std::map<std::string, int64_t, std::less<>> by_request_id_;
 };
 
 }  // namespace coordinator

@@ -158,6 +158,38 @@ TEST(JobTableTest, RestoreKeepsNumbersAndQueues) {
   EXPECT_EQ(p->job->job.id(), "job-4");
 }
 
+TEST(JobTableTest, RequestIdsIndexAddRestoreAndRemove) {
+  JobTable table({});
+  EXPECT_OK(JobTable::ValidateRequestId(""));
+  EXPECT_OK(JobTable::ValidateRequestId("pshardctl-0123abcd"));
+  EXPECT_THAT(JobTable::ValidateRequestId(std::string(129, 'x')),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("(129 characters)")));
+  ASSERT_OK_AND_ASSIGN(JobRec * a, table.Add(Spec(2), kT0, "a"));
+  EXPECT_EQ(a->job.request_id(), "a");
+  ASSERT_OK_AND_ASSIGN(const JobRec* found, table.FindSubmission("a", Spec(2)));
+  EXPECT_EQ(found, a);
+  ASSERT_OK_AND_ASSIGN(found, table.FindSubmission("b", Spec(2)));
+  EXPECT_EQ(found, nullptr);
+  EXPECT_THAT(table.FindSubmission("a", Spec(3)),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("request_id a was used for job job-1 with a "
+                                 "different spec")));
+  // A record taken out (a submission whose commit failed) frees its id.
+  table.Remove(a->num);
+  ASSERT_OK_AND_ASSIGN(found, table.FindSubmission("a", Spec(2)));
+  EXPECT_EQ(found, nullptr);
+  // A stored job brings its id back.
+  v1::Job stored;
+  stored.set_id("job-5");
+  stored.set_state(v1::SUCCEEDED);
+  *stored.mutable_spec() = Spec(2);
+  stored.set_request_id("a");
+  JobRec& restored = table.Restore(5, stored);
+  ASSERT_OK_AND_ASSIGN(found, table.FindSubmission("a", Spec(2)));
+  EXPECT_EQ(found, &restored);
+}
+
 TEST(JobTableTest, ListFiltersNewestFirstAndPages) {
   JobTable table({});
   for (int i = 0; i < 3; ++i) Queue(table, 1);

@@ -118,7 +118,8 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*,
                                        const v1::SubmitJobRequest* req,
                                        v1::Job* resp) {
-  absl::StatusOr<v1::Job> job = c_->SubmitJob(req->spec());
+  absl::StatusOr<v1::Job> job =
+      c_->SubmitJob(req->spec(), req->request_id());
   if (job.ok()) *resp = *std::move(job);
   return ToGrpcStatus(job.status());
 }
