@@ -68,7 +68,9 @@ const CommandDoc kCommands[] = {
      "validate a job spec, submit it, print the job id",
      "Validates JOB.json (the JSON form of pshard.v1.JobSpec; see "
      "docs/user-guide.md; `-` reads it from stdin) before contacting the "
-     "coordinator, then submits it and prints the new job id.\n\n"
+     "coordinator, then submits it and prints the new job id (on stderr: "
+     "its state and why, e.g. QUEUED: submitted; needs 64 workers; 3 are "
+     "registered and not draining).\n\n"
      "Flags:\n"
      "  --watch                  follow the job until it ends (as `watch`); "
      "exit 0 only if it SUCCEEDED\n"
@@ -308,6 +310,11 @@ class Runner {
       *io_.out << ToJson(job);
     } else if (!json()) {
       *io_.out << job.id() << "\n";
+      // Only the id on stdout (JOB=$(pshardctl submit ...)); where it
+      // stands on stderr, so a job that cannot start on this pool says so
+      // at once.
+      *io_.err << job.id() << ": " << v1::JobState_Name(job.state()) << ": "
+               << job.reason() << "\n";
     }
     io_.out->flush();
     if (!options_.watch) return kExitOk;

@@ -154,7 +154,10 @@ TEST_F(CommandsTest, SubmitPrintsTheJobId) {
   const std::string path = WriteTempFile("ok.json", kValidSpec);
   EXPECT_EQ(Run({"submit", path}), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(), "job-1\n");
-  EXPECT_THAT(err_.str(), IsEmpty());
+  // Where it stands goes to stderr: no workers yet.
+  EXPECT_EQ(err_.str(),
+            "job-1: QUEUED: submitted; needs 2 workers; 0 are registered and "
+            "not draining\n");
   ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob("job-1"));
   EXPECT_EQ(job.spec().name(), "test-job");
   EXPECT_EQ(job.spec().world_size(), 2);

@@ -99,19 +99,20 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
                    jobs_.Add(std::move(with_defaults), clock_->Now(),
                              std::string(request_id)));
   JobRec& job = *j;
-  std::string reason = absl::StrCat("submitted; waiting for ",
-                                    job.job.spec().world_size(), " idle workers");
+  std::string prefix = "submitted";
   if (initialized_from.has_value()) {
     *job.job.mutable_initialized_from() = *initialized_from;
     // The first epoch's RunJob directives carry it: steps s+1..steps.
     *job.job.mutable_resumed_from() = *initialized_from;
     job.job.mutable_progress()->set_step(initialized_from->step());
-    reason = absl::StrCat(InitializedFromNote(*initialized_from), "; ", reason);
+    prefix = absl::StrCat(InitializedFromNote(*initialized_from), "; ", prefix);
   }
-  Transition(job, v1::QUEUED, std::move(reason));
+  Transition(job, v1::QUEUED,
+             QueuedReason(prefix, job.job.spec(), /*restarting=*/false,
+                          workers_.Available()));
   // Transition() set start_time because it left UNSPECIFIED: undo that.
   job.job.clear_start_time();
-  jobs_.MarkQueued(job.num);
+  jobs_.MarkQueued(job.num, clock_->Now());
   Schedule();
   v1::Job out = job.job;
   RETURN_IF_ERROR(lock.Commit());

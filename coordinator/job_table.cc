@@ -99,7 +99,12 @@ JobRec& JobTable::Restore(int64_t num, v1::Job job) {
   j->job = std::move(job);
   next_num_ = std::max(next_num_, num);
   const v1::JobState state = j->job.state();
-  if (state == v1::QUEUED) queued_.insert(num);
+  // When it was last queued is not stored: a job restored QUEUED counts as
+  // waiting since its submission.
+  if (state == v1::QUEUED) {
+    j->queued_since = FromProto(j->job.submit_time());
+    queued_.insert(KeyOf(*j));
+  }
   if (IsActive(state)) active_.insert(num);
   if (!j->job.request_id().empty()) by_request_id_[j->job.request_id()] = num;
   JobRec& out = *j;
@@ -110,15 +115,26 @@ JobRec& JobTable::Restore(int64_t num, v1::Job job) {
 std::unique_ptr<JobRec> JobTable::Remove(int64_t num) {
   auto it = jobs_.find(num);
   if (it == jobs_.end()) return nullptr;
+  Dequeue(num);
   std::unique_ptr<JobRec> out = std::move(it->second);
   jobs_.erase(it);
   auto by_id = by_request_id_.find(out->job.request_id());
   if (by_id != by_request_id_.end() && by_id->second == num) {
     by_request_id_.erase(by_id);
   }
-  queued_.erase(num);
   active_.erase(num);
   return out;
+}
+
+void JobTable::MarkQueued(int64_t num, absl::Time now) {
+  JobRec& j = *jobs_.at(num);
+  j.queued_since = now;
+  queued_.insert(KeyOf(j));
+}
+
+void JobTable::Dequeue(int64_t num) {
+  auto it = jobs_.find(num);
+  if (it != jobs_.end()) queued_.erase(KeyOf(*it->second));
 }
 
 JobRec* JobTable::Find(int64_t num) {
@@ -203,18 +219,66 @@ v1::JobEvent JobTable::Transition(v1::Job& job, v1::JobState to,
   return event;
 }
 
-std::optional<JobTable::Placement> JobTable::PlaceHead(
-    absl::FunctionRef<std::vector<IdleWorker>(const JobRec& head)> idle) {
-  if (queued_.empty()) return std::nullopt;
-  JobRec* head = jobs_.at(*queued_.begin()).get();
-  const v1::JobSpec& spec = head->job.spec();
-  std::vector<int64_t> placed =
-      head->job.restarts() > 0
-          ? PlaceRestart(idle(*head), {}, spec.world_size(),
-                         MinRestartWorld(spec))
-          : PlaceRanks(idle(*head), spec.world_size());
-  if (placed.empty()) return std::nullopt;
-  return Placement{head, std::move(placed)};
+std::optional<JobTable::Placement> JobTable::PlaceNext(
+    absl::FunctionRef<std::vector<IdleWorker>(const JobRec& job)> idle,
+    int64_t pool, absl::Time now, absl::Duration reservation_after) {
+  // The idle workers of every job that is not restarting: the same list,
+  // asked for once.
+  std::optional<std::vector<IdleWorker>> common;
+  bool head_seen = false;
+  for (const QueueKey& key : queued_) {
+    JobRec* j = jobs_.at(key.second).get();
+    const v1::JobSpec& spec = j->job.spec();
+    const bool restarting = j->job.restarts() > 0;
+    const int need = restarting ? MinRestartWorld(spec) : spec.world_size();
+    // It could not start even on an empty cluster: waiting for it would
+    // block everyone behind it for nothing.
+    if (need > pool) continue;
+    std::vector<IdleWorker> own;
+    const std::vector<IdleWorker>* free = nullptr;
+    if (restarting) {
+      own = idle(*j);
+      free = &own;
+    } else {
+      if (!common.has_value()) common = idle(*j);
+      free = &*common;
+    }
+    // The count first: PlaceRanks copies and sorts the list.
+    if (static_cast<int64_t>(free->size()) >= need) {
+      std::vector<int64_t> placed =
+          restarting
+              ? PlaceRestart(*free, {}, spec.world_size(), need)
+              : PlaceRanks(*free, spec.world_size());
+      if (!placed.empty()) return Placement{j, std::move(placed)};
+    }
+    if (!head_seen) {
+      // The head: later jobs backfill only until it has waited long
+      // enough (see "Scheduling" in job_table.h). A restarting head
+      // reserves at once: it was running, its survivors are about to be
+      // idle for it, and a backfill would make it wait for a whole job.
+      head_seen = true;
+      if (restarting || now - j->queued_since >= reservation_after) {
+        return std::nullopt;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<JobRec*> JobTable::RefreshQueuedReasons(int64_t pool) {
+  std::vector<JobRec*> changed;
+  if (pool == reasons_pool_) return changed;
+  reasons_pool_ = pool;
+  for (const QueueKey& key : queued_) {
+    JobRec& j = *jobs_.at(key.second);
+    std::string reason =
+        QueuedReason(QueuedReasonPrefix(j.job.reason()), j.job.spec(),
+                     j.job.restarts() > 0, pool);
+    if (reason == j.job.reason()) continue;
+    j.job.set_reason(std::move(reason));
+    changed.push_back(&j);
+  }
+  return changed;
 }
 
 absl::StatusOr<JobPage> JobTable::List(const std::vector<v1::JobState>& states,
