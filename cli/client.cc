@@ -197,11 +197,23 @@ absl::StatusOr<Response> CoordinatorClient::Call(
   return response;
 }
 
-absl::StatusOr<v1::Job> CoordinatorClient::SubmitJob(const v1::JobSpec& spec) {
+absl::StatusOr<v1::Job> CoordinatorClient::SubmitJob(
+    const v1::JobSpec& spec, const std::string& request_id) {
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
-  return Call("SubmitJob", jobs_.get(), &v1::JobService::Stub::SubmitJob,
-              request);
+  request.set_request_id(request_id);
+  // Without a request id a retry could submit the job twice.
+  const int attempts = request_id.empty() ? 1 : kSubmitAttempts;
+  absl::StatusOr<v1::Job> job;
+  for (int attempt = 1; attempt <= attempts; ++attempt) {
+    job = Call("SubmitJob", jobs_.get(), &v1::JobService::Stub::SubmitJob,
+               request);
+    if (job.ok() || !(absl::IsUnavailable(job.status()) ||
+                      absl::IsDeadlineExceeded(job.status()))) {
+      break;
+    }
+  }
+  return job;
 }
 
 absl::StatusOr<v1::Job> CoordinatorClient::GetJob(const std::string& job_id) {

@@ -66,7 +66,13 @@ class CoordinatorClient {
 
   // The errors are the RPCs' own (see job.proto, shard.proto), with the call
   // named in the message.
-  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  // SubmitJob with `request_id` (empty: none). With one, a call that failed
+  // UNAVAILABLE or DEADLINE_EXCEEDED (the request or its reply may have been
+  // lost) is sent again with the same id, up to kSubmitAttempts in all:
+  // the coordinator answers a repeat with the job the first one made.
+  static constexpr int kSubmitAttempts = 3;
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec,
+                                    const std::string& request_id = "");
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
   // Newest first, following the pages: every job when `limit` is 0,
   // otherwise at most `limit`.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,16 @@
 
 namespace pshard::cli {
 namespace {
+
+// A fresh idempotency key per invocation: 128 random bits, so two users'
+// submissions never collide, while this invocation's retries repeat it.
+std::string RandomRequestId() {
+  absl::BitGen gen;
+  return absl::StrCat(
+      "pshardctl-",
+      absl::Hex(absl::Uniform<uint64_t>(gen), absl::kZeroPad16),
+      absl::Hex(absl::Uniform<uint64_t>(gen), absl::kZeroPad16));
+}
 
 struct CommandDoc {
   const char* name;
@@ -68,7 +79,9 @@ const CommandDoc kCommands[] = {
      "validate a job spec, submit it, print the job id",
      "Validates JOB.json (the JSON form of pshard.v1.JobSpec; see "
      "docs/user-guide.md; `-` reads it from stdin) before contacting the "
-     "coordinator, then submits it and prints the new job id.\n\n"
+     "coordinator, then submits it and prints the new job id (on stderr: "
+     "its state and why, e.g. QUEUED: submitted; needs 64 workers; 3 are "
+     "registered and not draining).\n\n"
      "Flags:\n"
      "  --watch                  follow the job until it ends (as `watch`); "
      "exit 0 only if it SUCCEEDED\n"
@@ -80,9 +93,16 @@ const CommandDoc kCommands[] = {
      "(every shard's size and SHA-256), requires the same workload, optimizer "
      "and seed, and a step below the spec's steps; the job then runs steps "
      "N+1..steps at its own world_size, whatever the checkpoint's\n"
+     "  --request_id=ID          the submission's idempotency key (at most "
+     "128 of [A-Za-z0-9._:-]): submitting again with the same ID and spec "
+     "prints the job the first submission made instead of adding one (the "
+     "same ID with another spec fails). Default: a new random "
+     "pshardctl-<32 hex digits> per invocation, sent again on pshardctl's "
+     "own retries (up to 3 attempts when the coordinator is unavailable or "
+     "late). Fix it where a submit may run twice, e.g. in a Kubernetes Job\n"
      "  --watch_timeout=DURATION with --watch: give up following after this "
      "long (default 72h)\n",
-     "output watch from_checkpoint watch_timeout", true},
+     "output watch from_checkpoint request_id watch_timeout", true},
     {"list", "", "list jobs, newest first",
      "Flags:\n"
      "  --state=S1,S2            only jobs in these states (queued, starting, "
@@ -295,11 +315,19 @@ class Runner {
       RETURN_IF_ERROR(ValidateJobSpec(spec));  // e.g. a relative path
     }
     ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
-    ASSIGN_OR_RETURN(v1::Job job, client->SubmitJob(spec));
+    const std::string request_id = options_.request_id.empty()
+                                       ? RandomRequestId()
+                                       : options_.request_id;
+    ASSIGN_OR_RETURN(v1::Job job, client->SubmitJob(spec, request_id));
     if (json() && !options_.watch) {
       *io_.out << ToJson(job);
     } else if (!json()) {
       *io_.out << job.id() << "\n";
+      // Only the id on stdout (JOB=$(pshardctl submit ...)); where it
+      // stands on stderr, so a job that cannot start on this pool says so
+      // at once.
+      *io_.err << job.id() << ": " << v1::JobState_Name(job.state()) << ": "
+               << job.reason() << "\n";
     }
     io_.out->flush();
     if (!options_.watch) return kExitOk;

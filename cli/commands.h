@@ -57,6 +57,9 @@ struct CliOptions {
   // submit: sets the spec's from_checkpoint (an absolute path; main()
   // absolutises a relative --from_checkpoint against the working directory).
   std::string from_checkpoint;
+  // submit: SubmitJobRequest.request_id; empty: a random
+  // "pshardctl-<32 hex digits>" per invocation.
+  std::string request_id;
   // list: comma-separated state names; empty = all.
   std::string states;
   // list, workers: at most this many (0 = all, page after page).

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cli/client.h"
@@ -153,7 +154,10 @@ TEST_F(CommandsTest, SubmitPrintsTheJobId) {
   const std::string path = WriteTempFile("ok.json", kValidSpec);
   EXPECT_EQ(Run({"submit", path}), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(), "job-1\n");
-  EXPECT_THAT(err_.str(), IsEmpty());
+  // Where it stands goes to stderr: no workers yet.
+  EXPECT_EQ(err_.str(),
+            "job-1: QUEUED: submitted; needs 2 workers; 0 are registered and "
+            "not draining\n");
   ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob("job-1"));
   EXPECT_EQ(job.spec().name(), "test-job");
   EXPECT_EQ(job.spec().world_size(), 2);
@@ -233,6 +237,69 @@ TEST_F(CommandsTest, ServerInvalidArgumentExits2OtherErrorsExit1) {
   EXPECT_EQ(err_.str(), "pshardctl: SubmitJob: queue full second line\n");
   EXPECT_EQ(coordinator_->rpc_log().calls("SubmitJob"), 2);
   EXPECT_EQ(NumJobs(), 0u);
+}
+
+TEST_F(CommandsTest, SubmitSendsARandomRequestIdPerInvocation) {
+  const std::string path = WriteTempFile("ok.json", kValidSpec);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(Run({"submit", path}), kExitOk) << err_.str();
+    auto request = coordinator_->rpc_log().LastRequest<v1::SubmitJobRequest>(
+        "SubmitJob");
+    ASSERT_TRUE(request.has_value());
+    EXPECT_THAT(request->request_id(),
+                ::testing::MatchesRegex("pshardctl-[0-9a-f]{32}"));
+    ids.push_back(request->request_id());
+  }
+  EXPECT_NE(ids[0], ids[1]);
+  EXPECT_EQ(NumJobs(), 2u);  // two invocations, two jobs
+  ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob("job-2"));
+  EXPECT_EQ(job.request_id(), ids[1]);
+}
+
+TEST_F(CommandsTest, SubmitRetriesAnUnavailableCoordinatorWithTheSameId) {
+  const std::string path = WriteTempFile("ok.json", kValidSpec);
+  coordinator_->FailNextCall("SubmitJob",
+                             absl::UnavailableError("connection reset"));
+  ASSERT_EQ(Run({"submit", path}), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "job-1\n");
+  EXPECT_EQ(coordinator_->rpc_log().calls("SubmitJob"), 2);
+  EXPECT_EQ(NumJobs(), 1u);
+}
+
+TEST_F(CommandsTest, SubmitWithAFixedRequestIdIsIdempotent) {
+  const std::string path = WriteTempFile("ok.json", kValidSpec);
+  options_.request_id = "train-2026-12-04";
+  ASSERT_EQ(Run({"submit", path}), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "job-1\n");
+  // The Kubernetes Job's pod ran again: the same job, not a second one.
+  ASSERT_EQ(Run({"submit", path}), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "job-1\n");
+  EXPECT_EQ(NumJobs(), 1u);
+  auto request =
+      coordinator_->rpc_log().LastRequest<v1::SubmitJobRequest>("SubmitJob");
+  ASSERT_TRUE(request.has_value());
+  EXPECT_EQ(request->request_id(), "train-2026-12-04");
+  // Another spec under the same id is refused, naming the first job.
+  const std::string other = WriteTempFile(
+      "other.json", absl::StrReplaceAll(kValidSpec, {{"\"steps\": 5",
+                                                      "\"steps\": 6"}}));
+  EXPECT_EQ(Run({"submit", other}), kExitError);
+  EXPECT_THAT(err_.str(), HasSubstr("request_id train-2026-12-04 was used for "
+                                    "job job-1 with a different spec"));
+  // A malformed id is the user's mistake.
+  options_.request_id = "not ok";
+  EXPECT_EQ(Run({"submit", path}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("request_id"));
+  EXPECT_EQ(NumJobs(), 1u);
+}
+
+TEST_F(CommandsTest, OnlySubmitTakesRequestId) {
+  EXPECT_OK(CheckFlagsApply("submit", {"request_id"}));
+  EXPECT_THAT(CheckFlagsApply("list", {"request_id"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("list does not take --request_id")));
+  EXPECT_THAT(CommandHelp("submit"), HasSubstr("--request_id=ID"));
 }
 
 TEST_F(CommandsTest, UsageErrorsExit2) {

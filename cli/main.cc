@@ -34,6 +34,10 @@ ABSL_FLAG(std::string, from_checkpoint, "",
           "submit: start the job from this checkpoint (a step directory or a "
           "job's checkpoint directory); a relative path is taken from the "
           "current directory.");
+ABSL_FLAG(std::string, request_id, "",
+          "submit: the request id that makes the submission idempotent (at "
+          "most 128 of [A-Za-z0-9._:-]); default: a random one per "
+          "invocation.");
 ABSL_FLAG(std::string, state, "",
           "list: comma-separated job states to show (e.g. running,queued).");
 ABSL_FLAG(int, limit, 0,
@@ -185,6 +189,7 @@ int main(int argc, char** argv) {
   options.output = *output;
   options.watch = absl::GetFlag(FLAGS_watch);
   options.from_checkpoint = UserPath(absl::GetFlag(FLAGS_from_checkpoint));
+  options.request_id = absl::GetFlag(FLAGS_request_id);
   options.states = absl::GetFlag(FLAGS_state);
   options.limit = absl::GetFlag(FLAGS_limit);
   options.include_lost = absl::GetFlag(FLAGS_include_lost);

@@ -433,6 +433,8 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                                            " characters, got ", spec.name().size()));
   }
   RETURN_IF_ERROR(CheckRequiredInt("world_size", spec.world_size(), 1, kMaxWorldSize));
+  RETURN_IF_ERROR(CheckIntRange<int64_t>("priority", spec.priority(),
+                                         kMinPriority, kMaxPriority));
   RETURN_IF_ERROR(
       CheckEnum("backend", JobSpec::Backend_descriptor(), spec.backend()));
   RETURN_IF_ERROR(CheckEnum("assignment_policy",

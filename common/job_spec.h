@@ -32,6 +32,9 @@ inline constexpr int kMaxProgramEnvNameLength = 256;
 inline constexpr double kDefaultProgramGracePeriodSeconds = 30;
 inline constexpr double kMaxProgramGracePeriodSeconds = 3600;
 inline constexpr int kMaxRestarts = 1000;
+// JobSpec.priority's range; 0 is the default.
+inline constexpr int kMinPriority = -1000;
+inline constexpr int kMaxPriority = 1000;
 inline constexpr int kMaxKeepLast = 1000000;
 
 // A program job's environment names that the worker's agent sets itself

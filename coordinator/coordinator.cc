@@ -356,14 +356,17 @@ void Coordinator::StartEpoch(JobRec& job,
 }
 
 void Coordinator::Schedule() {
-  while (std::optional<JobTable::Placement> placed = jobs_.PlaceHead(
-             [this](const JobRec& head) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  if (!jobs_.HasQueued()) return;
+  const int64_t pool = workers_.Available();
+  while (std::optional<JobTable::Placement> placed = jobs_.PlaceNext(
+             [this](const JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
                // A job waiting to restart takes its own old members back,
                // as FailOrRestart does.
-               return workers_.Idle(clock_->Now(), head.job.restarts() > 0
-                                                       ? head.job.id()
+               return workers_.Idle(clock_->Now(), job.job.restarts() > 0
+                                                       ? job.job.id()
                                                        : std::string());
-             })) {
+             },
+             pool, clock_->Now(), options_.head_reservation_after)) {
     JobRec& job = *placed->job;
     if (job.job.restarts() > 0) {  // it waited for workers to restart
       RestartEpoch(job, placed->worker_nums,
@@ -374,6 +377,9 @@ void Coordinator::Schedule() {
                absl::StrCat("scheduled on ", job.job.spec().world_size(),
                             " workers (epoch ", job.job.epoch() + 1, ")"));
   }
+  // The pool changed (a worker registered, was lost, drained): a queued
+  // job may now be able to start some day, or no longer.
+  for (JobRec* job : jobs_.RefreshQueuedReasons(pool)) PersistJob(*job);
 }
 
 void Coordinator::MarkLost(WorkerRec& w, const std::string& why) {
@@ -450,10 +456,10 @@ void Coordinator::FailOrRestart(JobRec& job, std::string cause,
   job.finished_ranks = 0;
   job.job.clear_members();
   job.run_job_spec.reset();
-  jobs_.MarkRequeued(job.num);
+  jobs_.MarkRequeued(job.num, clock_->Now());
   Transition(job, v1::QUEUED,
-             WaitingForRestartReason(reason, spec.world_size(),
-                                     MinRestartWorld(spec)));
+             QueuedReason(reason, spec, /*restarting=*/true,
+                          workers_.Available()));
 }
 
 void Coordinator::RestartEpoch(JobRec& job,

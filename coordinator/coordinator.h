@@ -62,7 +62,7 @@
 //
 // Job lifecycle (JobState), each edge an event with a reason and a time:
 //
-//   QUEUED ──(world_size idle workers; FIFO)──▶ STARTING ──(all ranks
+//   QUEUED ──(world_size idle workers; job_table.h)──▶ STARTING ──(all ranks
 //     │        reported the same layout; assignment published)──▶ RUNNING
 //     │                                          │                   │
 //     │   (every rank ReportResult ok) ──────────┼───────────────────┴──▶ SUCCEEDED
@@ -74,8 +74,8 @@
 //   restarts < max_restarts: STARTING|RUNNING ──▶ STARTING in a new epoch on
 //   the surviving members plus idle workers, up to world_size and at least
 //   min_world_size (the epoch's ranks, layout barrier and RunJob world_size
-//   sized to it); with fewer ──▶ QUEUED at the queue's head, placed when
-//   min_world_size workers are idle. Job.restarts counts; a Restart event
+//   sized to it); with fewer ──▶ QUEUED (before later jobs of its priority),
+//   placed at min_world_size idle workers. Job.restarts counts; a Restart event
 //   precedes the StateChange, whose reason is "restart R of M after: <cause>".
 //   Blame: a PEER failure is held for blame_window (decided by Tick); a loss
 //   of another of the job's workers in it is named first ("rank 1 (worker
@@ -165,6 +165,9 @@ struct CoordinatorOptions {
   // A rank's failure with cause PEER waits this long for the loss of the
   // peer it lost, which then takes the blame (see "Blame" above).
   absl::Duration blame_window = absl::Seconds(2);
+  // A queue head waiting this long stops later jobs from backfilling onto
+  // the idle workers it needs ("Scheduling" in job_table.h).
+  absl::Duration head_reservation_after = absl::Minutes(5);
 
   int max_workers = 65536;
   int max_unfinished_jobs = 10000;
@@ -293,11 +296,16 @@ class Coordinator {
 
   // ---- Jobs ----
 
-  // InvalidArgument: the spec is invalid (names the field).
+  // A non-empty `request_id` makes it idempotent: a job already submitted
+  // with it and the same spec (defaults applied) is returned as it is now,
+  // and no job is added (SubmitJobRequest.request_id).
+  // InvalidArgument: the spec or request_id is invalid (names the field).
+  // AlreadyExists: request_id was used for a job with another spec.
   // ResourceExhausted: max_unfinished_jobs jobs are queued or running, or
   //   max_jobs jobs are kept.
   // Unavailable: the state store could not commit; nothing changed.
-  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec,
+                                    absl::string_view request_id = {});
 
   // NotFound: no such job.
   absl::StatusOr<v1::Job> GetJob(absl::string_view job_id) const;
@@ -538,7 +546,8 @@ class Coordinator {
   // Decides a held PEER failure (job.held_failure) with no loss in its
   // window: the blamed rank, if any, is named first.
   void DecideHeldFailure(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Starts queued jobs, FIFO, while the head fits on idle workers.
+  // Starts queued jobs while one may (priority, backfill and the head's
+  // reservation: "Scheduling" in job_table.h); refreshes queued reasons.
   void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies DecideRecovery to a recovering job.
   void CheckRecovery(JobRec& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

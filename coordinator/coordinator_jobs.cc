@@ -61,30 +61,58 @@ absl::StatusOr<v1::ResumePoint> Coordinator::ResolveFromCheckpoint(
   return point;
 }
 
-absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
+absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
+                                               absl::string_view request_id) {
   RETURN_IF_ERROR(ValidateJobSpec(spec));
+  RETURN_IF_ERROR(JobTable::ValidateRequestId(request_id));
   v1::JobSpec with_defaults = ApplyJobSpecDefaults(spec);
+  // A retry is answered before from_checkpoint is resolved again: that
+  // hashes every shard, and the checkpoint may have been pruned since the
+  // first submission took it.
+  if (!request_id.empty()) {
+    Locked lock(this);
+    ASSIGN_OR_RETURN(const JobRec* first,
+                     jobs_.FindSubmission(request_id, with_defaults));
+    if (first != nullptr) {
+      v1::Job out = first->job;
+      // Nothing changed, but the first submission may not be durable yet.
+      RETURN_IF_ERROR(lock.Commit());
+      return out;
+    }
+  }
   std::optional<v1::ResumePoint> initialized_from;
   if (!with_defaults.from_checkpoint().empty()) {
     ASSIGN_OR_RETURN(initialized_from, ResolveFromCheckpoint(with_defaults));
   }
   Locked lock(this);
+  if (!request_id.empty()) {
+    // A concurrent retry may have added it while the lock was released.
+    ASSIGN_OR_RETURN(const JobRec* first,
+                     jobs_.FindSubmission(request_id, with_defaults));
+    if (first != nullptr) {
+      v1::Job out = first->job;
+      RETURN_IF_ERROR(lock.Commit());
+      return out;
+    }
+  }
   ASSIGN_OR_RETURN(JobRec * j,
-                   jobs_.Add(std::move(with_defaults), clock_->Now()));
+                   jobs_.Add(std::move(with_defaults), clock_->Now(),
+                             std::string(request_id)));
   JobRec& job = *j;
-  std::string reason = absl::StrCat("submitted; waiting for ",
-                                    job.job.spec().world_size(), " idle workers");
+  std::string prefix = "submitted";
   if (initialized_from.has_value()) {
     *job.job.mutable_initialized_from() = *initialized_from;
     // The first epoch's RunJob directives carry it: steps s+1..steps.
     *job.job.mutable_resumed_from() = *initialized_from;
     job.job.mutable_progress()->set_step(initialized_from->step());
-    reason = absl::StrCat(InitializedFromNote(*initialized_from), "; ", reason);
+    prefix = absl::StrCat(InitializedFromNote(*initialized_from), "; ", prefix);
   }
-  Transition(job, v1::QUEUED, std::move(reason));
+  Transition(job, v1::QUEUED,
+             QueuedReason(prefix, job.job.spec(), /*restarting=*/false,
+                          workers_.Available()));
   // Transition() set start_time because it left UNSPECIFIED: undo that.
   job.job.clear_start_time();
-  jobs_.MarkQueued(job.num);
+  jobs_.MarkQueued(job.num, clock_->Now());
   Schedule();
   v1::Job out = job.job;
   RETURN_IF_ERROR(lock.Commit());

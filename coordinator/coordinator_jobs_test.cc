@@ -147,7 +147,7 @@ TEST_F(CoordinatorTest, FullLifecycle) {
   EXPECT_THAT(c_->KvPut(put), StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
 }
 
-TEST_F(CoordinatorTest, GangSchedulingIsFifoAndGroupsRanksByHost) {
+TEST_F(CoordinatorTest, GangSchedulingBackfillsAndGroupsRanksByHost) {
   Worker a = Register("a1", "host-a");
   Worker b1 = Register("b1", "host-b");
   Worker a2 = Register("a2", "host-a");
@@ -160,9 +160,11 @@ TEST_F(CoordinatorTest, GangSchedulingIsFifoAndGroupsRanksByHost) {
   EXPECT_EQ(j1.members(0).worker_id(), a.id);
   EXPECT_EQ(j1.members(1).worker_id(), a2.id);
   EXPECT_EQ(j1.members(0).host(), "host-a");
-  // j2 needs 2 and only 1 is idle; j3 could fit but waits behind j2 (FIFO).
+  // j2 needs 2 and only 1 is idle; j3 fits there and starts before it
+  // (backfill: j2 has not waited head_reservation_after yet).
   EXPECT_EQ(GetJob(j2.id()).state(), v1::QUEUED);
-  EXPECT_EQ(GetJob(j3.id()).state(), v1::QUEUED);
+  EXPECT_EQ(GetJob(j3.id()).state(), v1::STARTING);
+  EXPECT_EQ(GetJob(j3.id()).members(0).worker_id(), b1.id);
   ASSERT_OK(c_->CancelJob(j1.id(), ""));
   EXPECT_EQ(GetJob(j2.id()).state(), v1::STARTING);
   EXPECT_EQ(GetJob(j3.id()).state(), v1::STARTING);

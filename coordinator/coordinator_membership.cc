@@ -236,7 +236,9 @@ absl::StatusOr<v1::WorkerInfo> Coordinator::SetDrainRequested(
   if (w->info.drain_requested() != drain) {
     w->info.set_drain_requested(drain);
     PersistWorker(*w);
-    if (!drain) Schedule();  // a queued job may fit now
+    // Undrained, a queued job may fit now; either way the pool changed,
+    // and the queued jobs' reasons say whether each can still start.
+    Schedule();
   }
   v1::WorkerInfo info = WorkerRegistry::InfoOf(*w, clock_->Now());
   RETURN_IF_ERROR(lock.Commit());

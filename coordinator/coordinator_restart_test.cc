@@ -174,10 +174,13 @@ TEST_F(CoordinatorRestartTest, WaitsAtTheHeadThenPlacedWhenWorkersCome) {
   EXPECT_EQ(waiting.state(), v1::QUEUED);
   EXPECT_EQ(waiting.restarts(), 1);
   EXPECT_EQ(waiting.members_size(), 0);
+  // b is LOST: the pool alone cannot run it until a worker comes.
   EXPECT_THAT(waiting.reason(),
-              HasSubstr("; waiting for 2 idle workers (at least 2)"));
+              HasSubstr("; needs 2 workers (min_world_size); 1 is registered "
+                        "and not draining"));
   EXPECT_TRUE(waiting.has_start_time());
-  EXPECT_EQ(GetJob(later.id()).state(), v1::QUEUED);  // FIFO behind it
+  // a is still RELEASING the restarted job's old epoch: not for `later`.
+  EXPECT_EQ(GetJob(later.id()).state(), v1::QUEUED);
   EXPECT_TRUE(Restarts(job.id()).empty());
 
   Worker c = Add("c");

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "absl/strings/str_join.h"
 #include "common/job_state.h"
 #include "common/proto_time.h"
@@ -15,7 +16,55 @@
 namespace pshard {
 namespace coordinator {
 
-absl::StatusOr<JobRec*> JobTable::Add(v1::JobSpec spec, absl::Time now) {
+namespace {
+
+constexpr size_t kMaxRequestIdLength = 128;
+
+bool IsRequestIdChar(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+         (c >= '0' && c <= '9') || c == '.' || c == '_' || c == ':' ||
+         c == '-';
+}
+
+// The spec as Add stores it, for comparing a retry's with the first's.
+v1::JobSpec AsStored(v1::JobSpec spec) {
+  spec.DiscardUnknownFields();
+  return spec;
+}
+
+}  // namespace
+
+absl::Status JobTable::ValidateRequestId(absl::string_view request_id) {
+  if (request_id.size() <= kMaxRequestIdLength &&
+      std::all_of(request_id.begin(), request_id.end(), IsRequestIdChar)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "request_id: must be at most ", kMaxRequestIdLength,
+      " characters of [A-Za-z0-9._:-], got \"", Clip(request_id, 64), "\"",
+      request_id.size() > kMaxRequestIdLength
+          ? absl::StrCat(" (", request_id.size(), " characters)")
+          : std::string()));
+}
+
+absl::StatusOr<const JobRec*> JobTable::FindSubmission(
+    absl::string_view request_id, const v1::JobSpec& spec) const {
+  auto it = by_request_id_.find(request_id);
+  if (it == by_request_id_.end()) return nullptr;
+  const JobRec* j = jobs_.at(it->second).get();
+  // Field by field, not by serialized bytes: proto serialization is not
+  // canonical across versions, and the stored spec went through a restart.
+  if (!google::protobuf::util::MessageDifferencer::Equals(j->job.spec(),
+                                                          AsStored(spec))) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("request_id ", request_id, " was used for job ",
+                     j->job.id(), " with a different spec"));
+  }
+  return j;
+}
+
+absl::StatusOr<JobRec*> JobTable::Add(v1::JobSpec spec, absl::Time now,
+                                      std::string request_id) {
   if (static_cast<int>(jobs_.size()) >= limits_.max_jobs) {
     return absl::ResourceExhaustedError(
         absl::StrCat("too many jobs kept (", limits_.max_jobs, ")"));
@@ -35,6 +84,10 @@ absl::StatusOr<JobRec*> JobTable::Add(v1::JobSpec spec, absl::Time now) {
   j->job.set_state(v1::JOB_STATE_UNSPECIFIED);
   *j->job.mutable_submit_time() = ToProto(now);
   j->job.mutable_progress()->set_total_steps(j->job.spec().steps());
+  if (!request_id.empty()) {
+    by_request_id_[request_id] = j->num;
+    j->job.set_request_id(std::move(request_id));
+  }
   JobRec* out = j.get();
   jobs_[j->num] = std::move(j);
   return out;
@@ -46,8 +99,14 @@ JobRec& JobTable::Restore(int64_t num, v1::Job job) {
   j->job = std::move(job);
   next_num_ = std::max(next_num_, num);
   const v1::JobState state = j->job.state();
-  if (state == v1::QUEUED) queued_.insert(num);
+  // When it was last queued is not stored: a job restored QUEUED counts as
+  // waiting since its submission.
+  if (state == v1::QUEUED) {
+    j->queued_since = FromProto(j->job.submit_time());
+    queued_.insert(KeyOf(*j));
+  }
   if (IsActive(state)) active_.insert(num);
+  if (!j->job.request_id().empty()) by_request_id_[j->job.request_id()] = num;
   JobRec& out = *j;
   jobs_[num] = std::move(j);
   return out;
@@ -56,11 +115,26 @@ JobRec& JobTable::Restore(int64_t num, v1::Job job) {
 std::unique_ptr<JobRec> JobTable::Remove(int64_t num) {
   auto it = jobs_.find(num);
   if (it == jobs_.end()) return nullptr;
+  Dequeue(num);
   std::unique_ptr<JobRec> out = std::move(it->second);
   jobs_.erase(it);
-  queued_.erase(num);
+  auto by_id = by_request_id_.find(out->job.request_id());
+  if (by_id != by_request_id_.end() && by_id->second == num) {
+    by_request_id_.erase(by_id);
+  }
   active_.erase(num);
   return out;
+}
+
+void JobTable::MarkQueued(int64_t num, absl::Time now) {
+  JobRec& j = *jobs_.at(num);
+  j.queued_since = now;
+  queued_.insert(KeyOf(j));
+}
+
+void JobTable::Dequeue(int64_t num) {
+  auto it = jobs_.find(num);
+  if (it != jobs_.end()) queued_.erase(KeyOf(*it->second));
 }
 
 JobRec* JobTable::Find(int64_t num) {
@@ -145,18 +219,66 @@ v1::JobEvent JobTable::Transition(v1::Job& job, v1::JobState to,
   return event;
 }
 
-std::optional<JobTable::Placement> JobTable::PlaceHead(
-    absl::FunctionRef<std::vector<IdleWorker>(const JobRec& head)> idle) {
-  if (queued_.empty()) return std::nullopt;
-  JobRec* head = jobs_.at(*queued_.begin()).get();
-  const v1::JobSpec& spec = head->job.spec();
-  std::vector<int64_t> placed =
-      head->job.restarts() > 0
-          ? PlaceRestart(idle(*head), {}, spec.world_size(),
-                         MinRestartWorld(spec))
-          : PlaceRanks(idle(*head), spec.world_size());
-  if (placed.empty()) return std::nullopt;
-  return Placement{head, std::move(placed)};
+std::optional<JobTable::Placement> JobTable::PlaceNext(
+    absl::FunctionRef<std::vector<IdleWorker>(const JobRec& job)> idle,
+    int64_t pool, absl::Time now, absl::Duration reservation_after) {
+  // The idle workers of every job that is not restarting: the same list,
+  // asked for once.
+  std::optional<std::vector<IdleWorker>> common;
+  bool head_seen = false;
+  for (const QueueKey& key : queued_) {
+    JobRec* j = jobs_.at(key.second).get();
+    const v1::JobSpec& spec = j->job.spec();
+    const bool restarting = j->job.restarts() > 0;
+    const int need = restarting ? MinRestartWorld(spec) : spec.world_size();
+    // It could not start even on an empty cluster: waiting for it would
+    // block everyone behind it for nothing.
+    if (need > pool) continue;
+    std::vector<IdleWorker> own;
+    const std::vector<IdleWorker>* free = nullptr;
+    if (restarting) {
+      own = idle(*j);
+      free = &own;
+    } else {
+      if (!common.has_value()) common = idle(*j);
+      free = &*common;
+    }
+    // The count first: PlaceRanks copies and sorts the list.
+    if (static_cast<int64_t>(free->size()) >= need) {
+      std::vector<int64_t> placed =
+          restarting
+              ? PlaceRestart(*free, {}, spec.world_size(), need)
+              : PlaceRanks(*free, spec.world_size());
+      if (!placed.empty()) return Placement{j, std::move(placed)};
+    }
+    if (!head_seen) {
+      // The head: later jobs backfill only until it has waited long
+      // enough (see "Scheduling" in job_table.h). A restarting head
+      // reserves at once: it was running, its survivors are about to be
+      // idle for it, and a backfill would make it wait for a whole job.
+      head_seen = true;
+      if (restarting || now - j->queued_since >= reservation_after) {
+        return std::nullopt;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<JobRec*> JobTable::RefreshQueuedReasons(int64_t pool) {
+  std::vector<JobRec*> changed;
+  if (pool == reasons_pool_) return changed;
+  reasons_pool_ = pool;
+  for (const QueueKey& key : queued_) {
+    JobRec& j = *jobs_.at(key.second);
+    std::string reason =
+        QueuedReason(QueuedReasonPrefix(j.job.reason()), j.job.spec(),
+                     j.job.restarts() > 0, pool);
+    if (reason == j.job.reason()) continue;
+    j.job.set_reason(std::move(reason));
+    changed.push_back(&j);
+  }
+  return changed;
 }
 
 absl::StatusOr<JobPage> JobTable::List(const std::vector<v1::JobState>& states,

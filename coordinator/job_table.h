@@ -1,13 +1,30 @@
 // The coordinator's jobs: one record per job kept (its durable view, event
 // log, ranks of the current epoch, layout barrier, rendezvous store and
-// published assignment), the queue of jobs waiting for workers (FIFO by
-// job number) and the set of active (STARTING or RUNNING) jobs.
+// published assignment), the queue of jobs waiting for workers (higher
+// JobSpec.priority first, FIFO by job number within a priority) and the set
+// of active (STARTING or RUNNING) jobs.
 //
 // The job state machine is drawn in coordinator.h; Transition makes one
 // edge on the durable view and returns its event, which the coordinator
-// appends to the job's log. Placing the head of the queue on idle workers
-// (PlaceHead, over PlaceRanks) is the scheduling step; starting the epoch
-// there is the coordinator's (it changes workers too).
+// appends to the job's log. Choosing the next queued job and its idle
+// workers (PlaceNext, over PlaceRanks) is the scheduling step; starting the
+// epoch there is the coordinator's (it changes workers too).
+//
+// Scheduling (PlaceNext), in queue order:
+//   - a job that needs more workers than the pool has (registered, not
+//     draining) can never start as the pool is: it is passed over and holds
+//     nothing back (its reason says so: QueuedReason);
+//   - the first job that fits on the idle workers starts; so a later job
+//     that fits starts while the head waits for more (backfill);
+//   - but once the head (the first job that could start on the pool but
+//     does not fit yet) has been queued for reservation_after (a
+//     restarting head: at once), nothing behind it starts until it has:
+//     every idle worker is one it needs.
+//   Why: without runtime estimates we cannot tell whether a backfilled job
+//   ends before the head could have started (EASY backfilling's test), so
+//   backfilling is allowed only for a bounded time, after which the workers
+//   freed one by one accumulate for the head and it cannot starve behind a
+//   stream of small jobs.
 //
 // Called under the coordinator's lock; not thread-safe itself.
 // Errors:
@@ -17,7 +34,14 @@
 //   FailedPrecondition (ActiveAt): not STARTING or RUNNING, or another epoch
 //     ("epoch E is stale|unknown; current epoch is C").
 //   InvalidArgument (CheckRank): rank out of range, or held by another
-//     worker; (List) a bad page size, state or page token.
+//     worker; (List) a bad page size, state or page token;
+//     (ValidateRequestId) not 0..128 characters of [A-Za-z0-9._:-].
+//   AlreadyExists (FindSubmission): the request id was used for a job with
+//     another spec.
+//
+// Idempotent submission: a job submitted with a request id is indexed by
+// it (Add, and Restore from the stored Job.request_id, so the index
+// survives a coordinator restart); FindSubmission finds it for a retry.
 #ifndef PSHARD_COORDINATOR_JOB_TABLE_H_
 #define PSHARD_COORDINATOR_JOB_TABLE_H_
 
@@ -92,6 +116,9 @@ struct JobRec {
   // The current epoch's checkpoint shards, until each step commits.
   CheckpointTracker checkpoints;
   std::optional<HeldFailure> held_failure;
+  // While QUEUED: since when (not durable; restored as submit_time), for
+  // the head's reservation (see "Scheduling" in job_table.h).
+  absl::Time queued_since;
 };
 
 struct JobTableLimits {
@@ -113,9 +140,20 @@ class JobTable {
   explicit JobTable(JobTableLimits limits) : limits_(limits) {}
 
   // A new job "job-<n>" for `spec` (valid, defaults applied by the caller),
-  // unknown fields dropped, submitted at `now`, in no state yet (the caller
-  // transitions it to QUEUED and calls MarkQueued).
-  absl::StatusOr<JobRec*> Add(v1::JobSpec spec, absl::Time now);
+  // unknown fields dropped, submitted at `now` with `request_id` (valid;
+  // empty for none; the caller checked FindSubmission), in no state yet (the
+  // caller transitions it to QUEUED and calls MarkQueued).
+  absl::StatusOr<JobRec*> Add(v1::JobSpec spec, absl::Time now,
+                              std::string request_id = "");
+  // OK for an empty id or at most 128 characters of [A-Za-z0-9._:-]
+  // (printable, and safe in a log line or a Kubernetes label).
+  static absl::Status ValidateRequestId(absl::string_view request_id);
+  // The job submitted with `request_id` (non-empty), or null when there is
+  // none. AlreadyExists when that job's spec differs from `spec` (defaults
+  // applied, as Add stores it): "request_id X was used for job J with a
+  // different spec".
+  absl::StatusOr<const JobRec*> FindSubmission(absl::string_view request_id,
+                                               const v1::JobSpec& spec) const;
   // A job loaded from the state store, queued or active by its state.
   JobRec& Restore(int64_t num, v1::Job job);
   // Takes job `num` out of the table (null if none), to be restored anew
@@ -141,37 +179,49 @@ class JobTable {
   static v1::JobEvent Transition(v1::Job& job, v1::JobState to,
                                  std::string reason, absl::Time now);
 
-  void MarkQueued(int64_t num) { queued_.insert(num); }
+  // Job `num` (kept) waits for workers from `now` on.
+  void MarkQueued(int64_t num, absl::Time now);
   void MarkActive(int64_t num) {
-    queued_.erase(num);
+    Dequeue(num);
     active_.insert(num);
   }
-  // An active job back at the queue's head (its number is below every queued
-  // job's: it was placed when it was the head), to wait for workers.
-  void MarkRequeued(int64_t num) {
+  // An active job back in the queue (at its place by priority and number:
+  // ahead of every job of its priority submitted after it), to wait for
+  // workers from `now` on.
+  void MarkRequeued(int64_t num, absl::Time now) {
     active_.erase(num);
-    queued_.insert(num);
+    MarkQueued(num, now);
   }
   void MarkEnded(int64_t num) {
-    queued_.erase(num);
+    Dequeue(num);
     active_.erase(num);
   }
+  bool HasQueued() const { return !queued_.empty(); }
   // The active jobs' numbers, in order (a copy: callers change the set).
   std::vector<int64_t> ActiveJobs() const {
     return std::vector<int64_t>(active_.begin(), active_.end());
   }
 
-  // The head of the queue and the workers (by rank) it would run on, from
-  // `idle(head)` (asked only when a job is queued); nullopt when none is queued
-  // or the head does not fit (FIFO: later jobs wait behind it). A head that
-  // waits for a restart (restarts > 0) fits on as few as its
-  // min_world_size workers, and takes up to world_size.
+  // The next queued job to start and the workers (by rank) it would run on
+  // (see "Scheduling" above), or nullopt when none may start now. `idle(j)`
+  // gives the idle workers for job j: asked once for all jobs that are not
+  // restarting, and once for each restarting one considered (its own
+  // RELEASING members count); never when nothing is queued. A restarting
+  // job (restarts > 0) fits on as few as its min_world_size workers, and
+  // takes up to world_size. `pool`: workers registered and not draining.
+  // O(queued jobs) plus one placement.
   struct Placement {
     JobRec* job;
     std::vector<int64_t> worker_nums;
   };
-  std::optional<Placement> PlaceHead(
-      absl::FunctionRef<std::vector<IdleWorker>(const JobRec& head)> idle);
+  std::optional<Placement> PlaceNext(
+      absl::FunctionRef<std::vector<IdleWorker>(const JobRec& job)> idle,
+      int64_t pool, absl::Time now, absl::Duration reservation_after);
+
+  // When `pool` differs from the last call's: every queued job's reason
+  // rewritten by QueuedReason for that pool, and the jobs whose reason
+  // changed (to persist). Nothing otherwise.
+  std::vector<JobRec*> RefreshQueuedReasons(int64_t pool);
 
   // Newest first; `states` empty lists every state (see
   // Coordinator::ListJobs).
@@ -190,8 +240,19 @@ class JobTable {
   const JobTableLimits limits_;
   int64_t next_num_ = 0;
   std::map<int64_t, std::unique_ptr<JobRec>> jobs_;
-  std::set<int64_t> queued_;
+  // Queue order: (-priority, job number).
+  using QueueKey = std::pair<int64_t, int64_t>;
+  static QueueKey KeyOf(const JobRec& job) {
+    return {-static_cast<int64_t>(job.job.spec().priority()), job.num};
+  }
+  void Dequeue(int64_t num);
+
+  std::set<QueueKey> queued_;
   std::set<int64_t> active_;
+  // The pool of the last RefreshQueuedReasons; -1 before the first.
+  int64_t reasons_pool_ = -1;
+  // SubmitJobRequest.request_id -> job number, for the jobs that have one.
+  std::map<std::string, int64_t, std::less<>> by_request_id_;
 };
 
 }  // namespace coordinator

@@ -25,15 +25,26 @@ v1::JobSpec Spec(int world_size) {
   return spec;
 }
 
-// Adds a job and queues it as the coordinator does.
-JobRec* Queue(JobTable& table, int world_size) {
-  absl::StatusOr<JobRec*> j = table.Add(Spec(world_size), kT0);
+// Adds a job and queues it at `at` as the coordinator does.
+JobRec* Queue(JobTable& table, int world_size, int priority = 0,
+              absl::Time at = kT0) {
+  v1::JobSpec spec = Spec(world_size);
+  spec.set_priority(priority);
+  absl::StatusOr<JobRec*> j = table.Add(spec, at);
   EXPECT_OK(j);
   if (!j.ok()) return nullptr;
-  JobTable::Transition((*j)->job, v1::QUEUED, "submitted", kT0);
-  table.MarkQueued((*j)->num);
+  JobTable::Transition((*j)->job, v1::QUEUED, "submitted", at);
+  table.MarkQueued((*j)->num, at);
   return *j;
 }
+
+std::vector<IdleWorker> Workers(int n) {
+  std::vector<IdleWorker> out;
+  for (int i = 1; i <= n; ++i) out.push_back({i, "h1"});
+  return out;
+}
+
+constexpr absl::Duration kReserve = absl::Minutes(5);
 
 TEST(JobTableTest, AddNumbersJobsAndFindsThemByIdOnly) {
   JobTable table({});
@@ -116,25 +127,153 @@ TEST(JobTableTest, ActiveAtAndCheckRankNameWhatIsWrong) {
   EXPECT_EQ(JobTable::Who(*j, 1), "rank 1 (worker w-2)");
 }
 
-TEST(JobTableTest, PlaceHeadIsFifoAndAsksForIdleWorkersOnlyWhenQueued) {
+TEST(JobTableTest, PlaceNextAsksForIdleWorkersOnceAndOnlyWhenQueued) {
   JobTable table({});
   int asked = 0;
   auto idle = [&](const JobRec&) {
     ++asked;
-    return std::vector<IdleWorker>{{1, "h1"}, {2, "h1"}};
+    return Workers(2);
   };
-  EXPECT_FALSE(table.PlaceHead(idle).has_value());
+  EXPECT_FALSE(table.PlaceNext(idle, 2, kT0, kReserve).has_value());
   EXPECT_EQ(asked, 0);
   JobRec* big = Queue(table, 3);
-  Queue(table, 1);
-  // The head needs 3 workers: the small job behind it waits too.
-  EXPECT_FALSE(table.PlaceHead(idle).has_value());
+  Queue(table, 3);
+  Queue(table, 3);
+  // None fits: asked once for all three.
+  EXPECT_FALSE(table.PlaceNext(idle, 3, kT0, kReserve).has_value());
   EXPECT_EQ(asked, 1);
   table.MarkEnded(big->num);
-  std::optional<JobTable::Placement> p = table.PlaceHead(idle);
+  table.MarkEnded(big->num + 1);
+  table.MarkEnded(big->num + 2);
+  EXPECT_FALSE(table.HasQueued());
+}
+
+TEST(JobTableTest, PlaceNextIsFifoWhenEverythingFits) {
+  JobTable table({});
+  Queue(table, 1);
+  Queue(table, 1);
+  std::optional<JobTable::Placement> p =
+      table.PlaceNext([](const JobRec&) { return Workers(2); }, 2, kT0,
+                      kReserve);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->job->job.id(), "job-1");
+  EXPECT_THAT(p->worker_nums, ElementsAre(1));
+}
+
+TEST(JobTableTest, ALaterJobThatFitsBackfillsWhileTheHeadWaits) {
+  JobTable table({});
+  Queue(table, 4);  // needs 4; 2 of the pool's 4 are idle
+  Queue(table, 3);  // does not fit either
+  Queue(table, 2);  // fits
+  std::optional<JobTable::Placement> p =
+      table.PlaceNext([](const JobRec&) { return Workers(2); }, /*pool=*/4,
+                      kT0 + absl::Minutes(1), kReserve);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->job->job.id(), "job-3");
+  EXPECT_THAT(p->worker_nums, ElementsAre(1, 2));
+}
+
+TEST(JobTableTest, AHeadThatWaitedTooLongStopsBackfill) {
+  JobTable table({});
+  Queue(table, 4);
+  Queue(table, 2, 0, kT0 + absl::Minutes(4));
+  auto idle = [](const JobRec&) { return Workers(2); };
+  // Just under the bound: the small job may still take the idle workers.
+  std::optional<JobTable::Placement> p = table.PlaceNext(
+      idle, 4, kT0 + kReserve - absl::Seconds(1), kReserve);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->job->job.id(), "job-2");
-  EXPECT_THAT(p->worker_nums, ElementsAre(1));
+  // At the bound: they are kept for the head, which starts once 4 are idle.
+  EXPECT_FALSE(table.PlaceNext(idle, 4, kT0 + kReserve, kReserve).has_value());
+  p = table.PlaceNext([](const JobRec&) { return Workers(4); }, 4,
+                      kT0 + kReserve, kReserve);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->job->job.id(), "job-1");
+}
+
+TEST(JobTableTest, OnlyTheHeadReservesAndAJobThatCanNeverStartIsNoHead) {
+  JobTable table({});
+  Queue(table, 64);  // can never start on a pool of 4: it holds nothing back
+  Queue(table, 4);   // the head: it could start on the pool
+  Queue(table, 3);   // waited as long, but it is not the head
+  Queue(table, 1);
+  auto idle = [](const JobRec&) { return Workers(2); };
+  const absl::Time late = kT0 + absl::Hours(1);
+  EXPECT_FALSE(table.PlaceNext(idle, 4, late, kReserve).has_value());
+  // Before the bound the 1-worker job backfills past all three.
+  std::optional<JobTable::Placement> p =
+      table.PlaceNext(idle, 4, kT0, kReserve);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->job->job.id(), "job-4");
+  // Once the pool has 64, the big job is the head again.
+  p = table.PlaceNext(idle, 64, kT0, kReserve);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->job->job.id(), "job-4");
+  EXPECT_FALSE(table.PlaceNext(idle, 64, late, kReserve).has_value());
+}
+
+TEST(JobTableTest, ARestartingHeadReservesAtOnce) {
+  JobTable table({});
+  JobRec* restarting = Queue(table, 4);
+  restarting->job.set_restarts(1);  // min_world_size unset: needs 4
+  Queue(table, 1);
+  EXPECT_FALSE(table
+                   .PlaceNext([](const JobRec&) { return Workers(2); }, 4,
+                              kT0, kReserve)
+                   .has_value());
+  // One that can never start on the pool holds nothing back, restarting or
+  // not.
+  std::optional<JobTable::Placement> p = table.PlaceNext(
+      [](const JobRec&) { return Workers(2); }, 3, kT0, kReserve);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->job->job.id(), "job-2");
+}
+
+TEST(JobTableTest, HigherPriorityFirstFifoWithinAPriority) {
+  JobTable table({});
+  Queue(table, 1, 0);     // job-1
+  Queue(table, 1, 5);     // job-2
+  Queue(table, 1, -3);    // job-3
+  Queue(table, 1, 5);     // job-4
+  Queue(table, 1, 1000);  // job-5
+  std::vector<std::string> order;
+  while (std::optional<JobTable::Placement> p = table.PlaceNext(
+             [](const JobRec&) { return Workers(1); }, 1, kT0, kReserve)) {
+    order.push_back(p->job->job.id());
+    table.MarkActive(p->job->num);
+  }
+  EXPECT_THAT(order, ElementsAre("job-5", "job-2", "job-4", "job-1", "job-3"));
+}
+
+TEST(JobTableTest, ReservationFollowsPriorityOrder) {
+  JobTable table({});
+  Queue(table, 1, 0);   // job-1: would fit
+  Queue(table, 4, 10);  // job-2: the head by priority, waiting since kT0
+  auto idle = [](const JobRec&) { return Workers(2); };
+  std::optional<JobTable::Placement> p =
+      table.PlaceNext(idle, 4, kT0, kReserve);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->job->job.id(), "job-1");  // backfilled behind the head
+  EXPECT_FALSE(table.PlaceNext(idle, 4, kT0 + kReserve, kReserve).has_value());
+}
+
+TEST(JobTableTest, QueuedReasonsAreRefreshedWhenThePoolChanges) {
+  JobTable table({});
+  JobRec* big = Queue(table, 64);
+  JobRec* small = Queue(table, 2);
+  big->job.set_reason("submitted; waiting for 64 idle workers");
+  small->job.set_reason("submitted; waiting for 2 idle workers");
+  std::vector<JobRec*> changed = table.RefreshQueuedReasons(3);
+  EXPECT_THAT(changed, ElementsAre(big));
+  EXPECT_EQ(big->job.reason(),
+            "submitted; needs 64 workers; 3 are registered and not draining");
+  EXPECT_EQ(small->job.reason(), "submitted; waiting for 2 idle workers");
+  EXPECT_THAT(table.RefreshQueuedReasons(3), IsEmpty());  // the same pool
+  EXPECT_THAT(table.RefreshQueuedReasons(4), ElementsAre(big));
+  EXPECT_EQ(big->job.reason(),
+            "submitted; needs 64 workers; 4 are registered and not draining");
+  EXPECT_THAT(table.RefreshQueuedReasons(64), ElementsAre(big));
+  EXPECT_EQ(big->job.reason(), "submitted; waiting for 64 idle workers");
 }
 
 TEST(JobTableTest, RestoreKeepsNumbersAndQueues) {
@@ -151,11 +290,43 @@ TEST(JobTableTest, RestoreKeepsNumbersAndQueues) {
   EXPECT_THAT(table.ActiveJobs(), ElementsAre(7));
   ASSERT_OK_AND_ASSIGN(JobRec * next, table.Add(Spec(1), kT0));
   EXPECT_EQ(next->job.id(), "job-8");
-  std::optional<JobTable::Placement> p =
-      table.PlaceHead(
-          [](const JobRec&) { return std::vector<IdleWorker>{{1, "h"}}; });
+  std::optional<JobTable::Placement> p = table.PlaceNext(
+      [](const JobRec&) { return std::vector<IdleWorker>{{1, "h"}}; }, 1, kT0,
+      kReserve);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->job->job.id(), "job-4");
+}
+
+TEST(JobTableTest, RequestIdsIndexAddRestoreAndRemove) {
+  JobTable table({});
+  EXPECT_OK(JobTable::ValidateRequestId(""));
+  EXPECT_OK(JobTable::ValidateRequestId("pshardctl-0123abcd"));
+  EXPECT_THAT(JobTable::ValidateRequestId(std::string(129, 'x')),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("(129 characters)")));
+  ASSERT_OK_AND_ASSIGN(JobRec * a, table.Add(Spec(2), kT0, "a"));
+  EXPECT_EQ(a->job.request_id(), "a");
+  ASSERT_OK_AND_ASSIGN(const JobRec* found, table.FindSubmission("a", Spec(2)));
+  EXPECT_EQ(found, a);
+  ASSERT_OK_AND_ASSIGN(found, table.FindSubmission("b", Spec(2)));
+  EXPECT_EQ(found, nullptr);
+  EXPECT_THAT(table.FindSubmission("a", Spec(3)),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("request_id a was used for job job-1 with a "
+                                 "different spec")));
+  // A record taken out (a submission whose commit failed) frees its id.
+  table.Remove(a->num);
+  ASSERT_OK_AND_ASSIGN(found, table.FindSubmission("a", Spec(2)));
+  EXPECT_EQ(found, nullptr);
+  // A stored job brings its id back.
+  v1::Job stored;
+  stored.set_id("job-5");
+  stored.set_state(v1::SUCCEEDED);
+  *stored.mutable_spec() = Spec(2);
+  stored.set_request_id("a");
+  JobRec& restored = table.Restore(5, stored);
+  ASSERT_OK_AND_ASSIGN(found, table.FindSubmission("a", Spec(2)));
+  EXPECT_EQ(found, &restored);
 }
 
 TEST(JobTableTest, ListFiltersNewestFirstAndPages) {

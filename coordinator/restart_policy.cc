@@ -10,6 +10,7 @@ namespace {
 
 constexpr absl::string_view kAfter = " after: ";
 constexpr absl::string_view kWaiting = "; waiting for ";
+constexpr absl::string_view kNeeds = "; needs ";
 
 }  // namespace
 
@@ -41,10 +42,38 @@ std::string WaitingForRestartReason(absl::string_view restart_reason,
 }
 
 std::string RestartReasonOfWaiting(absl::string_view waiting_reason) {
-  const size_t at = waiting_reason.rfind(kWaiting);
+  return QueuedReasonPrefix(waiting_reason);
+}
+
+std::string QueuedReason(absl::string_view prefix, const v1::JobSpec& spec,
+                         bool restarting, int64_t pool) {
+  const int need = restarting ? MinRestartWorld(spec) : spec.world_size();
+  if (need > pool) {
+    return absl::StrCat(prefix, kNeeds, need, " workers",
+                        restarting ? " (min_world_size)" : "", "; ", pool,
+                        pool == 1 ? " is" : " are",
+                        " registered and not draining");
+  }
+  if (restarting) {
+    return WaitingForRestartReason(prefix, spec.world_size(), need);
+  }
+  return absl::StrCat(prefix, kWaiting, spec.world_size(), " idle workers");
+}
+
+std::string QueuedReasonPrefix(absl::string_view queued_reason) {
+  // The suffix is the last marker: the prefix (a failure's cause) may hold
+  // either text, but no suffix holds the other's.
+  const size_t waiting = queued_reason.rfind(kWaiting);
+  const size_t needs = queued_reason.rfind(kNeeds);
+  size_t at = absl::string_view::npos;
+  if (waiting != absl::string_view::npos) at = waiting;
+  if (needs != absl::string_view::npos &&
+      (at == absl::string_view::npos || needs > at)) {
+    at = needs;
+  }
   return std::string(at == absl::string_view::npos
-                         ? waiting_reason
-                         : waiting_reason.substr(0, at));
+                         ? queued_reason
+                         : queued_reason.substr(0, at));
 }
 
 std::string CauseOfRestartReason(absl::string_view restart_reason) {

@@ -45,6 +45,18 @@ std::string RestartReason(int restart, int max_restarts,
 std::string WaitingForRestartReason(absl::string_view restart_reason,
                                     int world_size, int min_world_size);
 std::string RestartReasonOfWaiting(absl::string_view waiting_reason);
+
+// The reason of a QUEUED job: `prefix` (what brought it there: "submitted",
+// or a RestartReason when `restarting`), then what it waits for. When the
+// job needs more workers than `pool` (those registered and not draining,
+// busy ones included) it can never start as the pool is: "<prefix>; needs
+// 64 workers; 3 are registered and not draining"; otherwise "<prefix>;
+// waiting for N idle workers" (WaitingForRestartReason's form when
+// restarting). A restarting job needs MinRestartWorld.
+std::string QueuedReason(absl::string_view prefix, const v1::JobSpec& spec,
+                         bool restarting, int64_t pool);
+// The prefix QueuedReason (or WaitingForRestartReason) was given.
+std::string QueuedReasonPrefix(absl::string_view queued_reason);
 // The cause inside a RestartReason.
 std::string CauseOfRestartReason(absl::string_view restart_reason);
 

@@ -40,6 +40,33 @@ TEST(RestartReasonTest, RoundTripsThroughTheWaitingReason) {
   EXPECT_EQ(RestartReasonOfWaiting(waiting), reason);
 }
 
+TEST(QueuedReasonTest, SaysWhetherTheJobCanEverStartOnThePool) {
+  v1::JobSpec spec;
+  spec.set_world_size(64);
+  EXPECT_EQ(QueuedReason("submitted", spec, false, 64),
+            "submitted; waiting for 64 idle workers");
+  EXPECT_EQ(QueuedReason("submitted", spec, false, 3),
+            "submitted; needs 64 workers; 3 are registered and not draining");
+  EXPECT_EQ(QueuedReason("submitted", spec, false, 1),
+            "submitted; needs 64 workers; 1 is registered and not draining");
+  // A restart needs only min_world_size.
+  spec.set_min_world_size(2);
+  const std::string restart = RestartReason(1, 3, "x; waiting for y; needs z");
+  EXPECT_EQ(QueuedReason(restart, spec, true, 3),
+            WaitingForRestartReason(restart, 64, 2));
+  EXPECT_EQ(QueuedReason(restart, spec, true, 1),
+            restart + "; needs 2 workers (min_world_size); 1 is registered "
+                      "and not draining");
+  // Either form gives its prefix back, whatever the cause holds.
+  for (int64_t pool : {1, 3}) {
+    EXPECT_EQ(QueuedReasonPrefix(QueuedReason(restart, spec, true, pool)),
+              restart);
+    EXPECT_EQ(RestartReasonOfWaiting(QueuedReason(restart, spec, true, pool)),
+              restart);
+  }
+  EXPECT_EQ(QueuedReasonPrefix("submitted"), "submitted");
+}
+
 TEST(PlaceRestartTest, SurvivorsFirstThenIdleUpToWorldSize) {
   // Survivor 3; idle 1, 2, 3, 4: the spare with the lowest number joins.
   EXPECT_THAT(PlaceRestart({{1, "h"}, {2, "h"}, {3, "h"}, {4, "h"}}, {3}, 2, 2),

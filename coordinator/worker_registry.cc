@@ -237,6 +237,14 @@ std::vector<IdleWorker> WorkerRegistry::Idle(
   return idle;
 }
 
+int64_t WorkerRegistry::Available() const {
+  int64_t n = 0;
+  for (const auto& [num, w] : workers_) {
+    if (!w->lost && !w->info.drain_requested()) ++n;
+  }
+  return n;
+}
+
 std::vector<WorkerRegistry::Loss> WorkerRegistry::DueLosses(absl::Time now) {
   std::vector<Loss> lost;
   if (now < next_loss_check_) return lost;

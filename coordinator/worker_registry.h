@@ -180,6 +180,10 @@ class WorkerRegistry {
   std::vector<IdleWorker> Idle(absl::Time now,
                                absl::string_view finishing_job_id = {}) const;
 
+  // Workers registered, not LOST and not draining (busy or not): the pool a
+  // queued job may ever start on. O(workers).
+  int64_t Available() const;
+
   // The workers not heard from in time at `now`, in number order, with the
   // reason each is lost; none until the earliest possible loss is due.
   struct Loss {

@@ -58,7 +58,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddListeningPort(s->options_.listen, credentials, &s->port_);
   builder.SetMaxReceiveMessageSize(s->options_.max_receive_message_bytes);
   grpc::ResourceQuota quota("pshard-coordinator");
-  quota.SetMaxThreads(s->options_.max_sync_threads);
+  // Each WatchJob stream holds a sync thread while it lasts: the streams
+  // get their own share on top, so that a full set of them (max_watchers)
+  // never starves the status RPCs of threads.
+  quota.SetMaxThreads(s->options_.max_sync_threads +
+                      s->options_.services.max_watchers);
   builder.SetResourceQuota(quota);
   builder.RegisterService(&s->jobs_);
   builder.RegisterService(&s->shards_);

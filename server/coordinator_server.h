@@ -38,7 +38,8 @@ struct ServerOptions {
   // Largest request accepted (bigger ones fail with RESOURCE_EXHAUSTED
   // before any handler runs).
   int max_receive_message_bytes = 16 << 20;
-  // Threads of the synchronous services (status RPCs and WatchJob).
+  // Threads of the synchronous services' short RPCs; WatchJob streams get
+  // services.max_watchers more.
   int max_sync_threads = 64;
   // How often Coordinator::Tick runs.
   absl::Duration tick_interval = absl::Milliseconds(50);

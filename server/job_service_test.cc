@@ -4,10 +4,13 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 #include "server/services_test_fixture.h"
 
 namespace pshard {
@@ -185,6 +188,79 @@ TEST_F(ServicesTest, WatchJobIsCapped) {
     }
     r->Finish();
   }
+}
+
+// Streams are counted per client host (the peer address without its port),
+// under a higher cap over all clients. A second server on the same
+// coordinator has the small caps; it is reached over TCP from 127.0.0.1
+// and in process (another client).
+TEST_F(ServicesTest, WatchJobIsCappedPerClientAndInAll) {
+  v1::Job job = Submit(3);  // stays QUEUED: no workers
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.tick_interval = absl::Milliseconds(10);
+  options.services.max_watchers = 3;
+  options.services.max_watchers_per_client = 2;
+  options.services.watch_poll = absl::Milliseconds(100);
+  auto started = CoordinatorServer::Start(coordinator_.get(), &clock_, options);
+  ASSERT_OK(started);
+  std::unique_ptr<CoordinatorServer> server = *std::move(started);
+  auto tcp = v1::JobService::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port()),
+                          grpc::InsecureChannelCredentials()));
+  auto inproc = v1::JobService::NewStub(server->InProcessChannel());
+
+  struct Stream {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader;
+    bool first_read = false;
+  };
+  std::vector<Stream> streams;
+  auto open = [&](v1::JobService::Stub& stub) -> Stream& {
+    Stream s;
+    s.ctx = std::make_unique<grpc::ClientContext>();
+    v1::WatchJobRequest req;
+    req.set_job_id(job.id());
+    s.reader = stub.WatchJob(s.ctx.get(), req);
+    v1::JobEvent e;
+    s.first_read = s.reader->Read(&e);
+    streams.push_back(std::move(s));
+    return streams.back();
+  };
+  ASSERT_TRUE(open(*tcp).first_read);
+  ASSERT_TRUE(open(*tcp).first_read);
+  {
+    Stream& third = open(*tcp);
+    EXPECT_FALSE(third.first_read);
+    const grpc::Status s = third.reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(s.error_message(),
+                HasSubstr("too many WatchJob streams from 127.0.0.1 (2 per "
+                          "client, max_watchers_per_client)"));
+    third.reader.reset();
+  }
+  // Another client still gets one, up to the cap over all clients.
+  ASSERT_TRUE(open(*inproc).first_read);
+  {
+    Stream& over = open(*inproc);
+    EXPECT_FALSE(over.first_read);
+    const grpc::Status s = over.reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(s.error_message(),
+                HasSubstr("too many WatchJob streams (3, max_watchers)"));
+    over.reader.reset();
+  }
+  for (Stream& s : streams) {
+    if (s.reader == nullptr) continue;
+    s.ctx->TryCancel();
+    v1::JobEvent e;
+    while (s.reader->Read(&e)) {
+    }
+    s.reader->Finish();
+  }
+  ASSERT_TRUE(server->job_service().AwaitOpenWatchersAtMost(
+      0, absl::Seconds(10)));
+  server->Shutdown(absl::Milliseconds(200));
 }
 
 }  // namespace

@@ -51,6 +51,14 @@ ABSL_FLAG(absl::Duration, blame_window, absl::Seconds(2),
           "which then takes the blame and the job restarts (max_restarts); 0: "
           "the first failure reported decides. Set it above --worker_timeout "
           "for frozen workers to be blamed too");
+ABSL_FLAG(absl::Duration, head_reservation_after, absl::Minutes(5),
+          "once the queue's head (the first job that could start on the pool "
+          "but does not fit yet) has waited this long, later jobs no longer "
+          "start on the idle workers before it (backfill stops); 0: strict "
+          "order");
+ABSL_FLAG(int, max_watchers, 1024, "open WatchJob streams in all");
+ABSL_FLAG(int, max_watchers_per_client, 8,
+          "open WatchJob streams from one client (the host of its address)");
 
 namespace {
 
@@ -110,6 +118,20 @@ int main(int argc, char** argv) {
     fprintf(stderr, "pshard-coordinator: --blame_window must be >= 0\n");
     return 2;
   }
+  options.head_reservation_after = absl::GetFlag(FLAGS_head_reservation_after);
+  if (options.head_reservation_after < absl::ZeroDuration()) {
+    fprintf(stderr,
+            "pshard-coordinator: --head_reservation_after must be >= 0\n");
+    return 2;
+  }
+  const int max_watchers = absl::GetFlag(FLAGS_max_watchers);
+  const int max_watchers_per_client = absl::GetFlag(FLAGS_max_watchers_per_client);
+  if (max_watchers < 1 || max_watchers_per_client < 1) {
+    fprintf(stderr,
+            "pshard-coordinator: --max_watchers and --max_watchers_per_client "
+            "must be >= 1\n");
+    return 2;
+  }
 
   // Checked before the state store is opened (and locked), so a bad flag
   // leaves nothing behind.
@@ -163,6 +185,8 @@ int main(int argc, char** argv) {
   server_options.security = security;
   server_options.listen = pshard::security::ListenAddress(
       absl::GetFlag(FLAGS_listen), 7070, server_options.security);
+  server_options.services.max_watchers = max_watchers;
+  server_options.services.max_watchers_per_client = max_watchers_per_client;
   if (*metrics != nullptr) {
     (*metrics)->Add(std::make_shared<pshard::server::CoordinatorMetrics>(
         coordinator->get()));

@@ -118,7 +118,8 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*,
                                        const v1::SubmitJobRequest* req,
                                        v1::Job* resp) {
-  absl::StatusOr<v1::Job> job = c_->SubmitJob(req->spec());
+  absl::StatusOr<v1::Job> job =
+      c_->SubmitJob(req->spec(), req->request_id());
   if (job.ok()) *resp = *std::move(job);
   return ToGrpcStatus(job.status());
 }
@@ -161,7 +162,7 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*,
 bool JobServiceImpl::AwaitOpenWatchersAtMost(int n, absl::Duration timeout) {
   absl::MutexLock lock(&watchers_mu_);
   const auto few = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watchers_mu_) {
-    return watchers_ <= n;
+    return watchers_.open() <= n;
   };
   return clock_->AwaitWithTimeout(watchers_mu_, absl::Condition(&few), timeout);
 }
@@ -169,19 +170,15 @@ bool JobServiceImpl::AwaitOpenWatchersAtMost(int n, absl::Duration timeout) {
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
                                       const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::JobEvent>* writer) {
+  const std::string client = PeerHost(ctx->peer());
   {
     absl::MutexLock lock(&watchers_mu_);
-    if (watchers_ >= options_.max_watchers) {
-      return grpc::Status(
-          grpc::StatusCode::RESOURCE_EXHAUSTED,
-          absl::StrCat("too many WatchJob streams (", options_.max_watchers,
-                       "); poll GetJob instead"));
-    }
-    ++watchers_;
+    absl::Status opened = watchers_.Open(client);
+    if (!opened.ok()) return ToGrpcStatus(opened);
   }
-  absl::Cleanup release = [this] {
+  absl::Cleanup release = [this, &client] {
     absl::MutexLock lock(&watchers_mu_);
-    --watchers_;
+    watchers_.Close(client);
   };
 
   int64_t after = req->after_sequence();

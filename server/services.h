@@ -6,7 +6,8 @@
 //
 // Threading: JobService, ShardService and ClusterService use the synchronous
 // API (their handlers return quickly, except WatchJob, which waits at most a
-// second at a time and is capped at max_watchers concurrent streams so it
+// second at a time and is capped at max_watchers concurrent streams, and
+// max_watchers_per_client from one client, so it
 // cannot take the sync pool). WorkerControl uses the callback API: KvGet and
 // GetAssignment park a callback in the Coordinator instead of a thread, so
 // thousands of ranks can wait at once, and an open Attach stream holds no
@@ -29,6 +30,7 @@
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
 #include "server/attach_streams.h"
+#include "server/watch_limits.h"
 #include "pshard/v1/cluster.grpc.pb.h"
 #include "pshard/v1/job.grpc.pb.h"
 #include "pshard/v1/shard.grpc.pb.h"
@@ -38,8 +40,11 @@ namespace pshard {
 namespace server {
 
 struct ServiceOptions {
-  // Concurrent WatchJob streams; more get RESOURCE_EXHAUSTED.
-  int max_watchers = 32;
+  // Concurrent WatchJob streams, in all and from one client (the host of
+  // its peer address: watch_limits.h); more get RESOURCE_EXHAUSTED naming
+  // the limit.
+  int max_watchers = 1024;
+  int max_watchers_per_client = 8;
   // How long WatchJob waits for news before it checks for cancellation.
   absl::Duration watch_poll = absl::Seconds(1);
   // A ListJobs page ends before this many bytes, so that clients with
@@ -51,7 +56,10 @@ class JobServiceImpl final : public v1::JobService::Service {
  public:
   JobServiceImpl(coordinator::Coordinator* c, const Clock* clock,
                  ServiceOptions options)
-      : c_(c), clock_(clock), options_(options) {}
+      : c_(c),
+        clock_(clock),
+        options_(options),
+        watchers_(options.max_watchers_per_client, options.max_watchers) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx,
                          const v1::SubmitJobRequest* req,
@@ -81,7 +89,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   const Clock* const clock_;
   const ServiceOptions options_;
   absl::Mutex watchers_mu_;
-  int watchers_ ABSL_GUARDED_BY(watchers_mu_) = 0;  // open WatchJob streams
+  WatchLimits watchers_ ABSL_GUARDED_BY(watchers_mu_);  // open WatchJob streams
 };
 
 class ShardServiceImpl final : public v1::ShardService::Service {

@@ -28,6 +28,9 @@
 #include "tests/testing/metrics_scrape.h"
 #include "tests/testing/subprocess.h"
 #include "worker/runtime/assignment_client.h"
+#include "security/certificate_directory.h"
+#include "security/transport.h"
+#include "security/transport_flags.h"
 
 namespace pshard {
 namespace bench {
@@ -66,6 +69,21 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     coordinator_options.extra_flags.push_back("--metrics_port_file=" +
                                               metrics_port_file);
   }
+  security::TransportSecurity client_security;
+  client_security.insecure = true;
+  if (opt.tls) {
+    ASSIGN_OR_RETURN(security::CertificateDirectory certificates,
+                     security::CertificateDirectory::Create(
+                         opt.work_dir + "/tls", "pshard bench CA", absl::Now(),
+                         absl::Hours(1)));
+    ASSIGN_OR_RETURN(security::TransportSecurity server,
+                     certificates.Issue("pshard-coordinator"));
+    server.require_client_certificate = true;
+    coordinator_options.security_flags = security::TransportSecurityFlags(server);
+    // One certificate for every simulated worker: the handshakes, not the
+    // identities, are what costs.
+    ASSIGN_OR_RETURN(client_security, certificates.Issue("bench-workers"));
+  }
   ASSIGN_OR_RETURN(testing::RunningCoordinator running,
                    testing::StartCoordinator(coordinator_options));
   testing::Subprocess* coordinator = running.process.get();
@@ -80,8 +98,9 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     grpc::ChannelArguments args;
     args.SetInt("pshard.bench.channel", i);  // one connection per channel
     args.SetMaxReceiveMessageSize(64 << 20);
-    channels.push_back(grpc::CreateCustomChannel(
-        address, grpc::InsecureChannelCredentials(), args));
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                     security::NewChannel(address, client_security, args));
+    channels.push_back(std::move(channel));
     stubs.push_back(v1::WorkerControl::NewStub(channels.back()));
     generic.push_back(std::make_unique<grpc::GenericStub>(channels.back()));
   }

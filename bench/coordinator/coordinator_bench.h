@@ -47,6 +47,9 @@ struct BenchOptions {
   // > 0: the coordinator serves --metrics_listen and a scraper GETs
   // /metrics this often, timed as "Scrape".
   absl::Duration scrape_interval = absl::ZeroDuration();
+  // Mutual TLS between the simulated workers and the coordinator (a CA and
+  // certificates made in work_dir/tls); otherwise plaintext.
+  bool tls = false;
 };
 
 struct LatencyStats {

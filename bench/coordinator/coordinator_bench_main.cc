@@ -26,6 +26,10 @@ ABSL_FLAG(std::string, state_sync, "full",
           "the coordinator's --state_sync: full or normal (to measure what "
           "full costs)");
 
+ABSL_FLAG(bool, tls, false,
+          "mutual TLS between the simulated workers and the coordinator "
+          "(certificates made in --work_dir/tls)");
+
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
@@ -41,6 +45,7 @@ int main(int argc, char** argv) {
   options.state_sync = absl::GetFlag(FLAGS_state_sync);
   options.scrape_interval = absl::GetFlag(FLAGS_scrape_interval);
   options.channels = absl::GetFlag(FLAGS_channels);
+  options.tls = absl::GetFlag(FLAGS_tls);
   auto report = pshard::bench::RunCoordinatorBenchmark(options);
   if (!report.ok()) {
     fprintf(stderr, "benchmark failed: %s\n", report.status().ToString().c_str());

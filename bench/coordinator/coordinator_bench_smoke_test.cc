@@ -11,7 +11,7 @@ namespace pshard {
 namespace bench {
 namespace {
 
-TEST(CoordinatorBenchSmokeTest, TinyRun) {
+void TinyRun(bool tls) {
   BenchOptions options;
   options.workers = 32;
   options.world_size = 24;
@@ -19,6 +19,7 @@ TEST(CoordinatorBenchSmokeTest, TinyRun) {
   options.steady = absl::Seconds(2);
   options.status_qps = 20;
   options.work_dir = testing::MakeTempDir("bench_smoke");
+  options.tls = tls;
   ASSERT_OK_AND_ASSIGN(BenchReport report, RunCoordinatorBenchmark(options));
   std::printf("%s", report.ToString().c_str());
   EXPECT_EQ(report.job_state, "SUCCEEDED");
@@ -32,6 +33,11 @@ TEST(CoordinatorBenchSmokeTest, TinyRun) {
   EXPECT_GT(report.imbalance, 0.99);
   EXPECT_GT(report.peak_rss_mb, 1);
 }
+
+TEST(CoordinatorBenchSmokeTest, TinyRun) { TinyRun(/*tls=*/false); }
+
+// The same over mutual TLS (--tls): the benchmark's TLS mode works.
+TEST(CoordinatorBenchSmokeTest, TinyRunOverMutualTls) { TinyRun(/*tls=*/true); }
 
 }  // namespace
 }  // namespace bench

@@ -146,7 +146,8 @@ TEST_F(CliE2eTest, SubmitWatchShardsSucceedsAndWritesParams) {
   ASSERT_EQ(submit.exit_code, 0) << submit.err;
   const std::string id(absl::StripTrailingAsciiWhitespace(submit.out));
   EXPECT_THAT(id, StartsWith("job-"));
-  EXPECT_THAT(submit.err, IsEmpty());
+  // stderr says where the job stands (stdout is the id alone).
+  EXPECT_THAT(submit.err, StartsWith(id + ": "));
 
   CliResult watch = Cli({"watch", id});
   EXPECT_EQ(watch.exit_code, 0) << watch.out << watch.err;

@@ -1,5 +1,5 @@
 // Several jobs at once on the real pshard-coordinator binary, driven by
-// simulated workers over real gRPC on loopback: FIFO gang scheduling onto
+// simulated workers over real gRPC on loopback: gang scheduling onto
 // disjoint workers, a failing rank, a lost worker, and every worker back in
 // the pool at the end.
 #include <memory>
@@ -78,7 +78,7 @@ TEST(MultiJobTest, JobsShareThePoolFailCleanlyAndReturnWorkers) {
   for (const auto& m : a.members()) used.insert(m.worker_id());
   for (const auto& m : b.members()) used.insert(m.worker_id());
   EXPECT_EQ(used.size(), 5u);
-  // delta started only after alpha and beta ended (FIFO gang scheduling).
+  // delta (all six workers) started only after alpha and beta ended.
   EXPECT_GE(d.start_time().seconds() * 1000000000 + d.start_time().nanos(),
             b.start_time().seconds() * 1000000000 + b.start_time().nanos());
   // Every assignment was published and covers all buckets.
