@@ -10,7 +10,7 @@ ABSL_FLAG(std::string, log_level, "info",
           "least severe log lines written to stderr: debug, info, warning or "
           "error");
 ABSL_FLAG(std::string, log_format, "text",
-          "stderr log lines as glog's text (\"I1204 02:50:01.123456 ...\") "
+          "stderr log lines as glog's text (\"I20261204 02:50:01.123456 ...\") "
           "or as one JSON object a line (json: time, level, program, file, "
           "line, msg)");
 

@@ -48,13 +48,13 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   v1::RegisterWorkerResponse resp;
   resp.set_worker_id(w->info.id());
   *resp.mutable_heartbeat_interval() = ToProto(options_.heartbeat_interval);
-  // Never the incarnation: it is the worker's credential.
-  const std::string line = absl::StrCat(
-      "worker ", w->info.id(), " (", w->info.name(), ") ", kind, ": host ",
-      w->info.host(), ", address ", w->info.address(), ", device ",
-      w->info.device().empty() ? "cpu" : w->info.device());
+  // Logged with the change, as status reads show it (a commit that fails
+  // logs that it undid it). Never the incarnation: it is the credential.
+  LOG(INFO) << "worker " << w->info.id() << " (" << w->info.name() << ") "
+            << kind << ": host " << w->info.host() << ", address "
+            << w->info.address() << ", device "
+            << (w->info.device().empty() ? "cpu" : w->info.device());
   RETURN_IF_ERROR(lock.Commit());
-  LOG(INFO) << line;
   return resp;
 }
 
