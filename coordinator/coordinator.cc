@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_state.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/checkpoint_tracker.h"
 #include "coordinator/locked_section.h"
@@ -101,9 +102,11 @@ absl::Status Coordinator::Load() {
     EndJob(*job, v1::FAILED, std::move(reason));
   }
   // Checkpoint commits the restart cut short (docs/checkpoints.md).
+  int unfinished = 0;
   for (int64_t num : job_nums) {
     JobRec* job = jobs_.Find(num);
     if (job == nullptr) continue;
+    if (!IsTerminal(job->job.state())) ++unfinished;
     for (v1::CheckpointRecord& record :
          SettleInterruptedCheckpoints(job->job, clock_->Now())) {
       v1::JobEvent event;
@@ -111,6 +114,12 @@ absl::Status Coordinator::Load() {
       AppendEvent(*job, std::move(event));
       PersistJob(*job);
     }
+  }
+  if (!job_nums.empty()) {
+    LOG(INFO) << "restarted on the stored state: " << job_nums.size()
+              << " jobs, " << unfinished
+              << " unfinished (they continue or restart once their workers "
+                 "are back)";
   }
   return lock.Commit();
 }
@@ -143,8 +152,8 @@ void Coordinator::RollBackFailedWrite() {
   if (!committed.ok()) {
     // Still stopped: the next failed epilogue tries again.
     if (commit_.failed()) {
-      fprintf(stderr, "pshard-coordinator: cannot reload the state store: %s\n",
-              std::string(committed.status().message()).c_str());
+      LOG(ERROR) << "cannot reload the state store: "
+                 << committed.status().message();
     }
     return;
   }
@@ -153,6 +162,8 @@ void Coordinator::RollBackFailedWrite() {
   if (!failed.has_value()) return;  // another epilogue rolled it back
   const absl::Status undone = absl::UnavailableError(absl::StrCat(
       "undone: the state store could not commit: ", failed->error.message()));
+  LOG(ERROR) << "the state store could not commit (" << failed->error.message()
+             << "): its changes are undone, answered Unavailable";
   RestoredRecords restored =
       RestoreRecords(*std::move(committed), failed->jobs, failed->workers,
                      workers_, jobs_);
@@ -269,7 +280,64 @@ void Coordinator::Expire(Wait& wait) {
 
 // ---- Cross-cutting edges ----
 
+namespace {
+
+// The log line of each job event that is an edge (not progress): what the
+// event log records, for the operator's log (docs/user-guide.md,
+// "Troubleshooting").
+void LogJobEvent(const v1::Job& job, const v1::JobEvent& event) {
+  switch (event.event_case()) {
+    case v1::JobEvent::kStateChange: {
+      const v1::JobEvent::StateChange& change = event.state_change();
+      if (change.from() == v1::JOB_STATE_UNSPECIFIED) {
+        LOG(INFO) << "job " << job.id() << " submitted (world_size "
+                  << job.spec().world_size() << ", max_restarts "
+                  << job.spec().max_restarts() << "): " << change.reason();
+        return;
+      }
+      (change.to() == v1::FAILED ? LOG(WARNING) : LOG(INFO))
+          << "job " << job.id() << ": " << v1::JobState_Name(change.from())
+          << " -> " << v1::JobState_Name(change.to()) << " (epoch "
+          << job.epoch() << "): " << change.reason();
+      return;
+    }
+    case v1::JobEvent::kRestart: {
+      const v1::JobEvent::Restart& restart = event.restart();
+      LOG(WARNING) << "job " << job.id() << ": restart " << restart.restart()
+                   << " of " << job.spec().max_restarts() << " in epoch "
+                   << restart.epoch() << " on " << restart.world_size()
+                   << " workers"
+                   << (restart.has_resumed_from()
+                           ? absl::StrCat(", from step ",
+                                          restart.resumed_from().step())
+                           : std::string())
+                   << ", after: " << restart.cause();
+      return;
+    }
+    case v1::JobEvent::kCheckpoint: {
+      const v1::CheckpointRecord& record = event.checkpoint();
+      if (record.state() == v1::CheckpointRecord::COMPLETE) {
+        LOG(INFO) << "job " << job.id() << ": checkpoint step "
+                  << record.step() << " committed (epoch " << record.epoch()
+                  << ", " << record.world_size() << " shards, "
+                  << record.size_bytes() << " bytes) at " << record.path()
+                  << (record.reason().empty() ? "" : ": ") << record.reason();
+      } else if (record.state() == v1::CheckpointRecord::FAILED) {
+        LOG(WARNING) << "job " << job.id() << ": checkpoint step "
+                     << record.step() << " failed (epoch " << record.epoch()
+                     << "): " << record.reason();
+      }
+      return;
+    }
+    default:
+      return;  // progress: not per step
+  }
+}
+
+}  // namespace
+
 void Coordinator::AppendEvent(JobRec& job, v1::JobEvent event) {
+  LogJobEvent(job.job, event);
   std::vector<WaitId> woken = job.log.Append(std::move(event), clock_->Now());
   pending_->events.emplace_back(job.num, job.log.last());
   WakeEventWaiters(woken);
@@ -383,6 +451,8 @@ void Coordinator::Schedule() {
 }
 
 void Coordinator::MarkLost(WorkerRec& w, const std::string& why) {
+  LOG(WARNING) << "worker " << w.info.id() << " (" << w.info.name()
+               << ") lost: " << why;
   w.lost = true;
   w.directives.clear();
   w.releasing.reset();  // whatever it ran is gone with it
@@ -512,6 +582,9 @@ void Coordinator::CheckRecovery(JobRec& job) {
       return;
     case RecoveryAction::kContinue:
       job.recovering = false;
+      LOG(INFO) << "job " << job.job.id() << ": every worker is back after "
+                << "the coordinator's restart; continues in epoch "
+                << job.job.epoch();
       return;
     case RecoveryAction::kFail:
       job.recovering = false;
@@ -557,8 +630,7 @@ void Coordinator::Tick() {
   absl::Status s = lock.Commit();
   if (!s.ok()) {
     // Nothing to answer here (the commit rolled back what it held).
-    fprintf(stderr, "pshard-coordinator: commit failed in Tick: %s\n",
-            std::string(s.message()).c_str());
+    LOG(ERROR) << "state store commit failed in Tick: " << s.message();
   } else if (!commit_.health().ok()) {
     // Nothing failed now, but the latest write did: whether the store
     // commits again (health recovers by itself, without a client's change).

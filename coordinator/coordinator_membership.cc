@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator.h"
@@ -21,6 +22,12 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   Locked lock(this);
   const absl::Time now = clock_->Now();
   WorkerRec* w = workers_.FindByName(req.name());
+  // For the log: a new name, a process that restarted, or the same process
+  // again (a retry, or confirming itself after the coordinator restarted).
+  const char* kind = w == nullptr ? "registered"
+                     : w->info.incarnation() != req.incarnation()
+                         ? "registered again (a new process)"
+                         : "registered again (same process)";
   if (w != nullptr) {
     if (w->info.incarnation() != req.incarnation()) {
       // The process restarted: its old membership ends, and with it its rank.
@@ -41,6 +48,12 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   v1::RegisterWorkerResponse resp;
   resp.set_worker_id(w->info.id());
   *resp.mutable_heartbeat_interval() = ToProto(options_.heartbeat_interval);
+  // Logged with the change, as status reads show it (a commit that fails
+  // logs that it undid it). Never the incarnation: it is the credential.
+  LOG(INFO) << "worker " << w->info.id() << " (" << w->info.name() << ") "
+            << kind << ": host " << w->info.host() << ", address "
+            << w->info.address() << ", device "
+            << (w->info.device().empty() ? "cpu" : w->info.device());
   RETURN_IF_ERROR(lock.Commit());
   return resp;
 }
@@ -233,7 +246,8 @@ absl::StatusOr<v1::WorkerInfo> Coordinator::SetDrainRequested(
         ") is LOST; it can be ", drain ? "drained" : "undrained",
         " once it registers again"));
   }
-  if (w->info.drain_requested() != drain) {
+  const bool changed = w->info.drain_requested() != drain;
+  if (changed) {
     w->info.set_drain_requested(drain);
     PersistWorker(*w);
     // Undrained, a queued job may fit now; either way the pool changed,
@@ -242,6 +256,11 @@ absl::StatusOr<v1::WorkerInfo> Coordinator::SetDrainRequested(
   }
   v1::WorkerInfo info = WorkerRegistry::InfoOf(*w, clock_->Now());
   RETURN_IF_ERROR(lock.Commit());
+  if (changed) {
+    LOG(INFO) << "worker " << info.id() << " (" << info.name() << ") "
+              << (drain ? "draining: it finishes its rank, then stops"
+                        : "undrained: it is scheduled again");
+  }
   return info;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/grpc_status.h"
+#include "common/logging.h"
 
 namespace pshard {
 namespace server {
@@ -74,8 +75,8 @@ class AttachStreams::Stream final
       const absl::Status detached = owner_->c_->WorkerDetached(
           request_.worker_id(), request_.incarnation(), attachment_id_);
       if (!detached.ok()) {
-        fprintf(stderr, "pshard-coordinator: detaching %s failed: %s\n",
-                request_.worker_id().c_str(), detached.ToString().c_str());
+        LOG(ERROR) << "detaching worker " << request_.worker_id()
+                   << " failed: " << detached;
       }
     }
     {

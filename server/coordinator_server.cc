@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/rpc_metrics.h"
 #include "common/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -109,10 +110,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
           health->SetServingStatus(service, serving);
         }
         health->SetServingStatus("", serving);
-        fprintf(stderr, "pshard-coordinator: health %s%s%s\n",
-                serving ? "SERVING" : "NOT_SERVING: ",
-                serving ? "" : "the state store cannot commit: ",
-                std::string(store.message()).c_str());
+        if (serving) {
+          LOG(INFO) << "health SERVING: the state store commits again";
+        } else {
+          LOG(ERROR) << "health NOT_SERVING: the state store cannot commit: "
+                     << store.message();
+        }
       }
     }
   });

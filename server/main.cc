@@ -15,6 +15,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/binary_flags.h"
+#include "common/logging.h"
+#include "common/logging_flags.h"
 #include "common/port_file.h"
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
@@ -81,8 +83,16 @@ int main(int argc, char** argv) {
       "the control plane of pshard (worker pool, jobs, rendezvous, shard "
       "assignment).\n\nusage: pshard-coordinator [--listen=HOST:PORT] "
       "[--state_path=FILE] (--tls_cert=F --tls_key=F | --insecure) [FLAGS]",
-      __FILE__, {std::string(pshard::security::kTransportFlagsFile)});
+      __FILE__,
+      {std::string(pshard::security::kTransportFlagsFile),
+       std::string(pshard::kLoggingFlagsFile)});
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status logging = pshard::InitLoggingFromFlags("pshard-coordinator");
+      !logging.ok()) {
+    fprintf(stderr, "pshard-coordinator: %s\n",
+            std::string(logging.message()).c_str());
+    return 2;
+  }
   // Abseil's Mutex deadlock detection (on in builds without NDEBUG, which is
   // Bazel's default) keeps a process-wide graph of every mutex under a global
   // lock; under thousands of RPCs a second it costs more than the work.
@@ -158,15 +168,13 @@ int main(int argc, char** argv) {
   sqlite_options.synchronous_full = state_sync == "full";
   auto store = pshard::coordinator::StateStore::Open(state_path, sqlite_options);
   if (!store.ok()) {
-    fprintf(stderr, "pshard-coordinator: %s\n",
-            std::string(store.status().message()).c_str());
+    LOG(ERROR) << "opening the state store: " << store.status().message();
     return 1;
   }
   auto metrics = pshard::StartMetricsEndpoint(
       absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file));
   if (!metrics.ok()) {
-    fprintf(stderr, "pshard-coordinator: %s\n",
-            std::string(metrics.status().message()).c_str());
+    LOG(ERROR) << "--metrics_listen: " << metrics.status().message();
     return 1;
   }
   if (*metrics != nullptr) {
@@ -176,8 +184,8 @@ int main(int argc, char** argv) {
   auto coordinator = pshard::coordinator::Coordinator::Create(
       options, &clock, *std::move(store));
   if (!coordinator.ok()) {
-    fprintf(stderr, "pshard-coordinator: loading %s: %s\n", state_path.c_str(),
-            std::string(coordinator.status().message()).c_str());
+    LOG(ERROR) << "loading " << state_path << ": "
+               << coordinator.status().message();
     return 1;
   }
 
@@ -195,8 +203,7 @@ int main(int argc, char** argv) {
   auto server = pshard::server::CoordinatorServer::Start(
       coordinator->get(), &clock, server_options);
   if (!server.ok()) {
-    fprintf(stderr, "pshard-coordinator: %s\n",
-            std::string(server.status().message()).c_str());
+    LOG(ERROR) << "starting the server: " << server.status().message();
     return 1;
   }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
@@ -204,17 +211,19 @@ int main(int argc, char** argv) {
                                 ? absl::OkStatus()
                                 : pshard::WritePortFile(port_file, (*server)->port());
       !written.ok()) {
-    fprintf(stderr, "pshard-coordinator: --port_file: %s\n",
-            written.ToString().c_str());
+    LOG(ERROR) << "--port_file: " << written;
     return 1;
   }
-  fprintf(stderr, "pshard-coordinator: serving on port %d, state in %s\n",
-          (*server)->port(), state_path.c_str());
+  LOG(INFO) << "serving on port " << (*server)->port() << ", state in "
+            << state_path << " (heartbeat_interval "
+            << absl::FormatDuration(options.heartbeat_interval)
+            << ", worker_timeout "
+            << absl::FormatDuration(options.worker_timeout) << ")";
 
   char sig = 0;
   while (read(signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
   }
-  fprintf(stderr, "pshard-coordinator: signal %d, shutting down\n", sig);
+  LOG(INFO) << "signal " << static_cast<int>(sig) << ", shutting down";
   (*server)->Shutdown(absl::Seconds(2));
   server->reset();
   metrics->reset();  // its collector reads the coordinator

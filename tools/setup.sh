@@ -8,7 +8,7 @@ PACKAGES=(
   g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libgloo-dev libsqlite3-dev libopenblas-dev libssl-dev prometheus-cpp-dev
+  libgloo-dev libsqlite3-dev libgoogle-glog-dev libopenblas-dev libssl-dev prometheus-cpp-dev
   python3-torch python3-numpy
   python3-sklearn fortunes
   procps iproute2 python3-yaml

@@ -23,11 +23,14 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "common/binary_flags.h"
+#include "common/logging.h"
+#include "common/logging_flags.h"
 #include "common/clock.h"
 #include "common/port_file.h"
 #include "server/reflection_v1.h"
 #include "worker/gpu/backend_choice.h"
 #include "worker/gpu/device.h"
+#include "worker/program_log_flags.h"
 #include "worker/runtime/agent.h"
 #include "security/transport_flags.h"
 #include "worker/runtime/worker_metrics.h"
@@ -49,13 +52,6 @@ ABSL_FLAG(std::string, host, "",
           "host name peers use to reach this worker (Gloo); default the "
           "machine's host name");
 ABSL_FLAG(std::string, device, "cpu", "\"cpu\", \"auto\" or \"cuda:N\"");
-ABSL_FLAG(std::string, log_dir, "",
-          "where program jobs' output goes, one file per job and rank "
-          "(<log_dir>/<job>/rank-<R>.log); default "
-          "$TMPDIR/pshard-worker-<name>/logs (TMPDIR default /tmp)");
-ABSL_FLAG(int64_t, log_max_bytes, int64_t{64} << 20,
-          "cap of each program log file; at the cap it is rotated to "
-          "<file>.1 (so at most twice this per rank); >= 1024");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port of the Prometheus endpoint (GET /metrics): steps, step "
           "time, bytes sent, optimizer-state bytes, checkpoint stalls, RPCs; "
@@ -102,8 +98,17 @@ int main(int argc, char** argv) {
       "the jobs it is given.\n\nusage: pshard-worker --coordinator=HOST:PORT "
       "[--name=N] [--listen=ADDR] [--device=cpu|auto|cuda:N] "
       "(--tls_cert=F --tls_key=F --tls_ca=F | --insecure) [FLAGS]",
-      __FILE__, {std::string(pshard::security::kTransportFlagsFile)});
+      __FILE__,
+      {std::string(pshard::security::kTransportFlagsFile),
+       std::string(pshard::kLoggingFlagsFile),
+       std::string(pshard::worker::kProgramLogFlagsFile)});
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status logging = pshard::InitLoggingFromFlags("pshard-worker");
+      !logging.ok()) {
+    std::fprintf(stderr, "pshard-worker: %s\n",
+                 std::string(logging.message()).c_str());
+    return 2;
+  }
 
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
   if (coordinator.empty()) {
@@ -125,8 +130,7 @@ int main(int argc, char** argv) {
   auto metrics = pshard::StartMetricsEndpoint(
       absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file));
   if (!metrics.ok()) {
-    std::fprintf(stderr, "pshard-worker: %s\n",
-                 std::string(metrics.status().message()).c_str());
+    LOG(ERROR) << "--metrics_listen: " << metrics.status().message();
     return 1;
   }
   std::unique_ptr<pshard::worker::WorkerMetrics> worker_metrics;
@@ -158,7 +162,7 @@ int main(int argc, char** argv) {
   }
   pshard::worker::SetBlasNumThreads(blas_threads);
 
-  const int64_t log_max_bytes = absl::GetFlag(FLAGS_log_max_bytes);
+  const int64_t log_max_bytes = pshard::worker::ProgramLogMaxBytesFlag();
   if (log_max_bytes < 1024) {
     std::fprintf(stderr,
                  "pshard-worker: --log_max_bytes must be >= 1024, got %lld\n",
@@ -200,7 +204,7 @@ int main(int argc, char** argv) {
   options.worker_device = *device;
   options.coordinator_address = coordinator;
   options.coordinator_security = client_security;
-  options.program_log_dir = absl::GetFlag(FLAGS_log_dir);
+  options.program_log_dir = pshard::worker::ProgramLogDirFlag();
   if (options.program_log_dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
     options.program_log_dir =
@@ -278,7 +282,7 @@ int main(int argc, char** argv) {
   builder.RegisterService(&reflection_v1);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    std::fprintf(stderr, "pshard-worker: cannot listen on %s\n", listen.c_str());
+    LOG(ERROR) << "cannot listen on " << listen;
     return 1;
   }
   // The service by name as well as the server (""), so that a probe of
@@ -303,25 +307,23 @@ int main(int argc, char** argv) {
                                 ? absl::OkStatus()
                                 : pshard::WritePortFile(port_file, port);
       !written.ok()) {
-    std::fprintf(stderr, "pshard-worker: --port_file: %s\n",
-                 written.ToString().c_str());
+    LOG(ERROR) << "--port_file: " << written;
     agent->Stop(absl::CancelledError("startup failed"));
     server->Shutdown();
     return 1;
   }
-  std::fprintf(stderr,
-               "pshard-worker %s: status on port %d, coordinator %s, gloo "
-               "host %s, device %s\n",
-               name.c_str(), port, coordinator.c_str(), host.c_str(),
-               options.device.c_str());
+  LOG(INFO) << "worker " << name << ": status on port " << port
+            << ", coordinator " << coordinator << ", gloo host " << host
+            << ", device " << options.device;
 
   // Wait for a signal or for a drain to complete.
   while (g_signalled == 0) {
     if (agent->WaitForDrained(absl::Milliseconds(100))) break;
   }
-  agent->Stop(absl::AbortedError(g_signalled != 0
-                                     ? "worker shutting down on a signal"
-                                     : "worker drained"));
+  const char* why = g_signalled != 0 ? "worker shutting down on a signal"
+                                     : "worker drained";
+  LOG(INFO) << why << "; stopping";
+  agent->Stop(absl::AbortedError(why));
   // gRPC's shutdown deadline is a point on gRPC's own (real) clock.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;

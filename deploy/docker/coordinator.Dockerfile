@@ -8,8 +8,9 @@ FROM ${BASE_IMAGE}
 
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libabsl20220623 libatomic1 libc-ares2 libgrpc++1.51 libgrpc29 \
-      libprometheus-cpp-core1.0 libprotobuf32 libre2-9 libsqlite3-0 libssl3 \
+      libabsl20220623 libatomic1 libc-ares2 libgflags2.2 libgoogle-glog0v6 \
+      libgrpc++1.51 libgrpc29 libprometheus-cpp-core1.0 libprotobuf32 \
+      libre2-9 libsqlite3-0 libssl3 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 65532 pshard \
  && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \

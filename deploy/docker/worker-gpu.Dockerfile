@@ -17,9 +17,9 @@ ARG CUDA_IMAGE=nvidia/cuda:13.0.2-runtime-ubuntu24.04
 FROM ${BASE_IMAGE} AS libs
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libabsl20220623 libatomic1 libc-ares2 libgloo0 libgrpc++1.51 libgrpc29 \
-      libopenblas0-pthread libprometheus-cpp-core1.0 libprotobuf32 libre2-9 \
-      libssl3 \
+      libabsl20220623 libatomic1 libc-ares2 libgflags2.2 libgloo0 \
+      libgoogle-glog0v6 libgrpc++1.51 libgrpc29 libopenblas0-pthread \
+      libprometheus-cpp-core1.0 libprotobuf32 libre2-9 libssl3 \
  && rm -rf /var/lib/apt/lists/*
 COPY worker/pshard-worker /usr/local/bin/pshard-worker
 RUN mkdir -p /opt/pshard/lib \

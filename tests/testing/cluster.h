@@ -102,6 +102,9 @@ class Cluster {
 
   // The last lines of every process's log, for failure messages.
   std::string Logs() const;
+  // The files the coordinator's and worker i's stdout and stderr go to.
+  const std::string& coordinator_log_path() const { return logs_[0]; }
+  const std::string& worker_log_path(int i) const { return logs_[1 + i]; }
 
  private:
   Cluster() = default;

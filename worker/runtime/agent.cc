@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/proto_time.h"
 #include "worker/runtime/job_runner.h"
 #include "worker/runtime/program_job.h"
@@ -89,10 +90,26 @@ absl::Status Agent::Register() {
   request.set_device(options_.device);
   absl::StatusOr<v1::RegisterWorkerResponse> response =
       control_->RegisterWorker(request, options_.rpc_timeout);
-  if (!response.ok()) return response.status();
+  NoteCoordinatorCall(response.status());
+  if (!response.ok()) {
+    const absl::StatusCode code = response.status().code();
+    if (code != absl::StatusCode::kUnavailable &&
+        code != absl::StatusCode::kDeadlineExceeded) {
+      // Not an outage (NoteCoordinatorCall says those once): refused.
+      LOG(ERROR) << "registering with the coordinator "
+                 << options_.coordinator_address << " failed: "
+                 << response.status();
+    }
+    return response.status();
+  }
   absl::MutexLock lock(&mu_);
   worker_id_ = response->worker_id();
   ++registrations_;
+  LOG(INFO) << (registrations_ == 1 ? "registered" : "registered again")
+            << " with the coordinator " << options_.coordinator_address
+            << " as worker " << worker_id_ << " (name " << options_.name
+            << ", host " << options_.host << ", device " << options_.device
+            << ")";
   // The stream of the registration before is stale now: attach again.
   if (attachment_ != nullptr) attachment_->Cancel();
   if (response->has_heartbeat_interval()) {
@@ -100,6 +117,23 @@ absl::Status Agent::Register() {
     if (interval > absl::ZeroDuration()) interval_ = interval;
   }
   return absl::OkStatus();
+}
+
+void Agent::NoteCoordinatorCall(const absl::Status& status) {
+  const bool reachable =
+      status.code() != absl::StatusCode::kUnavailable &&
+      status.code() != absl::StatusCode::kDeadlineExceeded;
+  absl::MutexLock lock(&mu_);
+  if (reachable == coordinator_reachable_) return;
+  coordinator_reachable_ = reachable;
+  if (reachable) {
+    LOG(INFO) << "coordinator " << options_.coordinator_address
+              << " reachable again";
+  } else {
+    LOG(WARNING) << "coordinator " << options_.coordinator_address
+                 << " unreachable (retrying every heartbeat; said once): "
+                 << status;
+  }
 }
 
 void Agent::HeartbeatLoop() {
@@ -210,9 +244,12 @@ void Agent::Beat() {
   }
   absl::StatusOr<v1::HeartbeatResponse> response =
       control_->Heartbeat(request, options_.rpc_timeout);
+  NoteCoordinatorCall(response.status());
   if (!response.ok()) {
     if (response.status().code() == absl::StatusCode::kNotFound) {
       // Forgotten or replaced: register again on the next beat.
+      LOG(WARNING) << "the coordinator does not know this worker any more ("
+                   << response.status().message() << "); registering again";
       absl::MutexLock lock(&mu_);
       worker_id_.clear();
     }
@@ -241,6 +278,9 @@ void Agent::Beat() {
         if (job_ != nullptr && job_running_ &&
             job_->job_id() == abort.job_id() &&
             (abort.epoch() == 0 || abort.epoch() == job_->epoch())) {
+          LOG(INFO) << "job " << abort.job_id() << " epoch "
+                    << job_->epoch() << ": aborted by the coordinator"
+                    << (abort.reason().empty() ? "" : ": ") << abort.reason();
           job_->Abort(absl::AbortedError(absl::StrCat(
               "job ", abort.job_id(), " aborted by the coordinator",
               abort.reason().empty() ? "" : ": ", abort.reason())));
@@ -292,8 +332,34 @@ void Agent::StartJob(const v1::RunJobDirective& directive) {
   }
   job_running_ = true;
   RankJob* runner = job_.get();
-  job_thread_ = std::thread([this, runner] {
-    (void)runner->Run();
+  // "job j-1 epoch 2 rank 0 of 4": the context of each of the job's lines.
+  std::string what =
+      absl::StrCat("job ", directive.job_id(), " epoch ", directive.epoch(),
+                   " rank ", directive.rank(), " of ", directive.world_size());
+  LOG(INFO) << what << ": starting ("
+            << (directive.spec().has_program()
+                    ? std::string("a program")
+                    : absl::StrCat(directive.spec().steps(), " steps"))
+            << (directive.has_resume()
+                    ? absl::StrCat(", resuming after step ",
+                                   directive.resume().step())
+                    : std::string())
+            << ")";
+  job_thread_ = std::thread([this, runner, what = std::move(what)] {
+    const absl::Time start = options_.clock->Now();
+    const absl::Status result = runner->Run();
+    const std::string took =
+        absl::FormatDuration(options_.clock->Now() - start);
+    if (result.ok()) {
+      LOG(INFO) << what << ": succeeded (step " << runner->Snapshot().step
+                << ", " << took << ")";
+    } else if (absl::IsAborted(result) || absl::IsCancelled(result)) {
+      LOG(WARNING) << what << ": stopped at step " << runner->Snapshot().step
+                   << " after " << took << ": " << result;
+    } else {
+      LOG(ERROR) << what << ": failed at step " << runner->Snapshot().step
+                 << " after " << took << ": " << result;
+    }
     absl::MutexLock lock(&mu_);
     job_running_ = false;
     wake_ = true;  // tell the coordinator at once, start a pending job

@@ -117,6 +117,9 @@ class Agent {
   void AttachLoop();
   absl::Status Register();
   void Beat();
+  // Logs the coordinator becoming unreachable or reachable again: once per
+  // change, not per retry.
+  void NoteCoordinatorCall(const absl::Status& status);
   void StartJob(const v1::RunJobDirective& directive)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReapJob() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -146,6 +149,9 @@ class Agent {
   // The open Attach stream (owned by AttachLoop), for Stop and Register to
   // end; null when none.
   Attachment* attachment_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Whether the last registration or heartbeat reached the coordinator
+  // (Unavailable or DeadlineExceeded: not), for NoteCoordinatorCall.
+  bool coordinator_reachable_ ABSL_GUARDED_BY(mu_) = true;
 
   std::thread heartbeat_thread_;
   std::thread attach_thread_;

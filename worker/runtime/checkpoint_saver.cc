@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/shard.h"
 #include "checkpoint/spec_fingerprint.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 
 namespace pshard::worker {
@@ -144,10 +145,9 @@ void CheckpointSaver::Report(
       control_->ReportCheckpoint(request, rpc_timeout_);
   if (!sent.ok()) {
     // The checkpoint stays incomplete (no manifest): it never counts.
-    fprintf(stderr, "pshard-worker: %s rank %d: reporting checkpoint step %lld: %s\n",
-            source_.job_id.c_str(), source_.rank,
-            static_cast<long long>(request.step()),
-            std::string(sent.status().message()).c_str());
+    LOG(ERROR) << "job " << source_.job_id << " epoch " << source_.epoch
+               << " rank " << source_.rank << ": reporting checkpoint step "
+               << request.step() << " failed: " << sent.status();
   }
 }
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/spec_fingerprint.h"
 #include "common/job_spec.h"
+#include "common/logging.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "worker/runtime/engine_factory.h"
@@ -202,6 +203,9 @@ absl::Status JobRunner::RunStep(StepEngine& engine, const v1::JobSpec& spec,
   const absl::Time start = options_.clock->Now();
   ASSIGN_OR_RETURN(double loss, engine.RunStep(step));
   const absl::Duration step_time = options_.clock->Now() - start;
+  VLOG(1) << "job " << directive_.job_id() << " epoch " << directive_.epoch()
+          << " rank " << directive_.rank() << ": step " << step << " took "
+          << absl::FormatDuration(step_time);
   const bool report = step % spec.progress_every() == 0 || step == spec.steps();
   // Only the mlp workload has a loss (the others report NaN). Every rank
   // takes part in the average (same steps, same workload kind).

@@ -5,6 +5,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
+#include "common/logging.h"
 
 namespace pshard::worker {
 namespace {
@@ -65,11 +66,30 @@ absl::Status ReportRankResult(ControlPlane& control, const ResultSource& source,
   constexpr absl::Duration kSlice = absl::Milliseconds(200);
   const absl::Time give_up = clock.Now() + retry.give_up_after;
   absl::Duration backoff = kSlice;
+  bool said_retrying = false;
   for (;;) {
     absl::Status sent = control.ReportResult(request, rpc_timeout);
     const bool unreachable = sent.code() == absl::StatusCode::kUnavailable ||
                              sent.code() == absl::StatusCode::kDeadlineExceeded;
-    if (!unreachable || clock.Now() >= give_up) return sent;
+    if (!unreachable || clock.Now() >= give_up) {
+      if (!sent.ok()) {
+        LOG(ERROR) << "job " << source.job_id << " epoch " << source.epoch
+                   << " rank " << source.rank << ": reporting its result ("
+                   << (ok ? "ok" : "failed") << ") failed: " << sent;
+      } else if (said_retrying) {
+        LOG(INFO) << "job " << source.job_id << " epoch " << source.epoch
+                  << " rank " << source.rank << ": result reported";
+      }
+      return sent;
+    }
+    if (!said_retrying) {  // once, not per retry
+      LOG(WARNING) << "job " << source.job_id << " epoch " << source.epoch
+                   << " rank " << source.rank
+                   << ": the coordinator cannot take its result (" << sent
+                   << "); retrying for up to "
+                   << absl::FormatDuration(retry.give_up_after);
+      said_retrying = true;
+    }
     // Sleep in slices, so that a rank torn down stops waiting soon.
     const absl::Time next = std::min(clock.Now() + backoff, give_up);
     while (clock.Now() < next) {
