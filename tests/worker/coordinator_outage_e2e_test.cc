@@ -38,7 +38,12 @@ TEST(CoordinatorOutageE2eTest, AJobThatEndsWhileTheCoordinatorIsDownSucceeds) {
       [&] {
         auto job = cluster->GetJob(submitted.id());
         running_epoch = job.ok() ? job->epoch() : 0;
-        return job.ok() && job->state() == v1::RUNNING;
+        // RUNNING alone is not enough: GetJob can show it before the
+        // commit that releases the assignment replies, and ranks killed
+        // off before they have the assignment never train. A reported step
+        // means both ranks had it.
+        return job.ok() && job->state() == v1::RUNNING &&
+               job->progress().step() >= 1;
       },
       absl::Seconds(30)))
       << cluster->Logs();
