@@ -79,7 +79,7 @@ INSTANTIATE_TEST_SUITE_P(
              "assignment_policy, comm_mode, optimizer, steps, seed, "
              "output_dir, progress_every, collective_timeout_seconds, "
              "checkpoint, max_restarts, min_world_size, from_checkpoint, "
-             "restart_on_program_failure)"},
+             "restart_on_program_failure, priority)"},
         Case{"SyntaxErrorLineAndColumn",
              Spec("\"world_size\": 2", "\"world_size\" 2"),
              "JSON syntax error at line 3, column 16: Expected : between "

@@ -202,6 +202,7 @@ TEST_F(ServicesTest, WatchJobIsCappedPerClientAndInAll) {
   options.services.max_watchers = 3;
   options.services.max_watchers_per_client = 2;
   options.services.watch_poll = absl::Milliseconds(100);
+  options.security.insecure = true;  // loopback
   auto started = CoordinatorServer::Start(coordinator_.get(), &clock_, options);
   ASSERT_OK(started);
   std::unique_ptr<CoordinatorServer> server = *std::move(started);
