@@ -664,11 +664,7 @@ TEST(ProgressRendererTest, PrintsRestartsAndCheckpoints) {
             "checkpoint step 5 FAILED: disk full\n");
 }
 
-security::TransportSecurity Plaintext() {
-  security::TransportSecurity s;
-  s.insecure = true;
-  return s;
-}
+using security::Plaintext;
 
 TEST(ConnectTest, RefusedConnectionFailsAtOnce) {
   const absl::Time start = absl::Now();

@@ -137,11 +137,9 @@ class LocalCluster {
     // Every process holds a certificate from a CA made for this run, in
     // <run_dir>/tls, and every server requires one (mutual TLS).
     std::optional<security::CertificateDirectory> certificates;
-    security::TransportSecurity coordinator_tls;
-    if (options_.cli.security.insecure) {
-      coordinator_tls.insecure = true;
-      client_security_.insecure = true;
-    } else {
+    security::TransportSecurity coordinator_tls = security::Plaintext();
+    client_security_ = security::Plaintext();
+    if (!options_.cli.security.insecure) {
       ASSIGN_OR_RETURN(certificates,
                        security::CertificateDirectory::Create(
                            absl::StrCat(run_dir, "/tls"),
@@ -172,8 +170,7 @@ class LocalCluster {
 
     for (int i = 0; i < workers; ++i) {
       const std::string name = absl::StrCat("local-worker-", i);
-      security::TransportSecurity worker_tls;
-      worker_tls.insecure = coordinator_tls.insecure;
+      security::TransportSecurity worker_tls = security::Plaintext();
       if (certificates.has_value()) {
         ASSIGN_OR_RETURN(worker_tls, certificates->Issue(name));
         worker_tls.require_client_certificate = true;

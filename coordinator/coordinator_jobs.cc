@@ -66,35 +66,36 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
   RETURN_IF_ERROR(ValidateJobSpec(spec));
   RETURN_IF_ERROR(JobTable::ValidateRequestId(request_id));
   v1::JobSpec with_defaults = ApplyJobSpecDefaults(spec);
-  // A retry is answered before from_checkpoint is resolved again: that
-  // hashes every shard, and the checkpoint may have been pruned since the
-  // first submission took it.
-  if (!request_id.empty()) {
-    Locked lock(this);
+  // The first job of a retried submission (nullopt for a new one), answered
+  // once it is durable: nothing changed, but the first submission's commit
+  // may still be in flight.
+  auto first_of_retry =
+      [&](Locked& lock) -> absl::StatusOr<std::optional<v1::Job>> {
+    if (request_id.empty()) return std::nullopt;
     ASSIGN_OR_RETURN(const JobRec* first,
                      jobs_.FindSubmission(request_id, with_defaults));
-    if (first != nullptr) {
-      v1::Job out = first->job;
-      // Nothing changed, but the first submission may not be durable yet.
-      RETURN_IF_ERROR(lock.Commit());
-      return out;
-    }
-  }
+    if (first == nullptr) return std::nullopt;
+    v1::Job out = first->job;
+    RETURN_IF_ERROR(lock.Commit());
+    return out;
+  };
   std::optional<v1::ResumePoint> initialized_from;
   if (!with_defaults.from_checkpoint().empty()) {
+    // A retry is answered before from_checkpoint is resolved again: that
+    // hashes every shard, and the checkpoint may have been pruned since the
+    // first submission took it.
+    {
+      Locked lock(this);
+      ASSIGN_OR_RETURN(std::optional<v1::Job> first, first_of_retry(lock));
+      if (first.has_value()) return *std::move(first);
+    }
     ASSIGN_OR_RETURN(initialized_from, ResolveFromCheckpoint(with_defaults));
   }
   Locked lock(this);
-  if (!request_id.empty()) {
-    // A concurrent retry may have added it while the lock was released.
-    ASSIGN_OR_RETURN(const JobRec* first,
-                     jobs_.FindSubmission(request_id, with_defaults));
-    if (first != nullptr) {
-      v1::Job out = first->job;
-      RETURN_IF_ERROR(lock.Commit());
-      return out;
-    }
-  }
+  // (Again for a checkpoint job: a concurrent retry may have added it while
+  // the lock was released.)
+  ASSIGN_OR_RETURN(std::optional<v1::Job> first, first_of_retry(lock));
+  if (first.has_value()) return *std::move(first);
   ASSIGN_OR_RETURN(JobRec * j,
                    jobs_.Add(std::move(with_defaults), clock_->Now(),
                              std::string(request_id)));

@@ -94,6 +94,12 @@ unsigned int RefreshSeconds(const TransportSecurity& s) {
 
 }  // namespace
 
+TransportSecurity Plaintext() {
+  TransportSecurity s;
+  s.insecure = true;
+  return s;
+}
+
 absl::Status ValidateServerSecurity(const TransportSecurity& s) {
   RETURN_IF_ERROR(ValidateCommon(s));
   if (s.insecure) return absl::OkStatus();

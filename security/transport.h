@@ -44,6 +44,10 @@ struct TransportSecurity {
   absl::Duration reload_interval = absl::Seconds(10);
 };
 
+// Plaintext settings (insecure = true), for loopback servers and clients in
+// tests and the --insecure path.
+TransportSecurity Plaintext();
+
 // InvalidArgument naming the flag when the settings contradict each other
 // (--insecure with a --tls_* flag, a key without a certificate); for a
 // server, also when TLS has no certificate. Reads every named file and

@@ -69,8 +69,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     coordinator_options.extra_flags.push_back("--metrics_port_file=" +
                                               metrics_port_file);
   }
-  security::TransportSecurity client_security;
-  client_security.insecure = true;
+  security::TransportSecurity client_security = security::Plaintext();
   if (opt.tls) {
     ASSIGN_OR_RETURN(security::CertificateDirectory certificates,
                      security::CertificateDirectory::Create(

@@ -5,6 +5,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cli/pshardctl_runner.h"
+#include "tests/testing/subprocess.h"
 
 namespace pshard::testing {
 namespace {
@@ -38,6 +39,33 @@ TEST(BinariesTest, WorkerHelpListsItsFlags) {
                            HasSubstr("--coordinator"), HasSubstr("--device"),
                            HasSubstr("--log_dir"),
                            Not(HasSubstr("No flags matched"))));
+}
+
+TEST(BinariesTest, HelpListsTheSharedTransportFlags) {
+  for (const char* binary : {"server/pshard-coordinator", "worker/pshard-worker"}) {
+    CliResult r = RunBinary(binary, {"--help"});
+    EXPECT_THAT(r.out, AllOf(HasSubstr("Flags from security/transport_flags.cc"),
+                             HasSubstr("--tls_cert"), HasSubstr("--insecure")))
+        << binary;
+  }
+}
+
+// TLS is the default: a server with neither a certificate nor --insecure
+// refuses to start, exit 2, saying what to pass.
+TEST(BinariesTest, ServersWithoutCertificateOrInsecureExit2) {
+  const std::string dir = MakeTempDir("no-tls");
+  CliResult coordinator = RunBinary(
+      "server/pshard-coordinator",
+      {"--listen=127.0.0.1:0", "--state_path=" + dir + "/state.db"});
+  CliResult worker = RunBinary(
+      "worker/pshard-worker",
+      {"--coordinator=127.0.0.1:1", "--listen=127.0.0.1:0"});
+  for (const CliResult* r : {&coordinator, &worker}) {
+    EXPECT_EQ(r->exit_code, 2) << r->err;
+    EXPECT_THAT(r->err, HasSubstr("TLS needs --tls_cert and --tls_key (a "
+                                  "certificate and its key); pass --insecure "
+                                  "for plaintext"));
+  }
 }
 
 TEST(BinariesTest, EveryBinaryPrintsOneVersion) {

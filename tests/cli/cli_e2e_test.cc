@@ -273,6 +273,16 @@ TEST_F(CliE2eTest, WithoutTheClustersCaTheConnectionFailsSayingWhatToCheck) {
                            HasSubstr("--tls_ca")));
 }
 
+TEST_F(CliE2eTest, TheCaCanComeFromTheEnvironment) {
+  const security::TransportSecurity& tls = cluster_->client_security();
+  CliResult r = RunPshardctl(
+      {"workers", "--coordinator=" + cluster_->address(),
+       "--tls_cert=" + tls.certificate_file, "--tls_key=" + tls.key_file},
+      {"PSHARD_TLS_CA=" + tls.ca_file});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("e2e-worker-0"));
+}
+
 TEST_F(CliE2eTest, TheCoordinatorRefusesAClientWithoutACertificate) {
   CliResult r = CliWithoutCredentials(
       {"workers", "--connect_timeout=10s",

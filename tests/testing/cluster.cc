@@ -42,9 +42,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
   std::unique_ptr<Cluster> cluster(new Cluster());
   cluster->dir_ = MakeTempDir("cluster");
   // Each server's flags, and the test client's settings.
-  security::TransportSecurity coordinator_tls;
-  coordinator_tls.insecure = true;
-  cluster->client_security_.insecure = true;
+  security::TransportSecurity coordinator_tls = security::Plaintext();
+  cluster->client_security_ = security::Plaintext();
   if (options.tls) {
     ASSIGN_OR_RETURN(cluster->certificates_,
                      security::CertificateDirectory::Create(
@@ -87,8 +86,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
         RunfilePath("worker/pshard-worker"), "--coordinator=" + address,
         absl::StrCat("--name=", options.worker_name_prefix, i),
         "--listen=127.0.0.1:0", "--port_file=" + wport, "--host=127.0.0.1"};
-    security::TransportSecurity worker_tls;
-    worker_tls.insecure = true;
+    security::TransportSecurity worker_tls = security::Plaintext();
     if (options.tls) {
       ASSIGN_OR_RETURN(worker_tls,
                        cluster->certificates_->Issue(absl::StrCat(

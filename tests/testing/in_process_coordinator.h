@@ -133,11 +133,7 @@ struct InProcessCoordinatorOptions {
   std::string listen = "127.0.0.1:0";
   // How it serves there: plaintext unless set (cli/fake_coordinator_main
   // passes its --tls_* flags).
-  security::TransportSecurity security = [] {
-    security::TransportSecurity s;
-    s.insecure = true;
-    return s;
-  }();
+  security::TransportSecurity security = security::Plaintext();
   // The SQLite state file; empty: one in a fresh temp dir.
   std::string state_path;
   // The WorkerStatus address simulated workers register (host:port), for
