@@ -53,7 +53,7 @@ struct CommandDoc {
 // The flags of kCommonFlags.
 constexpr const char* kConnectionFlags =
     "coordinator connect_timeout rpc_timeout insecure tls_ca tls_cert tls_key "
-    "tls_server_name";
+    "tls_server_name token_file";
 
 constexpr const char* kCommonFlags =
     "  --coordinator=HOST:PORT  coordinator address (default "
@@ -68,6 +68,8 @@ constexpr const char* kCommonFlags =
     "coordinator requires one (mutual TLS)\n"
     "  --tls_server_name=NAME   the name the server's certificate carries, when "
     "it is not the host dialled\n"
+    "  --token_file=FILE        bearer token to present (default "
+    "$PSHARD_TOKEN_FILE, else the token in $PSHARD_TOKEN)\n"
     "  --insecure               plaintext, for a coordinator started with "
     "--insecure\n";
 constexpr const char* kOutputFlag =

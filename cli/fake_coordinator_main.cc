@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "common/clock.h"
 #include "common/port_file.h"
+#include "security/server_access_flags.h"
 #include "security/transport_flags.h"
 #include "tests/testing/in_process_coordinator.h"
 
@@ -37,6 +38,15 @@ int main(int argc, char** argv) {
   // TLS coordinator as it runs the real one.
   options.security = pshard::security::TransportSecurityFromFlags();
   options.state_path = absl::GetFlag(FLAGS_state_path);
+  // The access files `pshardctl local` writes must load, but are not
+  // enforced: the simulated workers call through an in-process channel with
+  // no credential. tests/cli:local_e2e_test runs the real binaries with them.
+  if (auto access = pshard::security::LoadServerAccessPolicy(
+          pshard::security::AccessSettingsFromFlags(), options.security);
+      !access.ok()) {
+    std::cerr << access.status() << "\n";
+    return 2;
+  }
   auto coordinator = pshard::testing::InProcessCoordinator::Start(options);
   if (!coordinator.ok()) {
     std::cerr << coordinator.status() << "\n";

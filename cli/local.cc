@@ -26,7 +26,10 @@
 #include "common/job_spec.h"
 #include "common/port_file.h"
 #include "common/status_macros.h"
+#include "security/access_directory.h"
+#include "security/access_policy.h"
 #include "security/certificate_directory.h"
+#include "security/server_access_flags.h"
 #include "security/transport.h"
 #include "security/transport_flags.h"
 
@@ -117,6 +120,8 @@ std::vector<std::string> Concat(std::vector<std::string> a,
   return a;
 }
 
+std::string WorkerName(int i) { return absl::StrCat("local-worker-", i); }
+
 class LocalCluster {
  public:
   LocalCluster(const LocalOptions& options, const CliIo& io,
@@ -135,10 +140,14 @@ class LocalCluster {
     const absl::Time deadline = clock_.Now() + options_.startup_timeout;
     // Secure by default like a real cluster; --insecure for plaintext.
     // Every process holds a certificate from a CA made for this run, in
-    // <run_dir>/tls, and every server requires one (mutual TLS).
+    // <run_dir>/tls, and every server requires one (mutual TLS). Workers are
+    // known by their certificates' names (role worker); pshardctl presents
+    // an admin token, <run_dir>/tls/admin.token.
     std::optional<security::CertificateDirectory> certificates;
+    std::vector<std::string> access_flags;
     security::TransportSecurity coordinator_tls = security::Plaintext();
     client_security_ = security::Plaintext();
+    token_file_.clear();
     if (!options_.cli.security.insecure) {
       ASSIGN_OR_RETURN(certificates,
                        security::CertificateDirectory::Create(
@@ -149,6 +158,16 @@ class LocalCluster {
                        certificates->Issue("pshard-coordinator"));
       coordinator_tls.require_client_certificate = true;
       ASSIGN_OR_RETURN(client_security_, certificates->Issue("pshardctl"));
+      security::AccessDirectory access(certificates->dir());
+      ASSIGN_OR_RETURN(token_file_,
+                       access.AddToken("admin", {security::Role::kAdmin}));
+      for (int i = 0; i < workers; ++i) {
+        access.AddIdentity(WorkerName(i), {security::Role::kWorker});
+      }
+      RETURN_IF_ERROR(access.Write());
+      access_flags = security::AccessFlags(access.settings());
+      ASSIGN_OR_RETURN(client_security_.bearer_token,
+                       security::ReadTokenFile(token_file_, "admin.token"));
     }
 
     const std::string coordinator_port_file =
@@ -157,10 +176,12 @@ class LocalCluster {
         coordinator_,
         ChildProcess::Start(
             "pshard-coordinator",
-            Concat({coordinator_bin, "--listen=127.0.0.1:0",
-                    absl::StrCat("--port_file=", coordinator_port_file),
-                    absl::StrCat("--state_path=", run_dir, "/coordinator.db")},
-                   security::TransportSecurityFlags(coordinator_tls)),
+            Concat(Concat({coordinator_bin, "--listen=127.0.0.1:0",
+                           absl::StrCat("--port_file=", coordinator_port_file),
+                           absl::StrCat("--state_path=", run_dir,
+                                        "/coordinator.db")},
+                          security::TransportSecurityFlags(coordinator_tls)),
+                   access_flags),
             absl::StrCat(run_dir, "/coordinator.log"), {}, clock_));
     ASSIGN_OR_RETURN(int port,
                      WaitForPort(*coordinator_, coordinator_port_file, deadline));
@@ -169,7 +190,7 @@ class LocalCluster {
              << "  log " << coordinator_->log_path() << "\n";
 
     for (int i = 0; i < workers; ++i) {
-      const std::string name = absl::StrCat("local-worker-", i);
+      const std::string name = WorkerName(i);
       security::TransportSecurity worker_tls = security::Plaintext();
       if (certificates.has_value()) {
         ASSIGN_OR_RETURN(worker_tls, certificates->Issue(name));
@@ -187,7 +208,8 @@ class LocalCluster {
                    // Program jobs' output:
                    // <run_dir>/program-logs/<job>/rank-R.log.
                    absl::StrCat("--log_dir=", run_dir, "/program-logs")},
-                  security::TransportSecurityFlags(worker_tls)),
+                  Concat(security::TransportSecurityFlags(worker_tls),
+                         access_flags)),
               absl::StrCat(run_dir, "/", name, ".log"), {}, clock_));
       workers_.push_back(std::move(worker));
     }
@@ -195,7 +217,7 @@ class LocalCluster {
       ASSIGN_OR_RETURN(
           int worker_port,
           WaitForPort(*workers_[i],
-                      absl::StrCat(run_dir, "/local-worker-", i, ".port"),
+                      absl::StrCat(run_dir, "/", WorkerName(i), ".port"),
                       deadline));
       *io_.out << "worker " << i << "     pid " << workers_[i]->pid()
                << "  127.0.0.1:" << worker_port << "  log "
@@ -206,7 +228,9 @@ class LocalCluster {
     if (!client_security_.insecure) {
       *io_.out << "TLS          CA " << client_security_.ca_file
                << "  pshardctl's certificate " << client_security_.certificate_file
-               << "\n";
+               << "\n"
+               << "access       admin token " << token_file_ << "  tokens "
+               << certificates->dir() << "/tokens\n";
     }
     io_.out->flush();
     ASSIGN_OR_RETURN(client_,
@@ -221,10 +245,13 @@ class LocalCluster {
   // The pshardctl flags that reach the cluster: its certificate, or
   // plaintext.
   std::string ConnectionFlags() const {
+    std::vector<std::string> flags =
+        security::TransportSecurityFlags(client_security_);
+    if (!token_file_.empty()) {
+      flags.push_back(absl::StrCat("--token_file=", token_file_));
+    }
     return absl::StrCat("--coordinator=", address_, " ",
-                        absl::StrJoin(security::TransportSecurityFlags(
-                                          client_security_),
-                                      " "));
+                        absl::StrJoin(flags, " "));
   }
 
   // Any child that has died on its own, as an error naming it.
@@ -319,6 +346,8 @@ class LocalCluster {
   std::unique_ptr<CoordinatorClient> client_;
   std::string address_;
   security::TransportSecurity client_security_;
+  // pshardctl's admin token (empty with --insecure).
+  std::string token_file_;
   bool stopped_ = false;
 };
 

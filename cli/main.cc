@@ -22,6 +22,7 @@
 #include "cli/local.h"
 #include "common/binary_flags.h"
 #include "common/clock.h"
+#include "security/client_token_flags.h"
 #include "security/transport_flags.h"
 
 ABSL_FLAG(std::string, coordinator, "",
@@ -207,6 +208,13 @@ int main(int argc, char** argv) {
         &options.security.key_file}) {
     *path = UserPath(*path);
   }
+  absl::StatusOr<std::string> token =
+      pshard::security::BearerTokenFromFlags(UserPath);
+  if (!token.ok()) {
+    std::cerr << "pshardctl: " << token.status().message() << "\n";
+    return pshard::cli::kExitUsage;
+  }
+  options.security.bearer_token = *std::move(token);
 
   Cancellation cancel;
   std::thread signal_thread([&signals, &cancel] {

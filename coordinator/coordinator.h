@@ -245,6 +245,18 @@ class Coordinator {
   absl::StatusOr<SharedHeartbeat> HeartbeatShared(
       const v1::HeartbeatRequest& request);
 
+  // For callers whose credential names a worker (server/services.cc checks
+  // these before a WorkerControl call): OK when worker `worker_id` is the
+  // one named `name`. NotFound: no worker `worker_id` (as the call itself
+  // would say). PermissionDenied naming both otherwise.
+  absl::Status CheckWorkerIsNamed(absl::string_view worker_id,
+                                  absl::string_view name) const;
+  // OK when the worker named `name` holds a rank of job `job_id` (the
+  // rendezvous store and assignment of a job are for its ranks only).
+  // PermissionDenied otherwise, saying why.
+  absl::Status CheckHoldsRank(absl::string_view name,
+                              absl::string_view job_id) const;
+
   // Opens an attachment of a registered worker: the server holds one per
   // open Attach stream, and while it is the worker's current one, its end
   // (WorkerDetached) makes the worker LOST at once. A new attachment
@@ -304,8 +316,13 @@ class Coordinator {
   // ResourceExhausted: max_unfinished_jobs jobs are queued or running, or
   //   max_jobs jobs are kept.
   // Unavailable: the state store could not commit; nothing changed.
+  //
+  // `owner` is the principal submitting (Job.owner; empty without access
+  // control). A request_id is the owner's own: another owner's retry with it
+  // is AlreadyExists, and never sees the first owner's job.
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec,
-                                    absl::string_view request_id = {});
+                                    absl::string_view request_id = {},
+                                    absl::string_view owner = {});
 
   // NotFound: no such job.
   absl::StatusOr<v1::Job> GetJob(absl::string_view job_id) const;

@@ -62,7 +62,8 @@ absl::StatusOr<v1::ResumePoint> Coordinator::ResolveFromCheckpoint(
 }
 
 absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
-                                               absl::string_view request_id) {
+                                               absl::string_view request_id,
+                                               absl::string_view owner) {
   RETURN_IF_ERROR(ValidateJobSpec(spec));
   RETURN_IF_ERROR(JobTable::ValidateRequestId(request_id));
   v1::JobSpec with_defaults = ApplyJobSpecDefaults(spec);
@@ -75,6 +76,11 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
     ASSIGN_OR_RETURN(const JobRec* first,
                      jobs_.FindSubmission(request_id, with_defaults));
     if (first == nullptr) return std::nullopt;
+    if (first->job.owner() != owner) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "request_id \"", request_id,
+          "\" was used by another principal's submission; choose another"));
+    }
     v1::Job out = first->job;
     RETURN_IF_ERROR(lock.Commit());
     return out;
@@ -100,6 +106,7 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec,
                    jobs_.Add(std::move(with_defaults), clock_->Now(),
                              std::string(request_id)));
   JobRec& job = *j;
+  job.job.set_owner(std::string(owner));
   std::string prefix = "submitted";
   if (initialized_from.has_value()) {
     *job.job.mutable_initialized_from() = *initialized_from;

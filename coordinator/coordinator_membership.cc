@@ -219,6 +219,35 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
   return out;
 }
 
+absl::Status Coordinator::CheckWorkerIsNamed(absl::string_view worker_id,
+                                             absl::string_view name) const {
+  Locked lock(this);
+  const WorkerRec* w = workers_.Find(worker_id);
+  if (w == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown worker id \"", Clip(worker_id, 64), "\""));
+  }
+  if (w->info.name() == name) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "worker ", worker_id, " is \"", w->info.name(), "\"; this credential is \"",
+      Clip(name, 253), "\"'s and may act only as that worker"));
+}
+
+absl::Status Coordinator::CheckHoldsRank(absl::string_view name,
+                                         absl::string_view job_id) const {
+  Locked lock(this);
+  const WorkerRec* w = workers_.FindByName(name);
+  if (w == nullptr) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "\"", Clip(name, 253), "\" is no registered worker, so it holds no rank of ",
+        Clip(job_id, 64)));
+  }
+  if (w->job_num != 0 && JobId(w->job_num) == job_id) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "worker ", w->info.id(), " (\"", name, "\") holds no rank of ",
+      Clip(job_id, 64)));
+}
+
 absl::StatusOr<v1::WorkerInfo> Coordinator::GetWorker(
     absl::string_view worker) const {
   Locked lock(this);

@@ -88,6 +88,10 @@ WorkerRec* WorkerRegistry::FindByName(absl::string_view name) {
   return it == by_name_.end() ? nullptr : workers_.at(it->second).get();
 }
 
+const WorkerRec* WorkerRegistry::FindByName(absl::string_view name) const {
+  return const_cast<WorkerRegistry*>(this)->FindByName(name);
+}
+
 absl::StatusOr<WorkerRec*> WorkerRegistry::Add(absl::string_view name,
                                                absl::Time now) {
   if (static_cast<int>(workers_.size()) >= options_.max_workers) {
@@ -159,6 +163,10 @@ const WorkerRec* WorkerRegistry::Find(int64_t num) const {
 WorkerRec* WorkerRegistry::Find(absl::string_view worker_id) {
   std::optional<int64_t> num = ParseWorkerId(worker_id);
   return num ? Find(*num) : nullptr;
+}
+
+const WorkerRec* WorkerRegistry::Find(absl::string_view worker_id) const {
+  return const_cast<WorkerRegistry*>(this)->Find(worker_id);
 }
 
 absl::StatusOr<WorkerRec*> WorkerRegistry::Resolve(absl::string_view worker) {

@@ -137,6 +137,7 @@ class WorkerRegistry {
 
   // The worker named `name`, or null.
   WorkerRec* FindByName(absl::string_view name);
+  const WorkerRec* FindByName(absl::string_view name) const;
   // A new worker "w-<n>" named `name`, registered at `now`.
   absl::StatusOr<WorkerRec*> Add(absl::string_view name, absl::Time now);
   // Records registration `req` (validated) of `w` at `now`: its identity,
@@ -156,6 +157,7 @@ class WorkerRegistry {
   const WorkerRec* Find(int64_t num) const;
   // By id ("w-7") only; null when unknown.
   WorkerRec* Find(absl::string_view worker_id);
+  const WorkerRec* Find(absl::string_view worker_id) const;
   // By id, else by name.
   absl::StatusOr<WorkerRec*> Resolve(absl::string_view worker);
   absl::StatusOr<const WorkerRec*> Resolve(absl::string_view worker) const;

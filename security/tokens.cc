@@ -1,6 +1,5 @@
 #include "security/tokens.h"
 
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
@@ -9,6 +8,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -25,16 +25,58 @@ constexpr std::pair<Role, absl::string_view> kRoleNames[] = {
     {Role::kWorker, "worker"},
 };
 
-std::array<uint8_t, 32> Sha256Of(absl::string_view bytes) {
-  std::array<uint8_t, 32> digest{};
+std::string Sha256Of(absl::string_view bytes) {
+  unsigned char digest[32];
   unsigned int size = 0;
   // EVP_Digest cannot fail for SHA-256 on a memory buffer short of an
-  // allocation failure; a zero digest then matches no stored token.
-  if (EVP_Digest(bytes.data(), bytes.size(), digest.data(), &size,
-                 EVP_sha256(), nullptr) != 1) {
-    digest.fill(0);
+  // allocation failure; the empty digest then matches no stored token.
+  if (EVP_Digest(bytes.data(), bytes.size(), digest, &size, EVP_sha256(),
+                 nullptr) != 1) {
+    return "";
   }
-  return digest;
+  return std::string(reinterpret_cast<const char*>(digest), size);
+}
+
+constexpr absl::string_view kDigestPrefix = "sha256:";
+
+// Roles "a,b" of a principal named `name`; `where` wraps a problem with the
+// line it is on.
+template <typename Where>
+absl::StatusOr<Principal> ParsePrincipal(absl::string_view name,
+                                         absl::string_view roles,
+                                         const Where& where) {
+  Principal principal;
+  principal.name = std::string(name);
+  for (absl::string_view role_name : absl::StrSplit(roles, ',')) {
+    absl::StatusOr<Role> role = ParseRole(role_name);
+    if (!role.ok()) return where(role.status().message());
+    if (!principal.Has(*role)) principal.roles.push_back(*role);
+  }
+  return principal;
+}
+
+// Calls `entry(fields, where)` for each entry line of `text`.
+template <typename Entry>
+absl::Status ForEachEntry(absl::string_view text, absl::string_view source,
+                          const Entry& entry) {
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    auto where = [&](absl::string_view problem) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ":", line_number, ": ", problem));
+    };
+    std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    RETURN_IF_ERROR(entry(fields, where));
+  }
+  return absl::OkStatus();
+}
+
+std::string FieldCount(size_t n) {
+  return absl::StrCat(n, n == 1 ? " field" : " fields");
 }
 
 }  // namespace
@@ -65,46 +107,42 @@ bool Principal::Has(Role role) const {
 absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text,
                                              absl::string_view source) {
   TokenTable table;
-  std::set<std::array<uint8_t, 32>> tokens;
   std::set<std::string> names;
-  int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_number;
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty() || line[0] == '#') continue;
-    auto where = [&](absl::string_view problem) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ":", line_number, ": ", problem));
-    };
-    std::vector<absl::string_view> fields =
-        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-    if (fields.size() != 3) {
-      return where(absl::StrCat(
-          "want \"TOKEN NAME ROLE[,ROLE...]\", got ", fields.size(),
-          fields.size() == 1 ? " field" : " fields"));
-    }
-    // The token itself never goes into a message.
-    if (fields[0].size() < kMinTokenBytes) {
-      return where(absl::StrCat("the token is shorter than ", kMinTokenBytes,
-                                " characters"));
-    }
-    Entry entry;
-    entry.token_sha256 = Sha256Of(fields[0]);
-    entry.principal.name = std::string(fields[1]);
-    for (absl::string_view role_name : absl::StrSplit(fields[2], ',')) {
-      absl::StatusOr<Role> role = ParseRole(role_name);
-      if (!role.ok()) return where(role.status().message());
-      if (!entry.principal.Has(*role)) entry.principal.roles.push_back(*role);
-    }
-    if (!tokens.insert(entry.token_sha256).second) {
-      return where("this token is already given to another entry");
-    }
-    if (!names.insert(entry.principal.name).second) {
-      return where(absl::StrCat("the name \"", entry.principal.name,
-                                "\" is already given to another token"));
-    }
-    table.entries_.push_back(std::move(entry));
-  }
+  RETURN_IF_ERROR(ForEachEntry(
+      text, source,
+      [&](const std::vector<absl::string_view>& fields,
+          const auto& where) -> absl::Status {
+        if (fields.size() != 3) {
+          return where(absl::StrCat("want \"TOKEN NAME ROLE[,ROLE...]\", got ",
+                                    FieldCount(fields.size())));
+        }
+        // The token itself never goes into a message.
+        std::string digest;
+        if (absl::StartsWith(fields[0], kDigestPrefix)) {
+          const absl::string_view hex = fields[0].substr(kDigestPrefix.size());
+          if (hex.size() != 64 ||
+              hex.find_first_not_of("0123456789abcdefABCDEF") !=
+                  absl::string_view::npos) {
+            return where("a sha256: token needs 64 hex digits");
+          }
+          digest = absl::HexStringToBytes(hex);
+        } else if (fields[0].size() < kMinTokenBytes) {
+          return where(absl::StrCat("the token is shorter than ",
+                                    kMinTokenBytes, " characters"));
+        } else {
+          digest = Sha256Of(fields[0]);
+        }
+        ASSIGN_OR_RETURN(Principal principal,
+                         ParsePrincipal(fields[1], fields[2], where));
+        if (!names.insert(principal.name).second) {
+          return where(absl::StrCat("the name \"", principal.name,
+                                    "\" is already given to another token"));
+        }
+        if (!table.by_digest_.emplace(digest, std::move(principal)).second) {
+          return where("this token is already given to another entry");
+        }
+        return absl::OkStatus();
+      }));
   return table;
 }
 
@@ -115,17 +153,46 @@ absl::StatusOr<TokenTable> TokenTable::Load(const std::string& path) {
 }
 
 const Principal* TokenTable::Authenticate(absl::string_view token) const {
-  const std::array<uint8_t, 32> presented = Sha256Of(token);
-  const Principal* found = nullptr;
-  // Every entry, every time: the loop's length does not depend on where (or
-  // whether) the token matches.
-  for (const Entry& entry : entries_) {
-    const bool match = CRYPTO_memcmp(presented.data(),
-                                     entry.token_sha256.data(),
-                                     presented.size()) == 0;
-    if (match) found = &entry.principal;
-  }
-  return found;
+  if (token.empty()) return nullptr;
+  auto it = by_digest_.find(Sha256Of(token));
+  return it == by_digest_.end() ? nullptr : &it->second;
+}
+
+std::string TokenDigest(absl::string_view token) {
+  return absl::StrCat(kDigestPrefix, absl::BytesToHexString(Sha256Of(token)));
+}
+
+absl::StatusOr<IdentityTable> IdentityTable::Parse(absl::string_view text,
+                                                   absl::string_view source) {
+  IdentityTable table;
+  RETURN_IF_ERROR(ForEachEntry(
+      text, source,
+      [&](const std::vector<absl::string_view>& fields,
+          const auto& where) -> absl::Status {
+        if (fields.size() != 2) {
+          return where(absl::StrCat("want \"NAME ROLE[,ROLE...]\", got ",
+                                    FieldCount(fields.size())));
+        }
+        ASSIGN_OR_RETURN(Principal principal,
+                         ParsePrincipal(fields[0], fields[1], where));
+        if (!table.by_name_.emplace(principal.name, principal).second) {
+          return where(absl::StrCat("the name \"", principal.name,
+                                    "\" is given twice"));
+        }
+        return absl::OkStatus();
+      }));
+  return table;
+}
+
+absl::StatusOr<IdentityTable> IdentityTable::Load(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text,
+                   checkpoint::ReadSmallFile(path, int64_t{1} << 20));
+  return Parse(text, path);
+}
+
+const Principal* IdentityTable::Find(absl::string_view common_name) const {
+  auto it = by_name_.find(common_name);
+  return it == by_name_.end() ? nullptr : &it->second;
 }
 
 absl::StatusOr<std::string> NewToken() {

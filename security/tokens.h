@@ -1,25 +1,35 @@
-// Bearer tokens and the roles they carry. A token file maps each token to a
-// principal (a name) and its roles:
+// Who a caller is: bearer tokens and client-certificate names, each mapped
+// to a principal (a name) and its roles.
 //
-//   # token                            name          roles
-//   3f1c...e9  alice         submit
-//   77aa...01  ops           admin
-//   c0ff...ee  w-pool        worker
-//   d00d...42  dashboards    read
+// A token file (--auth_tokens) maps each token to a principal:
 //
-// One entry per line, fields separated by spaces or tabs, roles by commas;
-// blank lines and lines starting with '#' are ignored. Tokens are compared
-// in constant time (SHA-256 of the presented token against each entry's,
-// every entry every time), so neither a token's prefix nor its position in
-// the file shows in the time an answer takes.
+//   # token                            name             roles
+//   3f1c...e9                          alice            submit
+//   77aa...01                          ops              admin
+//   sha256:9b1e...40                   pshard-worker-0  worker
+//   d00d...42                          dashboards       read
+//
+// A token is given as itself, or as "sha256:" and the 64 hex digits of its
+// SHA-256, so that a file mounted on many hosts (every worker checks the
+// tokens of pshardctl logs) need not hold anything a reader could present.
+// A worker principal's name is the worker's name (--name): it may act as
+// that worker only.
+//
+// An identity file (--auth_identities) maps client-certificate common names
+// to roles: "NAME ROLE[,ROLE...]" per line.
+//
+// In both, one entry per line, fields separated by spaces or tabs, roles by
+// commas; blank lines and lines starting with '#' are ignored. A presented
+// token is hashed and looked up by its digest: what a lookup's time can show
+// is where a digest falls in the table, which says nothing about any token
+// (finding a token from its digest is a preimage attack on SHA-256).
 #ifndef PSHARD_SECURITY_TOKENS_H_
 #define PSHARD_SECURITY_TOKENS_H_
 
-#include <array>
-#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -57,22 +67,40 @@ class TokenTable {
   // The principal `token` belongs to, or nullptr.
   const Principal* Authenticate(absl::string_view token) const;
 
-  size_t size() const { return entries_.size(); }
+  size_t size() const { return by_digest_.size(); }
 
   // Shorter tokens are refused: 32 hex digits are 128 bits of randomness
   // (`openssl rand -hex 32` gives 64 digits, 256 bits).
   static constexpr size_t kMinTokenBytes = 32;
 
  private:
-  struct Entry {
-    std::array<uint8_t, 32> token_sha256;
-    Principal principal;
-  };
-  std::vector<Entry> entries_;
+  // Keyed by the SHA-256 of the token, as raw bytes.
+  absl::flat_hash_map<std::string, Principal> by_digest_;
+};
+
+// Client-certificate common names and their roles.
+class IdentityTable {
+ public:
+  // Errors as TokenTable::Parse's: a line without roles, an unknown role, a
+  // name given twice.
+  static absl::StatusOr<IdentityTable> Parse(absl::string_view text,
+                                             absl::string_view source);
+  static absl::StatusOr<IdentityTable> Load(const std::string& path);
+
+  // The principal named `common_name`, or nullptr.
+  const Principal* Find(absl::string_view common_name) const;
+
+  size_t size() const { return by_name_.size(); }
+
+ private:
+  absl::flat_hash_map<std::string, Principal> by_name_;
 };
 
 // A new random token (64 hex digits), for `pshardctl local` and tests.
 absl::StatusOr<std::string> NewToken();
+
+// "sha256:" and the hex SHA-256 of `token`: how a token file may name it.
+std::string TokenDigest(absl::string_view token);
 
 }  // namespace pshard::security
 

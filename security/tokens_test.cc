@@ -80,6 +80,43 @@ TEST(TokenTableTest, NewTokensAreLongDistinctHex) {
   EXPECT_NE(table.Authenticate(a), nullptr);
 }
 
+TEST(TokenTableTest, TakesTokensByTheirDigest) {
+  ASSERT_OK_AND_ASSIGN(
+      TokenTable table,
+      TokenTable::Parse(TokenDigest(kAlice) + " alice submit\n", "t"));
+  EXPECT_NE(table.Authenticate(kAlice), nullptr);
+  EXPECT_EQ(table.Authenticate(TokenDigest(kAlice)), nullptr);
+  EXPECT_THAT(TokenTable::Parse("sha256:abc alice submit\n", "t"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("t:1: a sha256: token needs 64 hex digits")));
+  // A token and its digest are the same entry.
+  EXPECT_THAT(TokenTable::Parse(kAlice + " alice submit\n" +
+                                    TokenDigest(kAlice) + " bob read\n",
+                                "t"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("t:2: this token is already given")));
+}
+
+TEST(IdentityTableTest, MapsNamesToRoles) {
+  ASSERT_OK_AND_ASSIGN(
+      IdentityTable table,
+      IdentityTable::Parse("# cn roles\npshard-worker-0 worker\nci "
+                           "submit,read\n",
+                           "ids"));
+  EXPECT_EQ(table.size(), 2u);
+  const Principal* ci = table.Find("ci");
+  ASSERT_NE(ci, nullptr);
+  EXPECT_THAT(ci->roles, ElementsAre(Role::kSubmit, Role::kRead));
+  EXPECT_EQ(table.Find("pshard-worker-1"), nullptr);
+  EXPECT_THAT(IdentityTable::Parse("ci\n", "ids"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("ids:1: want \"NAME ROLE[,ROLE...]\", got "
+                                 "1 field")));
+  EXPECT_THAT(IdentityTable::Parse("ci read\nci admin\n", "ids"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("ids:2: the name \"ci\" is given twice")));
+}
+
 TEST(RoleTest, NamesRoundTrip) {
   for (Role role : {Role::kRead, Role::kSubmit, Role::kAdmin, Role::kWorker}) {
     ASSERT_OK_AND_ASSIGN(Role parsed, ParseRole(RoleName(role)));

@@ -3,12 +3,15 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/file.h"
 #include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/support/client_interceptor.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
 #include "security/certificates.h"
@@ -17,6 +20,42 @@ namespace pshard::security {
 namespace {
 
 constexpr int64_t kMaxPemBytes = int64_t{1} << 20;
+
+// Adds "authorization: Bearer <token>" to every call's initial metadata.
+class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerTokenInterceptor(std::shared_ptr<const std::string> header)
+      : header_(std::move(header)) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::
+                PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace("authorization", *header_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  // Shared with the factory: a call may outlive the channel object.
+  const std::shared_ptr<const std::string> header_;
+};
+
+class BearerTokenInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerTokenInterceptorFactory(absl::string_view token)
+      : header_(std::make_shared<const std::string>(
+            absl::StrCat("Bearer ", token))) {}
+
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new BearerTokenInterceptor(header_);
+  }
+
+ private:
+  const std::shared_ptr<const std::string> header_;
+};
 
 absl::StatusOr<std::string> ReadPem(absl::string_view flag,
                                     const std::string& path) {
@@ -153,10 +192,21 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> NewChannel(
     const std::string& address, const TransportSecurity& s,
     grpc::ChannelArguments args) {
   RETURN_IF_ERROR(ValidateClientSecurity(s));
-  if (s.insecure) {
-    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                     args);
-  }
+  // The token rides an interceptor rather than call credentials: gRPC sends
+  // call credentials over TLS only, and a plaintext channel behind a service
+  // mesh (or on loopback) needs it too.
+  auto channel = [&](std::shared_ptr<grpc::ChannelCredentials> credentials) {
+    std::vector<std::unique_ptr<
+        grpc::experimental::ClientInterceptorFactoryInterface>>
+        interceptors;
+    if (!s.bearer_token.empty()) {
+      interceptors.push_back(
+          std::make_unique<BearerTokenInterceptorFactory>(s.bearer_token));
+    }
+    return grpc::experimental::CreateCustomChannelWithInterceptors(
+        address, credentials, args, std::move(interceptors));
+  };
+  if (s.insecure) return channel(grpc::InsecureChannelCredentials());
   grpc::experimental::TlsChannelCredentialsOptions options;
   if (!s.ca_file.empty() || !s.certificate_file.empty()) {
     options.set_certificate_provider(
@@ -173,7 +223,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> NewChannel(
   if (credentials == nullptr) {
     return absl::InternalError("gRPC refused the TLS channel settings");
   }
-  return grpc::CreateCustomChannel(address, credentials, args);
+  return channel(credentials);
 }
 
 std::string ListenAddress(const std::string& flag_value, int default_port,
@@ -189,6 +239,7 @@ constexpr char kCaVariable[] = "PSHARD_TLS_CA";
 constexpr char kCertificateVariable[] = "PSHARD_TLS_CERT";
 constexpr char kKeyVariable[] = "PSHARD_TLS_KEY";
 constexpr char kServerNameVariable[] = "PSHARD_TLS_SERVER_NAME";
+constexpr char kTokenVariable[] = "PSHARD_TOKEN";
 
 std::string AbsolutePath(const std::string& path) {
   if (path.empty() || path[0] == '/') return path;
@@ -201,8 +252,12 @@ std::string AbsolutePath(const std::string& path) {
 
 std::vector<std::pair<std::string, std::string>> ClientSecurityEnvironment(
     const TransportSecurity& s) {
-  if (s.insecure) return {{kInsecureVariable, "1"}};
   std::vector<std::pair<std::string, std::string>> env;
+  if (!s.bearer_token.empty()) env.emplace_back(kTokenVariable, s.bearer_token);
+  if (s.insecure) {
+    env.emplace_back(kInsecureVariable, "1");
+    return env;
+  }
   for (const auto& [name, value] :
        {std::pair<const char*, std::string>{kCaVariable, AbsolutePath(s.ca_file)},
         {kCertificateVariable, AbsolutePath(s.certificate_file)},
@@ -225,6 +280,7 @@ TransportSecurity ClientSecurityFromEnvironment(
   s.certificate_file = get(kCertificateVariable);
   s.key_file = get(kKeyVariable);
   s.server_name = get(kServerNameVariable);
+  s.bearer_token = get(kTokenVariable);
   return s;
 }
 

@@ -42,6 +42,11 @@ struct TransportSecurity {
   std::string server_name;
   // How often the files are checked for changes.
   absl::Duration reload_interval = absl::Seconds(10);
+  // Client: sent as "authorization: Bearer <token>" on every call, when set
+  // (--token_file, $PSHARD_TOKEN): the server's --auth_tokens maps it to a
+  // principal and its roles (docs/security.md). Carried over TLS and, for a
+  // plaintext channel, as it is (a service mesh's own TLS, or loopback).
+  std::string bearer_token;
 };
 
 // Plaintext settings (insecure = true), for loopback servers and clients in
@@ -77,8 +82,9 @@ std::string ListenAddress(const std::string& flag_value, int default_port,
 // A client's settings as environment variables for a child process (a
 // program job's ranks call the coordinator themselves): PSHARD_INSECURE=1,
 // or PSHARD_TLS_CA, PSHARD_TLS_CERT, PSHARD_TLS_KEY, PSHARD_TLS_SERVER_NAME
-// for those that are set. Relative paths are made absolute, since the child
-// runs in another directory.
+// for those that are set, and PSHARD_TOKEN for a bearer token (either
+// way). Relative paths are made absolute, since the child runs in another
+// directory.
 std::vector<std::pair<std::string, std::string>> ClientSecurityEnvironment(
     const TransportSecurity& security);
 

@@ -117,6 +117,11 @@ grpc::ServerWriteReactor<v1::AttachResponse>* AttachStreams::Start(
   return stream;
 }
 
+grpc::ServerWriteReactor<v1::AttachResponse>* AttachStreams::Refuse(
+    const absl::Status& status) {
+  return new Refused(ToGrpcStatus(status));
+}
+
 void AttachStreams::Close() {
   std::vector<Stream*> to_finish;
   {

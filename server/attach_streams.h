@@ -43,6 +43,10 @@ class AttachStreams {
   grpc::ServerWriteReactor<v1::AttachResponse>* Start(
       const v1::AttachRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A reactor that finishes at once with `status` (a refused caller).
+  static grpc::ServerWriteReactor<v1::AttachResponse>* Refuse(
+      const absl::Status& status);
+
   // Finishes every open stream with UNAVAILABLE ("coordinator shutting
   // down") without detaching its worker, and refuses new ones; so that a
   // server's Shutdown need not wait for them. Idempotent.

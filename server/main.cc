@@ -23,6 +23,7 @@
 #include "coordinator/state_store.h"
 #include "common/metrics_endpoint.h"
 #include "server/coordinator_metrics.h"
+#include "security/server_access_flags.h"
 #include "security/transport_flags.h"
 #include "server/coordinator_server.h"
 
@@ -82,9 +83,11 @@ int main(int argc, char** argv) {
       "pshard-coordinator",
       "the control plane of pshard (worker pool, jobs, rendezvous, shard "
       "assignment).\n\nusage: pshard-coordinator [--listen=HOST:PORT] "
-      "[--state_path=FILE] (--tls_cert=F --tls_key=F | --insecure) [FLAGS]",
+      "[--state_path=FILE] (--tls_cert=F --tls_key=F | --insecure) "
+      "[--auth_tokens=F] [FLAGS]",
       __FILE__,
       {std::string(pshard::security::kTransportFlagsFile),
+       std::string(pshard::security::kServerAccessFlagsFile),
        std::string(pshard::kLoggingFlagsFile)});
   absl::ParseCommandLine(argc, argv);
   if (absl::Status logging = pshard::InitLoggingFromFlags("pshard-coordinator");
@@ -153,6 +156,18 @@ int main(int argc, char** argv) {
             std::string(valid.message()).c_str());
     return 2;
   }
+  absl::StatusOr<std::unique_ptr<pshard::security::AccessPolicy>> access =
+      pshard::security::LoadServerAccessPolicy(
+          pshard::security::AccessSettingsFromFlags(), security);
+  if (!access.ok()) {
+    fprintf(stderr, "pshard-coordinator: %s\n",
+            std::string(access.status().message()).c_str());
+    return 2;
+  }
+  if (*access == nullptr && !security.insecure) {
+    LOG(WARNING) << "no --auth_tokens or --auth_identities: every client "
+                    "holding a certificate from --tls_ca may call every RPC";
+  }
 
   const pshard::Clock& clock = pshard::Clock::Real();
   const std::string state_path = absl::GetFlag(FLAGS_state_path);
@@ -195,6 +210,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_listen), 7070, server_options.security);
   server_options.services.max_watchers = max_watchers;
   server_options.services.max_watchers_per_client = max_watchers_per_client;
+  server_options.services.access = access->get();
   if (*metrics != nullptr) {
     (*metrics)->Add(std::make_shared<pshard::server::CoordinatorMetrics>(
         coordinator->get()));

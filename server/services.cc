@@ -19,6 +19,39 @@ namespace server {
 namespace {
 
 using coordinator::Coordinator;
+using security::AuthorizeCall;
+using security::Caller;
+
+// Full method names, for the access checks (security/rpc_roles.cc says who
+// may call each).
+constexpr char kSubmitJob[] = "/pshard.v1.JobService/SubmitJob";
+constexpr char kGetJob[] = "/pshard.v1.JobService/GetJob";
+constexpr char kListJobs[] = "/pshard.v1.JobService/ListJobs";
+constexpr char kCancelJob[] = "/pshard.v1.JobService/CancelJob";
+constexpr char kWatchJob[] = "/pshard.v1.JobService/WatchJob";
+constexpr char kGetShardAssignment[] =
+    "/pshard.v1.ShardService/GetShardAssignment";
+constexpr char kListWorkers[] = "/pshard.v1.ClusterService/ListWorkers";
+constexpr char kGetWorker[] = "/pshard.v1.ClusterService/GetWorker";
+constexpr char kDrainWorker[] = "/pshard.v1.ClusterService/DrainWorker";
+constexpr char kUndrainWorker[] = "/pshard.v1.ClusterService/UndrainWorker";
+constexpr char kRegisterWorker[] = "/pshard.v1.WorkerControl/RegisterWorker";
+constexpr char kHeartbeat[] = "/pshard.v1.WorkerControl/Heartbeat";
+constexpr char kKvPut[] = "/pshard.v1.WorkerControl/KvPut";
+constexpr char kKvGet[] = "/pshard.v1.WorkerControl/KvGet";
+constexpr char kReportBuckets[] = "/pshard.v1.WorkerControl/ReportBuckets";
+constexpr char kGetAssignment[] = "/pshard.v1.WorkerControl/GetAssignment";
+constexpr char kReportProgress[] = "/pshard.v1.WorkerControl/ReportProgress";
+constexpr char kReportResult[] = "/pshard.v1.WorkerControl/ReportResult";
+constexpr char kReportCheckpoint[] =
+    "/pshard.v1.WorkerControl/ReportCheckpoint";
+constexpr char kAttach[] = "/pshard.v1.WorkerControl/Attach";
+
+// A worker's incarnation is the only proof, besides its credential, that a
+// call comes from the worker process itself: shown to admins only.
+void HideIncarnation(const Caller& caller, v1::WorkerInfo& w) {
+  if (!caller.IsAdmin()) w.clear_incarnation();
+}
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
                                const absl::Status& status) {
@@ -115,26 +148,34 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
 
 // ---- JobService ----
 
-grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*,
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
                                        const v1::SubmitJobRequest* req,
                                        v1::Job* resp) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kSubmitJob);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   absl::StatusOr<v1::Job> job =
-      c_->SubmitJob(req->spec(), req->request_id());
+      c_->SubmitJob(req->spec(), req->request_id(), caller->name());
   if (job.ok()) *resp = *std::move(job);
   return ToGrpcStatus(job.status());
 }
 
-grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*,
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx,
                                     const v1::GetJobRequest* req,
                                     v1::Job* resp) {
+  absl::StatusOr<Caller> caller = AuthorizeCall(*ctx, options_.access, kGetJob);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   absl::StatusOr<v1::Job> job = c_->GetJob(req->job_id());
   if (job.ok()) *resp = *std::move(job);
   return ToGrpcStatus(job.status());
 }
 
-grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*,
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx,
                                       const v1::ListJobsRequest* req,
                                       v1::ListJobsResponse* resp) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kListJobs);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   std::vector<v1::JobState> states;
   for (int s : req->states()) states.push_back(static_cast<v1::JobState>(s));
   if (req->limit() < 0) {
@@ -151,9 +192,23 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*,
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx,
                                        const v1::CancelJobRequest* req,
                                        v1::Job* resp) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kCancelJob);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (!caller->IsAdmin()) {
+    // A job's owner never changes, so checking before cancelling is exact.
+    absl::StatusOr<v1::Job> job = c_->GetJob(req->job_id());
+    if (!job.ok()) return ToGrpcStatus(job.status());
+    if (job->owner() != caller->name()) {
+      return ToGrpcStatus(absl::PermissionDeniedError(absl::StrCat(
+          caller->name(), " may not cancel ", job->id(), ": it is ",
+          job->owner().empty() ? "nobody's" : "\"" + job->owner() + "\"'s",
+          ", and cancelling another's job needs role admin")));
+    }
+  }
   absl::StatusOr<v1::Job> job = c_->CancelJob(req->job_id(), req->reason());
   if (job.ok()) *resp = *std::move(job);
   return ToGrpcStatus(job.status());
@@ -170,6 +225,9 @@ bool JobServiceImpl::AwaitOpenWatchersAtMost(int n, absl::Duration timeout) {
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
                                       const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::JobEvent>* writer) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kWatchJob);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   const std::string client = PeerHost(ctx->peer());
   {
     absl::MutexLock lock(&watchers_mu_);
@@ -213,43 +271,64 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
 // ---- ShardService and ClusterService ----
 
 grpc::Status ShardServiceImpl::GetShardAssignment(
-    grpc::ServerContext*, const v1::GetShardAssignmentRequest* req,
+    grpc::ServerContext* ctx, const v1::GetShardAssignmentRequest* req,
     v1::ShardAssignment* resp) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kGetShardAssignment);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   absl::StatusOr<v1::ShardAssignment> a = c_->GetShardAssignment(req->job_id());
   if (a.ok()) *resp = *std::move(a);
   return ToGrpcStatus(a.status());
 }
 
-grpc::Status ClusterServiceImpl::ListWorkers(grpc::ServerContext*,
+grpc::Status ClusterServiceImpl::ListWorkers(grpc::ServerContext* ctx,
                                              const v1::ListWorkersRequest* req,
                                              v1::ListWorkersResponse* resp) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kListWorkers);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   absl::StatusOr<Coordinator::WorkerPage> page =
       c_->ListWorkers(req->include_lost(), req->page_size(), req->page_token());
   if (!page.ok()) return ToGrpcStatus(page.status());
-  for (v1::WorkerInfo& w : page->workers) *resp->add_workers() = std::move(w);
+  for (v1::WorkerInfo& w : page->workers) {
+    HideIncarnation(*caller, w);
+    *resp->add_workers() = std::move(w);
+  }
   resp->set_next_page_token(std::move(page->next_page_token));
   return grpc::Status::OK;
 }
 
-grpc::Status ClusterServiceImpl::GetWorker(grpc::ServerContext*,
+grpc::Status ClusterServiceImpl::GetWorker(grpc::ServerContext* ctx,
                                            const v1::GetWorkerRequest* req,
                                            v1::WorkerInfo* resp) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kGetWorker);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   absl::StatusOr<v1::WorkerInfo> w = c_->GetWorker(req->worker());
-  if (w.ok()) *resp = *std::move(w);
+  if (w.ok()) {
+    HideIncarnation(*caller, *w);
+    *resp = *std::move(w);
+  }
   return ToGrpcStatus(w.status());
 }
 
-grpc::Status ClusterServiceImpl::DrainWorker(grpc::ServerContext*,
+grpc::Status ClusterServiceImpl::DrainWorker(grpc::ServerContext* ctx,
                                              const v1::DrainWorkerRequest* req,
                                              v1::WorkerInfo* resp) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kDrainWorker);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   absl::StatusOr<v1::WorkerInfo> w = c_->DrainWorker(req->worker());
   if (w.ok()) *resp = *std::move(w);
   return ToGrpcStatus(w.status());
 }
 
 grpc::Status ClusterServiceImpl::UndrainWorker(
-    grpc::ServerContext*, const v1::UndrainWorkerRequest* req,
+    grpc::ServerContext* ctx, const v1::UndrainWorkerRequest* req,
     v1::WorkerInfo* resp) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kUndrainWorker);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   absl::StatusOr<v1::WorkerInfo> w = c_->UndrainWorker(req->worker());
   if (w.ok()) *resp = *std::move(w);
   return ToGrpcStatus(w.status());
@@ -277,9 +356,30 @@ absl::StatusOr<absl::Time> WorkerControlImpl::WaitDeadline(
   return deadline;
 }
 
+absl::Status WorkerControlImpl::CheckActsAs(const Caller& caller,
+                                            absl::string_view worker_id) const {
+  if (!caller.checked()) return absl::OkStatus();
+  return c_->CheckWorkerIsNamed(worker_id, caller.name());
+}
+
+absl::Status WorkerControlImpl::CheckHoldsRank(const Caller& caller,
+                                               absl::string_view job_id) const {
+  if (!caller.checked()) return absl::OkStatus();
+  return c_->CheckHoldsRank(caller.name(), job_id);
+}
+
 grpc::ServerUnaryReactor* WorkerControlImpl::RegisterWorker(
     grpc::CallbackServerContext* ctx, const v1::RegisterWorkerRequest* req,
     v1::RegisterWorkerResponse* resp) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kRegisterWorker);
+  if (!caller.ok()) return Done(ctx, caller.status());
+  if (caller->checked() && req->name() != caller->name()) {
+    return Done(ctx, absl::PermissionDeniedError(absl::StrCat(
+                         "this credential is \"", caller->name(),
+                         "\"'s: it may register only under that name, not as \"",
+                         req->name().substr(0, 253), "\"")));
+  }
   absl::StatusOr<v1::RegisterWorkerResponse> r = c_->RegisterWorker(*req);
   if (r.ok()) *resp = *std::move(r);
   return Done(ctx, r.status());
@@ -288,9 +388,15 @@ grpc::ServerUnaryReactor* WorkerControlImpl::RegisterWorker(
 grpc::ServerUnaryReactor* WorkerControlImpl::Heartbeat(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kHeartbeat);
+  if (!caller.ok()) return Done(ctx, caller.status());
   v1::HeartbeatRequest req;
   if (!ParseByteBuffer(*request, &req)) {
     return Done(ctx, absl::InvalidArgumentError("HeartbeatRequest does not parse"));
+  }
+  if (absl::Status s = CheckActsAs(*caller, req.worker_id()); !s.ok()) {
+    return Done(ctx, s);
   }
   absl::StatusOr<Coordinator::SharedHeartbeat> r = c_->HeartbeatShared(req);
   if (!r.ok()) return Done(ctx, r.status());
@@ -319,12 +425,22 @@ grpc::ServerUnaryReactor* WorkerControlImpl::Heartbeat(
 grpc::ServerUnaryReactor* WorkerControlImpl::KvPut(
     grpc::CallbackServerContext* ctx, const v1::KvPutRequest* req,
     v1::KvPutResponse*) {
+  absl::StatusOr<Caller> caller = AuthorizeCall(*ctx, options_.access, kKvPut);
+  if (!caller.ok()) return Done(ctx, caller.status());
+  if (absl::Status s = CheckHoldsRank(*caller, req->job_id()); !s.ok()) {
+    return Done(ctx, s);
+  }
   return Done(ctx, c_->KvPut(*req));
 }
 
 grpc::ServerUnaryReactor* WorkerControlImpl::KvGet(
     grpc::CallbackServerContext* ctx, const v1::KvGetRequest* req,
     v1::KvGetResponse* resp) {
+  absl::StatusOr<Caller> caller = AuthorizeCall(*ctx, options_.access, kKvGet);
+  if (!caller.ok()) return Done(ctx, caller.status());
+  if (absl::Status s = CheckHoldsRank(*caller, req->job_id()); !s.ok()) {
+    return Done(ctx, s);
+  }
   absl::StatusOr<absl::Time> deadline = WaitDeadline(ctx, req->timeout());
   if (!deadline.ok()) return Done(ctx, deadline.status());
   Coordinator* c = c_;
@@ -342,9 +458,16 @@ grpc::ServerUnaryReactor* WorkerControlImpl::KvGet(
 grpc::ServerUnaryReactor* WorkerControlImpl::ReportBuckets(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kReportBuckets);
+  if (!caller.ok()) return Done(ctx, caller.status());
   absl::StatusOr<wire::ReportBucketsFrame> frame =
       wire::DecodeReportBucketsRequest(ByteBufferToString(*request));
   if (!frame.ok()) return Done(ctx, frame.status());
+  if (absl::Status s = CheckActsAs(*caller, frame->report.worker_id);
+      !s.ok()) {
+    return Done(ctx, s);
+  }
   const google::protobuf::Duration& timeout = frame->timeout;
   // 0 means "answer at once" here (not "the longest wait", as for KvGet).
   absl::StatusOr<absl::Time> deadline =
@@ -367,10 +490,16 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportBuckets(
 grpc::ServerUnaryReactor* WorkerControlImpl::GetAssignment(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kGetAssignment);
+  if (!caller.ok()) return Done(ctx, caller.status());
   v1::GetAssignmentRequest req;
   if (!ParseByteBuffer(*request, &req)) {
     return Done(ctx, absl::InvalidArgumentError(
                          "GetAssignmentRequest does not parse"));
+  }
+  if (absl::Status s = CheckHoldsRank(*caller, req.job_id()); !s.ok()) {
+    return Done(ctx, s);
   }
   absl::StatusOr<absl::Time> deadline = WaitDeadline(ctx, req.timeout());
   if (!deadline.ok()) return Done(ctx, deadline.status());
@@ -391,6 +520,12 @@ grpc::ServerUnaryReactor* WorkerControlImpl::GetAssignment(
 grpc::ServerUnaryReactor* WorkerControlImpl::ReportProgress(
     grpc::CallbackServerContext* ctx, const v1::ReportProgressRequest* req,
     v1::ReportProgressResponse* resp) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kReportProgress);
+  if (!caller.ok()) return Done(ctx, caller.status());
+  if (absl::Status s = CheckActsAs(*caller, req->worker_id()); !s.ok()) {
+    return Done(ctx, s);
+  }
   absl::StatusOr<v1::ReportProgressResponse> r = c_->ReportProgress(*req);
   if (r.ok()) *resp = *std::move(r);
   return Done(ctx, r.status());
@@ -399,6 +534,12 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportProgress(
 grpc::ServerUnaryReactor* WorkerControlImpl::ReportCheckpoint(
     grpc::CallbackServerContext* ctx, const v1::ReportCheckpointRequest* req,
     v1::ReportCheckpointResponse* resp) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kReportCheckpoint);
+  if (!caller.ok()) return Done(ctx, caller.status());
+  if (absl::Status s = CheckActsAs(*caller, req->worker_id()); !s.ok()) {
+    return Done(ctx, s);
+  }
   // Blocks this RPC thread while the last shard's manifest is written (a
   // few milliseconds) and pruning verifies what it keeps: one report per
   // rank per checkpoint, far rarer than heartbeats.
@@ -408,13 +549,24 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportCheckpoint(
 }
 
 grpc::ServerWriteReactor<v1::AttachResponse>* WorkerControlImpl::Attach(
-    grpc::CallbackServerContext*, const v1::AttachRequest* req) {
+    grpc::CallbackServerContext* ctx, const v1::AttachRequest* req) {
+  absl::StatusOr<Caller> caller = AuthorizeCall(*ctx, options_.access, kAttach);
+  if (!caller.ok()) return AttachStreams::Refuse(caller.status());
+  if (absl::Status s = CheckActsAs(*caller, req->worker_id()); !s.ok()) {
+    return AttachStreams::Refuse(s);
+  }
   return attach_streams_.Start(*req);
 }
 
 grpc::ServerUnaryReactor* WorkerControlImpl::ReportResult(
     grpc::CallbackServerContext* ctx, const v1::ReportResultRequest* req,
     v1::ReportResultResponse*) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kReportResult);
+  if (!caller.ok()) return Done(ctx, caller.status());
+  if (absl::Status s = CheckActsAs(*caller, req->worker_id()); !s.ok()) {
+    return Done(ctx, s);
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   c_->ReportResultAsync(*req, [reactor](absl::Status status) {
     reactor->Finish(ToGrpcStatus(status));

@@ -29,6 +29,8 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
+#include "security/access_policy.h"
+#include "security/call_auth.h"
 #include "server/attach_streams.h"
 #include "server/watch_limits.h"
 #include "pshard/v1/cluster.grpc.pb.h"
@@ -50,6 +52,10 @@ struct ServiceOptions {
   // A ListJobs page ends before this many bytes, so that clients with
   // gRPC's default 4 MiB receive limit can read it.
   int64_t max_list_response_bytes = int64_t{3} << 20;
+  // Who may call what (security/access_policy.h); nullptr: anyone may call
+  // anything (a plaintext server on loopback, or one requiring client
+  // certificates without a policy). Not owned; outlives the services.
+  const security::AccessPolicy* access = nullptr;
 };
 
 class JobServiceImpl final : public v1::JobService::Service {
@@ -94,18 +100,21 @@ class JobServiceImpl final : public v1::JobService::Service {
 
 class ShardServiceImpl final : public v1::ShardService::Service {
  public:
-  explicit ShardServiceImpl(coordinator::Coordinator* c) : c_(c) {}
+  ShardServiceImpl(coordinator::Coordinator* c, ServiceOptions options)
+      : c_(c), options_(options) {}
   grpc::Status GetShardAssignment(grpc::ServerContext* ctx,
                                   const v1::GetShardAssignmentRequest* req,
                                   v1::ShardAssignment* resp) override;
 
  private:
   coordinator::Coordinator* const c_;
+  const ServiceOptions options_;
 };
 
 class ClusterServiceImpl final : public v1::ClusterService::Service {
  public:
-  explicit ClusterServiceImpl(coordinator::Coordinator* c) : c_(c) {}
+  ClusterServiceImpl(coordinator::Coordinator* c, ServiceOptions options)
+      : c_(c), options_(options) {}
   grpc::Status ListWorkers(grpc::ServerContext* ctx,
                            const v1::ListWorkersRequest* req,
                            v1::ListWorkersResponse* resp) override;
@@ -121,6 +130,7 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
 
  private:
   coordinator::Coordinator* const c_;
+  const ServiceOptions options_;
 };
 
 // Allocates a unary call's request and response on one protobuf Arena, freed
@@ -246,6 +256,14 @@ class WorkerControlImpl final
   AttachStreams& attach_streams() { return attach_streams_; }
 
  private:
+  // The checks for a caller whose credential names a worker: that
+  // `worker_id` is that worker, and that it holds a rank of `job_id`. OK for
+  // unchecked callers.
+  absl::Status CheckActsAs(const security::Caller& caller,
+                           absl::string_view worker_id) const;
+  absl::Status CheckHoldsRank(const security::Caller& caller,
+                              absl::string_view job_id) const;
+
   // The deadline of a blocking wait, or InvalidArgument for a negative
   // timeout.
   absl::StatusOr<absl::Time> WaitDeadline(

@@ -32,6 +32,8 @@
 #include "worker/gpu/device.h"
 #include "worker/program_log_flags.h"
 #include "worker/runtime/agent.h"
+#include "security/client_token_flags.h"
+#include "security/server_access_flags.h"
 #include "security/transport_flags.h"
 #include "worker/runtime/worker_metrics.h"
 #include "worker/runtime/control_plane.h"
@@ -97,9 +99,12 @@ int main(int argc, char** argv) {
       "one worker of a pshard pool: registers with the coordinator and runs "
       "the jobs it is given.\n\nusage: pshard-worker --coordinator=HOST:PORT "
       "[--name=N] [--listen=ADDR] [--device=cpu|auto|cuda:N] "
-      "(--tls_cert=F --tls_key=F --tls_ca=F | --insecure) [FLAGS]",
+      "(--tls_cert=F --tls_key=F --tls_ca=F | --insecure) [--token_file=F] "
+      "[FLAGS]",
       __FILE__,
       {std::string(pshard::security::kTransportFlagsFile),
+       std::string(pshard::security::kClientTokenFlagsFile),
+       std::string(pshard::security::kServerAccessFlagsFile),
        std::string(pshard::kLoggingFlagsFile),
        std::string(pshard::worker::kProgramLogFlagsFile)});
   absl::ParseCommandLine(argc, argv);
@@ -123,6 +128,22 @@ int main(int argc, char** argv) {
       !valid.ok()) {
     std::fprintf(stderr, "pshard-worker: %s\n",
                  std::string(valid.message()).c_str());
+    return 2;
+  }
+  // Who may read this worker's status and logs.
+  absl::StatusOr<std::unique_ptr<pshard::security::AccessPolicy>> access =
+      pshard::security::LoadServerAccessPolicy(
+          pshard::security::AccessSettingsFromFlags(), security);
+  if (!access.ok()) {
+    std::fprintf(stderr, "pshard-worker: %s\n",
+                 std::string(access.status().message()).c_str());
+    return 2;
+  }
+  // What this worker presents to the coordinator: its name's credential.
+  absl::StatusOr<std::string> token = pshard::security::BearerTokenFromFlags();
+  if (!token.ok()) {
+    std::fprintf(stderr, "pshard-worker: %s\n",
+                 std::string(token.status().message()).c_str());
     return 2;
   }
 
@@ -188,6 +209,7 @@ int main(int argc, char** argv) {
   // others is its status server's business.
   pshard::security::TransportSecurity client_security = security;
   client_security.require_client_certificate = false;
+  client_security.bearer_token = *token;
   absl::StatusOr<std::unique_ptr<pshard::worker::ControlPlane>> control =
       pshard::worker::NewGrpcControlPlane(coordinator, client_security);
   if (!control.ok()) {
@@ -275,7 +297,7 @@ int main(int argc, char** argv) {
         if (agent == nullptr) return absl::UnavailableError("worker starting");
         return agent->Status();
       },
-      &logs);
+      &logs, access->get());
   builder.RegisterService(&service);
   pshard::server::ReflectionV1Service reflection_v1(
       {pshard::v1::WorkerStatus::service_full_name()});

@@ -1,6 +1,7 @@
 #include "tests/testing/cluster.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <chrono>
 
@@ -11,6 +12,9 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "pshard/v1/worker_status.grpc.pb.h"
+#include "security/access_directory.h"
+#include "security/access_policy.h"
+#include "security/server_access_flags.h"
 #include "security/transport_flags.h"
 
 namespace pshard::testing {
@@ -56,9 +60,38 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
     ASSIGN_OR_RETURN(cluster->client_security_,
                      cluster->certificates_->Issue("pshardctl"));
   }
+  std::vector<std::string> access_flags;
+  if (options.access) {
+    cluster->access_dir_ = cluster->dir_ + "/access";
+    if (mkdir(cluster->access_dir_.c_str(), 0700) != 0) {
+      return absl::InternalError("cannot make " + cluster->access_dir_);
+    }
+    security::AccessDirectory access(cluster->access_dir_);
+    for (const auto& [name, role] :
+         {std::pair<std::string, security::Role>{"admin",
+                                                 security::Role::kAdmin},
+          {"alice", security::Role::kSubmit},
+          {"bob", security::Role::kSubmit},
+          {"viewer", security::Role::kRead}}) {
+      RETURN_IF_ERROR(access.AddToken(name, {role}).status());
+    }
+    for (int i = 0; i < options.workers; ++i) {
+      RETURN_IF_ERROR(
+          access
+              .AddToken(absl::StrCat(options.worker_name_prefix, i),
+                        {security::Role::kWorker})
+              .status());
+    }
+    RETURN_IF_ERROR(access.Write());
+    access_flags = security::AccessFlags(access.settings());
+    cluster->client_security_ = cluster->client_security_as("admin");
+  }
   CoordinatorOptions coordinator_options;
   coordinator_options.security_flags =
       security::TransportSecurityFlags(coordinator_tls);
+  for (const std::string& flag : access_flags) {
+    coordinator_options.security_flags.push_back(flag);
+  }
   coordinator_options.dir = cluster->dir_;
   coordinator_options.state_path = cluster->dir_ + "/state.db";
   coordinator_options.heartbeat_interval = options.heartbeat_interval;
@@ -96,6 +129,12 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
     }
     for (std::string& flag : security::TransportSecurityFlags(worker_tls)) {
       argv.push_back(std::move(flag));
+    }
+    for (const std::string& flag : access_flags) argv.push_back(flag);
+    if (options.access) {
+      argv.push_back("--token_file=" +
+                     cluster->token_file(
+                         absl::StrCat(options.worker_name_prefix, i)));
     }
     for (const std::string& flag : options.worker_flags) {
       argv.push_back(absl::StrReplaceAll(flag, {{"{i}", absl::StrCat(i)}}));
@@ -141,7 +180,26 @@ absl::Status Cluster::RestartCoordinator() {
 }
 
 std::vector<std::string> Cluster::ClientFlags() const {
-  return security::TransportSecurityFlags(client_security_);
+  std::vector<std::string> flags =
+      security::TransportSecurityFlags(client_security_);
+  if (!access_dir_.empty()) flags.push_back("--token_file=" + token_file("admin"));
+  return flags;
+}
+
+std::string Cluster::token_file(const std::string& principal) const {
+  return absl::StrCat(access_dir_, "/", principal, ".token");
+}
+
+security::TransportSecurity Cluster::client_security_as(
+    const std::string& principal) const {
+  security::TransportSecurity s = client_security_;
+  s.bearer_token.clear();
+  if (!principal.empty()) {
+    absl::StatusOr<std::string> token =
+        security::ReadTokenFile(token_file(principal), principal);
+    if (token.ok()) s.bearer_token = *token;
+  }
+  return s;
 }
 
 std::string Cluster::worker_status_address(int i) const {

@@ -43,6 +43,12 @@ struct ClusterOptions {
   bool tls = false;
   // With tls: how often the processes re-read their certificate files.
   absl::Duration tls_reload_interval = absl::Seconds(1);
+  // Access control on every server (--auth_tokens): a token each for
+  // "admin" (admin), "alice" and "bob" (submit), "viewer" (read), and each
+  // worker (its name, role worker), which it presents with --token_file.
+  // The test's client presents admin's token unless told otherwise
+  // (client_security_as). Works with tls and in plaintext.
+  bool access = false;
 };
 
 class Cluster {
@@ -67,6 +73,11 @@ class Cluster {
     return client_security_;
   }
   std::vector<std::string> ClientFlags() const;
+  // With access: the client settings presenting `principal`'s token ("" for
+  // none), and that token's file (for pshardctl --token_file).
+  security::TransportSecurity client_security_as(
+      const std::string& principal) const;
+  std::string token_file(const std::string& principal) const;
   // With tls: the cluster's certificates (to issue or rotate more).
   security::CertificateDirectory* certificates() {
     return certificates_ ? &*certificates_ : nullptr;
@@ -119,6 +130,7 @@ class Cluster {
   std::unique_ptr<cli::CoordinatorClient> client_;
   security::TransportSecurity client_security_;
   std::optional<security::CertificateDirectory> certificates_;
+  std::string access_dir_;  // empty without access
 };
 
 }  // namespace pshard::testing

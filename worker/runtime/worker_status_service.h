@@ -12,6 +12,8 @@
 #include "absl/status/statusor.h"
 #include "common/grpc_status.h"
 #include "pshard/v1/worker_status.grpc.pb.h"
+#include "security/access_policy.h"
+#include "security/call_auth.h"
 #include "worker/runtime/program_log_stream.h"
 
 namespace pshard::worker {
@@ -20,13 +22,18 @@ class WorkerStatusService final : public v1::WorkerStatus::Service {
  public:
   using Source = std::function<absl::StatusOr<v1::GetWorkerStatusResponse>()>;
 
-  // `logs` must outlive the service.
-  WorkerStatusService(Source source, const ProgramLogStreamer* logs)
-      : source_(std::move(source)), logs_(logs) {}
+  // `logs` and `access` (nullptr: no access control) must outlive the
+  // service.
+  WorkerStatusService(Source source, const ProgramLogStreamer* logs,
+                      const security::AccessPolicy* access = nullptr)
+      : source_(std::move(source)), logs_(logs), access_(access) {}
 
   grpc::Status GetStatus(grpc::ServerContext* context,
                          const v1::GetWorkerStatusRequest* request,
                          v1::GetWorkerStatusResponse* response) override {
+    absl::StatusOr<security::Caller> caller = security::AuthorizeCall(
+        *context, access_, "/pshard.v1.WorkerStatus/GetStatus");
+    if (!caller.ok()) return ToGrpcStatus(caller.status());
     absl::StatusOr<v1::GetWorkerStatusResponse> status = source_();
     if (!status.ok()) return ToGrpcStatus(status.status());
     *response = *std::move(status);
@@ -36,6 +43,9 @@ class WorkerStatusService final : public v1::WorkerStatus::Service {
   grpc::Status StreamLogs(grpc::ServerContext* context,
                           const v1::StreamLogsRequest* request,
                           grpc::ServerWriter<v1::LogChunk>* writer) override {
+    absl::StatusOr<security::Caller> caller = security::AuthorizeCall(
+        *context, access_, "/pshard.v1.WorkerStatus/StreamLogs");
+    if (!caller.ok()) return ToGrpcStatus(caller.status());
     return ToGrpcStatus(logs_->Stream(
         *request, [context] { return context->IsCancelled(); },
         [writer](const v1::LogChunk& chunk) { return writer->Write(chunk); }));
@@ -44,6 +54,7 @@ class WorkerStatusService final : public v1::WorkerStatus::Service {
  private:
   const Source source_;
   const ProgramLogStreamer* const logs_;
+  const security::AccessPolicy* const access_;
 };
 
 }  // namespace pshard::worker

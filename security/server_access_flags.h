@@ -1,0 +1,24 @@
+// A server's access-control flags, --auth_tokens and --auth_identities
+// (access_policy.h), defined once here for the coordinator and the worker.
+#ifndef PSHARD_SECURITY_SERVER_ACCESS_FLAGS_H_
+#define PSHARD_SECURITY_SERVER_ACCESS_FLAGS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "security/access_policy.h"
+
+namespace pshard::security {
+
+// For SetUpBinaryFlags, so --help lists them.
+inline constexpr absl::string_view kServerAccessFlagsFile =
+    "security/server_access_flags.cc";
+
+AccessSettings AccessSettingsFromFlags();
+// The inverse, for a child server process.
+std::vector<std::string> AccessFlags(const AccessSettings& settings);
+
+}  // namespace pshard::security
+
+#endif  // PSHARD_SECURITY_SERVER_ACCESS_FLAGS_H_
