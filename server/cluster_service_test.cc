@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "server/services_test_fixture.h"
 
@@ -188,6 +190,15 @@ TEST_F(ServicesTest, HealthIsNotServingWhileTheStateStoreCannotCommit) {
   EXPECT_THAT(refused.error_message(), HasSubstr("database or disk is full"));
   ASSERT_TRUE(updates->Read(&status));  // the next change of status
   EXPECT_EQ(status.status(), HealthCheckResponse::NOT_SERVING);
+  // The health-only port (--health_listen, what the kubelet probes) says
+  // the same: it answers from the same statuses.
+  ASSERT_NE(server_->health_port(), 0);
+  auto health_port = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server_->health_port()),
+      grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(CheckHealth(health_port.get(), ""), HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(CheckHealth(health_port.get(), "pshard.v1.JobService"),
+            HealthCheckResponse::NOT_SERVING);
   // The services that write follow the store; the read-only one does not.
   EXPECT_EQ(CheckHealth(stub.get(), "pshard.v1.JobService"),
             HealthCheckResponse::NOT_SERVING);
@@ -199,6 +210,7 @@ TEST_F(ServicesTest, HealthIsNotServingWhileTheStateStoreCannotCommit) {
   faults_->Heal();
   ASSERT_TRUE(updates->Read(&status));
   EXPECT_EQ(status.status(), HealthCheckResponse::SERVING);
+  EXPECT_EQ(CheckHealth(health_port.get(), ""), HealthCheckResponse::SERVING);
   EXPECT_EQ(CheckHealth(stub.get(), "pshard.v1.JobService"),
             HealthCheckResponse::SERVING);
   EXPECT_EQ(Submit(1).id(), "job-2");  // job-1 was refused: not reused

@@ -70,6 +70,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(&s->cluster_);
   builder.RegisterService(&s->worker_control_);
   builder.RegisterService(&s->reflection_v1_);
+  // Health from the shared table instead of gRPC's built-in service, so
+  // that the health-only server below says the same.
+  UseHealthStatus(builder, s->health_status_);
+  builder.RegisterService(&s->health_service_);
   if (s->options_.metrics != nullptr) {
     builder.experimental().SetInterceptorCreators(
         RpcMetricsInterceptors(*s->options_.metrics));
@@ -79,6 +83,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot serve on ", s->options_.listen,
                      " (address in use or invalid?)"));
+  }
+  if (!s->options_.health_listen.empty()) {
+    ASSIGN_OR_RETURN(s->health_server_,
+                     HealthOnlyServer::Start(s->options_.health_listen,
+                                             s->health_status_));
   }
   CoordinatorServer* self = s.get();
   grpc::HealthCheckServiceInterface* health =
@@ -149,6 +158,9 @@ std::shared_ptr<grpc::Channel> CoordinatorServer::InProcessChannel(
 void CoordinatorServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
+  // Every status NOT_SERVING for good: a coordinator on its way out must not
+  // look ready to a probe of either server.
+  health_status_->Shutdown();
   // gRPC deadlines are wall-clock time whatever clock the coordinator runs
   // on (a test's fake clock never moves gRPC).
   // First, so that Shutdown does not wait out the grace for streams that
@@ -161,6 +173,8 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   stop_.Notify();
   if (ticker_.joinable()) ticker_.join();
   if (server_) server_->Wait();
+  // Last, so that probes see NOT_SERVING (set above) until the end.
+  if (health_server_) health_server_->Shutdown(absl::ZeroDuration());
 }
 
 }  // namespace server

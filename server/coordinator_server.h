@@ -2,7 +2,10 @@
 // reflection, message-size caps, a bounded sync thread pool, and the ticker
 // thread that drives Coordinator::Tick (worker loss, wait deadlines) and
 // sets the health status: NOT_SERVING while the state store cannot commit
-// (Coordinator::StoreHealth), SERVING again once it can.
+// (Coordinator::StoreHealth), SERVING again once it can. With
+// ServerOptions::health_listen, a second, plaintext server answers only
+// grpc.health.v1.Health from the same statuses (for the kubelet's probes,
+// which cannot speak TLS; common/health.h).
 // Used by the pshard-coordinator binary, the in-process tests and the
 // benchmark.
 #ifndef PSHARD_SERVER_COORDINATOR_SERVER_H_
@@ -17,6 +20,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/health.h"
 #include "coordinator/coordinator.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/support/client_interceptor.h"
@@ -35,6 +39,10 @@ struct ServerOptions {
   // TLS (the default, which needs a certificate) or plaintext when
   // security.insecure (security/transport.h).
   security::TransportSecurity security;
+  // host:port of the plaintext health-only server (grpc.health.v1.Health
+  // and nothing else, answering what the main server's health says); empty:
+  // none. Port 0 picks a free port (see health_port()).
+  std::string health_listen;
   // Largest request accepted (bigger ones fail with RESOURCE_EXHAUSTED
   // before any handler runs).
   int max_receive_message_bytes = 16 << 20;
@@ -53,7 +61,9 @@ class CoordinatorServer {
  public:
   // Starts serving `coordinator` (which must outlive the server).
   // Errors: Unavailable if the address cannot be bound; InvalidArgument
-  // naming the flag for bad TLS settings (ValidateServerSecurity).
+  // naming the flag for bad TLS settings (ValidateServerSecurity) or a
+  // malformed health_listen ("--health_listen: ..."); Unavailable naming
+  // --health_listen when that address cannot be bound.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       coordinator::Coordinator* coordinator, const Clock* clock,
       ServerOptions options);
@@ -63,6 +73,10 @@ class CoordinatorServer {
 
   // The bound port.
   int port() const { return port_; }
+  // The health-only server's bound port; 0 without health_listen.
+  int health_port() const {
+    return health_server_ != nullptr ? health_server_->port() : 0;
+  }
 
   // A channel to this server that bypasses the network.
   std::shared_ptr<grpc::Channel> InProcessChannel();
@@ -94,7 +108,14 @@ class CoordinatorServer {
   ClusterServiceImpl cluster_;
   WorkerControlImpl worker_control_;
   ReflectionV1Service reflection_v1_;
+  // The one table of serving statuses: the main server's
+  // HealthCheckServiceInterface (what GetHealthCheckService() returns) and
+  // what both servers' Health services answer from.
+  const std::shared_ptr<HealthStatus> health_status_ =
+      std::make_shared<HealthStatus>();
+  HealthService health_service_{health_status_};
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HealthOnlyServer> health_server_;
   int port_ = 0;
   absl::Notification stop_;
   std::thread ticker_;

@@ -19,6 +19,7 @@
 #include "common/logging_flags.h"
 #include "common/port_file.h"
 #include "common/clock.h"
+#include "common/health.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/state_store.h"
 #include "common/metrics_endpoint.h"
@@ -32,6 +33,13 @@ ABSL_FLAG(std::string, listen, "",
           "0.0.0.0:7070, or 127.0.0.1:7070 with --insecure)");
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written there once serving");
+ABSL_FLAG(std::string, health_listen, "",
+          "host:port of a plaintext server that answers grpc.health.v1.Health "
+          "only (Check and Watch, the same statuses as --listen's health "
+          "service), for probes that cannot speak TLS such as the kubelet's; "
+          "port 0 picks a free port; empty: none");
+ABSL_FLAG(std::string, health_port_file, "",
+          "write the --health_listen server's port here once it serves");
 ABSL_FLAG(std::string, state_path, "pshard-coordinator.db",
           "SQLite state file (created if missing)");
 ABSL_FLAG(std::string, state_sync, "full",
@@ -148,6 +156,16 @@ int main(int argc, char** argv) {
 
   // Checked before the state store is opened (and locked), so a bad flag
   // leaves nothing behind.
+  const std::string health_listen = absl::GetFlag(FLAGS_health_listen);
+  if (absl::Status valid =
+          health_listen.empty()
+              ? absl::OkStatus()
+              : pshard::ValidateListenAddress("--health_listen", health_listen);
+      !valid.ok()) {
+    fprintf(stderr, "pshard-coordinator: %s\n",
+            std::string(valid.message()).c_str());
+    return 2;
+  }
   const pshard::security::TransportSecurity security =
       pshard::security::TransportSecurityFromFlags();
   if (absl::Status valid = pshard::security::ValidateServerSecurity(security);
@@ -208,6 +226,7 @@ int main(int argc, char** argv) {
   server_options.security = security;
   server_options.listen = pshard::security::ListenAddress(
       absl::GetFlag(FLAGS_listen), 7070, server_options.security);
+  server_options.health_listen = health_listen;
   server_options.services.max_watchers = max_watchers;
   server_options.services.max_watchers_per_client = max_watchers_per_client;
   server_options.services.access = access->get();
@@ -229,6 +248,19 @@ int main(int argc, char** argv) {
       !written.ok()) {
     LOG(ERROR) << "--port_file: " << written;
     return 1;
+  }
+  const std::string health_port_file = absl::GetFlag(FLAGS_health_port_file);
+  if (absl::Status written =
+          health_port_file.empty() || (*server)->health_port() == 0
+              ? absl::OkStatus()
+              : pshard::WritePortFile(health_port_file, (*server)->health_port());
+      !written.ok()) {
+    LOG(ERROR) << "--health_port_file: " << written;
+    return 1;
+  }
+  if ((*server)->health_port() != 0) {
+    LOG(INFO) << "health (plaintext, grpc.health.v1 only) on port "
+              << (*server)->health_port();
   }
   LOG(INFO) << "serving on port " << (*server)->port() << ", state in "
             << state_path << " (heartbeat_interval "

@@ -80,6 +80,8 @@ class ServicesTest : public ::testing::Test {
     ServerOptions server_options;
     server_options.listen = "127.0.0.1:0";
     server_options.security.insecure = true;
+    // The plaintext health-only server too (tests check it says the same).
+    server_options.health_listen = "127.0.0.1:0";
     server_options.tick_interval = absl::Milliseconds(10);
     server_options.services.max_watchers = 4;
     server_options.services.watch_poll = absl::Milliseconds(100);

@@ -26,6 +26,7 @@
 #include "common/logging.h"
 #include "common/logging_flags.h"
 #include "common/clock.h"
+#include "common/health.h"
 #include "common/port_file.h"
 #include "server/reflection_v1.h"
 #include "worker/gpu/backend_choice.h"
@@ -50,6 +51,13 @@ ABSL_FLAG(std::string, listen, "",
           "(default 0.0.0.0:7071, or 127.0.0.1:7071 with --insecure)");
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound WorkerStatus port is written here once serving");
+ABSL_FLAG(std::string, health_listen, "",
+          "host:port of a plaintext server that answers grpc.health.v1.Health "
+          "only (Check and Watch, the same statuses as --listen's health "
+          "service), for probes that cannot speak TLS such as the kubelet's; "
+          "port 0 picks a free port; empty: none");
+ABSL_FLAG(std::string, health_port_file, "",
+          "write the --health_listen server's port here once it serves");
 ABSL_FLAG(std::string, host, "",
           "host name peers use to reach this worker (Gloo); default the "
           "machine's host name");
@@ -144,6 +152,17 @@ int main(int argc, char** argv) {
   if (!token.ok()) {
     std::fprintf(stderr, "pshard-worker: %s\n",
                  std::string(token.status().message()).c_str());
+    return 2;
+  }
+
+  const std::string health_listen = absl::GetFlag(FLAGS_health_listen);
+  if (absl::Status valid =
+          health_listen.empty()
+              ? absl::OkStatus()
+              : pshard::ValidateListenAddress("--health_listen", health_listen);
+      !valid.ok()) {
+    std::fprintf(stderr, "pshard-worker: %s\n",
+                 std::string(valid.message()).c_str());
     return 2;
   }
 
@@ -271,6 +290,12 @@ int main(int argc, char** argv) {
   }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, *credentials, &port);
+  // One table of serving statuses for the status server and the plaintext
+  // health-only server (--health_listen), so that both say the same.
+  const auto health_status = std::make_shared<pshard::HealthStatus>();
+  pshard::HealthService health_service(health_status);
+  pshard::UseHealthStatus(builder, health_status);
+  builder.RegisterService(&health_service);
   if (*metrics != nullptr) {
     builder.experimental().SetInterceptorCreators(
         pshard::RpcMetricsInterceptors((*metrics)->registry()));
@@ -313,6 +338,31 @@ int main(int argc, char** argv) {
       health != nullptr) {
     health->SetServingStatus(pshard::v1::WorkerStatus::service_full_name(), true);
   }
+  // Beside the status server, on its own threads too: the probes answer
+  // while a job trains.
+  std::unique_ptr<pshard::HealthOnlyServer> health_server;
+  if (!health_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<pshard::HealthOnlyServer>> started =
+        pshard::HealthOnlyServer::Start(health_listen, health_status);
+    if (!started.ok()) {
+      LOG(ERROR) << started.status().message();
+      server->Shutdown();
+      return 1;
+    }
+    health_server = *std::move(started);
+    const std::string health_port_file = absl::GetFlag(FLAGS_health_port_file);
+    if (absl::Status written =
+            health_port_file.empty()
+                ? absl::OkStatus()
+                : pshard::WritePortFile(health_port_file, health_server->port());
+        !written.ok()) {
+      LOG(ERROR) << "--health_port_file: " << written;
+      server->Shutdown();
+      return 1;
+    }
+    LOG(INFO) << "health (plaintext, grpc.health.v1 only) on port "
+              << health_server->port();
+  }
   options.address = absl::StrCat(
       absl::StartsWith(HostOf(listen), "0.0.0.0") || HostOf(listen) == "[::]"
           ? host
@@ -345,8 +395,11 @@ int main(int argc, char** argv) {
   const char* why = g_signalled != 0 ? "worker shutting down on a signal"
                                      : "worker drained";
   LOG(INFO) << why << "; stopping";
+  // NOT_SERVING on both servers from here on.
+  health_status->Shutdown();
   agent->Stop(absl::AbortedError(why));
   // gRPC's shutdown deadline is a point on gRPC's own (real) clock.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (health_server != nullptr) health_server->Shutdown(absl::ZeroDuration());
   return 0;
 }

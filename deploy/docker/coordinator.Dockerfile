@@ -21,6 +21,6 @@ COPY server/pshard-coordinator /usr/local/bin/pshard-coordinator
 
 USER 65532:65532
 WORKDIR /var/lib/pshard
-EXPOSE 7070 9090
+EXPOSE 7070 8081 9090
 ENTRYPOINT ["/usr/local/bin/pshard-coordinator"]
 CMD ["--listen=0.0.0.0:7070", "--state_path=/var/lib/pshard/state/pshard-coordinator.db"]

@@ -21,5 +21,5 @@ COPY worker/pshard-worker /usr/local/bin/pshard-worker
 
 USER 65532:65532
 WORKDIR /var/lib/pshard
-EXPOSE 7071 9090
+EXPOSE 7071 8081 9090
 ENTRYPOINT ["/usr/local/bin/pshard-worker"]

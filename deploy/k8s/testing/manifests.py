@@ -21,12 +21,13 @@ except ImportError:  # A Python without PyYAML: Debian's has it (python3-yaml).
         os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
     raise
 
-# What can be applied: the two overlays, the example Job and the pod to run
-# pshardctl in.
+# What can be applied: the two overlays, the example Job, the pod to run
+# pshardctl in, and the cert-manager objects that issue the TLS Secrets.
 OVERLAYS = ("overlays/cpu", "overlays/gpu")
 EXAMPLE = "examples/mlp-job"
 TOOLBOX = "examples/pshardctl"
-TARGETS = OVERLAYS + (EXAMPLE, TOOLBOX)
+CERT_MANAGER = "examples/cert-manager"
+TARGETS = OVERLAYS + (EXAMPLE, TOOLBOX, CERT_MANAGER)
 
 # The command of a container that only idles, for `kubectl exec`.
 IDLE_COMMAND = ["/bin/sleep", "infinity"]

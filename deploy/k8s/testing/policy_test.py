@@ -2,8 +2,10 @@
 across objects: the coordinator's rollout, state volume and probes, the worker
 pool's identity, shared memory and resources, the security context of every
 pod, that every reference (ConfigMap, volume, Service, $(VAR)) resolves, that
-the NetworkPolicy lets exactly workers and clients in, and that the flags are
-the ones the binaries define."""
+the NetworkPolicy lets exactly workers and clients in (and the kubelet to the
+health port), that the flags are the ones the binaries define, and TLS: no
+--insecure anywhere, every TLS file in a mounted Secret that the cert-manager
+example issues, probes on the plaintext health port."""
 
 import json
 import os
@@ -24,10 +26,10 @@ TRANSPORT_FLAGS = {
 FLAGS = {
     "/usr/local/bin/pshard-coordinator": {
         "listen", "port_file", "state_path", "heartbeat_interval", "worker_timeout",
-        "metrics_listen"} | TRANSPORT_FLAGS,
+        "metrics_listen", "health_listen", "health_port_file"} | TRANSPORT_FLAGS,
     "/usr/local/bin/pshard-worker": {
         "coordinator", "name", "listen", "port_file", "host", "device",
-        "metrics_listen"} | TRANSPORT_FLAGS,
+        "metrics_listen", "health_listen", "health_port_file"} | TRANSPORT_FLAGS,
     "/usr/local/bin/pshardctl": {
         "coordinator", "output", "watch", "state", "limit", "include_lost", "reason",
         "connect_timeout", "rpc_timeout", "watch_timeout"} | TRANSPORT_FLAGS,
@@ -47,6 +49,21 @@ def flag_values(args):
         if mt:
             flags[mt.group(1)] = mt.group(2)
     return flags
+
+
+# The files of a kubernetes.io/tls Secret as cert-manager writes it.
+SECRET_KEYS = {"tls.crt", "tls.key", "ca.crt"}
+# Flags and environment variables that name a TLS file.
+TLS_FILE_FLAGS = ("tls_cert", "tls_key", "tls_ca")
+TLS_FILE_ENV = ("PSHARD_TLS_CA", "PSHARD_TLS_CERT", "PSHARD_TLS_KEY")
+HEALTH_PORT = 8081
+
+
+def health_port(c):
+    """The port of the container's --health_listen."""
+    listen = flag_values(c.get("args", [])).get("health_listen")
+    assert listen, f"{c['name']}: no --health_listen"
+    return int(listen.rsplit(":", 1)[1])
 
 
 def grpc_probe_port(c, probe):
@@ -108,8 +125,12 @@ class OverlayTest(unittest.TestCase):
                 d = m.one(objs, "Deployment", COORDINATOR)
                 c = m.container(d)
                 self.assertEqual(flag_values(c["args"])["listen"], "0.0.0.0:7070")
+                # The kubelet's gRPC probes cannot speak TLS: they go to the
+                # plaintext health-only port, which the container declares.
+                self.assertEqual(health_port(c), HEALTH_PORT)
+                self.assertIn(HEALTH_PORT, [p["containerPort"] for p in c["ports"]])
                 for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-                    self.assertEqual(grpc_probe_port(c, probe), 7070)
+                    self.assertEqual(grpc_probe_port(c, probe), health_port(c))
                 svc = m.one(objs, "Service", COORDINATOR)
                 self.assertEqual(svc["spec"].get("type", "ClusterIP"), "ClusterIP")
                 self.assertNotEqual(svc["spec"].get("clusterIP"), "None")
@@ -172,8 +193,10 @@ class OverlayTest(unittest.TestCase):
                 c = m.container(m.one(objs, "StatefulSet", WORKER))
                 self.assertEqual(flag_values(c["args"])["listen"], "0.0.0.0:7071")
                 self.assertIn(7071, [p["containerPort"] for p in c["ports"]])
+                self.assertEqual(health_port(c), HEALTH_PORT)
+                self.assertIn(HEALTH_PORT, [p["containerPort"] for p in c["ports"]])
                 for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-                    self.assertEqual(grpc_probe_port(c, probe), 7071)
+                    self.assertEqual(grpc_probe_port(c, probe), health_port(c))
                 # A busy worker (a long step) must not be killed: liveness gives
                 # at least 30 s before a restart.
                 live = c["livenessProbe"]
@@ -221,10 +244,10 @@ class OverlayTest(unittest.TestCase):
 
                 def admitted(labels, port=7070):
                     for rule in spec.get("ingress", []):
+                        if "ports" in rule and port not in [p["port"] for p in rule["ports"]]:
+                            continue
                         if "from" not in rule:
                             return True  # from everywhere
-                        if port not in [p["port"] for p in rule["ports"]]:
-                            continue
                         for peer in rule["from"]:
                             self.assertIn(set(peer), ({"podSelector"},
                                                       {"podSelector", "namespaceSelector"}),
@@ -243,6 +266,11 @@ class OverlayTest(unittest.TestCase):
                 self.assertTrue(admitted(scraper, 9090), "Prometheus cannot scrape")
                 self.assertFalse(admitted(scraper, 7070), "the scraper reaches the API")
                 self.assertFalse(admitted({"app": "something-else"}, 9090))
+                # The kubelet's probes reach the plaintext health port from
+                # the node (no pod labels at all), and only that port.
+                c = m.container(m.one(objs, "Deployment", COORDINATOR))
+                self.assertTrue(admitted({}, health_port(c)), "the kubelet cannot probe")
+                self.assertFalse(admitted({}, 7070))
 
     def test_worker_network_policy_lets_peers_talk(self):
         for overlay, objs in self.each_overlay():
@@ -256,6 +284,21 @@ class OverlayTest(unittest.TestCase):
                                            m.labels_match(f["podSelector"], worker_labels)
                                            for f in r.get("from", []))]
                     self.assertTrue(peers_all_ports, "collective traffic between workers is blocked")
+
+    def test_worker_network_policy_admits_the_kubelet_to_the_health_port_only(self):
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                sts = m.one(objs, "StatefulSet", WORKER)
+                worker_labels = sts["spec"]["template"]["metadata"]["labels"]
+                port = health_port(m.container(sts))
+                rules = [r for p in m.find(objs, "NetworkPolicy")
+                         if m.labels_match(p["spec"]["podSelector"], worker_labels)
+                         for r in p["spec"]["ingress"]]
+                open_rules = [r for r in rules if "from" not in r]
+                self.assertTrue(open_rules, "the kubelet cannot probe the workers")
+                for r in open_rules:
+                    self.assertEqual([p["port"] for p in r.get("ports", [])], [port],
+                                     "a rule from everywhere opens more than the health port")
 
 
 class EveryObjectTest(unittest.TestCase):
@@ -331,6 +374,60 @@ class EveryObjectTest(unittest.TestCase):
                                     if not vm.get("readOnly")]
                         self.assertIn("/tmp", writable, f"{c['name']}: no writable /tmp")
 
+    def test_no_plaintext_anywhere(self):
+        for objs, obj, template in self.each_pod():
+            with self.subTest(object=obj['metadata']['name']):
+                for c in template["spec"]["containers"]:
+                    args = c.get("command", []) + c.get("args", [])
+                    self.assertFalse([a for a in args if a.split("=")[0] == "--insecure"],
+                                     f"{c['name']}: --insecure")
+                    env = m.container_env(objs, c, {"name": "pod", "namespace": "pshard", "ip": "10.0.0.9"})
+                    self.assertNotIn("PSHARD_INSECURE", env, c["name"])
+
+    def test_tls_files_are_in_mounted_secrets(self):
+        for objs, obj, template in self.each_pod():
+            with self.subTest(object=obj['metadata']['name']):
+                spec = template["spec"]
+                secrets = {v["name"]: v["secret"] for v in spec.get("volumes", []) if "secret" in v}
+                for c in spec["containers"]:
+                    env = m.container_env(objs, c, {"name": "pod", "namespace": "pshard", "ip": "10.0.0.9"})
+                    flags = flag_values([m.expand(a, env) for a in c.get("args", [])])
+                    paths = {f"--{f}": flags[f] for f in TLS_FILE_FLAGS if flags.get(f)}
+                    paths.update({f"${e}": env[e] for e in TLS_FILE_ENV if env.get(e)})
+                    if c["command"] + c.get("args", []) != m.IDLE_COMMAND:
+                        # Every pshard process has a CA to check its peers
+                        # with, and a certificate (mutual TLS).
+                        self.assertTrue({"--tls_ca", "$PSHARD_TLS_CA"} & set(paths), c["name"])
+                        self.assertIn("--tls_cert", paths, c["name"])
+                        self.assertIn("--tls_key", paths, c["name"])
+                    for what, path in paths.items():
+                        mount = next((vm for vm in c.get("volumeMounts", [])
+                                      if path.startswith(vm["mountPath"].rstrip("/") + "/")), None)
+                        self.assertIsNotNone(mount, f"{c['name']}: {what}={path} is on no volume")
+                        self.assertIn(mount["name"], secrets,
+                                      f"{c['name']}: {what}={path} is not in a Secret volume")
+                        self.assertTrue(mount.get("readOnly"), f"{c['name']}: {mount['name']} is writable")
+                        # The whole Secret: a subPath mount is never updated,
+                        # so a renewed certificate would not reach the process.
+                        self.assertNotIn("subPath", mount)
+                        self.assertIn(os.path.relpath(path, mount["mountPath"]), SECRET_KEYS, what)
+                        # Not readable by other users of the node's files.
+                        mode = secrets[mount["name"]].get("defaultMode", 0o644)
+                        self.assertEqual(mode & 0o007, 0, f"{mount['name']}: mode {mode:o}")
+                        if not mode & 0o004:
+                            self.assertEqual(spec.get("securityContext", {}).get("fsGroup"), 65532,
+                                             "the Secret is readable by its group only: fsGroup")
+
+    def test_secrets_are_the_ones_cert_manager_issues(self):
+        certificates = {c["spec"]["secretName"]: c
+                        for c in m.find(m.render(m.CERT_MANAGER), "Certificate")}
+        for objs, obj, template in self.each_pod():
+            with self.subTest(object=obj['metadata']['name']):
+                for v in template["spec"].get("volumes", []):
+                    if "secret" in v:
+                        self.assertIn(v["secret"]["secretName"], certificates)
+
+
     def test_flags_are_the_binaries_flags(self):
         for _, obj, template in self.each_pod():
             with self.subTest(object=obj['metadata']['name']):
@@ -344,6 +441,66 @@ class EveryObjectTest(unittest.TestCase):
                         if a.startswith("--"):
                             name = a[2:].split("=", 1)[0]
                             self.assertIn(name, FLAGS[binary], f"{binary}: unknown flag --{name}")
+
+
+class TlsTest(unittest.TestCase):
+    """The servers' TLS settings and the certificates that match them."""
+
+    def test_servers_require_client_certificates(self):
+        for overlay in m.OVERLAYS:
+            objs = m.render(overlay)
+            for kind, name in (("Deployment", COORDINATOR), ("StatefulSet", WORKER)):
+                with self.subTest(overlay=overlay, server=name):
+                    args = m.container(m.one(objs, kind, name))["args"]
+                    self.assertIn("--tls_require_client_cert", args)
+
+    def test_certificates_name_what_clients_dial(self):
+        certs = {c["spec"]["secretName"]: c for c in m.find(m.render(m.CERT_MANAGER), "Certificate")}
+        objs = m.render(m.OVERLAYS[0])
+
+        def secret_of(workload):
+            return next(v["secret"]["secretName"] for v in m.pod_spec(workload)["volumes"]
+                        if "secret" in v)
+
+        coordinator = certs[secret_of(m.one(objs, "Deployment", COORDINATOR))]
+        # What workers and clients dial: $PSHARD_COORDINATOR's host (and the
+        # Service's longer DNS names); none of them sets --tls_server_name.
+        c = m.container(m.one(objs, "StatefulSet", WORKER))
+        env = m.container_env(objs, c, {"name": "w", "namespace": "pshard", "ip": "10.0.0.9"})
+        dialled = flag_values([m.expand(a, env) for a in c["args"]])["coordinator"].rsplit(":", 1)[0]
+        self.assertNotIn("tls_server_name", flag_values(c["args"]))
+        names = coordinator["spec"]["dnsNames"]
+        for name in (dialled, f"{COORDINATOR}.pshard.svc", f"{COORDINATOR}.pshard.svc.cluster.local"):
+            self.assertIn(name, names)
+        self.assertIn("server auth", coordinator["spec"]["usages"])
+        # Workers are servers (WorkerStatus) and clients (of the coordinator).
+        worker = certs[secret_of(m.one(objs, "StatefulSet", WORKER))]
+        self.assertTrue({"server auth", "client auth"} <= set(worker["spec"]["usages"]))
+        self.assertIn(f"*.{WORKER}.pshard.svc.cluster.local", worker["spec"]["dnsNames"])
+        client = certs[secret_of(m.one(m.render(m.EXAMPLE), "Job"))]
+        self.assertIn("client auth", client["spec"]["usages"])
+
+    def test_cert_manager_chain(self):
+        objs = m.render(m.CERT_MANAGER)
+        issuers = {i["metadata"]["name"]: i for i in m.find(objs, "Issuer")}
+        ca_issuers = {n for n, i in issuers.items() if "ca" in i["spec"]}
+        self.assertEqual(len(ca_issuers), 1)
+        ca_issuer = issuers[ca_issuers.pop()]
+        ca_cert = next(c for c in m.find(objs, "Certificate")
+                       if c["spec"]["secretName"] == ca_issuer["spec"]["ca"]["secretName"])
+        self.assertIs(ca_cert["spec"].get("isCA"), True)
+        self.assertIn("selfSigned", issuers[ca_cert["spec"]["issuerRef"]["name"]]["spec"])
+        for cert in m.find(objs, "Certificate"):
+            if cert is ca_cert:
+                continue
+            with self.subTest(certificate=cert["metadata"]["name"]):
+                # Issued by the CA Issuer, which writes ca.crt into the Secret.
+                self.assertEqual(cert["spec"]["issuerRef"]["name"], ca_issuer["metadata"]["name"])
+                self.assertFalse(cert["spec"].get("isCA", False))
+                # Renewed well before it expires, with a new key.
+                self.assertIn("renewBefore", cert["spec"])
+                self.assertEqual(cert["spec"].get("privateKey", {}).get("rotationPolicy"), "Always")
+        self.assertEqual({o["metadata"]["namespace"] for o in objs}, {"pshard"})
 
 
 class ExampleJobTest(unittest.TestCase):

@@ -2,8 +2,8 @@
 
 Plays the kubelet for the rendered manifests: takes the containers' command,
 args and environment exactly as `kubectl kustomize overlays/cpu` and
-`examples/mlp-job` render them (ConfigMaps, the downward API and $(VAR)
-expansion included), and runs those processes on loopback from the Bazel
+`examples/mlp-job` render them (ConfigMaps, Secrets, the downward API and
+$(VAR) expansion included), and runs those processes on loopback from the Bazel
 outputs that the Dockerfiles put in the images: the coordinator, the
 StatefulSet's worker pods (pshard-worker-0, -1, ...) and the example Job's
 `pshardctl submit --watch`. It runs the manifests' gRPC probes with the same
@@ -16,8 +16,14 @@ What is simulated, and how:
   args and environment becomes 127.0.0.1:<the port the selected pod bound>,
   and every pod's IP (the downward API's status.podIP) is 127.0.0.1.
 - Ports: every --listen=HOST:PORT becomes --listen=127.0.0.1:0 with a
-  --port_file (and --metrics_listen the same with --metrics_port_file), so
-  several pods share the machine without fixed ports.
+  --port_file (and --metrics_listen, --health_listen the same with
+  --metrics_port_file, --health_port_file), so several pods share the
+  machine without fixed ports. The probes go to the --health_listen port
+  (plaintext), everything else speaks mutual TLS.
+- Secrets: cert-manager's part. Each Certificate of examples/cert-manager
+  gets a certificate from one test CA (tests/testing:make_certificates, for
+  127.0.0.1, which is where the Service names point here), and a Secret
+  volume holds it as cert-manager writes it: tls.crt, tls.key, ca.crt.
 - Volumes: each volume is a directory under the test's temporary directory
   (a PersistentVolumeClaim one per claim, a ConfigMap volume holds its keys
   as files); mount paths in args, environment and mounted ConfigMap files are
@@ -30,6 +36,7 @@ import json
 import os
 import re
 import signal
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -42,6 +49,7 @@ from deploy.docker import dockerfiles
 OVERLAY = "overlays/cpu"
 RUNFILES = m.workspace_dir()
 PROBE = os.path.join(RUNFILES, "deploy", "k8s", "testing", "grpc_health_probe")
+MAKE_CERTIFICATES = os.path.join(RUNFILES, "tests", "testing", "make_certificates")
 # Paths that stay the machine's own (the processes open them by name).
 UNMAPPED_MOUNTS = ("/dev/shm", "/tmp")
 SHARED_VOLUMES = ("output",)
@@ -72,6 +80,28 @@ def wait_for(predicate, timeout, what, interval=0.05):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+# The Secret of the example pods' client certificate.
+CLIENT_SECRET = "pshard-client-tls"
+
+
+def issue_secrets(directory):
+    """What cert-manager does for examples/cert-manager: a certificate for
+    each of its Certificates (except the CA's own) from one CA, as the files
+    of the Secret it names. Returns {secret name: {key: path}}."""
+    objs = m.render(m.CERT_MANAGER)
+    ca_secrets = {i["spec"]["ca"]["secretName"] for i in m.find(objs, "Issuer") if "ca" in i["spec"]}
+    certificates = [c for c in m.find(objs, "Certificate") if c["spec"]["secretName"] not in ca_secrets]
+    names = [c["metadata"]["name"] for c in certificates]
+    r = subprocess.run([MAKE_CERTIFICATES, f"--dir={directory}", f"--names={','.join(names)}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"make_certificates failed: {r.stderr}"
+    return {c["spec"]["secretName"]: {
+                "tls.crt": os.path.join(directory, f"{c['metadata']['name']}.crt"),
+                "tls.key": os.path.join(directory, f"{c['metadata']['name']}.key"),
+                "ca.crt": os.path.join(directory, "ca.crt")}
+            for c in certificates}
 
 
 class Pod:
@@ -110,6 +140,15 @@ class Pod:
                 d = os.path.join(self.sim.root, "shared", v["name"])
             elif "emptyDir" in v:
                 d = os.path.join(self.dir, "volumes", v["name"])
+            elif "secret" in v:
+                d = os.path.join(self.dir, "volumes", v["name"])
+                os.makedirs(d, exist_ok=True)
+                name = v["secret"]["secretName"]
+                files = self.sim.secrets.get(name)
+                assert files is not None, f"{self.name}: no Secret {name} (does cert-manager issue it?)"
+                for key, source in files.items():
+                    shutil.copyfile(source, os.path.join(d, key))
+                    os.chmod(os.path.join(d, key), v["secret"].get("defaultMode", 0o644))
             elif "configMap" in v:
                 d = os.path.join(self.dir, "volumes", v["name"])
                 os.makedirs(d, exist_ok=True)
@@ -144,7 +183,13 @@ class Pod:
         out = []
         for a in argv:
             mt = re.fullmatch(r"--listen=(.*):(\d+)", a)
-            if re.fullmatch(r"--metrics_listen=(.*):(\d+)", a):
+            health = re.fullmatch(r"--health_listen=(.*):(\d+)", a)
+            if health:
+                # The probes' port: any free loopback port, written to a file.
+                self.health_port = int(health.group(2))
+                out += ["--health_listen=127.0.0.1:0",
+                        f"--health_port_file={self.port_file}.health"]
+            elif re.fullmatch(r"--metrics_listen=(.*):(\d+)", a):
                 # Like --listen: any free loopback port, written to a file.
                 out += ["--metrics_listen=127.0.0.1:0",
                         f"--metrics_port_file={self.port_file}.metrics"]
@@ -173,6 +218,11 @@ class Pod:
             return os.path.exists(self.port_file) and read(self.port_file).strip()
         port = int(wait_for(bound, timeout, f"{self.name} to listen"))
         self.ports[self.listen_port] = port
+        if getattr(self, "health_port", None) is not None:
+            health_file = self.port_file + ".health"
+            self.ports[self.health_port] = int(wait_for(
+                lambda: bound() and os.path.exists(health_file) and read(health_file).strip(),
+                timeout, f"{self.name}'s health port"))
         return port
 
     def probe(self, kind):
@@ -230,9 +280,11 @@ class Pod:
 class Cluster:
     """The rendered objects and the simulated pods."""
 
-    def __init__(self, root, objects):
+    def __init__(self, root, objects, secrets):
         self.root = root
         self.objects = objects
+        # Secret name -> {key: file}
+        self.secrets = secrets
         self.pods = []
 
     def shared_mounts(self):
@@ -306,7 +358,8 @@ class SmokeTest(unittest.TestCase):
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="pshard-smoke-", dir=os.environ.get("TEST_TMPDIR"))
         objects = m.render(OVERLAY) + m.render(m.EXAMPLE)
-        self.cluster = Cluster(self.root, objects)
+        self.secrets = issue_secrets(os.path.join(self.root, "cert-manager"))
+        self.cluster = Cluster(self.root, objects, self.secrets)
         self.addCleanup(self.stop_all)
 
     def stop_all(self):
@@ -318,8 +371,11 @@ class SmokeTest(unittest.TestCase):
         binary, _, _ = image_binary(m.one(self.cluster.objects, "Job")["spec"]["template"]["spec"]
                                     ["containers"][0]["image"])
         coordinator = self.cluster.rewrite("pshard-coordinator:7070")
-        # As the example pods: the base coordinator serves plaintext.
-        return subprocess.run([binary, f"--coordinator={coordinator}", "--insecure", *args],
+        # As the example pods: the client certificate from its Secret.
+        client = self.secrets[CLIENT_SECRET]
+        return subprocess.run([binary, f"--coordinator={coordinator}",
+                               f"--tls_cert={client['tls.crt']}", f"--tls_key={client['tls.key']}",
+                               f"--tls_ca={client['ca.crt']}", *args],
                               capture_output=True, text=True, timeout=timeout)
 
     def run_example_job(self, pod_name):
@@ -346,6 +402,20 @@ class SmokeTest(unittest.TestCase):
         coordinator.wait_started()
         for kind in ("readinessProbe", "livenessProbe"):
             self.assertTrue(coordinator.probe(kind)[0], kind)
+        # The probes' port is plaintext health only; the API is TLS only.
+        health = coordinator.ports[coordinator.container["livenessProbe"]["grpc"]["port"]]
+        binary, _, _ = image_binary(m.one(objs, "Job")["spec"]["template"]["spec"]["containers"][0]["image"])
+        r = subprocess.run([binary, f"--coordinator=127.0.0.1:{health}", "--insecure", "workers"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(r.returncode, 0, "a pshard RPC answered on the plaintext health port")
+        # It connected (plaintext) and the call itself was refused: no such
+        # service there (UNIMPLEMENTED; tests/security:health_port_e2e_test
+        # checks the code).
+        self.assertIn("ListWorkers", r.stderr)
+        self.assertNotIn("cannot reach", r.stderr)
+        r = subprocess.run([PROBE, f"--addr=127.0.0.1:{coordinator.ports[7070]}", "--timeout=5s"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(r.returncode, 0, f"the TLS port answered a plaintext health check: {r.stdout}")
 
         sts = m.one(objs, "StatefulSet", "pshard-worker")
         workers = [self.cluster.add(sts, f"{sts['metadata']['name']}-{i}")

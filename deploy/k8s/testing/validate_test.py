@@ -91,6 +91,26 @@ class ValidatorTest(unittest.TestCase):
     def test_rejects_unknown_kinds(self):
         self.expect_invalid("unknown_kind.yaml", 'kind "Widget": not a Kubernetes API type')
 
+    def test_accepts_the_cert_manager_kinds_it_allows(self):
+        r = run_validator(os.path.join(TESTDATA, "cert_manager_valid.yaml"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("validate: 2 objects, 0 invalid", r.stdout)
+
+    def test_rejects_cert_manager_mistakes(self):
+        r = run_validator(os.path.join(TESTDATA, "cert_manager_invalid.yaml"))
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        for msg in ("Certificate/misspelled: /spec/dnsName: unknown field",
+                    "Certificate/wrong-types: /spec/isCA: must be boolean",
+                    "Certificate/wrong-types: /spec/duration: must match",
+                    "Certificate/wrong-types: /spec/usages/0: must be one of",
+                    "Certificate/no-secret: /spec: must have required property secretName",
+                    "Issuer/two-kinds: /spec: must have exactly one of selfSigned, ca",
+                    'kind "ClusterIssuer": not in this validator\'s cert-manager allowance',
+                    "cert-manager.io/v1alpha2: pre-release API version"):
+            self.assertIn(msg, r.stdout)
+        # Every object of the file is refused.
+        self.assertIn("validate: 6 objects, 6 invalid", r.stdout)
+
     def test_rejects_versions_no_longer_served(self):
         self.expect_invalid("removed_version.yaml", "policy/v1beta1: pre-release API version")
 

@@ -174,6 +174,172 @@ function serverRules(doc) {
   return out;
 }
 
+// cert-manager's CRDs are not Kubernetes API types, so kubernetes-models has
+// no validator for them. The examples use two of its kinds, and an explicit
+// allowance checks them against the subset of the cert-manager.io/v1 schema
+// they use (closed: any other field is reported as unknown). Anything else of
+// cert-manager's (ClusterIssuer, ACME or Vault issuers, ...) is rejected like
+// any unknown kind until it is added here.
+const STRING = { type: "string" };
+const STRINGS = { type: "array", items: STRING };
+const STRING_MAP = { type: "map", values: STRING };
+const DURATION = { type: "string", pattern: /^([0-9]+(\.[0-9]+)?(h|m|s|ms|us|µs|ns))+$/ };
+const OBJECT_META = {
+  type: "object",
+  required: ["name"],
+  properties: { name: STRING, namespace: STRING, labels: STRING_MAP, annotations: STRING_MAP },
+};
+const KEY_USAGES = [
+  "signing", "digital signature", "content commitment", "key encipherment", "key agreement",
+  "data encipherment", "cert sign", "crl sign", "encipher only", "decipher only", "any",
+  "server auth", "client auth", "code signing", "email protection", "s/mime",
+  "ipsec end system", "ipsec tunnel", "ipsec user", "timestamping", "ocsp signing",
+  "microsoft sgc", "netscape sgc",
+];
+const CERT_MANAGER = {
+  Issuer: {
+    type: "object",
+    required: ["spec"],
+    properties: {
+      metadata: OBJECT_META,
+      spec: {
+        type: "object",
+        oneOf: ["selfSigned", "ca"],
+        properties: {
+          selfSigned: { type: "object", properties: { crlDistributionPoints: STRINGS } },
+          ca: {
+            type: "object",
+            required: ["secretName"],
+            properties: {
+              secretName: STRING, crlDistributionPoints: STRINGS, ocspServers: STRINGS,
+              issuingCertificateURLs: STRINGS,
+            },
+          },
+        },
+      },
+    },
+  },
+  Certificate: {
+    type: "object",
+    required: ["spec"],
+    properties: {
+      metadata: OBJECT_META,
+      spec: {
+        type: "object",
+        required: ["secretName", "issuerRef"],
+        // The webhook refuses a certificate that names nothing.
+        anyOf: ["commonName", "dnsNames", "ipAddresses", "uris", "emailAddresses"],
+        properties: {
+          secretName: STRING,
+          issuerRef: {
+            type: "object",
+            required: ["name"],
+            properties: { name: STRING, kind: { type: "string", enum: ["Issuer", "ClusterIssuer"] }, group: STRING },
+          },
+          commonName: { type: "string", maxLength: 64 },
+          dnsNames: STRINGS, ipAddresses: STRINGS, uris: STRINGS, emailAddresses: STRINGS,
+          duration: DURATION,
+          renewBefore: DURATION,
+          isCA: { type: "boolean" },
+          usages: { type: "array", items: { type: "string", enum: KEY_USAGES } },
+          privateKey: {
+            type: "object",
+            properties: {
+              algorithm: { type: "string", enum: ["RSA", "ECDSA", "Ed25519"] },
+              size: { type: "integer" },
+              encoding: { type: "string", enum: ["PKCS1", "PKCS8"] },
+              rotationPolicy: { type: "string", enum: ["Never", "Always"] },
+            },
+          },
+          secretTemplate: { type: "object", properties: { annotations: STRING_MAP, labels: STRING_MAP } },
+          subject: {
+            type: "object",
+            properties: {
+              organizations: STRINGS, countries: STRINGS, organizationalUnits: STRINGS,
+              localities: STRINGS, provinces: STRINGS, streetAddresses: STRINGS,
+              postalCodes: STRINGS, serialNumber: STRING,
+            },
+          },
+          revisionHistoryLimit: { type: "integer" },
+        },
+      },
+    },
+  },
+};
+
+// Checks `value` against one of the schemas above; problems as
+// "<path>: <what>", in the validator's own words.
+function checkSchema(value, schema, at, out) {
+  const where = at || "/";
+  switch (schema.type) {
+    case "string":
+      if (typeof value !== "string") return out.push(`${where}: must be string`);
+      if (schema.enum && !schema.enum.includes(value)) {
+        return out.push(`${where}: must be one of ${schema.enum.join(", ")}`);
+      }
+      if (schema.pattern && !schema.pattern.test(value)) {
+        return out.push(`${where}: must match ${schema.pattern}`);
+      }
+      if (schema.maxLength !== undefined && value.length > schema.maxLength) {
+        return out.push(`${where}: must NOT have more than ${schema.maxLength} characters`);
+      }
+      return;
+    case "boolean":
+      if (typeof value !== "boolean") out.push(`${where}: must be boolean`);
+      return;
+    case "integer":
+      if (!Number.isInteger(value)) out.push(`${where}: must be integer`);
+      return;
+    case "array":
+      if (!Array.isArray(value)) return out.push(`${where}: must be array`);
+      value.forEach((item, i) => checkSchema(item, schema.items, `${at}/${i}`, out));
+      return;
+    case "map":
+      if (value === null || typeof value !== "object" || Array.isArray(value)) {
+        return out.push(`${where}: must be object`);
+      }
+      for (const [k, v] of Object.entries(value)) checkSchema(v, schema.values, `${at}/${k}`, out);
+      return;
+    case "object": {
+      if (value === null || typeof value !== "object" || Array.isArray(value)) {
+        return out.push(`${where}: must be object`);
+      }
+      for (const key of schema.required ?? []) {
+        if (!(key in value)) out.push(`${where}: must have required property ${key}`);
+      }
+      if (schema.oneOf && schema.oneOf.filter((k) => k in value).length !== 1) {
+        out.push(`${where}: must have exactly one of ${schema.oneOf.join(", ")}`);
+      }
+      if (schema.anyOf && !schema.anyOf.some((k) => k in value)) {
+        out.push(`${where}: must have one of ${schema.anyOf.join(", ")}`);
+      }
+      for (const [key, v] of Object.entries(value)) {
+        const property = schema.properties?.[key];
+        if (property === undefined) {
+          out.push(`${at}/${key}: unknown field`);
+        } else {
+          checkSchema(v, property, `${at}/${key}`, out);
+        }
+      }
+      return;
+    }
+    default:
+      throw new Error(`bad schema type ${schema.type}`);
+  }
+}
+
+function validateCertManager(doc) {
+  const schema = CERT_MANAGER[doc.kind];
+  if (!schema) {
+    return [`apiVersion "cert-manager.io/v1" kind ${JSON.stringify(doc.kind)}: not in this validator's cert-manager allowance (Issuer, Certificate)`];
+  }
+  const { apiVersion, kind, ...rest } = doc;
+  const problems = [];
+  checkSchema(rest, schema, "", problems);
+  if (problems.length === 0) problems.push(...serverRules(doc));
+  return problems;
+}
+
 function describe(doc, index, file) {
   const name = doc?.metadata?.name ?? "<no name>";
   return `${file}#${index} ${doc?.kind ?? "<no kind>"}/${name}`;
@@ -189,6 +355,7 @@ async function validateDoc(doc) {
   if (typeof doc.apiVersion === "string" && /v[0-9]+(alpha|beta)[0-9]*$/.test(doc.apiVersion)) {
     return [`apiVersion ${doc.apiVersion}: pre-release API version; use a stable (v1, v2) one`];
   }
+  if (doc.apiVersion === "cert-manager.io/v1") return validateCertManager(doc);
   const model = await loadModel(doc.apiVersion, doc.kind);
   if (!model) {
     return [`apiVersion ${JSON.stringify(doc.apiVersion)} kind ${JSON.stringify(doc.kind)}: not a Kubernetes API type`];
