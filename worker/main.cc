@@ -61,6 +61,11 @@ ABSL_FLAG(std::string, health_port_file, "",
 ABSL_FLAG(std::string, host, "",
           "host name peers use to reach this worker (Gloo); default the "
           "machine's host name");
+ABSL_FLAG(std::string, advertise_host, "",
+          "host name the coordinator shows for this worker's status server "
+          "(what pshardctl logs dials, so the name its TLS certificate "
+          "carries); default --host. In Kubernetes, the pod's name under the "
+          "headless Service.");
 ABSL_FLAG(std::string, device, "cpu", "\"cpu\", \"auto\" or \"cuda:N\"");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port of the Prometheus endpoint (GET /metrics): steps, step "
@@ -212,6 +217,15 @@ int main(int argc, char** argv) {
 
   std::string host = absl::GetFlag(FLAGS_host);
   if (host.empty()) host = Hostname();
+  if (const std::string advertise = absl::GetFlag(FLAGS_advertise_host);
+      advertise.size() > 253 ||
+      advertise.find_first_of(":/ \t") != std::string::npos) {
+    std::fprintf(stderr,
+                 "pshard-worker: --advertise_host: want a host name of at "
+                 "most 253 characters without a port, got \"%s\"\n",
+                 advertise.substr(0, 300).c_str());
+    return 2;
+  }
   std::string name = absl::GetFlag(FLAGS_name);
   if (name.empty()) name = absl::StrCat(Hostname(), "-", getpid());
 
@@ -363,8 +377,10 @@ int main(int argc, char** argv) {
     LOG(INFO) << "health (plaintext, grpc.health.v1 only) on port "
               << health_server->port();
   }
+  const std::string advertise_host = absl::GetFlag(FLAGS_advertise_host);
   options.address = absl::StrCat(
-      absl::StartsWith(HostOf(listen), "0.0.0.0") || HostOf(listen) == "[::]"
+      !advertise_host.empty() ? advertise_host
+      : absl::StartsWith(HostOf(listen), "0.0.0.0") || HostOf(listen) == "[::]"
           ? host
           : HostOf(listen),
       ":", port);
