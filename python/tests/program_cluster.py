@@ -1,8 +1,10 @@
 """The real pshard-coordinator and pshard-workers on free loopback ports,
 driven through the real pshardctl: the cluster of the program-job tests."""
 
+import hashlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -58,6 +60,24 @@ def process_alive(pid):
         return False
 
 
+def write_access_files(directory, roles):
+    """A token for each principal of `roles` (name -> role) in
+    directory/NAME.token, and directory/tokens, the servers' --auth_tokens,
+    naming each by its SHA-256 (security/tokens.h). Returns name -> path."""
+    paths = {}
+    lines = []
+    for name, role in roles.items():
+        token = secrets.token_hex(32)
+        paths[name] = os.path.join(directory, f"{name}.token")
+        with open(paths[name], "w") as f:
+            f.write(token + "\n")
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        lines.append(f"sha256:{digest} {name} {role}\n")
+    with open(os.path.join(directory, "tokens"), "w") as f:
+        f.writelines(lines)
+    return paths
+
+
 class Cluster:
     """The real coordinator and `workers` real workers on free loopback
     ports, driven through pshardctl."""
@@ -65,8 +85,11 @@ class Cluster:
     def __init__(self, workers, tmp, worker_timeout="2s", blame_window="2s",
                  tls=False):
         """`tls`: mutual TLS with a CA made for the cluster in tmp/tls (a
-        certificate each for the coordinator, every worker and pshardctl),
-        as a secure cluster runs; otherwise plaintext on loopback."""
+        certificate each for the coordinator, every worker and pshardctl)
+        and access control, as a secure cluster runs: each worker presents
+        its own token (role worker), so its program's ranks call the
+        coordinator with it; pshardctl an admin token. Otherwise plaintext on
+        loopback."""
         self.tmp = tmp
         self.processes = []
         self.logs = []
@@ -78,15 +101,27 @@ class Cluster:
                             f"--dir={tls_dir}", "--names=" + ",".join(names)],
                            check=True, timeout=60)
 
+        tokens = {}
+        if tls:
+            tokens = write_access_files(
+                tls_dir, {"admin": "admin", **{
+                    f"worker-{i}": "worker" for i in range(workers)}})
+
         def security(name, server=True):
             if not tls:
                 return ["--insecure"]
             flags = [f"--tls_cert={tls_dir}/{name}.crt",
                      f"--tls_key={tls_dir}/{name}.key",
                      f"--tls_ca={tls_dir}/ca.crt"]
-            return flags + (["--tls_require_client_cert"] if server else [])
+            if server:
+                flags += ["--tls_require_client_cert",
+                          f"--auth_tokens={tls_dir}/tokens"]
+            if name in tokens:
+                flags.append(f"--token_file={tokens[name]}")
+            return flags
 
-        self.client_flags = security("pshardctl", server=False)
+        self.client_flags = security("pshardctl", server=False) + (
+            [f"--token_file={tokens['admin']}"] if tls else [])
         port_file = os.path.join(tmp, "coordinator.port")
         self._start("coordinator", [
             binary("server/pshard-coordinator"), "--listen=127.0.0.1:0",
