@@ -202,7 +202,9 @@ def run_pshard(runner, bins, name, spec, workers, warmup, timeout):
                  # pshardctl local's mutual TLS: its CA and client certificate.
                  "--tls_ca", os.path.join(tls, "ca.crt"),
                  "--tls_cert", os.path.join(tls, "pshardctl.crt"),
-                 "--tls_key", os.path.join(tls, "pshardctl.key")]
+                 "--tls_key", os.path.join(tls, "pshardctl.key"),
+                 # ... and its admin token (access control).
+                 "--token_file", os.path.join(tls, "admin.token")]
     runner.echo("$ " + show_cmd(local_cmd) + " &")
     runner.echo("$ " + show_cmd(probe_cmd))
     start = time.monotonic()

@@ -47,6 +47,7 @@
 #include "grpcpp/grpcpp.h"
 #include "pshard/v1/job.grpc.pb.h"
 #include "pshard/v1/shard.grpc.pb.h"
+#include "security/client_token_flags.h"
 #include "security/transport.h"
 #include "security/transport_flags.h"
 
@@ -146,10 +147,18 @@ int Main() {
     std::fprintf(stderr, "job_probe: %s\n", address.status().ToString().c_str());
     return 1;
   }
-  // --tls_* as pshardctl takes them (run_benchmarks.py passes the files
-  // `pshardctl local` made in its run directory), or --insecure.
+  // --tls_* and --token_file as pshardctl takes them (run_benchmarks.py
+  // passes the files `pshardctl local` made in its run directory), or
+  // --insecure.
+  security::TransportSecurity security = security::TransportSecurityFromFlags();
+  absl::StatusOr<std::string> token = security::BearerTokenFromFlags();
+  if (!token.ok()) {
+    std::fprintf(stderr, "job_probe: %s\n", token.status().ToString().c_str());
+    return 2;
+  }
+  security.bearer_token = *std::move(token);
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      security::NewChannel(*address, security::TransportSecurityFromFlags());
+      security::NewChannel(*address, security);
   if (!channel.ok()) {
     std::fprintf(stderr, "job_probe: %s\n", channel.status().ToString().c_str());
     return 2;
