@@ -108,6 +108,12 @@ TEST(MetricsE2eTest, CoordinatorAndWorkersExposeTheJobTheyRun) {
     EXPECT_EQ(Sample(worker_text, "pshard_worker_steps_total"), kSteps);
     EXPECT_EQ(Sample(worker_text, "pshard_worker_step_seconds_count"), kSteps);
     EXPECT_GT(Sample(worker_text, "pshard_worker_step_seconds_sum"), 0);
+    // Every step waits for its broadcasts, for less than the step takes.
+    EXPECT_EQ(Sample(worker_text, "pshard_worker_collective_wait_seconds_count"),
+              kSteps);
+    EXPECT_GT(Sample(worker_text, "pshard_worker_collective_wait_seconds_sum"), 0);
+    EXPECT_LT(Sample(worker_text, "pshard_worker_collective_wait_seconds_sum"),
+              Sample(worker_text, "pshard_worker_step_seconds_sum"));
     EXPECT_GT(Sample(worker_text, "pshard_worker_bytes_sent_total"), 0);
     EXPECT_GT(Sample(worker_text, "pshard_worker_optimizer_state_bytes"), 0);
     EXPECT_EQ(Sample(worker_text, "pshard_worker_checkpoint_stall_seconds_count"),

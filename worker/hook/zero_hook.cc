@@ -1,6 +1,7 @@
 #include "worker/hook/zero_hook.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -547,6 +548,8 @@ absl::Status ZeroHook::FinishStep() {
     absl::Status status = memory_->OrderComputeAfter(*works_.back());
     if (!status.ok()) return Fail(status);
   }
+  // A duration, not a time of day: the steady clock.
+  const auto wait_start = std::chrono::steady_clock::now();
   for (const auto& work : works_) {
     absl::Status status = work->Wait(options_.timeout);
     if (!status.ok()) {
@@ -555,6 +558,8 @@ absl::Status ZeroHook::FinishStep() {
                                       status.message())));
     }
   }
+  last_collective_wait_ =
+      absl::FromChrono(std::chrono::steady_clock::now() - wait_start);
   // Clear per-iteration state.
   works_.clear();
   std::fill(param_ready_.begin(), param_ready_.end(), 0);

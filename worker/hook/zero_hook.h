@@ -158,6 +158,10 @@ class ZeroHook : public GradientSink {
   //   the assignment does not fit the layout; others from the provider, the
   //   communicator or the optimizer.
   absl::Status FinishStep();
+  // How long the last FinishStep waited for the step's collectives after the
+  // backward pass had handed over its last gradient: the communication the
+  // backward pass did not hide.
+  absl::Duration last_collective_wait() const { return last_collective_wait_; }
 
   HookState state() const { return state_; }
   int64_t epoch() const { return assignment_.epoch; }
@@ -262,6 +266,7 @@ class ZeroHook : public GradientSink {
   BucketAssignment assignment_;
   absl::Status error_;
   int64_t steps_finished_ = 0;
+  absl::Duration last_collective_wait_ = absl::ZeroDuration();
   // SetInitialOptimizerState's, until the first step applies it.
   std::optional<std::vector<ParameterOptimizerState>> initial_state_;
   // SetOptimizerStateLoader's, until the first step calls it.

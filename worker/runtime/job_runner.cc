@@ -224,7 +224,9 @@ absl::Status JobRunner::RunStep(StepEngine& engine, const v1::JobSpec& spec,
   }
   if (options_.metrics != nullptr) {
     const int64_t bytes_sent = engine.communicator().bytes_sent();
-    options_.metrics->ObserveStep(step_time, bytes_sent - bytes_sent_before_);
+    options_.metrics->ObserveStep(step_time,
+                                  engine.hook().last_collective_wait(),
+                                  bytes_sent - bytes_sent_before_);
     bytes_sent_before_ = bytes_sent;
   }
   if (reporter == nullptr || !report) return absl::OkStatus();

@@ -9,6 +9,13 @@ prometheus::Histogram::BucketBoundaries StepBuckets() {
           0.5,   1,      2.5,   5,    10,    30,   60};
 }
 
+// 100 us .. 60 s: communication the backward pass hid almost all of, to a
+// step spent waiting on a slow peer.
+prometheus::Histogram::BucketBoundaries WaitBuckets() {
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+          0.05,   0.1,     0.25,   0.5,   1,      2.5,   10,    60};
+}
+
 }  // namespace
 
 WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
@@ -22,6 +29,13 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
                         .Help("Time of one training step on this worker")
                         .Register(registry)
                         .Add({}, StepBuckets())),
+      collective_wait_seconds_(
+          prometheus::BuildHistogram()
+              .Name("pshard_worker_collective_wait_seconds")
+              .Help("Time a step waited for its collectives (reduce, owner "
+                    "step, broadcast) after its backward pass")
+              .Register(registry)
+              .Add({}, WaitBuckets())),
       bytes_sent_(prometheus::BuildCounter()
                       .Name("pshard_worker_bytes_sent_total")
                       .Help("Bytes this worker sent in collectives")
@@ -40,9 +54,12 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
               .Register(registry)
               .Add({}, StepBuckets())) {}
 
-void WorkerMetrics::ObserveStep(absl::Duration step_time, int64_t bytes_sent) {
+void WorkerMetrics::ObserveStep(absl::Duration step_time,
+                                absl::Duration collective_wait,
+                                int64_t bytes_sent) {
   steps_.Increment();
   step_seconds_.Observe(absl::ToDoubleSeconds(step_time));
+  collective_wait_seconds_.Observe(absl::ToDoubleSeconds(collective_wait));
   if (bytes_sent > 0) bytes_sent_.Increment(static_cast<double>(bytes_sent));
 }
 

@@ -4,6 +4,9 @@
 //
 //   pshard_worker_steps_total                    steps this worker ran
 //   pshard_worker_step_seconds                   step time (histogram)
+//   pshard_worker_collective_wait_seconds        time a step waited for its
+//                                                collectives after the
+//                                                backward pass (histogram)
 //   pshard_worker_bytes_sent_total               collective bytes sent
 //   pshard_worker_optimizer_state_bytes          state held for owned buckets
 //   pshard_worker_checkpoint_stall_seconds       training time a checkpoint
@@ -27,13 +30,15 @@ class WorkerMetrics {
   explicit WorkerMetrics(prometheus::Registry& registry);
 
   // Thread-safe (prometheus-cpp's metrics are atomic).
-  void ObserveStep(absl::Duration step_time, int64_t bytes_sent);
+  void ObserveStep(absl::Duration step_time, absl::Duration collective_wait,
+                   int64_t bytes_sent);
   void SetOptimizerStateBytes(int64_t bytes);
   void ObserveCheckpointStall(absl::Duration stall);
 
  private:
   prometheus::Counter& steps_;
   prometheus::Histogram& step_seconds_;
+  prometheus::Histogram& collective_wait_seconds_;
   prometheus::Counter& bytes_sent_;
   prometheus::Gauge& optimizer_state_bytes_;
   prometheus::Histogram& checkpoint_stall_seconds_;
