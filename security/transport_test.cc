@@ -159,7 +159,7 @@ TEST_F(TransportTest, CertificateForAnotherNameNeedsTheServerNameOverride) {
   EXPECT_OK(Check(by_name));
 }
 
-TEST_F(TransportTest, MutualTlsRequiresAClientCertificateFromTheCa) {
+TEST_F(TransportTest, MutualTlsRequiresAValidClientCertificateFromTheCa) {
   TransportSecurity server = ServerTls();
   server.ca_file = Path("ca.crt");
   server.require_client_certificate = true;
@@ -171,6 +171,13 @@ TEST_F(TransportTest, MutualTlsRequiresAClientCertificateFromTheCa) {
   with_cert.certificate_file = Path("client.crt");
   with_cert.key_file = Path("client.key");
   EXPECT_OK(Check(with_cert));
+
+  ASSERT_OK(Issue(ca_, "expired-client", {}, Ago(48), Ago(24)));
+  TransportSecurity expired = ClientTls();
+  expired.certificate_file = Path("expired-client.crt");
+  expired.key_file = Path("expired-client.key");
+  EXPECT_THAT(Check(expired),
+              StatusIs(absl::StatusCode::kUnavailable, ::testing::_));
 
   ASSERT_OK(Issue(other_ca_, "stranger", {}, Ago(1), FromNow(1)));
   TransportSecurity stranger = ClientTls();

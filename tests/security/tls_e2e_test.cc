@@ -110,7 +110,16 @@ TEST(TlsE2eTest, CertificatesRotateUnderARunningJob) {
   EXPECT_EQ(running.state(), v1::RUNNING) << running.reason();
 
   // A worker's own status server presents its new certificate too.
-  ASSERT_OK(cluster->WorkerHealth(0, ""));
+  const std::string worker_rotated =
+      ReadFile(certificates.dir() + "/worker-0.crt");
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        absl::StatusOr<std::string> pem = PresentedCertificate(
+            cluster->worker_status_address(0), cluster->client_security());
+        return pem.ok() && *pem == worker_rotated;
+      },
+      absl::Seconds(30)))
+      << "worker 0 still presents its old certificate";
 
   ASSERT_OK(cluster->Cancel(job.id()).status());
   ASSERT_OK_AND_ASSIGN(v1::Job ended,
