@@ -20,6 +20,7 @@
 #include "common/port_file.h"
 #include "common/clock.h"
 #include "common/health.h"
+#include "common/health_flags.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/state_store.h"
 #include "common/metrics_endpoint.h"
@@ -33,13 +34,6 @@ ABSL_FLAG(std::string, listen, "",
           "0.0.0.0:7070, or 127.0.0.1:7070 with --insecure)");
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written there once serving");
-ABSL_FLAG(std::string, health_listen, "",
-          "host:port of a plaintext server that answers grpc.health.v1.Health "
-          "only (Check and Watch, the same statuses as --listen's health "
-          "service), for probes that cannot speak TLS such as the kubelet's; "
-          "port 0 picks a free port; empty: none");
-ABSL_FLAG(std::string, health_port_file, "",
-          "write the --health_listen server's port here once it serves");
 ABSL_FLAG(std::string, state_path, "pshard-coordinator.db",
           "SQLite state file (created if missing)");
 ABSL_FLAG(std::string, state_sync, "full",
@@ -96,7 +90,8 @@ int main(int argc, char** argv) {
       __FILE__,
       {std::string(pshard::security::kTransportFlagsFile),
        std::string(pshard::security::kServerAccessFlagsFile),
-       std::string(pshard::kLoggingFlagsFile)});
+       std::string(pshard::kLoggingFlagsFile),
+       std::string(pshard::kHealthFlagsFile)});
   absl::ParseCommandLine(argc, argv);
   if (absl::Status logging = pshard::InitLoggingFromFlags("pshard-coordinator");
       !logging.ok()) {
@@ -156,14 +151,11 @@ int main(int argc, char** argv) {
 
   // Checked before the state store is opened (and locked), so a bad flag
   // leaves nothing behind.
-  const std::string health_listen = absl::GetFlag(FLAGS_health_listen);
-  if (absl::Status valid =
-          health_listen.empty()
-              ? absl::OkStatus()
-              : pshard::ValidateListenAddress("--health_listen", health_listen);
-      !valid.ok()) {
+  const absl::StatusOr<pshard::HealthPortFlags> health =
+      pshard::HealthPortFlagsFromFlags();
+  if (!health.ok()) {
     fprintf(stderr, "pshard-coordinator: %s\n",
-            std::string(valid.message()).c_str());
+            std::string(health.status().message()).c_str());
     return 2;
   }
   const pshard::security::TransportSecurity security =
@@ -226,7 +218,7 @@ int main(int argc, char** argv) {
   server_options.security = security;
   server_options.listen = pshard::security::ListenAddress(
       absl::GetFlag(FLAGS_listen), 7070, server_options.security);
-  server_options.health_listen = health_listen;
+  server_options.health_listen = health->listen;
   server_options.services.max_watchers = max_watchers;
   server_options.services.max_watchers_per_client = max_watchers_per_client;
   server_options.services.access = access->get();
@@ -249,13 +241,12 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "--port_file: " << written;
     return 1;
   }
-  const std::string health_port_file = absl::GetFlag(FLAGS_health_port_file);
   if (absl::Status written =
-          health_port_file.empty() || (*server)->health_port() == 0
+          (*server)->health_port() == 0
               ? absl::OkStatus()
-              : pshard::WritePortFile(health_port_file, (*server)->health_port());
+              : health->WritePort((*server)->health_port());
       !written.ok()) {
-    LOG(ERROR) << "--health_port_file: " << written;
+    LOG(ERROR) << written.message();
     return 1;
   }
   if ((*server)->health_port() != 0) {

@@ -27,6 +27,7 @@
 #include "common/logging_flags.h"
 #include "common/clock.h"
 #include "common/health.h"
+#include "common/health_flags.h"
 #include "common/port_file.h"
 #include "server/reflection_v1.h"
 #include "worker/gpu/backend_choice.h"
@@ -51,13 +52,6 @@ ABSL_FLAG(std::string, listen, "",
           "(default 0.0.0.0:7071, or 127.0.0.1:7071 with --insecure)");
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound WorkerStatus port is written here once serving");
-ABSL_FLAG(std::string, health_listen, "",
-          "host:port of a plaintext server that answers grpc.health.v1.Health "
-          "only (Check and Watch, the same statuses as --listen's health "
-          "service), for probes that cannot speak TLS such as the kubelet's; "
-          "port 0 picks a free port; empty: none");
-ABSL_FLAG(std::string, health_port_file, "",
-          "write the --health_listen server's port here once it serves");
 ABSL_FLAG(std::string, host, "",
           "host name peers use to reach this worker (Gloo); default the "
           "machine's host name");
@@ -119,6 +113,7 @@ int main(int argc, char** argv) {
        std::string(pshard::security::kClientTokenFlagsFile),
        std::string(pshard::security::kServerAccessFlagsFile),
        std::string(pshard::kLoggingFlagsFile),
+       std::string(pshard::kHealthFlagsFile),
        std::string(pshard::worker::kProgramLogFlagsFile)});
   absl::ParseCommandLine(argc, argv);
   if (absl::Status logging = pshard::InitLoggingFromFlags("pshard-worker");
@@ -160,12 +155,9 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  const std::string health_listen = absl::GetFlag(FLAGS_health_listen);
-  if (absl::Status valid =
-          health_listen.empty()
-              ? absl::OkStatus()
-              : pshard::ValidateListenAddress("--health_listen", health_listen);
-      !valid.ok()) {
+  const absl::StatusOr<pshard::HealthPortFlags> health =
+      pshard::HealthPortFlagsFromFlags();
+  if (absl::Status valid = health.status(); !valid.ok()) {
     std::fprintf(stderr, "pshard-worker: %s\n",
                  std::string(valid.message()).c_str());
     return 2;
@@ -355,22 +347,18 @@ int main(int argc, char** argv) {
   // Beside the status server, on its own threads too: the probes answer
   // while a job trains.
   std::unique_ptr<pshard::HealthOnlyServer> health_server;
-  if (!health_listen.empty()) {
+  if (!health->listen.empty()) {
     absl::StatusOr<std::unique_ptr<pshard::HealthOnlyServer>> started =
-        pshard::HealthOnlyServer::Start(health_listen, health_status);
+        pshard::HealthOnlyServer::Start(health->listen, health_status);
     if (!started.ok()) {
       LOG(ERROR) << started.status().message();
       server->Shutdown();
       return 1;
     }
     health_server = *std::move(started);
-    const std::string health_port_file = absl::GetFlag(FLAGS_health_port_file);
-    if (absl::Status written =
-            health_port_file.empty()
-                ? absl::OkStatus()
-                : pshard::WritePortFile(health_port_file, health_server->port());
+    if (absl::Status written = health->WritePort(health_server->port());
         !written.ok()) {
-      LOG(ERROR) << "--health_port_file: " << written;
+      LOG(ERROR) << written.message();
       server->Shutdown();
       return 1;
     }
