@@ -41,8 +41,7 @@ int main(int argc, char** argv) {
   // The access files `pshardctl local` writes must load, but are not
   // enforced: the simulated workers call through an in-process channel with
   // no credential. tests/cli:local_e2e_test runs the real binaries with them.
-  if (auto access = pshard::security::LoadServerAccessPolicy(
-          pshard::security::AccessSettingsFromFlags(), options.security);
+  if (auto access = pshard::security::AccessPolicyFromFlags(options.security);
       !access.ok()) {
     std::cerr << access.status() << "\n";
     return 2;

@@ -23,6 +23,11 @@ AccessSettings AccessSettingsFromFlags() {
   return settings;
 }
 
+absl::StatusOr<std::unique_ptr<AccessPolicy>> AccessPolicyFromFlags(
+    const TransportSecurity& transport) {
+  return LoadServerAccessPolicy(AccessSettingsFromFlags(), transport);
+}
+
 std::vector<std::string> AccessFlags(const AccessSettings& settings) {
   std::vector<std::string> flags;
   if (!settings.tokens_file.empty()) {

@@ -167,8 +167,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   absl::StatusOr<std::unique_ptr<pshard::security::AccessPolicy>> access =
-      pshard::security::LoadServerAccessPolicy(
-          pshard::security::AccessSettingsFromFlags(), security);
+      pshard::security::AccessPolicyFromFlags(security);
   if (!access.ok()) {
     fprintf(stderr, "pshard-coordinator: %s\n",
             std::string(access.status().message()).c_str());

@@ -140,8 +140,7 @@ int main(int argc, char** argv) {
   }
   // Who may read this worker's status and logs.
   absl::StatusOr<std::unique_ptr<pshard::security::AccessPolicy>> access =
-      pshard::security::LoadServerAccessPolicy(
-          pshard::security::AccessSettingsFromFlags(), security);
+      pshard::security::AccessPolicyFromFlags(security);
   if (!access.ok()) {
     std::fprintf(stderr, "pshard-worker: %s\n",
                  std::string(access.status().message()).c_str());
