@@ -242,8 +242,12 @@ class Coordinator {
     v1::HeartbeatResponse response;
     std::shared_ptr<const v1::JobSpec> run_job_spec;
   };
+  // `caller_name`: the worker name the caller's credential names (access
+  // control): PermissionDenied, as CheckWorkerIsNamed, when the worker is
+  // another; checked in the same locked section as the heartbeat itself.
   absl::StatusOr<SharedHeartbeat> HeartbeatShared(
-      const v1::HeartbeatRequest& request);
+      const v1::HeartbeatRequest& request,
+      std::optional<absl::string_view> caller_name = std::nullopt);
 
   // For callers whose credential names a worker (server/services.cc checks
   // these before a WorkerControl call): OK when worker `worker_id` is the

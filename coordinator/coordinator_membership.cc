@@ -15,6 +15,17 @@
 
 namespace pshard {
 namespace coordinator {
+namespace {
+
+absl::Status ActingAsAnother(absl::string_view worker_id,
+                             absl::string_view worker_name,
+                             absl::string_view caller_name) {
+  return absl::PermissionDeniedError(absl::StrCat(
+      "worker ", worker_id, " is \"", worker_name, "\"; this credential is \"",
+      Clip(caller_name, 253), "\"'s and may act only as that worker"));
+}
+
+}  // namespace
 
 absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     const v1::RegisterWorkerRequest& req) {
@@ -113,10 +124,14 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
 }
 
 absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
-    const v1::HeartbeatRequest& req) {
+    const v1::HeartbeatRequest& req,
+    std::optional<absl::string_view> caller_name) {
   RETURN_IF_ERROR(ValidateHeartbeat(req));
   Locked lock(this);
   WorkerRec* w = workers_.Find(req.worker_id());
+  if (w != nullptr && caller_name.has_value() && w->info.name() != *caller_name) {
+    return ActingAsAnother(req.worker_id(), w->info.name(), *caller_name);
+  }
   if (!IsCurrent(w, req.incarnation())) return NotCurrent(req.worker_id(), w);
   const absl::Time now = clock_->Now();
   const bool was_confirmed = w->confirmed;
@@ -228,9 +243,7 @@ absl::Status Coordinator::CheckWorkerIsNamed(absl::string_view worker_id,
         absl::StrCat("unknown worker id \"", Clip(worker_id, 64), "\""));
   }
   if (w->info.name() == name) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat(
-      "worker ", worker_id, " is \"", w->info.name(), "\"; this credential is \"",
-      Clip(name, 253), "\"'s and may act only as that worker"));
+  return ActingAsAnother(worker_id, w->info.name(), name);
 }
 
 absl::Status Coordinator::CheckHoldsRank(absl::string_view name,

@@ -7,8 +7,19 @@
 
 namespace pshard::security {
 
+namespace {
+
+// The principal of a call that may be made without a credential (health,
+// reflection) and came without one.
+const Principal& Anonymous() {
+  static const Principal* const anonymous = new Principal();
+  return *anonymous;
+}
+
+}  // namespace
+
 bool Caller::IsAdmin() const {
-  return !principal_.has_value() || Holds(*principal_, Role::kAdmin);
+  return principal_ == nullptr || Holds(*principal_, Role::kAdmin);
 }
 
 absl::StatusOr<Caller> AuthorizeCall(const grpc::ServerContextBase& ctx,
@@ -22,8 +33,10 @@ absl::StatusOr<Caller> AuthorizeCall(const grpc::ServerContextBase& ctx,
   }
   // The client certificate's common names, as gRPC verified them against
   // --tls_ca (none on a plaintext connection or without a certificate).
+  // Only looked at without a token, which decides when sent.
   std::vector<std::string> names;
-  if (std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context()) {
+  if (std::shared_ptr<const grpc::AuthContext> auth =
+          authorization.empty() ? ctx.auth_context() : nullptr) {
     for (const grpc::string_ref& name :
          auth->FindPropertyValues("x509_common_name")) {
       names.emplace_back(name.data(), name.size());
@@ -32,11 +45,8 @@ absl::StatusOr<Caller> AuthorizeCall(const grpc::ServerContextBase& ctx,
   absl::StatusOr<const Principal*> principal =
       policy->Check(authorization, names, full_method);
   if (!principal.ok()) return principal.status();
-  if (*principal == nullptr) {
-    // Anonymous, on a method anyone may call.
-    return Caller(Principal{});
-  }
-  return Caller(**principal);
+  // nullptr: anonymous, on a method anyone may call.
+  return Caller(*principal == nullptr ? &Anonymous() : *principal);
 }
 
 }  // namespace pshard::security

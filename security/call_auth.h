@@ -20,21 +20,22 @@ namespace pshard::security {
 class Caller {
  public:
   // A call on a server without access control: it may do anything.
-  static Caller Unchecked() { return Caller(std::nullopt); }
-  explicit Caller(std::optional<Principal> principal)
-      : principal_(std::move(principal)) {}
+  static Caller Unchecked() { return Caller(nullptr); }
+  // A checked call by `principal` (the policy's own, which outlives the
+  // call: no copy per call).
+  explicit Caller(const Principal* principal) : principal_(principal) {}
 
   // Whether access control applies (the server has a policy).
-  bool checked() const { return principal_.has_value(); }
-  // "" when unchecked.
+  bool checked() const { return principal_ != nullptr; }
+  // "" when unchecked, and for an anonymous caller.
   absl::string_view name() const {
-    return principal_.has_value() ? absl::string_view(principal_->name)
-                                  : absl::string_view();
+    return principal_ != nullptr ? absl::string_view(principal_->name)
+                                 : absl::string_view();
   }
   bool IsAdmin() const;
 
  private:
-  std::optional<Principal> principal_;
+  const Principal* principal_;
 };
 
 // The caller of `ctx`'s call to `full_method` ("/pshard.v1.JobService/

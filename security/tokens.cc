@@ -25,15 +25,21 @@ constexpr std::pair<Role, absl::string_view> kRoleNames[] = {
     {Role::kWorker, "worker"},
 };
 
-std::string Sha256Of(absl::string_view bytes) {
-  unsigned char digest[32];
+// SHA-256 of `bytes` into `digest` (a stack buffer: this runs on every
+// call); its size, or 0 on failure, which EVP_Digest reports only when an
+// allocation fails. An empty digest matches no stored token.
+size_t Sha256Into(absl::string_view bytes, unsigned char (&digest)[32]) {
   unsigned int size = 0;
-  // EVP_Digest cannot fail for SHA-256 on a memory buffer short of an
-  // allocation failure; the empty digest then matches no stored token.
   if (EVP_Digest(bytes.data(), bytes.size(), digest, &size, EVP_sha256(),
                  nullptr) != 1) {
-    return "";
+    return 0;
   }
+  return size;
+}
+
+std::string Sha256Of(absl::string_view bytes) {
+  unsigned char digest[32];
+  const size_t size = Sha256Into(bytes, digest);
   return std::string(reinterpret_cast<const char*>(digest), size);
 }
 
@@ -154,7 +160,11 @@ absl::StatusOr<TokenTable> TokenTable::Load(const std::string& path) {
 
 const Principal* TokenTable::Authenticate(absl::string_view token) const {
   if (token.empty()) return nullptr;
-  auto it = by_digest_.find(Sha256Of(token));
+  unsigned char digest[32];
+  const size_t size = Sha256Into(token, digest);
+  if (size == 0) return nullptr;
+  auto it = by_digest_.find(
+      absl::string_view(reinterpret_cast<const char*>(digest), size));
   return it == by_digest_.end() ? nullptr : &it->second;
 }
 

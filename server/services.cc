@@ -395,10 +395,11 @@ grpc::ServerUnaryReactor* WorkerControlImpl::Heartbeat(
   if (!ParseByteBuffer(*request, &req)) {
     return Done(ctx, absl::InvalidArgumentError("HeartbeatRequest does not parse"));
   }
-  if (absl::Status s = CheckActsAs(*caller, req.worker_id()); !s.ok()) {
-    return Done(ctx, s);
-  }
-  absl::StatusOr<Coordinator::SharedHeartbeat> r = c_->HeartbeatShared(req);
+  // The caller's worker is checked inside the heartbeat's own locked
+  // section: the hottest call takes the coordinator's lock once.
+  absl::StatusOr<Coordinator::SharedHeartbeat> r = c_->HeartbeatShared(
+      req, caller->checked() ? std::optional<absl::string_view>(caller->name())
+                             : std::nullopt);
   if (!r.ok()) return Done(ctx, r.status());
   // The spec is serialized once per epoch (cached by its shared message)
   // and sent by reference in every rank's reply.
