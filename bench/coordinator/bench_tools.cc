@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 
@@ -89,6 +90,27 @@ bool ScanHeartbeatResponse(const std::string& bytes,
     in.PopLimit(directive_limit);
   }
   return true;
+}
+
+void Denials::Note(const std::string& method, const grpc::Status& s) {
+  if (s.error_code() != grpc::StatusCode::PERMISSION_DENIED &&
+      s.error_code() != grpc::StatusCode::UNAUTHENTICATED) {
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  if (count_++ == 0) first_ = absl::StrCat(method, ": ", s.error_message());
+  ++by_method_[method];
+}
+
+int64_t Denials::count() const {
+  absl::MutexLock lock(&mu_);
+  return count_;
+}
+
+std::string Denials::Summary() const {
+  absl::MutexLock lock(&mu_);
+  return absl::StrCat(absl::StrJoin(by_method_, ", ", absl::PairFormatter(" ")),
+                      " (first: ", first_, ")");
 }
 
 std::string BufferToString(const grpc::ByteBuffer& buffer) {

@@ -144,6 +144,32 @@ bool ScanHeartbeatResponse(const std::string& bytes,
 std::string BufferToString(const grpc::ByteBuffer& buffer);
 grpc::ByteBuffer ToBuffer(const google::protobuf::MessageLite& message);
 
+// Calls the coordinator refused for their credential (PERMISSION_DENIED or
+// UNAUTHENTICATED), by method, from any thread. With tokens on every call
+// carries its caller's own token, so any refusal is a bug in the bench or
+// the server, and the run is an error.
+class Denials {
+ public:
+  // Counts `s` if it is a refusal.
+  void Note(const std::string& method, const grpc::Status& s);
+  int64_t count() const;
+  // "RegisterWorker 2, Heartbeat 1 (first: RegisterWorker: <message>)".
+  std::string Summary() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  int64_t count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, int64_t> by_method_ ABSL_GUARDED_BY(mu_);
+  std::string first_ ABSL_GUARDED_BY(mu_);
+};
+
+// Adds a caller's "authorization" metadata ("Bearer TOKEN") to a call;
+// nothing when `authorization` is empty (tokens off).
+inline void AddAuthorization(grpc::ClientContext* ctx,
+                             const std::string& authorization) {
+  if (!authorization.empty()) ctx->AddMetadata("authorization", authorization);
+}
+
 // One asynchronous unary call in flight: what the callback needs, freed by
 // it.
 template <typename Request, typename Response>
@@ -158,6 +184,8 @@ struct AsyncCall {
 struct SimState {
   std::string name;
   std::string id;
+  // "Bearer <its own token>" with tokens on; empty otherwise.
+  std::string authorization;
   std::atomic<bool> in_flight{false};
   absl::Mutex mu;
   std::string job_id ABSL_GUARDED_BY(mu);

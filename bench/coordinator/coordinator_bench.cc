@@ -7,8 +7,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>  // std::remove
+#include <fstream>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -28,7 +30,10 @@
 #include "tests/testing/metrics_scrape.h"
 #include "tests/testing/subprocess.h"
 #include "worker/runtime/assignment_client.h"
+#include "security/access_policy.h"
 #include "security/certificate_directory.h"
+#include "security/server_access_flags.h"
+#include "security/tokens.h"
 #include "security/transport.h"
 #include "security/transport_flags.h"
 
@@ -41,9 +46,37 @@ namespace {
 // than an injected pshard::Clock; gRPC deadlines are on gRPC's own clock.
 using GrpcClock = std::chrono::system_clock;
 
-}  // namespace
+// The token file (security/tokens.h's format, tokens given as digests, as
+// pshardctl local writes it) with one token per simulated worker, role
+// worker, named as the worker registers, and `admin` for the bench's own
+// calls; each SimState gets its "Bearer" value. Returns the file's path.
+absl::StatusOr<std::string> WriteTokens(
+    const BenchOptions& opt, std::vector<std::unique_ptr<SimState>>& sims,
+    const std::string& admin_name, std::string* admin_authorization) {
+  std::string text = "# token name roles\n";
+  for (const std::unique_ptr<SimState>& sim : sims) {
+    ASSIGN_OR_RETURN(const std::string token, security::NewToken());
+    sim->authorization = "Bearer " + token;
+    absl::StrAppend(&text, security::TokenDigest(token), " ", sim->name,
+                    " worker\n");
+  }
+  ASSIGN_OR_RETURN(const std::string admin, security::NewToken());
+  *admin_authorization = "Bearer " + admin;
+  absl::StrAppend(&text, security::TokenDigest(admin), " ", admin_name,
+                  " admin,submit\n");
+  if (opt.swap_two_tokens && sims.size() >= 2) {
+    std::swap(sims[0]->authorization, sims[1]->authorization);
+  }
+  const std::string path = opt.work_dir + "/bench-tokens";
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return path;
+}
 
-absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
+absl::StatusOr<BenchReport> RunPhases(const BenchOptions& opt,
+                                      Denials* denials) {
   const int n = opt.workers;
   const int world = opt.world_size > 0 ? opt.world_size : n;
   if (n < 1 || world > n) {
@@ -83,6 +116,23 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     // identities, are what costs.
     ASSIGN_OR_RETURN(client_security, certificates.Issue("bench-workers"));
   }
+  std::vector<std::unique_ptr<SimState>> sims(n);
+  for (int i = 0; i < n; ++i) {
+    sims[i] = std::make_unique<SimState>();
+    sims[i]->name = absl::StrCat("bench-", i);
+  }
+  // The bench's own JobService/ClusterService calls (status client,
+  // SubmitJob, GetJob): "" with tokens off.
+  std::string admin_authorization;
+  if (opt.tokens) {
+    security::AccessSettings access;
+    ASSIGN_OR_RETURN(access.tokens_file,
+                     WriteTokens(opt, sims, "bench-admin", &admin_authorization));
+    for (std::string& flag : security::AccessFlags(access)) {
+      coordinator_options.extra_flags.push_back(std::move(flag));
+    }
+    report.tokens = n + 1;
+  }
   ASSIGN_OR_RETURN(testing::RunningCoordinator running,
                    testing::StartCoordinator(coordinator_options));
   testing::Subprocess* coordinator = running.process.get();
@@ -109,12 +159,6 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   auto shards = v1::ShardService::NewStub(channels[0]);
   auto cluster = v1::ClusterService::NewStub(channels[0]);
 
-  std::vector<std::unique_ptr<SimState>> sims(n);
-  for (int i = 0; i < n; ++i) {
-    sims[i] = std::make_unique<SimState>();
-    sims[i]->name = absl::StrCat("bench-", i);
-  }
-
   // ---- Register ----
   Gate gate(opt.max_in_flight);
   std::atomic<int> failures{0};
@@ -124,6 +168,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     using Call = AsyncCall<v1::RegisterWorkerRequest, v1::RegisterWorkerResponse>;
     auto* call = new Call;
     call->ctx.set_deadline(GrpcClock::now() + std::chrono::seconds(60));
+    AddAuthorization(&call->ctx, sims[i]->authorization);
     call->req.set_name(sims[i]->name);
     call->req.set_incarnation("bench");
     call->req.set_host(absl::StrCat("host-", i / 8));
@@ -133,6 +178,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
         &call->ctx, &call->req, &call->resp,
         [&, call, i](grpc::Status s) {
           rec.Add("RegisterWorker", absl::Now() - call->start, s.ok());
+          denials->Note("RegisterWorker", s);
           if (s.ok()) {
             sims[i]->id = call->resp.worker_id();
           } else {
@@ -166,6 +212,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
         using Call = AsyncCall<grpc::ByteBuffer, grpc::ByteBuffer>;
         auto* call = new Call;
         call->ctx.set_deadline(GrpcClock::now() + std::chrono::seconds(30));
+        AddAuthorization(&call->ctx, sim->authorization);
         v1::HeartbeatRequest req;
         req.set_worker_id(sim->id);
         req.set_incarnation("bench");
@@ -183,6 +230,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
             &call->ctx, "/pshard.v1.WorkerControl/Heartbeat", grpc::StubOptions(),
             &call->req, &call->resp, [&, call, sim](grpc::Status st) {
               rec.Add("Heartbeat", absl::Now() - call->start, st.ok());
+              denials->Note("Heartbeat", st);
               std::vector<DirectiveHead> directives;
               if (st.ok() &&
                   !ScanHeartbeatResponse(BufferToString(call->resp), &directives)) {
@@ -222,6 +270,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     for (int k = 0; !stop; ++k) {
       grpc::ClientContext ctx;
       ctx.set_deadline(GrpcClock::now() + std::chrono::seconds(30));
+      AddAuthorization(&ctx, admin_authorization);
       const absl::Time start = absl::Now();
       grpc::Status s;
       const char* method = "";
@@ -273,6 +322,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
         }
       }
       rec.Add(method, absl::Now() - start, s.ok());
+      denials->Note(method, s);
       absl::SleepFor(period);
     }
   });
@@ -344,6 +394,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   v1::Job job;
   {
     grpc::ClientContext ctx;
+    AddAuthorization(&ctx, admin_authorization);
     v1::SubmitJobRequest req;
     v1::JobSpec* spec = req.mutable_spec();
     spec->set_name("bench");
@@ -354,6 +405,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     const absl::Time start = absl::Now();
     grpc::Status s = jobs->SubmitJob(&ctx, req, &job);
     rec.Add("SubmitJob", absl::Now() - start, s.ok());
+    denials->Note("SubmitJob", s);
     if (!s.ok()) {
       finish_threads();
       return FromGrpcStatus(s, "SubmitJob");
@@ -369,10 +421,12 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   if (run_jobs < world) {
     finish_threads();
     grpc::ClientContext ctx;
+    AddAuthorization(&ctx, admin_authorization);
     v1::GetJobRequest req;
     req.set_job_id(job.id());
     v1::Job out;
     grpc::Status s = jobs->GetJob(&ctx, req, &out);
+    denials->Note("GetJob", s);
     return absl::DeadlineExceededError(absl::StrCat(
         "only ", run_jobs.load(), " of ", world, " ranks got RunJob; job ",
         s.ok() ? absl::StrCat(v1::JobState_Name(out.state()), ": ", out.reason())
@@ -420,6 +474,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     using Call = AsyncCall<grpc::ByteBuffer, grpc::ByteBuffer>;
     auto* call = new Call;
     call->ctx.set_deadline(GrpcClock::now() + std::chrono::seconds(300));
+    AddAuthorization(&call->ctx, sims[worker_of[r]]->authorization);
     call->req = ToBuffer(worker::AssignmentRequest(as_worker, absl::Seconds(290)));
     // Only rank 0's answer is parsed and decoded (for the imbalance); the
     // others are counted, to keep the load generator light.
@@ -429,6 +484,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
         grpc::StubOptions(), &call->req, &call->resp,
         [&, call, parse](grpc::Status s) {
           const absl::Time now = absl::Now();
+          denials->Note("GetAssignment", s);
           v1::ShardAssignment a;
           const std::string bytes = parse ? BufferToString(call->resp) : "";
           if (s.ok() && parse &&
@@ -492,6 +548,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     using Call = AsyncCall<grpc::ByteBuffer, grpc::ByteBuffer>;
     auto* call = new Call;
     call->ctx.set_deadline(GrpcClock::now() + std::chrono::seconds(60));
+    AddAuthorization(&call->ctx, sims[worker_of[r]]->authorization);
     if (worker::SendsLayoutFirst(r)) {
       v1::ReportBucketsRequest head;
       head.set_rank(r);
@@ -513,6 +570,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
         [&, call](grpc::Status s) {
           const absl::Time now = absl::Now();
           rec.Add("ReportBuckets", now - call->start, s.ok());
+          denials->Note("ReportBuckets", s);
           v1::ReportBucketsResponse resp;
           // send_layout never happens here: every rank has rank 0's layout.
           if (!s.ok() || !resp.ParseFromString(BufferToString(call->resp)) ||
@@ -554,6 +612,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   step("4_results");
   for (int step = 1; step <= 10; ++step) {
     grpc::ClientContext ctx;
+    AddAuthorization(&ctx, sims[worker_of[0]]->authorization);
     v1::ReportProgressRequest req;
     req.set_job_id(job.id());
     req.set_epoch(epoch);
@@ -564,12 +623,14 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     const absl::Time start = absl::Now();
     grpc::Status s = stub_for(worker_of[0])->ReportProgress(&ctx, req, &resp);
     rec.Add("ReportProgress", absl::Now() - start, s.ok());
+    denials->Note("ReportProgress", s);
   }
   for (int r = 0; r < world; ++r) {
     gate.Acquire();
     using Call = AsyncCall<v1::ReportResultRequest, v1::ReportResultResponse>;
     auto* call = new Call;
     call->ctx.set_deadline(GrpcClock::now() + std::chrono::seconds(60));
+    AddAuthorization(&call->ctx, sims[worker_of[r]]->authorization);
     call->req.set_job_id(job.id());
     call->req.set_epoch(epoch);
     call->req.set_rank(r);
@@ -581,6 +642,7 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     stub_for(worker_of[r])->async()->ReportResult(
         &call->ctx, &call->req, &call->resp, [&, call, sim](grpc::Status s) {
           rec.Add("ReportResult", absl::Now() - call->start, s.ok());
+          denials->Note("ReportResult", s);
           {
             absl::MutexLock lock(&sim->mu);
             sim->job_id.clear();
@@ -593,10 +655,12 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
   gate.Drain(opt.max_in_flight, opt.phase_timeout);
   {
     grpc::ClientContext ctx;
+    AddAuthorization(&ctx, admin_authorization);
     v1::GetJobRequest req;
     req.set_job_id(job.id());
     v1::Job out;
     grpc::Status s = jobs->GetJob(&ctx, req, &out);
+    denials->Note("GetJob", s);
     report.job_state = s.ok() ? v1::JobState_Name(out.state()) : s.error_message();
   }
   step("");
@@ -628,6 +692,23 @@ absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
     return absl::InternalError(
         absl::StrCat("coordinator exited with wait status ", status));
   }
+  return report;
+}
+
+}  // namespace
+
+absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& opt) {
+  Denials denials;
+  absl::StatusOr<BenchReport> report = RunPhases(opt, &denials);
+  // A refusal fails the run even where the phases went on (a refused
+  // heartbeat is only an error count in the latency table).
+  if (denials.count() > 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        denials.count(), " calls refused by the coordinator's access control: ",
+        denials.Summary(),
+        report.ok() ? "" : absl::StrCat("; the run: ", report.status().ToString())));
+  }
+  if (report.ok()) report->refused_calls = denials.count();
   return report;
 }
 

@@ -50,6 +50,17 @@ struct BenchOptions {
   // Mutual TLS between the simulated workers and the coordinator (a CA and
   // certificates made in work_dir/tls); otherwise plaintext.
   bool tls = false;
+  // Access control on (with or without tls): the coordinator gets
+  // --auth_tokens with one token per simulated worker (role worker, named
+  // as that worker registers) and one for the bench's own JobService and
+  // ClusterService calls (admin,submit), and every call carries its
+  // caller's own token ("authorization: Bearer ..." metadata per call, as
+  // the channels are shared). Any call refused (PERMISSION_DENIED or
+  // UNAUTHENTICATED) makes the run an error.
+  bool tokens = false;
+  // For the smoke test of that check: workers 0 and 1 present each other's
+  // tokens, which the coordinator must refuse.
+  bool swap_two_tokens = false;
 };
 
 struct LatencyStats {
@@ -106,10 +117,17 @@ struct BenchReport {
   double peak_rss_mb = 0;
   // Heartbeats sent in the steady phase and per second.
   double heartbeats_per_second = 0;
+  // With tokens: the entries of the coordinator's token table (workers + 1)
+  // and the calls it refused (always 0 in a report: any makes the run an
+  // error).
+  int tokens = 0;
+  int64_t refused_calls = 0;
 
   std::string ToString() const;
 };
 
+// PermissionDenied, with the refusals by method, when tokens are on and the
+// coordinator refused any call.
 absl::StatusOr<BenchReport> RunCoordinatorBenchmark(const BenchOptions& options);
 
 }  // namespace bench

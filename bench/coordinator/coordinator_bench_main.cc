@@ -29,6 +29,11 @@ ABSL_FLAG(std::string, state_sync, "full",
 ABSL_FLAG(bool, tls, false,
           "mutual TLS between the simulated workers and the coordinator "
           "(certificates made in --work_dir/tls)");
+ABSL_FLAG(bool, tokens, false,
+          "access control on: one bearer token per simulated worker (role "
+          "worker, its own name) and one admin token, in --work_dir/"
+          "bench-tokens; every call carries its caller's token, and any call "
+          "refused fails the run");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -46,13 +51,16 @@ int main(int argc, char** argv) {
   options.scrape_interval = absl::GetFlag(FLAGS_scrape_interval);
   options.channels = absl::GetFlag(FLAGS_channels);
   options.tls = absl::GetFlag(FLAGS_tls);
+  options.tokens = absl::GetFlag(FLAGS_tokens);
   auto report = pshard::bench::RunCoordinatorBenchmark(options);
   if (!report.ok()) {
     fprintf(stderr, "benchmark failed: %s\n", report.status().ToString().c_str());
     return 1;
   }
-  printf("workers=%d world_size=%d buckets=%d\n%s", options.workers,
+  printf("workers=%d world_size=%d buckets=%d transport=%s access=%s\n%s",
+         options.workers,
          options.world_size > 0 ? options.world_size : options.workers,
-         options.buckets, report->ToString().c_str());
+         options.buckets, options.tls ? "mutual_tls" : "plaintext",
+         options.tokens ? "tokens" : "none", report->ToString().c_str());
   return 0;
 }

@@ -55,6 +55,12 @@ std::string BenchReport::ToString() const {
                         total_cpu_seconds, wall_seconds);
   absl::StrAppendFormat(&out, "coordinator RSS: %.1f MiB (peak %.1f MiB)\n",
                         rss_mb, peak_rss_mb);
+  if (tokens > 0) {
+    absl::StrAppendFormat(&out,
+                          "access control: %d tokens, calls refused "
+                          "(PERMISSION_DENIED/UNAUTHENTICATED): %d\n",
+                          tokens, refused_calls);
+  }
   return out;
 }
 

@@ -1,7 +1,10 @@
 // CI smoke run of the coordinator benchmark at a tiny size: the whole
 // pipeline (register, heartbeats, one job through layout reports, parked
-// GetAssignment, results) must work and report sane numbers.
+// GetAssignment, results) must work and report sane numbers, in plaintext,
+// over mutual TLS, and with access control (tokens) on.
 #include "bench/coordinator/coordinator_bench.h"
+
+#include <string>
 
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
@@ -11,7 +14,7 @@ namespace pshard {
 namespace bench {
 namespace {
 
-void TinyRun(bool tls) {
+BenchOptions Tiny(bool tls, bool tokens) {
   BenchOptions options;
   options.workers = 32;
   options.world_size = 24;
@@ -20,7 +23,13 @@ void TinyRun(bool tls) {
   options.status_qps = 20;
   options.work_dir = testing::MakeTempDir("bench_smoke");
   options.tls = tls;
-  ASSERT_OK_AND_ASSIGN(BenchReport report, RunCoordinatorBenchmark(options));
+  options.tokens = tokens;
+  return options;
+}
+
+void TinyRun(bool tls, bool tokens = false) {
+  ASSERT_OK_AND_ASSIGN(BenchReport report,
+                       RunCoordinatorBenchmark(Tiny(tls, tokens)));
   std::printf("%s", report.ToString().c_str());
   EXPECT_EQ(report.job_state, "SUCCEEDED");
   EXPECT_EQ(report.rpcs["RegisterWorker"].count, 32);
@@ -32,12 +41,37 @@ void TinyRun(bool tls) {
   EXPECT_GE(report.assignment_all_ms, report.assignment_first_ms);
   EXPECT_GT(report.imbalance, 0.99);
   EXPECT_GT(report.peak_rss_mb, 1);
+  EXPECT_EQ(report.tokens, tokens ? 33 : 0);
+  EXPECT_EQ(report.refused_calls, 0);
 }
 
 TEST(CoordinatorBenchSmokeTest, TinyRun) { TinyRun(/*tls=*/false); }
 
 // The same over mutual TLS (--tls): the benchmark's TLS mode works.
 TEST(CoordinatorBenchSmokeTest, TinyRunOverMutualTls) { TinyRun(/*tls=*/true); }
+
+// With access control (--tokens): every call carries its own worker's (or
+// the bench's admin) token, over mutual TLS and over plaintext.
+TEST(CoordinatorBenchSmokeTest, TinyRunOverMutualTlsWithTokens) {
+  TinyRun(/*tls=*/true, /*tokens=*/true);
+}
+
+TEST(CoordinatorBenchSmokeTest, TinyRunWithTokens) {
+  TinyRun(/*tls=*/false, /*tokens=*/true);
+}
+
+// A refused call fails the run: workers 0 and 1 present each other's
+// tokens, so the coordinator refuses both registrations.
+TEST(CoordinatorBenchSmokeTest, RefusedCallsFailTheRun) {
+  BenchOptions options = Tiny(/*tls=*/true, /*tokens=*/true);
+  options.swap_two_tokens = true;
+  absl::StatusOr<BenchReport> report = RunCoordinatorBenchmark(options);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(report.status().message().find("RegisterWorker 2"),
+            std::string::npos)
+      << report.status();
+}
 
 }  // namespace
 }  // namespace bench
