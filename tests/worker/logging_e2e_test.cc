@@ -116,9 +116,13 @@ TEST(LoggingE2eTest, TransitionsErrorsAndNothingPerStep) {
       EXPECT_THAT(coordinator_log, Not(HasSubstr(w.incarnation())));
     }
   }
+  // The worker logs its registration after the coordinator's reply, which
+  // can come after the coordinator's own line: wait for it.
   for (int i = 0; i < 2; ++i) {
-    EXPECT_THAT(ReadFile(cluster->worker_log_path(i)),
-                HasSubstr("registered with the coordinator"));
+    EXPECT_NE(WaitForLine({cluster->worker_log_path(i)},
+                          {"registered with the coordinator"}),
+              "")
+        << ReadFile(cluster->worker_log_path(i));
   }
 
   // A job that fails: rank 0 cannot create its output directory.
