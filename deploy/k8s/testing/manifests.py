@@ -6,6 +6,7 @@ kustomize refuses a kustomization.yaml that is a symlink, which is what a
 runfiles tree holds.
 """
 
+import base64
 import math
 import os
 import re
@@ -31,6 +32,13 @@ TARGETS = OVERLAYS + (EXAMPLE, TOOLBOX, CERT_MANAGER)
 
 # The command of a container that only idles, for `kubectl exec`.
 IDLE_COMMAND = ["/bin/sleep", "infinity"]
+
+# The Secrets deploy/k8s/tools/make_access_secrets.sh prints (not part of
+# any kustomization: they hold tokens).
+AUTH_SECRET = "pshard-auth"
+WORKER_TOKENS_SECRET = "pshard-worker-tokens"
+CLIENT_TOKEN_SECRET = "pshard-client-token"
+ACCESS_SECRETS = (AUTH_SECRET, WORKER_TOKENS_SECRET, CLIENT_TOKEN_SECRET)
 
 _copy = None
 
@@ -202,3 +210,51 @@ def labels_match(selector, labels):
     """matchLabels-only selector against a label dict."""
     assert set(selector) <= {"matchLabels"}, f"unsupported selector {selector}"
     return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def access_secrets_script():
+    """deploy/k8s/tools/make_access_secrets.sh in the runfiles."""
+    return os.path.join(k8s_dir(), "tools", "make_access_secrets.sh")
+
+
+def run_access_secrets(*args, timeout=60):
+    """Runs make_access_secrets.sh with `args`; the CompletedProcess (text)."""
+    return subprocess.run(["bash", access_secrets_script(), *args], capture_output=True,
+                          text=True, timeout=timeout,
+                          env={**os.environ, "TMPDIR": os.environ.get("TEST_TMPDIR", "/tmp")})
+
+
+def access_secrets(workers, *args):
+    """The Secrets make_access_secrets.sh prints for `workers` worker pods:
+    (objects as parsed, {secret name: {key: decoded bytes as str}})."""
+    r = run_access_secrets(f"--workers={workers}", *args)
+    if r.returncode != 0:
+        raise RuntimeError(f"make_access_secrets.sh failed ({r.returncode}): {r.stderr.strip()}")
+    objects = [d for d in yaml.safe_load_all(r.stdout) if d is not None]
+    data = {o["metadata"]["name"]: {k: base64.b64decode(v, validate=True).decode()
+                                    for k, v in o.get("data", {}).items()}
+            for o in objects}
+    return objects, data
+
+
+def parse_token_file(text):
+    """A --auth_tokens file: [(token or sha256:digest, name, [roles])]."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split()
+        assert len(fields) == 3, f"bad token line {line!r}"
+        out.append((fields[0], fields[1], fields[2].split(",")))
+    return out
+
+
+def dns_name_matches(pattern, host):
+    """A certificate's DNS name (a leading "*." matches one label) against
+    the host a client dials, as TLS checks it."""
+    pattern, host = pattern.lower(), host.lower()
+    if pattern.startswith("*."):
+        label, _, rest = host.partition(".")
+        return bool(label) and rest == pattern[2:]
+    return pattern == host

@@ -3,10 +3,15 @@ across objects: the coordinator's rollout, state volume and probes, the worker
 pool's identity, shared memory and resources, the security context of every
 pod, that every reference (ConfigMap, volume, Service, $(VAR)) resolves, that
 the NetworkPolicy lets exactly workers and clients in (and the kubelet to the
-health port), that the flags are the ones the binaries define, and TLS: no
+health port), that the flags are the ones the binaries define, TLS: no
 --insecure anywhere, every TLS file in a mounted Secret that the cert-manager
-example issues, probes on the plaintext health port."""
+example issues, probes on the plaintext health port, and access control:
+every server's --auth_tokens from the Secret pshard-auth, each worker's own
+token from pshard-worker-tokens under its pod name, the clients' token from
+pshard-client-token, and workers advertising a name their certificate
+carries."""
 
+import hashlib
 import json
 import os
 import re
@@ -23,16 +28,22 @@ WORKER = "pshard-worker"
 TRANSPORT_FLAGS = {
     "insecure", "tls_cert", "tls_key", "tls_ca", "tls_require_client_cert",
     "tls_server_name", "tls_reload_interval"}
+# A server's access-control flags (security/server_access_flags.cc) and a
+# client's token (security/client_token_flags.cc).
+SERVER_ACCESS_FLAGS = {"auth_tokens", "auth_identities"}
+CLIENT_TOKEN_FLAGS = {"token_file"}
 FLAGS = {
     "/usr/local/bin/pshard-coordinator": {
         "listen", "port_file", "state_path", "heartbeat_interval", "worker_timeout",
-        "metrics_listen", "health_listen", "health_port_file"} | TRANSPORT_FLAGS,
+        "metrics_listen", "health_listen", "health_port_file"}
+        | TRANSPORT_FLAGS | SERVER_ACCESS_FLAGS,
     "/usr/local/bin/pshard-worker": {
-        "coordinator", "name", "listen", "port_file", "host", "device",
-        "metrics_listen", "health_listen", "health_port_file"} | TRANSPORT_FLAGS,
+        "coordinator", "name", "listen", "port_file", "host", "advertise_host", "device",
+        "metrics_listen", "health_listen", "health_port_file"}
+        | TRANSPORT_FLAGS | SERVER_ACCESS_FLAGS | CLIENT_TOKEN_FLAGS,
     "/usr/local/bin/pshardctl": {
         "coordinator", "output", "watch", "state", "limit", "include_lost", "reason",
-        "connect_timeout", "rpc_timeout", "watch_timeout"} | TRANSPORT_FLAGS,
+        "connect_timeout", "rpc_timeout", "watch_timeout"} | TRANSPORT_FLAGS | CLIENT_TOKEN_FLAGS,
 }
 
 
@@ -418,14 +429,19 @@ class EveryObjectTest(unittest.TestCase):
                             self.assertEqual(spec.get("securityContext", {}).get("fsGroup"), 65532,
                                              "the Secret is readable by its group only: fsGroup")
 
-    def test_secrets_are_the_ones_cert_manager_issues(self):
+    def test_secrets_are_the_ones_cert_manager_or_the_access_script_makes(self):
         certificates = {c["spec"]["secretName"]: c
                         for c in m.find(m.render(m.CERT_MANAGER), "Certificate")}
+        _, access = m.access_secrets(1)
+        self.assertEqual(set(access), set(m.ACCESS_SECRETS))
         for objs, obj, template in self.each_pod():
             with self.subTest(object=obj['metadata']['name']):
                 for v in template["spec"].get("volumes", []):
                     if "secret" in v:
-                        self.assertIn(v["secret"]["secretName"], certificates)
+                        self.assertIn(v["secret"]["secretName"], set(certificates) | set(access))
+                        # A pod without its Secret waits instead of starting
+                        # without TLS or tokens.
+                        self.assertIs(v["secret"].get("optional", False), False, v["name"])
 
 
     def test_flags_are_the_binaries_flags(self):
@@ -441,6 +457,133 @@ class EveryObjectTest(unittest.TestCase):
                         if a.startswith("--"):
                             name = a[2:].split("=", 1)[0]
                             self.assertIn(name, FLAGS[binary], f"{binary}: unknown flag --{name}")
+
+
+def secret_mount(test, template, c, path, secret):
+    """The volume mount of container `c` that holds `path`, checked to be the
+    whole Secret `secret`, read-only, not readable by others; the key of
+    `path` in it."""
+    spec = template["spec"]
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    mount = next((vm for vm in c.get("volumeMounts", [])
+                  if path.startswith(vm["mountPath"].rstrip("/") + "/")), None)
+    test.assertIsNotNone(mount, f"{c['name']}: {path} is on no volume")
+    v = volumes[mount["name"]]
+    test.assertIn("secret", v, f"{c['name']}: {path} is not in a Secret volume")
+    test.assertEqual(v["secret"]["secretName"], secret, path)
+    test.assertTrue(mount.get("readOnly"), f"{c['name']}: {mount['name']} is writable")
+    test.assertNotIn("subPath", mount)
+    # Every key (a pod name must find its own), and mandatory.
+    test.assertNotIn("items", v["secret"])
+    test.assertIs(v["secret"].get("optional"), False, f"{v['name']}: optional must be false")
+    mode = v["secret"].get("defaultMode", 0o644)
+    test.assertEqual(mode & 0o007, 0, f"{v['name']}: mode {mode:o}")
+    test.assertEqual(mode & 0o222, 0, f"{v['name']}: mode {mode:o}")
+    if not mode & 0o004:
+        test.assertEqual(spec.get("securityContext", {}).get("fsGroup"), 65532,
+                         "the Secret is readable by its group only: fsGroup")
+    key = os.path.relpath(path, mount["mountPath"])
+    test.assertNotIn("/", key, path)
+    return key
+
+
+def worker_pods(sts, namespace="pshard"):
+    """(pod name, downward-API metadata) of each replica of the StatefulSet."""
+    return [(f"{sts['metadata']['name']}-{i}",
+             {"name": f"{sts['metadata']['name']}-{i}", "namespace": namespace, "ip": f"10.0.0.{10 + i}"})
+            for i in range(sts["spec"]["replicas"])]
+
+
+class AccessTest(unittest.TestCase):
+    """Access control: tokens from Secrets, never in a manifest."""
+
+    def test_every_server_reads_the_digest_file_from_pshard_auth(self):
+        _, access = m.access_secrets(2)
+        for overlay in m.OVERLAYS:
+            objs = m.render(overlay)
+            for kind, name in (("Deployment", COORDINATOR), ("StatefulSet", WORKER)):
+                with self.subTest(overlay=overlay, server=name):
+                    workload = m.one(objs, kind, name)
+                    c = m.container(workload)
+                    env = m.container_env(objs, c, {"name": "p", "namespace": "pshard", "ip": "10.0.0.9"})
+                    flags = flag_values([m.expand(a, env) for a in c["args"]])
+                    self.assertEqual(flags.get("auth_tokens"), "/etc/pshard/auth/tokens")
+                    key = secret_mount(self, workload["spec"]["template"], c, flags["auth_tokens"],
+                                       m.AUTH_SECRET)
+                    self.assertIn(key, access[m.AUTH_SECRET])
+                    # Digests only: the Secret every server mounts holds
+                    # nothing a reader could present.
+                    for token, _, _ in m.parse_token_file(access[m.AUTH_SECRET][key]):
+                        self.assertRegex(token, r"^sha256:[0-9a-f]{64}$")
+
+    def test_each_worker_presents_its_own_token(self):
+        for overlay in m.OVERLAYS:
+            objs = m.render(overlay)
+            sts = m.one(objs, "StatefulSet", WORKER)
+            _, access = m.access_secrets(sts["spec"]["replicas"])
+            principals = {t: (n, r) for t, n, r in m.parse_token_file(access[m.AUTH_SECRET]["tokens"])}
+            c = m.container(sts)
+            seen = set()
+            for pod, meta in worker_pods(sts):
+                with self.subTest(overlay=overlay, pod=pod):
+                    env = m.container_env(objs, c, meta)
+                    flags = flag_values([m.expand(a, env) for a in c["args"]])
+                    self.assertEqual(flags.get("token_file"), f"/etc/pshard/worker-tokens/{pod}")
+                    key = secret_mount(self, sts["spec"]["template"], c, flags["token_file"],
+                                       m.WORKER_TOKENS_SECRET)
+                    self.assertEqual(key, pod)
+                    token = access[m.WORKER_TOKENS_SECRET][key].strip()
+                    seen.add(token)
+                    # The principal the coordinator finds for it is the
+                    # worker's --name, with role worker: it may act as this
+                    # worker only.
+                    digest = "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+                    self.assertEqual(principals.get(digest), (flags["name"], ["worker"]))
+            self.assertEqual(len(seen), sts["spec"]["replicas"], "workers share a token")
+
+    def test_workers_advertise_a_name_their_certificate_carries(self):
+        certs = {c["spec"]["secretName"]: c for c in m.find(m.render(m.CERT_MANAGER), "Certificate")}
+        for overlay in m.OVERLAYS:
+            objs = m.render(overlay)
+            sts = m.one(objs, "StatefulSet", WORKER)
+            svc = m.one(objs, "Service", sts["spec"]["serviceName"])
+            self.assertEqual(svc["spec"].get("clusterIP"), "None", "per-pod DNS needs a headless Service")
+            tls_secret = next(v["secret"]["secretName"] for v in m.pod_spec(sts)["volumes"]
+                              if v["name"] == "tls")
+            names = certs[tls_secret]["spec"]["dnsNames"]
+            c = m.container(sts)
+            for pod, meta in worker_pods(sts, namespace=sts["metadata"]["namespace"]):
+                with self.subTest(overlay=overlay, pod=pod):
+                    env = m.container_env(objs, c, meta)
+                    host = flag_values([m.expand(a, env) for a in c["args"]])["advertise_host"]
+                    # The pod's DNS name under the headless Service.
+                    self.assertEqual(host, f"{pod}.{svc['metadata']['name']}."
+                                           f"{svc['metadata']['namespace']}.svc")
+                    self.assertTrue(any(m.dns_name_matches(n, host) for n in names),
+                                    f"{host} is not covered by the pool certificate {names}")
+
+    def test_clients_read_their_token_from_pshard_client_token(self):
+        _, access = m.access_secrets(1)
+        for target in (m.EXAMPLE, m.TOOLBOX):
+            objs = m.render(target)
+            for obj, template in pods(objs):
+                for c in template["spec"]["containers"]:
+                    with self.subTest(target=target, container=c["name"]):
+                        env = m.container_env(objs, c, {"name": "p", "namespace": "pshard", "ip": "10.0.0.9"})
+                        self.assertIn("PSHARD_TOKEN_FILE", env)
+                        key = secret_mount(self, template, c, env["PSHARD_TOKEN_FILE"],
+                                           m.CLIENT_TOKEN_SECRET)
+                        self.assertIn(key, access[m.CLIENT_TOKEN_SECRET])
+
+    def test_no_token_in_any_manifest(self):
+        for objs in map(m.render, m.TARGETS):
+            self.assertEqual(m.find(objs, "Secret"), [], "Secrets come from make_access_secrets.sh")
+            for obj, template in pods(objs):
+                for c in template["spec"]["containers"]:
+                    with self.subTest(object=obj["metadata"]["name"], container=c["name"]):
+                        names = {e["name"] for e in c.get("env", [])}
+                        self.assertNotIn("PSHARD_TOKEN", names, "a token in the manifest")
+                        self.assertFalse([a for a in c.get("args", []) if a.startswith("--token=")])
 
 
 class TlsTest(unittest.TestCase):

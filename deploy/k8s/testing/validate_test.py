@@ -1,4 +1,5 @@
-"""Every rendered object of every kustomization is valid against the current
+"""Every rendered object of every kustomization, and the Secrets that
+deploy/k8s/tools/make_access_secrets.sh prints, are valid against the current
 Kubernetes API types (deploy/k8s/validate/validate.mjs), and the validator
 itself rejects what it must: unknown fields, wrong types, missing required
 fields, names and labels the API server refuses, unknown kinds and API
@@ -49,6 +50,14 @@ class RenderedManifestsTest(unittest.TestCase):
                 r = run_validator("-", stdin=text)
                 self.assertEqual(r.returncode, 0, f"{target}:\n{r.stdout}{r.stderr}")
                 self.assertRegex(r.stdout, r"validate: \d+ objects, 0 invalid")
+
+    def test_access_secrets_are_valid(self):
+        # What deploy/k8s/tools/make_access_secrets.sh prints for kubectl apply.
+        r = m.run_access_secrets("--workers=3")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        v = run_validator("-", stdin=r.stdout)
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+        self.assertIn("validate: 3 objects, 0 invalid", v.stdout)
 
     def test_base_alone_is_valid(self):
         r = run_validator("-", stdin=m.render_text("base"))
