@@ -23,7 +23,12 @@ What is simulated, and how:
 - Secrets: cert-manager's part. Each Certificate of examples/cert-manager
   gets a certificate from one test CA (tests/testing:make_certificates, for
   127.0.0.1, which is where the Service names point here), and a Secret
-  volume holds it as cert-manager writes it: tls.crt, tls.key, ca.crt.
+  volume holds it as cert-manager writes it: tls.crt, tls.key, ca.crt. The
+  access Secrets (pshard-auth, pshard-worker-tokens, pshard-client-token)
+  are what deploy/k8s/tools/make_access_secrets.sh prints for the
+  StatefulSet's replicas, each key a file, as `kubectl apply -f -` would
+  store them: the servers enforce the tokens, each worker presents its own,
+  the example Job the client's.
 - Volumes: each volume is a directory under the test's temporary directory
   (a PersistentVolumeClaim one per claim, a ConfigMap volume holds its keys
   as files); mount paths in args, environment and mounted ConfigMap files are
@@ -102,6 +107,24 @@ def issue_secrets(directory):
                 "tls.key": os.path.join(directory, f"{c['metadata']['name']}.key"),
                 "ca.crt": os.path.join(directory, "ca.crt")}
             for c in certificates}
+
+
+def make_access_secrets(directory, workers):
+    """What an operator does with deploy/k8s/tools/make_access_secrets.sh:
+    the Secrets it prints, each key written to a file as the kubelet would
+    mount it. Returns {secret name: {key: path}}."""
+    _, data = m.access_secrets(workers)
+    secrets = {}
+    for name, keys in data.items():
+        d = os.path.join(directory, name)
+        os.makedirs(d)
+        secrets[name] = {}
+        for key, value in keys.items():
+            path = os.path.join(d, key)
+            with open(path, "w") as f:
+                f.write(value)
+            secrets[name][key] = path
+    return secrets
 
 
 class Pod:
@@ -359,6 +382,8 @@ class SmokeTest(unittest.TestCase):
         self.root = tempfile.mkdtemp(prefix="pshard-smoke-", dir=os.environ.get("TEST_TMPDIR"))
         objects = m.render(OVERLAY) + m.render(m.EXAMPLE)
         self.secrets = issue_secrets(os.path.join(self.root, "cert-manager"))
+        replicas = m.one(objects, "StatefulSet", "pshard-worker")["spec"]["replicas"]
+        self.secrets.update(make_access_secrets(os.path.join(self.root, "access"), replicas))
         self.cluster = Cluster(self.root, objects, self.secrets)
         self.addCleanup(self.stop_all)
 
@@ -366,17 +391,25 @@ class SmokeTest(unittest.TestCase):
         for pod in reversed(self.cluster.pods):
             pod.terminate(5)
 
-    def pshardctl(self, *args, timeout=30):
-        """pshardctl from the client image, as a debugging pod would run it."""
+    def pshardctl(self, *args, timeout=30, token=True):
+        """pshardctl from the client image, as a debugging pod would run it
+        (with the client token unless `token` is False, or the token file
+        `token` names)."""
         binary, _, _ = image_binary(m.one(self.cluster.objects, "Job")["spec"]["template"]["spec"]
                                     ["containers"][0]["image"])
         coordinator = self.cluster.rewrite("pshard-coordinator:7070")
         # As the example pods: the client certificate from its Secret.
         client = self.secrets[CLIENT_SECRET]
+        token_flags = []
+        if token is True:
+            token_flags = [f"--token_file={self.secrets[m.CLIENT_TOKEN_SECRET]['token']}"]
+        elif token:
+            token_flags = [f"--token_file={token}"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PSHARD_TOKEN")}
         return subprocess.run([binary, f"--coordinator={coordinator}",
                                f"--tls_cert={client['tls.crt']}", f"--tls_key={client['tls.key']}",
-                               f"--tls_ca={client['ca.crt']}", *args],
-                              capture_output=True, text=True, timeout=timeout)
+                               f"--tls_ca={client['ca.crt']}", *token_flags, *args],
+                              capture_output=True, text=True, timeout=timeout, env=env)
 
     def run_example_job(self, pod_name):
         """Runs the example Job's pod to completion; (pod, job id)."""
@@ -439,6 +472,28 @@ class SmokeTest(unittest.TestCase):
             idle = {w["name"] for w in pool if w.get("state") == "IDLE"}
             return idle == {w.name for w in workers} and pool
         pool = wait_for(pool_idle, 30, "every worker to register and be idle", interval=0.2)
+        # Each worker registered under the name its token's principal has,
+        # at its pod's name under the headless Service (--advertise_host).
+        ns = sts["metadata"]["namespace"]
+        for w in pool:
+            self.assertTrue(w.get("address", "").startswith(f"{w['name']}.pshard-worker.{ns}.svc:"),
+                            w)
+
+        # Access control is on: the client certificate alone, or a token the
+        # servers do not know, gets nothing.
+        r = self.pshardctl("workers", token=False)
+        self.assertNotEqual(r.returncode, 0, "the coordinator answered a caller without a token")
+        self.assertIn("credential", r.stderr)
+        stranger = os.path.join(self.root, "stranger.token")
+        with open(stranger, "w") as f:
+            f.write("0" * 64 + "\n")
+        r = self.pshardctl("workers", token=stranger)
+        self.assertNotEqual(r.returncode, 0, "the coordinator took an unknown token")
+        self.assertIn("not one this server knows", r.stderr)
+        # A worker's token is for its worker only: not for reading jobs.
+        r = self.pshardctl("list", token=self.secrets[m.WORKER_TOKENS_SECRET][workers[0].name])
+        self.assertNotEqual(r.returncode, 0, "a worker's token listed jobs")
+        self.assertIn("may not call", r.stderr)
 
         # Liveness keeps answering while the job trains.
         stop = threading.Event()
