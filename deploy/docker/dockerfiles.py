@@ -1,7 +1,7 @@
 """Reads pshard's Dockerfiles (deploy/docker/*.Dockerfile) into stages and
-instructions, enough for the static checks in the tests beside it: no
-container engine runs on the build machines, so the images are checked
-against the repository and the manifests instead of being built."""
+instructions, enough for the static checks in the tests beside it (the
+images are checked against the repository and the manifests without being
+built) and for make_base_image.sh (`--cpu_packages`)."""
 
 import ast
 import json
@@ -137,14 +137,19 @@ class Dockerfile:
         return users[-1] if users else None
 
     def apt_packages(self, stage):
-        """Packages of `apt-get install` in a stage's RUN instructions."""
+        """Packages of `apt-get install` in a stage's RUN instructions; a
+        `$packages` argument stands for the RUN's `packages="..."` list."""
         pkgs = []
         for run in stage.all("RUN"):
+            listed = re.search(r'\bpackages="([^"]*)"', run)
             for command in re.split(r"&&|;", run):
                 words = command.split()
                 if "apt-get" in words and "install" in words:
-                    after = words[words.index("install") + 1:]
-                    pkgs += [w for w in after if not w.startswith("-")]
+                    for w in words[words.index("install") + 1:]:
+                        if w == "$packages" and listed:
+                            pkgs += listed.group(1).split()
+                        elif not w.startswith("-"):
+                            pkgs.append(w)
         return pkgs
 
 
@@ -182,3 +187,21 @@ def cc_binaries(package):
                 testonly = isinstance(kw.get("testonly"), ast.Constant) and kw["testonly"].value
                 names[kw["name"].value] = bool(testonly)
     return names
+
+
+def cpu_image_packages():
+    """Every Debian package the CPU images install: what a base image made by
+    make_base_image.sh must hold so that no image build needs a registry."""
+    pkgs = set()
+    for name, df in load_all().items():
+        if "gpu" not in name:
+            for stage in df.stages:
+                pkgs.update(df.apt_packages(stage))
+    return sorted(pkgs)
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] != ["--cpu_packages"]:
+        sys.exit("usage: dockerfiles.py --cpu_packages")
+    print(" ".join(cpu_image_packages()))

@@ -15,12 +15,18 @@ ARG BASE_IMAGE=debian:12.11-slim
 ARG CUDA_IMAGE=nvidia/cuda:13.0.2-runtime-ubuntu24.04
 
 FROM ${BASE_IMAGE} AS libs
-RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libabsl20220623 libatomic1 libc-ares2 libgflags2.2 libgloo0 \
+# The Debian packages of the libraries the binary links. A base image made
+# by make_base_image.sh (hosts that reach no registry) has them all, and
+# then apt is not run.
+RUN packages="libabsl20220623 libatomic1 libc-ares2 libgflags2.2 libgloo0 \
       libgoogle-glog0v6 libgrpc++1.51 libgrpc29 libopenblas0-pthread \
-      libprometheus-cpp-core1.0 libprotobuf32 libre2-9 libssl3 \
- && rm -rf /var/lib/apt/lists/*
+      libprometheus-cpp-core1.0 libprotobuf32 libre2-9 libssl3" \
+ && if [ "$(dpkg-query -W -f '${db:Status-Abbrev}\n' $packages 2>/dev/null | grep -c '^ii')" \
+        != "$(echo $packages | wc -w)" ]; then \
+      apt-get update \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $packages \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi
 COPY worker/pshard-worker /usr/local/bin/pshard-worker
 RUN mkdir -p /opt/pshard/lib \
  && ldd /usr/local/bin/pshard-worker \
