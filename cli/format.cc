@@ -54,6 +54,9 @@ std::string ProgressFigures(const v1::JobProgress& p) {
   if (std::isfinite(p.loss()) && p.loss() != 0 && p.step() > 0) {
     parts.push_back(absl::StrFormat("loss %.6g", p.loss()));
   }
+  if (p.lr() > 0 && p.step() > 0) {
+    parts.push_back(absl::StrFormat("lr %.4g", p.lr()));
+  }
   if (p.has_step_time()) {
     parts.push_back(absl::StrCat(HumanDuration(FromProto(p.step_time())),
                                  "/step"));

@@ -87,6 +87,14 @@ TEST(ProgressTest, LineHasStepPercentLossTimeThroughput) {
             "step 120/200 (60%)  loss 0.0123  12.3ms/step  3200 samples/s");
 }
 
+TEST(ProgressTest, LineShowsTheLrWhenReported) {
+  v1::JobProgress p = Progress(120, 200);
+  p.set_lr(2.5e-4);
+  EXPECT_EQ(FormatProgressLine(p),
+            "step 120/200 (60%)  loss 0.0123  lr 0.00025  12.3ms/step  "
+            "3200 samples/s");
+}
+
 TEST(ProgressTest, LineOmitsLossWhenNotFinite) {
   v1::JobProgress p = Progress(3, 10);
   p.set_loss(std::nan(""));

@@ -59,6 +59,105 @@ absl::Status CheckRequiredInt(absl::string_view field, Int value, Int lo,
   return CheckIntRange(field, value, lo, hi);
 }
 
+// The rules of LrSchedule in job_spec.proto: the kind's own fields in
+// range, required ones set, the other kinds' fields absent.
+absl::Status ValidateLrSchedule(const std::string& path,
+                                const v1::LrSchedule& schedule) {
+  using v1::LrSchedule;
+  auto field = [&path](absl::string_view name) {
+    return absl::StrCat(path, ".", name);
+  };
+  if (!LrSchedule::Kind_IsValid(schedule.kind())) {
+    return FieldError(field("kind"),
+                      UnknownEnumValueMessage(*LrSchedule::Kind_descriptor(),
+                                              absl::StrCat(schedule.kind())));
+  }
+  const LrSchedule::Kind kind = schedule.kind() == LrSchedule::KIND_UNSPECIFIED
+                                    ? LrSchedule::CONSTANT
+                                    : schedule.kind();
+  const std::string kind_name = LrSchedule::Kind_Name(kind);
+  RETURN_IF_ERROR(CheckIntRange<int64_t>(
+      field("warmup_steps"), schedule.warmup_steps(), 0, kMaxSteps));
+  if (schedule.has_warmup_start_factor()) {
+    if (schedule.warmup_steps() == 0) {
+      return FieldError(field("warmup_start_factor"),
+                        "only applies with warmup_steps > 0");
+    }
+    RETURN_IF_ERROR(CheckRange(field("warmup_start_factor"),
+                               schedule.warmup_start_factor(), 0, 1,
+                               /*lo_open=*/true));
+  }
+  // Each kind's own fields; any other set field is an error.
+  struct Owned {
+    const char* name;
+    bool set;
+    LrSchedule::Kind kind;
+  };
+  const Owned owned[] = {
+      {"start_factor", schedule.has_start_factor(), LrSchedule::LINEAR},
+      {"end_factor", schedule.has_end_factor(), LrSchedule::LINEAR},
+      {"total_iters", schedule.has_total_iters(), LrSchedule::LINEAR},
+      {"t_max", schedule.t_max() != 0, LrSchedule::COSINE},
+      {"eta_min", schedule.has_eta_min(), LrSchedule::COSINE},
+      {"step_size", schedule.step_size() != 0, LrSchedule::STEP},
+      {"gamma", schedule.has_gamma(), LrSchedule::STEP},
+  };
+  for (const Owned& o : owned) {
+    if (o.set && o.kind != kind) {
+      return FieldError(field(o.name),
+                        absl::StrCat("only applies to kind ",
+                                     LrSchedule::Kind_Name(o.kind), ", not ",
+                                     kind_name));
+    }
+  }
+  switch (kind) {
+    case LrSchedule::LINEAR:
+      if (schedule.has_start_factor()) {
+        RETURN_IF_ERROR(CheckRange(field("start_factor"),
+                                   schedule.start_factor(), 0, 1,
+                                   /*lo_open=*/true));
+      }
+      if (schedule.has_end_factor()) {
+        RETURN_IF_ERROR(CheckRange(field("end_factor"), schedule.end_factor(),
+                                   0, 1, false));
+      }
+      if (schedule.has_total_iters()) {
+        RETURN_IF_ERROR(CheckIntRange<int64_t>(
+            field("total_iters"), schedule.total_iters(), 1, kMaxSteps));
+      }
+      break;
+    case LrSchedule::COSINE:
+      if (schedule.t_max() == 0) {
+        return FieldError(field("t_max"),
+                          absl::StrCat("required for COSINE: an integer in [1, ",
+                                       kMaxSteps, "]"));
+      }
+      RETURN_IF_ERROR(CheckIntRange<int64_t>(field("t_max"), schedule.t_max(),
+                                             1, kMaxSteps));
+      if (schedule.has_eta_min()) {
+        RETURN_IF_ERROR(CheckRange(field("eta_min"), schedule.eta_min(), 0,
+                                   1e6, false));
+      }
+      break;
+    case LrSchedule::STEP:
+      if (schedule.step_size() == 0) {
+        return FieldError(field("step_size"),
+                          absl::StrCat("required for STEP: an integer in [1, ",
+                                       kMaxSteps, "]"));
+      }
+      RETURN_IF_ERROR(CheckIntRange<int64_t>(
+          field("step_size"), schedule.step_size(), 1, kMaxSteps));
+      if (schedule.has_gamma()) {
+        RETURN_IF_ERROR(CheckRange(field("gamma"), schedule.gamma(), 0, 1,
+                                   /*lo_open=*/true));
+      }
+      break;
+    default:
+      break;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateHyperParameters(absl::string_view path,
                                      OptimizerSpec::Kind kind,
                                      const OptimizerHyperParameters& hp) {
@@ -70,6 +169,10 @@ absl::Status ValidateHyperParameters(absl::string_view path,
   if (hp.has_weight_decay()) {
     RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".weight_decay"),
                                hp.weight_decay(), 0, 1e6, false));
+  }
+  if (hp.has_lr_schedule()) {
+    RETURN_IF_ERROR(
+        ValidateLrSchedule(absl::StrCat(path, ".lr_schedule"), hp.lr_schedule()));
   }
   if (is_sgd) {
     if (hp.betas_size() > 0 || hp.has_eps()) {
@@ -130,6 +233,7 @@ HyperParameters MergeHyperParameters(OptimizerSpec::Kind kind,
       hp.beta2 = h.betas(1);
     }
     if (h.has_eps()) hp.eps = h.eps();
+    if (h.has_lr_schedule()) hp.lr_schedule = ResolveLrSchedule(h.lr_schedule());
   };
   apply(base);
   if (group != nullptr) apply(*group);
@@ -423,7 +527,37 @@ bool operator==(const HyperParameters& a, const HyperParameters& b) {
   return a.lr == b.lr && a.momentum == b.momentum &&
          a.dampening == b.dampening && a.nesterov == b.nesterov &&
          a.weight_decay == b.weight_decay && a.beta1 == b.beta1 &&
-         a.beta2 == b.beta2 && a.eps == b.eps;
+         a.beta2 == b.beta2 && a.eps == b.eps && a.lr_schedule == b.lr_schedule;
+}
+
+LrSchedule ResolveLrSchedule(const v1::LrSchedule& schedule) {
+  LrSchedule out;
+  switch (schedule.kind()) {
+    case v1::LrSchedule::LINEAR:
+      out.kind = LrSchedule::Kind::kLinear;
+      break;
+    case v1::LrSchedule::COSINE:
+      out.kind = LrSchedule::Kind::kCosine;
+      break;
+    case v1::LrSchedule::STEP:
+      out.kind = LrSchedule::Kind::kStep;
+      break;
+    default:
+      out.kind = LrSchedule::Kind::kConstant;
+      break;
+  }
+  out.warmup_steps = schedule.warmup_steps();
+  if (schedule.has_warmup_start_factor()) {
+    out.warmup_start_factor = schedule.warmup_start_factor();
+  }
+  if (schedule.has_start_factor()) out.start_factor = schedule.start_factor();
+  if (schedule.has_end_factor()) out.end_factor = schedule.end_factor();
+  if (schedule.has_total_iters()) out.total_iters = schedule.total_iters();
+  if (schedule.t_max() != 0) out.t_max = schedule.t_max();
+  if (schedule.has_eta_min()) out.eta_min = schedule.eta_min();
+  if (schedule.step_size() != 0) out.step_size = schedule.step_size();
+  if (schedule.has_gamma()) out.gamma = schedule.gamma();
+  return out;
 }
 
 absl::Status ValidateJobSpec(const JobSpec& spec) {
@@ -526,10 +660,24 @@ int ParamGroupIndex(const OptimizerSpec& optimizer, absl::string_view parameter_
 
 HyperParameters ResolveHyperParameters(const OptimizerSpec& optimizer,
                                        absl::string_view parameter_name) {
-  const int group = ParamGroupIndex(optimizer, parameter_name);
+  return ResolveGroupHyperParameters(optimizer,
+                                     ParamGroupIndex(optimizer, parameter_name));
+}
+
+HyperParameters ResolveGroupHyperParameters(const OptimizerSpec& optimizer,
+                                            int group_index) {
+  const bool is_group =
+      group_index >= 0 && group_index < optimizer.param_groups_size();
   return MergeHyperParameters(
       optimizer.kind(), optimizer.hyper_parameters(),
-      group < 0 ? nullptr : &optimizer.param_groups(group).hyper_parameters());
+      is_group ? &optimizer.param_groups(group_index).hyper_parameters()
+               : nullptr);
+}
+
+double DefaultGroupLearningRate(const OptimizerSpec& optimizer, int64_t step) {
+  if (step < 1) return 0;
+  const HyperParameters hp = ResolveGroupHyperParameters(optimizer, -1);
+  return ScheduledLearningRate(hp.lr, hp.lr_schedule, step - 1);
 }
 
 }  // namespace pshard

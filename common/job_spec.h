@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/lr_schedule.h"
 #include "pshard/v1/job_spec.pb.h"
 
 namespace pshard {
@@ -80,6 +81,9 @@ struct HyperParameters {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  // The group's schedule (constant when none is set); the lr of a step is
+  // ScheduledLearningRate(lr, lr_schedule, step_index).
+  LrSchedule lr_schedule;
 
   friend bool operator==(const HyperParameters& a, const HyperParameters& b);
 };
@@ -92,6 +96,20 @@ int ParamGroupIndex(const v1::OptimizerSpec& optimizer,
 // Resolved hyper-parameters for `parameter_name` under a valid `optimizer`.
 HyperParameters ResolveHyperParameters(const v1::OptimizerSpec& optimizer,
                                        absl::string_view parameter_name);
+
+// Resolved hyper-parameters of group `group_index` of a valid `optimizer`
+// (an index into param_groups, or -1 for the default group).
+HyperParameters ResolveGroupHyperParameters(const v1::OptimizerSpec& optimizer,
+                                            int group_index);
+
+// `schedule` (valid, see ValidateJobSpec) with its defaults applied: kind
+// CONSTANT when unspecified, PyTorch's defaults for unset factors.
+LrSchedule ResolveLrSchedule(const v1::LrSchedule& schedule);
+
+// The lr the default group ran optimizer step `step` (1-based) at: what
+// progress reports. 0 when `step` < 1.
+double DefaultGroupLearningRate(const v1::OptimizerSpec& optimizer,
+                                int64_t step);
 
 }  // namespace pshard
 

@@ -80,6 +80,13 @@ INSTANTIATE_TEST_SUITE_P(
              "output_dir, progress_every, collective_timeout_seconds, "
              "checkpoint, max_restarts, min_world_size, from_checkpoint, "
              "restart_on_program_failure, priority)"},
+        Case{"NoNearFieldInASchedule",
+             Spec("{\"lr\": 0.01}",
+                  "{\"lr\": 0.01, \"lr_schedule\": {\"zzzzzzzz\": 1}}"),
+             "optimizer.hyper_parameters.lr_schedule.zzzzzzzz: unknown field "
+             "(its fields: kind, warmup_steps, warmup_start_factor, "
+             "start_factor, end_factor, total_iters, t_max, eta_min, "
+             "step_size, gamma)"},
         Case{"SyntaxErrorLineAndColumn",
              Spec("\"world_size\": 2", "\"world_size\" 2"),
              "JSON syntax error at line 3, column 16: Expected : between "

@@ -488,3 +488,154 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace pshard
+
+namespace pshard {
+namespace {
+
+// An Adam optimizer with an lr_schedule on its default group and a COSINE
+// one on param_groups[1]; `default_schedule` and `group_schedule` are JSON
+// objects.
+std::string ScheduleSpec(const std::string& default_schedule,
+                         const std::string& group_schedule = "{\"kind\": \"cosine\", \"t_max\": 10}") {
+  return absl::StrCat(R"json({
+  "name": "sched", "world_size": 2,
+  "synthetic": {"num_parameters": 100},
+  "optimizer": {
+    "kind": "adam",
+    "hyper_parameters": {"lr": 0.01, "lr_schedule": )json",
+                      default_schedule, R"json(},
+    "param_groups": [
+      {"params": ["*.bias"], "hyper_parameters": {"lr": 0.1}},
+      {"params": ["t1"], "hyper_parameters": {"lr_schedule": )json",
+                      group_schedule, R"json(}}
+    ]
+  },
+  "steps": 10
+})json");
+}
+
+TEST(LrScheduleSpecTest, ResolvesDefaultsAndGroupOverrides) {
+  ASSERT_OK_AND_ASSIGN(
+      const JobSpec spec,
+      ParseJobSpecJson(ScheduleSpec(
+          R"({"kind": "linear", "warmup_steps": 3, "end_factor": 0.5})")));
+  const OptimizerSpec& opt = spec.optimizer();
+  const HyperParameters base = ResolveHyperParameters(opt, "t0");
+  EXPECT_EQ(base.lr_schedule.kind, LrSchedule::Kind::kLinear);
+  EXPECT_EQ(base.lr_schedule.warmup_steps, 3);
+  EXPECT_DOUBLE_EQ(base.lr_schedule.warmup_start_factor, 1.0 / 3);
+  EXPECT_DOUBLE_EQ(base.lr_schedule.start_factor, 1.0 / 3);  // torch's
+  EXPECT_DOUBLE_EQ(base.lr_schedule.end_factor, 0.5);
+  EXPECT_EQ(base.lr_schedule.total_iters, 5);
+  // A group without a schedule keeps the optimizer's; one with its own
+  // replaces it whole (its warmup is not inherited).
+  EXPECT_EQ(ResolveHyperParameters(opt, "x.bias").lr_schedule, base.lr_schedule);
+  const HyperParameters t1 = ResolveHyperParameters(opt, "t1");
+  EXPECT_EQ(t1.lr_schedule.kind, LrSchedule::Kind::kCosine);
+  EXPECT_EQ(t1.lr_schedule.t_max, 10);
+  EXPECT_EQ(t1.lr_schedule.warmup_steps, 0);
+  EXPECT_FALSE(t1 == base);
+  // No schedule anywhere: constant.
+  EXPECT_EQ(ResolveHyperParameters(ParseGood().optimizer(), "w").lr_schedule,
+            LrSchedule());
+  // Progress's lr: the default group's, for 1-based steps.
+  EXPECT_DOUBLE_EQ(DefaultGroupLearningRate(opt, 1), 0.01 / 3);
+  EXPECT_DOUBLE_EQ(DefaultGroupLearningRate(opt, 4), 0.01 / 3);
+  EXPECT_DOUBLE_EQ(DefaultGroupLearningRate(opt, 9), 0.005);
+}
+
+TEST(LrScheduleSpecTest, KindsAreCaseInsensitiveAndCamelCaseWorks) {
+  EXPECT_OK(ParseJobSpecJson(ScheduleSpec(
+      R"({"kind": "Step", "stepSize": 4, "warmupSteps": 2, "warmupStartFactor": 0.1})")));
+  EXPECT_OK(ParseJobSpecJson(ScheduleSpec(R"({})")));
+  EXPECT_OK(ParseJobSpecJson(ScheduleSpec(R"({"kind": "constant", "warmup_steps": "5"})")));
+}
+
+struct ScheduleCase {
+  std::string name;
+  std::string json;  // the job spec
+  std::string error;
+};
+
+class BadScheduleTest : public ::testing::TestWithParam<ScheduleCase> {};
+
+TEST_P(BadScheduleTest, IsInvalidArgumentNamingTheField) {
+  EXPECT_THAT(ParseJobSpecJson(GetParam().json),
+              StatusIs(absl::StatusCode::kInvalidArgument, GetParam().error));
+}
+
+constexpr char kDefault[] = "optimizer.hyper_parameters.lr_schedule.";
+constexpr char kGroup1[] =
+    "optimizer.param_groups[1].hyper_parameters.lr_schedule.";
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, BadScheduleTest,
+    ::testing::ValuesIn(std::vector<ScheduleCase>{
+        {"CosineNeedsTMax", ScheduleSpec("{}", R"({"kind": "cosine"})"),
+         absl::StrCat(kGroup1, "t_max: required for COSINE: an integer in [1, 1000000000]")},
+        {"StepNeedsStepSize", ScheduleSpec(R"({"kind": "step"})"),
+         absl::StrCat(kDefault, "step_size: required for STEP: an integer in [1, 1000000000]")},
+        {"TMaxOnStep", ScheduleSpec(R"({"kind": "step", "step_size": 3, "t_max": 4})"),
+         absl::StrCat(kDefault, "t_max: only applies to kind COSINE, not STEP")},
+        {"GammaOnConstant", ScheduleSpec(R"({"gamma": 0.5})"),
+         absl::StrCat(kDefault, "gamma: only applies to kind STEP, not CONSTANT")},
+        {"StartFactorOnCosine",
+         ScheduleSpec("{}", R"({"kind": "cosine", "t_max": 4, "start_factor": 0.5})"),
+         absl::StrCat(kGroup1, "start_factor: only applies to kind LINEAR, not COSINE")},
+        {"EtaMinOnLinear", ScheduleSpec(R"({"kind": "linear", "eta_min": 0})"),
+         absl::StrCat(kDefault, "eta_min: only applies to kind COSINE, not LINEAR")},
+        {"WarmupFactorWithoutWarmup", ScheduleSpec(R"({"warmup_start_factor": 0.1})"),
+         absl::StrCat(kDefault, "warmup_start_factor: only applies with warmup_steps > 0")},
+        {"WarmupFactorZero",
+         ScheduleSpec(R"({"warmup_steps": 2, "warmup_start_factor": 0})"),
+         absl::StrCat(kDefault, "warmup_start_factor: must be in (0, 1], got 0")},
+        {"WarmupNegative", ScheduleSpec(R"({"warmup_steps": -1})"),
+         absl::StrCat(kDefault, "warmup_steps: must be in [0, 1000000000], got -1")},
+        {"WarmupHuge", ScheduleSpec(R"({"warmup_steps": 1000000001})"),
+         absl::StrCat(kDefault, "warmup_steps: must be in [0, 1000000000], got 1000000001")},
+        {"StartFactorZero", ScheduleSpec(R"({"kind": "linear", "start_factor": 0})"),
+         absl::StrCat(kDefault, "start_factor: must be in (0, 1], got 0")},
+        {"EndFactorAboveOne", ScheduleSpec(R"({"kind": "linear", "end_factor": 1.5})"),
+         absl::StrCat(kDefault, "end_factor: must be in [0, 1], got 1.5")},
+        {"TotalItersZero", ScheduleSpec(R"({"kind": "linear", "total_iters": 0})"),
+         absl::StrCat(kDefault, "total_iters: must be in [1, 1000000000], got 0")},
+        {"TMaxNegative", ScheduleSpec("{}", R"({"kind": "cosine", "t_max": -3})"),
+         absl::StrCat(kGroup1, "t_max: must be in [1, 1000000000], got -3")},
+        {"EtaMinNegative",
+         ScheduleSpec("{}", R"({"kind": "cosine", "t_max": 3, "eta_min": -1})"),
+         absl::StrCat(kGroup1, "eta_min: must be in [0, 1e+06], got -1")},
+        {"GammaZero", ScheduleSpec(R"({"kind": "step", "step_size": 2, "gamma": 0})"),
+         absl::StrCat(kDefault, "gamma: must be in (0, 1], got 0")},
+        {"GammaNaN",
+         ScheduleSpec(R"({"kind": "step", "step_size": 2, "gamma": "NaN"})"),
+         absl::StrCat(kDefault, "gamma: must be in (0, 1], got nan")},
+        {"UnknownKind", ScheduleSpec(R"({"kind": "exponential"})"),
+         std::string("optimizer.hyper_parameters.lr_schedule.kind: unknown value \"exponential\"; valid values: CONSTANT, LINEAR, COSINE, STEP")},
+        {"TypoSuggestsTheField", ScheduleSpec(R"({"kind": "cosine", "tmax": 3})"),
+         absl::StrCat(kDefault, "tmax: unknown field; did you mean t_max?")},
+    }),
+    [](const ::testing::TestParamInfo<ScheduleCase>& info) {
+      return info.param.name;
+    });
+
+TEST(LrScheduleSpecTest, UnknownKindNumberIsRejected) {
+  ASSERT_OK_AND_ASSIGN(JobSpec spec, ParseJobSpecJson(ScheduleSpec("{}")));
+  spec.mutable_optimizer()->mutable_hyper_parameters()->mutable_lr_schedule()
+      ->set_kind(static_cast<v1::LrSchedule::Kind>(9));
+  EXPECT_THAT(ValidateJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("optimizer.hyper_parameters.lr_schedule.kind: "
+                                 "unknown value 9")));
+}
+
+TEST(LrScheduleSpecTest, OptimizerSpecJsonAloneChecksTheSameRules) {
+  EXPECT_THAT(ParseOptimizerSpecJson(
+                  R"json({"kind": "sgd", "hyper_parameters": {"lr": 0.1,
+                      "lr_schedule": {"kind": "cosine"}}})json"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("optimizer.hyper_parameters.lr_schedule.t_max: "
+                                 "required for COSINE")));
+}
+
+}  // namespace
+}  // namespace pshard

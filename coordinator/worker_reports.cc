@@ -57,6 +57,10 @@ absl::Status ValidateProgress(const v1::JobProgress& progress,
         absl::StrCat("progress.samples_per_second: must be finite and >= 0, got ",
                      progress.samples_per_second()));
   }
+  if (!std::isfinite(progress.lr()) || progress.lr() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "progress.lr: must be finite and >= 0, got ", progress.lr()));
+  }
   return absl::OkStatus();
 }
 

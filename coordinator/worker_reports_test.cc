@@ -76,6 +76,17 @@ TEST(WorkerReportsTest, HostileProgressIsRefusedNamingTheField) {
   EXPECT_THAT(ValidateProgress(p, spec),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("progress.samples_per_second")));
+  p = Progress(5);
+  p.set_lr(-0.1);
+  EXPECT_THAT(ValidateProgress(p, spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "progress.lr: must be finite and >= 0, got -0.1"));
+  p.set_lr(std::numeric_limits<double>::infinity());
+  EXPECT_THAT(ValidateProgress(p, spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("progress.lr")));
+  p.set_lr(3e-4);
+  EXPECT_OK(ValidateProgress(p, spec));
 }
 
 TEST(WorkerReportsTest, ResultsAndHeartbeats) {

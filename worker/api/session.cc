@@ -536,6 +536,10 @@ absl::Status Session::ReportProgress(int64_t step, double loss,
   v1::JobProgress progress;
   progress.set_step(step);
   progress.set_loss(loss);
+  // The default group's lr at optimizer step `step` (its schedule's).
+  if (optimizer_.has_value()) {
+    progress.set_lr(DefaultGroupLearningRate(*optimizer_, step));
+  }
   *progress.mutable_step_time() = ToProto(step_time);
   progress.set_bytes_sent(comm_->bytes_sent());
   const double seconds = absl::ToDoubleSeconds(step_time);

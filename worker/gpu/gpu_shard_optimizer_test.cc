@@ -36,6 +36,8 @@ namespace {
 using ::testing::HasSubstr;
 
 using testing::kAdamJson;
+using testing::kAdamScheduleJson;
+using testing::kSgdScheduleJson;
 using testing::kAdamWJson;
 using testing::kSgdDampeningJson;
 using testing::kSgdJson;
@@ -242,7 +244,9 @@ TEST_P(GpuVsCpuTest, Bf16ParamsWithFp32MasterWeights) {
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, GpuVsCpuTest,
                          ::testing::Values(kSgdJson, kSgdDampeningJson,
-                                           kAdamJson, kAdamWJson));
+                                           kAdamJson, kAdamWJson,
+                                           kAdamScheduleJson,
+                                           kSgdScheduleJson));
 
 class GpuShardOptimizerGpuTest : public ::testing::Test {
  protected:

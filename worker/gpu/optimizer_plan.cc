@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/lr_schedule.h"
 #include "common/status_macros.h"
 #include "worker/optim/cpu_kernels.h"
 
@@ -131,9 +132,11 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
 GroupScalars MakeGroupScalars(const BucketPlan& plan, const HyperParameters& hp,
                               int64_t step) {
   GroupScalars g{};
+  // The group's scheduled lr for this step, as the CPU optimizer's.
+  const double lr = ScheduledLearningRate(hp.lr, hp.lr_schedule, step - 1);
   if (plan.kind == kKernelSgd) {
     const cpu::SgdScalars s =
-        cpu::MakeSgdScalars(hp.lr, hp.momentum, hp.dampening, hp.nesterov,
+        cpu::MakeSgdScalars(lr, hp.momentum, hp.dampening, hp.nesterov,
                             hp.weight_decay, /*first_step=*/step == 1);
     g.neg_lr = s.neg_lr;
     g.sgd_weight_decay = s.weight_decay;
@@ -145,7 +148,7 @@ GroupScalars MakeGroupScalars(const BucketPlan& plan, const HyperParameters& hp,
     g.decay = 1.0f;
   } else {
     const cpu::AdamScalars s =
-        cpu::MakeAdamScalars(hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
+        cpu::MakeAdamScalars(lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
                              plan.decoupled, step);
     g.beta1 = s.beta1;
     g.one_minus_beta1 = s.one_minus_beta1;

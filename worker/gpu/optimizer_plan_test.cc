@@ -29,6 +29,8 @@ namespace {
 using ::testing::HasSubstr;
 
 using testing::kAdamJson;
+using testing::kAdamScheduleJson;
+using testing::kSgdScheduleJson;
 using testing::kAdamWJson;
 using testing::kSgdJson;
 using testing::Spec;
@@ -281,7 +283,9 @@ TEST_P(EmulationTest, MatchesTheCpuShardOptimizerBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, EmulationTest,
-                         ::testing::Values(kSgdJson, kAdamJson, kAdamWJson));
+                         ::testing::Values(kSgdJson, kAdamJson, kAdamWJson,
+                                           kAdamScheduleJson,
+                                           kSgdScheduleJson));
 
 TEST(SyntheticTest, DeterministicBoundedAndKeyed) {
   const uint64_t key = SyntheticGradKey(42, 1, 3, 0);

@@ -43,6 +43,19 @@ inline constexpr char kAdamWJson[] =
         "paramGroups": [{"params": ["*.bias"],
                          "hyperParameters": {"weightDecay": 0}}]})";
 
+// Learning-rate schedules: Adam with a warmed-up cosine and "*.bias" on its
+// own STEP schedule; SGD with momentum on a LINEAR one.
+inline constexpr char kAdamScheduleJson[] =
+    R"({"kind": "ADAM", "hyperParameters": {"lr": 0.01, "lrSchedule": {
+            "kind": "COSINE", "tMax": 3, "etaMin": 0.001, "warmupSteps": 2}},
+        "paramGroups": [{"params": ["*.bias"],
+                         "hyperParameters": {"lrSchedule": {
+                             "kind": "STEP", "stepSize": 2, "gamma": 0.5}}}]})";
+inline constexpr char kSgdScheduleJson[] =
+    R"({"kind": "SGD", "hyperParameters": {"lr": 0.1, "momentum": 0.9,
+        "lrSchedule": {"kind": "LINEAR", "startFactor": 1.0, "endFactor": 0.1,
+                       "totalIters": 4}}})";
+
 }  // namespace pshard::worker::testing
 
 #endif  // PSHARD_WORKER_GPU_OPTIMIZER_TEST_SPECS_H_

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
+#include "common/lr_schedule.h"
 #include "common/status_macros.h"
 #include "worker/optim/cpu_kernels.h"
 
@@ -247,9 +248,11 @@ void CpuShardOptimizer::StepRange(const Bucket& bucket, int64_t step,
     float* p = params + seg.offset + skip;
     const float* g = grads + seg.offset + skip;
     const HyperParameters& hp = seg.hp;
+    // The group's scheduled lr for this bucket's step (0-based index).
+    const double lr = ScheduledLearningRate(hp.lr, hp.lr_schedule, step - 1);
     if (kind == v1::OptimizerSpec::SGD) {
       const cpu::SgdScalars s =
-          cpu::MakeSgdScalars(hp.lr, hp.momentum, hp.dampening, hp.nesterov,
+          cpu::MakeSgdScalars(lr, hp.momentum, hp.dampening, hp.nesterov,
                               hp.weight_decay, /*first_step=*/step == 1);
       float* buf = seg.has_state
                        ? bucket.state[0].data() + seg.state_offset + skip
@@ -257,7 +260,7 @@ void CpuShardOptimizer::StepRange(const Bucket& bucket, int64_t step,
       cpu::SgdStep(p, g, buf, n, s);
     } else {
       const cpu::AdamScalars s = cpu::MakeAdamScalars(
-          hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
+          lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
           /*decoupled=*/kind == v1::OptimizerSpec::ADAMW, step);
       cpu::AdamStep(p, g, bucket.state[0].data() + seg.state_offset + skip,
                     bucket.state[1].data() + seg.state_offset + skip, n, s);

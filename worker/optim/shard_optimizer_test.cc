@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/lr_schedule.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -205,6 +207,48 @@ TEST(ShardOptimizerTest, ExportedStateResumesBitIdentically) {
   ASSERT_OK(after->ImportState(3, state));
   for (int step = 4; step <= 5; ++step) {
     ASSERT_OK(after->Step(3, resumed.data(), grads(step).data()));
+  }
+  for (size_t i = 0; i < straight.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&straight[i], &resumed[i], 4), 0) << "element " << i;
+  }
+}
+
+// The schedule runs on each bucket's own step count, which the exported
+// state carries: a resumed bucket continues its schedule where it stopped
+// (as a torch scheduler restored with its last_epoch), not from step 0.
+TEST(ShardOptimizerTest, ImportedStateContinuesTheLrSchedule) {
+  v1::OptimizerSpec spec = ParseOptimizer(R"json({"kind": "SGD",
+      "hyper_parameters": {"lr": 0.5, "lr_schedule": {"kind": "COSINE",
+          "t_max": 6, "warmup_steps": 2}}})json");
+  const std::vector<ParamSpan> spans = {{"w", 0, 4}};
+  const std::vector<float> grad = {1, 2, -1, 0.5f};
+  std::vector<float> straight(4, 0);
+  ASSERT_OK_AND_ASSIGN(auto first, ShardOptimizer::Create(spec));
+  ASSERT_OK(first->AddBucket(0, spans));
+  std::vector<float> want(4, 0);
+  const HyperParameters hp = ResolveHyperParameters(spec, "w");
+  for (int step = 1; step <= 8; ++step) {
+    ASSERT_OK(first->Step(0, straight.data(), grad.data()));
+    // Plain SGD: each step moves by exactly -lr(step) * grad.
+    const float lr = static_cast<float>(
+        ScheduledLearningRate(hp.lr, hp.lr_schedule, step - 1));
+    for (int i = 0; i < 4; ++i) want[i] += -lr * grad[i];
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(straight[i], want[i]);
+
+  std::vector<float> resumed(4, 0);
+  ASSERT_OK_AND_ASSIGN(auto before, ShardOptimizer::Create(spec));
+  ASSERT_OK(before->AddBucket(0, spans));
+  for (int step = 1; step <= 3; ++step) {
+    ASSERT_OK(before->Step(0, resumed.data(), grad.data()));
+  }
+  ASSERT_OK_AND_ASSIGN(BucketState state, before->ExportState(0));
+  EXPECT_EQ(state.steps, 3);
+  ASSERT_OK_AND_ASSIGN(auto after, ShardOptimizer::Create(spec));
+  ASSERT_OK(after->AddBucket(0, spans));
+  ASSERT_OK(after->ImportState(0, state));
+  for (int step = 4; step <= 8; ++step) {
+    ASSERT_OK(after->Step(0, resumed.data(), grad.data()));
   }
   for (size_t i = 0; i < straight.size(); ++i) {
     ASSERT_EQ(std::memcmp(&straight[i], &resumed[i], 4), 0) << "element " << i;

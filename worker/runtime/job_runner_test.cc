@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <thread>
@@ -108,6 +109,12 @@ TEST_F(JobRunnerTest, TwoRanksTrainReportAndWriteOutput) {
   const std::string out = MakeTempDir("job");
   v1::JobSpec spec = Spec(2, 5);
   spec.set_output_dir(out);
+  // lr 0.1 halved every 2 steps: step 5 (index 4) runs at 0.025.
+  auto* schedule =
+      spec.mutable_optimizer()->mutable_hyper_parameters()->mutable_lr_schedule();
+  schedule->set_kind(v1::LrSchedule::STEP);
+  schedule->set_step_size(2);
+  schedule->set_gamma(0.5);
   std::vector<v1::RunJobDirective> ranks = Start(spec);
   ASSERT_EQ(ranks.size(), 2u);
   std::vector<absl::Status> statuses(2);
@@ -145,7 +152,15 @@ TEST_F(JobRunnerTest, TwoRanksTrainReportAndWriteOutput) {
   EXPECT_EQ(progress.back().progress().step(), 5);
   EXPECT_EQ(progress.back().progress().total_steps(), 5);
   EXPECT_GT(progress.back().progress().bytes_sent(), 0);
-  for (const auto& p : progress) EXPECT_EQ(p.rank(), 0);
+  // Each report carries the lr its step ran at (progress_every 2: steps 2,
+  // 4 and the last).
+  for (const auto& p : progress) {
+    EXPECT_EQ(p.rank(), 0);
+    EXPECT_DOUBLE_EQ(p.progress().lr(),
+                     0.1 * std::pow(0.5, (p.progress().step() - 1) / 2))
+        << "step " << p.progress().step();
+  }
+  EXPECT_DOUBLE_EQ(job.progress().lr(), 0.025);
 
   ASSERT_OK_AND_ASSIGN(auto tensors,
                        ReadSafetensors(out + "/params.safetensors"));

@@ -7,7 +7,8 @@ Run with Debian's python3-torch (1.13, CPU):
 Each case lays several parameters out in one flat bucket (with a gap that no
 parameter covers, which must stay untouched), assigns them to parameter groups
 by the same fnmatch globs as common/job_spec.cc, runs torch.optim (foreach=False)
-for several steps and records the flat parameters after every step.
+with the groups' torch.optim.lr_scheduler schedules (job_spec.proto's
+LrSchedule) for several steps and records the flat parameters after every step.
 
 File format, one record per line, floats printed with 9 significant digits
 (enough to round-trip fp32 exactly):
@@ -22,6 +23,7 @@ File format, one record per line, floats printed with 9 significant digits
 import fnmatch
 import json
 import sys
+import warnings
 
 import torch
 
@@ -67,6 +69,28 @@ CASES = [
         "paramGroups": [
             {"params": ["*.bias"], "hyperParameters": {"weightDecay": 0.0}},
         ]}),
+    # Learning-rate schedules (after the cases above, so that their random
+    # draws stay the same): torch.optim.lr_scheduler, one scheduler.step()
+    # after every optimizer.step().
+    ("sgd_momentum_step_warmup", {
+        "kind": "SGD",
+        "hyperParameters": {"lr": 0.1, "momentum": 0.9, "lrSchedule": {
+            "kind": "STEP", "stepSize": 2, "gamma": 0.5, "warmupSteps": 1}}}),
+    ("adam_cosine_warmup", {
+        "kind": "ADAM",
+        "hyperParameters": {"lr": 0.01, "lrSchedule": {
+            "kind": "COSINE", "tMax": 2, "etaMin": 0.001, "warmupSteps": 2,
+            "warmupStartFactor": 0.1}}}),
+    ("adamw_linear_groups", {
+        "kind": "ADAMW",
+        "hyperParameters": {"lr": 0.01, "weightDecay": 0.1, "lrSchedule": {
+            "kind": "LINEAR", "startFactor": 1.0, "endFactor": 0.2,
+            "totalIters": 3}},
+        "paramGroups": [
+            {"params": ["*.bias"], "hyperParameters": {"lr": 0.05, "lrSchedule": {
+                "kind": "STEP", "stepSize": 1, "gamma": 0.7}}},
+            {"params": ["layers.0.*"], "hyperParameters": {"weightDecay": 0.0}},
+        ]}),
 ]
 
 # torch keyword <- protobuf JSON name.
@@ -76,7 +100,38 @@ TORCH_NAMES = {"lr": "lr", "momentum": "momentum", "dampening": "dampening",
 
 
 def torch_kwargs(hp):
-    return {TORCH_NAMES[k]: (tuple(v) if k == "betas" else v) for k, v in hp.items()}
+    return {TORCH_NAMES[k]: (tuple(v) if k == "betas" else v)
+            for k, v in hp.items() if k != "lrSchedule"}
+
+
+def make_scheduler(opt, schedule):
+    """The torch scheduler job_spec.proto's LrSchedule documents (None for a
+    constant lr)."""
+    from torch.optim import lr_scheduler
+    if not schedule:
+        return None
+    kind = schedule.get("kind", "CONSTANT")
+    main = None
+    if kind == "LINEAR":
+        main = lr_scheduler.LinearLR(
+            opt, start_factor=schedule.get("startFactor", 1.0 / 3),
+            end_factor=schedule.get("endFactor", 1.0),
+            total_iters=schedule.get("totalIters", 5))
+    elif kind == "COSINE":
+        main = lr_scheduler.CosineAnnealingLR(
+            opt, T_max=schedule["tMax"], eta_min=schedule.get("etaMin", 0))
+    elif kind == "STEP":
+        main = lr_scheduler.StepLR(opt, step_size=schedule["stepSize"],
+                                   gamma=schedule.get("gamma", 0.1))
+    warmup = schedule.get("warmupSteps", 0)
+    if warmup == 0:
+        return main
+    first = lr_scheduler.LinearLR(
+        opt, start_factor=schedule.get("warmupStartFactor", 1.0 / 3),
+        end_factor=1.0, total_iters=warmup)
+    if main is None:
+        return first
+    return lr_scheduler.SequentialLR(opt, [first, main], milestones=[warmup])
 
 
 def group_of(spec, name):
@@ -105,7 +160,17 @@ def run_case(out, name, spec, gen):
     defaults = torch_kwargs(spec["hyperParameters"])
     cls = {"SGD": torch.optim.SGD, "ADAM": torch.optim.Adam,
            "ADAMW": torch.optim.AdamW}[spec["kind"]]
-    opt = cls(param_groups, foreach=False, **defaults)
+    # One optimizer per group, each with its group's scheduler (a torch
+    # scheduler drives every group of its optimizer alike); the optimizers
+    # step parameter by parameter, so this changes no value.
+    optimizers, schedulers = [], []
+    for g, entry in zip(sorted(groups), param_groups):
+        schedule = spec["hyperParameters"].get("lrSchedule")
+        if g >= 0:
+            schedule = spec["paramGroups"][g]["hyperParameters"].get(
+                "lrSchedule", schedule)
+        optimizers.append(cls([entry], foreach=False, **defaults))
+        schedulers.append(make_scheduler(optimizers[-1], schedule))
 
     out.write("case %s\n" % name)
     out.write("optimizer %s\n" % json.dumps(spec, separators=(",", ":")))
@@ -117,7 +182,10 @@ def run_case(out, name, spec, gen):
         grad_flat = torch.randn(BUCKET_NUMEL, generator=gen) * (0.5 + step)
         for n, o, k in SPANS:
             params[n].grad = grad_flat[o:o + k].clone()
-        opt.step()
+        for opt, scheduler in zip(optimizers, schedulers):
+            opt.step()
+            if scheduler is not None:
+                scheduler.step()
         for n, o, k in SPANS:
             flat[o:o + k] = params[n].detach()
         out.write("grad %d %s\n" % (BUCKET_NUMEL, fmt(grad_flat.tolist())))
@@ -128,6 +196,7 @@ def run_case(out, name, spec, gen):
 def main():
     assert torch.__version__.startswith("1.13"), torch.__version__
     torch.set_num_threads(1)
+    warnings.simplefilter("ignore")  # SequentialLR's step(0) deprecation
     gen = torch.Generator().manual_seed(20261202)
     out = sys.stdout
     out.write("# Generated by worker/optim/testdata/make_golden.py with torch %s. "
