@@ -419,6 +419,7 @@ void Coordinator::StartEpoch(JobRec& job,
     m->set_host(w.info.host());
     w.Assign(job.num, job.job.epoch(), static_cast<int>(r));
   }
+  SetLocalRanks(job);
   jobs_.MarkActive(job.num);
   Transition(job, v1::STARTING, std::move(reason));
 }

@@ -250,13 +250,16 @@ class Coordinator {
       std::optional<absl::string_view> caller_name = std::nullopt);
 
   // For callers whose credential names a worker (server/services.cc checks
-  // these before a WorkerControl call): OK when worker `worker_id` is the
-  // one named `name`. NotFound: no worker `worker_id` (as the call itself
-  // would say). PermissionDenied naming both otherwise.
+  // these before a WorkerControl call): OK when worker `worker_id` is one
+  // that a credential named `name` may act as: `name` itself or a local
+  // rank "name:<i>" (security/worker_principal.h). NotFound: no worker
+  // `worker_id` (as the call itself would say). PermissionDenied naming
+  // both otherwise.
   absl::Status CheckWorkerIsNamed(absl::string_view worker_id,
                                   absl::string_view name) const;
-  // OK when the worker named `name` holds a rank of job `job_id` (the
-  // rendezvous store and assignment of a job are for its ranks only).
+  // OK when a worker that a credential named `name` may act as (`name`,
+  // "name:<i>") holds a rank of job `job_id` (the rendezvous store and
+  // assignment of a job are for its ranks only).
   // PermissionDenied otherwise, saying why.
   absl::Status CheckHoldsRank(absl::string_view name,
                               absl::string_view job_id) const;

@@ -12,6 +12,7 @@
 #include "coordinator/ids.h"
 #include "coordinator/locked_section.h"
 #include "coordinator/worker_reports.h"
+#include "security/worker_principal.h"
 
 namespace pshard {
 namespace coordinator {
@@ -22,7 +23,20 @@ absl::Status ActingAsAnother(absl::string_view worker_id,
                              absl::string_view caller_name) {
   return absl::PermissionDeniedError(absl::StrCat(
       "worker ", worker_id, " is \"", worker_name, "\"; this credential is \"",
-      Clip(caller_name, 253), "\"'s and may act only as that worker"));
+      Clip(caller_name, 253),
+      "\"'s and may act only as that worker (or its local ranks \"",
+      Clip(caller_name, 253), ":<i>\")"));
+}
+
+// The workers a worker principal's credential covers (worker_principal.h),
+// as the name lookups below need them.
+template <typename Visit>
+bool AnyWorkerOfPrincipal(absl::string_view principal, const Visit& visit) {
+  if (visit(principal)) return true;
+  for (int i = 0; i < security::kMaxLocalRanks; ++i) {
+    if (visit(security::LocalRankWorkerName(principal, i))) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -129,7 +143,8 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
   RETURN_IF_ERROR(ValidateHeartbeat(req));
   Locked lock(this);
   WorkerRec* w = workers_.Find(req.worker_id());
-  if (w != nullptr && caller_name.has_value() && w->info.name() != *caller_name) {
+  if (w != nullptr && caller_name.has_value() &&
+      !security::WorkerPrincipalMayActAs(*caller_name, w->info.name())) {
     return ActingAsAnother(req.worker_id(), w->info.name(), *caller_name);
   }
   if (!IsCurrent(w, req.incarnation())) return NotCurrent(req.worker_id(), w);
@@ -201,6 +216,8 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
         run->set_epoch(job.job.epoch());
         run->set_rank(w->rank);
         run->set_world_size(static_cast<int>(job.ranks.size()));
+        run->set_local_rank(job.ranks[w->rank].local.local_rank);
+        run->set_local_world_size(job.ranks[w->rank].local.local_world_size);
         run->set_restart_count(job.job.restarts());
         if (job.job.has_resumed_from()) {
           *run->mutable_resume() = job.job.resumed_from();
@@ -242,23 +259,35 @@ absl::Status Coordinator::CheckWorkerIsNamed(absl::string_view worker_id,
     return absl::NotFoundError(
         absl::StrCat("unknown worker id \"", Clip(worker_id, 64), "\""));
   }
-  if (w->info.name() == name) return absl::OkStatus();
+  if (security::WorkerPrincipalMayActAs(name, w->info.name())) {
+    return absl::OkStatus();
+  }
   return ActingAsAnother(worker_id, w->info.name(), name);
 }
 
 absl::Status Coordinator::CheckHoldsRank(absl::string_view name,
                                          absl::string_view job_id) const {
   Locked lock(this);
-  const WorkerRec* w = workers_.FindByName(name);
-  if (w == nullptr) {
+  // The credential of a --local_ranks supervisor is shared by its children
+  // ("name:<i>"), and a program rank presents its worker's: any of them
+  // holding a rank of the job is enough.
+  const WorkerRec* found = nullptr;
+  if (AnyWorkerOfPrincipal(name, [&](absl::string_view worker_name) {
+        const WorkerRec* w = workers_.FindByName(worker_name);
+        if (w == nullptr) return false;
+        if (found == nullptr) found = w;
+        return w->job_num != 0 && JobId(w->job_num) == job_id;
+      })) {
+    return absl::OkStatus();
+  }
+  if (found == nullptr) {
     return absl::PermissionDeniedError(absl::StrCat(
         "\"", Clip(name, 253), "\" is no registered worker, so it holds no rank of ",
         Clip(job_id, 64)));
   }
-  if (w->job_num != 0 && JobId(w->job_num) == job_id) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat(
-      "worker ", w->info.id(), " (\"", name, "\") holds no rank of ",
-      Clip(job_id, 64)));
+      "worker ", found->info.id(), " (\"", Clip(name, 253),
+      "\") holds no rank of ", Clip(job_id, 64)));
 }
 
 absl::StatusOr<v1::WorkerInfo> Coordinator::GetWorker(

@@ -280,6 +280,68 @@ TEST_F(CoordinatorTest, HeartbeatWithoutDirectivesDoesNotWaitForOtherWrites) {
   EXPECT_OK(*result);
 }
 
+// A job's directives say where each rank sits on its host: ranks are
+// placed node by node, and LOCAL_RANK counts within a node in rank order.
+TEST_F(CoordinatorTest, RunJobCarriesTheLocalPlacement) {
+  // Node n1 runs a --local_ranks 2 supervisor, n2 a plain worker; they
+  // register interleaved.
+  Worker n1_0 = Register("n1:0", "n1");
+  Worker n2 = Register("n2", "n2");
+  Worker n1_1 = Register("n1:1", "n1");
+  ASSERT_OK(c_->SubmitJob(Spec(3)).status());
+  const v1::RunJobDirective r0 = StartRank(n1_0);
+  const v1::RunJobDirective r1 = StartRank(n1_1);
+  const v1::RunJobDirective r2 = StartRank(n2);
+  EXPECT_EQ(r0.rank(), 0);
+  EXPECT_EQ(r1.rank(), 1);
+  EXPECT_EQ(r2.rank(), 2);
+  EXPECT_EQ(r0.local_rank(), 0);
+  EXPECT_EQ(r1.local_rank(), 1);
+  EXPECT_EQ(r2.local_rank(), 0);
+  EXPECT_EQ(r0.local_world_size(), 2);
+  EXPECT_EQ(r1.local_world_size(), 2);
+  EXPECT_EQ(r2.local_world_size(), 1);
+}
+
+// A worker principal P may act as P and as its local ranks "P:<i>", and as
+// nothing else (security/worker_principal.h).
+TEST_F(CoordinatorTest, WorkerCredentialsCoverTheirLocalRanks) {
+  Worker p1 = Register("p:1", "n1");
+  Worker q1 = Register("q:1", "n2");
+  Worker p = Register("p", "n3");
+  EXPECT_OK(c_->CheckWorkerIsNamed(p1.id, "p"));
+  EXPECT_OK(c_->CheckWorkerIsNamed(p.id, "p"));
+  EXPECT_THAT(c_->CheckWorkerIsNamed(q1.id, "p"),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("may act only as that worker")));
+  EXPECT_THAT(c_->CheckWorkerIsNamed(p1.id, "q"),
+              StatusIs(absl::StatusCode::kPermissionDenied, ::testing::_));
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id(p1.id);
+  beat.set_incarnation(p1.incarnation);
+  beat.set_state(v1::IDLE);
+  EXPECT_OK(c_->HeartbeatShared(beat, std::string("p")).status());
+  EXPECT_THAT(c_->HeartbeatShared(beat, std::string("q")).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied, ::testing::_));
+  // The rendezvous store of a job: for any of the principal's workers that
+  // holds one of its ranks.
+  ASSERT_OK(Beat(q1).status());
+  ASSERT_OK(Beat(p).status());
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(1)));
+  job = GetJob(job.id());
+  ASSERT_EQ(job.members_size(), 1);
+  const std::string holder = job.members(0).worker_id();
+  const std::string principal = holder == q1.id ? "q" : "p";
+  const std::string other = principal == "p" ? "q" : "p";
+  EXPECT_OK(c_->CheckHoldsRank(principal, job.id()));
+  EXPECT_THAT(c_->CheckHoldsRank(other, job.id()),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("holds no rank of")));
+  EXPECT_THAT(c_->CheckHoldsRank("nobody", job.id()),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("is no registered worker")));
+}
+
 }  // namespace
 }  // namespace coordinator
 }  // namespace pshard

@@ -323,5 +323,16 @@ absl::StatusOr<JobPage> JobTable::List(const std::vector<v1::JobState>& states,
   return page;
 }
 
+void SetLocalRanks(JobRec& job) {
+  std::vector<std::string> hosts(job.ranks.size());
+  for (const v1::JobMember& m : job.job.members()) {
+    if (m.rank() >= 0 && m.rank() < static_cast<int>(hosts.size())) {
+      hosts[m.rank()] = m.host();
+    }
+  }
+  const std::vector<LocalRank> local = LocalRanks(hosts);
+  for (size_t r = 0; r < job.ranks.size(); ++r) job.ranks[r].local = local[r];
+}
+
 }  // namespace coordinator
 }  // namespace pshard

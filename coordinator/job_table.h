@@ -78,6 +78,9 @@ inline bool IsActive(v1::JobState s) {
 
 struct RankRec {
   int64_t worker_num = 0;
+  // Where the rank sits on its host (RunJobDirective.local_rank), from the
+  // epoch's members' hosts (SetLocalRanks).
+  LocalRank local;
   // Reported a result (ok or not) at this epoch; the worker is released.
   bool finished = false;
 };
@@ -120,6 +123,10 @@ struct JobRec {
   // the head's reservation (see "Scheduling" in job_table.h).
   absl::Time queued_since;
 };
+
+// Sets every rank's `local` from job.job.members()' hosts (one member per
+// rank, in rank order, as StartEpoch and recovery build them).
+void SetLocalRanks(JobRec& job);
 
 struct JobTableLimits {
   int max_jobs = 100000;

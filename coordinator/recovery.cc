@@ -45,6 +45,7 @@ JobRec& RestoreJob(int64_t num, StateStore::Snapshot& snap,
     j.finished_ranks += r.finished ? 1 : 0;
     j.ranks.push_back(r);
   }
+  SetLocalRanks(j);
   // A RUNNING job's layout was checked before.
   j.layout.Reset(static_cast<int>(j.ranks.size()),
                  /*all_reported=*/state == v1::RUNNING);

@@ -31,5 +31,18 @@ std::vector<int64_t> PlaceRanks(std::vector<IdleWorker> idle, int world_size) {
   return ranks;
 }
 
+std::vector<LocalRank> LocalRanks(
+    const std::vector<std::string>& host_of_rank) {
+  std::map<std::string, int> count;
+  for (const std::string& host : host_of_rank) ++count[host];
+  std::map<std::string, int> next;
+  std::vector<LocalRank> out(host_of_rank.size());
+  for (size_t r = 0; r < host_of_rank.size(); ++r) {
+    out[r].local_rank = next[host_of_rank[r]]++;
+    out[r].local_world_size = count[host_of_rank[r]];
+  }
+  return out;
+}
+
 }  // namespace coordinator
 }  // namespace pshard

@@ -26,6 +26,20 @@ struct IdleWorker {
 // lower worker number.
 std::vector<int64_t> PlaceRanks(std::vector<IdleWorker> idle, int world_size);
 
+// Where each rank of a job sits on its host.
+struct LocalRank {
+  // Among the ranks on the same host, in rank order: this one's index...
+  int local_rank = 0;
+  // ... and how many there are.
+  int local_world_size = 1;
+};
+
+// `host_of_rank[r]` is rank r's host; the result has one entry per rank
+// (RunJobDirective.local_rank/local_world_size). Ranks need not be
+// contiguous per host for this to be defined, though PlaceRanks makes them
+// so.
+std::vector<LocalRank> LocalRanks(const std::vector<std::string>& host_of_rank);
+
 }  // namespace coordinator
 }  // namespace pshard
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "checkpoint/file.h"
 #include "common/status_macros.h"
+#include "security/worker_principal.h"
 
 namespace pshard::security {
 namespace {
@@ -57,6 +58,14 @@ absl::StatusOr<Principal> ParsePrincipal(absl::string_view name,
     absl::StatusOr<Role> role = ParseRole(role_name);
     if (!role.ok()) return where(role.status().message());
     if (!principal.Has(*role)) principal.roles.push_back(*role);
+  }
+  // "P:1" is a name principal P may act as (worker_principal.h): no
+  // principal of its own may have it.
+  if (principal.Has(Role::kWorker)) {
+    if (absl::Status valid = ValidateWorkerPrincipalName(principal.name);
+        !valid.ok()) {
+      return where(valid.message());
+    }
   }
   return principal;
 }

@@ -13,7 +13,10 @@
 // SHA-256, so that a file mounted on many hosts (every worker checks the
 // tokens of pshardctl logs) need not hold anything a reader could present.
 // A worker principal's name is the worker's name (--name): it may act as
-// that worker only.
+// that worker, and as "NAME:<i>" (i = 0..63, decimal), the names of the
+// children of `pshard-worker --name=NAME --local_ranks=N`, which share the
+// supervisor's token; nothing else (security/worker_principal.h). So a
+// worker principal's name may not contain ':' (Parse refuses it).
 //
 // An identity file (--auth_identities) maps client-certificate common names
 // to roles: "NAME ROLE[,ROLE...]" per line.
@@ -58,7 +61,8 @@ class TokenTable {
  public:
   // `source` names the text in errors (a file path). InvalidArgument naming
   // the line for an entry without a name or roles, an unknown role, a token
-  // shorter than kMinTokenBytes, or a token or name given twice.
+  // shorter than kMinTokenBytes, a token or name given twice, or a
+  // principal with role worker whose name contains ':'.
   static absl::StatusOr<TokenTable> Parse(absl::string_view text,
                                           absl::string_view source);
   // Parse() of a file of at most 1 MiB.
@@ -82,7 +86,7 @@ class TokenTable {
 class IdentityTable {
  public:
   // Errors as TokenTable::Parse's: a line without roles, an unknown role, a
-  // name given twice.
+  // name given twice, a worker's name with ':'.
   static absl::StatusOr<IdentityTable> Parse(absl::string_view text,
                                              absl::string_view source);
   static absl::StatusOr<IdentityTable> Load(const std::string& path);

@@ -117,6 +117,21 @@ TEST(IdentityTableTest, MapsNamesToRoles) {
                        HasSubstr("ids:2: the name \"ci\" is given twice")));
 }
 
+TEST(TokenTableTest, WorkerPrincipalNamesHaveNoColon) {
+  // "p:1" is what principal p may act as (a --local_ranks child); no
+  // worker principal may be named so itself.
+  EXPECT_THAT(TokenTable::Parse(kAlice + " p:1 worker\n", "t"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("t:1: a principal with role worker may not "
+                                 "have ':'")));
+  EXPECT_THAT(IdentityTable::Parse("p:1 read,worker\n", "ids"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("ids:1: a principal with role worker")));
+  // Other roles may.
+  EXPECT_OK(TokenTable::Parse(kAlice + " ci:nightly submit\n", "t"));
+  EXPECT_OK(IdentityTable::Parse("ci:nightly read\n", "ids"));
+}
+
 TEST(RoleTest, NamesRoundTrip) {
   for (Role role : {Role::kRead, Role::kSubmit, Role::kAdmin, Role::kWorker}) {
     ASSERT_OK_AND_ASSIGN(Role parsed, ParseRole(RoleName(role)));

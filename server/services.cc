@@ -12,6 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/grpc_status.h"
 #include "common/proto_time.h"
+#include "security/worker_principal.h"
 #include "server/wire_codec.h"
 
 namespace pshard {
@@ -374,11 +375,14 @@ grpc::ServerUnaryReactor* WorkerControlImpl::RegisterWorker(
   absl::StatusOr<Caller> caller =
       AuthorizeCall(*ctx, options_.access, kRegisterWorker);
   if (!caller.ok()) return Done(ctx, caller.status());
-  if (caller->checked() && req->name() != caller->name()) {
+  if (caller->checked() &&
+      !security::WorkerPrincipalMayActAs(caller->name(), req->name())) {
     return Done(ctx, absl::PermissionDeniedError(absl::StrCat(
                          "this credential is \"", caller->name(),
-                         "\"'s: it may register only under that name, not as \"",
-                         req->name().substr(0, 253), "\"")));
+                         "\"'s: it may register only under that name or as "
+                         "one of its local ranks \"", caller->name(),
+                         ":<i>\" (i < ", security::kMaxLocalRanks,
+                         "), not as \"", req->name().substr(0, 253), "\"")));
   }
   absl::StatusOr<v1::RegisterWorkerResponse> r = c_->RegisterWorker(*req);
   if (r.ok()) *resp = *std::move(r);

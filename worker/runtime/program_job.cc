@@ -74,6 +74,18 @@ absl::Status ExitStatus(int wait_status) {
 
 }  // namespace
 
+LocalPlacement LocalPlacementOf(const v1::RunJobDirective& directive) {
+  // An older coordinator sends neither field; a value outside the job is
+  // not trusted either.
+  if (directive.local_world_size() < 1 ||
+      directive.local_world_size() > directive.world_size() ||
+      directive.local_rank() < 0 ||
+      directive.local_rank() >= directive.local_world_size()) {
+    return LocalPlacement{};
+  }
+  return LocalPlacement{directive.local_rank(), directive.local_world_size()};
+}
+
 ProgramJob::ProgramJob(ControlPlane* control, v1::RunJobDirective directive,
                        ProgramJobOptions options)
     : control_(control),
@@ -118,6 +130,7 @@ absl::StatusOr<std::vector<std::string>> ProgramJob::Environment(
   const std::string master_addr = master.substr(0, colon);
   const std::string master_port =
       colon == std::string::npos ? "" : master.substr(colon + 1);
+  const LocalPlacement local = LocalPlacementOf(directive);
   const std::pair<const char*, std::string> agent[] = {
       {"PSHARD_COORDINATOR", options.coordinator_address},
       {"PSHARD_JOB_ID", directive.job_id()},
@@ -130,9 +143,11 @@ absl::StatusOr<std::vector<std::string>> ProgramJob::Environment(
        absl::StrCat(spec.collective_timeout_seconds())},
       {"RANK", absl::StrCat(directive.rank())},
       {"WORLD_SIZE", absl::StrCat(directive.world_size())},
-      // One rank per worker: every agent is its own "node".
-      {"LOCAL_RANK", "0"},
-      {"LOCAL_WORLD_SIZE", "1"},
+      // From the job's placement (the coordinator's): this rank's place
+      // among the job's ranks on this host.
+      {"LOCAL_RANK", absl::StrCat(local.local_rank)},
+      {"LOCAL_WORLD_SIZE", absl::StrCat(local.local_world_size)},
+      {"PSHARD_DEVICE", options.device},
       {"MASTER_ADDR", master_addr},
       {"MASTER_PORT", master_port},
   };

@@ -46,6 +46,17 @@
 
 namespace pshard::worker {
 
+// Where a rank sits on its host: LOCAL_RANK and LOCAL_WORLD_SIZE.
+struct LocalPlacement {
+  int local_rank = 0;
+  int local_world_size = 1;
+};
+
+// The directive's local_rank/local_world_size (the coordinator's placement),
+// or 0 of 1 when they are unset (an older coordinator) or inconsistent
+// (outside 0 <= local_rank < local_world_size <= world_size).
+LocalPlacement LocalPlacementOf(const v1::RunJobDirective& directive);
+
 struct ProgramJobOptions {
   // The id the rank's RPCs carry ("w-N"): PSHARD_WORKER_ID.
   std::string worker_id;
@@ -55,6 +66,10 @@ struct ProgramJobOptions {
   security::TransportSecurity coordinator_security;
   // The worker's advertised host: PSHARD_HOSTNAME, and MASTER_ADDR on rank 0.
   std::string hostname = "127.0.0.1";
+  // The worker's device (--device resolved: "cpu", "cuda:1"): PSHARD_DEVICE.
+  // On a multi-GPU node the GPU this worker holds, which need not be
+  // cuda:LOCAL_RANK (LOCAL_RANK is the rank's place in the job's placement).
+  std::string device = "cpu";
   // Where ProgramLog files go (program_log.h), and each file's cap.
   std::string log_dir;
   int64_t log_max_bytes = int64_t{64} << 20;

@@ -1,0 +1,75 @@
+// ProgramJob's environment: the torchrun names from the directive's
+// placement (LOCAL_RANK, LOCAL_WORLD_SIZE) and the worker's device.
+#include "worker/runtime/program_job.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pshard::worker {
+namespace {
+
+v1::RunJobDirective Directive(int rank, int world, int local_rank,
+                              int local_world) {
+  v1::RunJobDirective d;
+  d.set_job_id("job-1");
+  d.set_epoch(1);
+  d.set_rank(rank);
+  d.set_world_size(world);
+  d.set_local_rank(local_rank);
+  d.set_local_world_size(local_world);
+  d.mutable_spec()->mutable_program()->add_argv("/bin/true");
+  return d;
+}
+
+std::map<std::string, std::string> EnvOf(const v1::RunJobDirective& d,
+                                         const std::string& device = "cpu") {
+  ProgramJobOptions options;
+  options.worker_id = "w-3";
+  options.device = device;
+  options.log_dir = "/tmp/logs";
+  absl::StatusOr<std::vector<std::string>> env =
+      ProgramJob::Environment(d.spec(), d, options, "h1:1234");
+  EXPECT_OK(env.status());
+  std::map<std::string, std::string> out;
+  if (!env.ok()) return out;
+  for (const std::string& entry : *env) {
+    const size_t eq = entry.find('=');
+    out[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  return out;
+}
+
+TEST(ProgramJobEnvironmentTest, LocalRankComesFromThePlacement) {
+  // Rank 5 of 8, the second of the job's three ranks on its host.
+  std::map<std::string, std::string> env = EnvOf(Directive(5, 8, 1, 3));
+  EXPECT_EQ(env["RANK"], "5");
+  EXPECT_EQ(env["WORLD_SIZE"], "8");
+  EXPECT_EQ(env["LOCAL_RANK"], "1");
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "3");
+  EXPECT_EQ(env["MASTER_ADDR"], "h1");
+  EXPECT_EQ(env["MASTER_PORT"], "1234");
+  EXPECT_EQ(env["PSHARD_DEVICE"], "cpu");
+  EXPECT_EQ(EnvOf(Directive(0, 2, 0, 1), "cuda:1")["PSHARD_DEVICE"], "cuda:1");
+}
+
+TEST(ProgramJobEnvironmentTest, OlderOrInconsistentDirectivesMeanOneRankPerHost) {
+  // A coordinator from before the fields sends neither.
+  for (const v1::RunJobDirective& d :
+       {Directive(3, 4, 0, 0), Directive(3, 4, 2, 2), Directive(3, 4, -1, 2),
+        Directive(1, 2, 0, 3)}) {
+    std::map<std::string, std::string> env = EnvOf(d);
+    EXPECT_EQ(env["LOCAL_RANK"], "0") << d.ShortDebugString();
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "1") << d.ShortDebugString();
+  }
+  const LocalPlacement ok = LocalPlacementOf(Directive(3, 4, 1, 2));
+  EXPECT_EQ(ok.local_rank, 1);
+  EXPECT_EQ(ok.local_world_size, 2);
+}
+
+}  // namespace
+}  // namespace pshard::worker
