@@ -1,6 +1,8 @@
 // pshard-worker: one worker of the pool. Registers with the coordinator, runs
 // the jobs it is given, serves WorkerStatus (its status and its program jobs'
 // logs, plus gRPC health and reflection) on --listen. SIGINT/SIGTERM abort any running job and exit 0.
+// With --local_ranks N > 1 it supervises N such workers instead
+// (worker/local_ranks.h).
 #include <signal.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -32,6 +35,7 @@
 #include "server/reflection_v1.h"
 #include "worker/gpu/backend_choice.h"
 #include "worker/gpu/device.h"
+#include "worker/local_ranks.h"
 #include "worker/program_log_flags.h"
 #include "worker/runtime/agent.h"
 #include "security/client_token_flags.h"
@@ -71,6 +75,17 @@ ABSL_FLAG(absl::Duration, result_retry_for, absl::Minutes(10),
           "how long a job's result is retried while the coordinator cannot be "
           "reached (a restart, an outage): the job it finished is then known "
           "to have finished, not re-run");
+ABSL_FLAG(int, local_ranks, 1,
+          "ranks this node runs (1..64), as torchrun's nproc_per_node: with "
+          "N > 1 this process supervises N one-rank workers of this binary, "
+          "named <name>:<i>, on ports base+i, with --device=auto giving rank "
+          "i cuda:i (worker/local_ranks.h)");
+ABSL_FLAG(int, local_rank, -1,
+          "internal: set by a --local_ranks supervisor on its children (this "
+          "child's index)");
+ABSL_FLAG(int, local_world_size, 0,
+          "internal: set by a --local_ranks supervisor on its children (its "
+          "--local_ranks)");
 ABSL_FLAG(int, blas_threads, 0,
           "threads for the mlp workload's BLAS calls; 0: $OPENBLAS_NUM_THREADS "
           "if set, else 1 (one rank per core, as torchrun's OMP_NUM_THREADS=1)");
@@ -159,6 +174,64 @@ int main(int argc, char** argv) {
   if (absl::Status valid = health.status(); !valid.ok()) {
     std::fprintf(stderr, "pshard-worker: %s\n",
                  std::string(valid.message()).c_str());
+    return 2;
+  }
+
+  const int local_ranks = absl::GetFlag(FLAGS_local_ranks);
+  if (absl::Status valid = pshard::worker::ValidateLocalRanks(
+          local_ranks, absl::GetFlag(FLAGS_device));
+      !valid.ok()) {
+    std::fprintf(stderr, "pshard-worker: %s\n",
+                 std::string(valid.message()).c_str());
+    return 2;
+  }
+  if (local_ranks > 1) {
+    // A supervisor only: the children register, serve and run the ranks.
+    pshard::worker::LocalRanksPlan plan;
+    char exe[4096] = {0};
+    const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (len <= 0) {
+      std::fprintf(stderr, "pshard-worker: cannot resolve /proc/self/exe\n");
+      return 1;
+    }
+    plan.binary = std::string(exe, len);
+    for (const auto& [flag_name, flag] : absl::GetAllFlags()) {
+      // What differs from its default is what was given (the parser's
+      // record of "specified" is not public).
+      const std::string value = flag->CurrentValue();
+      if (value != flag->DefaultValue()) {
+        plan.specified_flags.emplace_back(std::string(flag_name), value);
+      }
+    }
+    plan.name = absl::GetFlag(FLAGS_name);
+    if (plan.name.empty()) plan.name = absl::StrCat(Hostname(), "-", getpid());
+    plan.host = absl::GetFlag(FLAGS_host);
+    if (plan.host.empty()) plan.host = Hostname();
+    plan.listen = pshard::security::ListenAddress(absl::GetFlag(FLAGS_listen),
+                                                  7071, security);
+    plan.device_flag = absl::GetFlag(FLAGS_device);
+    if (plan.device_flag == "auto") {
+      plan.cuda_device_count = pshard::worker::CudaDeviceCount();
+    }
+    plan.local_ranks = local_ranks;
+    struct sigaction action = {};
+    action.sa_handler = OnSignal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, nullptr);
+    sigaction(SIGTERM, &action, nullptr);
+    LOG(INFO) << "pshard-worker " << plan.name << ": supervising "
+              << local_ranks << " local ranks on host " << plan.host;
+    return pshard::worker::SuperviseLocalRanks(plan, &g_signalled);
+  }
+  const int local_rank = absl::GetFlag(FLAGS_local_rank);
+  const int local_world_size = absl::GetFlag(FLAGS_local_world_size);
+  if (local_rank != -1 &&
+      (local_world_size < 1 || local_rank < 0 || local_rank >= local_world_size)) {
+    std::fprintf(stderr,
+                 "pshard-worker: --local_rank=%d, --local_world_size=%d: want "
+                 "0 <= local_rank < local_world_size (set by a --local_ranks "
+                 "supervisor)\n",
+                 local_rank, local_world_size);
     return 2;
   }
 
@@ -387,7 +460,11 @@ int main(int argc, char** argv) {
     server->Shutdown();
     return 1;
   }
-  LOG(INFO) << "worker " << name << ": status on port " << port
+  LOG(INFO) << "worker " << name
+            << (local_rank >= 0 ? absl::StrCat(" (local rank ", local_rank,
+                                               " of ", local_world_size, ")")
+                                : std::string())
+            << ": status on port " << port
             << ", coordinator " << coordinator << ", gloo host " << host
             << ", device " << options.device;
 

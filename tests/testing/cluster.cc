@@ -111,6 +111,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
   cluster->client_ = std::make_unique<cli::CoordinatorClient>(
       std::move(channel), address, absl::Seconds(10));
 
+  int registered = 0;
   for (int i = 0; i < options.workers; ++i) {
     const std::string wport = absl::StrCat(cluster->dir_, "/worker", i, ".port");
     const std::string wlog = absl::StrCat(cluster->dir_, "/worker", i, ".log");
@@ -139,15 +140,26 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
     for (const std::string& flag : options.worker_flags) {
       argv.push_back(absl::StrReplaceAll(flag, {{"{i}", absl::StrCat(i)}}));
     }
+    const int local_ranks =
+        i < static_cast<int>(options.local_ranks.size()) ? options.local_ranks[i]
+                                                         : 1;
+    if (local_ranks != 1) {
+      argv.push_back(absl::StrCat("--local_ranks=", local_ranks));
+    }
+    registered += local_ranks;
     absl::StatusOr<std::unique_ptr<Subprocess>> worker =
         Subprocess::Start(argv, {}, wlog);
     if (!worker.ok()) return worker.status();
     cluster->workers_.push_back(*std::move(worker));
-    absl::StatusOr<int> p = WaitForPortFile(wport, absl::Seconds(30));
-    if (!p.ok()) return p.status();
-    cluster->worker_ports_.push_back(*p);
+    for (int j = 0; j < local_ranks; ++j) {
+      absl::StatusOr<int> p = WaitForPortFile(
+          local_ranks == 1 ? wport : absl::StrCat(wport, ".", j),
+          absl::Seconds(30));
+      if (!p.ok()) return p.status();
+      cluster->worker_ports_.push_back(*p);
+    }
   }
-  if (!cluster->WaitForIdle(options.workers, absl::Seconds(30))) {
+  if (!cluster->WaitForIdle(registered, absl::Seconds(30))) {
     return absl::DeadlineExceededError(absl::StrCat(
         "workers did not all register as IDLE:\n", cluster->Logs()));
   }

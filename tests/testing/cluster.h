@@ -34,6 +34,11 @@ struct ClusterOptions {
   // Extra flags for every worker; "{i}" in one becomes the worker's index
   // (e.g. "--log_dir=/tmp/x/logs-{i}").
   std::vector<std::string> worker_flags;
+  // Worker i runs `pshard-worker --local_ranks=local_ranks[i]` where given
+  // (1 past the end): with N > 1 it is a supervisor of N workers named
+  // <prefix><i>:<j>, which share its token; their status ports come from
+  // its --port_file's ".<j>" files.
+  std::vector<int> local_ranks;
   // Extra flags for the coordinator.
   std::vector<std::string> coordinator_flags;
   // Mutual TLS: a CA made for the cluster in dir()/tls, a certificate for
@@ -65,7 +70,8 @@ class Cluster {
   const std::string& address() const { return address_; }
   int num_workers() const { return static_cast<int>(workers_.size()); }
   Subprocess& worker(int i) { return *workers_[i]; }
-  // host:port of worker i's WorkerStatus server.
+  // host:port of worker i's WorkerStatus server (with local_ranks: of the
+  // i-th registered process, counting every supervisor's children in order).
   std::string worker_status_address(int i) const;
   // How the test's clients reach the servers, as settings and as pshardctl
   // flags.
