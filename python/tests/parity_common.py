@@ -42,6 +42,49 @@ OPTIMIZERS = {
         lambda groups: torch.optim.AdamW(groups, lr=0.01, eps=1e-6,
                                          weight_decay=0.1),
         {"lr": 0.005, "weight_decay": 0}),
+    # The same optimizers under a learning-rate schedule (every group's lr
+    # from its own base): linear warmup then cosine, and StepLR.
+    "adamw_warmup_cosine": (
+        {"kind": "ADAMW",
+         "hyper_parameters": {"lr": 0.01, "weight_decay": 0.1,
+                              "lr_schedule": {"kind": "COSINE",
+                                              "warmup_steps": 2,
+                                              "warmup_start_factor": 0.25,
+                                              "t_max": 4, "eta_min": 0.001}},
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.02,
+                                                "weight_decay": 0}}]},
+        lambda groups: torch.optim.AdamW(groups, lr=0.01, weight_decay=0.1),
+        {"lr": 0.02, "weight_decay": 0}),
+    "sgd_step": (
+        {"kind": "SGD",
+         "hyper_parameters": {"lr": 0.05, "momentum": 0.9,
+                              "lr_schedule": {"kind": "STEP", "step_size": 2,
+                                              "gamma": 0.5}},
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.1}}]},
+        lambda groups: torch.optim.SGD(groups, lr=0.05, momentum=0.9),
+        {"lr": 0.1}),
+}
+
+
+def _warmup_cosine(optimizer):
+    import warnings
+    from torch.optim import lr_scheduler
+    warnings.simplefilter("ignore")  # SequentialLR's step(0) deprecation
+    return lr_scheduler.SequentialLR(
+        optimizer,
+        [lr_scheduler.LinearLR(optimizer, 0.25, 1.0, total_iters=2),
+         lr_scheduler.CosineAnnealingLR(optimizer, T_max=4, eta_min=0.001)],
+        milestones=[2])
+
+
+# torch's own schedulers for the scheduled configurations, stepped once
+# after every optimizer step.
+SCHEDULERS = {
+    "adamw_warmup_cosine": _warmup_cosine,
+    "sgd_step": lambda optimizer: torch.optim.lr_scheduler.StepLR(
+        optimizer, step_size=2, gamma=0.5),
 }
 COMM_MODES = ["reduce_broadcast", "allreduce_broadcast"]
 
@@ -86,18 +129,26 @@ def loss_of(model, x, y):
     return torch.nn.functional.mse_loss(model(x), y)
 
 
+def torch_reference_optimizer(optimizer_name, model):
+    """The torch optimizer (two groups) and scheduler (or None) that
+    `optimizer_name`'s OptimizerSpec stands for, over `model`."""
+    _, make, group_options = OPTIMIZERS[optimizer_name]
+    named = list(model.named_parameters())
+    optimizer = make([
+        {"params": [p for n, p in named if not second_group(n)]},
+        dict(params=[p for n, p in named if second_group(n)], **group_options),
+    ])
+    scheduler = SCHEDULERS.get(optimizer_name, lambda _: None)(optimizer)
+    return optimizer, scheduler
+
+
 def reference(optimizer_name, steps=None):
     """The same optimizer in one process on the full batch: parameters after
     step 1 and after the last step (STEPS, or `steps`: then only those), by
     name."""
-    _, make, group_options = OPTIMIZERS[optimizer_name]
     model = make_model()
     named = list(model.named_parameters())
-    groups = [
-        {"params": [p for n, p in named if not second_group(n)]},
-        dict(params=[p for n, p in named if second_group(n)], **group_options),
-    ]
-    optimizer = make(groups)
+    optimizer, scheduler = torch_reference_optimizer(optimizer_name, model)
     snapshots = {}
     last = STEPS if steps is None else steps
     for step in range(1, last + 1):
@@ -105,6 +156,20 @@ def reference(optimizer_name, steps=None):
         optimizer.zero_grad()
         loss_of(model, x, y).backward()
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
         if step in (1, last):
             snapshots[step] = {n: p.detach().clone() for n, p in named}
     return snapshots if steps is None else snapshots[steps]
+
+
+def reference_lr(optimizer_name, step):
+    """The default group's lr that optimizer step `step` (1, 2, ...) runs at
+    under torch's scheduler: what the job's progress reports for it."""
+    optimizer, scheduler = torch_reference_optimizer(optimizer_name,
+                                                     make_model())
+    for _ in range(step - 1):
+        optimizer.step()  # no gradients: parameters stay, the schedule moves
+        if scheduler is not None:
+            scheduler.step()
+    return optimizer.param_groups[0]["lr"]

@@ -32,7 +32,7 @@ WORLD = int(sys.argv.pop(1)) if len(sys.argv) > 1 else 2
 NO_INIT_TIMEOUT_SECONDS = 4
 
 
-def program_spec(out, extra_args=(), timeout=60):
+def program_spec(out, extra_args=(), timeout=60, optimizer="adam"):
     """The job: /usr/bin/python3 program_train.py on WORLD ranks. The
     package is found as a user of a checkout finds it: PYTHONPATH names the
     repository's python/ (here the runfiles' copy; libpshard.so sits where
@@ -43,7 +43,7 @@ def program_spec(out, extra_args=(), timeout=60):
         "collective_timeout_seconds": timeout,
         "program": {
             "argv": ["/usr/bin/python3",
-                     os.path.join(HERE, "program_train.py"), out, "adam",
+                     os.path.join(HERE, "program_train.py"), out, optimizer,
                      *extra_args],
             "env": {"PYTHONPATH": os.path.join(ROOT, "python") + ":" + HERE,
                     "OMP_NUM_THREADS": "1"},
@@ -84,7 +84,10 @@ class ProgramJobTest(unittest.TestCase):
     def test_torch_script_trains_through_the_coordinator(self):
         import parity_common as common
         out = self.out_dir("train")
-        job_id = self.cluster.submit(program_spec(out))
+        # AdamW under warmup + cosine: the schedule runs through the C API
+        # too, and the progress names its lr.
+        optimizer = "adamw_warmup_cosine"
+        job_id = self.cluster.submit(program_spec(out, optimizer=optimizer))
         job = self.cluster.wait_for_end(job_id, 180)
         self.assertEqual(job["state"], "SUCCEEDED",
                          f"{job['reason']}\n{self.cluster.tail()}")
@@ -99,13 +102,16 @@ class ProgramJobTest(unittest.TestCase):
         self.assertEqual(len({b["owner_rank"] for b in shards["buckets"]}),
                          WORLD)
 
-        # session.report's progress reached the job: the last step and the
-        # rank-averaged loss of that step.
+        # session.report's progress reached the job: the last step, the
+        # rank-averaged loss of that step and the scheduled lr it ran at.
         self.assertEqual(int(job["progress"]["step"]), common.STEPS)
         self.assertTrue(0 < job["progress"]["loss"] < 10, job["progress"])
+        self.assertAlmostEqual(job["progress"]["lr"],
+                               common.reference_lr(optimizer, common.STEPS),
+                               delta=1e-12)
 
         # Every rank ends with one process's parameters on the full batch.
-        expected = common.reference("adam")[common.STEPS]
+        expected = common.reference(optimizer)[common.STEPS]
         for rank in range(WORLD):
             got = torch.load(os.path.join(out, f"final-rank{rank}.pt"))
             self.assertEqual(sorted(got), sorted(expected))

@@ -1,8 +1,8 @@
 // End to end through the binaries: jobs of 1, 2 and 3 pshard-worker processes
 // under the real coordinator end with the same parameters (written by rank 0
 // to params.safetensors) as one unsharded process running the same optimizer
-// on the rank-averaged gradients. Also a replay round trip on a small
-// generated data set.
+// on the rank-averaged gradients (learning-rate schedules included). Also a
+// replay round trip on a small generated data set.
 #include <sys/stat.h>
 
 #include <memory>
@@ -109,6 +109,32 @@ TEST_F(EquivalenceE2eTest, AdamWReduceBroadcastRoundRobin) {
     RunAndCompare(SyntheticSpec(world, v1::OptimizerSpec::ADAMW,
                                 v1::JobSpec::REDUCE_BROADCAST,
                                 v1::JobSpec::ROUND_ROBIN));
+  }
+}
+
+// Learning-rate schedules: the default group warms up then follows a
+// cosine, the t2 group has a StepLR of its own; each owner steps its buckets
+// at their scheduled lr, as the unsharded reference does.
+TEST_F(EquivalenceE2eTest, AdamWScheduledPerGroup) {
+  for (int world = 1; world <= 3; ++world) {
+    v1::JobSpec spec = SyntheticSpec(world, v1::OptimizerSpec::ADAMW,
+                                     v1::JobSpec::REDUCE_BROADCAST,
+                                     v1::JobSpec::BALANCED);
+    spec.set_steps(6);
+    v1::LrSchedule* cosine =
+        spec.mutable_optimizer()->mutable_hyper_parameters()->mutable_lr_schedule();
+    cosine->set_kind(v1::LrSchedule::COSINE);
+    cosine->set_warmup_steps(2);
+    cosine->set_t_max(3);
+    cosine->set_eta_min(0.001);
+    v1::LrSchedule* step = spec.mutable_optimizer()
+                               ->mutable_param_groups(0)
+                               ->mutable_hyper_parameters()
+                               ->mutable_lr_schedule();
+    step->set_kind(v1::LrSchedule::STEP);
+    step->set_step_size(2);
+    step->set_gamma(0.5);
+    RunAndCompare(spec);
   }
 }
 
