@@ -194,6 +194,13 @@ absl::StatusOr<Coordinator::SharedHeartbeat> Coordinator::HeartbeatShared(
   }
   if (w->job_num != 0) {
     JobRec& job = *jobs_.Find(w->job_num);
+    // For a draining worker's agent: it may leave once this advances.
+    for (const v1::CheckpointRecord& record : job.job.checkpoints()) {
+      if (record.state() == v1::CheckpointRecord::COMPLETE &&
+          record.step() > resp.job_checkpoint_step()) {
+        resp.set_job_checkpoint_step(record.step());
+      }
+    }
     if (reports_assignment) {
       w->acknowledged = true;
       w->missing_reports = 0;

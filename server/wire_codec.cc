@@ -73,6 +73,14 @@ std::vector<std::optional<std::string>> EncodeHeartbeatResponse(
     pieces.emplace_back(std::move(bytes));
     pieces.emplace_back(std::nullopt);
   }
+  // Fields may come in any order on the wire. wire_codec_test fails when
+  // HeartbeatResponse gains a field this does not write.
+  if (response.job_checkpoint_step() != 0) {
+    std::string bytes;
+    AppendVarint(Varint(kHeartbeatResponseJobCheckpointStep), &bytes);
+    AppendVarint(static_cast<uint64_t>(response.job_checkpoint_step()), &bytes);
+    pieces.emplace_back(std::move(bytes));
+  }
   return pieces;
 }
 

@@ -28,6 +28,7 @@ namespace wire {
 
 // HeartbeatResponse.directives
 inline constexpr int kHeartbeatResponseDirectives = 1;
+inline constexpr int kHeartbeatResponseJobCheckpointStep = 2;
 // Directive.run_job
 inline constexpr int kDirectiveRunJob = 1;
 // RunJobDirective.spec
@@ -50,7 +51,7 @@ std::string EncodeRunJobSpecTail(const v1::JobSpec& spec);
 // the spec tail (EncodeRunJobSpecTail, `tail_size` bytes) goes, once after
 // each RunJob directive. `response`'s RunJob directives must lack `spec`;
 // with tail_size == nullopt (no shared spec) every directive is written
-// whole.
+// whole. The other fields follow the directives.
 std::vector<std::optional<std::string>> EncodeHeartbeatResponse(
     const v1::HeartbeatResponse& response, std::optional<size_t> tail_size);
 

@@ -34,6 +34,10 @@ std::string Join(const std::vector<std::optional<std::string>>& pieces,
 TEST(WireCodecTest, FieldNumbersAreThoseOfTheGeneratedCode) {
   EXPECT_EQ(kHeartbeatResponseDirectives,
             v1::HeartbeatResponse::kDirectivesFieldNumber);
+  EXPECT_EQ(kHeartbeatResponseJobCheckpointStep,
+            v1::HeartbeatResponse::kJobCheckpointStepFieldNumber);
+  // EncodeHeartbeatResponse writes these two: a new field needs writing too.
+  EXPECT_EQ(v1::HeartbeatResponse::descriptor()->field_count(), 2);
   EXPECT_EQ(kDirectiveRunJob, v1::Directive::kRunJobFieldNumber);
   EXPECT_EQ(kRunJobDirectiveSpec, v1::RunJobDirective::kSpecFieldNumber);
   EXPECT_EQ(kReportBucketsJobId, v1::ReportBucketsRequest::kJobIdFieldNumber);
@@ -59,9 +63,10 @@ TEST(WireCodecTest, HeartbeatWithASharedSpecParsesAsTheFullResponse) {
   run->set_epoch(1);
   run->set_rank(2);
   run->set_world_size(4);
+  response.set_job_checkpoint_step(1200);
   const std::string tail = EncodeRunJobSpecTail(Spec());
   const auto pieces = EncodeHeartbeatResponse(response, tail.size());
-  ASSERT_EQ(pieces.size(), 3u);  // abort, RunJob head, tail
+  ASSERT_EQ(pieces.size(), 4u);  // abort, RunJob head, tail, the step
   EXPECT_FALSE(pieces[2].has_value());
 
   v1::HeartbeatResponse parsed;

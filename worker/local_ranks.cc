@@ -24,7 +24,8 @@ const std::set<std::string>& FlagsNotPassedOn() {
   static const auto* const flags = new std::set<std::string>{
       "local_ranks", "local_rank", "local_world_size", "name", "host",
       "device", "listen", "port_file", "metrics_listen", "metrics_port_file",
-      "health_listen", "health_port_file", "log_dir", "flagfile", "fromenv",
+      "health_listen", "health_port_file", "log_dir", "control_dir", "flagfile",
+      "fromenv",
       "tryfromenv", "undefok"};
   return *flags;
 }
@@ -92,7 +93,7 @@ absl::StatusOr<std::vector<std::string>> ChildArgv(const LocalRanksPlan& plan,
   const int i = local_index;
   std::vector<std::string> argv = {plan.binary};
   std::string metrics_listen, metrics_port_file, health_listen,
-      health_port_file, port_file, log_dir;
+      health_port_file, port_file, log_dir, control_dir;
   for (const auto& [name, value] : plan.specified_flags) {
     if (name == "metrics_listen") metrics_listen = value;
     if (name == "metrics_port_file") metrics_port_file = value;
@@ -100,6 +101,7 @@ absl::StatusOr<std::vector<std::string>> ChildArgv(const LocalRanksPlan& plan,
     if (name == "health_port_file") health_port_file = value;
     if (name == "port_file") port_file = value;
     if (name == "log_dir") log_dir = value;
+    if (name == "control_dir") control_dir = value;
     if (FlagsNotPassedOn().count(name) > 0) continue;
     argv.push_back(absl::StrCat("--", name, "=", value));
   }
@@ -138,6 +140,9 @@ absl::StatusOr<std::vector<std::string>> ChildArgv(const LocalRanksPlan& plan,
   if (!metrics->empty()) argv.push_back(absl::StrCat("--metrics_listen=", *metrics));
   if (!health->empty()) argv.push_back(absl::StrCat("--health_listen=", *health));
   if (!log_dir.empty()) argv.push_back(absl::StrCat("--log_dir=", log_dir, "/", i));
+  if (!control_dir.empty()) {
+    argv.push_back(absl::StrCat("--control_dir=", control_dir, "/", i));
+  }
   return argv;
 }
 

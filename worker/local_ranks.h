@@ -17,7 +17,7 @@
 //                            a fixed port P becomes P+i; port 0 stays 0
 //   --port_file, --metrics_port_file, --health_port_file
 //                            F becomes F.<i> (each child writes its own)
-//   --log_dir                D becomes D/<i>
+//   --log_dir, --control_dir D becomes D/<i>
 //
 // and every other flag as the supervisor was given it. Children inherit its
 // stdout and stderr (one pod log), run in their own process groups, and die

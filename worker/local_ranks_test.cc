@@ -60,6 +60,7 @@ TEST(LocalRanksTest, ChildArgvOverridesThePerRankFlags) {
                           {"metrics_listen", "0.0.0.0:9100"},
                           {"metrics_port_file", "/tmp/m"},
                           {"log_dir", "/logs"},
+                          {"control_dir", "/run/pshard"},
                           {"token_file", "/secret/token"},
                           {"device", "auto"}};
   plan.name = "node-a";
@@ -83,6 +84,8 @@ TEST(LocalRanksTest, ChildArgvOverridesThePerRankFlags) {
   EXPECT_THAT(argv, Contains("--metrics_listen=0.0.0.0:9101"));
   EXPECT_THAT(argv, Contains("--metrics_port_file=/tmp/m.1"));
   EXPECT_THAT(argv, Contains("--log_dir=/logs/1"));
+  EXPECT_THAT(argv, Contains("--control_dir=/run/pshard/1"));
+  EXPECT_THAT(argv, Not(Contains("--control_dir=/run/pshard")));
   EXPECT_THAT(argv, Not(Contains("--local_ranks=2")));
   EXPECT_THAT(argv, Not(Contains("--name=node-a")));
   EXPECT_THAT(argv, Not(Contains("--port_file=/tmp/p")));

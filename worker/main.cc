@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -35,6 +36,7 @@
 #include "server/reflection_v1.h"
 #include "worker/gpu/backend_choice.h"
 #include "worker/gpu/device.h"
+#include "worker/drain_control.h"
 #include "worker/local_ranks.h"
 #include "worker/program_log_flags.h"
 #include "worker/runtime/agent.h"
@@ -86,6 +88,19 @@ ABSL_FLAG(int, local_rank, -1,
 ABSL_FLAG(int, local_world_size, 0,
           "internal: set by a --local_ranks supervisor on its children (its "
           "--local_ranks)");
+ABSL_FLAG(std::string, control_dir, "",
+          "a directory only this pod can write (an emptyDir), where a "
+          "preStop hook's --drain_and_wait asks this worker to drain "
+          "(worker/drain_control.h); empty: none. A --local_ranks node's "
+          "rank i uses <dir>/<i>");
+ABSL_FLAG(bool, drain_and_wait, false,
+          "instead of running a worker: ask the worker(s) of --control_dir "
+          "to drain (no new job) and wait until each runs no job, or its job "
+          "has committed its next checkpoint, or --drain_timeout passes "
+          "(exit 1); a Kubernetes preStop hook");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Minutes(5),
+          "with --drain_and_wait: how long to wait; keep it below the pod's "
+          "terminationGracePeriodSeconds");
 ABSL_FLAG(int, blas_threads, 0,
           "threads for the mlp workload's BLAS calls; 0: $OPENBLAS_NUM_THREADS "
           "if set, else 1 (one rank per core, as torchrun's OMP_NUM_THREADS=1)");
@@ -136,6 +151,31 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pshard-worker: %s\n",
                  std::string(logging.message()).c_str());
     return 2;
+  }
+
+  if (absl::GetFlag(FLAGS_drain_and_wait)) {
+    // The preStop hook: nothing of a worker's own starts.
+    const std::string dir = absl::GetFlag(FLAGS_control_dir);
+    const absl::Duration timeout = absl::GetFlag(FLAGS_drain_timeout);
+    if (dir.empty() || timeout <= absl::ZeroDuration()) {
+      std::fprintf(stderr,
+                   "pshard-worker: --drain_and_wait needs --control_dir and a "
+                   "positive --drain_timeout\n");
+      return 2;
+    }
+    const absl::Status drained = pshard::worker::DrainAndWait(dir, timeout);
+    if (absl::IsInvalidArgument(drained)) {
+      std::fprintf(stderr, "pshard-worker: %s\n",
+                   std::string(drained.message()).c_str());
+      return 2;
+    }
+    if (!drained.ok()) {
+      std::fprintf(stderr, "pshard-worker: %s\n",
+                   std::string(drained.message()).c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "pshard-worker: drained\n");
+    return 0;
   }
 
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -233,6 +273,19 @@ int main(int argc, char** argv) {
                  "supervisor)\n",
                  local_rank, local_world_size);
     return 2;
+  }
+
+  // Where a preStop hook asks for a drain (worker/drain_control.h).
+  std::optional<pshard::worker::DrainControl> drain_control;
+  if (const std::string dir = absl::GetFlag(FLAGS_control_dir); !dir.empty()) {
+    absl::StatusOr<pshard::worker::DrainControl> opened =
+        pshard::worker::DrainControl::Open(dir);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "pshard-worker: %s\n",
+                   std::string(opened.status().message()).c_str());
+      return 2;
+    }
+    drain_control = *std::move(opened);
   }
 
   // Metrics before the servers that count into them; they outlive both.
@@ -468,9 +521,29 @@ int main(int argc, char** argv) {
             << ", coordinator " << coordinator << ", gloo host " << host
             << ", device " << options.device;
 
-  // Wait for a signal or for a drain to complete.
+  // Wait for a signal or for a drain to complete. A drain asked through
+  // --control_dir (a preStop hook) is answered, and the worker then waits
+  // for the signal that follows it: its job, if it still runs, has a new
+  // checkpoint to restart from. A coordinator's Drain directive ends the
+  // process once drained.
+  bool own_drain = false;
+  bool told_drained = false;
   while (g_signalled == 0) {
-    if (agent->WaitForDrained(absl::Milliseconds(100))) break;
+    if (drain_control.has_value() && !own_drain &&
+        drain_control->DrainRequested()) {
+      own_drain = true;
+      agent->Drain();
+    }
+    if (!agent->WaitForDrained(absl::Milliseconds(100))) continue;
+    if (!own_drain) break;
+    if (!told_drained) {
+      told_drained = true;
+      if (absl::Status marked = drain_control->MarkDrained(); !marked.ok()) {
+        LOG(ERROR) << "--control_dir: " << marked;
+      }
+      LOG(INFO) << "drained; waiting for the signal to stop";
+    }
+    absl::SleepFor(absl::Milliseconds(100));
   }
   const char* why = g_signalled != 0 ? "worker shutting down on a signal"
                                      : "worker drained";

@@ -134,8 +134,9 @@ TEST_F(ProgramE2eTest, TwoRanksSucceedWithTheAgentsEnvironment) {
     EXPECT_EQ(env["PSHARD_COLLECTIVE_TIMEOUT_SECONDS"], "60");
     EXPECT_EQ(env["RANK"], absl::StrCat(rank));
     EXPECT_EQ(env["WORLD_SIZE"], "2");
-    EXPECT_EQ(env["LOCAL_RANK"], "0");
-    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "1");
+    // Both workers are on host 127.0.0.1: the job's two ranks there.
+    EXPECT_EQ(env["LOCAL_RANK"], absl::StrCat(rank));
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
     EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
     int port = 0;
     EXPECT_TRUE(absl::SimpleAtoi(env["MASTER_PORT"], &port) && port > 0 &&

@@ -47,6 +47,21 @@ void Agent::Stop(const absl::Status& reason) {
   if (attach_thread_.joinable()) attach_thread_.join();
 }
 
+void Agent::Drain() {
+  absl::MutexLock lock(&mu_);
+  if (!own_drain_) {
+    LOG(INFO) << "draining: no new job; the running one, if any, runs until "
+                 "it ends or commits its next checkpoint";
+  }
+  own_drain_ = true;
+  draining_ = true;
+  if (!drain_checkpoint_step_.has_value()) {
+    drain_checkpoint_step_ = job_checkpoint_step_;
+  }
+  if (!job_running_) drained_ = true;
+  wake_ = true;  // tell the coordinator at once
+}
+
 bool Agent::WaitForDrained(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   return options_.clock->AwaitWithTimeout(mu_, absl::Condition(&drained_),
@@ -256,6 +271,21 @@ void Agent::Beat() {
     return;
   }
   absl::MutexLock lock(&mu_);
+  if (job_running_) {
+    job_checkpoint_step_ = response->job_checkpoint_step();
+    if (own_drain_ && !drained_) {
+      if (!drain_checkpoint_step_.has_value()) {
+        // Drained before the job's first reply: this is the baseline.
+        drain_checkpoint_step_ = job_checkpoint_step_;
+      } else if (*job_checkpoint_step_ > *drain_checkpoint_step_) {
+        LOG(INFO) << "drained: job " << job_->job_id()
+                  << " committed its checkpoint at step "
+                  << *job_checkpoint_step_
+                  << "; it restarts from there when this worker stops";
+        drained_ = true;
+      }
+    }
+  }
   for (const v1::Directive& directive : response->directives()) {
     switch (directive.directive_case()) {
       case v1::Directive::kRunJob:
@@ -332,6 +362,7 @@ void Agent::StartJob(const v1::RunJobDirective& directive) {
     job_ = std::make_unique<JobRunner>(control_, directive, options);
   }
   job_running_ = true;
+  job_checkpoint_step_.reset();
   RankJob* runner = job_.get();
   // "job j-1 epoch 2 rank 0 of 4": the context of each of the job's lines.
   std::string what =

@@ -17,7 +17,10 @@
 // DrainWorker only stops giving the worker jobs, and the worker is not told).
 // The agent still obeys it as drawn, so that a coordinator may ask a worker
 // to finish its job and exit; agent_test covers it, and pshard-worker exits
-// once WaitForDrained says so.
+// once WaitForDrained says so. The worker drains itself the same way
+// (Drain()): pshard-worker does on SIGTERM with --shutdown_grace, so that a
+// pod being stopped finishes its job first (docs/deploy.md, "Stopping a
+// worker").
 //
 // A heartbeat answered NOT_FOUND (the coordinator forgot us, or restarted
 // without our record) makes the agent register again under the same name and
@@ -104,9 +107,20 @@ class Agent {
   // every thread.
   void Stop(const absl::Status& reason);
 
-  // Blocks until a Drain directive (reserved, see above) has been carried
-  // out (the job, if any, finished) or `timeout` passes on the clock; true
-  // if drained.
+  // Drains on the worker's own initiative (a preStop hook's request,
+  // worker/drain_control.h): the agent takes no new job and reports
+  // DRAINING in its heartbeats (the next one goes at once, so the
+  // coordinator schedules nothing more here and keeps the worker DRAINING
+  // until a new process registers). It is drained once its job, if any, has
+  // ended, or has committed a checkpoint newer than the latest one when the
+  // drain began (HeartbeatResponse.job_checkpoint_step): the job may then
+  // lose this rank and restart from it. The job keeps running meanwhile;
+  // whoever drained the worker stops it. Idempotent.
+  void Drain();
+
+  // Blocks until a Drain directive (reserved, see above) or Drain() has
+  // been carried out (the job, if any, finished) or `timeout` passes on the
+  // clock; true if drained.
   bool WaitForDrained(absl::Duration timeout);
 
   v1::GetWorkerStatusResponse Status() const;
@@ -134,6 +148,14 @@ class Agent {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool drained_ ABSL_GUARDED_BY(mu_) = false;
+  // Drain() was called (not only the directive): a new checkpoint of the
+  // running job also ends the drain.
+  bool own_drain_ ABSL_GUARDED_BY(mu_) = false;
+  // The running job's latest complete checkpoint step, once a heartbeat
+  // reply for it has told.
+  std::optional<int64_t> job_checkpoint_step_ ABSL_GUARDED_BY(mu_);
+  // With own_drain_: that step when the drain began (unset until known).
+  std::optional<int64_t> drain_checkpoint_step_ ABSL_GUARDED_BY(mu_);
   // The current (or last, until reaped) job.
   std::unique_ptr<RankJob> job_ ABSL_GUARDED_BY(mu_);
   std::thread job_thread_ ABSL_GUARDED_BY(mu_);

@@ -187,6 +187,51 @@ TEST_F(AgentTest, DrainFinishesTheJobFirst) {
   EXPECT_EQ(job.state(), v1::SUCCEEDED);
 }
 
+// Drain() is the worker's own drain (pshard-worker on SIGTERM with
+// --shutdown_grace): an idle agent is drained at once, and the coordinator
+// hears DRAINING and gives it nothing more.
+TEST_F(AgentTest, DrainItselfWhenIdleIsDrainedAtOnce) {
+  ASSERT_TRUE(control_->WaitForHeartbeats(1, absl::Seconds(10)));
+  agent_->Drain();
+  EXPECT_TRUE(agent_->WaitForDrained(absl::ZeroDuration()));
+  EXPECT_EQ(agent_->Status().state(), v1::DRAINING);
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        absl::StatusOr<v1::WorkerInfo> w = coordinator_->GetWorker("alpha");
+        return w.ok() && w->state() == v1::DRAINING;
+      },
+      absl::Seconds(10)));
+  // A job submitted now waits: its only worker is draining.
+  const std::string id = Submit("job-5", 3);
+  ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob(id));
+  EXPECT_NE(job.state(), v1::RUNNING);
+  const size_t beats = control_->heartbeat_log().size();
+  ASSERT_TRUE(control_->WaitForHeartbeats(beats + 2, absl::Seconds(10)));
+  EXPECT_EQ(agent_->Status().job_id(), "");
+  EXPECT_TRUE(control_->results().empty());
+}
+
+// A busy agent's own drain lets the job run to its end: it reports DRAINING
+// with the job meanwhile, and is drained once the job has succeeded.
+TEST_F(AgentTest, DrainItselfWhenBusyFinishesTheJobFirst) {
+  const std::string id = Submit("job-6", 200);
+  ASSERT_TRUE(WaitUntil([&] { return agent_->Status().step() >= 1; },
+                        absl::Seconds(20)));
+  agent_->Drain();
+  EXPECT_EQ(agent_->Status().state(), v1::DRAINING);
+  EXPECT_TRUE(agent_->WaitForDrained(absl::Seconds(60)));
+  ASSERT_EQ(control_->results().size(), 1u);
+  EXPECT_TRUE(control_->results()[0].ok()) << control_->results()[0].error();
+  EXPECT_EQ(control_->results()[0].final_step(), 200);
+  ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->WaitForJobState(
+                                        id, v1::SUCCEEDED, absl::Seconds(10)));
+  bool draining_with_job = false;
+  for (const auto& beat : control_->heartbeat_log()) {
+    draining_with_job |= beat.state() == v1::DRAINING && beat.job_id() == id;
+  }
+  EXPECT_TRUE(draining_with_job);
+}
+
 TEST_F(AgentTest, StopAbortsRunningJob) {
   Submit("job-4", 100000000);
   ASSERT_TRUE(WaitUntil([&] { return agent_->Status().step() > 1; },
