@@ -22,13 +22,20 @@ except ImportError:  # A Python without PyYAML: Debian's has it (python3-yaml).
         os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
     raise
 
-# What can be applied: the two overlays, the example Job, the pod to run
-# pshardctl in, and the cert-manager objects that issue the TLS Secrets.
-OVERLAYS = ("overlays/cpu", "overlays/gpu")
+# What can be applied: the overlays, each also with the shared-storage
+# component (as an operator's own overlay composes them: "OVERLAY+COMPONENT"
+# renders a kustomization with the overlay as its resource and the
+# component), the example Job, the pod to run pshardctl in, and the
+# cert-manager objects that issue the TLS Secrets.
+OVERLAYS = ("overlays/cpu", "overlays/cpu-local-ranks", "overlays/gpu")
+GPU_OVERLAYS = ("overlays/gpu",)
+SHARED_STORAGE = "components/shared-storage"
+WITH_SHARED_STORAGE = tuple(f"{o}+{SHARED_STORAGE}" for o in OVERLAYS)
+DEPLOYMENTS = OVERLAYS + WITH_SHARED_STORAGE
 EXAMPLE = "examples/mlp-job"
 TOOLBOX = "examples/pshardctl"
 CERT_MANAGER = "examples/cert-manager"
-TARGETS = OVERLAYS + (EXAMPLE, TOOLBOX, CERT_MANAGER)
+TARGETS = DEPLOYMENTS + (EXAMPLE, TOOLBOX, CERT_MANAGER)
 
 # The command of a container that only idles, for `kubectl exec`.
 IDLE_COMMAND = ["/bin/sleep", "infinity"]
@@ -77,9 +84,37 @@ def _copied_tree():
     return _copy
 
 
+def overlay_of(target):
+    """The overlay a deployment target starts from ("overlays/gpu" of
+    "overlays/gpu+components/shared-storage")."""
+    return target.split("+")[0]
+
+
+def is_gpu(target):
+    return overlay_of(target) in GPU_OVERLAYS
+
+
+def _kustomization_dir(target):
+    """The directory `kubectl kustomize` renders for `target`: the target's
+    own, or for "OVERLAY+COMPONENT..." one made beside the copied tree whose
+    kustomization.yaml has the overlay as resource and the components."""
+    root = _copied_tree()
+    overlay, *components = target.split("+")
+    if not components:
+        return os.path.join(root, target)
+    d = os.path.join(root, "composed", re.sub(r"[^A-Za-z0-9]+", "-", target))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "kustomization.yaml"), "w") as f:
+        yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                        "resources": [os.path.join("..", "..", overlay)],
+                        "components": [os.path.join("..", "..", c) for c in components]}, f)
+    return d
+
+
 def render_text(target):
-    """`kubectl kustomize` output (YAML) for a target such as "overlays/cpu"."""
-    result = subprocess.run([kubectl(), "kustomize", os.path.join(_copied_tree(), target)],
+    """`kubectl kustomize` output (YAML) for a target such as "overlays/cpu"
+    or "overlays/cpu+components/shared-storage"."""
+    result = subprocess.run([kubectl(), "kustomize", _kustomization_dir(target)],
                             capture_output=True, text=True, timeout=60)
     if result.returncode != 0:
         raise RuntimeError(f"kubectl kustomize {target} failed: {result.stderr.strip()}")
@@ -93,7 +128,9 @@ def render(target):
     """The rendered objects of `target`, as dicts (a fresh copy each call)."""
     if target not in _rendered:
         _rendered[target] = render_text(target)
-    return [d for d in yaml.safe_load_all(_rendered[target]) if d is not None]
+    # libyaml's parser where PyYAML has it (Debian's does): many times faster.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [d for d in yaml.load_all(_rendered[target], Loader=loader) if d is not None]
 
 
 def find(objects, kind, name=None):
@@ -119,6 +156,14 @@ def container(workload, name=None):
         assert len(containers) == 1, "expected one container"
         return containers[0]
     return next(c for c in containers if c["name"] == name)
+
+
+def local_ranks(c):
+    """The ranks container `c` runs: its pshard-worker --local_ranks (1
+    without one)."""
+    values = [a.split("=", 1)[1] for a in c.get("args", []) if a.startswith("--local_ranks=")]
+    assert len(values) <= 1, f"{c['name']}: --local_ranks given {len(values)} times"
+    return int(values[0]) if values else 1
 
 
 def config_map_data(objects, name):

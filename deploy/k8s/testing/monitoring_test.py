@@ -94,8 +94,7 @@ class PodMonitorTest(unittest.TestCase):
         monitor = yaml.safe_load(read("deploy/k8s/monitoring/podmonitor.yaml"))
         self.assertEqual(monitor["apiVersion"], "monitoring.coreos.com/v1")
         self.assertEqual(monitor["kind"], "PodMonitor")
-        ports = {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]}
-        for overlay in m.OVERLAYS:
+        for overlay in m.DEPLOYMENTS:
             objects = m.render(overlay)
             namespace = m.one(objects, "Namespace")["metadata"]["name"]
             self.assertEqual(monitor["metadata"]["namespace"], namespace)
@@ -105,10 +104,34 @@ class PodMonitorTest(unittest.TestCase):
                     workload = m.one(objects, kind, name)
                     labels = workload["spec"]["template"]["metadata"]["labels"]
                     self.assertTrue(m.labels_match(monitor["spec"]["selector"], labels))
-                    served = {p["name"] for c in m.pod_spec(workload)["containers"]
-                              for p in c.get("ports", [])}
-                    self.assertTrue(ports & served, f"{name} serves none of {ports}")
+                    c = m.container(workload)
+                    # Every rank's --metrics_listen port (rank i: base + i),
+                    # and no other port, is a target.
+                    listen = next(a for a in c["args"] if a.startswith("--metrics_listen="))
+                    base = int(listen.rsplit(":", 1)[1])
+                    ranks = m.local_ranks(c)
+                    scraped = {p["containerPort"] for p in c.get("ports", [])
+                               if scraped_port(monitor, p)}
+                    self.assertEqual(scraped, set(range(base, base + ranks)),
+                                     f"{name} ({ranks} ranks): the PodMonitor scrapes {sorted(scraped)}")
 
+
+def scraped_port(monitor, port):
+    """Whether one of the PodMonitor's endpoints makes a target of the named
+    container port `port`: an endpoint's `port` selects that name, and its
+    keep relabelings on the port name must match it (Prometheus anchors
+    relabeling regexes)."""
+    for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+        if "port" in endpoint and endpoint["port"] != port.get("name"):
+            continue
+        kept = True
+        for r in endpoint.get("relabelings", []):
+            if r.get("action") == "keep" and \
+                    r["sourceLabels"] == ["__meta_kubernetes_pod_container_port_name"]:
+                kept = kept and re.fullmatch(r["regex"], port.get("name", "")) is not None
+        if kept:
+            return True
+    return False
 
 if __name__ == "__main__":
     unittest.main()

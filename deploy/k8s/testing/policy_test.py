@@ -13,6 +13,7 @@ carries."""
 
 import hashlib
 import json
+import math
 import os
 import re
 import unittest
@@ -39,7 +40,8 @@ FLAGS = {
         | TRANSPORT_FLAGS | SERVER_ACCESS_FLAGS,
     "/usr/local/bin/pshard-worker": {
         "coordinator", "name", "listen", "port_file", "host", "advertise_host", "device",
-        "metrics_listen", "health_listen", "health_port_file"}
+        "metrics_listen", "health_listen", "health_port_file", "local_ranks", "control_dir",
+        "drain_and_wait", "drain_timeout"}
         | TRANSPORT_FLAGS | SERVER_ACCESS_FLAGS | CLIENT_TOKEN_FLAGS,
     "/usr/local/bin/pshardctl": {
         "coordinator", "output", "watch", "state", "limit", "include_lost", "reason",
@@ -70,6 +72,42 @@ TLS_FILE_ENV = ("PSHARD_TLS_CA", "PSHARD_TLS_CERT", "PSHARD_TLS_KEY")
 HEALTH_PORT = 8081
 
 
+# Cluster-scoped kinds: no namespace.
+CLUSTER_SCOPED = ("Namespace", "PriorityClass")
+# Time a worker pod needs after its preStop hook to stop: SIGTERM aborts its
+# job, a --local_ranks supervisor gives its ranks 20 s before SIGKILL
+# (worker/local_ranks.h); the rest is slack.
+STOP_AFTER_DRAIN_S = 30
+# What the kubelet's resourceFieldRef cannot give (extended resources): GPUs.
+GPU = "nvidia.com/gpu"
+# Every pod runs as this user (the images' pshard user).
+POD_USER = 65532
+
+
+def duration_seconds(text):
+    """An absl/Go duration flag ("540s", "9m", "1h30m") in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)(h|ms|us|ns|m|s)", text)
+    assert parts and "".join(a + u for a, u in parts) == text, f"not a duration: {text!r}"
+    return sum(float(a) * units[u] for a, u in parts)
+
+
+def port_covered(rule, port):
+    """Whether a NetworkPolicy ingress rule's ports include `port` (a rule
+    without ports covers every port; endPort makes a range)."""
+    if "ports" not in rule:
+        return True
+    return any(p["port"] <= port <= p.get("endPort", p["port"]) for p in rule["ports"])
+
+
+def rank_ports(c, flag):
+    """The ports of every local rank of container `c` for a listen flag
+    (--listen, --health_listen, --metrics_listen): rank i serves base + i."""
+    listen = flag_values(c.get("args", []))[flag]
+    base = int(listen.rsplit(":", 1)[1])
+    return list(range(base, base + m.local_ranks(c)))
+
+
 def health_port(c):
     """The port of the container's --health_listen."""
     listen = flag_values(c.get("args", [])).get("health_listen")
@@ -90,7 +128,7 @@ class OverlayTest(unittest.TestCase):
 
     def each_overlay(self):
         """(overlay, rendered objects) of each overlay."""
-        return [(overlay, m.render(overlay)) for overlay in m.OVERLAYS]
+        return [(overlay, m.render(overlay)) for overlay in m.DEPLOYMENTS]
 
     def test_renders_every_part(self):
         for overlay, objs in self.each_overlay():
@@ -103,7 +141,7 @@ class OverlayTest(unittest.TestCase):
                     self.assertIn(part, kinds)
                 self.assertTrue(any(k.startswith("ConfigMap/pshard-config-") for k in kinds))
                 self.assertEqual(len(kinds), len(set(kinds)), "duplicate objects")
-                namespaced = [o for o in objs if o["kind"] != "Namespace"]
+                namespaced = [o for o in objs if o["kind"] not in CLUSTER_SCOPED]
                 self.assertEqual({o["metadata"].get("namespace") for o in namespaced}, {"pshard"})
 
     def test_coordinator_is_one_pod_replaced_by_recreate(self):
@@ -230,9 +268,8 @@ class OverlayTest(unittest.TestCase):
                 env = m.container_env(objs, c, {"name": "w", "namespace": "pshard", "ip": "10.0.0.9"})
                 device = flag_values([m.expand(a, env) for a in c["args"]])["device"]
                 limits = c["resources"]["limits"]
-                if overlay.endswith("gpu"):
-                    self.assertEqual(str(limits.get("nvidia.com/gpu")), "1")
-                    self.assertEqual(str(c["resources"]["requests"].get("nvidia.com/gpu")), "1")
+                if m.is_gpu(overlay):
+                    self.assertGreaterEqual(int(limits.get(GPU, 0)), 1)
                     self.assertTrue(device.startswith("cuda:") or device == "auto", device)
                     self.assertIn("/worker-gpu:", c["image"])
                 else:
@@ -255,7 +292,7 @@ class OverlayTest(unittest.TestCase):
 
                 def admitted(labels, port=7070):
                     for rule in spec.get("ingress", []):
-                        if "ports" in rule and port not in [p["port"] for p in rule["ports"]]:
+                        if not port_covered(rule, port):
                             continue
                         if "from" not in rule:
                             return True  # from everywhere
@@ -296,20 +333,240 @@ class OverlayTest(unittest.TestCase):
                                            for f in r.get("from", []))]
                     self.assertTrue(peers_all_ports, "collective traffic between workers is blocked")
 
-    def test_worker_network_policy_admits_the_kubelet_to_the_health_port_only(self):
+    def test_worker_network_policy_admits_the_kubelet_to_the_health_ports_only(self):
         for overlay, objs in self.each_overlay():
             with self.subTest(overlay=overlay):
                 sts = m.one(objs, "StatefulSet", WORKER)
                 worker_labels = sts["spec"]["template"]["metadata"]["labels"]
-                port = health_port(m.container(sts))
+                health = rank_ports(m.container(sts), "health_listen")
                 rules = [r for p in m.find(objs, "NetworkPolicy")
                          if m.labels_match(p["spec"]["podSelector"], worker_labels)
                          for r in p["spec"]["ingress"]]
                 open_rules = [r for r in rules if "from" not in r]
                 self.assertTrue(open_rules, "the kubelet cannot probe the workers")
                 for r in open_rules:
-                    self.assertEqual([p["port"] for p in r.get("ports", [])], [port],
-                                     "a rule from everywhere opens more than the health port")
+                    # Every rank's health port (rank i: base + i), nothing else.
+                    self.assertEqual([(p["port"], p.get("endPort", p["port"])) for p in r.get("ports", [])],
+                                     [(health[0], health[-1])],
+                                     "a rule from everywhere opens more than the ranks' health ports")
+
+    def test_worker_network_policy_admits_every_rank(self):
+        # A --local_ranks pod serves each rank's status (pshardctl logs
+        # dials it) and metrics on ports of its own: clients and Prometheus
+        # must reach all of them.
+        client_labels = m.one(m.render(m.TOOLBOX), "Deployment")["spec"]["template"]["metadata"]["labels"]
+        scraper = {"pshard.io/metrics-scraper": "true"}
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                sts = m.one(objs, "StatefulSet", WORKER)
+                c = m.container(sts)
+                labels = sts["spec"]["template"]["metadata"]["labels"]
+                rules = [r for p in m.find(objs, "NetworkPolicy")
+                         if m.labels_match(p["spec"]["podSelector"], labels)
+                         for r in p["spec"]["ingress"]]
+
+                def admitted(peer, port):
+                    return any(port_covered(r, port) and any(
+                        m.labels_match(f["podSelector"], peer) for f in r.get("from", []))
+                        for r in rules)
+                for port in rank_ports(c, "listen"):
+                    self.assertTrue(admitted(client_labels, port), f"clients cannot reach status port {port}")
+                for port in rank_ports(c, "metrics_listen"):
+                    self.assertTrue(admitted(scraper, port), f"Prometheus cannot scrape port {port}")
+                # Nothing past the last rank.
+                self.assertFalse(admitted(client_labels, rank_ports(c, "listen")[-1] + 1))
+                self.assertFalse(admitted(scraper, rank_ports(c, "metrics_listen")[-1] + 1))
+
+    def test_servers_have_guaranteed_qos(self):
+        # requests == limits for every resource of every container, CPU and
+        # memory given: the pod's QoS class is Guaranteed.
+        for overlay, objs in self.each_overlay():
+            for kind, name in (("Deployment", COORDINATOR), ("StatefulSet", WORKER)):
+                for c in m.pod_spec(m.one(objs, kind, name))["containers"]:
+                    with self.subTest(overlay=overlay, container=c["name"]):
+                        requests = c.get("resources", {}).get("requests", {})
+                        limits = c.get("resources", {}).get("limits", {})
+                        for key in ("cpu", "memory"):
+                            self.assertIn(key, limits, f"{c['name']}: no {key} limit")
+                        self.assertEqual(set(requests), set(limits),
+                                         f"{c['name']}: requests and limits name different resources")
+                        for key, limit in limits.items():
+                            self.assertEqual(m.quantity(requests[key]), m.quantity(limit),
+                                             f"{c['name']}: {key} request {requests[key]} != limit {limit}")
+
+    def test_disruption_budgets_allow_a_node_drain(self):
+        # `kubectl drain` evicts through the budgets: one that allows no
+        # disruption (maxUnavailable 0, minAvailable = replicas) blocks it
+        # forever. The workers go one at a time.
+        for overlay, objs in self.each_overlay():
+            for pdb in m.find(objs, "PodDisruptionBudget"):
+                with self.subTest(overlay=overlay, budget=pdb["metadata"]["name"]):
+                    selected = [o for o, t in pods(objs)
+                                if m.labels_match(pdb["spec"]["selector"], t["metadata"]["labels"])]
+                    self.assertEqual(len(selected), 1, "a budget selects one workload")
+                    replicas = selected[0]["spec"].get("replicas", 1)
+                    self.assertEqual(allowed_disruptions(pdb["spec"], replicas),
+                                     1, f"{pdb['metadata']['name']}: {pdb['spec']} with {replicas} replicas")
+                    # A crash-looping pod never blocks a drain either.
+                    self.assertEqual(pdb["spec"].get("unhealthyPodEvictionPolicy"), "AlwaysAllow")
+
+    def test_worker_pre_stop_drains_within_the_grace_period(self):
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                sts = m.one(objs, "StatefulSet", WORKER)
+                spec = m.pod_spec(sts)
+                c = m.container(sts)
+                hook = c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
+                self.assertTrue(hook, "the worker has no preStop exec hook")
+                # The worker's own binary, drain mode, the worker's control
+                # directory. The kubelet expands no $(VAR) in a hook.
+                self.assertEqual(hook[0], c["command"][0])
+                self.assertFalse([a for a in hook if "$(" in a], f"a $(VAR) in the hook: {hook}")
+                flags = flag_values(hook[1:])
+                self.assertIn("drain_and_wait", flags)
+                self.assertIsNone(flags["drain_and_wait"])
+                self.assertEqual(flags.get("control_dir"), flag_values(c["args"]).get("control_dir"),
+                                 "the hook and the worker use different --control_dir")
+                # On a volume of the pod's own that the worker can write.
+                mount = next((vm for vm in c["volumeMounts"]
+                              if vm["mountPath"].rstrip("/") == flags["control_dir"].rstrip("/")), None)
+                self.assertIsNotNone(mount, f"--control_dir={flags['control_dir']} is not a mounted volume")
+                self.assertFalse(mount.get("readOnly", False))
+                volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+                self.assertIn("emptyDir", volume, "the control directory is the pod's own (emptyDir)")
+                # The drain ends before the grace period does, with time left
+                # to stop after it.
+                drain = duration_seconds(flags["drain_timeout"])
+                grace = spec.get("terminationGracePeriodSeconds", 30)
+                self.assertLess(drain, grace)
+                self.assertGreaterEqual(grace - drain, STOP_AFTER_DRAIN_S,
+                                        f"--drain_timeout={flags['drain_timeout']} leaves "
+                                        f"{grace - drain:g} s of the {grace} s grace period to stop")
+
+    def test_every_gpu_of_the_pod_has_a_rank(self):
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                c = m.container(m.one(objs, "StatefulSet", WORKER))
+                ranks = m.local_ranks(c)
+                self.assertTrue(1 <= ranks <= 64, f"--local_ranks={ranks}")
+                env = m.container_env(objs, c, {"name": "w", "namespace": "pshard", "ip": "10.0.0.9"})
+                device = flag_values([m.expand(a, env) for a in c["args"]])["device"]
+                if m.is_gpu(overlay):
+                    self.assertEqual(int(c["resources"]["limits"][GPU]), ranks,
+                                     f"{GPU} limit != --local_ranks={ranks}")
+                    # Rank i on cuda:i; one cuda:K cannot serve several ranks.
+                    if ranks > 1:
+                        self.assertEqual(device, "auto")
+                else:
+                    self.assertEqual(device, "cpu")
+
+    def test_gpu_workers_are_one_pod_per_node(self):
+        for overlay, objs in self.each_overlay():
+            if not m.is_gpu(overlay):
+                continue
+            with self.subTest(overlay=overlay):
+                sts = m.one(objs, "StatefulSet", WORKER)
+                labels = sts["spec"]["template"]["metadata"]["labels"]
+                terms = (m.pod_spec(sts).get("affinity", {}).get("podAntiAffinity", {})
+                         .get("requiredDuringSchedulingIgnoredDuringExecution", []))
+                self.assertTrue(any(t["topologyKey"] == "kubernetes.io/hostname"
+                                    and m.labels_match(t["labelSelector"], labels)
+                                    and not t.get("namespaces") for t in terms),
+                                "no required anti-affinity keeps worker pods on separate nodes")
+
+    def test_ranks_share_the_pod_cpus(self):
+        # Each rank's BLAS threads times the ranks fit the pod's CPUs.
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                c = m.container(m.one(objs, "StatefulSet", WORKER))
+                env = m.container_env(objs, c, {"name": "w", "namespace": "pshard", "ip": "10.0.0.9"})
+                threads = int(env["OPENBLAS_NUM_THREADS"])
+                cpus = m.quantity(c["resources"]["limits"]["cpu"])
+                self.assertGreaterEqual(threads, 1)
+                self.assertLessEqual(threads * m.local_ranks(c), cpus,
+                                     f"{m.local_ranks(c)} ranks x {threads} threads > {cpus:g} CPUs")
+
+    def test_dev_shm_fits_the_ranks_and_the_memory_limit(self):
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                sts = m.one(objs, "StatefulSet", WORKER)
+                c = m.container(sts)
+                mount = next(vm for vm in c["volumeMounts"] if vm["mountPath"] == "/dev/shm")
+                vol = next(v for v in m.pod_spec(sts)["volumes"] if v["name"] == mount["name"])
+                size = m.quantity(vol["emptyDir"]["sizeLimit"])
+                # At least 1 GiB a rank (the runtime's default is 64 MiB),
+                # and it counts against the container's memory limit.
+                self.assertGreaterEqual(size, m.local_ranks(c) * 2**30)
+                self.assertLess(size, m.quantity(c["resources"]["limits"]["memory"]))
+
+    def test_priority_classes_are_set_and_shipped(self):
+        for overlay, objs in self.each_overlay():
+            with self.subTest(overlay=overlay):
+                classes = {p["metadata"]["name"]: p for p in m.find(objs, "PriorityClass")}
+                value = {}
+                for kind, name in (("Deployment", COORDINATOR), ("StatefulSet", WORKER)):
+                    pc = m.pod_spec(m.one(objs, kind, name)).get("priorityClassName")
+                    self.assertIn(pc, classes, f"{name}: priorityClassName {pc!r} is not shipped")
+                    value[name] = classes[pc]["value"]
+                for pc in classes.values():
+                    self.assertFalse(pc.get("globalDefault", False), "pshard's class is the cluster's default")
+                    # User classes stay at or below 1e9 (above is the system's).
+                    self.assertLessEqual(pc["value"], 10**9)
+                # Without the coordinator nothing runs: it outranks its workers.
+                self.assertGreater(value[COORDINATOR], value[WORKER])
+
+
+def allowed_disruptions(spec, replicas):
+    """How many of `replicas` healthy pods a PodDisruptionBudget lets be
+    evicted at once (percentages round up, as the disruption controller
+    rounds them)."""
+    def count(v):
+        if isinstance(v, str) and v.endswith("%"):
+            return math.ceil(replicas * int(v[:-1]) / 100)
+        return int(v)
+    if "maxUnavailable" in spec:
+        return count(spec["maxUnavailable"])
+    return replicas - count(spec["minAvailable"])
+
+
+class SharedStorageTest(unittest.TestCase):
+    """components/shared-storage: one ReadWriteMany claim, mounted at the
+    same path in the coordinator and every worker (output_dir and
+    checkpoints: ranks write shards, the coordinator the manifest)."""
+
+    def test_mounts_one_rwx_claim_at_the_same_path_everywhere(self):
+        for target in m.WITH_SHARED_STORAGE:
+            with self.subTest(target=target):
+                objs = m.render(target)
+                workloads = [m.one(objs, "Deployment", COORDINATOR), m.one(objs, "StatefulSet", WORKER)]
+                rwx = [p for p in m.find(objs, "PersistentVolumeClaim")
+                       if "ReadWriteMany" in p["spec"]["accessModes"]]
+                self.assertEqual(len(rwx), 1, "one ReadWriteMany claim")
+                claim = rwx[0]["metadata"]["name"]
+                self.assertEqual(rwx[0]["metadata"].get("namespace"), "pshard")
+                paths = set()
+                for w in workloads:
+                    spec = m.pod_spec(w)
+                    volumes = [v for v in spec["volumes"]
+                               if v.get("persistentVolumeClaim", {}).get("claimName") == claim]
+                    self.assertEqual(len(volumes), 1, f"{w['metadata']['name']} does not mount {claim}")
+                    self.assertEqual(set(volumes[0]) - {"name"}, {"persistentVolumeClaim"})
+                    for c in spec["containers"]:
+                        mounts = [vm for vm in c["volumeMounts"] if vm["name"] == volumes[0]["name"]]
+                        self.assertEqual(len(mounts), 1, f"{c['name']}: {claim} not mounted once")
+                        self.assertFalse(mounts[0].get("readOnly", False))
+                        self.assertNotIn("subPath", mounts[0])
+                        paths.add(mounts[0]["mountPath"])
+                        # Nothing else is mounted at or over that path.
+                        others = [vm["mountPath"] for vm in c["volumeMounts"] if vm is not mounts[0]
+                                  and (vm["mountPath"] + "/").startswith(mounts[0]["mountPath"] + "/")]
+                        self.assertEqual(others, [], c["name"])
+                self.assertEqual(len(paths), 1, f"{claim} is mounted at {sorted(paths)}")
+                # The path the workers' output volume had without it, which
+                # docs/deploy.md tells job specs to use.
+                plain = m.container(m.one(m.render(m.overlay_of(target)), "StatefulSet", WORKER))
+                output = next(vm["mountPath"] for vm in plain["volumeMounts"] if vm["name"] == "output")
+                self.assertEqual(paths, {output})
 
 
 class EveryObjectTest(unittest.TestCase):
@@ -499,7 +756,7 @@ class AccessTest(unittest.TestCase):
 
     def test_every_server_reads_the_digest_file_from_pshard_auth(self):
         _, access = m.access_secrets(2)
-        for overlay in m.OVERLAYS:
+        for overlay in m.DEPLOYMENTS:
             objs = m.render(overlay)
             for kind, name in (("Deployment", COORDINATOR), ("StatefulSet", WORKER)):
                 with self.subTest(overlay=overlay, server=name):
@@ -517,10 +774,14 @@ class AccessTest(unittest.TestCase):
                         self.assertRegex(token, r"^sha256:[0-9a-f]{64}$")
 
     def test_each_worker_presents_its_own_token(self):
-        for overlay in m.OVERLAYS:
+        made = {}  # replicas -> the Secrets for that many pods (made once)
+        for overlay in m.DEPLOYMENTS:
             objs = m.render(overlay)
             sts = m.one(objs, "StatefulSet", WORKER)
-            _, access = m.access_secrets(sts["spec"]["replicas"])
+            replicas = sts["spec"]["replicas"]
+            if replicas not in made:
+                made[replicas] = m.access_secrets(replicas)[1]
+            access = made[replicas]
             principals = {t: (n, r) for t, n, r in m.parse_token_file(access[m.AUTH_SECRET]["tokens"])}
             c = m.container(sts)
             seen = set()
@@ -543,7 +804,7 @@ class AccessTest(unittest.TestCase):
 
     def test_workers_advertise_a_name_their_certificate_carries(self):
         certs = {c["spec"]["secretName"]: c for c in m.find(m.render(m.CERT_MANAGER), "Certificate")}
-        for overlay in m.OVERLAYS:
+        for overlay in m.DEPLOYMENTS:
             objs = m.render(overlay)
             sts = m.one(objs, "StatefulSet", WORKER)
             svc = m.one(objs, "Service", sts["spec"]["serviceName"])
@@ -590,7 +851,7 @@ class TlsTest(unittest.TestCase):
     """The servers' TLS settings and the certificates that match them."""
 
     def test_servers_require_client_certificates(self):
-        for overlay in m.OVERLAYS:
+        for overlay in m.DEPLOYMENTS:
             objs = m.render(overlay)
             for kind, name in (("Deployment", COORDINATOR), ("StatefulSet", WORKER)):
                 with self.subTest(overlay=overlay, server=name):
@@ -666,7 +927,7 @@ class ExampleJobTest(unittest.TestCase):
         self.assertEqual(spec["optimizer"]["kind"], "ADAM")
         # The job fits the smallest worker pool of the overlays.
         pool = min(m.one(m.render(o), "StatefulSet", WORKER)["spec"]["replicas"]
-                   for o in m.OVERLAYS)
+                   for o in m.DEPLOYMENTS)
         self.assertLessEqual(spec["worldSize"], pool)
 
     def test_client_reaches_the_coordinator_service(self):
