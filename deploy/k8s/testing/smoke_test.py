@@ -9,7 +9,9 @@ StatefulSet's worker pods (pshard-worker-0, -1, ...) and the example Job's
 `pshardctl submit --watch`. It runs the manifests' gRPC probes with the same
 check the kubelet makes (grpc_health_probe), keeps probing the workers'
 liveness while the job trains, waits for the job to succeed, and stops
-everything with SIGTERM, as Kubernetes does, expecting a clean exit.
+everything as Kubernetes does: a container's preStop hook first (the
+workers' drain, which must succeed and leave the worker DRAINING), then
+SIGTERM, expecting a clean exit.
 
 What is simulated, and how:
 - Service names: "<service>[.<namespace>[.svc[.cluster.local]]]:<port>" in
@@ -147,6 +149,7 @@ class Pod:
         self.port_file = os.path.join(self.dir, "port")
         self.ports = {}  # container port -> bound port on 127.0.0.1
         self.process = None
+        self.pre_stop_status = None
         self.log_path = os.path.join(self.dir, "log")
         self.mounts = self._mount_volumes()
 
@@ -276,16 +279,39 @@ class Pod:
         except AssertionError as e:
             raise AssertionError(f"{e}: {last}\n{self.tail()}")
 
-    def terminate(self, grace):
-        """SIGTERM, then SIGKILL after the grace period; the exit status."""
+    def run_pre_stop(self, grace):
+        """The container's preStop exec hook, as the kubelet runs it before
+        SIGTERM: the command in the container (its environment and volumes;
+        no $(VAR) expansion in a hook), for at most the grace period. Its
+        exit status, or None without a hook."""
+        hook = self.container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
+        if not hook or self.process is None or self.process.poll() is not None:
+            return None
+        binary, entrypoint, _ = image_binary(self.container["image"])
+        assert hook[0] == entrypoint, f"{self.name}: the hook runs {hook[0]}, the image has {entrypoint}"
+        _, env = self.argv_and_env()
+        with open(os.path.join(self.dir, "pre-stop.log"), "w") as log:
+            try:
+                r = subprocess.run([binary] + [self.rewrite(a) for a in hook[1:]], env=env,
+                                   cwd=self.dir, stdout=log, stderr=subprocess.STDOUT, timeout=grace)
+            except subprocess.TimeoutExpired:
+                return "ran past the grace period"
+        return r.returncode
+
+    def terminate(self, grace, pre_stop=True):
+        """The preStop hook (unless `pre_stop` is False: it ran already),
+        SIGTERM, then SIGKILL after the grace period; the exit status."""
         if self.process is None:
             return None
         try:
             if self.process.poll() is not None:
                 return self.process.returncode
+            started = time.monotonic()
+            if pre_stop:
+                self.pre_stop_status = self.run_pre_stop(grace)
             self.process.send_signal(signal.SIGTERM)
             try:
-                return self.process.wait(timeout=grace)
+                return self.process.wait(timeout=max(grace - (time.monotonic() - started), 0.1))
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
@@ -360,12 +386,13 @@ class Cluster:
         self.pods.append(pod)
         return pod
 
-    def replace(self, pod, name, grace):
-        """Stops `pod` as Kubernetes does (SIGTERM, then SIGKILL after the
-        grace period) and starts its replacement from the same workload and
-        volumes; a pod behind a ClusterIP Service keeps its loopback port, as
-        the Service keeps its address. Returns (old exit status, new pod)."""
-        status = pod.terminate(grace)
+    def replace(self, pod, name, grace, pre_stop=True):
+        """Stops `pod` as Kubernetes does (its preStop hook unless `pre_stop`
+        is False, SIGTERM, then SIGKILL after the grace period) and starts its
+        replacement from the same workload and volumes; a pod behind a
+        ClusterIP Service keeps its loopback port, as the Service keeps its
+        address. Returns (old exit status, new pod)."""
+        status = pod.terminate(grace, pre_stop)
         self.pods.remove(pod)
         behind_service = any(
             m.labels_match({"matchLabels": svc["spec"].get("selector", {})}, pod.labels)
@@ -389,7 +416,7 @@ class SmokeTest(unittest.TestCase):
 
     def stop_all(self):
         for pod in reversed(self.cluster.pods):
-            pod.terminate(5)
+            pod.terminate(5, pre_stop=False)
 
     def pshardctl(self, *args, timeout=30, token=True):
         """pshardctl from the client image, as a debugging pod would run it
@@ -541,10 +568,19 @@ class SmokeTest(unittest.TestCase):
         # The workers heartbeat to the new process: a second run succeeds.
         self.run_example_job("pshard-example-mlp-fghij")
 
-        # A restarted worker pod keeps its name, so its worker id.
+        # A restarted worker pod keeps its name, so its worker id. The
+        # kubelet runs its preStop hook first: the worker drains (idle, at
+        # once), and the coordinator schedules nothing more on it.
         ids = {w["name"]: w["id"] for w in pool}
         old = workers[-1]
-        _, new = self.cluster.replace(old, old.name, grace(old))
+        self.assertEqual(old.run_pre_stop(grace(old)), 0,
+                         f"{old.name}'s preStop hook failed:\n{read(os.path.join(old.dir, 'pre-stop.log'))}")
+        r = self.pshardctl("workers", "--output=json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        states = {w["name"]: w.get("state") for w in json.loads(r.stdout)["workers"]}
+        self.assertEqual(states[old.name], "DRAINING", states)
+        self.assertIsNone(old.process.poll(), "the hook stopped the worker: the kubelet's SIGTERM does")
+        _, new = self.cluster.replace(old, old.name, grace(old), pre_stop=False)
         workers[-1] = new
         new.wait_bound(30)
         new.wait_started()
@@ -571,10 +607,13 @@ class SmokeTest(unittest.TestCase):
                             f"{name}: liveness failed {longest} times in a row during the job: "
                             f"{[out for ok, out in results if not ok][:3]}")
 
-        # Kubernetes stops pods with SIGTERM; the binaries exit 0.
+        # Kubernetes stops pods with their preStop hook (the workers' drain),
+        # then SIGTERM; the hooks and the binaries exit 0.
         for pod in workers + [coordinator]:
             self.assertEqual(pod.terminate(grace(pod)), 0,
                              f"{pod.name} did not exit cleanly on SIGTERM:\n{pod.tail()}")
+        for pod in workers:
+            self.assertEqual(pod.pre_stop_status, 0, f"{pod.name}'s preStop hook")
         # The coordinator's state is on the claim.
         self.assertTrue(os.listdir(os.path.join(self.root, "pvc", "pshard-coordinator-state")))
 
