@@ -1,8 +1,9 @@
 """Smoke test of the Kubernetes deployment, without a cluster.
 
 Plays the kubelet for the rendered manifests: takes the containers' command,
-args and environment exactly as `kubectl kustomize overlays/cpu` and
-`examples/mlp-job` render them (ConfigMaps, Secrets, the downward API and
+args and environment exactly as `kubectl kustomize overlays/cpu` (and, in
+LocalRanksSmokeTest, `overlays/cpu-local-ranks`) and `examples/mlp-job`
+render them (ConfigMaps, Secrets, the downward API and
 $(VAR) expansion included), and runs those processes on loopback from the Bazel
 outputs that the Dockerfiles put in the images: the coordinator, the
 StatefulSet's worker pods (pshard-worker-0, -1, ...) and the example Job's
@@ -20,7 +21,8 @@ What is simulated, and how:
 - Ports: every --listen=HOST:PORT becomes --listen=127.0.0.1:0 with a
   --port_file (and --metrics_listen, --health_listen the same with
   --metrics_port_file, --health_port_file), so several pods share the
-  machine without fixed ports. The probes go to the --health_listen port
+  machine without fixed ports. A --local_ranks pod's ranks write those
+  files with a suffix .<i>; rank 0's ports are the pod's. The probes go to the --health_listen port
   (plaintext), everything else speaks mutual TLS.
 - Secrets: cert-manager's part. Each Certificate of examples/cert-manager
   gets a certificate from one test CA (tests/testing:make_certificates, for
@@ -53,14 +55,14 @@ import unittest
 import manifests as m
 from deploy.docker import dockerfiles
 
-OVERLAY = "overlays/cpu"
 RUNFILES = m.workspace_dir()
 PROBE = os.path.join(RUNFILES, "deploy", "k8s", "testing", "grpc_health_probe")
 MAKE_CERTIFICATES = os.path.join(RUNFILES, "tests", "testing", "make_certificates")
 # Paths that stay the machine's own (the processes open them by name).
 UNMAPPED_MOUNTS = ("/dev/shm", "/tmp")
 SHARED_VOLUMES = ("output",)
-# Every simulated pod's IP (status.podIP).
+# A simulated pod's IP (status.podIP), unless the test gives it another
+# loopback address (pods on different "nodes").
 POD_IP = "127.0.0.1"
 JOB_TIMEOUT_S = 180
 
@@ -132,8 +134,9 @@ def make_access_secrets(directory, workers):
 class Pod:
     """One simulated pod: a container of a rendered workload, run as a process."""
 
-    def __init__(self, sim, workload, name, container=None, bind_ports=None):
+    def __init__(self, sim, workload, name, container=None, bind_ports=None, ip=POD_IP):
         self.sim = sim
+        self.ip = ip
         # container port -> loopback port to bind instead of a free one (a
         # replacement pod behind a Service keeps the Service's address).
         self.bind_ports = bind_ports or {}
@@ -142,6 +145,9 @@ class Pod:
         self.spec = m.pod_spec(workload)
         self.labels = workload["spec"]["template"]["metadata"]["labels"]
         self.container = m.container(workload, container)
+        # A --local_ranks pod: each rank writes its port files as F.<i>
+        # (worker/local_ranks.h); rank 0's are the pod's ports here.
+        self.ranks = m.local_ranks(self.container)
         self.dir = os.path.join(sim.root, "pods", name)
         while os.path.exists(self.dir):  # a StatefulSet pod's replacement
             self.dir += "+"
@@ -199,7 +205,7 @@ class Pod:
         binary, entrypoint, image_env = image_binary(c["image"])
         env = {k: self.sim.rewrite(v) for k, v in image_env.items()}
         env.update(m.container_env(self.sim.objects, c,
-                                   {"name": self.name, "ip": POD_IP,
+                                   {"name": self.name, "ip": self.ip,
                                     "namespace": self.workload["metadata"]["namespace"]}))
         missing = []
         argv = [m.expand(a, env, missing) for a in c.get("command", [entrypoint]) + c.get("args", [])]
@@ -237,19 +243,29 @@ class Pod:
         self.process = subprocess.Popen(argv, env=env, cwd=self.dir, stdout=self.log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
 
+    def rank_port_file(self, kind="", rank=0):
+        """The file rank `rank` writes its `kind` ("", ".health",
+        ".metrics") port to."""
+        return self.port_file + kind + (f".{rank}" if self.ranks > 1 else "")
+
     def wait_bound(self, timeout):
-        def bound():
+        def bound(path):
             if self.process.poll() is not None:
                 raise AssertionError(f"{self.name} exited with {self.process.returncode}:\n{self.tail()}")
-            return os.path.exists(self.port_file) and read(self.port_file).strip()
-        port = int(wait_for(bound, timeout, f"{self.name} to listen"))
+            return os.path.exists(path) and read(path).strip()
+        port = int(wait_for(lambda: bound(self.rank_port_file()), timeout, f"{self.name} to listen"))
         self.ports[self.listen_port] = port
         if getattr(self, "health_port", None) is not None:
-            health_file = self.port_file + ".health"
             self.ports[self.health_port] = int(wait_for(
-                lambda: bound() and os.path.exists(health_file) and read(health_file).strip(),
-                timeout, f"{self.name}'s health port"))
+                lambda: bound(self.rank_port_file(".health")), timeout, f"{self.name}'s health port"))
         return port
+
+    def rank_health_ports(self, timeout):
+        """Every rank's health port, once each listens."""
+        return [int(wait_for(lambda: os.path.exists(self.rank_port_file(".health", i))
+                             and read(self.rank_port_file(".health", i)).strip(),
+                             timeout, f"{self.name} rank {i}'s health port"))
+                for i in range(self.ranks)]
 
     def probe(self, kind):
         """Runs the container's `kind` probe (startupProbe, ...) once."""
@@ -381,8 +397,8 @@ class Cluster:
                     return pod.ports[cp["containerPort"]]
         return None
 
-    def add(self, workload, name, bind_ports=None):
-        pod = Pod(self, workload, name, bind_ports=bind_ports)
+    def add(self, workload, name, bind_ports=None, ip=POD_IP):
+        pod = Pod(self, workload, name, bind_ports=bind_ports, ip=ip)
         self.pods.append(pod)
         return pod
 
@@ -398,16 +414,19 @@ class Cluster:
             m.labels_match({"matchLabels": svc["spec"].get("selector", {})}, pod.labels)
             and svc["spec"].get("clusterIP") != "None"
             for svc in m.find(self.objects, "Service"))
-        new = self.add(pod.workload, name, dict(pod.ports) if behind_service else None)
+        new = self.add(pod.workload, name, dict(pod.ports) if behind_service else None, ip=pod.ip)
         new.start()
         return status, new
 
 
-class SmokeTest(unittest.TestCase):
+class ClusterTest(unittest.TestCase):
+    """An overlay's pods, with the example Job's, as local processes."""
+
+    OVERLAY = None  # set by each test class
 
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="pshard-smoke-", dir=os.environ.get("TEST_TMPDIR"))
-        objects = m.render(OVERLAY) + m.render(m.EXAMPLE)
+        objects = m.render(self.OVERLAY) + m.render(m.EXAMPLE)
         self.secrets = issue_secrets(os.path.join(self.root, "cert-manager"))
         replicas = m.one(objects, "StatefulSet", "pshard-worker")["spec"]["replicas"]
         self.secrets.update(make_access_secrets(os.path.join(self.root, "access"), replicas))
@@ -452,6 +471,21 @@ class SmokeTest(unittest.TestCase):
         job_id = read(job.log_path).split()[0]
         self.assertRegex(job_id, r"^job-")
         return job, job_id
+
+    def pool(self):
+        """The workers the coordinator lists (pshardctl workers)."""
+        r = self.pshardctl("workers", "--output=json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout).get("workers", [])
+
+    @staticmethod
+    def grace(pod):
+        """The pod's grace period, capped for the test."""
+        return min(m.pod_spec(pod.workload).get("terminationGracePeriodSeconds", 30), 20)
+
+
+class SmokeTest(ClusterTest):
+    OVERLAY = "overlays/cpu"
 
     def test_cpu_overlay_runs_the_example_job(self):
         objs = self.cluster.objects
@@ -557,7 +591,7 @@ class SmokeTest(unittest.TestCase):
 
         # An upgrade of the coordinator (Recreate): the replacement opens the
         # same claim, still knows the job, and the workers come back to it.
-        grace = lambda pod: min(m.pod_spec(pod.workload).get("terminationGracePeriodSeconds", 30), 20)
+        grace = self.grace
         status, coordinator = self.cluster.replace(coordinator, "pshard-coordinator-1", grace(coordinator))
         self.assertEqual(status, 0, "the coordinator did not exit cleanly on SIGTERM")
         coordinator.wait_bound(30)
@@ -616,6 +650,77 @@ class SmokeTest(unittest.TestCase):
             self.assertEqual(pod.pre_stop_status, 0, f"{pod.name}'s preStop hook")
         # The coordinator's state is on the claim.
         self.assertTrue(os.listdir(os.path.join(self.root, "pvc", "pshard-coordinator-state")))
+
+
+class LocalRanksSmokeTest(ClusterTest):
+    """overlays/cpu-local-ranks: each worker pod's pshard-worker supervises
+    its --local_ranks ranks, which register as <pod>:<i> with the pod's
+    token; a job is placed on the ranks of one pod; the pod's preStop hook
+    drains every rank and SIGTERM stops them all."""
+
+    OVERLAY = "overlays/cpu-local-ranks"
+
+    def test_pods_run_their_ranks(self):
+        objs = self.cluster.objects
+        coordinator = self.cluster.add(m.one(objs, "Deployment", "pshard-coordinator"),
+                                       "pshard-coordinator-0")
+        coordinator.start()
+        coordinator.wait_bound(30)
+        coordinator.wait_started()
+        sts = m.one(objs, "StatefulSet", "pshard-worker")
+        ranks = m.local_ranks(m.container(sts))
+        self.assertGreater(ranks, 1)
+        # Each pod on a node of its own: its own loopback address as its IP.
+        workers = [self.cluster.add(sts, f"{sts['metadata']['name']}-{i}", ip=f"127.0.0.{2 + i}")
+                   for i in range(sts["spec"]["replicas"])]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.wait_bound(60)
+            w.wait_started()
+            for kind in ("readinessProbe", "livenessProbe"):
+                self.assertTrue(w.probe(kind)[0], f"{w.name} {kind}")
+            # Every rank serves its own health port.
+            for i, port in enumerate(w.rank_health_ports(30)):
+                r = subprocess.run([PROBE, f"--addr=127.0.0.1:{port}", "--timeout=5s"],
+                                   capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 0, f"{w.name} rank {i}: {r.stdout}")
+
+        # Every rank registers under <pod>:<i>, on its pod's host.
+        want = {f"{w.name}:{i}": w.ip for w in workers for i in range(ranks)}
+
+        def pool_idle():
+            idle = {w["name"]: w for w in self.pool() if w.get("state") == "IDLE"}
+            return set(idle) == set(want) and idle
+        pool = wait_for(pool_idle, 60, f"{sorted(want)} to register and be idle", interval=0.2)
+        self.assertEqual({n: w["host"] for n, w in pool.items()}, want)
+
+        # The example job (world size <= ranks) runs on the ranks of one pod.
+        _, job_id = self.run_example_job("pshard-example-mlp-abcde")
+        r = self.pshardctl("get", job_id, "--output=json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = json.loads(r.stdout)
+        self.assertEqual(got["state"], "SUCCEEDED", got)
+        names = {w["id"]: n for n, w in pool.items()}
+        placed = {names[mb["worker_id"]].rsplit(":", 1)[0] for mb in got["members"]}
+        self.assertEqual(len(placed), 1, f"ranks placed on {placed}, not node by node")
+
+        # The kubelet stops a pod: its preStop hook drains every rank of it
+        # (the other pod's stay IDLE), and the pod runs on until SIGTERM.
+        first = workers[0]
+        self.assertEqual(first.run_pre_stop(self.grace(first)), 0,
+                         read(os.path.join(first.dir, "pre-stop.log")))
+        states = {w["name"]: w.get("state") for w in self.pool()}
+        for name, ip in want.items():
+            self.assertEqual(states[name], "DRAINING" if ip == first.ip else "IDLE", (name, states))
+        self.assertIsNone(first.process.poll())
+        # SIGTERM reaches every rank through the supervisor: all exit 0.
+        self.assertEqual(first.terminate(self.grace(first), pre_stop=False), 0, first.tail())
+        for pod in workers[1:] + [coordinator]:
+            self.assertEqual(pod.terminate(self.grace(pod)), 0,
+                             f"{pod.name} did not exit cleanly:\n{pod.tail()}")
+        for pod in workers[1:]:
+            self.assertEqual(pod.pre_stop_status, 0, f"{pod.name}'s preStop hook")
 
 
 if __name__ == "__main__":
