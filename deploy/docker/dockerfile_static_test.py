@@ -132,8 +132,11 @@ class ManifestAgreementTest(unittest.TestCase):
                         self.assertEqual(str(sc.get("runAsGroup")), gid)
                         exposed = {int(p.split("/")[0]) for e in df.final.all("EXPOSE")
                                    for p in e.split()}
+                        # A --local_ranks N pod's rank i serves each port + i.
+                        served = {p + i for p in exposed for i in range(m.local_ranks(c))}
                         for port in c.get("ports", []):
-                            self.assertIn(port["containerPort"], exposed)
+                            self.assertIn(port["containerPort"], served,
+                                          f"EXPOSE {sorted(exposed)}, {m.local_ranks(c)} ranks")
         self.assertEqual(seen, set(files), "a Dockerfile that no manifest uses")
 
 
