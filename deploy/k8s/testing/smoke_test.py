@@ -478,6 +478,15 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         return json.loads(r.stdout).get("workers", [])
 
+    def start_coordinator(self):
+        """The coordinator's pod, started and past its startup probe."""
+        coordinator = self.cluster.add(m.one(self.cluster.objects, "Deployment", "pshard-coordinator"),
+                                       "pshard-coordinator-0")
+        coordinator.start()
+        coordinator.wait_bound(30)
+        coordinator.wait_started()
+        return coordinator
+
     @staticmethod
     def grace(pod):
         """The pod's grace period, capped for the test."""
@@ -489,11 +498,7 @@ class SmokeTest(ClusterTest):
 
     def test_cpu_overlay_runs_the_example_job(self):
         objs = self.cluster.objects
-        coordinator = self.cluster.add(m.one(objs, "Deployment", "pshard-coordinator"),
-                                       "pshard-coordinator-0")
-        coordinator.start()
-        coordinator.wait_bound(30)
-        coordinator.wait_started()
+        coordinator = self.start_coordinator()
         for kind in ("readinessProbe", "livenessProbe"):
             self.assertTrue(coordinator.probe(kind)[0], kind)
         # The probes' port is plaintext health only; the API is TLS only.
@@ -662,11 +667,7 @@ class LocalRanksSmokeTest(ClusterTest):
 
     def test_pods_run_their_ranks(self):
         objs = self.cluster.objects
-        coordinator = self.cluster.add(m.one(objs, "Deployment", "pshard-coordinator"),
-                                       "pshard-coordinator-0")
-        coordinator.start()
-        coordinator.wait_bound(30)
-        coordinator.wait_started()
+        coordinator = self.start_coordinator()
         sts = m.one(objs, "StatefulSet", "pshard-worker")
         ranks = m.local_ranks(m.container(sts))
         self.assertGreater(ranks, 1)
