@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""Golden values for shard_optimizer_test: PyTorch 1.13's SGD, Adam and AdamW.
+"""Golden values for shard_optimizer_test: PyTorch 1.13's SGD, Adam, AdamW
+(with amsgrad), Adagrad and RMSprop, and Lion as lion_torch.py writes it in
+torch operations (torch 1.13 has no Lion).
 
 Run with Debian's python3-torch (1.13, CPU):
     /usr/bin/python3 worker/optim/testdata/make_golden.py > worker/optim/testdata/golden.txt
@@ -25,7 +27,12 @@ import json
 import sys
 import warnings
 
+import os
+
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lion_torch import Lion  # noqa: E402
 
 # Parameter layout inside the bucket: name, offset, numel. Sizes are chosen to
 # exercise vector tails (not multiples of 8) and a gap at [45, 48).
@@ -91,12 +98,71 @@ CASES = [
                 "kind": "STEP", "stepSize": 1, "gamma": 0.7}}},
             {"params": ["layers.0.*"], "hyperParameters": {"weightDecay": 0.0}},
         ]}),
+    # Issue 15 item 5 (after the cases above, for the same reason): AMSGrad,
+    # Adagrad, RMSprop and Lion, each with its options and parameter groups.
+    ("adam_amsgrad", {
+        "kind": "ADAM",
+        "hyperParameters": {"lr": 0.01, "amsgrad": True, "weightDecay": 0.1}}),
+    ("adamw_amsgrad_groups", {
+        "kind": "ADAMW",
+        "hyperParameters": {"lr": 0.01, "amsgrad": True, "betas": [0.8, 0.9]},
+        "paramGroups": [
+            {"params": ["*.bias"], "hyperParameters": {"amsgrad": False,
+                                                       "weightDecay": 0.0}},
+        ]}),
+    ("adagrad_default", {"kind": "ADAGRAD", "hyperParameters": {}}),
+    ("adagrad_options", {
+        "kind": "ADAGRAD",
+        "hyperParameters": {"lr": 0.05, "lrDecay": 0.1, "weightDecay": 0.01,
+                            "initialAccumulatorValue": 0.1, "eps": 1e-6}}),
+    ("adagrad_groups_schedule", {
+        "kind": "ADAGRAD",
+        "hyperParameters": {"lr": 0.1, "lrDecay": 0.05, "lrSchedule": {
+            "kind": "STEP", "stepSize": 2, "gamma": 0.5}},
+        "paramGroups": [
+            {"params": ["*.bias"], "hyperParameters": {
+                "initialAccumulatorValue": 0.5, "eps": 0.0}},
+        ]}),
+    ("rmsprop_default", {"kind": "RMSPROP", "hyperParameters": {}}),
+    ("rmsprop_momentum_weight_decay", {
+        "kind": "RMSPROP",
+        "hyperParameters": {"lr": 0.01, "alpha": 0.9, "momentum": 0.9,
+                            "weightDecay": 0.01}}),
+    ("rmsprop_centered", {
+        "kind": "RMSPROP",
+        "hyperParameters": {"lr": 0.005, "centered": True, "eps": 1e-6}}),
+    ("rmsprop_centered_momentum_groups", {
+        "kind": "RMSPROP",
+        "hyperParameters": {"lr": 0.01, "centered": True, "momentum": 0.5},
+        "paramGroups": [
+            {"params": ["*.bias"], "hyperParameters": {
+                "centered": False, "momentum": 0.0, "alpha": 0.95}},
+            {"params": ["layers.0.*"], "hyperParameters": {"centered": False}},
+        ]}),
+    ("lion_default", {"kind": "LION", "hyperParameters": {}}),
+    ("lion_weight_decay_groups", {
+        "kind": "LION",
+        "hyperParameters": {"lr": 0.01, "betas": [0.95, 0.98],
+                            "weightDecay": 0.5, "lrSchedule": {
+                                "kind": "COSINE", "tMax": 4}},
+        "paramGroups": [
+            {"params": ["*.bias"], "hyperParameters": {"weightDecay": 0.0,
+                                                       "lr": 0.03}},
+        ]}),
 ]
 
 # torch keyword <- protobuf JSON name.
 TORCH_NAMES = {"lr": "lr", "momentum": "momentum", "dampening": "dampening",
                "nesterov": "nesterov", "weightDecay": "weight_decay",
-               "betas": "betas", "eps": "eps"}
+               "betas": "betas", "eps": "eps", "lrDecay": "lr_decay",
+               "initialAccumulatorValue": "initial_accumulator_value",
+               "alpha": "alpha", "centered": "centered",
+               "amsgrad": "amsgrad"}
+
+# OptimizerSpec.Kind -> the torch optimizer (Lion: lion_torch.py).
+TORCH_CLASSES = {"SGD": torch.optim.SGD, "ADAM": torch.optim.Adam,
+                 "ADAMW": torch.optim.AdamW, "ADAGRAD": torch.optim.Adagrad,
+                 "RMSPROP": torch.optim.RMSprop, "LION": Lion}
 
 
 def torch_kwargs(hp):
@@ -158,8 +224,7 @@ def run_case(out, name, spec, gen):
             entry.update(torch_kwargs(spec["paramGroups"][g]["hyperParameters"]))
         param_groups.append(entry)
     defaults = torch_kwargs(spec["hyperParameters"])
-    cls = {"SGD": torch.optim.SGD, "ADAM": torch.optim.Adam,
-           "ADAMW": torch.optim.AdamW}[spec["kind"]]
+    cls = TORCH_CLASSES[spec["kind"]]
     # One optimizer per group, each with its group's scheduler (a torch
     # scheduler drives every group of its optimizer alike); the optimizers
     # step parameter by parameter, so this changes no value.
@@ -169,7 +234,14 @@ def run_case(out, name, spec, gen):
         if g >= 0:
             schedule = spec["paramGroups"][g]["hyperParameters"].get(
                 "lrSchedule", schedule)
-        optimizers.append(cls([entry], foreach=False, **defaults))
+        # Adagrad's initial_accumulator_value is read from the constructor's
+        # defaults only (torch 1.13 fills "sum" in __init__): pass the
+        # group's own there.
+        kwargs = dict(defaults)
+        if "initial_accumulator_value" in entry:
+            kwargs["initial_accumulator_value"] = entry.pop(
+                "initial_accumulator_value")
+        optimizers.append(cls([entry], foreach=False, **kwargs))
         schedulers.append(make_scheduler(optimizers[-1], schedule))
 
     out.write("case %s\n" % name)
