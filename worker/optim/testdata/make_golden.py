@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Golden values for shard_optimizer_test: PyTorch 1.13's SGD, Adam, AdamW
-(with amsgrad), Adagrad and RMSprop, and Lion as lion_torch.py writes it in
+(with amsgrad), Adagrad and RMSprop, and Lion as torch_optim.py writes it in
 torch operations (torch 1.13 has no Lion).
 
 Run with Debian's python3-torch (1.13, CPU):
@@ -10,7 +10,8 @@ Each case lays several parameters out in one flat bucket (with a gap that no
 parameter covers, which must stay untouched), assigns them to parameter groups
 by the same fnmatch globs as common/job_spec.cc, runs torch.optim (foreach=False)
 with the groups' torch.optim.lr_scheduler schedules (job_spec.proto's
-LrSchedule) for several steps and records the flat parameters after every step.
+LrSchedule; the spec-to-torch mapping is torch_optim.py's) for several steps
+and records the flat parameters after every step.
 
 File format, one record per line, floats printed with 9 significant digits
 (enough to round-trip fp32 exactly):
@@ -22,17 +23,16 @@ File format, one record per line, floats printed with 9 significant digits
     expect <n> ...                        (step s: parameters after the step)
     end
 """
-import fnmatch
 import json
+import os
 import sys
 import warnings
 
-import os
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lion_torch import Lion  # noqa: E402
+from torch_optim import torch_optimizers  # noqa: E402
 
 # Parameter layout inside the bucket: name, offset, numel. Sizes are chosen to
 # exercise vector tails (not multiples of 8) and a gap at [45, 48).
@@ -151,62 +151,6 @@ CASES = [
         ]}),
 ]
 
-# torch keyword <- protobuf JSON name.
-TORCH_NAMES = {"lr": "lr", "momentum": "momentum", "dampening": "dampening",
-               "nesterov": "nesterov", "weightDecay": "weight_decay",
-               "betas": "betas", "eps": "eps", "lrDecay": "lr_decay",
-               "initialAccumulatorValue": "initial_accumulator_value",
-               "alpha": "alpha", "centered": "centered",
-               "amsgrad": "amsgrad"}
-
-# OptimizerSpec.Kind -> the torch optimizer (Lion: lion_torch.py).
-TORCH_CLASSES = {"SGD": torch.optim.SGD, "ADAM": torch.optim.Adam,
-                 "ADAMW": torch.optim.AdamW, "ADAGRAD": torch.optim.Adagrad,
-                 "RMSPROP": torch.optim.RMSprop, "LION": Lion}
-
-
-def torch_kwargs(hp):
-    return {TORCH_NAMES[k]: (tuple(v) if k == "betas" else v)
-            for k, v in hp.items() if k != "lrSchedule"}
-
-
-def make_scheduler(opt, schedule):
-    """The torch scheduler job_spec.proto's LrSchedule documents (None for a
-    constant lr)."""
-    from torch.optim import lr_scheduler
-    if not schedule:
-        return None
-    kind = schedule.get("kind", "CONSTANT")
-    main = None
-    if kind == "LINEAR":
-        main = lr_scheduler.LinearLR(
-            opt, start_factor=schedule.get("startFactor", 1.0 / 3),
-            end_factor=schedule.get("endFactor", 1.0),
-            total_iters=schedule.get("totalIters", 5))
-    elif kind == "COSINE":
-        main = lr_scheduler.CosineAnnealingLR(
-            opt, T_max=schedule["tMax"], eta_min=schedule.get("etaMin", 0))
-    elif kind == "STEP":
-        main = lr_scheduler.StepLR(opt, step_size=schedule["stepSize"],
-                                   gamma=schedule.get("gamma", 0.1))
-    warmup = schedule.get("warmupSteps", 0)
-    if warmup == 0:
-        return main
-    first = lr_scheduler.LinearLR(
-        opt, start_factor=schedule.get("warmupStartFactor", 1.0 / 3),
-        end_factor=1.0, total_iters=warmup)
-    if main is None:
-        return first
-    return lr_scheduler.SequentialLR(opt, [first, main], milestones=[warmup])
-
-
-def group_of(spec, name):
-    for g, group in enumerate(spec.get("paramGroups", [])):
-        if any(fnmatch.fnmatchcase(name, p) for p in group["params"]):
-            return g
-    return -1
-
-
 def fmt(values):
     return " ".join("%.9g" % v for v in values)
 
@@ -214,35 +158,7 @@ def fmt(values):
 def run_case(out, name, spec, gen):
     flat = torch.randn(BUCKET_NUMEL, generator=gen)
     params = {n: torch.nn.Parameter(flat[o:o + k].clone()) for n, o, k in SPANS}
-    groups = {}
-    for n, _, _ in SPANS:
-        groups.setdefault(group_of(spec, n), []).append(params[n])
-    param_groups = []
-    for g, plist in sorted(groups.items()):
-        entry = {"params": plist}
-        if g >= 0:
-            entry.update(torch_kwargs(spec["paramGroups"][g]["hyperParameters"]))
-        param_groups.append(entry)
-    defaults = torch_kwargs(spec["hyperParameters"])
-    cls = TORCH_CLASSES[spec["kind"]]
-    # One optimizer per group, each with its group's scheduler (a torch
-    # scheduler drives every group of its optimizer alike); the optimizers
-    # step parameter by parameter, so this changes no value.
-    optimizers, schedulers = [], []
-    for g, entry in zip(sorted(groups), param_groups):
-        schedule = spec["hyperParameters"].get("lrSchedule")
-        if g >= 0:
-            schedule = spec["paramGroups"][g]["hyperParameters"].get(
-                "lrSchedule", schedule)
-        # Adagrad's initial_accumulator_value is read from the constructor's
-        # defaults only (torch 1.13 fills "sum" in __init__): pass the
-        # group's own there.
-        kwargs = dict(defaults)
-        if "initial_accumulator_value" in entry:
-            kwargs["initial_accumulator_value"] = entry.pop(
-                "initial_accumulator_value")
-        optimizers.append(cls([entry], foreach=False, **kwargs))
-        schedulers.append(make_scheduler(optimizers[-1], schedule))
+    pairs = torch_optimizers(spec, [(n, params[n]) for n, _, _ in SPANS])
 
     out.write("case %s\n" % name)
     out.write("optimizer %s\n" % json.dumps(spec, separators=(",", ":")))
@@ -254,7 +170,7 @@ def run_case(out, name, spec, gen):
         grad_flat = torch.randn(BUCKET_NUMEL, generator=gen) * (0.5 + step)
         for n, o, k in SPANS:
             params[n].grad = grad_flat[o:o + k].clone()
-        for opt, scheduler in zip(optimizers, schedulers):
+        for opt, scheduler in pairs:
             opt.step()
             if scheduler is not None:
                 scheduler.step()
