@@ -162,11 +162,10 @@ void BM_AdagradKernel(benchmark::State& state) {
   SetRate(state, n, 20);  // read p, g, sum; write p, sum
 }
 
-// RMSprop: range(1) 0 = plain (square_avg), 1 = centered with momentum (all
-// three state tensors).
-void BM_RmspropKernel(benchmark::State& state) {
+// RMSprop plain (square_avg only), or centered with momentum (all three
+// state tensors).
+void RmspropKernel(benchmark::State& state, bool full) {
   const int64_t n = state.range(0);
-  const bool full = state.range(1) != 0;
   Array p(n, 1.0f), g(n, 0.01f), sq(n, 0.0f), buf(n, 0.0f), ga(n, 0.0f);
   const cpu::RmspropScalars s = cpu::MakeRmspropScalars(
       1e-2, 0.99, 1e-8, 0.0, full ? 0.9 : 0.0, /*centered=*/full);
@@ -177,6 +176,11 @@ void BM_RmspropKernel(benchmark::State& state) {
   }
   // read p, g, state; write p, state
   SetRate(state, n, full ? 36 : 20);
+}
+
+void BM_RmspropKernel(benchmark::State& state) { RmspropKernel(state, false); }
+void BM_RmspropCenteredMomentumKernel(benchmark::State& state) {
+  RmspropKernel(state, true);
 }
 
 void BM_LionKernel(benchmark::State& state) {
@@ -275,15 +279,8 @@ PSHARD_BENCH(BM_AdamKernel);
 PSHARD_BENCH(BM_AdamWKernel);
 PSHARD_BENCH(BM_AdamAmsgradKernel);
 PSHARD_BENCH(BM_AdagradKernel);
-BENCHMARK(BM_RmspropKernel)
-    ->Args({kSmall, 0})
-    ->Args({kDefault, 0})
-    ->Args({kLarge, 0})
-    ->Args({kSmall, 1})
-    ->Args({kDefault, 1})
-    ->Args({kLarge, 1})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+PSHARD_BENCH(BM_RmspropKernel);
+PSHARD_BENCH(BM_RmspropCenteredMomentumKernel);
 PSHARD_BENCH(BM_LionKernel);
 BENCHMARK(BM_AdamKernelThreads)
     ->Args({kDefault, 2})
