@@ -83,7 +83,7 @@ struct ChunkDescriptor {
 };
 
 // Everything one launch of the optimizer kernel needs besides the buffers.
-// Passed by value (about 1.7 KiB, well under the 4 KiB parameter limit).
+// Passed by value (about 1.5 KiB, well under the 4 KiB parameter limit).
 struct OptimizerLaunchParams {
   int32_t kind;  // OptimizerKernelKind
   int32_t num_chunks;
