@@ -158,55 +158,95 @@ absl::Status ValidateLrSchedule(const std::string& path,
   return absl::OkStatus();
 }
 
+// "SGD", "SGD and RMSPROP", "ADAM, ADAMW and LION".
+std::string KindList(const std::vector<OptimizerSpec::Kind>& kinds) {
+  std::string out;
+  size_t i = 0;
+  for (OptimizerSpec::Kind k : kinds) {
+    if (i > 0) absl::StrAppend(&out, i + 1 == kinds.size() ? " and " : ", ");
+    absl::StrAppend(&out, OptimizerSpec::Kind_Name(k));
+    ++i;
+  }
+  return out;
+}
+
 absl::Status ValidateHyperParameters(absl::string_view path,
                                      OptimizerSpec::Kind kind,
                                      const OptimizerHyperParameters& hp) {
-  const bool is_sgd = kind == OptimizerSpec::SGD;
+  auto field = [&path](absl::string_view name) {
+    return absl::StrCat(path, ".", name);
+  };
   if (hp.has_lr()) {
-    RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".lr"), hp.lr(), 0, 1e6,
-                               /*lo_open=*/true));
+    RETURN_IF_ERROR(CheckRange(field("lr"), hp.lr(), 0, 1e6, /*lo_open=*/true));
   }
   if (hp.has_weight_decay()) {
-    RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".weight_decay"),
-                               hp.weight_decay(), 0, 1e6, false));
+    RETURN_IF_ERROR(
+        CheckRange(field("weight_decay"), hp.weight_decay(), 0, 1e6, false));
   }
   if (hp.has_lr_schedule()) {
+    RETURN_IF_ERROR(ValidateLrSchedule(field("lr_schedule"), hp.lr_schedule()));
+  }
+  // The fields of some kinds only; any other kind refuses them.
+  using K = OptimizerSpec;
+  struct Owned {
+    const char* name;
+    bool set;
+    std::vector<OptimizerSpec::Kind> kinds;
+  };
+  const Owned owned[] = {
+      {"momentum", hp.has_momentum(), {K::SGD, K::RMSPROP}},
+      {"dampening", hp.has_dampening(), {K::SGD}},
+      {"nesterov", hp.has_nesterov(), {K::SGD}},
+      {"betas", hp.betas_size() > 0, {K::ADAM, K::ADAMW, K::LION}},
+      {"eps", hp.has_eps(), {K::ADAM, K::ADAMW, K::ADAGRAD, K::RMSPROP}},
+      {"lr_decay", hp.has_lr_decay(), {K::ADAGRAD}},
+      {"initial_accumulator_value", hp.has_initial_accumulator_value(),
+       {K::ADAGRAD}},
+      {"alpha", hp.has_alpha(), {K::RMSPROP}},
+      {"centered", hp.has_centered(), {K::RMSPROP}},
+      {"amsgrad", hp.has_amsgrad(), {K::ADAM, K::ADAMW}},
+  };
+  for (const Owned& o : owned) {
+    if (o.set && !absl::c_linear_search(o.kinds, kind)) {
+      return FieldError(field(o.name),
+                        absl::StrCat("only applies to ", KindList(o.kinds),
+                                     ", not ", OptimizerSpec::Kind_Name(kind)));
+    }
+  }
+  // Ranges: torch's lower bounds (lion-pytorch's for LION), finite upper
+  // bounds as for every other field.
+  if (hp.has_momentum()) {
+    RETURN_IF_ERROR(CheckRange(field("momentum"), hp.momentum(), 0, 1, false,
+                               /*hi_open=*/true));
+  }
+  if (hp.has_dampening()) {
     RETURN_IF_ERROR(
-        ValidateLrSchedule(absl::StrCat(path, ".lr_schedule"), hp.lr_schedule()));
-  }
-  if (is_sgd) {
-    if (hp.betas_size() > 0 || hp.has_eps()) {
-      return FieldError(absl::StrCat(path, hp.has_eps() ? ".eps" : ".betas"),
-                        "only applies to ADAM and ADAMW, not SGD");
-    }
-    if (hp.has_momentum()) {
-      RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".momentum"), hp.momentum(),
-                                 0, 1, false, /*hi_open=*/true));
-    }
-    if (hp.has_dampening()) {
-      RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".dampening"),
-                                 hp.dampening(), 0, 1, false));
-    }
-    return absl::OkStatus();
-  }
-  if (hp.has_momentum() || hp.has_dampening() || hp.has_nesterov()) {
-    const char* name = hp.has_momentum()    ? ".momentum"
-                       : hp.has_dampening() ? ".dampening"
-                                            : ".nesterov";
-    return FieldError(absl::StrCat(path, name), "only applies to SGD");
+        CheckRange(field("dampening"), hp.dampening(), 0, 1, false));
   }
   if (hp.betas_size() != 0 && hp.betas_size() != 2) {
-    return FieldError(absl::StrCat(path, ".betas"),
+    return FieldError(field("betas"),
                       absl::StrCat("must have exactly 2 values, got ",
                                    hp.betas_size()));
   }
   for (int i = 0; i < hp.betas_size(); ++i) {
     RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".betas[", i, "]"),
-                               hp.betas(i), 0, 1, false, /*hi_open=*/true));
+                               hp.betas(i), 0, 1, false,
+                               /*hi_open=*/kind != K::LION));
   }
   if (hp.has_eps()) {
-    RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".eps"), hp.eps(), 0, 1,
-                               /*lo_open=*/true));
+    const bool adam = kind == K::ADAM || kind == K::ADAMW;
+    RETURN_IF_ERROR(CheckRange(field("eps"), hp.eps(), 0, 1,
+                               /*lo_open=*/adam));
+  }
+  if (hp.has_lr_decay()) {
+    RETURN_IF_ERROR(CheckRange(field("lr_decay"), hp.lr_decay(), 0, 1e6, false));
+  }
+  if (hp.has_initial_accumulator_value()) {
+    RETURN_IF_ERROR(CheckRange(field("initial_accumulator_value"),
+                               hp.initial_accumulator_value(), 0, 1e6, false));
+  }
+  if (hp.has_alpha()) {
+    RETURN_IF_ERROR(CheckRange(field("alpha"), hp.alpha(), 0, 1, false));
   }
   return absl::OkStatus();
 }
@@ -217,10 +257,27 @@ HyperParameters MergeHyperParameters(OptimizerSpec::Kind kind,
                                      const OptimizerHyperParameters& base,
                                      const OptimizerHyperParameters* group) {
   HyperParameters hp;
-  if (kind == OptimizerSpec::ADAM) hp.lr = 1e-3;
-  if (kind == OptimizerSpec::ADAMW) {
-    hp.lr = 1e-3;
-    hp.weight_decay = 1e-2;
+  switch (kind) {
+    case OptimizerSpec::ADAM:
+      hp.lr = 1e-3;
+      break;
+    case OptimizerSpec::ADAMW:
+      hp.lr = 1e-3;
+      hp.weight_decay = 1e-2;
+      break;
+    case OptimizerSpec::ADAGRAD:
+      hp.lr = 1e-2;
+      hp.eps = 1e-10;
+      break;
+    case OptimizerSpec::RMSPROP:
+      hp.lr = 1e-2;
+      break;
+    case OptimizerSpec::LION:
+      hp.lr = 1e-4;
+      hp.beta2 = 0.99;
+      break;
+    default:
+      break;
   }
   auto apply = [&hp](const OptimizerHyperParameters& h) {
     if (h.has_lr()) hp.lr = h.lr();
@@ -233,6 +290,13 @@ HyperParameters MergeHyperParameters(OptimizerSpec::Kind kind,
       hp.beta2 = h.betas(1);
     }
     if (h.has_eps()) hp.eps = h.eps();
+    if (h.has_lr_decay()) hp.lr_decay = h.lr_decay();
+    if (h.has_initial_accumulator_value()) {
+      hp.initial_accumulator_value = h.initial_accumulator_value();
+    }
+    if (h.has_alpha()) hp.alpha = h.alpha();
+    if (h.has_centered()) hp.centered = h.centered();
+    if (h.has_amsgrad()) hp.amsgrad = h.amsgrad();
     if (h.has_lr_schedule()) hp.lr_schedule = ResolveLrSchedule(h.lr_schedule());
   };
   apply(base);
@@ -243,7 +307,9 @@ HyperParameters MergeHyperParameters(OptimizerSpec::Kind kind,
 absl::Status ValidateOptimizer(const OptimizerSpec& optimizer) {
   if (!OptimizerSpec::Kind_IsValid(optimizer.kind()) ||
       optimizer.kind() == OptimizerSpec::KIND_UNSPECIFIED) {
-    return FieldError("optimizer.kind", "required: one of SGD, ADAM, ADAMW");
+    return FieldError("optimizer.kind",
+                      "required: one of SGD, ADAM, ADAMW, ADAGRAD, RMSPROP, "
+                      "LION");
   }
   RETURN_IF_ERROR(ValidateHyperParameters("optimizer.hyper_parameters",
                                           optimizer.kind(),
@@ -527,7 +593,11 @@ bool operator==(const HyperParameters& a, const HyperParameters& b) {
   return a.lr == b.lr && a.momentum == b.momentum &&
          a.dampening == b.dampening && a.nesterov == b.nesterov &&
          a.weight_decay == b.weight_decay && a.beta1 == b.beta1 &&
-         a.beta2 == b.beta2 && a.eps == b.eps && a.lr_schedule == b.lr_schedule;
+         a.beta2 == b.beta2 && a.eps == b.eps &&
+         a.lr_decay == b.lr_decay &&
+         a.initial_accumulator_value == b.initial_accumulator_value &&
+         a.alpha == b.alpha && a.centered == b.centered &&
+         a.amsgrad == b.amsgrad && a.lr_schedule == b.lr_schedule;
 }
 
 LrSchedule ResolveLrSchedule(const v1::LrSchedule& schedule) {

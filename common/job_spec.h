@@ -81,6 +81,11 @@ struct HyperParameters {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  double lr_decay = 0;                   // ADAGRAD
+  double initial_accumulator_value = 0;  // ADAGRAD
+  double alpha = 0.99;                   // RMSPROP
+  bool centered = false;                 // RMSPROP
+  bool amsgrad = false;                  // ADAM, ADAMW
   // The group's schedule (constant when none is set); the lr of a step is
   // ScheduledLearningRate(lr, lr_schedule, step_index).
   LrSchedule lr_schedule;

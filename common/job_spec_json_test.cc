@@ -87,6 +87,16 @@ INSTANTIATE_TEST_SUITE_P(
              "(its fields: kind, warmup_steps, warmup_start_factor, "
              "start_factor, end_factor, total_iters, t_max, eta_min, "
              "step_size, gamma)"},
+        Case{"NoNearFieldInHyperParameters",
+             Spec("{\"lr\": 0.01}", "{\"lr\": 0.01, \"zzzzzzzz\": 1}"),
+             "optimizer.hyper_parameters.zzzzzzzz: unknown field (its fields: "
+             "lr, momentum, dampening, nesterov, weight_decay, betas, eps, "
+             "lr_schedule, lr_decay, initial_accumulator_value, alpha, "
+             "centered, amsgrad)"},
+        Case{"TypoInANewOptimizerField",
+             Spec("{\"lr\": 0.01}", "{\"lr\": 0.01, \"amsgrd\": true}"),
+             "optimizer.hyper_parameters.amsgrd: unknown field; did you mean "
+             "amsgrad?"},
         Case{"SyntaxErrorLineAndColumn",
              Spec("\"world_size\": 2", "\"world_size\" 2"),
              "JSON syntax error at line 3, column 16: Expected : between "
@@ -169,7 +179,7 @@ TEST(JobSpecJsonTest, OptimizerPathsArePrefixed) {
   EXPECT_THAT(ParseOptimizerSpecJson(R"({"kind": "adm"})"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "optimizer.kind: unknown value \"adm\"; valid values: "
-                       "SGD, ADAM, ADAMW"));
+                       "SGD, ADAM, ADAMW, ADAGRAD, RMSPROP, LION"));
   EXPECT_THAT(ParseOptimizerSpecJson(R"({"kind": })"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "optimizer: JSON syntax error at line 1, column 10: "

@@ -150,7 +150,7 @@ TEST(ValidateJobSpecTest, SgdNeedsLearningRateAndSaneNesterov) {
   spec.mutable_optimizer()->mutable_hyper_parameters()->add_betas(0.9);
   EXPECT_THAT(ValidateJobSpec(spec),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("betas: only applies to ADAM and ADAMW")));
+                       HasSubstr("betas: only applies to ADAM, ADAMW and LION, not SGD")));
 }
 
 TEST(ValidateJobSpecTest, UnknownEnumNumbersAreRejected) {
@@ -636,6 +636,161 @@ TEST(LrScheduleSpecTest, OptimizerSpecJsonAloneChecksTheSameRules) {
                        HasSubstr("optimizer.hyper_parameters.lr_schedule.t_max: "
                                  "required for COSINE")));
 }
+
+}  // namespace
+}  // namespace pshard
+
+namespace pshard {
+namespace {
+
+// Adagrad, RMSprop, Lion and Adam's amsgrad: torch's defaults (lion-pytorch's
+// for Lion), torch's ranges, and fields of other kinds refused by name.
+TEST(OptimizerKindsTest, DefaultsAreTorchs) {
+  OptimizerSpec opt;
+  opt.set_kind(OptimizerSpec::ADAGRAD);
+  HyperParameters hp = ResolveHyperParameters(opt, "w");
+  EXPECT_DOUBLE_EQ(hp.lr, 1e-2);
+  EXPECT_DOUBLE_EQ(hp.lr_decay, 0);
+  EXPECT_DOUBLE_EQ(hp.weight_decay, 0);
+  EXPECT_DOUBLE_EQ(hp.initial_accumulator_value, 0);
+  EXPECT_DOUBLE_EQ(hp.eps, 1e-10);
+
+  opt.set_kind(OptimizerSpec::RMSPROP);
+  hp = ResolveHyperParameters(opt, "w");
+  EXPECT_DOUBLE_EQ(hp.lr, 1e-2);
+  EXPECT_DOUBLE_EQ(hp.alpha, 0.99);
+  EXPECT_DOUBLE_EQ(hp.eps, 1e-8);
+  EXPECT_DOUBLE_EQ(hp.weight_decay, 0);
+  EXPECT_DOUBLE_EQ(hp.momentum, 0);
+  EXPECT_FALSE(hp.centered);
+
+  opt.set_kind(OptimizerSpec::LION);
+  hp = ResolveHyperParameters(opt, "w");
+  EXPECT_DOUBLE_EQ(hp.lr, 1e-4);
+  EXPECT_DOUBLE_EQ(hp.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(hp.beta2, 0.99);
+  EXPECT_DOUBLE_EQ(hp.weight_decay, 0);
+
+  opt.set_kind(OptimizerSpec::ADAMW);
+  EXPECT_FALSE(ResolveHyperParameters(opt, "w").amsgrad);
+}
+
+TEST(OptimizerKindsTest, GroupsOverrideTheNewFields) {
+  ASSERT_OK_AND_ASSIGN(
+      OptimizerSpec opt,
+      ParseOptimizerSpecJson(R"json({"kind": "rmsprop",
+          "hyper_parameters": {"alpha": 0.9, "momentum": 0.5, "centered": true},
+          "param_groups": [{"params": ["*.bias"],
+                            "hyper_parameters": {"centered": false,
+                                                 "eps": 0}}]})json"));
+  const HyperParameters weight = ResolveHyperParameters(opt, "l.weight");
+  EXPECT_TRUE(weight.centered);
+  EXPECT_DOUBLE_EQ(weight.alpha, 0.9);
+  const HyperParameters bias = ResolveHyperParameters(opt, "l.bias");
+  EXPECT_FALSE(bias.centered);
+  EXPECT_DOUBLE_EQ(bias.momentum, 0.5);
+  EXPECT_DOUBLE_EQ(bias.eps, 0);
+  EXPECT_FALSE(weight == bias);
+
+  ASSERT_OK_AND_ASSIGN(
+      opt, ParseOptimizerSpecJson(R"json({"kind": "adagrad",
+          "hyper_parameters": {"lr_decay": 0.01, "initialAccumulatorValue": 0.1,
+                               "weight_decay": 0.001}})json"));
+  EXPECT_DOUBLE_EQ(ResolveHyperParameters(opt, "w").lr_decay, 0.01);
+  EXPECT_DOUBLE_EQ(ResolveHyperParameters(opt, "w").initial_accumulator_value,
+                   0.1);
+  ASSERT_OK_AND_ASSIGN(
+      opt, ParseOptimizerSpecJson(R"json({"kind": "lion",
+          "hyper_parameters": {"betas": [0.95, 1.0], "weight_decay": 1.5}})json"));
+  EXPECT_DOUBLE_EQ(ResolveHyperParameters(opt, "w").beta2, 1.0);
+  ASSERT_OK_AND_ASSIGN(
+      opt, ParseOptimizerSpecJson(
+               R"json({"kind": "adam", "hyper_parameters": {"amsgrad": true}})json"));
+  EXPECT_TRUE(ResolveHyperParameters(opt, "w").amsgrad);
+}
+
+struct KindCase {
+  std::string name;
+  std::string json;  // an OptimizerSpec
+  std::string error;
+};
+
+class BadOptimizerFieldTest : public ::testing::TestWithParam<KindCase> {};
+
+TEST_P(BadOptimizerFieldTest, IsInvalidArgumentNamingTheField) {
+  EXPECT_THAT(ParseOptimizerSpecJson(GetParam().json),
+              StatusIs(absl::StatusCode::kInvalidArgument, GetParam().error));
+}
+
+constexpr char kHp[] = "optimizer.hyper_parameters.";
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, BadOptimizerFieldTest,
+    ::testing::ValuesIn(std::vector<KindCase>{
+        // Fields of other kinds.
+        {"LrDecayOnAdam", R"({"kind": "adam", "hyper_parameters": {"lr_decay": 0.1}})",
+         absl::StrCat(kHp, "lr_decay: only applies to ADAGRAD, not ADAM")},
+        {"InitialAccumulatorOnRmsprop",
+         R"({"kind": "rmsprop", "hyper_parameters": {"initial_accumulator_value": 0.1}})",
+         absl::StrCat(kHp, "initial_accumulator_value: only applies to ADAGRAD, not RMSPROP")},
+        {"AlphaOnAdagrad", R"({"kind": "adagrad", "hyper_parameters": {"alpha": 0.9}})",
+         absl::StrCat(kHp, "alpha: only applies to RMSPROP, not ADAGRAD")},
+        {"CenteredOnSgd",
+         R"({"kind": "sgd", "hyper_parameters": {"lr": 0.1, "centered": true}})",
+         absl::StrCat(kHp, "centered: only applies to RMSPROP, not SGD")},
+        {"AmsgradOnLion", R"({"kind": "lion", "hyper_parameters": {"amsgrad": false}})",
+         absl::StrCat(kHp, "amsgrad: only applies to ADAM and ADAMW, not LION")},
+        {"EpsOnLion", R"({"kind": "lion", "hyper_parameters": {"eps": 1e-8}})",
+         absl::StrCat(kHp, "eps: only applies to ADAM, ADAMW, ADAGRAD and RMSPROP, not LION")},
+        {"BetasOnRmsprop",
+         R"({"kind": "rmsprop", "param_groups": [{"params": ["*"],
+             "hyper_parameters": {"betas": [0.9, 0.9]}}]})",
+         "optimizer.param_groups[0].hyper_parameters.betas: only applies to "
+         "ADAM, ADAMW and LION, not RMSPROP"},
+        {"MomentumOnAdagrad", R"({"kind": "adagrad", "hyper_parameters": {"momentum": 0.9}})",
+         absl::StrCat(kHp, "momentum: only applies to SGD and RMSPROP, not ADAGRAD")},
+        {"NesterovOnRmsprop", R"({"kind": "rmsprop", "hyper_parameters": {"nesterov": true}})",
+         absl::StrCat(kHp, "nesterov: only applies to SGD, not RMSPROP")},
+        {"DampeningOnLion", R"({"kind": "lion", "hyper_parameters": {"dampening": 0.1}})",
+         absl::StrCat(kHp, "dampening: only applies to SGD, not LION")},
+        // Ranges.
+        {"LrDecayNegative", R"({"kind": "adagrad", "hyper_parameters": {"lr_decay": -0.1}})",
+         absl::StrCat(kHp, "lr_decay: must be in [0, 1e+06], got -0.1")},
+        {"InitialAccumulatorNegative",
+         R"({"kind": "adagrad", "hyper_parameters": {"initial_accumulator_value": -1}})",
+         absl::StrCat(kHp, "initial_accumulator_value: must be in [0, 1e+06], got -1")},
+        {"AdagradEpsNegative", R"({"kind": "adagrad", "hyper_parameters": {"eps": -1e-10}})",
+         absl::StrCat(kHp, "eps: must be in [0, 1], got -1e-10")},
+        {"AdagradWeightDecayNegative",
+         R"({"kind": "adagrad", "hyper_parameters": {"weight_decay": -1}})",
+         absl::StrCat(kHp, "weight_decay: must be in [0, 1e+06], got -1")},
+        {"AlphaAboveOne", R"({"kind": "rmsprop", "hyper_parameters": {"alpha": 1.5}})",
+         absl::StrCat(kHp, "alpha: must be in [0, 1], got 1.5")},
+        {"AlphaNaN", R"({"kind": "rmsprop", "hyper_parameters": {"alpha": "NaN"}})",
+         absl::StrCat(kHp, "alpha: must be in [0, 1], got nan")},
+        {"RmspropMomentumOne", R"({"kind": "rmsprop", "hyper_parameters": {"momentum": 1}})",
+         absl::StrCat(kHp, "momentum: must be in [0, 1), got 1")},
+        {"RmspropEpsNegative", R"({"kind": "rmsprop", "hyper_parameters": {"eps": -1}})",
+         absl::StrCat(kHp, "eps: must be in [0, 1], got -1")},
+        {"RmspropLrZero", R"({"kind": "rmsprop", "hyper_parameters": {"lr": 0}})",
+         absl::StrCat(kHp, "lr: must be in (0, 1e+06], got 0")},
+        {"LionBetaAboveOne", R"({"kind": "lion", "hyper_parameters": {"betas": [0.9, 1.1]}})",
+         absl::StrCat(kHp, "betas[1]: must be in [0, 1], got 1.1")},
+        {"LionOneBeta", R"({"kind": "lion", "hyper_parameters": {"betas": [0.9]}})",
+         absl::StrCat(kHp, "betas: must have exactly 2 values, got 1")},
+        {"LionWeightDecayNegative",
+         R"({"kind": "lion", "hyper_parameters": {"weight_decay": -0.1}})",
+         absl::StrCat(kHp, "weight_decay: must be in [0, 1e+06], got -0.1")},
+        {"AdamEpsStillPositive",
+         R"({"kind": "adamw", "hyper_parameters": {"amsgrad": true, "eps": 0}})",
+         absl::StrCat(kHp, "eps: must be in (0, 1], got 0")},
+        {"UnknownKind", R"({"kind": "adadelta"})",
+         "optimizer.kind: unknown value \"adadelta\"; valid values: SGD, ADAM, "
+         "ADAMW, ADAGRAD, RMSPROP, LION"},
+    }),
+    [](const ::testing::TestParamInfo<KindCase>& info) {
+      return info.param.name;
+    });
 
 }  // namespace
 }  // namespace pshard

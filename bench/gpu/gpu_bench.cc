@@ -273,6 +273,22 @@ int Run() {
   results.push_back(BenchOptimizer("adamw bf16 + fp32 master",
                                    R"({"kind": "ADAMW"})", true, n, iters,
                                    device, s));
+  results.push_back(BenchOptimizer(
+      "adam amsgrad fp32", R"({"kind": "ADAM", "hyperParameters": {"amsgrad": true}})",
+      false, n, iters, device, s));
+  results.push_back(BenchOptimizer(
+      "adagrad fp32",
+      R"({"kind": "ADAGRAD", "hyperParameters": {"lrDecay": 0.01}})", false, n,
+      iters, device, s));
+  results.push_back(BenchOptimizer("rmsprop fp32", R"({"kind": "RMSPROP"})",
+                                   false, n, iters, device, s));
+  results.push_back(BenchOptimizer(
+      "rmsprop centered+mom fp32",
+      R"({"kind": "RMSPROP", "hyperParameters": {"centered": true, "momentum": 0.9}})",
+      false, n, iters, device, s));
+  results.push_back(BenchOptimizer(
+      "lion fp32", R"({"kind": "LION", "hyperParameters": {"weightDecay": 0.01}})",
+      false, n, iters, device, s));
   double worst = 1e9;
   for (const OptResult& r : results) {
     const double ratio = r.gbps / memcpy_gbps;

@@ -3,7 +3,8 @@
 //
 // Every benchmark reports "GB/s": the bytes of parameter, gradient and state
 // the step must read and write per element (Adam: read p, g, m, v and write
-// p, m, v = 28 bytes), times elements, per second. The baselines count the
+// p, m, v = 28 bytes; Adam+amsgrad 36; Adagrad, Lion, plain RMSprop 20;
+// centered RMSprop with momentum 36), times elements, per second. The baselines count the
 // same way: memcpy moves 8 bytes per float (read + write), the STREAM triad
 // a = b + s*c moves 12. The ratio kernel/memcpy says how close a step comes
 // to being a pure memory pass. Arg: elements per bucket: 4096 (in L1: the
@@ -128,10 +129,69 @@ void AdamKernel(benchmark::State& state, bool decoupled) {
     cpu::AdamScalars s = cpu::MakeAdamScalars(1e-3, 0.9, 0.999, 1e-8,
                                               decoupled ? 1e-2 : 0.0,
                                               decoupled, ++step);
-    cpu::AdamStep(p.data, g.data, m.data, v.data, n, s);
+    cpu::AdamStep(p.data, g.data, m.data, v.data, nullptr, n, s);
     benchmark::ClobberMemory();
   }
   SetRate(state, n, 28);  // read p, g, m, v; write p, m, v
+}
+
+// Adam with amsgrad: also reads and writes max_exp_avg_sq.
+void BM_AdamAmsgradKernel(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Array p(n, 1.0f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f), vmax(n, 0.0f);
+  int64_t step = 0;
+  for (auto _ : state) {
+    const cpu::AdamScalars s = cpu::MakeAdamScalars(
+        1e-3, 0.9, 0.999, 1e-8, 0.0, false, ++step, /*amsgrad=*/true);
+    cpu::AdamStep(p.data, g.data, m.data, v.data, vmax.data, n, s);
+    benchmark::ClobberMemory();
+  }
+  SetRate(state, n, 36);  // read p, g, m, v, vmax; write p, m, v, vmax
+}
+
+void BM_AdagradKernel(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Array p(n, 1.0f), g(n, 0.01f), sum(n, 0.1f);
+  int64_t step = 0;
+  for (auto _ : state) {
+    const cpu::AdagradScalars s =
+        cpu::MakeAdagradScalars(1e-2, 1e-3, 1e-4, 1e-10, ++step);
+    cpu::AdagradStep(p.data, g.data, sum.data, n, s);
+    benchmark::ClobberMemory();
+  }
+  SetRate(state, n, 20);  // read p, g, sum; write p, sum
+}
+
+// RMSprop plain (square_avg only), or centered with momentum (all three
+// state tensors).
+void RmspropKernel(benchmark::State& state, bool full) {
+  const int64_t n = state.range(0);
+  Array p(n, 1.0f), g(n, 0.01f), sq(n, 0.0f), buf(n, 0.0f), ga(n, 0.0f);
+  const cpu::RmspropScalars s = cpu::MakeRmspropScalars(
+      1e-2, 0.99, 1e-8, 0.0, full ? 0.9 : 0.0, /*centered=*/full);
+  for (auto _ : state) {
+    cpu::RmspropStep(p.data, g.data, sq.data, full ? buf.data : nullptr,
+                     full ? ga.data : nullptr, n, s);
+    benchmark::ClobberMemory();
+  }
+  // read p, g, state; write p, state
+  SetRate(state, n, full ? 36 : 20);
+}
+
+void BM_RmspropKernel(benchmark::State& state) { RmspropKernel(state, false); }
+void BM_RmspropCenteredMomentumKernel(benchmark::State& state) {
+  RmspropKernel(state, true);
+}
+
+void BM_LionKernel(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Array p(n, 1.0f), g(n, 0.01f), m(n, 0.0f);
+  const cpu::LionScalars s = cpu::MakeLionScalars(1e-4, 0.9, 0.99, 1e-2);
+  for (auto _ : state) {
+    cpu::LionStep(p.data, g.data, m.data, n, s);
+    benchmark::ClobberMemory();
+  }
+  SetRate(state, n, 20);  // read p, g, m; write p, m
 }
 
 void BM_AdamKernel(benchmark::State& state) { AdamKernel(state, false); }
@@ -153,7 +213,7 @@ void BM_AdamKernelThreads(benchmark::State& state) {
       const int64_t len = std::min(chunk, n - begin);
       pool.emplace_back([&, begin, len] {
         cpu::AdamStep(p.data + begin, g.data + begin, m.data + begin,
-                      v.data + begin, len, s);
+                      v.data + begin, nullptr, len, s);
       });
     }
     for (std::thread& th : pool) th.join();
@@ -217,6 +277,11 @@ PSHARD_BENCH(BM_SgdKernel);
 PSHARD_BENCH(BM_SgdMomentumKernel);
 PSHARD_BENCH(BM_AdamKernel);
 PSHARD_BENCH(BM_AdamWKernel);
+PSHARD_BENCH(BM_AdamAmsgradKernel);
+PSHARD_BENCH(BM_AdagradKernel);
+PSHARD_BENCH(BM_RmspropKernel);
+PSHARD_BENCH(BM_RmspropCenteredMomentumKernel);
+PSHARD_BENCH(BM_LionKernel);
 BENCHMARK(BM_AdamKernelThreads)
     ->Args({kDefault, 2})
     ->Args({kLarge, 2})

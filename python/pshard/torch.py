@@ -210,7 +210,8 @@ class ShardedOptimizer:
         {"step": n, "exp_avg": tensor, ...}}, "rank", "world_size", and the
         spec: "optimizer" (OptimizerSpec), "bucket_cap_mb", "comm_mode"}.
         Only the parameters whose buckets this rank owns (and that keep
-        state: SGD without momentum keeps none). The tensors are copies, in
+        state: SGD without momentum keeps none), by torch's names for the
+        kind (docs/user-guide.md, "Optimizer"). The tensors are copies, in
         the parameters' shapes."""
         shapes = {name: p.shape for name, p in self._named}
         handle = ctypes.c_void_p()

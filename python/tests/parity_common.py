@@ -10,6 +10,15 @@ BATCH = 12  # divisible by 2 and 3: every rank's share is the same size
 # ranks (each bucket is at least one parameter).
 BUCKET_CAP_MB = 0.0001
 
+def _lion(groups, **kwargs):
+    """Lion as lion-pytorch writes it (torch 1.13 has none):
+    worker/optim/testdata/torch_optim.py, on run_python_test.sh's PYTHONPATH
+    (imported here, when a reference needs it, so that programs importing
+    this module need no such path)."""
+    from torch_optim import Lion
+    return Lion(groups, **kwargs)
+
+
 # OptimizerSpec JSON and the torch optimizer it stands for. The second
 # group ("*.bias" and "scale") has its own lr and no weight decay.
 OPTIMIZERS = {
@@ -65,6 +74,49 @@ OPTIMIZERS = {
                            "hyper_parameters": {"lr": 0.1}}]},
         lambda groups: torch.optim.SGD(groups, lr=0.05, momentum=0.9),
         {"lr": 0.1}),
+    # Issue 15 item 5's kinds, each with its own options.
+    "adam_amsgrad": (
+        {"kind": "ADAM",
+         "hyper_parameters": {"lr": 0.01, "amsgrad": True,
+                              "weight_decay": 0.01},
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.02,
+                                                "amsgrad": False}}]},
+        lambda groups: torch.optim.Adam(groups, lr=0.01, amsgrad=True,
+                                        weight_decay=0.01),
+        {"lr": 0.02, "amsgrad": False}),
+    "adagrad": (
+        {"kind": "ADAGRAD",
+         "hyper_parameters": {"lr": 0.05, "lr_decay": 0.01,
+                              "weight_decay": 0.001,
+                              "initial_accumulator_value": 0.1},
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.1, "eps": 1e-6}}]},
+        lambda groups: torch.optim.Adagrad(groups, lr=0.05, lr_decay=0.01,
+                                           weight_decay=0.001,
+                                           initial_accumulator_value=0.1),
+        {"lr": 0.1, "eps": 1e-6}),
+    "rmsprop": (
+        {"kind": "RMSPROP",
+         "hyper_parameters": {"lr": 0.005, "alpha": 0.9, "centered": True,
+                              "momentum": 0.9, "weight_decay": 0.001},
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"centered": False,
+                                                "momentum": 0}}]},
+        lambda groups: torch.optim.RMSprop(groups, lr=0.005, alpha=0.9,
+                                           centered=True, momentum=0.9,
+                                           weight_decay=0.001),
+        {"centered": False, "momentum": 0}),
+    "lion": (
+        {"kind": "LION",
+         "hyper_parameters": {"lr": 0.001, "betas": [0.9, 0.99],
+                              "weight_decay": 0.1},
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.003,
+                                                "weight_decay": 0}}]},
+        lambda groups: _lion(groups, lr=0.001, betas=(0.9, 0.99),
+                             weight_decay=0.1),
+        {"lr": 0.003, "weight_decay": 0}),
 }
 
 

@@ -1,9 +1,11 @@
 """Parity: pshard.torch.ShardedOptimizer on N ranks (real processes, the
 local test mode) ends with the parameters one process gets from the same
 torch optimizer on the full batch — SGD with momentum, Adam and AdamW, with
-and without a learning-rate schedule (warmup + cosine, StepLR), two
-parameter groups, odd shapes, both comm modes — within 1e-5 relative after
-5 steps (and after the first: it already updates the parameters).
+and without a learning-rate schedule (warmup + cosine, StepLR), Adam with
+amsgrad, Adagrad, RMSprop (centered, momentum) and Lion (lion-pytorch's
+update), two parameter groups, odd shapes, both comm modes — within 1e-5
+relative after 5 steps (and after the first: it already updates the
+parameters).
 
     parity_test.py WORLD_SIZE
 """

@@ -17,7 +17,7 @@ import parity_common as common
 import pshard
 import pshard.torch
 
-CONFIGS = ["sgd_momentum", "adam"]
+CONFIGS = ["sgd_momentum", "adam", "rmsprop", "lion"]
 
 
 def open_session(store):

@@ -1,9 +1,10 @@
 """ShardedOptimizer.state_dict()/load_state_dict() on 2 ranks (real
 processes, the local test mode): 3 steps, state_dict, a new session and
 optimizer, load, 2 more steps give the parameters of 5 straight steps bit
-for bit (SGD with momentum, Adam); each rank's state holds only the
-parameters of its buckets, by name; bad states are refused naming what is
-wrong.
+for bit (SGD with momentum, Adam, RMSprop centered with momentum in one
+group and plain in the other, Lion); each rank's state holds only the
+parameters of its buckets, by name, with torch's state names for the kind
+and group; bad states are refused naming what is wrong.
 """
 
 import os
@@ -21,6 +22,18 @@ WORLD = 2
 RUN_TIMEOUT_SECONDS = 240
 
 
+def expected_keys(config, name, second_group):
+    """torch's state names of parameter `name` under `config`."""
+    if config == "adam":
+        return {"step", "exp_avg", "exp_avg_sq"}
+    if config == "rmsprop":  # the second group is neither centered nor momentum
+        return ({"step", "square_avg"} if second_group(name)
+                else {"step", "square_avg", "momentum_buffer", "grad_avg"})
+    if config == "lion":
+        return {"step", "exp_avg"}
+    return {"step", "momentum_buffer"}
+
+
 @unittest.skipIf(torch is None, "PyTorch is not installed for "
                  f"{sys.executable}; install python3-torch (tools/setup.sh)")
 class StateDictTest(unittest.TestCase):
@@ -32,8 +45,6 @@ class StateDictTest(unittest.TestCase):
 
         names = {n for n, _ in common.make_model().named_parameters()}
         for config in state_dict_rank.CONFIGS:
-            keys = ({"step", "exp_avg", "exp_avg_sq"} if config == "adam"
-                    else {"step", "momentum_buffer"})
             owned = []
             for rank in range(WORLD):
                 got = torch.load(os.path.join(out, f"{config}-rank{rank}.pt"))
@@ -47,6 +58,7 @@ class StateDictTest(unittest.TestCase):
                 self.assertEqual(saved["optimizer"], common.OPTIMIZERS[config][0])
                 owned.append(set(saved["state"]))
                 for name, entry in saved["state"].items():
+                    keys = expected_keys(config, name, common.second_group)
                     self.assertEqual(set(entry), keys, name)
                     self.assertEqual(entry["step"], 3)
                     shape = dict(common.make_model().named_parameters())[name].shape

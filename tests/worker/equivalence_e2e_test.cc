@@ -1,8 +1,8 @@
 // End to end through the binaries: jobs of 1, 2 and 3 pshard-worker processes
 // under the real coordinator end with the same parameters (written by rank 0
 // to params.safetensors) as one unsharded process running the same optimizer
-// on the rank-averaged gradients (learning-rate schedules included). Also a
-// replay round trip on a small generated data set.
+// on the rank-averaged gradients (learning-rate schedules included; every
+// optimizer kind). Also a replay round trip on a small generated data set.
 #include <sys/stat.h>
 
 #include <memory>
@@ -134,6 +134,31 @@ TEST_F(EquivalenceE2eTest, AdamWScheduledPerGroup) {
     step->set_kind(v1::LrSchedule::STEP);
     step->set_step_size(2);
     step->set_gamma(0.5);
+    RunAndCompare(spec);
+  }
+}
+
+// Adagrad, RMSprop (centered, momentum) and Lion: built-in jobs match the
+// unsharded reference bit for bit as the older kinds do (torch parity of
+// these kinds: optimizer_parity_e2e_test).
+TEST_F(EquivalenceE2eTest, AdagradRmspropLionOneTwoThreeRanks) {
+  const v1::OptimizerSpec::Kind kinds[] = {v1::OptimizerSpec::ADAGRAD,
+                                           v1::OptimizerSpec::RMSPROP,
+                                           v1::OptimizerSpec::LION};
+  for (int world = 1; world <= 3; ++world) {
+    const v1::OptimizerSpec::Kind kind = kinds[world - 1];
+    v1::JobSpec spec = SyntheticSpec(world, kind, v1::JobSpec::REDUCE_BROADCAST,
+                                     v1::JobSpec::BALANCED);
+    auto* hp = spec.mutable_optimizer()->mutable_hyper_parameters();
+    if (kind == v1::OptimizerSpec::ADAGRAD) {
+      hp->set_lr_decay(0.01);
+      hp->set_initial_accumulator_value(0.1);
+    } else if (kind == v1::OptimizerSpec::RMSPROP) {
+      hp->set_centered(true);
+      hp->set_momentum(0.9);
+    } else {
+      hp->set_weight_decay(0.1);
+    }
     RunAndCompare(spec);
   }
 }

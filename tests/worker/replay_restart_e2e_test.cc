@@ -6,64 +6,33 @@
 //   - with no spare and min_world_size = world_size - 1, at the smaller
 //     world: equal to torch.optim.Adam on the same data averaged over the
 //     old world up to the resume step and over the new world after it.
-#include <sys/wait.h>
-
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "tests/testing/cluster.h"
+#include "tests/worker/replay_testing.h"
 #include "tests/worker/restart_testing.h"
 
 namespace pshard::testing {
 namespace {
 
-constexpr char kPython[] = "/usr/bin/python3";
 constexpr int kSteps = 100;
 constexpr double kLr = 0.01;
 
-// Runs a Python script to its end; its output goes to `log`.
-absl::Status RunPython(const std::vector<std::string>& args,
-                       const std::string& log) {
-  std::vector<std::string> argv = {kPython};
-  argv.insert(argv.end(), args.begin(), args.end());
-  ASSIGN_OR_RETURN(auto process, Subprocess::Start(argv, {}, log));
-  ASSIGN_OR_RETURN(int status, process->Wait(absl::Seconds(120)));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError(absl::StrCat(args[0], " failed (wait status ",
-                                            status, "):\n", ReadFile(log)));
-  }
-  return absl::OkStatus();
+// Adam at kLr, as JSON for the torch reference and as the job's spec.
+std::string AdamJson() {
+  return absl::StrCat(R"({"kind": "ADAM", "hyper_parameters": {"lr": )", kLr,
+                      "}}");
 }
 
-// Recorded gradients for 3 ranks and kSteps steps (examples/make_replay_data.py).
-std::string WriteReplayData(Cluster& cluster) {
-  const std::string data = absl::StrCat(cluster.dir(), "/replay");
-  EXPECT_OK(RunPython({RunfilePath("examples/make_replay_data.py"), "--out",
-                       data, "--steps", absl::StrCat(kSteps), "--ranks", "3",
-                       "--seed", "5"},
-                      absl::StrCat(cluster.dir(), "/make_replay_data.log")));
-  return data;
-}
-
-v1::JobSpec ReplaySpec(Cluster& cluster, const std::string& data, int world,
-                       const std::string& name) {
-  v1::JobSpec spec;
-  spec.set_name(name);
-  spec.set_world_size(world);
-  spec.mutable_replay()->set_params_path(data + "/params.safetensors");
-  spec.mutable_replay()->set_gradients_dir(data + "/gradients");
-  spec.set_bucket_cap_mb(0.05);
-  spec.set_steps(kSteps);
-  spec.set_progress_every(1);
-  spec.set_collective_timeout_seconds(20);
-  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
-  spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(kLr);
-  spec.set_output_dir(absl::StrCat(cluster.dir(), "/out-", name));
-  return spec;
+v1::OptimizerSpec Adam() {
+  v1::OptimizerSpec optimizer;
+  optimizer.set_kind(v1::OptimizerSpec::ADAM);
+  optimizer.mutable_hyper_parameters()->set_lr(kLr);
+  return optimizer;
 }
 
 void CheckpointEvery10(Cluster& cluster, v1::JobSpec& spec) {
@@ -78,12 +47,13 @@ TEST(ReplayRestartE2eTest, KilledWorkerResumesWithASpareBitIdentical) {
   ClusterOptions options;
   options.workers = 3;
   ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
-  const std::string data = WriteReplayData(*cluster);
+  const std::string data = WriteReplayData(*cluster, "replay", kSteps, 3);
 
-  const v1::Job clean = RunToEnd(*cluster, ReplaySpec(*cluster, data, 2, "clean"), 3);
+  const v1::Job clean = RunToEnd(
+      *cluster, ReplaySpec(*cluster, data, 2, kSteps, Adam(), "clean"), 3);
   ASSERT_EQ(clean.state(), v1::SUCCEEDED) << clean.reason() << cluster->Logs();
 
-  v1::JobSpec spec = ReplaySpec(*cluster, data, 2, "restarted");
+  v1::JobSpec spec = ReplaySpec(*cluster, data, 2, kSteps, Adam(), "restarted");
   CheckpointEvery10(*cluster, spec);
   const v1::Job job = RunAndKillRank(*cluster, spec, 1);
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << cluster->Logs();
@@ -99,17 +69,16 @@ TEST(ReplayRestartE2eTest, KilledWorkerResumesWithASpareBitIdentical) {
 }
 
 TEST(ReplayRestartE2eTest, NoSpareResumesAtTheSmallerWorldLikeTorch) {
-  if (!RunPython({"-c", "import torch"}, ::testing::TempDir() + "/torch.log")
-           .ok()) {
+  if (!PythonHasTorch()) {
     GTEST_SKIP() << kPython << " cannot import torch (tools/setup.sh "
                  << "installs python3-torch): no torch reference";
   }
   ClusterOptions options;
   options.workers = 3;
   ASSERT_OK_AND_ASSIGN(auto cluster, Cluster::Start(options));
-  const std::string data = WriteReplayData(*cluster);
+  const std::string data = WriteReplayData(*cluster, "replay", kSteps, 3);
 
-  v1::JobSpec spec = ReplaySpec(*cluster, data, 3, "shrunk");
+  v1::JobSpec spec = ReplaySpec(*cluster, data, 3, kSteps, Adam(), "shrunk");
   CheckpointEvery10(*cluster, spec);
   spec.set_min_world_size(2);
   const v1::Job job = RunAndKillRank(*cluster, spec, 1);
@@ -122,15 +91,8 @@ TEST(ReplayRestartE2eTest, NoSpareResumesAtTheSmallerWorldLikeTorch) {
   const int64_t resumed = restarts[0].resumed_from().step();
   EXPECT_GE(resumed, 10);
 
-  const std::string log = absl::StrCat(cluster->dir(), "/reference.log");
-  EXPECT_OK(RunPython(
-      {RunfilePath("tests/worker/replay_torch_reference.py"),
-       "--replay_tools", RunfilePath("examples/make_replay_data.py"),
-       "--data", data, "--steps", absl::StrCat(kSteps), "--switch_step",
-       absl::StrCat(resumed), "--world_before", "3", "--world_after", "2",
-       "--lr", absl::StrCat(kLr), "--actual", job.output_path()},
-      log));
-  printf("%s", ReadFile(log).c_str());
+  EXPECT_OK(CheckAgainstTorch(data, AdamJson(), kSteps, resumed, 3, 2,
+                              job.output_path(), 1e-5, 1e-6));
 }
 
 }  // namespace

@@ -1,13 +1,20 @@
 #!/usr/bin/python3
-"""Checks a replay job's parameters against torch.optim.Adam on the same data
-when the job's world size changed at a step, as a restart at a smaller world
-does: steps 1..switch_step average the gradients of `world_before` ranks,
-the steps after average those of `world_after` ranks (rank r of step s reads
+"""Checks a replay job's parameters against the torch optimizer its
+OptimizerSpec stands for (worker/optim/testdata/torch_optim.py: torch 1.13's
+SGD, Adam, AdamW, Adagrad, RMSprop, lion-pytorch's Lion, per parameter group
+and schedule) on the same data, also when the job's world size changed at a
+step, as a restart at a smaller world does: steps 1..switch_step average the
+gradients of `world_before` ranks, the steps after average those of
+`world_after` ranks (rank r of step s reads
 gradients/step-<s>/rank-<r>.safetensors, as the replay workload does).
 
   replay_torch_reference.py --replay_tools examples/make_replay_data.py \
+      --torch_optim worker/optim/testdata/torch_optim.py \
+      --optimizer '{"kind": "ADAM", "hyper_parameters": {"lr": 0.01}}' \
       --data DIR --steps 100 --switch_step 40 --world_before 3 \
-      --world_after 2 --lr 0.01 --actual params.safetensors
+      --world_after 2 --actual params.safetensors
+
+A fixed world is --switch_step = --steps with --world_before the job's.
 
 Exits 0 when every value is within --rtol/--atol (as the Python parity tests
 compare), else 1 naming the worst parameter. Needs torch and numpy.
@@ -15,6 +22,7 @@ compare), else 1 naming the worst parameter. Needs torch and numpy.
 
 import argparse
 import importlib.util
+import json
 import os
 import sys
 
@@ -22,18 +30,19 @@ import numpy as np
 import torch
 
 
-def load_module(path):
-    spec = importlib.util.spec_from_file_location("make_replay_data", path)
+def load_module(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def reference(tools, data, steps, switch_step, world_before, world_after, lr):
+def reference(tools, optim, spec, data, steps, switch_step, world_before,
+              world_after):
     initial = tools.read_safetensors(os.path.join(data, "params.safetensors"))
     params = {name: torch.tensor(np.array(value), dtype=torch.float32)
               for name, value in initial.items()}
-    optimizer = torch.optim.Adam(params.values(), lr=lr)
+    optimizers = optim.torch_optimizers(spec, list(params.items()))
     for step in range(1, steps + 1):
         world = world_before if step <= switch_step else world_after
         grads = [tools.read_safetensors(os.path.join(
@@ -44,7 +53,11 @@ def reference(tools, data, steps, switch_step, world_before, world_after, lr):
             for r in range(1, world):
                 total += torch.tensor(np.array(grads[r][name]))
             p.grad = total / world
-        optimizer.step()
+        with torch.no_grad():
+            for optimizer, scheduler in optimizers:
+                optimizer.step()
+                if scheduler is not None:
+                    scheduler.step()
     return params
 
 
@@ -52,21 +65,26 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replay_tools", required=True,
                         help="path of examples/make_replay_data.py")
+    parser.add_argument("--torch_optim", required=True,
+                        help="path of worker/optim/testdata/torch_optim.py")
+    parser.add_argument("--optimizer", required=True,
+                        help="the job's OptimizerSpec as JSON")
     parser.add_argument("--data", required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--switch_step", type=int, required=True)
     parser.add_argument("--world_before", type=int, required=True)
     parser.add_argument("--world_after", type=int, required=True)
-    parser.add_argument("--lr", type=float, required=True)
     parser.add_argument("--actual", required=True)
     parser.add_argument("--rtol", type=float, default=1e-5)
     parser.add_argument("--atol", type=float, default=1e-6)
     args = parser.parse_args()
     if not 0 <= args.switch_step <= args.steps:
         parser.error("--switch_step must be in [0, --steps]")
-    tools = load_module(args.replay_tools)
-    expected = reference(tools, args.data, args.steps, args.switch_step,
-                         args.world_before, args.world_after, args.lr)
+    tools = load_module(args.replay_tools, "make_replay_data")
+    optim = load_module(args.torch_optim, "torch_optim")
+    expected = reference(tools, optim, json.loads(args.optimizer), args.data,
+                         args.steps, args.switch_step, args.world_before,
+                         args.world_after)
     actual = tools.read_safetensors(args.actual)
     if sorted(actual) != sorted(expected):
         print(f"{args.actual}: parameters {sorted(actual)}, expected "
@@ -85,7 +103,8 @@ def main():
         if worst_name is None or excess > worst:
             worst_name, worst = name, excess
     ok = worst <= args.atol
-    print(f"torch reference (world {args.world_before} to step "
+    print(f"torch reference ({json.loads(args.optimizer)['kind']}, world "
+          f"{args.world_before} to step "
           f"{args.switch_step}, then {args.world_after}): worst {worst_name}, "
           f"|got - want| - rtol*|want| = {worst:.3g} "
           f"({'within' if ok else 'above'} atol {args.atol:g})")

@@ -181,8 +181,10 @@ pshardResult_t pshardOwnedBuckets(pshardSession_t session, int* owned,
 /* Checkpoints of this rank's shard of the optimizer state (as
  * ZeroRedundancyOptimizer's local state): for each parameter whose bucket
  * this rank owns and that keeps state, its state tensors by PyTorch's names
- * (SGD "momentum_buffer", Adam/AdamW "exp_avg" and "exp_avg_sq"; each the
- * parameter's numel floats) and its step count, plus the optimizer spec.
+ * (SGD "momentum_buffer"; Adam/AdamW "exp_avg", "exp_avg_sq" and, with
+ * amsgrad, "max_exp_avg_sq"; Adagrad "sum"; RMSprop "square_avg",
+ * "momentum_buffer", "grad_avg"; Lion "exp_avg"; each the parameter's numel
+ * floats) and its step count, plus the optimizer spec.
  *
  *   pshardOptimizerState_t st;
  *   pshardExportOptimizerState(s, &st);     after the first step: a copy

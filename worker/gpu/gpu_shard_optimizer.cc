@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -36,7 +37,7 @@ struct GpuBucket {
   BucketPlan plan;
   bool bf16 = false;
   DeviceBuffer chunks;  // plan.chunks on the device
-  DeviceBuffer state[2];
+  DeviceBuffer state[kMaxStateArrays];  // empty where the plan keeps none
   DeviceBuffer master;  // bf16 buckets: fp32 master weights, extent elements
   int64_t state_bytes = 0;
   int64_t steps = 0;  // guarded by the optimizer's mutex
@@ -85,14 +86,30 @@ class GpuShardOptimizer::Impl {
                           bucket->chunks.bytes(), cudaMemcpyHostToDevice, s),
           absl::StrCat(what, ": upload chunk descriptors")));
     }
-    for (int i = 0; i < plan.num_state_arrays; ++i) {
+    // Host copies of arrays that do not start at zero (Adagrad's "sum"):
+    // kept alive until the set-up sync below.
+    std::vector<float> initial_state[kMaxStateArrays];
+    for (const BucketPlan::StateFill& fill : plan.fills) {
+      std::vector<float>& host = initial_state[fill.array];
+      if (host.empty()) host.assign(plan.state_numel, 0.0f);
+      std::fill(host.begin() + fill.state_offset,
+                host.begin() + fill.state_offset + fill.numel, fill.value);
+    }
+    for (int i = 0; i < kMaxStateArrays; ++i) {
+      if (!plan.keeps[i]) continue;
       const size_t bytes =
           static_cast<size_t>(plan.state_numel) * sizeof(float);
       ASSIGN_OR_RETURN(bucket->state[i],
                        DeviceBuffer::Allocate(
                            bytes, absl::StrCat(what, ": cudaMalloc(state ", i,
                                                ", ", bytes, " bytes)")));
-      if (bytes > 0) {
+      if (bytes == 0) continue;
+      if (!initial_state[i].empty()) {
+        RETURN_IF_ERROR(CudaStatus(
+            cudaMemcpyAsync(bucket->state[i].get(), initial_state[i].data(),
+                            bytes, cudaMemcpyHostToDevice, s),
+            absl::StrCat(what, ": initial state ", i)));
+      } else {
         RETURN_IF_ERROR(
             CudaStatus(cudaMemsetAsync(bucket->state[i].get(), 0, bytes, s),
                        absl::StrCat(what, ": zero state")));
@@ -174,6 +191,7 @@ class GpuShardOptimizer::Impl {
     buffers.master = bucket.master.as<float>();
     buffers.state0 = bucket.state[0].as<float>();
     buffers.state1 = bucket.state[1].as<float>();
+    buffers.state2 = bucket.state[2].as<float>();
     const auto* chunks = bucket.chunks.as<const ChunkDescriptor>();
     for (int i = 0; i < static_cast<int>(bucket.plan.launches.size()); ++i) {
       const gpu::OptimizerLaunchParams launch =
@@ -206,10 +224,10 @@ class GpuShardOptimizer::Impl {
       }
       src = &bucket.master;
     } else {
-      if (which < 0 || which >= bucket.plan.num_state_arrays) {
+      if (which < 0 || which >= kMaxStateArrays ||
+          !bucket.plan.keeps[which]) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "bucket ", bucket_index, " has ", bucket.plan.num_state_arrays,
-            " state arrays, not ", which + 1));
+            "bucket ", bucket_index, " keeps no state array ", which));
       }
       src = &bucket.state[which];
     }
@@ -259,15 +277,10 @@ class GpuShardOptimizer::Impl {
 
 absl::StatusOr<std::unique_ptr<GpuShardOptimizer>> GpuShardOptimizer::Create(
     const v1::OptimizerSpec& spec, int device) {
-  switch (spec.kind()) {
-    case v1::OptimizerSpec::SGD:
-    case v1::OptimizerSpec::ADAM:
-    case v1::OptimizerSpec::ADAMW:
-      break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "optimizer kind ", v1::OptimizerSpec::Kind_Name(spec.kind()),
-          " is not supported; use SGD, ADAM or ADAMW"));
+  if (!IsSupportedOptimizerKind(spec.kind())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer kind ", v1::OptimizerSpec::Kind_Name(spec.kind()),
+        " is not supported; use SGD, ADAM, ADAMW, ADAGRAD, RMSPROP or LION"));
   }
   std::string why;
   const int count = CudaDeviceCount(&why);

@@ -85,9 +85,11 @@ class GpuShardOptimizer final : public ShardOptimizer {
   // the enqueued steps have finished (e.g. after syncing their stream).
   absl::Status CopyMasterWeights(int bucket_index, float* out);
 
-  // Copies state array `which` (0: momentum / exp_avg, 1: exp_avg_sq) of a
-  // bucket (state_bytes / arrays elements, CPU layout) to `out` (device) and
-  // waits: for cross-checks against the CPU optimizer.
+  // Copies state array `which` (StateLayout's array index: e.g. Adam 0
+  // exp_avg, 1 exp_avg_sq, 2 max_exp_avg_sq) of a bucket (state_numel
+  // elements, CPU layout) to `out` (device) and waits: for cross-checks
+  // against the CPU optimizer. InvalidArgument for an array the bucket does
+  // not keep.
   absl::Status CopyState(int bucket_index, int which, float* out);
 
   // Optimizer state bytes held for the bucket: moments/momentum, plus the

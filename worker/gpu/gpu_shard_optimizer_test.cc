@@ -35,8 +35,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
+using testing::kAdagradJson;
+using testing::kAdamAmsgradJson;
 using testing::kAdamJson;
 using testing::kAdamScheduleJson;
+using testing::kLionJson;
+using testing::kRmspropJson;
 using testing::kSgdScheduleJson;
 using testing::kAdamWJson;
 using testing::kSgdDampeningJson;
@@ -246,7 +250,9 @@ INSTANTIATE_TEST_SUITE_P(AllKinds, GpuVsCpuTest,
                          ::testing::Values(kSgdJson, kSgdDampeningJson,
                                            kAdamJson, kAdamWJson,
                                            kAdamScheduleJson,
-                                           kSgdScheduleJson));
+                                           kSgdScheduleJson, kAdamAmsgradJson,
+                                           kAdagradJson, kRmspropJson,
+                                           kLionJson));
 
 class GpuShardOptimizerGpuTest : public ::testing::Test {
  protected:
@@ -301,6 +307,33 @@ TEST_F(GpuShardOptimizerGpuTest, StateMatchesTheCpuLayout) {
   EXPECT_EQ(m[100], 104.0f * omb1);  // state is compact: the gap has none
   EXPECT_THAT(gpu->CopyState(0, 2, state.as<float>()),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+}
+
+// Adagrad's "sum" starts at each group's initial_accumulator_value on the
+// device too; RMSprop keeps only the arrays its groups use.
+TEST_F(GpuShardOptimizerGpuTest, InitialStateAndKeptArrays) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuShardOptimizer> adagrad,
+                       GpuShardOptimizer::Create(Spec(kAdagradJson), 0));
+  ASSERT_OK(adagrad->AddBucket(0, {{"w", 0, 10}, {"w.bias", 12, 3}}));
+  ASSERT_OK_AND_ASSIGN(DeviceBuffer state, DeviceBuffer::Allocate(13 * 4, "s"));
+  ASSERT_OK(adagrad->CopyState(0, 0, state.as<float>()));
+  const std::vector<float> sum = Download<float>(state, 13);
+  EXPECT_EQ(sum[0], static_cast<float>(0.1));
+  EXPECT_EQ(sum[9], static_cast<float>(0.1));
+  EXPECT_EQ(sum[10], static_cast<float>(0.5));
+  EXPECT_EQ(sum[12], static_cast<float>(0.5));
+  EXPECT_THAT(adagrad->CopyState(0, 1, state.as<float>()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no state")));
+
+  const v1::OptimizerSpec centered_only =
+      Spec(R"({"kind": "RMSPROP", "hyperParameters": {"centered": true}})");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuShardOptimizer> rmsprop,
+                       GpuShardOptimizer::Create(centered_only, 0));
+  ASSERT_OK(rmsprop->AddBucket(0, {{"w", 0, 16}}));
+  EXPECT_EQ(rmsprop->state_bytes(0), 2 * 16 * 4);  // square_avg, grad_avg
+  ASSERT_OK(rmsprop->CopyState(0, 2, state.as<float>()));
+  EXPECT_THAT(rmsprop->CopyState(0, 1, state.as<float>()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no state")));
 }
 
 TEST_F(GpuShardOptimizerGpuTest, HelperKernels) {

@@ -33,20 +33,25 @@ enum KernelDType : int32_t {
 enum OptimizerKernelKind : int32_t {
   kKernelSgd = 0,
   kKernelAdam = 1,
+  kKernelAdagrad = 2,
+  kKernelRmsprop = 3,
+  kKernelLion = 4,
 };
 
 // The fp32 scalars of one hyper-parameter group for one step, exactly the
-// fields of worker/optim/cpu_kernels.h's SgdScalars and AdamScalars (computed
-// on the host by the same functions, so CPU and GPU see identical bits).
+// fields of worker/optim/cpu_kernels.h's SgdScalars, AdamScalars,
+// AdagradScalars, RmspropScalars and LionScalars (computed on the host by the
+// same functions, so CPU and GPU see identical bits). Fields shared by kinds
+// are noted.
 struct GroupScalars {
-  // SGD.
+  // SGD (neg_lr and momentum also RMSprop's; neg_lr also Lion's).
   float neg_lr;
   float sgd_weight_decay;
   float momentum;
   float one_minus_dampening;
   int32_t nesterov;
   int32_t first_step;
-  // Adam / AdamW.
+  // Adam / AdamW (the betas also Lion's; eps also Adagrad's and RMSprop's).
   float beta1;
   float one_minus_beta1;
   float beta2;
@@ -55,8 +60,17 @@ struct GroupScalars {
   float neg_step_size;
   float bias_correction2_sqrt;
   float adam_weight_decay;  // Adam's L2 term; 0 for AdamW
-  float decay;              // AdamW: p *= decay first
+  float decay;              // AdamW, Lion: p *= decay first
   int32_t decoupled;
+  int32_t amsgrad;          // Adam/AdamW: normalise by max_exp_avg_sq
+  // Adagrad.
+  float neg_clr;
+  float adagrad_weight_decay;
+  // RMSprop.
+  float alpha;
+  float one_minus_alpha;
+  float rmsprop_weight_decay;
+  int32_t centered;
 };
 
 // One chunk of at most kOptimizerChunkElements contiguous elements of a
@@ -69,16 +83,19 @@ struct ChunkDescriptor {
 };
 
 // Everything one launch of the optimizer kernel needs besides the buffers.
-// Passed by value (about 1 KiB, well under the 4 KiB parameter limit).
+// Passed by value (about 1.5 KiB, well under the 4 KiB parameter limit).
 struct OptimizerLaunchParams {
   int32_t kind;  // OptimizerKernelKind
   int32_t num_chunks;
   const ChunkDescriptor* chunks;  // device memory, num_chunks entries
   GroupScalars groups[kOptimizerMaxGroupsPerLaunch];
 };
+static_assert(sizeof(OptimizerLaunchParams) < 4096,
+              "kernel parameters are limited to 4 KiB");
 
 // The buffers of one bucket step. Element i of the bucket is params[i],
-// grads[i] and, when the chunk has state, state0/state1[state index].
+// grads[i] and, when the chunk has state, state0/1/2[state index] (the
+// arrays of worker/optim/shard_optimizer.h's StateLayout).
 struct OptimizerBuffers {
   // The parameters, updated in place: fp32, or bf16 (then `master` holds the
   // fp32 values that are actually stepped, and params receive them rounded to
@@ -90,10 +107,13 @@ struct OptimizerBuffers {
   int32_t grad_dtype;  // KernelDType
   // fp32 master weights, indexed like params; only with bf16 params.
   float* master;
-  // SGD: momentum buffer (may be null when no chunk has state). Adam/AdamW:
-  // exp_avg and exp_avg_sq.
+  // SGD: state0 momentum buffer. Adam/AdamW: exp_avg, exp_avg_sq,
+  // max_exp_avg_sq (amsgrad). Adagrad: state0 sum. RMSprop: square_avg,
+  // momentum_buffer (momentum > 0), grad_avg (centered). Lion: state0
+  // exp_avg. Null where no group of the launch uses the array.
   float* state0;
   float* state1;
+  float* state2;
 };
 
 }  // namespace pshard::worker::gpu

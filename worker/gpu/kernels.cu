@@ -1,5 +1,5 @@
 // pshard's CUDA kernels: the fused multi-tensor optimizer step (SGD, Adam,
-// AdamW; fp32 parameters, or bf16 parameters with fp32 master weights), dtype
+// AdamW with or without AMSGrad, Adagrad, RMSprop, Lion; fp32 parameters, or bf16 parameters with fp32 master weights), dtype
 // casts, scaling, synthetic values and a reference copy. One .cu file on
 // purpose: nvcc time counts against CI.
 //
@@ -26,12 +26,24 @@ constexpr int kIlp = 4;
 
 // Per-chunk decisions, uniform across the block (no divergence).
 struct Flags {
-  bool weight_decay;  // SGD: d = fma(p, wd, d); Adam: g' = fma(p, wd, g)
-  bool momentum;      // SGD
+  bool weight_decay;  // L2: g' = fma(p, wd, g) (SGD, Adam, Adagrad, RMSprop)
+  bool momentum;      // SGD, RMSprop
   bool first_step;    // SGD
   bool nesterov;      // SGD
-  bool decoupled;     // AdamW: p *= decay
+  bool decoupled;     // AdamW, Lion: p *= decay
+  bool amsgrad;       // Adam/AdamW
+  bool centered;      // RMSprop
 };
+
+// torch.maximum: NaN when either is NaN.
+__device__ __forceinline__ float TorchMaximum(float a, float b) {
+  return (a != a || a > b) ? a : b;
+}
+
+// torch.sign: -1, 0 or 1 (+0 for zeros and NaN).
+__device__ __forceinline__ float TorchSign(float x) {
+  return __fsub_rn(x > 0.0f ? 1.0f : 0.0f, x < 0.0f ? 1.0f : 0.0f);
+}
 
 __device__ __forceinline__ void SgdUpdate(const GroupScalars& s, const Flags& f,
                                           float& p, float g, float& buf) {
@@ -49,14 +61,76 @@ __device__ __forceinline__ void SgdUpdate(const GroupScalars& s, const Flags& f,
 
 __device__ __forceinline__ void AdamUpdate(const GroupScalars& s,
                                            const Flags& f, float& p, float g,
-                                           float& m, float& v) {
+                                           float& m, float& v, float& vmax) {
   if (f.weight_decay) g = __fmaf_rn(p, s.adam_weight_decay, g);
   if (f.decoupled) p = __fmul_rn(p, s.decay);
   m = __fmaf_rn(g, s.one_minus_beta1, __fmul_rn(m, s.beta1));
   v = __fmaf_rn(__fmul_rn(s.one_minus_beta2, g), g, __fmul_rn(v, s.beta2));
+  float second = v;
+  if (f.amsgrad) {
+    vmax = TorchMaximum(vmax, v);
+    second = vmax;
+  }
   const float denom =
-      __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);
+      __fadd_rn(__fdiv_rn(__fsqrt_rn(second), s.bias_correction2_sqrt), s.eps);
   p = __fadd_rn(p, __fdiv_rn(__fmul_rn(s.neg_step_size, m), denom));
+}
+
+__device__ __forceinline__ void AdagradUpdate(const GroupScalars& s,
+                                              const Flags& f, float& p,
+                                              float g, float& sum) {
+  if (f.weight_decay) g = __fmaf_rn(p, s.adagrad_weight_decay, g);
+  sum = __fmaf_rn(g, g, sum);
+  const float std_dev = __fadd_rn(__fsqrt_rn(sum), s.eps);
+  p = __fadd_rn(p, __fdiv_rn(__fmul_rn(s.neg_clr, g), std_dev));
+}
+
+__device__ __forceinline__ void RmspropUpdate(const GroupScalars& s,
+                                              const Flags& f, float& p,
+                                              float g, float& sq, float& buf,
+                                              float& ga) {
+  if (f.weight_decay) g = __fmaf_rn(p, s.rmsprop_weight_decay, g);
+  sq = __fmaf_rn(__fmul_rn(s.one_minus_alpha, g), g, __fmul_rn(sq, s.alpha));
+  float variance = sq;
+  if (f.centered) {
+    ga = __fmaf_rn(g, s.one_minus_alpha, __fmul_rn(ga, s.alpha));
+    variance = __fmaf_rn(-ga, ga, sq);
+  }
+  const float avg = __fadd_rn(__fsqrt_rn(variance), s.eps);
+  if (f.momentum) {
+    buf = __fadd_rn(__fmul_rn(buf, s.momentum), __fdiv_rn(g, avg));
+    p = __fmaf_rn(buf, s.neg_lr, p);
+  } else {
+    p = __fadd_rn(p, __fdiv_rn(__fmul_rn(s.neg_lr, g), avg));
+  }
+}
+
+__device__ __forceinline__ void LionUpdate(const GroupScalars& s,
+                                           const Flags& f, float& p, float g,
+                                           float& m) {
+  if (f.decoupled) p = __fmul_rn(p, s.decay);
+  const float c = __fmaf_rn(g, s.one_minus_beta1, __fmul_rn(m, s.beta1));
+  p = __fmaf_rn(TorchSign(c), s.neg_lr, p);
+  m = __fmaf_rn(g, s.one_minus_beta2, __fmul_rn(m, s.beta2));
+}
+
+// One element's update for launch kind kKind, over state values a, b, c
+// (state arrays 0, 1, 2; unused ones are scratch).
+template <int kKind>
+__device__ __forceinline__ void Update(const GroupScalars& s, const Flags& f,
+                                       float& p, float g, float& a, float& b,
+                                       float& c) {
+  if constexpr (kKind == kKernelSgd) {
+    SgdUpdate(s, f, p, g, a);
+  } else if constexpr (kKind == kKernelAdam) {
+    AdamUpdate(s, f, p, g, a, b, c);
+  } else if constexpr (kKind == kKernelAdagrad) {
+    AdagradUpdate(s, f, p, g, a);
+  } else if constexpr (kKind == kKernelRmsprop) {
+    RmspropUpdate(s, f, p, g, a, b, c);
+  } else {
+    LionUpdate(s, f, p, g, a);
+  }
 }
 
 // ---- element access, scalar and 4-wide, for fp32 and bf16 ----
@@ -116,10 +190,10 @@ __device__ __forceinline__ int VecBytes() {
   return 4 * static_cast<int>(sizeof(T));
 }
 
-// One block steps one chunk. kAdam: Adam/AdamW, else SGD. ParamT: float
-// (params stepped in place) or __nv_bfloat16 (master stepped, params written
-// rounded). GradT: float or __nv_bfloat16.
-template <bool kAdam, typename ParamT, typename GradT>
+// One block steps one chunk with launch kind kKind (OptimizerKernelKind).
+// ParamT: float (params stepped in place) or __nv_bfloat16 (master stepped,
+// params written rounded). GradT: float or __nv_bfloat16.
+template <int kKind, typename ParamT, typename GradT>
 __global__ void __launch_bounds__(kThreads)
     OptimizerKernel(OptimizerLaunchParams launch, OptimizerBuffers buffers) {
   constexpr bool kBf16Params = sizeof(ParamT) == 2;
@@ -127,17 +201,34 @@ __global__ void __launch_bounds__(kThreads)
   const GroupScalars& s = launch.groups[c.group];
   const bool has_state = c.state_offset >= 0;
 
-  Flags f;
-  if (kAdam) {
-    f.decoupled = s.decoupled != 0 && s.decay != 1.0f;
-    f.weight_decay = s.decoupled == 0 && s.adam_weight_decay != 0.0f;
-    f.momentum = f.first_step = f.nesterov = false;
-  } else {
+  Flags f{};
+  // Which state arrays the chunk reads and writes.
+  bool uses[3] = {false, false, false};
+  if constexpr (kKind == kKernelSgd) {
     f.weight_decay = s.sgd_weight_decay != 0.0f;
     f.momentum = s.momentum != 0.0f && has_state;
     f.first_step = s.first_step != 0;
     f.nesterov = f.momentum && s.nesterov != 0;
-    f.decoupled = false;
+    uses[0] = f.momentum;
+  } else if constexpr (kKind == kKernelAdam) {
+    f.decoupled = s.decoupled != 0 && s.decay != 1.0f;
+    f.weight_decay = s.decoupled == 0 && s.adam_weight_decay != 0.0f;
+    f.amsgrad = s.amsgrad != 0;
+    uses[0] = uses[1] = true;
+    uses[2] = f.amsgrad;
+  } else if constexpr (kKind == kKernelAdagrad) {
+    f.weight_decay = s.adagrad_weight_decay != 0.0f;
+    uses[0] = true;
+  } else if constexpr (kKind == kKernelRmsprop) {
+    f.weight_decay = s.rmsprop_weight_decay != 0.0f;
+    f.momentum = s.momentum != 0.0f;
+    f.centered = s.centered != 0;
+    uses[0] = true;
+    uses[1] = f.momentum;
+    uses[2] = f.centered;
+  } else {
+    f.decoupled = s.decay != 1.0f;
+    uses[0] = true;
   }
 
   // The fp32 values stepped: the parameters themselves or the master copy.
@@ -148,19 +239,23 @@ __global__ void __launch_bounds__(kThreads)
       static_cast<ParamT*>(buffers.params) + c.offset;  // bf16 only
   const GradT* __restrict__ g =
       static_cast<const GradT*>(buffers.grads) + c.offset;
-  // Without state (SGD, momentum 0) m/v are never touched; point them at a
-  // dummy so the code below needs no null checks.
-  const float scratch = 0.0f;
-  float* __restrict__ m = has_state ? buffers.state0 + c.state_offset : nullptr;
-  float* __restrict__ v =
-      (kAdam && has_state) ? buffers.state1 + c.state_offset : nullptr;
-  const bool uses_m = kAdam || f.momentum;
+  float* const arrays[3] = {buffers.state0, buffers.state1, buffers.state2};
+  float* st[3];
+#pragma unroll
+  for (int k = 0; k < 3; ++k) {
+    uses[k] = uses[k] && has_state;
+    st[k] = uses[k] ? arrays[k] + c.state_offset : nullptr;
+  }
+  // Unused state values are scratch registers, never loaded or stored.
+  float scratch = 0.0f;
 
   const int64_t n = c.numel;
   bool vec = Aligned(p, 16) && Aligned(g, VecBytes<GradT>());
   if (kBf16Params) vec = vec && Aligned(out, 8);
-  if (uses_m) vec = vec && Aligned(m, 16);
-  if (kAdam) vec = vec && Aligned(v, 16);
+#pragma unroll
+  for (int k = 0; k < 3; ++k) {
+    if (uses[k]) vec = vec && Aligned(st[k], 16);
+  }
 
   int64_t scalar_begin = 0;
   if (vec) {
@@ -169,16 +264,17 @@ __global__ void __launch_bounds__(kThreads)
          base += static_cast<int64_t>(kThreads) * kIlp) {
       float pv[kIlp][4];
       float gv[kIlp][4];
-      float mv[kIlp][4];
-      float vv[kIlp][4];
+      float sv[3][kIlp][4];
 #pragma unroll
       for (int k = 0; k < kIlp; ++k) {
         const int64_t j = base + static_cast<int64_t>(k) * kThreads;
         if (j < n4) {
           LoadFour(p, j, pv[k]);
           LoadFour(g, j, gv[k]);
-          if (uses_m) LoadFour(m, j, mv[k]);
-          if (kAdam) LoadFour(v, j, vv[k]);
+#pragma unroll
+          for (int a = 0; a < 3; ++a) {
+            if (uses[a]) LoadFour(st[a], j, sv[a][k]);
+          }
         }
       }
 #pragma unroll
@@ -187,18 +283,17 @@ __global__ void __launch_bounds__(kThreads)
         if (j < n4) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            if (kAdam) {
-              AdamUpdate(s, f, pv[k][e], gv[k][e], mv[k][e], vv[k][e]);
-            } else {
-              SgdUpdate(s, f, pv[k][e], gv[k][e], mv[k][e]);
-            }
+            Update<kKind>(s, f, pv[k][e], gv[k][e], sv[0][k][e], sv[1][k][e],
+                          sv[2][k][e]);
           }
           StoreFour(p, j, pv[k]);
           if (kBf16Params) {
             StoreFourBf16(reinterpret_cast<__nv_bfloat16*>(out), j, pv[k]);
           }
-          if (uses_m) StoreFour(m, j, mv[k]);
-          if (kAdam) StoreFour(v, j, vv[k]);
+#pragma unroll
+          for (int a = 0; a < 3; ++a) {
+            if (uses[a]) StoreFour(st[a], j, sv[a][k]);
+          }
         }
       }
     }
@@ -207,47 +302,46 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = scalar_begin + threadIdx.x; i < n; i += kThreads) {
     float pi = p[i];
     const float gi = LoadOne(g, i);
-    float mi = uses_m ? m[i] : scratch;
-    float vi = kAdam ? v[i] : scratch;
-    if (kAdam) {
-      AdamUpdate(s, f, pi, gi, mi, vi);
-    } else {
-      SgdUpdate(s, f, pi, gi, mi);
-    }
+    float si[3];
+#pragma unroll
+    for (int a = 0; a < 3; ++a) si[a] = uses[a] ? st[a][i] : scratch;
+    Update<kKind>(s, f, pi, gi, si[0], si[1], si[2]);
     p[i] = pi;
     if (kBf16Params) {
       reinterpret_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(pi);
     }
-    if (uses_m) m[i] = mi;
-    if (kAdam) v[i] = vi;
+#pragma unroll
+    for (int a = 0; a < 3; ++a) {
+      if (uses[a]) st[a][i] = si[a];
+    }
   }
 }
 
-template <bool kAdam, typename ParamT, typename GradT>
+template <int kKind, typename ParamT, typename GradT>
 cudaError_t Launch(const OptimizerLaunchParams& launch,
                    const OptimizerBuffers& buffers, cudaStream_t stream) {
-  OptimizerKernel<kAdam, ParamT, GradT>
+  OptimizerKernel<kKind, ParamT, GradT>
       <<<static_cast<unsigned>(launch.num_chunks), kThreads, 0, stream>>>(
           launch, buffers);
   return cudaGetLastError();
 }
 
-template <bool kAdam>
+template <int kKind>
 cudaError_t DispatchDtypes(const OptimizerLaunchParams& launch,
                            const OptimizerBuffers& buffers,
                            cudaStream_t stream) {
   if (buffers.param_dtype == kKernelFloat32 &&
       buffers.grad_dtype == kKernelFloat32) {
-    return Launch<kAdam, float, float>(launch, buffers, stream);
+    return Launch<kKind, float, float>(launch, buffers, stream);
   }
   if (buffers.master == nullptr) return cudaErrorInvalidValue;
   if (buffers.param_dtype == kKernelBFloat16 &&
       buffers.grad_dtype == kKernelFloat32) {
-    return Launch<kAdam, __nv_bfloat16, float>(launch, buffers, stream);
+    return Launch<kKind, __nv_bfloat16, float>(launch, buffers, stream);
   }
   if (buffers.param_dtype == kKernelBFloat16 &&
       buffers.grad_dtype == kKernelBFloat16) {
-    return Launch<kAdam, __nv_bfloat16, __nv_bfloat16>(launch, buffers, stream);
+    return Launch<kKind, __nv_bfloat16, __nv_bfloat16>(launch, buffers, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -403,16 +497,28 @@ cudaError_t LaunchOptimizerStep(const OptimizerLaunchParams& launch,
     return cudaErrorInvalidValue;
   }
   if (launch.num_chunks == 0) return cudaSuccess;
-  if (launch.kind == kKernelAdam) {
-    if (buffers.state0 == nullptr || buffers.state1 == nullptr) {
+  // The arrays every chunk of the kind reads (the optional ones, SGD's
+  // momentum and the amsgrad/RMSprop extras, are checked by the planner).
+  switch (launch.kind) {
+    case kKernelSgd:
+      return DispatchDtypes<kKernelSgd>(launch, buffers, stream);
+    case kKernelAdam:
+      if (buffers.state0 == nullptr || buffers.state1 == nullptr) {
+        return cudaErrorInvalidValue;
+      }
+      return DispatchDtypes<kKernelAdam>(launch, buffers, stream);
+    case kKernelAdagrad:
+      if (buffers.state0 == nullptr) return cudaErrorInvalidValue;
+      return DispatchDtypes<kKernelAdagrad>(launch, buffers, stream);
+    case kKernelRmsprop:
+      if (buffers.state0 == nullptr) return cudaErrorInvalidValue;
+      return DispatchDtypes<kKernelRmsprop>(launch, buffers, stream);
+    case kKernelLion:
+      if (buffers.state0 == nullptr) return cudaErrorInvalidValue;
+      return DispatchDtypes<kKernelLion>(launch, buffers, stream);
+    default:
       return cudaErrorInvalidValue;
-    }
-    return DispatchDtypes<true>(launch, buffers, stream);
   }
-  if (launch.kind == kKernelSgd) {
-    return DispatchDtypes<false>(launch, buffers, stream);
-  }
-  return cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchFloatToBFloat16(const float* in, uint16_t* out, int64_t n,

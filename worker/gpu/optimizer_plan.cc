@@ -48,15 +48,24 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
       plan.kind = kKernelAdam;
       plan.decoupled = true;
       break;
+    case v1::OptimizerSpec::ADAGRAD:
+      plan.kind = kKernelAdagrad;
+      break;
+    case v1::OptimizerSpec::RMSPROP:
+      plan.kind = kKernelRmsprop;
+      break;
+    case v1::OptimizerSpec::LION:
+      plan.kind = kKernelLion;
+      break;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "optimizer kind ", v1::OptimizerSpec::Kind_Name(spec.kind()),
-          " is not supported; use SGD, ADAM or ADAMW"));
+          " is not supported; use SGD, ADAM, ADAMW, ADAGRAD, RMSPROP or "
+          "LION"));
   }
 
   RETURN_IF_ERROR(SortAndCheckSpans(bucket_index, spans));
 
-  const bool adam = plan.kind == kKernelAdam;
   std::vector<Segment> segments;
   for (const ParamSpan& span : spans) {
     plan.extent = std::max(plan.extent, span.offset + span.numel);
@@ -70,9 +79,20 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
     }
     if (group == static_cast<int>(plan.groups.size()))
       plan.groups.push_back(hp);
-    const bool has_state = adam || hp.momentum != 0;
+    const StateLayout layout = ParameterStateLayout(spec.kind(), hp);
+    const bool has_state = !layout.empty();
     const int64_t state_offset = has_state ? plan.state_numel : -1;
-    if (has_state) plan.state_numel += span.numel;
+    if (has_state) {
+      for (int k = 0; k < kMaxStateArrays; ++k) {
+        if (layout.names[k] == nullptr) continue;
+        plan.keeps[k] = true;
+        if (layout.initial[k] != 0) {
+          plan.fills.push_back(
+              {k, plan.state_numel, span.numel, layout.initial[k]});
+        }
+      }
+      plan.state_numel += span.numel;
+    }
     if (!segments.empty()) {
       Segment& last = segments.back();
       if (last.group == group && last.offset + last.numel == span.offset &&
@@ -83,7 +103,7 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
     }
     segments.push_back(Segment{span.offset, span.numel, state_offset, group});
   }
-  plan.num_state_arrays = adam ? 2 : (plan.state_numel > 0 ? 1 : 0);
+  for (bool keeps : plan.keeps) plan.num_state_arrays += keeps ? 1 : 0;
   if (plan.num_state_arrays == 0) plan.state_numel = 0;
 
   // Chunks, batched by launch: launch b covers groups
@@ -132,35 +152,72 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
 GroupScalars MakeGroupScalars(const BucketPlan& plan, const HyperParameters& hp,
                               int64_t step) {
   GroupScalars g{};
+  g.bias_correction2_sqrt = 1.0f;
+  g.decay = 1.0f;
+  g.one_minus_dampening = 1.0f;
   // The group's scheduled lr for this step, as the CPU optimizer's.
   const double lr = ScheduledLearningRate(hp.lr, hp.lr_schedule, step - 1);
-  if (plan.kind == kKernelSgd) {
-    const cpu::SgdScalars s =
-        cpu::MakeSgdScalars(lr, hp.momentum, hp.dampening, hp.nesterov,
-                            hp.weight_decay, /*first_step=*/step == 1);
-    g.neg_lr = s.neg_lr;
-    g.sgd_weight_decay = s.weight_decay;
-    g.momentum = s.momentum;
-    g.one_minus_dampening = s.one_minus_dampening;
-    g.nesterov = s.nesterov ? 1 : 0;
-    g.first_step = s.first_step ? 1 : 0;
-    g.bias_correction2_sqrt = 1.0f;
-    g.decay = 1.0f;
-  } else {
-    const cpu::AdamScalars s =
-        cpu::MakeAdamScalars(lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
-                             plan.decoupled, step);
-    g.beta1 = s.beta1;
-    g.one_minus_beta1 = s.one_minus_beta1;
-    g.beta2 = s.beta2;
-    g.one_minus_beta2 = s.one_minus_beta2;
-    g.eps = s.eps;
-    g.neg_step_size = s.neg_step_size;
-    g.bias_correction2_sqrt = s.bias_correction2_sqrt;
-    g.adam_weight_decay = s.weight_decay;
-    g.decay = s.decay;
-    g.decoupled = s.decoupled ? 1 : 0;
-    g.one_minus_dampening = 1.0f;
+  switch (plan.kind) {
+    case kKernelSgd: {
+      const cpu::SgdScalars s =
+          cpu::MakeSgdScalars(lr, hp.momentum, hp.dampening, hp.nesterov,
+                              hp.weight_decay, /*first_step=*/step == 1);
+      g.neg_lr = s.neg_lr;
+      g.sgd_weight_decay = s.weight_decay;
+      g.momentum = s.momentum;
+      g.one_minus_dampening = s.one_minus_dampening;
+      g.nesterov = s.nesterov ? 1 : 0;
+      g.first_step = s.first_step ? 1 : 0;
+      break;
+    }
+    case kKernelAdam: {
+      const cpu::AdamScalars s =
+          cpu::MakeAdamScalars(lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
+                               plan.decoupled, step, hp.amsgrad);
+      g.beta1 = s.beta1;
+      g.one_minus_beta1 = s.one_minus_beta1;
+      g.beta2 = s.beta2;
+      g.one_minus_beta2 = s.one_minus_beta2;
+      g.eps = s.eps;
+      g.neg_step_size = s.neg_step_size;
+      g.bias_correction2_sqrt = s.bias_correction2_sqrt;
+      g.adam_weight_decay = s.weight_decay;
+      g.decay = s.decay;
+      g.decoupled = s.decoupled ? 1 : 0;
+      g.amsgrad = s.amsgrad ? 1 : 0;
+      break;
+    }
+    case kKernelAdagrad: {
+      const cpu::AdagradScalars s = cpu::MakeAdagradScalars(
+          lr, hp.lr_decay, hp.weight_decay, hp.eps, step);
+      g.neg_clr = s.neg_clr;
+      g.adagrad_weight_decay = s.weight_decay;
+      g.eps = s.eps;
+      break;
+    }
+    case kKernelRmsprop: {
+      const cpu::RmspropScalars s = cpu::MakeRmspropScalars(
+          lr, hp.alpha, hp.eps, hp.weight_decay, hp.momentum, hp.centered);
+      g.alpha = s.alpha;
+      g.one_minus_alpha = s.one_minus_alpha;
+      g.eps = s.eps;
+      g.rmsprop_weight_decay = s.weight_decay;
+      g.momentum = s.momentum;
+      g.neg_lr = s.neg_lr;
+      g.centered = s.centered ? 1 : 0;
+      break;
+    }
+    case kKernelLion: {
+      const cpu::LionScalars s =
+          cpu::MakeLionScalars(lr, hp.beta1, hp.beta2, hp.weight_decay);
+      g.beta1 = s.beta1;
+      g.one_minus_beta1 = s.one_minus_beta1;
+      g.beta2 = s.beta2;
+      g.one_minus_beta2 = s.one_minus_beta2;
+      g.neg_lr = s.neg_lr;
+      g.decay = s.decay;
+      break;
+    }
   }
   return g;
 }

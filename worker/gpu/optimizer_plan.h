@@ -4,10 +4,11 @@
 // CUDA here, so the layout logic is tested on every machine; the
 // GpuShardOptimizer uploads the descriptors once and launches per step.
 //
-// The state layout is exactly the CPU ShardOptimizer's: spans sorted by
-// offset; every span with state (Adam/AdamW: all; SGD: momentum != 0) takes the
-// next span.numel elements of each state array. So state_bytes agree between
-// backends and state can be compared element by element.
+// The state layout is exactly the CPU ShardOptimizer's (StateLayout in
+// worker/optim/shard_optimizer.h): spans sorted by offset; every span with
+// state takes the next span.numel elements of each state array the bucket
+// keeps. So state_bytes agree between backends and state can be compared
+// element by element.
 #ifndef PSHARD_WORKER_GPU_OPTIMIZER_PLAN_H_
 #define PSHARD_WORKER_GPU_OPTIMIZER_PLAN_H_
 
@@ -32,11 +33,23 @@ struct BucketPlan {
     int num_groups = 0;
   };
 
+  // A run of one state array that does not start at zero (Adagrad's "sum"
+  // at initial_accumulator_value).
+  struct StateFill {
+    int array = 0;
+    int64_t state_offset = 0;
+    int64_t numel = 0;
+    float value = 0;
+  };
+
   OptimizerKernelKind kind = kKernelSgd;
   bool decoupled = false;    // AdamW
   int64_t extent = 0;        // max(offset + numel): elements the bucket spans
   int64_t state_numel = 0;   // elements of each state array
-  int num_state_arrays = 0;  // SGD: 0 or 1 (momentum); Adam/AdamW: 2
+  // Which state arrays the bucket keeps (some span's StateLayout names it).
+  bool keeps[kMaxStateArrays] = {};
+  int num_state_arrays = 0;  // how many of `keeps` are set
+  std::vector<StateFill> fills;
   // Distinct hyper-parameters, in order of first appearance by offset.
   std::vector<HyperParameters> groups;
   std::vector<ChunkDescriptor> chunks;
@@ -59,7 +72,7 @@ absl::StatusOr<BucketPlan> PlanBucket(
     int max_groups_per_launch = kOptimizerMaxGroupsPerLaunch);
 
 // The fp32 scalars of `hp` for step `step` (1-based) of a bucket, from the
-// CPU kernels' own MakeSgdScalars/MakeAdamScalars, so both backends step with
+// CPU kernels' own Make*Scalars functions, so both backends step with
 // identical bits.
 GroupScalars MakeGroupScalars(const BucketPlan& plan, const HyperParameters& hp,
                               int64_t step);

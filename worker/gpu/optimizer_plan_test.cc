@@ -4,6 +4,7 @@
 // machine, GPU or not.
 #include "worker/gpu/optimizer_plan.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -28,8 +29,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
+using testing::kAdagradJson;
+using testing::kAdamAmsgradJson;
 using testing::kAdamJson;
 using testing::kAdamScheduleJson;
+using testing::kLionJson;
+using testing::kRmspropJson;
 using testing::kSgdScheduleJson;
 using testing::kAdamWJson;
 using testing::kSgdJson;
@@ -211,32 +216,97 @@ cpu::AdamScalars ToAdam(const GroupScalars& g) {
   s.weight_decay = g.adam_weight_decay;
   s.decoupled = g.decoupled != 0;
   s.decay = g.decay;
+  s.amsgrad = g.amsgrad != 0;
+  return s;
+}
+
+cpu::AdagradScalars ToAdagrad(const GroupScalars& g) {
+  cpu::AdagradScalars s;
+  s.neg_clr = g.neg_clr;
+  s.weight_decay = g.adagrad_weight_decay;
+  s.eps = g.eps;
+  return s;
+}
+
+cpu::RmspropScalars ToRmsprop(const GroupScalars& g) {
+  cpu::RmspropScalars s;
+  s.alpha = g.alpha;
+  s.one_minus_alpha = g.one_minus_alpha;
+  s.eps = g.eps;
+  s.weight_decay = g.rmsprop_weight_decay;
+  s.momentum = g.momentum;
+  s.neg_lr = g.neg_lr;
+  s.centered = g.centered != 0;
+  return s;
+}
+
+cpu::LionScalars ToLion(const GroupScalars& g) {
+  cpu::LionScalars s;
+  s.beta1 = g.beta1;
+  s.one_minus_beta1 = g.one_minus_beta1;
+  s.beta2 = g.beta2;
+  s.one_minus_beta2 = g.one_minus_beta2;
+  s.neg_lr = g.neg_lr;
+  s.decay = g.decay;
   return s;
 }
 
 // Steps `params` as the GPU would: every launch, every chunk, with the
-// chunk's group scalars and state offset.
+// chunk's group scalars and state offset, over the plan's state arrays
+// (`state[k]` empty where the plan keeps none).
 void EmulateStep(const BucketPlan& plan, int64_t step, float* params,
-                 const float* grads, float* state0, float* state1) {
+                 const float* grads, std::vector<float> (&state)[3]) {
   for (int l = 0; l < static_cast<int>(plan.launches.size()); ++l) {
     const OptimizerLaunchParams launch =
         MakeLaunchParams(plan, l, plan.chunks.data(), step);
     for (int i = 0; i < launch.num_chunks; ++i) {
       const ChunkDescriptor& c = launch.chunks[i];
       const GroupScalars& g = launch.groups[c.group];
-      if (plan.kind == kKernelSgd) {
-        float* buf = c.state_offset < 0 ? nullptr : state0 + c.state_offset;
-        cpu::SgdScalars s = ToSgd(g);
-        if (buf == nullptr) {
-          ASSERT_EQ(s.momentum, 0.0f);
+      // The chunk's part of array k, null where the plan keeps none.
+      float* st[3];
+      for (int k = 0; k < 3; ++k) {
+        st[k] = (c.state_offset < 0 || !plan.keeps[k])
+                    ? nullptr
+                    : state[k].data() + c.state_offset;
+      }
+      float* p = params + c.offset;
+      const float* gr = grads + c.offset;
+      switch (plan.kind) {
+        case kKernelSgd: {
+          cpu::SgdScalars s = ToSgd(g);
+          if (st[0] == nullptr) {
+            ASSERT_EQ(s.momentum, 0.0f);
+          }
+          cpu::SgdStepReference(p, gr, st[0], c.numel, s);
+          break;
         }
-        cpu::SgdStepReference(params + c.offset, grads + c.offset, buf, c.numel,
-                              s);
-      } else {
-        ASSERT_GE(c.state_offset, 0);
-        cpu::AdamStepReference(params + c.offset, grads + c.offset,
-                               state0 + c.state_offset, state1 + c.state_offset,
-                               c.numel, ToAdam(g));
+        case kKernelAdam:
+          ASSERT_GE(c.state_offset, 0);
+          if (g.amsgrad) {
+            ASSERT_NE(st[2], nullptr);
+          }
+          cpu::AdamStepReference(p, gr, st[0], st[1], st[2], c.numel,
+                                 ToAdam(g));
+          break;
+        case kKernelAdagrad:
+          ASSERT_NE(st[0], nullptr);
+          cpu::AdagradStepReference(p, gr, st[0], c.numel, ToAdagrad(g));
+          break;
+        case kKernelRmsprop:
+          ASSERT_NE(st[0], nullptr);
+          if (g.momentum != 0) {
+            ASSERT_NE(st[1], nullptr);
+          }
+          if (g.centered) {
+            ASSERT_NE(st[2], nullptr);
+          }
+          cpu::RmspropStepReference(p, gr, st[0], st[1], st[2], c.numel,
+                                    ToRmsprop(g));
+          break;
+        case kKernelLion:
+          ASSERT_NE(st[0], nullptr);
+          cpu::LionStepReference(p, gr, st[0], c.numel, ToLion(g));
+          break;
       }
     }
   }
@@ -261,15 +331,23 @@ TEST_P(EmulationTest, MatchesTheCpuShardOptimizerBitForBit) {
   }
   std::vector<float> expected = init;
   std::vector<float> actual = init;
-  std::vector<float> state0(plan.state_numel), state1(plan.state_numel);
+  // The device's state arrays, with the plan's starting values.
+  std::vector<float> state[3];
+  for (int k = 0; k < 3; ++k) {
+    if (plan.keeps[k]) state[k].assign(plan.state_numel, 0.0f);
+  }
+  for (const BucketPlan::StateFill& fill : plan.fills) {
+    std::fill(state[fill.array].begin() + fill.state_offset,
+              state[fill.array].begin() + fill.state_offset + fill.numel,
+              fill.value);
+  }
   for (int64_t step = 1; step <= 4; ++step) {
     std::vector<float> grads(plan.extent);
     for (int64_t i = 0; i < plan.extent; ++i) {
       grads[i] = SymmetricUniformAt(SyntheticGradKey(1, 0, step, 0), i) * 0.5f;
     }
     ASSERT_OK(cpu_opt->Step(3, expected.data(), grads.data()));
-    EmulateStep(plan, step, actual.data(), grads.data(), state0.data(),
-                state1.data());
+    EmulateStep(plan, step, actual.data(), grads.data(), state);
   }
   for (int64_t i = 0; i < plan.extent; ++i) {
     uint32_t a, b;
@@ -284,8 +362,46 @@ TEST_P(EmulationTest, MatchesTheCpuShardOptimizerBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, EmulationTest,
                          ::testing::Values(kSgdJson, kAdamJson, kAdamWJson,
-                                           kAdamScheduleJson,
-                                           kSgdScheduleJson));
+                                           kAdamScheduleJson, kSgdScheduleJson,
+                                           kAdamAmsgradJson, kAdagradJson,
+                                           kRmspropJson, kLionJson));
+
+// The new kinds' plans: which arrays a bucket keeps, and Adagrad's starting
+// values, per group.
+TEST(PlanBucketTest, StateArraysFollowEachGroupsLayout) {
+  ASSERT_OK_AND_ASSIGN(BucketPlan rmsprop,
+                       PlanBucket(Spec(kRmspropJson), 0, MixedSpans()));
+  EXPECT_EQ(rmsprop.kind, kKernelRmsprop);
+  EXPECT_TRUE(rmsprop.keeps[0] && rmsprop.keeps[1] && rmsprop.keeps[2]);
+  EXPECT_EQ(rmsprop.num_state_arrays, 3);
+  EXPECT_EQ(rmsprop.state_bytes(), 3 * 40022 * 4);
+
+  ASSERT_OK_AND_ASSIGN(
+      BucketPlan plain,
+      PlanBucket(Spec(R"({"kind": "RMSPROP", "hyperParameters": {"centered": true}})"),
+                 0, MixedSpans()));
+  EXPECT_TRUE(plain.keeps[0] && !plain.keeps[1] && plain.keeps[2]);
+  EXPECT_EQ(plain.state_bytes(), 2 * 40022 * 4);
+
+  ASSERT_OK_AND_ASSIGN(BucketPlan adagrad,
+                       PlanBucket(Spec(kAdagradJson), 0, MixedSpans()));
+  EXPECT_EQ(adagrad.kind, kKernelAdagrad);
+  EXPECT_EQ(adagrad.num_state_arrays, 1);
+  // One fill per span: w0 0.1, w0.bias 0.5, w1 0.1, w1.bias 0.5.
+  ASSERT_EQ(adagrad.fills.size(), 4u);
+  EXPECT_EQ(adagrad.fills[1].state_offset, 40000);
+  EXPECT_EQ(adagrad.fills[1].numel, 10);
+  EXPECT_EQ(adagrad.fills[1].value, static_cast<float>(0.5));
+  EXPECT_EQ(adagrad.fills[2].value, static_cast<float>(0.1));
+
+  ASSERT_OK_AND_ASSIGN(BucketPlan lion,
+                       PlanBucket(Spec(kLionJson), 0, MixedSpans()));
+  EXPECT_EQ(lion.kind, kKernelLion);
+  EXPECT_EQ(lion.num_state_arrays, 1);
+  const GroupScalars g = MakeGroupScalars(lion, lion.groups[0], 1);
+  EXPECT_EQ(g.decay, static_cast<float>(1.0 - 0.001 * 0.5));
+  EXPECT_EQ(g.neg_lr, -0.001f);
+}
 
 TEST(SyntheticTest, DeterministicBoundedAndKeyed) {
   const uint64_t key = SyntheticGradKey(42, 1, 3, 0);

@@ -56,6 +56,34 @@ inline constexpr char kSgdScheduleJson[] =
         "lrSchedule": {"kind": "LINEAR", "startFactor": 1.0, "endFactor": 0.1,
                        "totalIters": 4}}})";
 
+// Issue 15 item 5's kinds, each with its options in two groups: Adam with
+// AMSGrad ("*.bias" without); Adagrad with lr_decay, L2 and a non-zero
+// starting "sum" ("*.bias" with its own); RMSprop centered with momentum and
+// L2 ("*.bias" plain); Lion with decoupled decay ("*.bias" without) on a
+// schedule.
+inline constexpr char kAdamAmsgradJson[] =
+    R"({"kind": "ADAMW", "hyperParameters": {"lr": 0.01, "amsgrad": true},
+        "paramGroups": [{"params": ["*.bias"],
+                         "hyperParameters": {"amsgrad": false}}]})";
+inline constexpr char kAdagradJson[] =
+    R"({"kind": "ADAGRAD", "hyperParameters": {"lr": 0.05, "lrDecay": 0.1,
+        "weightDecay": 0.01, "initialAccumulatorValue": 0.1},
+        "paramGroups": [{"params": ["*.bias"],
+                         "hyperParameters": {"initialAccumulatorValue": 0.5,
+                                             "eps": 1e-6}}]})";
+inline constexpr char kRmspropJson[] =
+    R"({"kind": "RMSPROP", "hyperParameters": {"lr": 0.01, "centered": true,
+        "momentum": 0.9, "weightDecay": 0.01, "alpha": 0.95},
+        "paramGroups": [{"params": ["*.bias"],
+                         "hyperParameters": {"centered": false,
+                                             "momentum": 0}}]})";
+inline constexpr char kLionJson[] =
+    R"({"kind": "LION", "hyperParameters": {"lr": 0.001, "weightDecay": 0.5,
+        "lrSchedule": {"kind": "COSINE", "tMax": 4}},
+        "paramGroups": [{"params": ["*.bias"],
+                         "hyperParameters": {"weightDecay": 0,
+                                             "betas": [0.8, 0.9]}}]})";
+
 }  // namespace pshard::worker::testing
 
 #endif  // PSHARD_WORKER_GPU_OPTIMIZER_TEST_SPECS_H_

@@ -79,7 +79,7 @@ struct Segment {
   int64_t offset = 0;        // into the bucket
   int64_t numel = 0;
   int64_t state_offset = 0;  // into the bucket's state arrays
-  bool has_state = false;
+  StateLayout layout;        // the arrays it keeps (empty: no state)
   HyperParameters hp;
 };
 
@@ -88,6 +88,7 @@ struct StateSpan {
   std::string name;
   int64_t numel = 0;
   int64_t state_offset = 0;
+  StateLayout layout;
 };
 
 struct Bucket {
@@ -96,8 +97,8 @@ struct Bucket {
   std::vector<Segment> segments;  // ordered by offset
   std::vector<StateSpan> state_spans;  // spans with state, by offset
   int64_t numel = 0;              // elements covered by segments
-  // SGD: state[0] is the momentum buffer. Adam/AdamW: exp_avg, exp_avg_sq.
-  AlignedFloats state[2];
+  // State array k (StateLayout); empty when no span keeps one there.
+  AlignedFloats state[kMaxStateArrays];
   int64_t state_bytes = 0;
   int64_t steps ABSL_GUARDED_BY(mu) = 0;
 };
@@ -117,8 +118,6 @@ class CpuShardOptimizer final : public ShardOptimizer {
   absl::Status ImportState(int bucket_index, const BucketState& state) override;
 
  private:
-  // PyTorch's names of the state arrays.
-  std::vector<std::string> StateNames() const;
   Bucket* FindBucket(int bucket_index) const;
   // Steps the elements [begin, end) of the bucket (any split of the bucket
   // gives the same bits).
@@ -132,8 +131,13 @@ class CpuShardOptimizer final : public ShardOptimizer {
   std::map<int, std::unique_ptr<Bucket>> buckets_ ABSL_GUARDED_BY(mu_);
 };
 
-bool IsAdamKind(v1::OptimizerSpec::Kind kind) {
-  return kind == v1::OptimizerSpec::ADAM || kind == v1::OptimizerSpec::ADAMW;
+// The names of a span's state tensors, in array order.
+std::vector<std::string> StateNames(const StateLayout& layout) {
+  std::vector<std::string> names;
+  for (const char* name : layout.names) {
+    if (name != nullptr) names.emplace_back(name);
+  }
+  return names;
 }
 
 absl::Status CpuShardOptimizer::AddBucket(int bucket_index,
@@ -141,13 +145,14 @@ absl::Status CpuShardOptimizer::AddBucket(int bucket_index,
   RETURN_IF_ERROR(SortAndCheckSpans(bucket_index, spans));
 
   auto bucket = std::make_unique<Bucket>();
-  const bool adam = IsAdamKind(spec_.kind());
   int64_t state_numel = 0;
+  bool keeps[kMaxStateArrays] = {};
   for (const ParamSpan& span : spans) {
     if (span.numel == 0) continue;
     ASSIGN_OR_RETURN(const HyperParameters hp,
                      ResolveSpanHyperParameters(spec_, bucket_index, span));
-    const bool has_state = adam || hp.momentum != 0;
+    const StateLayout layout = ParameterStateLayout(spec_.kind(), hp);
+    const bool has_state = !layout.empty();
     std::vector<Segment>& segs = bucket->segments;
     if (!segs.empty() && segs.back().offset + segs.back().numel == span.offset &&
         segs.back().hp == hp) {
@@ -157,19 +162,35 @@ absl::Status CpuShardOptimizer::AddBucket(int bucket_index,
       seg.offset = span.offset;
       seg.numel = span.numel;
       seg.state_offset = state_numel;
-      seg.has_state = has_state;
+      seg.layout = layout;
       seg.hp = hp;
       segs.push_back(seg);
     }
     if (has_state) {
-      bucket->state_spans.push_back({span.name, span.numel, state_numel});
+      bucket->state_spans.push_back(
+          {span.name, span.numel, state_numel, layout});
       state_numel += span.numel;
+      for (int k = 0; k < kMaxStateArrays; ++k) {
+        keeps[k] = keeps[k] || layout.names[k] != nullptr;
+      }
     }
     bucket->numel += span.numel;
   }
-  const int num_state_arrays = adam ? 2 : (state_numel > 0 ? 1 : 0);
-  for (int i = 0; i < num_state_arrays; ++i) {
-    bucket->state[i] = AlignedFloats(state_numel);
+  int num_state_arrays = 0;
+  for (int k = 0; k < kMaxStateArrays; ++k) {
+    if (!keeps[k]) continue;
+    bucket->state[k] = AlignedFloats(state_numel);
+    ++num_state_arrays;
+  }
+  // Arrays that do not start at zero (Adagrad's "sum").
+  for (const StateSpan& span : bucket->state_spans) {
+    for (int k = 0; k < kMaxStateArrays; ++k) {
+      if (span.layout.names[k] == nullptr || span.layout.initial[k] == 0) {
+        continue;
+      }
+      float* begin = bucket->state[k].data() + span.state_offset;
+      std::fill(begin, begin + span.numel, span.layout.initial[k]);
+    }
   }
   bucket->state_bytes =
       num_state_arrays * state_numel * static_cast<int64_t>(sizeof(float));
@@ -250,28 +271,50 @@ void CpuShardOptimizer::StepRange(const Bucket& bucket, int64_t step,
     const HyperParameters& hp = seg.hp;
     // The group's scheduled lr for this bucket's step (0-based index).
     const double lr = ScheduledLearningRate(hp.lr, hp.lr_schedule, step - 1);
-    if (kind == v1::OptimizerSpec::SGD) {
-      const cpu::SgdScalars s =
-          cpu::MakeSgdScalars(lr, hp.momentum, hp.dampening, hp.nesterov,
-                              hp.weight_decay, /*first_step=*/step == 1);
-      float* buf = seg.has_state
-                       ? bucket.state[0].data() + seg.state_offset + skip
-                       : nullptr;
-      cpu::SgdStep(p, g, buf, n, s);
-    } else {
-      const cpu::AdamScalars s = cpu::MakeAdamScalars(
-          lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
-          /*decoupled=*/kind == v1::OptimizerSpec::ADAMW, step);
-      cpu::AdamStep(p, g, bucket.state[0].data() + seg.state_offset + skip,
-                    bucket.state[1].data() + seg.state_offset + skip, n, s);
+    // State array k of this range; null where the segment keeps none.
+    float* state[kMaxStateArrays];
+    for (int k = 0; k < kMaxStateArrays; ++k) {
+      state[k] = seg.layout.names[k] != nullptr
+                     ? bucket.state[k].data() + seg.state_offset + skip
+                     : nullptr;
+    }
+    switch (kind) {
+      case v1::OptimizerSpec::SGD:
+        cpu::SgdStep(p, g, state[0], n,
+                     cpu::MakeSgdScalars(lr, hp.momentum, hp.dampening,
+                                         hp.nesterov, hp.weight_decay,
+                                         /*first_step=*/step == 1));
+        break;
+      case v1::OptimizerSpec::ADAM:
+      case v1::OptimizerSpec::ADAMW:
+        cpu::AdamStep(p, g, state[0], state[1], state[2], n,
+                      cpu::MakeAdamScalars(
+                          lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
+                          /*decoupled=*/kind == v1::OptimizerSpec::ADAMW, step,
+                          hp.amsgrad));
+        break;
+      case v1::OptimizerSpec::ADAGRAD:
+        cpu::AdagradStep(p, g, state[0], n,
+                         cpu::MakeAdagradScalars(lr, hp.lr_decay,
+                                                 hp.weight_decay, hp.eps,
+                                                 step));
+        break;
+      case v1::OptimizerSpec::RMSPROP:
+        cpu::RmspropStep(p, g, state[0], state[1], state[2], n,
+                         cpu::MakeRmspropScalars(lr, hp.alpha, hp.eps,
+                                                 hp.weight_decay, hp.momentum,
+                                                 hp.centered));
+        break;
+      case v1::OptimizerSpec::LION:
+        cpu::LionStep(p, g, state[0], n,
+                      cpu::MakeLionScalars(lr, hp.beta1, hp.beta2,
+                                           hp.weight_decay));
+        break;
+      default:
+        break;  // Create refuses every other kind
     }
     if (covered >= end) break;
   }
-}
-
-std::vector<std::string> CpuShardOptimizer::StateNames() const {
-  if (IsAdamKind(spec_.kind())) return {"exp_avg", "exp_avg_sq"};
-  return {"momentum_buffer"};
 }
 
 absl::StatusOr<BucketStateView> CpuShardOptimizer::ViewState(
@@ -281,7 +324,6 @@ absl::StatusOr<BucketStateView> CpuShardOptimizer::ViewState(
     return absl::NotFoundError(
         absl::StrCat("bucket ", bucket_index, " is not owned by this rank"));
   }
-  const std::vector<std::string> names = StateNames();
   absl::MutexLock lock(&bucket->mu);
   BucketStateView view;
   view.steps = bucket->steps;
@@ -289,10 +331,12 @@ absl::StatusOr<BucketStateView> CpuShardOptimizer::ViewState(
     SpanStateView& out = view.spans.emplace_back();
     out.name = span.name;
     out.numel = span.numel;
-    for (size_t i = 0; i < names.size(); ++i) {
+    for (int k = 0; k < kMaxStateArrays; ++k) {
+      if (span.layout.names[k] == nullptr) continue;
       out.tensors.emplace_back(
-          names[i], absl::Span<const float>(
-                        bucket->state[i].data() + span.state_offset, span.numel));
+          span.layout.names[k],
+          absl::Span<const float>(bucket->state[k].data() + span.state_offset,
+                                  span.numel));
     }
   }
   return view;
@@ -309,7 +353,6 @@ absl::Status CpuShardOptimizer::ImportState(int bucket_index,
     return absl::InvalidArgumentError(absl::StrCat(
         "bucket ", bucket_index, ": step count ", state.steps, " is < 0"));
   }
-  const std::vector<std::string> names = StateNames();
   const std::vector<StateSpan>& spans = bucket->state_spans;
   if (state.spans.size() != spans.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -324,6 +367,7 @@ absl::Status CpuShardOptimizer::ImportState(int bucket_index,
           "' (", in.numel, " elements), the bucket has '", spans[s].name,
           "' (", spans[s].numel, " elements) there"));
     }
+    const std::vector<std::string> names = StateNames(spans[s].layout);
     if (in.tensors.size() != names.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "parameter '", in.name, "': ", in.tensors.size(),
@@ -343,10 +387,12 @@ absl::Status CpuShardOptimizer::ImportState(int bucket_index,
   absl::MutexLock lock(&bucket->mu);
   bucket->steps = state.steps;
   for (size_t s = 0; s < spans.size(); ++s) {
-    for (size_t i = 0; i < names.size(); ++i) {
-      const std::vector<float>& values = state.spans[s].tensors[i].second;
+    size_t i = 0;  // tensors are in array order
+    for (int k = 0; k < kMaxStateArrays; ++k) {
+      if (spans[s].layout.names[k] == nullptr) continue;
+      const std::vector<float>& values = state.spans[s].tensors[i++].second;
       std::copy(values.begin(), values.end(),
-                bucket->state[i].data() + spans[s].state_offset);
+                bucket->state[k].data() + spans[s].state_offset);
     }
   }
   return absl::OkStatus();
@@ -365,6 +411,53 @@ int64_t CpuShardOptimizer::total_state_bytes() const {
 }
 
 }  // namespace
+
+StateLayout ParameterStateLayout(v1::OptimizerSpec::Kind kind,
+                                 const HyperParameters& hp) {
+  StateLayout layout;
+  auto& names = layout.names;
+  switch (kind) {
+    case v1::OptimizerSpec::SGD:
+      if (hp.momentum != 0) names[0] = "momentum_buffer";
+      break;
+    case v1::OptimizerSpec::ADAM:
+    case v1::OptimizerSpec::ADAMW:
+      names[0] = "exp_avg";
+      names[1] = "exp_avg_sq";
+      if (hp.amsgrad) names[2] = "max_exp_avg_sq";
+      break;
+    case v1::OptimizerSpec::ADAGRAD:
+      names[0] = "sum";
+      // torch.full_like(p, initial_accumulator_value): rounded to fp32.
+      layout.initial[0] = static_cast<float>(hp.initial_accumulator_value);
+      break;
+    case v1::OptimizerSpec::RMSPROP:
+      names[0] = "square_avg";
+      if (hp.momentum > 0) names[1] = "momentum_buffer";
+      if (hp.centered) names[2] = "grad_avg";
+      break;
+    case v1::OptimizerSpec::LION:
+      names[0] = "exp_avg";
+      break;
+    default:
+      break;
+  }
+  return layout;
+}
+
+bool IsSupportedOptimizerKind(v1::OptimizerSpec::Kind kind) {
+  switch (kind) {
+    case v1::OptimizerSpec::SGD:
+    case v1::OptimizerSpec::ADAM:
+    case v1::OptimizerSpec::ADAMW:
+    case v1::OptimizerSpec::ADAGRAD:
+    case v1::OptimizerSpec::RMSPROP:
+    case v1::OptimizerSpec::LION:
+      return true;
+    default:
+      return false;
+  }
+}
 
 absl::Status SortAndCheckSpans(int bucket_index,
                                std::vector<ParamSpan>& spans) {
@@ -459,18 +552,12 @@ absl::StatusOr<std::unique_ptr<ShardOptimizer>> ShardOptimizer::Create(
         ") and min_elements_per_thread (", options.min_elements_per_thread,
         ") must be >= 1"));
   }
-  switch (spec.kind()) {
-    case v1::OptimizerSpec::SGD:
-    case v1::OptimizerSpec::ADAM:
-    case v1::OptimizerSpec::ADAMW:
-      return std::unique_ptr<ShardOptimizer>(
-          new CpuShardOptimizer(spec, options));
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("optimizer kind ",
-                       v1::OptimizerSpec::Kind_Name(spec.kind()),
-                       " is not supported; use SGD, ADAM or ADAMW"));
+  if (!IsSupportedOptimizerKind(spec.kind())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer kind ", v1::OptimizerSpec::Kind_Name(spec.kind()),
+        " is not supported; use SGD, ADAM, ADAMW, ADAGRAD, RMSPROP or LION"));
   }
+  return std::unique_ptr<ShardOptimizer>(new CpuShardOptimizer(spec, options));
 }
 
 }  // namespace pshard::worker

@@ -1,11 +1,12 @@
 // ShardOptimizer: the optimizer state and step for the buckets this rank owns.
 //
-// State (SGD momentum, Adam's first and second moments) is allocated only for
-// buckets added with AddBucket, so a rank holds about 1/world of the total.
-// Arithmetic follows PyTorch's single-tensor ("foreach=False") SGD, Adam and
-// AdamW, in the same operation order and in fp32, so that the same gradients
-// give the same parameters (bit for bit against torch 1.13's CPU build; the
-// per-element formulas are written out in worker/optim/cpu_kernels.h).
+// State (SGD momentum, Adam's moments, ...) is allocated only for buckets
+// added with AddBucket, so a rank holds about 1/world of the total.
+// Arithmetic follows PyTorch's single-tensor ("foreach=False") SGD, Adam,
+// AdamW, Adagrad and RMSprop (and Lion as lion-pytorch writes it), in the
+// same operation order and in fp32, so that the same gradients give the same
+// parameters (bit for bit against torch 1.13's CPU build; the per-element
+// formulas are written out in worker/optim/cpu_kernels.h).
 //
 // Thread safety: all methods may be called from any thread. Steps of
 // different buckets run concurrently; Steps of one bucket are serialised.
@@ -18,6 +19,7 @@
 #ifndef PSHARD_WORKER_OPTIM_SHARD_OPTIMIZER_H_
 #define PSHARD_WORKER_OPTIM_SHARD_OPTIMIZER_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -39,9 +41,42 @@ struct ParamSpan {
   int64_t numel = 0;
 };
 
+// The most state arrays a bucket keeps (one per torch state tensor).
+inline constexpr int kMaxStateArrays = 3;
+
+// Which state arrays a parameter keeps, by PyTorch's names, and what they
+// start at. Array k of a bucket holds the tensor names[k] of every parameter
+// that keeps one there:
+//   SGD      0 "momentum_buffer" (only with momentum != 0)
+//   ADAM(W)  0 "exp_avg", 1 "exp_avg_sq", 2 "max_exp_avg_sq" (amsgrad)
+//   ADAGRAD  0 "sum" (starts at initial_accumulator_value)
+//   RMSPROP  0 "square_avg", 1 "momentum_buffer" (momentum > 0),
+//            2 "grad_avg" (centered)
+//   LION     0 "exp_avg"
+// The layout every backend uses: spans sorted by offset; every span with any
+// state takes the next span.numel elements of each array the bucket keeps
+// (so a bucket whose groups keep different arrays leaves the elements of a
+// parameter that does not use an array unused there).
+struct StateLayout {
+  std::array<const char*, kMaxStateArrays> names = {};  // null: not kept
+  std::array<float, kMaxStateArrays> initial = {};      // starting value
+  bool empty() const {
+    for (const char* n : names) {
+      if (n != nullptr) return false;
+    }
+    return true;
+  }
+};
+
+// The state of a parameter with hyper-parameters `hp` under `kind`.
+StateLayout ParameterStateLayout(v1::OptimizerSpec::Kind kind,
+                                 const HyperParameters& hp);
+
+// True for the optimizer kinds the ShardOptimizers implement.
+bool IsSupportedOptimizerKind(v1::OptimizerSpec::Kind kind);
+
 // The optimizer state of one parameter's part in a bucket, by PyTorch's
-// names: SGD "momentum_buffer" (none when its momentum is 0), Adam/AdamW
-// "exp_avg" and "exp_avg_sq"; each `numel` floats.
+// names (StateLayout; in array order); each `numel` floats.
 struct SpanState {
   std::string name;
   int64_t numel = 0;
@@ -93,7 +128,7 @@ class ShardOptimizer {
   // `spec` must be valid (ValidateJobSpec); hyper-parameters are resolved per
   // parameter name with ResolveHyperParameters (common/job_spec.h), once, in
   // AddBucket. Returns the CPU implementation. InvalidArgument: the kind is
-  // not SGD, ADAM or ADAMW.
+  // not one of SGD, ADAM, ADAMW, ADAGRAD, RMSPROP, LION.
   static absl::StatusOr<std::unique_ptr<ShardOptimizer>> Create(
       const v1::OptimizerSpec& spec);
   // The same with explicit CPU options. InvalidArgument also for
@@ -104,8 +139,9 @@ class ShardOptimizer {
   virtual ~ShardOptimizer() = default;
 
   // Takes ownership of bucket `bucket_index` (fp32, `spans` laid out inside
-  // it) and allocates its zeroed state: SGD one fp32 buffer per element of
-  // the parameters whose momentum is non-zero, Adam/AdamW two per element.
+  // it) and allocates its state (StateLayout: one fp32 array per state
+  // tensor, over the parameters that keep any state; zeroed, except
+  // Adagrad's "sum", which starts at initial_accumulator_value).
   // Elements between spans are never touched. InvalidArgument if spans
   // overlap, are negative, repeat a name or are empty, if a parameter
   // resolves to a learning rate that is not > 0, or if the bucket was already
@@ -115,7 +151,7 @@ class ShardOptimizer {
 
   // One optimizer step on an owned bucket: updates `params` in place from
   // `grads` (already averaged over ranks). Each bucket counts its own steps
-  // (Adam's bias correction; SGD's first momentum step). NotFound if the
+  // (Adam's bias correction; SGD's first momentum step; Adagrad's lr_decay). NotFound if the
   // bucket is not owned; InvalidArgument for null buffers.
   virtual absl::Status Step(int bucket_index, float* params,
                             const float* grads) = 0;

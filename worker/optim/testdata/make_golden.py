@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""Golden values for shard_optimizer_test: PyTorch 1.13's SGD, Adam and AdamW.
+"""Golden values for shard_optimizer_test: PyTorch 1.13's SGD, Adam, AdamW
+(with amsgrad), Adagrad and RMSprop, and Lion as torch_optim.py writes it in
+torch operations (torch 1.13 has no Lion).
 
 Run with Debian's python3-torch (1.13, CPU):
     /usr/bin/python3 worker/optim/testdata/make_golden.py > worker/optim/testdata/golden.txt
@@ -8,7 +10,8 @@ Each case lays several parameters out in one flat bucket (with a gap that no
 parameter covers, which must stay untouched), assigns them to parameter groups
 by the same fnmatch globs as common/job_spec.cc, runs torch.optim (foreach=False)
 with the groups' torch.optim.lr_scheduler schedules (job_spec.proto's
-LrSchedule) for several steps and records the flat parameters after every step.
+LrSchedule; the spec-to-torch mapping is torch_optim.py's) for several steps
+and records the flat parameters after every step.
 
 File format, one record per line, floats printed with 9 significant digits
 (enough to round-trip fp32 exactly):
@@ -20,12 +23,16 @@ File format, one record per line, floats printed with 9 significant digits
     expect <n> ...                        (step s: parameters after the step)
     end
 """
-import fnmatch
 import json
+import os
 import sys
 import warnings
 
+
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_optim import torch_optimizers  # noqa: E402
 
 # Parameter layout inside the bucket: name, offset, numel. Sizes are chosen to
 # exercise vector tails (not multiples of 8) and a gap at [45, 48).
@@ -91,55 +98,58 @@ CASES = [
                 "kind": "STEP", "stepSize": 1, "gamma": 0.7}}},
             {"params": ["layers.0.*"], "hyperParameters": {"weightDecay": 0.0}},
         ]}),
+    # Issue 15 item 5 (after the cases above, for the same reason): AMSGrad,
+    # Adagrad, RMSprop and Lion, each with its options and parameter groups.
+    ("adam_amsgrad", {
+        "kind": "ADAM",
+        "hyperParameters": {"lr": 0.01, "amsgrad": True, "weightDecay": 0.1}}),
+    ("adamw_amsgrad_groups", {
+        "kind": "ADAMW",
+        "hyperParameters": {"lr": 0.01, "amsgrad": True, "betas": [0.8, 0.9]},
+        "paramGroups": [
+            {"params": ["*.bias"], "hyperParameters": {"amsgrad": False,
+                                                       "weightDecay": 0.0}},
+        ]}),
+    ("adagrad_default", {"kind": "ADAGRAD", "hyperParameters": {}}),
+    ("adagrad_options", {
+        "kind": "ADAGRAD",
+        "hyperParameters": {"lr": 0.05, "lrDecay": 0.1, "weightDecay": 0.01,
+                            "initialAccumulatorValue": 0.1, "eps": 1e-6}}),
+    ("adagrad_groups_schedule", {
+        "kind": "ADAGRAD",
+        "hyperParameters": {"lr": 0.1, "lrDecay": 0.05, "lrSchedule": {
+            "kind": "STEP", "stepSize": 2, "gamma": 0.5}},
+        "paramGroups": [
+            {"params": ["*.bias"], "hyperParameters": {
+                "initialAccumulatorValue": 0.5, "eps": 0.0}},
+        ]}),
+    ("rmsprop_default", {"kind": "RMSPROP", "hyperParameters": {}}),
+    ("rmsprop_momentum_weight_decay", {
+        "kind": "RMSPROP",
+        "hyperParameters": {"lr": 0.01, "alpha": 0.9, "momentum": 0.9,
+                            "weightDecay": 0.01}}),
+    ("rmsprop_centered", {
+        "kind": "RMSPROP",
+        "hyperParameters": {"lr": 0.005, "centered": True, "eps": 1e-6}}),
+    ("rmsprop_centered_momentum_groups", {
+        "kind": "RMSPROP",
+        "hyperParameters": {"lr": 0.01, "centered": True, "momentum": 0.5},
+        "paramGroups": [
+            {"params": ["*.bias"], "hyperParameters": {
+                "centered": False, "momentum": 0.0, "alpha": 0.95}},
+            {"params": ["layers.0.*"], "hyperParameters": {"centered": False}},
+        ]}),
+    ("lion_default", {"kind": "LION", "hyperParameters": {}}),
+    ("lion_weight_decay_groups", {
+        "kind": "LION",
+        "hyperParameters": {"lr": 0.01, "betas": [0.95, 0.98],
+                            "weightDecay": 0.5, "lrSchedule": {
+                                "kind": "COSINE", "tMax": 4}},
+        "paramGroups": [
+            {"params": ["*.bias"], "hyperParameters": {"weightDecay": 0.0,
+                                                       "lr": 0.03}},
+        ]}),
 ]
-
-# torch keyword <- protobuf JSON name.
-TORCH_NAMES = {"lr": "lr", "momentum": "momentum", "dampening": "dampening",
-               "nesterov": "nesterov", "weightDecay": "weight_decay",
-               "betas": "betas", "eps": "eps"}
-
-
-def torch_kwargs(hp):
-    return {TORCH_NAMES[k]: (tuple(v) if k == "betas" else v)
-            for k, v in hp.items() if k != "lrSchedule"}
-
-
-def make_scheduler(opt, schedule):
-    """The torch scheduler job_spec.proto's LrSchedule documents (None for a
-    constant lr)."""
-    from torch.optim import lr_scheduler
-    if not schedule:
-        return None
-    kind = schedule.get("kind", "CONSTANT")
-    main = None
-    if kind == "LINEAR":
-        main = lr_scheduler.LinearLR(
-            opt, start_factor=schedule.get("startFactor", 1.0 / 3),
-            end_factor=schedule.get("endFactor", 1.0),
-            total_iters=schedule.get("totalIters", 5))
-    elif kind == "COSINE":
-        main = lr_scheduler.CosineAnnealingLR(
-            opt, T_max=schedule["tMax"], eta_min=schedule.get("etaMin", 0))
-    elif kind == "STEP":
-        main = lr_scheduler.StepLR(opt, step_size=schedule["stepSize"],
-                                   gamma=schedule.get("gamma", 0.1))
-    warmup = schedule.get("warmupSteps", 0)
-    if warmup == 0:
-        return main
-    first = lr_scheduler.LinearLR(
-        opt, start_factor=schedule.get("warmupStartFactor", 1.0 / 3),
-        end_factor=1.0, total_iters=warmup)
-    if main is None:
-        return first
-    return lr_scheduler.SequentialLR(opt, [first, main], milestones=[warmup])
-
-
-def group_of(spec, name):
-    for g, group in enumerate(spec.get("paramGroups", [])):
-        if any(fnmatch.fnmatchcase(name, p) for p in group["params"]):
-            return g
-    return -1
-
 
 def fmt(values):
     return " ".join("%.9g" % v for v in values)
@@ -148,29 +158,7 @@ def fmt(values):
 def run_case(out, name, spec, gen):
     flat = torch.randn(BUCKET_NUMEL, generator=gen)
     params = {n: torch.nn.Parameter(flat[o:o + k].clone()) for n, o, k in SPANS}
-    groups = {}
-    for n, _, _ in SPANS:
-        groups.setdefault(group_of(spec, n), []).append(params[n])
-    param_groups = []
-    for g, plist in sorted(groups.items()):
-        entry = {"params": plist}
-        if g >= 0:
-            entry.update(torch_kwargs(spec["paramGroups"][g]["hyperParameters"]))
-        param_groups.append(entry)
-    defaults = torch_kwargs(spec["hyperParameters"])
-    cls = {"SGD": torch.optim.SGD, "ADAM": torch.optim.Adam,
-           "ADAMW": torch.optim.AdamW}[spec["kind"]]
-    # One optimizer per group, each with its group's scheduler (a torch
-    # scheduler drives every group of its optimizer alike); the optimizers
-    # step parameter by parameter, so this changes no value.
-    optimizers, schedulers = [], []
-    for g, entry in zip(sorted(groups), param_groups):
-        schedule = spec["hyperParameters"].get("lrSchedule")
-        if g >= 0:
-            schedule = spec["paramGroups"][g]["hyperParameters"].get(
-                "lrSchedule", schedule)
-        optimizers.append(cls([entry], foreach=False, **defaults))
-        schedulers.append(make_scheduler(optimizers[-1], schedule))
+    pairs = torch_optimizers(spec, [(n, params[n]) for n, _, _ in SPANS])
 
     out.write("case %s\n" % name)
     out.write("optimizer %s\n" % json.dumps(spec, separators=(",", ":")))
@@ -182,7 +170,7 @@ def run_case(out, name, spec, gen):
         grad_flat = torch.randn(BUCKET_NUMEL, generator=gen) * (0.5 + step)
         for n, o, k in SPANS:
             params[n].grad = grad_flat[o:o + k].clone()
-        for opt, scheduler in zip(optimizers, schedulers):
+        for opt, scheduler in pairs:
             opt.step()
             if scheduler is not None:
                 scheduler.step()
