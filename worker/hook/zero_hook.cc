@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "shard/assignment.h"
 
 namespace pshard::worker {
 
@@ -145,12 +146,26 @@ int64_t ZeroHook::bucket_steps(int b) const {
   if (piece_steps_ == nullptr || b < 0 || b >= layout_->num_buckets()) {
     return 0;
   }
-  const std::vector<int>& pieces = bucket_pieces_[b];
-  const int64_t steps = piece_steps_[pieces[0]].load();
-  for (int p : pieces) {
-    if (piece_steps_[p].load() != steps) return -1;
+  std::optional<int64_t> steps;
+  for (int p : bucket_pieces_[b]) {
+    if (pieces_[p].owner != comm_->rank()) continue;
+    const int64_t piece = piece_steps_[p].load();
+    if (steps.has_value() && *steps != piece) return -1;
+    steps = piece;
   }
-  return steps;
+  return steps.value_or(0);
+}
+
+int64_t ZeroHook::owned_elements(int b) const {
+  if (state_ != HookState::kInitialized || b < 0 ||
+      b >= layout_->num_buckets()) {
+    return 0;
+  }
+  int64_t owned = 0;
+  for (int p : bucket_pieces_[b]) {
+    if (pieces_[p].owner == comm_->rank()) owned += pieces_[p].numel;
+  }
+  return owned;
 }
 
 int64_t ZeroHook::bucket_state_bytes(int b) const {
@@ -205,7 +220,7 @@ ZeroHook::ViewOptimizerState() const {
   absl::flat_hash_map<std::string, size_t> index;  // name -> out[i]
   const absl::flat_hash_map<std::string, int64_t> numel = NumelByName();
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
-    if (assignment_.owners[pieces_[p].bucket] != comm_->rank()) continue;
+    if (pieces_[p].owner != comm_->rank()) continue;
     ASSIGN_OR_RETURN(BucketStateView piece, optimizer_->ViewState(p));
     const absl::flat_hash_map<std::string, int64_t> offset_in_param =
         OffsetsInParameters(p);
@@ -235,6 +250,17 @@ ZeroHook::ExportOptimizerState() const {
   std::vector<ParameterOptimizerState> out;
   out.reserve(views.size());
   for (const ParameterOptimizerStateView& view : views) {
+    int64_t held = 0;
+    for (const ParameterOptimizerStateView::Part& part : view.parts) {
+      if (!part.tensors.empty()) held += part.tensors[0].size();
+    }
+    if (!view.tensor_names.empty() && held != view.numel) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", comm_->rank(), " holds the optimizer state of ", held,
+          " of the ", view.numel, " elements of parameter '", view.name,
+          "' (assignment_policy SHARDED); exporting whole parameters' "
+          "state is not supported under SHARDED yet"));
+    }
     ParameterOptimizerState& param = out.emplace_back();
     param.name = view.name;
     param.step = view.step;
@@ -306,7 +332,7 @@ absl::Status ZeroHook::LoadOwnedOptimizerState() {
   std::vector<ParameterOptimizerState> state;
   absl::flat_hash_set<std::string> loaded;
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
-    if (assignment_.owners[pieces_[p].bucket] != comm_->rank()) continue;
+    if (pieces_[p].owner != comm_->rank()) continue;
     // The fresh state names the spans and the tensors each keeps.
     ASSIGN_OR_RETURN(BucketStateView piece, optimizer_->ViewState(p));
     for (const SpanStateView& span : piece.spans) {
@@ -327,7 +353,7 @@ absl::Status ZeroHook::ApplyInitialOptimizerState() {
     by_name[param.name] = &param;
   }
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
-    if (assignment_.owners[pieces_[p].bucket] != comm_->rank()) continue;
+    if (pieces_[p].owner != comm_->rank()) continue;
     // The fresh state says which spans keep state, and under which names.
     ASSIGN_OR_RETURN(BucketState piece, optimizer_->ExportState(p));
     const absl::flat_hash_map<std::string, int64_t> offset_in_param =
@@ -415,7 +441,7 @@ absl::Status ZeroHook::LaunchBucket(int b) {
 
 void ZeroHook::LaunchPiece(int p) {
   const Piece& piece = pieces_[p];
-  const int owner = assignment_.owners[piece.bucket];
+  const int owner = piece.owner;
   const int64_t numel = piece.numel;
   float* grads = memory_->bucket_grads(piece.bucket) + piece.offset;
   float* params = memory_->bucket_params(piece.bucket) + piece.offset;
@@ -456,7 +482,7 @@ void ZeroHook::IssueBroadcast(int p) {
   const Piece& piece = pieces_[p];
   works_.push_back(comm_->Broadcast(
       memory_->bucket_params(piece.bucket) + piece.offset, piece.numel,
-      DataType::kFloat32, assignment_.owners[piece.bucket]));
+      DataType::kFloat32, piece.owner));
 }
 
 absl::Status ZeroHook::Fail(absl::Status status) {
@@ -484,31 +510,46 @@ absl::Status ZeroHook::Initialize() {
   }
   for (int b = 0; b < num_buckets; ++b) {
     const int owner = assignment.owners[b];
-    if (owner < 0 || owner >= comm_->world_size()) {
+    if (owner != shard::kEveryRank &&
+        (owner < 0 || owner >= comm_->world_size())) {
       return absl::InvalidArgumentError(
           absl::StrCat("assignment (epoch ", assignment.epoch, ") gives bucket ",
                        b, " to rank ", owner, ", outside [0, ",
                        comm_->world_size(), ")"));
     }
   }
-  // Cut buckets into pieces; the optimizer sees each owned piece as one of
-  // its buckets.
+  // Cut buckets (under SHARDED each rank's range of a bucket) into pieces;
+  // the optimizer sees each owned piece as one of its buckets.
   const int64_t piece_elems =
       options_.piece_bytes > 0 ? std::max<int64_t>(1, options_.piece_bytes / 4)
                                : 0;
   pieces_.clear();
   bucket_pieces_.assign(num_buckets, {});
   for (const Bucket& bucket : layout_->buckets()) {
-    const int64_t step = piece_elems > 0 ? piece_elems : bucket.numel;
-    for (int64_t off = 0; off < bucket.numel; off += step) {
-      bucket_pieces_[bucket.index].push_back(static_cast<int>(pieces_.size()));
-      pieces_.push_back(
-          Piece{bucket.index, off, std::min(step, bucket.numel - off)});
+    const int owner = assignment.owners[bucket.index];
+    std::vector<std::pair<shard::ElementRange, int>> owned_ranges;
+    if (owner == shard::kEveryRank) {
+      const std::vector<shard::ElementRange> ranges =
+          shard::ShardRanges(bucket.numel, comm_->world_size());
+      for (int r = 0; r < comm_->world_size(); ++r) {
+        owned_ranges.emplace_back(ranges[r], r);
+      }
+    } else {
+      owned_ranges.emplace_back(shard::ElementRange{0, bucket.numel}, owner);
+    }
+    for (const auto& [range, range_owner] : owned_ranges) {
+      const int64_t step = piece_elems > 0 ? piece_elems : range.size();
+      for (int64_t off = range.begin; off < range.end; off += step) {
+        bucket_pieces_[bucket.index].push_back(
+            static_cast<int>(pieces_.size()));
+        pieces_.push_back(Piece{bucket.index, off,
+                                std::min(step, range.end - off), range_owner});
+      }
     }
   }
   assignment_ = std::move(assignment);
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
-    if (assignment_.owners[pieces_[p].bucket] == comm_->rank()) {
+    if (pieces_[p].owner == comm_->rank()) {
       RETURN_IF_ERROR(optimizer_->AddBucket(p, PieceSpans(p)));
     }
   }

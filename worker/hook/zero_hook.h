@@ -9,6 +9,10 @@
 //      divide by the world size (after an all-reduce) and run the optimizer
 //      step on the bucket;
 //   3. broadcast the bucket's parameters from o.
+// Under the SHARDED policy a bucket has no single owner: rank r owns element
+// range r of it (shard::ShardRanges), and steps 1-3 run per range, each
+// with its own owner: a reduce-scatter and an all-gather, made of the same
+// reductions and broadcasts.
 // FinishStep() waits for every broadcast (with the deadline) and clears the
 // per-iteration state (the seed's wait_for_broadcasts/clear_per_iter_info).
 // Reductions are launched as soon as a bucket's last gradient is ready, so
@@ -94,7 +98,9 @@ struct ParameterOptimizerStateView {
   std::vector<Part> parts;
 };
 
-// Bucket -> owner rank, published for one epoch.
+// Bucket -> owner rank, published for one epoch. An owner of
+// shard::kEveryRank (the SHARDED policy) splits the bucket by
+// shard::ShardRanges: rank r owns, steps and broadcasts range r.
 struct BucketAssignment {
   int64_t epoch = 0;
   std::vector<int> owners;  // indexed by bucket
@@ -166,13 +172,18 @@ class ZeroHook : public GradientSink {
   HookState state() const { return state_; }
   int64_t epoch() const { return assignment_.epoch; }
   const BucketLayout& layout() const { return *layout_; }
+  // Each bucket's owner: a rank, or shard::kEveryRank under SHARDED.
   const std::vector<int>& owners() const { return assignment_.owners; }
+  // Elements of bucket b this rank owns (steps and holds state for): the
+  // whole bucket, none, or its SHARDED range. 0 before the first step.
+  int64_t owned_elements(int b) const;
   ShardOptimizer& optimizer() { return *optimizer_; }
   int64_t steps_finished() const { return steps_finished_; }
 
   // After the first step: the optimizer state of the parameters (those with
   // state) in the buckets this rank owns, in bucket order.
-  // FailedPrecondition before the first step; the optimizer's errors
+  // FailedPrecondition before the first step, or when this rank holds only
+  // part of a parameter's state (SHARDED); the optimizer's errors
   // (Unimplemented where it cannot export).
   absl::StatusOr<std::vector<ParameterOptimizerState>> ExportOptimizerState()
       const;
@@ -207,8 +218,8 @@ class ZeroHook : public GradientSink {
   absl::Status SetOptimizerStateLoader(OptimizerStateLoader load);
 
   // How many times this rank has run (host memory) or enqueued (device
-  // memory) the optimizer on bucket b (on every piece of it; -1 if its
-  // pieces disagree).
+  // memory) the optimizer on its part of bucket b (on every piece of it it
+  // owns; -1 if those pieces disagree; 0 if it owns none).
   int64_t bucket_steps(int b) const;
 
   // Optimizer state this rank holds for bucket b.
@@ -228,11 +239,13 @@ class ZeroHook : public GradientSink {
   HookMemory& memory() { return *memory_; }
 
  private:
-  // A contiguous part of a bucket: the unit of transfer and of stepping.
+  // A contiguous part of a bucket: the unit of transfer and of stepping,
+  // reduced to, stepped and broadcast by its owner.
   struct Piece {
     int bucket = 0;
     int64_t offset = 0;  // elements from the bucket's start
     int64_t numel = 0;
+    int owner = 0;
   };
 
   int64_t CapBytes() const;

@@ -77,6 +77,7 @@ struct RankResult {
   std::vector<int> owners;
   std::vector<int64_t> bucket_steps;
   std::vector<int64_t> bucket_bytes;
+  std::vector<int64_t> owned_elements;  // by bucket
   int64_t state_bytes = 0;
   int64_t bytes_sent = 0;
 };
@@ -154,6 +155,7 @@ absl::Status RunRank(const v1::JobSpec& spec, Backend backend,
   result->bucket_bytes = h.layout().BucketBytes();
   for (int b = 0; b < h.layout().num_buckets(); ++b) {
     result->bucket_steps.push_back(h.bucket_steps(b));
+    result->owned_elements.push_back(h.owned_elements(b));
   }
   result->state_bytes = h.optimizer().total_state_bytes();
   result->bytes_sent = comm->bytes_sent();
@@ -293,7 +295,7 @@ TEST_P(EquivalenceTest, ShardedEqualsUnsharded) {
   ASSERT_OK((*w)->InitializeParameters(ptrs));
   EXPECT_NE(results[0].params_after_step1, init);
 
-  // Every bucket stepped by exactly one rank per step, its owner; each
+  // Every element stepped by exactly one rank per step, its owner; each
   // rank's optimizer state is exactly its owned share.
   const auto& owners = results[0].owners;
   const int num_buckets = static_cast<int>(owners.size());
@@ -304,12 +306,35 @@ TEST_P(EquivalenceTest, ShardedEqualsUnsharded) {
     EXPECT_EQ(results[r].owners, owners);
     int64_t owned_bytes = 0;
     for (int b = 0; b < num_buckets; ++b) {
-      EXPECT_EQ(results[r].bucket_steps[b], owners[b] == r ? kSteps : 0)
+      int64_t expected_owned = owners[b] == r ? results[r].bucket_bytes[b] / 4
+                                              : 0;
+      if (policy == v1::JobSpec::SHARDED) {
+        EXPECT_EQ(owners[b], shard::kEveryRank);
+        expected_owned =
+            shard::ShardRanges(results[r].bucket_bytes[b] / 4, world)[r].size();
+      }
+      EXPECT_EQ(results[r].owned_elements[b], expected_owned)
           << "rank " << r << " bucket " << b;
-      if (owners[b] == r) owned_bytes += results[r].bucket_bytes[b];
+      EXPECT_EQ(results[r].bucket_steps[b], expected_owned > 0 ? kSteps : 0)
+          << "rank " << r << " bucket " << b;
+      owned_bytes += 4 * expected_owned;
     }
     EXPECT_EQ(results[r].state_bytes, state_per_byte * owned_bytes)
         << "rank " << r;
+  }
+  // SHARDED, reduce + broadcast: every rank sends the others' ranges once
+  // (reduce-scatter) and its own to every peer (all-gather), each step.
+  if (policy == v1::JobSpec::SHARDED &&
+      mode == v1::JobSpec::REDUCE_BROADCAST) {
+    for (int r = 0; r < world; ++r) {
+      int64_t per_step = 0;
+      for (int b = 0; b < num_buckets; ++b) {
+        const int64_t bucket = results[r].bucket_bytes[b];
+        const int64_t own = 4 * results[r].owned_elements[b];
+        per_step += (bucket - own) + own * (world - 1);
+      }
+      EXPECT_EQ(results[r].bytes_sent, kSteps * per_step) << "rank " << r;
+    }
   }
 }
 
@@ -331,6 +356,16 @@ std::string KindName(v1::OptimizerSpec::Kind k) {
   return v1::OptimizerSpec::Kind_Name(k);
 }
 
+std::string ConfigName(
+    const ::testing::TestParamInfo<EquivalenceTest::ParamType>& info) {
+  return absl::StrCat(BackendName(std::get<0>(info.param)), "_World",
+                      std::get<1>(info.param), "_",
+                      KindName(std::get<2>(info.param)), "_",
+                      v1::JobSpec::CommMode_Name(std::get<3>(info.param)), "_",
+                      v1::JobSpec::AssignmentPolicy_Name(
+                          std::get<4>(info.param)));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllConfigs, EquivalenceTest,
     ::testing::Combine(
@@ -341,16 +376,24 @@ INSTANTIATE_TEST_SUITE_P(
                           v1::OptimizerSpec::ADAMW),
         ::testing::Values(v1::JobSpec::ALLREDUCE_BROADCAST,
                           v1::JobSpec::REDUCE_BROADCAST),
-        ::testing::Values(v1::JobSpec::ROUND_ROBIN, v1::JobSpec::BALANCED)),
-    [](const auto& info) {
-      const Backend backend = std::get<0>(info.param);
-      return absl::StrCat(
-          BackendName(backend),
-          "_World", std::get<1>(info.param), "_",
-          KindName(std::get<2>(info.param)), "_",
-          v1::JobSpec::CommMode_Name(std::get<3>(info.param)), "_",
-          v1::JobSpec::AssignmentPolicy_Name(std::get<4>(info.param)));
-    });
+        ::testing::Values(v1::JobSpec::ROUND_ROBIN, v1::JobSpec::BALANCED,
+                          v1::JobSpec::SHARDED)),
+    ConfigName);
+
+// SHARDED at 4 ranks, where the ~260-element buckets' ranges (whole
+// 16-element units) are uneven.
+INSTANTIATE_TEST_SUITE_P(
+    ShardedWorld4, EquivalenceTest,
+    ::testing::Combine(
+        ::testing::Values(Backend::kFake, Backend::kGlooTcp,
+                          Backend::kFakeGpuSchedule),
+        ::testing::Values(4),
+        ::testing::Values(v1::OptimizerSpec::SGD, v1::OptimizerSpec::ADAM,
+                          v1::OptimizerSpec::ADAMW),
+        ::testing::Values(v1::JobSpec::ALLREDUCE_BROADCAST,
+                          v1::JobSpec::REDUCE_BROADCAST),
+        ::testing::Values(v1::JobSpec::SHARDED)),
+    ConfigName);
 
 // A workload whose gradients become ready in forward order: the hook must
 // observe that order in step 1, re-pack the buckets, and still be exact.
