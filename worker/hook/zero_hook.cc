@@ -537,14 +537,22 @@ absl::Status ZeroHook::Initialize() {
     } else {
       owned_ranges.emplace_back(shard::ElementRange{0, bucket.numel}, owner);
     }
-    for (const auto& [range, range_owner] : owned_ranges) {
-      const int64_t step = piece_elems > 0 ? piece_elems : range.size();
-      for (int64_t off = range.begin; off < range.end; off += step) {
+    // Pieces are issued range by range in turn (range 0's first piece,
+    // range 1's first, ..., then every range's second), so that, as in a
+    // reduce-scatter, every rank sends and receives at once.
+    for (int64_t k = 0;; ++k) {
+      bool more = false;
+      for (const auto& [range, range_owner] : owned_ranges) {
+        const int64_t step = piece_elems > 0 ? piece_elems : range.size();
+        const int64_t off = range.begin + k * step;
+        if (step == 0 || off >= range.end) continue;
+        more = true;
         bucket_pieces_[bucket.index].push_back(
             static_cast<int>(pieces_.size()));
         pieces_.push_back(Piece{bucket.index, off,
                                 std::min(step, range.end - off), range_owner});
       }
+      if (!more) break;
     }
   }
   assignment_ = std::move(assignment);
