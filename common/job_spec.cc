@@ -518,13 +518,6 @@ absl::Status ValidateFaultTolerance(const JobSpec& spec) {
                         "not supported yet with backend NCCL");
     }
   }
-  // Under SHARDED a rank holds slices of parameters, which the checkpoint
-  // format (one whole tensor per name) cannot store yet; starting from a
-  // checkpoint is a read by name and works.
-  if (spec.assignment_policy() == JobSpec::SHARDED && spec.has_checkpoint()) {
-    return FieldError("checkpoint",
-                      "not supported yet with assignment_policy SHARDED");
-  }
   return absl::OkStatus();
 }
 

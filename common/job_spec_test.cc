@@ -478,13 +478,6 @@ INSTANTIATE_TEST_SUITE_P(
            s.set_from_checkpoint("/ckpt/step-5");
          },
          "from_checkpoint: not supported yet with backend NCCL"},
-        {"CheckpointUnderSharded",
-         [](auto& s) {
-           s.set_assignment_policy(JobSpec::SHARDED);
-           s.mutable_checkpoint()->set_dir("/ckpt");
-           s.mutable_checkpoint()->set_every_steps(5);
-         },
-         "checkpoint: not supported yet with assignment_policy SHARDED"},
         {"RestartOnProgramFailureWithoutProgram",
          [](auto& s) { s.set_restart_on_program_failure(true); },
          "restart_on_program_failure: only for a program workload"},

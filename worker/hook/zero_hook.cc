@@ -210,6 +210,39 @@ absl::flat_hash_map<std::string, int64_t> ZeroHook::OffsetsInParameters(
   return offsets;
 }
 
+absl::StatusOr<std::vector<ZeroHook::OwnedParameter>>
+ZeroHook::OwnedParameters() const {
+  if (state_ != HookState::kInitialized) {
+    return absl::FailedPreconditionError(
+        "no owned parameters before the first step has finished");
+  }
+  std::vector<OwnedParameter> out;
+  absl::flat_hash_map<std::string, size_t> index;  // name -> out[i]
+  for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
+    if (pieces_[p].owner != comm_->rank()) continue;
+    for (const ParamSpan& span : PieceSpans(p, /*offsets_in_parameters=*/true)) {
+      auto [it, added] = index.try_emplace(span.name, out.size());
+      if (added) {
+        out.push_back({span.name, span.offset, span.numel});
+        continue;
+      }
+      // A rank's pieces of one parameter are adjacent (one range).
+      OwnedParameter& param = out[it->second];
+      const int64_t begin = std::min(param.offset, span.offset);
+      const int64_t end =
+          std::max(param.offset + param.numel, span.offset + span.numel);
+      if (end - begin != param.numel + span.numel) {
+        return absl::InternalError(absl::StrCat(
+            "rank ", comm_->rank(), " owns parts of parameter '", span.name,
+            "' that are not adjacent"));
+      }
+      param.offset = begin;
+      param.numel = end - begin;
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<ParameterOptimizerStateView>>
 ZeroHook::ViewOptimizerState() const {
   if (state_ != HookState::kInitialized) {

@@ -187,6 +187,17 @@ class ZeroHook : public GradientSink {
   // (Unimplemented where it cannot export).
   absl::StatusOr<std::vector<ParameterOptimizerState>> ExportOptimizerState()
       const;
+  // After the first step: every parameter this rank owns, with or without
+  // optimizer state, in bucket order: whole, or under SHARDED the
+  // contiguous part of it inside this rank's ranges (elements [offset,
+  // offset + numel) of the parameter). FailedPrecondition before the first
+  // step.
+  struct OwnedParameter {
+    std::string name;
+    int64_t offset = 0;
+    int64_t numel = 0;
+  };
+  absl::StatusOr<std::vector<OwnedParameter>> OwnedParameters() const;
   // The same parameters and order, as views valid until the next step.
   absl::StatusOr<std::vector<ParameterOptimizerStateView>> ViewOptimizerState()
       const;
