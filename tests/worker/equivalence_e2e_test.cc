@@ -205,6 +205,33 @@ TEST_F(EquivalenceE2eTest, ShardedBalancesTheDemoModel) {
   EXPECT_EQ(a.ranks(1).num_buckets(), a.buckets_size());
 }
 
+// overlap_param_broadcast: each step ends without waiting for the
+// broadcasts and the mlp's forward waits for each layer's parameters as it
+// reaches them; the parameters are those of the reference (as without).
+TEST_F(EquivalenceE2eTest, OverlappedBroadcastsMatchTheReference) {
+  for (v1::JobSpec::AssignmentPolicy policy :
+       {v1::JobSpec::BALANCED, v1::JobSpec::SHARDED}) {
+    v1::JobSpec spec;
+    spec.set_name("mlp-overlap");
+    spec.set_world_size(3);
+    spec.set_backend(v1::JobSpec::GLOO);
+    spec.mutable_mlp()->set_input_dim(24);
+    spec.mutable_mlp()->add_hidden_dims(48);
+    spec.mutable_mlp()->add_hidden_dims(40);
+    spec.mutable_mlp()->set_output_dim(8);
+    spec.mutable_mlp()->set_batch_size(16);
+    spec.set_bucket_cap_mb(0.004);  // a bucket per layer or so
+    spec.set_assignment_policy(policy);
+    spec.set_overlap_param_broadcast(true);
+    spec.set_steps(5);
+    spec.set_seed(9);
+    spec.set_collective_timeout_seconds(20);
+    spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAMW);
+    spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(0.01);
+    RunAndCompare(spec);
+  }
+}
+
 // Writes a replay data set: initial parameters and per-(step, rank)
 // gradients, then checks the job's output against the reference, including
 // names and shapes as stored.

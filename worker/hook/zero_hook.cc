@@ -116,6 +116,8 @@ absl::Status ZeroHook::Init() {
         options_.piece_bytes, " and ", options_.broadcast_lag));
   }
   const int n = static_cast<int>(infos_.size());
+  issued_broadcasts_.assign(n, {});
+  pending_broadcasts_.assign(n, {});
   ASSIGN_OR_RETURN(
       BucketLayout layout,
       BucketLayout::Build(infos_, BucketLayout::DefaultReadyOrder(n),
@@ -134,11 +136,17 @@ int64_t ZeroHook::CapBytes() const {
 ZeroHook::~ZeroHook() {
   // Owner steps still queued on the communicator use this hook's memory and
   // optimizer: make sure none is left before they go.
+  std::vector<std::shared_ptr<Work>> all = works_;
+  for (const auto* by_param : {&issued_broadcasts_, &pending_broadcasts_}) {
+    for (const auto& works : *by_param) {
+      all.insert(all.end(), works.begin(), works.end());
+    }
+  }
   bool pending = false;
-  for (const auto& work : works_) pending |= !work->IsCompleted();
+  for (const auto& work : all) pending |= !work->IsCompleted();
   if (pending) {
     comm_->Abort(absl::CancelledError("ZeroHook destroyed mid-step"));
-    for (const auto& work : works_) (void)work->Wait(options_.timeout);
+    for (const auto& work : all) (void)work->Wait(options_.timeout);
   }
 }
 
@@ -513,9 +521,42 @@ void ZeroHook::LaunchPiece(int p) {
 
 void ZeroHook::IssueBroadcast(int p) {
   const Piece& piece = pieces_[p];
-  works_.push_back(comm_->Broadcast(
+  std::shared_ptr<Work> work = comm_->Broadcast(
       memory_->bucket_params(piece.bucket) + piece.offset, piece.numel,
-      DataType::kFloat32, piece.owner));
+      DataType::kFloat32, piece.owner);
+  if (!options_.overlap_param_broadcast) {
+    works_.push_back(std::move(work));
+    return;
+  }
+  for (int param : piece_params_[p]) issued_broadcasts_[param].push_back(work);
+}
+
+absl::Status ZeroHook::WaitForParameter(int param_index) {
+  if (!error_.ok()) return error_;
+  if (param_index < 0 || param_index >= static_cast<int>(infos_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter index ", param_index, " is outside [0, ",
+                     infos_.size(), ")"));
+  }
+  std::vector<std::shared_ptr<Work>>& works = pending_broadcasts_[param_index];
+  for (const auto& work : works) {
+    absl::Status status = work->Wait(options_.timeout);
+    if (!status.ok()) {
+      return Fail(absl::Status(
+          status.code(),
+          absl::StrCat("waiting for the update of parameter \"",
+                       infos_[param_index].name, "\": ", status.message())));
+    }
+  }
+  works.clear();
+  return absl::OkStatus();
+}
+
+absl::Status ZeroHook::WaitForAllParameters() {
+  for (int i = 0; i < static_cast<int>(infos_.size()); ++i) {
+    RETURN_IF_ERROR(WaitForParameter(i));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ZeroHook::Fail(absl::Status status) {
@@ -588,6 +629,16 @@ absl::Status ZeroHook::Initialize() {
       if (!more) break;
     }
   }
+  piece_params_.assign(pieces_.size(), {});
+  for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
+    const Piece& piece = pieces_[p];
+    for (const BucketEntry& e : layout_->buckets()[piece.bucket].entries) {
+      if (e.offset < piece.offset + piece.numel &&
+          piece.offset < e.offset + e.numel) {
+        piece_params_[p].push_back(e.param_index);
+      }
+    }
+  }
   assignment_ = std::move(assignment);
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
     if (pieces_[p].owner == comm_->rank()) {
@@ -625,6 +676,10 @@ absl::Status ZeroHook::FinishStep() {
     IssueBroadcast(deferred_broadcasts_.front());
     deferred_broadcasts_.pop_front();
   }
+  // The last step's updates of parameters the forward never asked for.
+  if (absl::Status status = WaitForAllParameters(); !status.ok()) {
+    return Fail(status);
+  }
   if (!works_.empty()) {
     // E.g. the next forward after the last broadcast, on the device.
     absl::Status status = memory_->OrderComputeAfter(*works_.back());
@@ -644,6 +699,7 @@ absl::Status ZeroHook::FinishStep() {
       absl::FromChrono(std::chrono::steady_clock::now() - wait_start);
   // Clear per-iteration state.
   works_.clear();
+  std::swap(pending_broadcasts_, issued_broadcasts_);
   std::fill(param_ready_.begin(), param_ready_.end(), 0);
   for (const Bucket& bucket : layout_->buckets()) {
     bucket_pending_[bucket.index] = static_cast<int>(bucket.entries.size());

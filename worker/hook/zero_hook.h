@@ -127,6 +127,12 @@ struct ZeroHookOptions {
   // it steps (every rank issues the same order). 0: right after the piece's
   // own step. >= 0.
   int broadcast_lag = 4;
+  // FinishStep does not wait for the parameter broadcasts: the next
+  // forward calls WaitForParameter(i) before it reads parameter i, so it
+  // starts on the first layers while later ones are still arriving
+  // (Megatron's --overlap-param-gather, in the order the forward really
+  // reads them). Host memory only.
+  bool overlap_param_broadcast = false;
 };
 
 class ZeroHook : public GradientSink {
@@ -158,12 +164,24 @@ class ZeroHook : public GradientSink {
 
   // Ends the step: every gradient must have been marked ready. Waits for all
   // broadcasts (each bounded by options.timeout); on return the parameters
-  // hold the step's update on every rank. On error the communicator has been
-  // aborted (its buffers can no longer be trusted) and the hook is unusable.
+  // hold the step's update on every rank (with overlap_param_broadcast only
+  // once WaitForParameter has returned for them: FinishStep waits for the
+  // reductions and the previous step's broadcasts nobody waited for). On
+  // error the communicator has been aborted (its buffers can no longer be
+  // trusted) and the hook is unusable.
   //   FailedPrecondition: a gradient was not marked ready; InvalidArgument:
   //   the assignment does not fit the layout; others from the provider, the
   //   communicator or the optimizer.
   absl::Status FinishStep();
+  // GradientSink: returns once parameter `param_index` holds the last
+  // step's update (at once without overlap_param_broadcast, or when it has
+  // already arrived). Errors as FinishStep's (the communicator is aborted),
+  // InvalidArgument for an index out of range.
+  absl::Status WaitForParameter(int param_index) override;
+  // WaitForParameter for every parameter: before reading them all outside
+  // a forward (the job's output, a checkpoint).
+  absl::Status WaitForAllParameters();
+
   // How long the last FinishStep waited for the step's collectives after the
   // backward pass had handed over its last gradient: the communication the
   // backward pass did not hide.
@@ -303,9 +321,14 @@ class ZeroHook : public GradientSink {
   int next_bucket_ = 0;                   // next bucket to launch
   std::deque<int> deferred_broadcasts_;  // pieces, oldest first
   std::vector<std::shared_ptr<Work>> works_;
+  // overlap_param_broadcast: by parameter, the broadcasts that carry it,
+  // issued this step and (pending) by the step before, not yet waited for.
+  std::vector<std::vector<std::shared_ptr<Work>>> issued_broadcasts_;
+  std::vector<std::vector<std::shared_ptr<Work>>> pending_broadcasts_;
 
   std::vector<Piece> pieces_;
   std::vector<std::vector<int>> bucket_pieces_;
+  std::vector<std::vector<int>> piece_params_;  // parameter indices
   // Optimizer steps run on each piece by this rank.
   std::unique_ptr<std::atomic<int64_t>[]> piece_steps_;
 };

@@ -472,5 +472,133 @@ TEST(ZeroHookTest, RebuildsLayoutFromObservedOrder) {
   EXPECT_EQ(finals[0], finals[1]);
 }
 
+// A model whose forward reads every parameter, in an order of its own
+// (not the bucket order, not the registration order), and whose gradients
+// depend on the values it read: a stale read changes the result.
+class ParameterReadingWorkload : public Workload {
+ public:
+  ParameterReadingWorkload(int rank, std::vector<int> forward_order)
+      : rank_(rank), forward_order_(std::move(forward_order)) {
+    for (int i = 0; i < 7; ++i) {
+      const int64_t n = 37 + 61 * i;  // odd sizes
+      infos_.push_back({absl::StrCat("p", i), {n}, n});
+    }
+  }
+  const std::vector<ParameterInfo>& parameters() const override {
+    return infos_;
+  }
+  absl::Status InitializeParameters(absl::Span<float* const> p) override {
+    for (size_t i = 0; i < infos_.size(); ++i) {
+      for (int64_t k = 0; k < infos_[i].numel; ++k) {
+        p[i][k] = std::sin(0.1f * static_cast<float>(k + 7 * i));
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> ComputeGradients(int64_t step,
+                                          absl::Span<const float* const> p,
+                                          absl::Span<float* const> g,
+                                          GradientSink& sink) override {
+    // "Forward": each parameter's mean, in forward order.
+    std::vector<float> mean(infos_.size());
+    for (int i : forward_order_) {
+      RETURN_IF_ERROR(sink.WaitForParameter(i));
+      float sum = 0;
+      for (int64_t k = 0; k < infos_[i].numel; ++k) sum += p[i][k];
+      mean[i] = sum / static_cast<float>(infos_[i].numel);
+    }
+    // "Backward", last registered first.
+    for (int i = static_cast<int>(infos_.size()) - 1; i >= 0; --i) {
+      for (int64_t k = 0; k < infos_[i].numel; ++k) {
+        g[i][k] = p[i][k] - mean[i] +
+                  0.01f * std::cos(static_cast<float>(step * 13 + rank_ + k));
+      }
+      sink.GradientReady(i);
+    }
+    return 0.0;
+  }
+  int64_t samples_per_step() const override { return 0; }
+
+ private:
+  const int rank_;
+  const std::vector<int> forward_order_;
+  std::vector<ParameterInfo> infos_;
+};
+
+// overlap_param_broadcast: the next forward waits for each parameter's
+// update as it reads it; the parameters end bit-identical to the run that
+// waits for every broadcast at the end of the step, whatever the forward
+// order, on Gloo over TCP, under BALANCED and SHARDED.
+constexpr int kOverlapWorld = 3;
+
+TEST(ZeroHookTest, OverlappedBroadcastsGiveTheSameParameters) {
+  constexpr int kWorld = kOverlapWorld;
+  constexpr int kOverlapSteps = 6;
+  const std::vector<std::vector<int>> orders = {
+      {0, 1, 2, 3, 4, 5, 6}, {6, 5, 4, 3, 2, 1, 0}, {3, 0, 6, 2, 5, 1, 4}};
+  for (v1::JobSpec::AssignmentPolicy policy :
+       {v1::JobSpec::BALANCED, v1::JobSpec::SHARDED}) {
+    for (const std::vector<int>& order : orders) {
+      std::vector<std::vector<std::vector<float>>> finals[2];
+      for (bool overlap : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(v1::JobSpec::AssignmentPolicy_Name(policy),
+                                  " order ", order[0], order[1], order[2],
+                                  overlap ? " overlapped" : ""));
+        std::vector<std::vector<std::vector<float>>>& out = finals[overlap];
+        out.resize(kWorld);
+        InMemoryKvStore store;
+        EXPECT_OK(FirstError(RunRanks(kWorld, [&](int r) -> absl::Status {
+          GlooOptions gloo;
+          gloo.rank = r;
+          gloo.world_size = kWorld;
+          gloo.timeout = absl::Seconds(30);
+          gloo.shared_memory = false;
+          ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                           CreateGlooCommunicator(gloo, store));
+          ParameterReadingWorkload workload(r, order);
+          v1::OptimizerSpec opt;
+          opt.set_kind(v1::OptimizerSpec::ADAM);
+          opt.mutable_hyper_parameters()->set_lr(0.05);
+          ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer,
+                           ShardOptimizer::Create(opt));
+          ZeroHookOptions options;
+          options.bucket_cap_mb = 1200.0 / (1 << 20);  // several buckets
+          options.piece_bytes = 256;
+          options.timeout = absl::Seconds(30);
+          options.overlap_param_broadcast = overlap;
+          ASSIGN_OR_RETURN(
+              std::unique_ptr<ZeroHook> hook,
+              ZeroHook::Create(
+                  workload.parameters(), comm.get(), std::move(optimizer),
+                  [policy](const BucketLayout& layout)
+                      -> absl::StatusOr<BucketAssignment> {
+                    ASSIGN_OR_RETURN(std::vector<int> owners,
+                                     shard::AssignBuckets(
+                                         policy, layout.BucketBytes(),
+                                         kOverlapWorld));
+                    return BucketAssignment{1, owners};
+                  },
+                  options));
+          RETURN_IF_ERROR(workload.InitializeParameters(hook->params()));
+          for (int step = 1; step <= kOverlapSteps; ++step) {
+            std::vector<const float*> p(hook->params().begin(),
+                                        hook->params().end());
+            RETURN_IF_ERROR(
+                workload.ComputeGradients(step, p, hook->grads(), *hook)
+                    .status());
+            RETURN_IF_ERROR(hook->FinishStep());
+          }
+          RETURN_IF_ERROR(hook->WaitForAllParameters());
+          out[r] = Snapshot(*hook);
+          return comm->Barrier()->Wait(absl::Seconds(30));
+        })));
+      }
+      for (int r = 0; r < kWorld; ++r) {
+        EXPECT_EQ(finals[1][r], finals[0][0]) << "rank " << r;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pshard::worker

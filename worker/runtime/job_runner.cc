@@ -181,6 +181,9 @@ absl::Status JobRunner::RunSteps() {
       }
     }
   }
+  // The last step's updates (overlap_param_broadcast leaves them in
+  // flight) before the final parameters are read.
+  RETURN_IF_ERROR(engine->hook().WaitForAllParameters());
   if (saver != nullptr) saver->Finish(timeout);
   if (reporter != nullptr) reporter->Flush(options_.rpc_timeout);
   RETURN_IF_ERROR(CheckAborted());
