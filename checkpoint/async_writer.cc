@@ -55,6 +55,7 @@ absl::Status AsyncCheckpointWriter::Start(
     EntryLayout& entry = layout.emplace_back();
     entry.name = p.name;
     entry.value = {p.value.dtype, p.value.shape};
+    entry.slice = p.slice;
     for (const auto& [state_name, tensor] : p.state) {
       entry.state.emplace_back(state_name, TensorShape{tensor.dtype, tensor.shape});
     }
@@ -119,6 +120,7 @@ absl::Status AsyncCheckpointWriter::Start(int64_t step,
   for (const EntryLayout& entry : layout) {
     ParameterCopy& copy = snapshot.parameters.emplace_back();
     copy.name = entry.name;
+    copy.slice = entry.slice;
     copy.value = Allocate(entry.value, spare, next_spare);
     for (const auto& [state_name, t] : entry.state) {
       copy.state.emplace_back(state_name, Allocate(t, spare, next_spare));
@@ -154,7 +156,7 @@ std::vector<ParameterTensors> AsyncCheckpointWriter::Views(
   std::vector<ParameterTensors> views;
   views.reserve(snapshot.parameters.size());
   for (const ParameterCopy& p : snapshot.parameters) {
-    ParameterTensors view{p.name, p.value.ref(), {}};
+    ParameterTensors view{p.name, p.value.ref(), {}, p.slice};
     for (const auto& [state_name, tensor] : p.state) {
       view.state.emplace_back(state_name, tensor.ref());
     }

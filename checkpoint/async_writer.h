@@ -67,6 +67,8 @@ class AsyncCheckpointWriter {
     std::string name;
     TensorShape value;
     std::vector<std::pair<std::string, TensorShape>> state;  // (state name, shape)
+    // Set when the entry is a slice of the parameter (ParameterTensors).
+    std::optional<TensorSlice> slice;
   };
   // Copies entry `entry` into `buffers`: its value, then its state tensors
   // in layout order, each of its shape's size in bytes.
@@ -105,6 +107,7 @@ class AsyncCheckpointWriter {
     std::string name;
     TensorCopy value;
     std::vector<std::pair<std::string, TensorCopy>> state;
+    std::optional<TensorSlice> slice;
   };
   struct Snapshot {
     int64_t step = 0;

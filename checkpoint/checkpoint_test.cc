@@ -109,6 +109,92 @@ TEST_P(ShardRoundTripTest, EveryTensorReadsBackByName) {
 INSTANTIATE_TEST_SUITE_P(Worlds, ShardRoundTripTest,
                          ::testing::Values(1, 2, 3, 5, 8));
 
+// Slices (the SHARDED policy): rank r writes elements [lo_r, hi_r) of a
+// parameter and of its state; the reader joins them, whole, by name.
+struct SlicedCheckpoint {
+  std::string step_dir;
+  std::vector<float> weight;  // 2 x 5, split 0-3 | 3-8 | 8-10
+  std::vector<float> exp_avg;
+};
+
+absl::StatusOr<SlicedCheckpoint> WriteSliced(
+    const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  SlicedCheckpoint out;
+  const std::string root = MakeTempDir("ck");
+  for (int i = 0; i < 10; ++i) {
+    out.weight.push_back(0.5f * i);
+    out.exp_avg.push_back(-1.0f * i);
+  }
+  const std::vector<float> bias = {7, 8};
+  const int world = static_cast<int>(ranges.size());
+  Manifest manifest{3, "fp", world, {}};
+  for (int rank = 0; rank < world; ++rank) {
+    const auto [lo, hi] = ranges[rank];
+    ParameterTensors weight{
+        "w",
+        FloatTensor(absl::MakeConstSpan(out.weight).subspan(lo, hi - lo)),
+        {{"exp_avg",
+          FloatTensor(absl::MakeConstSpan(out.exp_avg).subspan(lo, hi - lo))}},
+        TensorSlice{lo, {2, 5}}};
+    std::vector<ParameterTensors> mine = {weight};
+    if (rank == 0) mine.push_back({"b", FloatTensor(bias, {2}), {}});
+    ASSIGN_OR_RETURN(CheckpointWriter writer,
+                     CheckpointWriter::Create(root, rank, world, "fp"));
+    ASSIGN_OR_RETURN(ShardFileInfo file, writer.WriteShard(3, mine));
+    manifest.files.push_back(std::move(file));
+  }
+  RETURN_IF_ERROR(WriteManifest(root, manifest));
+  out.step_dir = StepDirectory(root, 3);
+  return out;
+}
+
+TEST(ShardReaderTest, SlicesOfATensorReadBackWhole) {
+  ASSERT_OK_AND_ASSIGN(SlicedCheckpoint ck, WriteSliced({{0, 3}, {3, 8}, {8, 10}}));
+  ASSERT_OK_AND_ASSIGN(auto reader, ShardReader::Open(ck.step_dir));
+  EXPECT_THAT(reader->parameter_names(), ElementsAre("b", "w"));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> w, reader->ReadFloats("w"));
+  EXPECT_EQ(w, ck.weight);
+  ASSERT_OK_AND_ASSIGN(std::vector<float> m, reader->ReadFloats("w.exp_avg"));
+  EXPECT_EQ(m, ck.exp_avg);
+  const ShardReader::Location where = reader->Find("w");
+  ASSERT_NE(where.info, nullptr);
+  EXPECT_EQ(where.shard, nullptr);
+  EXPECT_THAT(where.info->shape, ElementsAre(2, 5));
+  EXPECT_EQ(where.info->byte_size(), 40);
+  std::vector<char> small(39);
+  EXPECT_THAT(reader->ReadInto("w", absl::MakeSpan(small)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("40 bytes")));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> b, reader->ReadFloats("b"));
+  EXPECT_EQ(b, std::vector<float>({7, 8}));
+}
+
+TEST(ShardReaderTest, SlicesThatDoNotTileAreRefused) {
+  ASSERT_OK_AND_ASSIGN(SlicedCheckpoint gap, WriteSliced({{0, 3}, {4, 10}}));
+  EXPECT_THAT(ShardReader::Open(gap.step_dir),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("'w"), HasSubstr("missing"))));
+  ASSERT_OK_AND_ASSIGN(SlicedCheckpoint overlap, WriteSliced({{0, 5}, {3, 10}}));
+  EXPECT_THAT(ShardReader::Open(overlap.step_dir),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("in two slices")));
+  ASSERT_OK_AND_ASSIGN(SlicedCheckpoint short_end, WriteSliced({{0, 3}, {3, 9}}));
+  EXPECT_THAT(ShardReader::Open(short_end.step_dir),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("cover 9 of its 10")));
+}
+
+TEST(CheckpointWriterTest, RefusesASliceOutsideItsParameter) {
+  const std::string root = MakeTempDir("ck");
+  ASSERT_OK_AND_ASSIGN(CheckpointWriter writer,
+                       CheckpointWriter::Create(root, 0, 1, "fp"));
+  const std::vector<float> values(4, 1.0f);
+  ParameterTensors past_end{"w", FloatTensor(values), {}, TensorSlice{7, {10}}};
+  EXPECT_THAT(writer.WriteShard(1, {past_end}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("'w'"), HasSubstr("at offset 7"))));
+  ParameterTensors two_d{"w", FloatTensor(values, {2, 2}), {}, TensorSlice{0, {10}}};
+  EXPECT_THAT(writer.WriteShard(1, {two_d}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1-D")));
+}
+
 // More ranks than buckets: a rank that owns nothing writes an empty shard
 // (its parameter list "[]"), and the checkpoint opens and reads.
 TEST(ShardReaderTest, ARankThatOwnsNothingWritesAnEmptyShard) {

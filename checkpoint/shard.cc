@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/safetensors.h"
 #include "checkpoint/file.h"
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
@@ -59,6 +61,90 @@ absl::StatusOr<std::vector<std::string>> ParseParameterList(
     names.push_back(v.string_value());
   }
   return names;
+}
+
+// The kMetaSlices object of a shard's sliced parameters (value and every
+// state tensor); empty when none is sliced.
+std::string SlicesJson(absl::Span<const ParameterTensors> parameters) {
+  google::protobuf::Struct slices;
+  auto add = [&](const std::string& name, const TensorSlice& slice) {
+    google::protobuf::Struct& entry =
+        *(*slices.mutable_fields())[name].mutable_struct_value();
+    (*entry.mutable_fields())["offset"].set_number_value(
+        static_cast<double>(slice.offset));
+    google::protobuf::ListValue* shape =
+        (*entry.mutable_fields())["shape"].mutable_list_value();
+    for (int64_t d : slice.shape) {
+      shape->add_values()->set_number_value(static_cast<double>(d));
+    }
+  };
+  for (const ParameterTensors& p : parameters) {
+    if (!p.slice.has_value()) continue;
+    add(p.name, *p.slice);
+    for (const auto& [state_name, unused] : p.state) {
+      add(StateTensorName(p.name, state_name), *p.slice);
+    }
+  }
+  if (slices.fields().empty()) return "";
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(slices, &json);
+  return json;
+}
+
+// A JSON number that is a whole number in [0, 2^52].
+std::optional<int64_t> WholeNumber(const google::protobuf::Value& v) {
+  if (v.kind_case() != google::protobuf::Value::kNumberValue) return std::nullopt;
+  const double d = v.number_value();
+  if (!(d >= 0 && d <= static_cast<double>(int64_t{1} << 52)) ||
+      d != static_cast<double>(static_cast<int64_t>(d))) {
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(d);
+}
+
+// The shard's kMetaSlices, by tensor name (empty when it has none).
+absl::StatusOr<std::map<std::string, TensorSlice>> ParseSlices(
+    const SafetensorsReader& shard) {
+  std::map<std::string, TensorSlice> out;
+  auto it = shard.metadata().find(std::string(kMetaSlices));
+  if (it == shard.metadata().end()) return out;
+  auto bad = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat(shard.path(), ": __metadata__ '",
+                                            kMetaSlices, "' ", why));
+  };
+  google::protobuf::Struct slices;
+  if (!google::protobuf::util::JsonStringToMessage(
+           google::protobuf::StringPiece(it->second.data(), it->second.size()),
+           &slices)
+           .ok()) {
+    return bad("is not a JSON object");
+  }
+  for (const auto& [name, value] : slices.fields()) {
+    const TensorInfo* info = shard.Find(name);
+    if (info == nullptr) return bad(absl::StrCat("names '", name, "', which the file does not hold"));
+    const auto& fields = value.struct_value().fields();
+    auto offset = fields.find("offset");
+    auto shape = fields.find("shape");
+    if (value.kind_case() != google::protobuf::Value::kStructValue ||
+        offset == fields.end() || shape == fields.end() ||
+        !WholeNumber(offset->second).has_value() ||
+        shape->second.kind_case() != google::protobuf::Value::kListValue) {
+      return bad(absl::StrCat("has no whole offset and shape for '", name, "'"));
+    }
+    TensorSlice slice;
+    slice.offset = *WholeNumber(offset->second);
+    for (const auto& d : shape->second.list_value().values()) {
+      if (!WholeNumber(d).has_value()) {
+        return bad(absl::StrCat("gives '", name, "' a shape that is not whole numbers"));
+      }
+      slice.shape.push_back(*WholeNumber(d));
+    }
+    if (info->shape.size() != 1) {
+      return bad(absl::StrCat("declares '", name, "' a slice, but it is not 1-D"));
+    }
+    out.emplace(name, std::move(slice));
+  }
+  return out;
 }
 
 absl::Status CheckMetadata(const SafetensorsReader& shard,
@@ -122,6 +208,25 @@ absl::Status ValidateParameters(absl::Span<const ParameterTensors> parameters) {
       }
       RETURN_IF_ERROR(add(StateTensorName(p.name, state_name), tensor));
     }
+    if (!p.slice.has_value()) continue;
+    ASSIGN_OR_RETURN(
+        const int64_t whole,
+        CheckedNumel(p.slice->shape, DTypeSize(p.value.dtype), int64_t{1} << 52,
+                     absl::StrCat("the whole of sliced parameter '", p.name, "'")));
+    auto in_whole = [&](const std::string& name, const TensorRef& t) {
+      if (t.shape.size() != 1 || p.slice->offset < 0 ||
+          p.slice->offset + t.shape[0] > whole) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", name, "': a slice must be 1-D and inside its ", whole,
+            "-element parameter; got shape [", absl::StrJoin(t.shape, ", "),
+            "] at offset ", p.slice->offset));
+      }
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(in_whole(p.name, p.value));
+    for (const auto& [state_name, tensor] : p.state) {
+      RETURN_IF_ERROR(in_whole(StateTensorName(p.name, state_name), tensor));
+    }
   }
   return absl::OkStatus();
 }
@@ -170,7 +275,7 @@ absl::StatusOr<ShardFileInfo> CheckpointWriter::WriteShard(
       data.push_back(tensor.bytes);
     }
   }
-  const std::map<std::string, std::string> metadata = {
+  std::map<std::string, std::string> metadata = {
       {"format", "pt"},
       {std::string(kMetaFormat), std::string(kCheckpointFormat)},
       {std::string(kMetaStep), absl::StrCat(step)},
@@ -179,6 +284,9 @@ absl::StatusOr<ShardFileInfo> CheckpointWriter::WriteShard(
       {std::string(kMetaWorldSize), absl::StrCat(world_size_)},
       {std::string(kMetaParameters), ParameterListJson(parameters)},
   };
+  if (std::string slices = SlicesJson(parameters); !slices.empty()) {
+    metadata.emplace(std::string(kMetaSlices), std::move(slices));
+  }
   RETURN_IF_ERROR(MakeDirectoryDurably(root_));
   const std::string dir = StepDirectory(root_, step);
   RETURN_IF_ERROR(MakeDirectoryDurably(dir));
@@ -237,7 +345,25 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(
 
 absl::Status ShardReader::Index() {
   for (const auto& shard : shards_) {
+    ASSIGN_OR_RETURN(const auto slices, ParseSlices(*shard));
     for (const TensorInfo& info : shard->tensors()) {
+      auto slice = slices.find(info.name);
+      if (slice != slices.end()) {
+        SlicedTensor& sliced = sliced_[info.name];
+        if (sliced.slices.empty()) {
+          sliced.whole.name = info.name;
+          sliced.whole.dtype = info.dtype;
+          sliced.whole.shape = slice->second.shape;
+        } else if (sliced.whole.dtype != info.dtype ||
+                   sliced.whole.shape != slice->second.shape) {
+          return absl::DataLossError(absl::StrCat(
+              "the slices of tensor '", info.name, "' in ",
+              sliced.slices[0].shard->path(), " and ", shard->path(),
+              " disagree on its dtype or shape"));
+        }
+        sliced.slices.push_back({shard.get(), &info, slice->second.offset});
+        continue;
+      }
       auto [it, inserted] = index_.try_emplace(info.name, Location{shard.get(), &info});
       if (!inserted) {
         return absl::DataLossError(absl::StrCat(
@@ -248,7 +374,43 @@ absl::Status ShardReader::Index() {
     ASSIGN_OR_RETURN(std::vector<std::string> names, ParseParameterList(*shard));
     for (std::string& name : names) parameter_names_.push_back(std::move(name));
   }
+  // Each sliced tensor: its slices tile it, and no shard holds it whole.
+  for (auto& [name, sliced] : sliced_) {
+    if (auto whole = index_.find(name); whole != index_.end()) {
+      return absl::DataLossError(absl::StrCat(
+          "tensor '", name, "' is whole in ", whole->second.shard->path(),
+          " and sliced in ", sliced.slices[0].shard->path()));
+    }
+    ASSIGN_OR_RETURN(sliced.whole.numel,
+                     CheckedNumel(sliced.whole.shape, DTypeSize(sliced.whole.dtype),
+                                  int64_t{1} << 52,
+                                  absl::StrCat("sliced tensor '", name, "'")));
+    std::sort(sliced.slices.begin(), sliced.slices.end(),
+              [](const Slice& a, const Slice& b) { return a.offset < b.offset; });
+    int64_t next = 0;
+    for (const Slice& slice : sliced.slices) {
+      if (slice.offset != next) {
+        return absl::DataLossError(absl::StrCat(
+            "the slices of tensor '", name, "' do not tile it: elements from ",
+            std::min(next, slice.offset), " are ",
+            slice.offset > next ? "missing" : "in two slices", " (at ",
+            slice.shard->path(), ")"));
+      }
+      next += slice.info->numel;
+    }
+    if (next != sliced.whole.numel) {
+      return absl::DataLossError(absl::StrCat(
+          "the slices of tensor '", name, "' cover ", next, " of its ",
+          sliced.whole.numel, " elements"));
+    }
+    sliced.whole.end = sliced.whole.numel * DTypeSize(sliced.whole.dtype);
+    index_.emplace(name, Location{nullptr, &sliced.whole});
+  }
+  // A sliced parameter is listed by every shard that holds a slice of it.
   std::sort(parameter_names_.begin(), parameter_names_.end());
+  parameter_names_.erase(
+      std::unique(parameter_names_.begin(), parameter_names_.end()),
+      parameter_names_.end());
   return absl::OkStatus();
 }
 
@@ -264,7 +426,18 @@ absl::Status ShardReader::ReadInto(absl::string_view name,
     return absl::NotFoundError(absl::StrCat(
         "checkpoint ", step_dir_, " has no tensor named '", name, "'"));
   }
-  return where.shard->ReadInto(*where.info, out);
+  if (where.shard != nullptr) return where.shard->ReadInto(*where.info, out);
+  if (static_cast<int64_t>(out.size()) != where.info->byte_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "' is ", where.info->byte_size(), " bytes, not ",
+        out.size()));
+  }
+  const int64_t element = DTypeSize(where.info->dtype);
+  for (const Slice& slice : sliced_.find(name)->second.slices) {
+    RETURN_IF_ERROR(slice.shard->ReadInto(
+        *slice.info, out.subspan(slice.offset * element, slice.info->byte_size())));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<float>> ShardReader::ReadFloats(
@@ -276,13 +449,14 @@ absl::StatusOr<std::vector<float>> ShardReader::ReadFloats(
   }
   if (where.info->dtype != DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where.shard->path(), ": tensor '", name, "' is ",
-        DTypeName(where.info->dtype), ", not F32"));
+        where.shard != nullptr ? where.shard->path() : step_dir_,
+        ": tensor '", name, "' is ", DTypeName(where.info->dtype),
+        ", not F32"));
   }
   std::vector<float> values(static_cast<size_t>(where.info->numel));
-  RETURN_IF_ERROR(where.shard->ReadInto(
-      *where.info, absl::MakeSpan(reinterpret_cast<char*>(values.data()),
-                                  values.size() * sizeof(float))));
+  RETURN_IF_ERROR(ReadInto(
+      name, absl::MakeSpan(reinterpret_cast<char*>(values.data()),
+                           values.size() * sizeof(float))));
   return values;
 }
 

@@ -8,6 +8,13 @@
 // world size (or with other buckets) reads each of its parameters' state by
 // name from whichever shard holds it: resharding is a read.
 //
+// A shard may hold a SLICE of a tensor (the SHARDED assignment policy, where
+// a parameter's elements are split over ranks): elements [offset,
+// offset + n) of the flattened tensor, stored 1-D and declared in the
+// shard's "pshard.slices" metadata. The reader joins the slices of a name
+// from every shard (they must tile the tensor exactly), so a reader never
+// sees the difference.
+//
 //   // on every owner rank, at step 50:
 //   ASSIGN_OR_RETURN(auto writer, CheckpointWriter::Create(dir, rank, world, fp));
 //   ASSIGN_OR_RETURN(ShardFileInfo file, writer.WriteShard(50, my_parameters));
@@ -22,6 +29,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +53,16 @@ inline constexpr absl::string_view kMetaWorldSize = "pshard.world_size";
 // A JSON array of the parameter names the shard holds (its other tensors are
 // their optimizer state).
 inline constexpr absl::string_view kMetaParameters = "pshard.parameters";
+// Only in a shard that holds slices: a JSON object from each sliced tensor's
+// name to {"offset": <first element>, "shape": [<the whole tensor's shape>]}.
+inline constexpr absl::string_view kMetaSlices = "pshard.slices";
+
+// Where a stored 1-D tensor sits in the whole one: elements [offset,
+// offset + its numel) of the flattened tensor of `shape`.
+struct TensorSlice {
+  int64_t offset = 0;
+  std::vector<int64_t> shape;
+};
 
 // A tensor in memory the caller keeps alive while it is written.
 struct TensorRef {
@@ -62,6 +80,9 @@ struct ParameterTensors {
   TensorRef value;
   // (state name, tensor): stored as "<name>.<state name>".
   std::vector<std::pair<std::string, TensorRef>> state;
+  // Set when the owner holds a slice: value and every state tensor are 1-D
+  // and hold these elements of the whole parameter.
+  std::optional<TensorSlice> slice;
 };
 
 // The safetensors name of a parameter's optimizer state tensor.
@@ -70,7 +91,8 @@ std::string StateTensorName(absl::string_view parameter,
 
 // Checks what WriteShard would refuse before anything is written: an empty
 // parameter or state name, a name used twice, bytes not matching a tensor's
-// shape and dtype. InvalidArgument naming the tensor.
+// shape and dtype, a slice that is not 1-D or falls outside its shape.
+// InvalidArgument naming the tensor.
 absl::Status ValidateParameters(absl::Span<const ParameterTensors> parameters);
 
 // Writes one rank's shards. Cheap to copy; holds no open file.
@@ -116,7 +138,9 @@ class ShardReader {
   // Reads the manifest of `step_dir`, verifies its files (hashes by default:
   // see VerifyCheckpoint for the errors), opens every shard and checks that
   // its metadata agrees with the manifest (DataLoss naming the file
-  // otherwise) and that no tensor is in two shards (DataLoss naming both).
+  // otherwise), that no whole tensor is in two shards (DataLoss naming
+  // both) and that the slices of each sliced tensor tile it exactly, with
+  // one dtype and shape (DataLoss naming the tensor).
   static absl::StatusOr<std::unique_ptr<ShardReader>> Open(
       const std::string& step_dir, Verify verify = Verify::kSizesAndHashes);
 
@@ -125,7 +149,9 @@ class ShardReader {
   const std::vector<std::string>& parameter_names() const {
     return parameter_names_;
   }
-  // The tensor and the shard that holds it; nullptr info when no shard has it.
+  // The tensor and the shard that holds it; nullptr info when no shard has
+  // it. A sliced tensor has its whole dtype, shape and byte size in `info`
+  // and no single shard (nullptr): read it with ReadInto or ReadFloats.
   struct Location {
     const SafetensorsReader* shard = nullptr;
     const TensorInfo* info = nullptr;
@@ -143,10 +169,22 @@ class ShardReader {
               std::vector<std::unique_ptr<SafetensorsReader>> shards);
   absl::Status Index();
 
+  // One shard's part of a sliced tensor.
+  struct Slice {
+    const SafetensorsReader* shard = nullptr;
+    const TensorInfo* info = nullptr;
+    int64_t offset = 0;  // elements
+  };
+  struct SlicedTensor {
+    TensorInfo whole;  // name, dtype, shape, numel; begin 0, end its bytes
+    std::vector<Slice> slices;  // by offset, tiling the tensor
+  };
+
   std::string step_dir_;
   Manifest manifest_;
   std::vector<std::unique_ptr<SafetensorsReader>> shards_;
   absl::flat_hash_map<std::string, Location> index_;
+  absl::flat_hash_map<std::string, SlicedTensor> sliced_;
   std::vector<std::string> parameter_names_;
 };
 

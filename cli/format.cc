@@ -346,23 +346,47 @@ std::string FormatCheckpointsTable(const v1::Job& job, absl::Time now) {
   return out + table.Render();
 }
 
+namespace {
+
+// Up to three parameter names, else the first two and the count.
+std::string ParameterList(
+    const google::protobuf::RepeatedPtrField<std::string>& names) {
+  const int n = names.size();
+  if (n <= 3) return absl::StrJoin(names, ",");
+  return absl::StrCat(names[0], ",", names[1], ",... (", n, ")");
+}
+
+}  // namespace
+
 std::string FormatShardTable(const v1::ShardAssignment& a) {
   std::string out;
-  Table buckets({"BUCKET", "BYTES", "ELEMENTS", "OWNER", "WORKER", "PARAMS"},
-                {true, true, true, true, false, false});
+  const bool sharded = a.policy() == v1::JobSpec::SHARDED;
+  // SHARDED: a row per rank's element range of each bucket.
+  Table buckets =
+      sharded ? Table({"BUCKET", "RANGE", "BYTES", "ELEMENTS", "OWNER",
+                       "WORKER", "PARAMS"},
+                      {true, false, true, true, true, false, false})
+              : Table({"BUCKET", "BYTES", "ELEMENTS", "OWNER", "WORKER",
+                       "PARAMS"},
+                      {true, true, true, true, false, false});
   for (const v1::BucketAssignment& b : a.buckets()) {
-    std::string params;
-    const int n = b.parameter_names_size();
-    if (n <= 3) {
-      params = absl::StrJoin(b.parameter_names(), ",");
-    } else {
-      params = absl::StrCat(b.parameter_names(0), ",", b.parameter_names(1),
-                            ",... (", n, ")");
+    if (!sharded) {
+      buckets.AddRow({absl::StrCat(b.index()), HumanBytes(b.bytes()),
+                      absl::StrCat(b.num_elements()),
+                      absl::StrCat(b.owner_rank()), b.owner_worker_id(),
+                      ParameterList(b.parameter_names())});
+      continue;
     }
-    buckets.AddRow({absl::StrCat(b.index()), HumanBytes(b.bytes()),
-                    absl::StrCat(b.num_elements()),
-                    absl::StrCat(b.owner_rank()), b.owner_worker_id(),
-                    params});
+    for (const v1::ShardRange& r : b.ranges()) {
+      buckets.AddRow(
+          {absl::StrCat(b.index()),
+           absl::StrCat(r.begin_element(), "-", r.end_element()),
+           HumanBytes(r.bytes()),
+           absl::StrCat(r.end_element() - r.begin_element()),
+           absl::StrCat(r.owner_rank()), r.owner_worker_id(),
+           r.parameter_names().empty() ? "-"
+                                       : ParameterList(r.parameter_names())});
+    }
   }
   out += buckets.Render();
   out += "\n";

@@ -9,6 +9,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
+#include "shard/layout.h"
 
 namespace pshard::cli {
 namespace {
@@ -163,6 +164,44 @@ TEST(ShardTableTest, BucketsRanksAndSummary) {
   EXPECT_EQ(lines[6],
             "job job-7  policy balanced  imbalance 1.333  epoch 3  buckets 2  "
             "total 3.0 MiB");
+}
+
+TEST(ShardTableTest, ShardedShowsEachRanksRange) {
+  // One bucket of a bias and a large weight, one small bucket: rank 1's
+  // range of the small bucket is empty.
+  shard::Layout layout;
+  for (const auto& bucket :
+       std::vector<std::vector<std::pair<const char*, int>>>{
+           {{"fc.bias", 10}, {"fc.weight", 256}}, {{"head.bias", 12}}}) {
+    v1::BucketLayout* b = layout.Add();
+    b->set_index(layout.size() - 1);
+    for (const auto& [name, numel] : bucket) {
+      v1::BucketParameter* p = b->add_parameters();
+      p->set_name(name);
+      p->set_num_elements(numel);
+      p->set_dtype("F32");
+    }
+  }
+  google::protobuf::RepeatedPtrField<v1::JobMember> members;
+  members.Add()->set_worker_id("w-1");
+  members.Add()->set_worker_id("w-2");
+  const absl::StatusOr<v1::ShardAssignment> a = shard::BuildShardAssignment(
+      "job-8", 1, v1::JobSpec::SHARDED, layout, members);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const std::string text = FormatShardTable(*a);
+  const std::vector<std::string> lines = Lines(text);
+  ASSERT_EQ(lines.size(), 9u) << text;
+  EXPECT_EQ(lines[0],
+            "BUCKET  RANGE    BYTES  ELEMENTS  OWNER  WORKER  PARAMS");
+  EXPECT_EQ(lines[1],
+            "     0  0-128    512 B       128      0  w-1     fc.bias,fc.weight");
+  EXPECT_EQ(lines[2],
+            "     0  128-266  552 B       138      1  w-2     fc.weight");
+  EXPECT_EQ(lines[3], "     1  0-0        0 B         0      0  w-1     -");
+  EXPECT_EQ(lines[4], "     1  0-12      48 B        12      1  w-2     head.bias");
+  EXPECT_EQ(lines[8],
+            "job job-8  policy sharded  imbalance 1.079  epoch 1  buckets 2  "
+            "total 1.1 KiB");
 }
 
 TEST(WorkersTableTest, IdleWorkerShowsDashes) {

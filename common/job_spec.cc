@@ -575,6 +575,10 @@ absl::Status ValidateFaultTolerance(const JobSpec& spec) {
   // The GPU optimizer's state stays on the device, unread by checkpoints
   // (docs/checkpoints.md, "What is not wired yet"): refused rather than
   // failing at every checkpoint step.
+  if (spec.overlap_param_broadcast() && spec.backend() == JobSpec::NCCL) {
+    return FieldError("overlap_param_broadcast",
+                      "not supported yet with backend NCCL");
+  }
   if (spec.backend() == JobSpec::NCCL && !is_program) {
     if (spec.has_checkpoint()) {
       return FieldError("checkpoint", "not supported yet with backend NCCL");

@@ -478,6 +478,12 @@ INSTANTIATE_TEST_SUITE_P(
            s.set_from_checkpoint("/ckpt/step-5");
          },
          "from_checkpoint: not supported yet with backend NCCL"},
+        {"OverlapOnNccl",
+         [](auto& s) {
+           s.set_backend(JobSpec::NCCL);
+           s.set_overlap_param_broadcast(true);
+         },
+         "overlap_param_broadcast: not supported yet with backend NCCL"},
         {"RestartOnProgramFailureWithoutProgram",
          [](auto& s) { s.set_restart_on_program_failure(true); },
          "restart_on_program_failure: only for a program workload"},

@@ -123,6 +123,25 @@ std::vector<int> Balanced(absl::Span<const int64_t> bytes, int world_size) {
 
 }  // namespace
 
+std::vector<ElementRange> ShardRanges(int64_t numel, int world_size) {
+  // Whole units of kShardAlignElements (the last one may be short), dealt
+  // out as evenly as they go: the last `extra` ranks get one more, so the
+  // short unit goes to a rank with an extra one.
+  const int64_t units = (numel + kShardAlignElements - 1) / kShardAlignElements;
+  const int64_t base = units / world_size;
+  const int64_t extra = units % world_size;
+  std::vector<ElementRange> ranges(world_size);
+  int64_t begin_unit = 0;
+  for (int r = 0; r < world_size; ++r) {
+    const int64_t end_unit =
+        begin_unit + base + (r >= world_size - extra ? 1 : 0);
+    ranges[r].begin = std::min(numel, begin_unit * kShardAlignElements);
+    ranges[r].end = std::min(numel, end_unit * kShardAlignElements);
+    begin_unit = end_unit;
+  }
+  return ranges;
+}
+
 absl::StatusOr<std::vector<int>> AssignBuckets(
     v1::JobSpec::AssignmentPolicy policy,
     absl::Span<const int64_t> bucket_bytes, int world_size) {
@@ -142,6 +161,8 @@ absl::StatusOr<std::vector<int>> AssignBuckets(
     case v1::JobSpec::ASSIGNMENT_POLICY_UNSPECIFIED:
     case v1::JobSpec::BALANCED:
       return Balanced(bucket_bytes, world_size);
+    case v1::JobSpec::SHARDED:
+      return std::vector<int>(bucket_bytes.size(), kEveryRank);
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown assignment policy ", static_cast<int>(policy)));

@@ -1,5 +1,6 @@
 #include "shard/assignment.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -244,6 +245,115 @@ TEST(LayoutTest, OwnersViewKeepsOnlyWhatARankNeeds) {
         << "bucket " << b;
   }
   EXPECT_LT(owners.ByteSizeLong(), full.ByteSizeLong() / 2);
+}
+
+TEST(ShardRangesTest, TileTheBucketAlignedAndEven) {
+  for (int world : {1, 2, 3, 4, 7, 64}) {
+    for (int64_t numel : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{16},
+                          int64_t{17}, int64_t{100}, int64_t{1000003},
+                          int64_t{86786}}) {
+      const std::vector<ElementRange> ranges = ShardRanges(numel, world);
+      ASSERT_EQ(ranges.size(), static_cast<size_t>(world));
+      int64_t at = 0;
+      int64_t smallest = numel, largest = 0;
+      for (int r = 0; r < world; ++r) {
+        SCOPED_TRACE(testing::Message() << "numel " << numel << " world "
+                                        << world << " rank " << r);
+        EXPECT_EQ(ranges[r].begin, at);
+        EXPECT_LE(ranges[r].begin, ranges[r].end);
+        if (ranges[r].end != numel) {
+          EXPECT_EQ(ranges[r].end % kShardAlignElements, 0);
+        }
+        at = ranges[r].end;
+        smallest = std::min(smallest, ranges[r].size());
+        largest = std::max(largest, ranges[r].size());
+      }
+      EXPECT_EQ(at, numel);
+      EXPECT_LE(largest - smallest, kShardAlignElements)
+          << "numel " << numel << " world " << world;
+    }
+  }
+}
+
+TEST(ShardRangesTest, KnownSplits) {
+  EXPECT_THAT(ShardRanges(100, 2),
+              ElementsAre(ElementRange{0, 48}, ElementRange{48, 100}));
+  EXPECT_THAT(ShardRanges(20, 4),
+              ElementsAre(ElementRange{0, 0}, ElementRange{0, 0},
+                          ElementRange{0, 16}, ElementRange{16, 20}));
+  EXPECT_THAT(ShardRanges(96, 3),
+              ElementsAre(ElementRange{0, 32}, ElementRange{32, 64},
+                          ElementRange{64, 96}));
+}
+
+TEST(AssignmentTest, ShardedGivesEveryBucketToEveryRank) {
+  ASSERT_OK_AND_ASSIGN(std::vector<int> owners,
+                       AssignBuckets(v1::JobSpec::SHARDED, {40, 4, 400}, 3));
+  EXPECT_THAT(owners, ElementsAre(kEveryRank, kEveryRank, kEveryRank));
+}
+
+TEST(LayoutTest, ShardedAssignmentPublishesRanges) {
+  // "w" (256 elements) dwarfs the rest: BALANCED cannot split it, SHARDED
+  // does.
+  Layout layout =
+      MakeLayout({{{"bias", 10}, {"w", 256}}, {{"b", 30}, {"c", 3}}});
+  google::protobuf::RepeatedPtrField<v1::JobMember> members;
+  members.Add()->set_worker_id("w-7");
+  members.Add()->set_worker_id("w-9");
+  ASSERT_OK_AND_ASSIGN(
+      v1::ShardAssignment a,
+      BuildShardAssignment("job-1", 2, v1::JobSpec::SHARDED, layout, members));
+  EXPECT_EQ(a.policy(), v1::JobSpec::SHARDED);
+  ASSERT_EQ(a.buckets_size(), 2);
+  const v1::BucketAssignment& b0 = a.buckets(0);
+  EXPECT_EQ(b0.owner_rank(), kEveryRank);
+  EXPECT_EQ(b0.owner_worker_id(), "");
+  ASSERT_EQ(b0.ranges_size(), 2);
+  // 266 elements: 17 units of 16, 8 to rank 0 (128 elements), 9 to rank 1
+  // (the last one short).
+  EXPECT_EQ(b0.ranges(0).owner_worker_id(), "w-7");
+  EXPECT_EQ(b0.ranges(0).begin_element(), 0);
+  EXPECT_EQ(b0.ranges(0).end_element(), 128);
+  EXPECT_EQ(b0.ranges(0).bytes(), 128 * 4);
+  EXPECT_THAT(b0.ranges(0).parameter_names(), ElementsAre("bias", "w"));
+  EXPECT_EQ(b0.ranges(1).owner_rank(), 1);
+  EXPECT_EQ(b0.ranges(1).begin_element(), 128);
+  EXPECT_EQ(b0.ranges(1).end_element(), 266);
+  EXPECT_THAT(b0.ranges(1).parameter_names(), ElementsAre("w"));
+  ASSERT_EQ(a.ranks_size(), 2);
+  EXPECT_EQ(a.ranks(0).owned_elements() + a.ranks(1).owned_elements(), 299);
+  EXPECT_EQ(a.ranks(0).owned_bytes() + a.ranks(1).owned_bytes(),
+            a.total_bytes());
+  EXPECT_EQ(a.ranks(0).num_buckets(), 2);
+  EXPECT_EQ(a.ranks(1).num_buckets(), 2);
+  // Rank 0: 128 + 16 elements, rank 1: 138 + 17 (in buckets this small the
+  // 16-element alignment decides the balance).
+  EXPECT_EQ(a.ranks(1).owned_elements(), 155);
+  EXPECT_DOUBLE_EQ(a.imbalance(), 155.0 / 149.5);
+
+  // A rank reads every bucket as kEveryRank from the owners view.
+  const v1::ShardAssignment owners = OwnersView(a);
+  EXPECT_EQ(owners.buckets(0).ranges_size(), 0);
+  ASSERT_OK_AND_ASSIGN(std::vector<int> decoded, DecodeOwners(owners, 2, 2));
+  EXPECT_THAT(decoded, ElementsAre(kEveryRank, kEveryRank));
+}
+
+TEST(LayoutTest, DecodeOwnersRefusesMixedShardedOwners) {
+  v1::ShardAssignment a;
+  a.set_policy(v1::JobSpec::SHARDED);
+  a.add_buckets()->set_owner_rank(kEveryRank);
+  v1::BucketAssignment* b = a.add_buckets();
+  b->set_index(1);
+  b->set_owner_rank(0);
+  EXPECT_THAT(DecodeOwners(a, 2, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("under SHARDED")));
+  // And kEveryRank is no owner under another policy.
+  a.set_policy(v1::JobSpec::BALANCED);
+  b->set_owner_rank(1);
+  EXPECT_THAT(DecodeOwners(a, 2, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("to rank -1")));
 }
 
 }  // namespace

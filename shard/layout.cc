@@ -1,5 +1,6 @@
 #include "shard/layout.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -129,6 +130,39 @@ std::vector<int64_t> BucketBytes(const Layout& layout) {
   return bytes;
 }
 
+namespace {
+
+// Rank r's range of `bucket` under SHARDED, as published: its bytes and
+// the parameters it touches.
+void FillShardRanges(const v1::BucketLayout& bucket, int64_t num_elements,
+                     const google::protobuf::RepeatedPtrField<v1::JobMember>&
+                         members,
+                     v1::BucketAssignment& out) {
+  const std::vector<ElementRange> ranges =
+      ShardRanges(num_elements, members.size());
+  for (int r = 0; r < members.size(); ++r) {
+    v1::ShardRange* range = out.add_ranges();
+    range->set_owner_rank(r);
+    range->set_owner_worker_id(members.Get(r).worker_id());
+    range->set_begin_element(ranges[r].begin);
+    range->set_end_element(ranges[r].end);
+    int64_t offset = 0;  // of the parameter in the bucket
+    int64_t bytes = 0;
+    for (const v1::BucketParameter& p : bucket.parameters()) {
+      const int64_t begin = std::max(offset, ranges[r].begin);
+      const int64_t end = std::min(offset + p.num_elements(), ranges[r].end);
+      if (begin < end) {
+        bytes += (end - begin) * DtypeSize(p.dtype());
+        range->add_parameter_names(p.name());
+      }
+      offset += p.num_elements();
+    }
+    range->set_bytes(bytes);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<v1::ShardAssignment> BuildShardAssignment(
     absl::string_view job_id, int64_t epoch,
     v1::JobSpec::AssignmentPolicy policy, const Layout& layout,
@@ -146,6 +180,7 @@ absl::StatusOr<v1::ShardAssignment> BuildShardAssignment(
   out.set_policy(policy == v1::JobSpec::ASSIGNMENT_POLICY_UNSPECIFIED
                      ? v1::JobSpec::BALANCED
                      : policy);
+  std::vector<int64_t> owned(world_size, 0);
   std::vector<int64_t> owned_elements(world_size, 0);
   std::vector<int> owned_buckets(world_size, 0);
   int64_t total = 0;
@@ -160,12 +195,22 @@ absl::StatusOr<v1::ShardAssignment> BuildShardAssignment(
     }
     b->set_num_elements(elements);
     b->set_owner_rank(owners[i]);
+    total += bytes[i];
+    if (owners[i] == kEveryRank) {
+      FillShardRanges(layout[i], elements, members, *b);
+      for (const v1::ShardRange& range : b->ranges()) {
+        const int r = range.owner_rank();
+        owned[r] += range.bytes();
+        owned_elements[r] += range.end_element() - range.begin_element();
+        if (range.end_element() > range.begin_element()) ++owned_buckets[r];
+      }
+      continue;
+    }
     b->set_owner_worker_id(members.Get(owners[i]).worker_id());
+    owned[owners[i]] += bytes[i];
     owned_elements[owners[i]] += elements;
     ++owned_buckets[owners[i]];
-    total += bytes[i];
   }
-  const std::vector<int64_t> owned = OwnedBytes(bytes, owners, world_size);
   for (int r = 0; r < world_size; ++r) {
     v1::RankShard* rank = out.add_ranks();
     rank->set_rank(r);
@@ -197,22 +242,31 @@ v1::ShardAssignment OwnersView(const v1::ShardAssignment& full) {
 
 absl::StatusOr<std::vector<int>> DecodeOwners(
     const v1::ShardAssignment& assignment, int num_buckets, int world_size) {
-  std::vector<int> owners(num_buckets, -1);
+  // Every owner is kEveryRank under SHARDED and a rank otherwise.
+  const bool sharded = assignment.policy() == v1::JobSpec::SHARDED;
+  constexpr int kUnset = -2;
+  static_assert(kUnset != kEveryRank);
+  std::vector<int> owners(num_buckets, kUnset);
   for (const v1::BucketAssignment& b : assignment.buckets()) {
-    if (b.index() < 0 || b.index() >= num_buckets || owners[b.index()] != -1) {
+    if (b.index() < 0 || b.index() >= num_buckets ||
+        owners[b.index()] != kUnset) {
       return absl::InvalidArgumentError(absl::StrCat(
           "assignment names bucket ", b.index(), " twice or out of range (",
           num_buckets, " buckets)"));
     }
-    if (b.owner_rank() < 0 || b.owner_rank() >= world_size) {
+    const bool valid = sharded ? b.owner_rank() == kEveryRank
+                               : b.owner_rank() >= 0 &&
+                                     b.owner_rank() < world_size;
+    if (!valid) {
       return absl::InvalidArgumentError(absl::StrCat(
           "assignment gives bucket ", b.index(), " to rank ", b.owner_rank(),
-          " of a ", world_size, "-rank job"));
+          " of a ", world_size, "-rank job",
+          sharded ? " under SHARDED (every bucket must be owner -1)" : ""));
     }
     owners[b.index()] = b.owner_rank();
   }
   for (int i = 0; i < num_buckets; ++i) {
-    if (owners[i] == -1) {
+    if (owners[i] == kUnset) {
       return absl::InvalidArgumentError(
           absl::StrCat("assignment has no owner for bucket ", i, " (",
                        num_buckets, " buckets)"));

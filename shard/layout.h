@@ -61,7 +61,8 @@ std::optional<LayoutDifference> CompareLayouts(const Layout& a,
 std::vector<int64_t> BucketBytes(const Layout& layout);
 
 // The assignment of a valid `layout` to `members` (ordered by rank) under
-// `policy`.
+// `policy`; under SHARDED each bucket's owner is kEveryRank and its
+// `ranges` say which elements (bytes, parameters) each rank owns.
 //
 // Errors: InvalidArgument if members is empty or the policy is unknown.
 absl::StatusOr<v1::ShardAssignment> BuildShardAssignment(
@@ -70,14 +71,18 @@ absl::StatusOr<v1::ShardAssignment> BuildShardAssignment(
     const google::protobuf::RepeatedPtrField<v1::JobMember>& members);
 
 // `full` in the ASSIGNMENT_VIEW_OWNERS view: what a rank needs (job, epoch,
-// policy, imbalance, total bytes, and each bucket's index and owner rank).
+// policy, imbalance, total bytes, and each bucket's index and owner rank;
+// SHARDED's ranges are left out, since every rank computes them).
 v1::ShardAssignment OwnersView(const v1::ShardAssignment& full);
 
 // What a rank reads back from an assignment in either view: the owner rank
 // of each of its `num_buckets` buckets, indexed by bucket.
 //
+// Under SHARDED every owner is kEveryRank (the bucket's ShardRanges).
+//
 // Errors: InvalidArgument if a bucket is named twice, out of range or not at
-// all, or an owner is not in 0..world_size-1.
+// all, or an owner is not in 0..world_size-1 (not kEveryRank under
+// SHARDED).
 absl::StatusOr<std::vector<int>> DecodeOwners(
     const v1::ShardAssignment& assignment, int num_buckets, int world_size);
 

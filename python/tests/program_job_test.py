@@ -8,7 +8,8 @@ shard table (the model's parameter names), its progress (session.report),
 and the final parameters against one process on the full batch; then a
 program that never calls pshard.init() on one rank (the job fails at the
 collective deadline naming that rank, every program is stopped) and on no
-rank (the job succeeds).
+rank (the job succeeds). The same script under the SHARDED policy splits
+every bucket over the ranks and ends with the same parameters.
 
     program_job_test.py WORLD_SIZE
 """
@@ -115,6 +116,38 @@ class ProgramJobTest(unittest.TestCase):
         for rank in range(WORLD):
             got = torch.load(os.path.join(out, f"final-rank{rank}.pt"))
             self.assertEqual(sorted(got), sorted(expected))
+            for name, value in expected.items():
+                with self.subTest(rank=rank, param=name):
+                    torch.testing.assert_close(got[name], value, rtol=1e-5,
+                                               atol=1e-6)
+        self.assertTrue(self.cluster.idle_workers() == WORLD or wait_until(
+            lambda: self.cluster.idle_workers() == WORLD, 10, "idle workers"))
+
+    def test_sharded_policy_splits_every_bucket_over_the_ranks(self):
+        import parity_common as common
+        out = self.out_dir("sharded")
+        spec = program_spec(out, optimizer="adam")
+        spec["assignment_policy"] = "SHARDED"
+        job_id = self.cluster.submit(spec)
+        job = self.cluster.wait_for_end(job_id, 180)
+        self.assertEqual(job["state"], "SUCCEEDED",
+                         f"{job['reason']}\n{self.cluster.tail()}")
+        # Every bucket is split over the ranks; together the ranges touch
+        # every parameter of the model.
+        shards = self.cluster.ctl("shards", job_id)
+        self.assertEqual(shards["policy"], "SHARDED")
+        touched = set()
+        for bucket in shards["buckets"]:
+            self.assertEqual(bucket["owner_rank"], -1)
+            self.assertEqual([r.get("owner_rank", 0) for r in bucket["ranges"]],
+                             list(range(WORLD)))
+            for r in bucket["ranges"]:
+                touched.update(r.get("parameter_names", []))
+        self.assertEqual(sorted(touched),
+                         sorted(n for n, _ in common.make_model().named_parameters()))
+        expected = common.reference("adam")[common.STEPS]
+        for rank in range(WORLD):
+            got = torch.load(os.path.join(out, f"final-rank{rank}.pt"))
             for name, value in expected.items():
                 with self.subTest(rank=rank, param=name):
                     torch.testing.assert_close(got[name], value, rtol=1e-5,

@@ -3,7 +3,8 @@
 // loopback. Job A (mlp, Adam, 2 ranks) checkpoints as it trains; new jobs
 // start from its checkpoints at 2 ranks (bit-identical to A's own
 // uninterrupted run), at 3 ranks (2 -> 3), and at 2 from the 3-rank job's
-// checkpoint (3 -> 2).
+// checkpoint (3 -> 2); a SHARDED job's checkpoints (parameter slices) and
+// a SHARDED job from A's.
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -176,6 +177,37 @@ TEST_F(FromCheckpointE2eTest, NewJobsStartFromCheckpointsAtAnyWorldSize) {
   EXPECT_EQ(c.initialized_from().step(), 50);
   EXPECT_EQ(c.members_size(), 2);
   EXPECT_EQ(c.progress().step(), kSteps);
+
+  // SHARDED (each rank owns a range of every bucket, so its checkpoint
+  // shard holds slices of parameters) trains A's job bit for bit at 2
+  // ranks (a 2-rank mean is one addition either way), writes checkpoints
+  // that a BALANCED 3-rank job resumes from exactly as from A's, and
+  // resumes from A's own.
+  const std::string ckpt_s = absl::StrCat(dir, "/ckpt-s");
+  v1::JobSpec spec_s = MlpSpec(2, absl::StrCat(dir, "/out-s"));
+  spec_s.set_assignment_policy(v1::JobSpec::SHARDED);
+  CheckpointEvery(spec_s, ckpt_s, 20);
+  ASSERT_OK_AND_ASSIGN(v1::Job submitted_s, cluster_->Submit(spec_s));
+  ASSERT_OK_AND_ASSIGN(v1::Job sharded,
+                       cluster_->WaitForEnd(submitted_s.id(), absl::Seconds(60)));
+  ASSERT_EQ(sharded.state(), v1::SUCCEEDED) << sharded.reason() << cluster_->Logs();
+  ASSERT_TRUE(cluster_->WaitForIdle(3, absl::Seconds(10))) << cluster_->Logs();
+  EXPECT_TRUE(ReadBytes(sharded.output_path()) == a_bytes);
+  const v1::Job from_sharded =
+      SubmitFrom(MlpSpec(3, absl::StrCat(dir, "/out-from-s")),
+                 checkpoint::StepDirectory(ckpt_s, 40));
+  ASSERT_EQ(from_sharded.state(), v1::SUCCEEDED)
+      << from_sharded.reason() << cluster_->Logs();
+  EXPECT_TRUE(ReadBytes(from_sharded.output_path()) ==
+              ReadBytes(b_plain.output_path()))
+      << "resumed from the SHARDED job's step 40, not the parameters "
+         "resuming from A's step 40 gives";
+  v1::JobSpec sharded_from_a = MlpSpec(2, absl::StrCat(dir, "/out-s-from-a"));
+  sharded_from_a.set_assignment_policy(v1::JobSpec::SHARDED);
+  const v1::Job s_from_a =
+      SubmitFrom(sharded_from_a, checkpoint::StepDirectory(ckpt_a, 20));
+  ASSERT_EQ(s_from_a.state(), v1::SUCCEEDED) << s_from_a.reason();
+  EXPECT_TRUE(ReadBytes(s_from_a.output_path()) == a_bytes);
 
   // Another seed is another training: refused, naming the fingerprint.
   v1::JobSpec other = MlpSpec(2, absl::StrCat(dir, "/out-x"));

@@ -226,6 +226,11 @@ absl::StatusOr<v1::Job> Cluster::GetJob(const std::string& id) {
   return client_->GetJob(id);
 }
 
+absl::StatusOr<v1::ShardAssignment> Cluster::ShardAssignment(
+    const std::string& id) {
+  return client_->GetShardAssignment(id);
+}
+
 absl::StatusOr<v1::Job> Cluster::Cancel(const std::string& id) {
   return client_->CancelJob(id, "test cancels it");
 }

@@ -92,6 +92,8 @@ class Cluster {
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
+  // ShardService.GetShardAssignment: the job's latest assignment.
+  absl::StatusOr<v1::ShardAssignment> ShardAssignment(const std::string& id);
   // Polls until the job is SUCCEEDED, FAILED or CANCELLED.
   absl::StatusOr<v1::Job> WaitForEnd(const std::string& id,
                                      absl::Duration timeout);

@@ -172,8 +172,10 @@ pshardResult_t pshardAverageLoss(pshardSession_t session, double loss,
 pshardResult_t pshardReportProgress(pshardSession_t session, int64_t step,
                                     double loss, int64_t samples);
 
-/* Buckets and those this rank owns (after the first step). `owned` holds
- * up to `capacity` bucket indices; *count gets how many this rank owns. */
+/* Buckets and those this rank owns (after the first step; under the
+ * SHARDED policy, those in which its element range is not empty). `owned`
+ * holds up to `capacity` bucket indices; *count gets how many this rank
+ * owns. */
 pshardResult_t pshardNumBuckets(pshardSession_t session, int* count);
 pshardResult_t pshardOwnedBuckets(pshardSession_t session, int* owned,
                                   int capacity, int* count);

@@ -441,8 +441,8 @@ int Session::num_buckets() const {
 std::vector<int> Session::owned_buckets() const {
   std::vector<int> owned;
   if (hook_ == nullptr) return owned;
-  for (size_t b = 0; b < hook_->owners().size(); ++b) {
-    if (hook_->owners()[b] == env_.rank) owned.push_back(static_cast<int>(b));
+  for (int b = 0; b < hook_->layout().num_buckets(); ++b) {
+    if (hook_->owned_elements(b) > 0) owned.push_back(b);
   }
   return owned;
 }

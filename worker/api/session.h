@@ -169,7 +169,8 @@ class Session : private RankModel {
   absl::Span<float> parameter(int i);
   absl::Span<float> gradient(int i);
   int64_t steps_finished() const;
-  // After the first step: buckets, the ones this rank owns, and the
+  // After the first step: buckets, the ones this rank owns (wholly or, under
+  // SHARDED, its range of them), and the
   // optimizer state it holds in bytes (about 1/world of the total).
   int num_buckets() const;
   std::vector<int> owned_buckets() const;

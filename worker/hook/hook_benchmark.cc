@@ -12,6 +12,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "worker/comm/gloo_communicator.h"
@@ -27,6 +28,8 @@ ABSL_FLAG(int64_t, tensor_numel, 1 << 20, "elements per parameter tensor");
 ABSL_FLAG(double, bucket_mb, 25, "bucket cap in MiB");
 ABSL_FLAG(std::string, mode, "reduce_broadcast",
           "reduce_broadcast or allreduce_broadcast");
+ABSL_FLAG(std::string, policy, "balanced",
+          "assignment policy: balanced, round_robin or sharded");
 ABSL_FLAG(bool, shared_memory, true,
           "same-host ranks exchange through shared-memory rings (false: "
           "loopback TCP only, the transport the torch peers use)");
@@ -51,10 +54,18 @@ int Main() {
     infos.push_back({absl::StrCat("t", i), {n}, n});
   }
   const bool allreduce = absl::GetFlag(FLAGS_mode) == "allreduce_broadcast";
+  v1::JobSpec::AssignmentPolicy policy;
+  if (!v1::JobSpec::AssignmentPolicy_Parse(
+          absl::AsciiStrToUpper(absl::GetFlag(FLAGS_policy)), &policy)) {
+    std::fprintf(stderr, "--policy: unknown policy \"%s\"\n",
+                 absl::GetFlag(FLAGS_policy).c_str());
+    return 2;
+  }
   const int steps = absl::GetFlag(FLAGS_steps);
   InMemoryKvStore store;
   std::vector<std::vector<double>> times(world);
   std::vector<int64_t> bytes(world);
+  std::vector<int64_t> owned(world);
   std::vector<absl::Status> statuses =
       RunRanks(world, [&](int r) -> absl::Status {
         GlooOptions gloo;
@@ -74,10 +85,10 @@ int Main() {
                                       : v1::JobSpec::REDUCE_BROADCAST;
         auto hook = ZeroHook::Create(
             infos, comm->get(), *std::move(optimizer),
-            [world](const BucketLayout& layout)
+            [world, policy](const BucketLayout& layout)
                 -> absl::StatusOr<BucketAssignment> {
-              auto owners = shard::AssignBuckets(v1::JobSpec::BALANCED,
-                                                 layout.BucketBytes(), world);
+              auto owners =
+                  shard::AssignBuckets(policy, layout.BucketBytes(), world);
               if (!owners.ok()) return owners.status();
               return BucketAssignment{1, *owners};
             },
@@ -108,6 +119,9 @@ int Main() {
           }
         }
         bytes[r] = (*comm)->bytes_sent();
+        for (int b = 0; b < (*hook)->layout().num_buckets(); ++b) {
+          owned[r] += (*hook)->owned_elements(b);
+        }
         (void)(*comm)->Barrier()->Wait(absl::Seconds(60));
         return absl::OkStatus();
       });
@@ -121,10 +135,12 @@ int Main() {
   std::sort(t.begin(), t.end());
   std::printf(
       "{\"impl\": \"pshard-hook\", \"world\": %d, \"params\": %lld, "
-      "\"bucket_mb\": %g, \"mode\": \"%s\", \"step_time_ms_median\": %.1f, "
+      "\"bucket_mb\": %g, \"mode\": \"%s\", \"policy\": \"%s\", "
+      "\"imbalance\": %.4f, \"step_time_ms_median\": %.1f, "
       "\"step_time_ms_min\": %.1f, \"bytes_sent_per_step_rank0\": %lld}\n",
       world, static_cast<long long>(total), absl::GetFlag(FLAGS_bucket_mb),
-      absl::GetFlag(FLAGS_mode).c_str(), t[t.size() / 2], t[0],
+      absl::GetFlag(FLAGS_mode).c_str(), absl::GetFlag(FLAGS_policy).c_str(),
+      shard::Imbalance(owned), t[t.size() / 2], t[0],
       static_cast<long long>(bytes[0] / (steps + 2)));
   return 0;
 }

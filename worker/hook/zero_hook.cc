@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "shard/assignment.h"
 
 namespace pshard::worker {
 
@@ -115,6 +116,8 @@ absl::Status ZeroHook::Init() {
         options_.piece_bytes, " and ", options_.broadcast_lag));
   }
   const int n = static_cast<int>(infos_.size());
+  issued_broadcasts_.assign(n, {});
+  pending_broadcasts_.assign(n, {});
   ASSIGN_OR_RETURN(
       BucketLayout layout,
       BucketLayout::Build(infos_, BucketLayout::DefaultReadyOrder(n),
@@ -133,11 +136,17 @@ int64_t ZeroHook::CapBytes() const {
 ZeroHook::~ZeroHook() {
   // Owner steps still queued on the communicator use this hook's memory and
   // optimizer: make sure none is left before they go.
+  std::vector<std::shared_ptr<Work>> all = works_;
+  for (const auto* by_param : {&issued_broadcasts_, &pending_broadcasts_}) {
+    for (const auto& works : *by_param) {
+      all.insert(all.end(), works.begin(), works.end());
+    }
+  }
   bool pending = false;
-  for (const auto& work : works_) pending |= !work->IsCompleted();
+  for (const auto& work : all) pending |= !work->IsCompleted();
   if (pending) {
     comm_->Abort(absl::CancelledError("ZeroHook destroyed mid-step"));
-    for (const auto& work : works_) (void)work->Wait(options_.timeout);
+    for (const auto& work : all) (void)work->Wait(options_.timeout);
   }
 }
 
@@ -145,12 +154,26 @@ int64_t ZeroHook::bucket_steps(int b) const {
   if (piece_steps_ == nullptr || b < 0 || b >= layout_->num_buckets()) {
     return 0;
   }
-  const std::vector<int>& pieces = bucket_pieces_[b];
-  const int64_t steps = piece_steps_[pieces[0]].load();
-  for (int p : pieces) {
-    if (piece_steps_[p].load() != steps) return -1;
+  std::optional<int64_t> steps;
+  for (int p : bucket_pieces_[b]) {
+    if (pieces_[p].owner != comm_->rank()) continue;
+    const int64_t piece = piece_steps_[p].load();
+    if (steps.has_value() && *steps != piece) return -1;
+    steps = piece;
   }
-  return steps;
+  return steps.value_or(0);
+}
+
+int64_t ZeroHook::owned_elements(int b) const {
+  if (state_ != HookState::kInitialized || b < 0 ||
+      b >= layout_->num_buckets()) {
+    return 0;
+  }
+  int64_t owned = 0;
+  for (int p : bucket_pieces_[b]) {
+    if (pieces_[p].owner == comm_->rank()) owned += pieces_[p].numel;
+  }
+  return owned;
 }
 
 int64_t ZeroHook::bucket_state_bytes(int b) const {
@@ -195,6 +218,39 @@ absl::flat_hash_map<std::string, int64_t> ZeroHook::OffsetsInParameters(
   return offsets;
 }
 
+absl::StatusOr<std::vector<ZeroHook::OwnedParameter>>
+ZeroHook::OwnedParameters() const {
+  if (state_ != HookState::kInitialized) {
+    return absl::FailedPreconditionError(
+        "no owned parameters before the first step has finished");
+  }
+  std::vector<OwnedParameter> out;
+  absl::flat_hash_map<std::string, size_t> index;  // name -> out[i]
+  for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
+    if (pieces_[p].owner != comm_->rank()) continue;
+    for (const ParamSpan& span : PieceSpans(p, /*offsets_in_parameters=*/true)) {
+      auto [it, added] = index.try_emplace(span.name, out.size());
+      if (added) {
+        out.push_back({span.name, span.offset, span.numel});
+        continue;
+      }
+      // A rank's pieces of one parameter are adjacent (one range).
+      OwnedParameter& param = out[it->second];
+      const int64_t begin = std::min(param.offset, span.offset);
+      const int64_t end =
+          std::max(param.offset + param.numel, span.offset + span.numel);
+      if (end - begin != param.numel + span.numel) {
+        return absl::InternalError(absl::StrCat(
+            "rank ", comm_->rank(), " owns parts of parameter '", span.name,
+            "' that are not adjacent"));
+      }
+      param.offset = begin;
+      param.numel = end - begin;
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<ParameterOptimizerStateView>>
 ZeroHook::ViewOptimizerState() const {
   if (state_ != HookState::kInitialized) {
@@ -205,7 +261,7 @@ ZeroHook::ViewOptimizerState() const {
   absl::flat_hash_map<std::string, size_t> index;  // name -> out[i]
   const absl::flat_hash_map<std::string, int64_t> numel = NumelByName();
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
-    if (assignment_.owners[pieces_[p].bucket] != comm_->rank()) continue;
+    if (pieces_[p].owner != comm_->rank()) continue;
     ASSIGN_OR_RETURN(BucketStateView piece, optimizer_->ViewState(p));
     const absl::flat_hash_map<std::string, int64_t> offset_in_param =
         OffsetsInParameters(p);
@@ -235,6 +291,17 @@ ZeroHook::ExportOptimizerState() const {
   std::vector<ParameterOptimizerState> out;
   out.reserve(views.size());
   for (const ParameterOptimizerStateView& view : views) {
+    int64_t held = 0;
+    for (const ParameterOptimizerStateView::Part& part : view.parts) {
+      if (!part.tensors.empty()) held += part.tensors[0].size();
+    }
+    if (!view.tensor_names.empty() && held != view.numel) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", comm_->rank(), " holds the optimizer state of ", held,
+          " of the ", view.numel, " elements of parameter '", view.name,
+          "' (assignment_policy SHARDED); exporting whole parameters' "
+          "state is not supported under SHARDED yet"));
+    }
     ParameterOptimizerState& param = out.emplace_back();
     param.name = view.name;
     param.step = view.step;
@@ -306,7 +373,7 @@ absl::Status ZeroHook::LoadOwnedOptimizerState() {
   std::vector<ParameterOptimizerState> state;
   absl::flat_hash_set<std::string> loaded;
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
-    if (assignment_.owners[pieces_[p].bucket] != comm_->rank()) continue;
+    if (pieces_[p].owner != comm_->rank()) continue;
     // The fresh state names the spans and the tensors each keeps.
     ASSIGN_OR_RETURN(BucketStateView piece, optimizer_->ViewState(p));
     for (const SpanStateView& span : piece.spans) {
@@ -327,7 +394,7 @@ absl::Status ZeroHook::ApplyInitialOptimizerState() {
     by_name[param.name] = &param;
   }
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
-    if (assignment_.owners[pieces_[p].bucket] != comm_->rank()) continue;
+    if (pieces_[p].owner != comm_->rank()) continue;
     // The fresh state says which spans keep state, and under which names.
     ASSIGN_OR_RETURN(BucketState piece, optimizer_->ExportState(p));
     const absl::flat_hash_map<std::string, int64_t> offset_in_param =
@@ -415,7 +482,7 @@ absl::Status ZeroHook::LaunchBucket(int b) {
 
 void ZeroHook::LaunchPiece(int p) {
   const Piece& piece = pieces_[p];
-  const int owner = assignment_.owners[piece.bucket];
+  const int owner = piece.owner;
   const int64_t numel = piece.numel;
   float* grads = memory_->bucket_grads(piece.bucket) + piece.offset;
   float* params = memory_->bucket_params(piece.bucket) + piece.offset;
@@ -454,9 +521,42 @@ void ZeroHook::LaunchPiece(int p) {
 
 void ZeroHook::IssueBroadcast(int p) {
   const Piece& piece = pieces_[p];
-  works_.push_back(comm_->Broadcast(
+  std::shared_ptr<Work> work = comm_->Broadcast(
       memory_->bucket_params(piece.bucket) + piece.offset, piece.numel,
-      DataType::kFloat32, assignment_.owners[piece.bucket]));
+      DataType::kFloat32, piece.owner);
+  if (!options_.overlap_param_broadcast) {
+    works_.push_back(std::move(work));
+    return;
+  }
+  for (int param : piece_params_[p]) issued_broadcasts_[param].push_back(work);
+}
+
+absl::Status ZeroHook::WaitForParameter(int param_index) {
+  if (!error_.ok()) return error_;
+  if (param_index < 0 || param_index >= static_cast<int>(infos_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter index ", param_index, " is outside [0, ",
+                     infos_.size(), ")"));
+  }
+  std::vector<std::shared_ptr<Work>>& works = pending_broadcasts_[param_index];
+  for (const auto& work : works) {
+    absl::Status status = work->Wait(options_.timeout);
+    if (!status.ok()) {
+      return Fail(absl::Status(
+          status.code(),
+          absl::StrCat("waiting for the update of parameter \"",
+                       infos_[param_index].name, "\": ", status.message())));
+    }
+  }
+  works.clear();
+  return absl::OkStatus();
+}
+
+absl::Status ZeroHook::WaitForAllParameters() {
+  for (int i = 0; i < static_cast<int>(infos_.size()); ++i) {
+    RETURN_IF_ERROR(WaitForParameter(i));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ZeroHook::Fail(absl::Status status) {
@@ -484,31 +584,64 @@ absl::Status ZeroHook::Initialize() {
   }
   for (int b = 0; b < num_buckets; ++b) {
     const int owner = assignment.owners[b];
-    if (owner < 0 || owner >= comm_->world_size()) {
+    if (owner != shard::kEveryRank &&
+        (owner < 0 || owner >= comm_->world_size())) {
       return absl::InvalidArgumentError(
           absl::StrCat("assignment (epoch ", assignment.epoch, ") gives bucket ",
                        b, " to rank ", owner, ", outside [0, ",
                        comm_->world_size(), ")"));
     }
   }
-  // Cut buckets into pieces; the optimizer sees each owned piece as one of
-  // its buckets.
+  // Cut buckets (under SHARDED each rank's range of a bucket) into pieces;
+  // the optimizer sees each owned piece as one of its buckets.
   const int64_t piece_elems =
       options_.piece_bytes > 0 ? std::max<int64_t>(1, options_.piece_bytes / 4)
                                : 0;
   pieces_.clear();
   bucket_pieces_.assign(num_buckets, {});
   for (const Bucket& bucket : layout_->buckets()) {
-    const int64_t step = piece_elems > 0 ? piece_elems : bucket.numel;
-    for (int64_t off = 0; off < bucket.numel; off += step) {
-      bucket_pieces_[bucket.index].push_back(static_cast<int>(pieces_.size()));
-      pieces_.push_back(
-          Piece{bucket.index, off, std::min(step, bucket.numel - off)});
+    const int owner = assignment.owners[bucket.index];
+    std::vector<std::pair<shard::ElementRange, int>> owned_ranges;
+    if (owner == shard::kEveryRank) {
+      const std::vector<shard::ElementRange> ranges =
+          shard::ShardRanges(bucket.numel, comm_->world_size());
+      for (int r = 0; r < comm_->world_size(); ++r) {
+        owned_ranges.emplace_back(ranges[r], r);
+      }
+    } else {
+      owned_ranges.emplace_back(shard::ElementRange{0, bucket.numel}, owner);
+    }
+    // Pieces are issued range by range in turn (range 0's first piece,
+    // range 1's first, ..., then every range's second), so that, as in a
+    // reduce-scatter, every rank sends and receives at once.
+    for (int64_t k = 0;; ++k) {
+      bool more = false;
+      for (const auto& [range, range_owner] : owned_ranges) {
+        const int64_t step = piece_elems > 0 ? piece_elems : range.size();
+        const int64_t off = range.begin + k * step;
+        if (step == 0 || off >= range.end) continue;
+        more = true;
+        bucket_pieces_[bucket.index].push_back(
+            static_cast<int>(pieces_.size()));
+        pieces_.push_back(Piece{bucket.index, off,
+                                std::min(step, range.end - off), range_owner});
+      }
+      if (!more) break;
+    }
+  }
+  piece_params_.assign(pieces_.size(), {});
+  for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
+    const Piece& piece = pieces_[p];
+    for (const BucketEntry& e : layout_->buckets()[piece.bucket].entries) {
+      if (e.offset < piece.offset + piece.numel &&
+          piece.offset < e.offset + e.numel) {
+        piece_params_[p].push_back(e.param_index);
+      }
     }
   }
   assignment_ = std::move(assignment);
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
-    if (assignment_.owners[pieces_[p].bucket] == comm_->rank()) {
+    if (pieces_[p].owner == comm_->rank()) {
       RETURN_IF_ERROR(optimizer_->AddBucket(p, PieceSpans(p)));
     }
   }
@@ -543,6 +676,10 @@ absl::Status ZeroHook::FinishStep() {
     IssueBroadcast(deferred_broadcasts_.front());
     deferred_broadcasts_.pop_front();
   }
+  // The last step's updates of parameters the forward never asked for.
+  if (absl::Status status = WaitForAllParameters(); !status.ok()) {
+    return Fail(status);
+  }
   if (!works_.empty()) {
     // E.g. the next forward after the last broadcast, on the device.
     absl::Status status = memory_->OrderComputeAfter(*works_.back());
@@ -562,6 +699,7 @@ absl::Status ZeroHook::FinishStep() {
       absl::FromChrono(std::chrono::steady_clock::now() - wait_start);
   // Clear per-iteration state.
   works_.clear();
+  std::swap(pending_broadcasts_, issued_broadcasts_);
   std::fill(param_ready_.begin(), param_ready_.end(), 0);
   for (const Bucket& bucket : layout_->buckets()) {
     bucket_pending_[bucket.index] = static_cast<int>(bucket.entries.size());

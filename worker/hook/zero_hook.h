@@ -9,6 +9,10 @@
 //      divide by the world size (after an all-reduce) and run the optimizer
 //      step on the bucket;
 //   3. broadcast the bucket's parameters from o.
+// Under the SHARDED policy a bucket has no single owner: rank r owns element
+// range r of it (shard::ShardRanges), and steps 1-3 run per range, each
+// with its own owner: a reduce-scatter and an all-gather, made of the same
+// reductions and broadcasts.
 // FinishStep() waits for every broadcast (with the deadline) and clears the
 // per-iteration state (the seed's wait_for_broadcasts/clear_per_iter_info).
 // Reductions are launched as soon as a bucket's last gradient is ready, so
@@ -94,7 +98,9 @@ struct ParameterOptimizerStateView {
   std::vector<Part> parts;
 };
 
-// Bucket -> owner rank, published for one epoch.
+// Bucket -> owner rank, published for one epoch. An owner of
+// shard::kEveryRank (the SHARDED policy) splits the bucket by
+// shard::ShardRanges: rank r owns, steps and broadcasts range r.
 struct BucketAssignment {
   int64_t epoch = 0;
   std::vector<int> owners;  // indexed by bucket
@@ -121,6 +127,12 @@ struct ZeroHookOptions {
   // it steps (every rank issues the same order). 0: right after the piece's
   // own step. >= 0.
   int broadcast_lag = 4;
+  // FinishStep does not wait for the parameter broadcasts: the next
+  // forward calls WaitForParameter(i) before it reads parameter i, so it
+  // starts on the first layers while later ones are still arriving
+  // (Megatron's --overlap-param-gather, in the order the forward really
+  // reads them). Host memory only.
+  bool overlap_param_broadcast = false;
 };
 
 class ZeroHook : public GradientSink {
@@ -152,12 +164,24 @@ class ZeroHook : public GradientSink {
 
   // Ends the step: every gradient must have been marked ready. Waits for all
   // broadcasts (each bounded by options.timeout); on return the parameters
-  // hold the step's update on every rank. On error the communicator has been
-  // aborted (its buffers can no longer be trusted) and the hook is unusable.
+  // hold the step's update on every rank (with overlap_param_broadcast only
+  // once WaitForParameter has returned for them: FinishStep waits for the
+  // reductions and the previous step's broadcasts nobody waited for). On
+  // error the communicator has been aborted (its buffers can no longer be
+  // trusted) and the hook is unusable.
   //   FailedPrecondition: a gradient was not marked ready; InvalidArgument:
   //   the assignment does not fit the layout; others from the provider, the
   //   communicator or the optimizer.
   absl::Status FinishStep();
+  // GradientSink: returns once parameter `param_index` holds the last
+  // step's update (at once without overlap_param_broadcast, or when it has
+  // already arrived). Errors as FinishStep's (the communicator is aborted),
+  // InvalidArgument for an index out of range.
+  absl::Status WaitForParameter(int param_index) override;
+  // WaitForParameter for every parameter: before reading them all outside
+  // a forward (the job's output, a checkpoint).
+  absl::Status WaitForAllParameters();
+
   // How long the last FinishStep waited for the step's collectives after the
   // backward pass had handed over its last gradient: the communication the
   // backward pass did not hide.
@@ -166,16 +190,32 @@ class ZeroHook : public GradientSink {
   HookState state() const { return state_; }
   int64_t epoch() const { return assignment_.epoch; }
   const BucketLayout& layout() const { return *layout_; }
+  // Each bucket's owner: a rank, or shard::kEveryRank under SHARDED.
   const std::vector<int>& owners() const { return assignment_.owners; }
+  // Elements of bucket b this rank owns (steps and holds state for): the
+  // whole bucket, none, or its SHARDED range. 0 before the first step.
+  int64_t owned_elements(int b) const;
   ShardOptimizer& optimizer() { return *optimizer_; }
   int64_t steps_finished() const { return steps_finished_; }
 
   // After the first step: the optimizer state of the parameters (those with
   // state) in the buckets this rank owns, in bucket order.
-  // FailedPrecondition before the first step; the optimizer's errors
+  // FailedPrecondition before the first step, or when this rank holds only
+  // part of a parameter's state (SHARDED); the optimizer's errors
   // (Unimplemented where it cannot export).
   absl::StatusOr<std::vector<ParameterOptimizerState>> ExportOptimizerState()
       const;
+  // After the first step: every parameter this rank owns, with or without
+  // optimizer state, in bucket order: whole, or under SHARDED the
+  // contiguous part of it inside this rank's ranges (elements [offset,
+  // offset + numel) of the parameter). FailedPrecondition before the first
+  // step.
+  struct OwnedParameter {
+    std::string name;
+    int64_t offset = 0;
+    int64_t numel = 0;
+  };
+  absl::StatusOr<std::vector<OwnedParameter>> OwnedParameters() const;
   // The same parameters and order, as views valid until the next step.
   absl::StatusOr<std::vector<ParameterOptimizerStateView>> ViewOptimizerState()
       const;
@@ -207,8 +247,8 @@ class ZeroHook : public GradientSink {
   absl::Status SetOptimizerStateLoader(OptimizerStateLoader load);
 
   // How many times this rank has run (host memory) or enqueued (device
-  // memory) the optimizer on bucket b (on every piece of it; -1 if its
-  // pieces disagree).
+  // memory) the optimizer on its part of bucket b (on every piece of it it
+  // owns; -1 if those pieces disagree; 0 if it owns none).
   int64_t bucket_steps(int b) const;
 
   // Optimizer state this rank holds for bucket b.
@@ -228,11 +268,13 @@ class ZeroHook : public GradientSink {
   HookMemory& memory() { return *memory_; }
 
  private:
-  // A contiguous part of a bucket: the unit of transfer and of stepping.
+  // A contiguous part of a bucket: the unit of transfer and of stepping,
+  // reduced to, stepped and broadcast by its owner.
   struct Piece {
     int bucket = 0;
     int64_t offset = 0;  // elements from the bucket's start
     int64_t numel = 0;
+    int owner = 0;
   };
 
   int64_t CapBytes() const;
@@ -279,9 +321,14 @@ class ZeroHook : public GradientSink {
   int next_bucket_ = 0;                   // next bucket to launch
   std::deque<int> deferred_broadcasts_;  // pieces, oldest first
   std::vector<std::shared_ptr<Work>> works_;
+  // overlap_param_broadcast: by parameter, the broadcasts that carry it,
+  // issued this step and (pending) by the step before, not yet waited for.
+  std::vector<std::vector<std::shared_ptr<Work>>> issued_broadcasts_;
+  std::vector<std::vector<std::shared_ptr<Work>>> pending_broadcasts_;
 
   std::vector<Piece> pieces_;
   std::vector<std::vector<int>> bucket_pieces_;
+  std::vector<std::vector<int>> piece_params_;  // parameter indices
   // Optimizer steps run on each piece by this rank.
   std::unique_ptr<std::atomic<int64_t>[]> piece_steps_;
 };

@@ -77,6 +77,7 @@ struct RankResult {
   std::vector<int> owners;
   std::vector<int64_t> bucket_steps;
   std::vector<int64_t> bucket_bytes;
+  std::vector<int64_t> owned_elements;  // by bucket
   int64_t state_bytes = 0;
   int64_t bytes_sent = 0;
 };
@@ -154,6 +155,7 @@ absl::Status RunRank(const v1::JobSpec& spec, Backend backend,
   result->bucket_bytes = h.layout().BucketBytes();
   for (int b = 0; b < h.layout().num_buckets(); ++b) {
     result->bucket_steps.push_back(h.bucket_steps(b));
+    result->owned_elements.push_back(h.owned_elements(b));
   }
   result->state_bytes = h.optimizer().total_state_bytes();
   result->bytes_sent = comm->bytes_sent();
@@ -293,7 +295,7 @@ TEST_P(EquivalenceTest, ShardedEqualsUnsharded) {
   ASSERT_OK((*w)->InitializeParameters(ptrs));
   EXPECT_NE(results[0].params_after_step1, init);
 
-  // Every bucket stepped by exactly one rank per step, its owner; each
+  // Every element stepped by exactly one rank per step, its owner; each
   // rank's optimizer state is exactly its owned share.
   const auto& owners = results[0].owners;
   const int num_buckets = static_cast<int>(owners.size());
@@ -304,12 +306,35 @@ TEST_P(EquivalenceTest, ShardedEqualsUnsharded) {
     EXPECT_EQ(results[r].owners, owners);
     int64_t owned_bytes = 0;
     for (int b = 0; b < num_buckets; ++b) {
-      EXPECT_EQ(results[r].bucket_steps[b], owners[b] == r ? kSteps : 0)
+      int64_t expected_owned = owners[b] == r ? results[r].bucket_bytes[b] / 4
+                                              : 0;
+      if (policy == v1::JobSpec::SHARDED) {
+        EXPECT_EQ(owners[b], shard::kEveryRank);
+        expected_owned =
+            shard::ShardRanges(results[r].bucket_bytes[b] / 4, world)[r].size();
+      }
+      EXPECT_EQ(results[r].owned_elements[b], expected_owned)
           << "rank " << r << " bucket " << b;
-      if (owners[b] == r) owned_bytes += results[r].bucket_bytes[b];
+      EXPECT_EQ(results[r].bucket_steps[b], expected_owned > 0 ? kSteps : 0)
+          << "rank " << r << " bucket " << b;
+      owned_bytes += 4 * expected_owned;
     }
     EXPECT_EQ(results[r].state_bytes, state_per_byte * owned_bytes)
         << "rank " << r;
+  }
+  // SHARDED, reduce + broadcast: every rank sends the others' ranges once
+  // (reduce-scatter) and its own to every peer (all-gather), each step.
+  if (policy == v1::JobSpec::SHARDED &&
+      mode == v1::JobSpec::REDUCE_BROADCAST) {
+    for (int r = 0; r < world; ++r) {
+      int64_t per_step = 0;
+      for (int b = 0; b < num_buckets; ++b) {
+        const int64_t bucket = results[r].bucket_bytes[b];
+        const int64_t own = 4 * results[r].owned_elements[b];
+        per_step += (bucket - own) + own * (world - 1);
+      }
+      EXPECT_EQ(results[r].bytes_sent, kSteps * per_step) << "rank " << r;
+    }
   }
 }
 
@@ -331,6 +356,16 @@ std::string KindName(v1::OptimizerSpec::Kind k) {
   return v1::OptimizerSpec::Kind_Name(k);
 }
 
+std::string ConfigName(
+    const ::testing::TestParamInfo<EquivalenceTest::ParamType>& info) {
+  return absl::StrCat(BackendName(std::get<0>(info.param)), "_World",
+                      std::get<1>(info.param), "_",
+                      KindName(std::get<2>(info.param)), "_",
+                      v1::JobSpec::CommMode_Name(std::get<3>(info.param)), "_",
+                      v1::JobSpec::AssignmentPolicy_Name(
+                          std::get<4>(info.param)));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllConfigs, EquivalenceTest,
     ::testing::Combine(
@@ -341,16 +376,24 @@ INSTANTIATE_TEST_SUITE_P(
                           v1::OptimizerSpec::ADAMW),
         ::testing::Values(v1::JobSpec::ALLREDUCE_BROADCAST,
                           v1::JobSpec::REDUCE_BROADCAST),
-        ::testing::Values(v1::JobSpec::ROUND_ROBIN, v1::JobSpec::BALANCED)),
-    [](const auto& info) {
-      const Backend backend = std::get<0>(info.param);
-      return absl::StrCat(
-          BackendName(backend),
-          "_World", std::get<1>(info.param), "_",
-          KindName(std::get<2>(info.param)), "_",
-          v1::JobSpec::CommMode_Name(std::get<3>(info.param)), "_",
-          v1::JobSpec::AssignmentPolicy_Name(std::get<4>(info.param)));
-    });
+        ::testing::Values(v1::JobSpec::ROUND_ROBIN, v1::JobSpec::BALANCED,
+                          v1::JobSpec::SHARDED)),
+    ConfigName);
+
+// SHARDED at 4 ranks, where the ~260-element buckets' ranges (whole
+// 16-element units) are uneven.
+INSTANTIATE_TEST_SUITE_P(
+    ShardedWorld4, EquivalenceTest,
+    ::testing::Combine(
+        ::testing::Values(Backend::kFake, Backend::kGlooTcp,
+                          Backend::kFakeGpuSchedule),
+        ::testing::Values(4),
+        ::testing::Values(v1::OptimizerSpec::SGD, v1::OptimizerSpec::ADAM,
+                          v1::OptimizerSpec::ADAMW),
+        ::testing::Values(v1::JobSpec::ALLREDUCE_BROADCAST,
+                          v1::JobSpec::REDUCE_BROADCAST),
+        ::testing::Values(v1::JobSpec::SHARDED)),
+    ConfigName);
 
 // A workload whose gradients become ready in forward order: the hook must
 // observe that order in step 1, re-pack the buckets, and still be exact.
@@ -427,6 +470,134 @@ TEST(ZeroHookTest, RebuildsLayoutFromObservedOrder) {
   })));
   ExpectClose(finals[0], Reference(spec, kSteps, 2), "rank 0");
   EXPECT_EQ(finals[0], finals[1]);
+}
+
+// A model whose forward reads every parameter, in an order of its own
+// (not the bucket order, not the registration order), and whose gradients
+// depend on the values it read: a stale read changes the result.
+class ParameterReadingWorkload : public Workload {
+ public:
+  ParameterReadingWorkload(int rank, std::vector<int> forward_order)
+      : rank_(rank), forward_order_(std::move(forward_order)) {
+    for (int i = 0; i < 7; ++i) {
+      const int64_t n = 37 + 61 * i;  // odd sizes
+      infos_.push_back({absl::StrCat("p", i), {n}, n});
+    }
+  }
+  const std::vector<ParameterInfo>& parameters() const override {
+    return infos_;
+  }
+  absl::Status InitializeParameters(absl::Span<float* const> p) override {
+    for (size_t i = 0; i < infos_.size(); ++i) {
+      for (int64_t k = 0; k < infos_[i].numel; ++k) {
+        p[i][k] = std::sin(0.1f * static_cast<float>(k + 7 * i));
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> ComputeGradients(int64_t step,
+                                          absl::Span<const float* const> p,
+                                          absl::Span<float* const> g,
+                                          GradientSink& sink) override {
+    // "Forward": each parameter's mean, in forward order.
+    std::vector<float> mean(infos_.size());
+    for (int i : forward_order_) {
+      RETURN_IF_ERROR(sink.WaitForParameter(i));
+      float sum = 0;
+      for (int64_t k = 0; k < infos_[i].numel; ++k) sum += p[i][k];
+      mean[i] = sum / static_cast<float>(infos_[i].numel);
+    }
+    // "Backward", last registered first.
+    for (int i = static_cast<int>(infos_.size()) - 1; i >= 0; --i) {
+      for (int64_t k = 0; k < infos_[i].numel; ++k) {
+        g[i][k] = p[i][k] - mean[i] +
+                  0.01f * std::cos(static_cast<float>(step * 13 + rank_ + k));
+      }
+      sink.GradientReady(i);
+    }
+    return 0.0;
+  }
+  int64_t samples_per_step() const override { return 0; }
+
+ private:
+  const int rank_;
+  const std::vector<int> forward_order_;
+  std::vector<ParameterInfo> infos_;
+};
+
+// overlap_param_broadcast: the next forward waits for each parameter's
+// update as it reads it; the parameters end bit-identical to the run that
+// waits for every broadcast at the end of the step, whatever the forward
+// order, on Gloo over TCP, under BALANCED and SHARDED.
+constexpr int kOverlapWorld = 3;
+
+TEST(ZeroHookTest, OverlappedBroadcastsGiveTheSameParameters) {
+  constexpr int kWorld = kOverlapWorld;
+  constexpr int kOverlapSteps = 6;
+  const std::vector<std::vector<int>> orders = {
+      {0, 1, 2, 3, 4, 5, 6}, {6, 5, 4, 3, 2, 1, 0}, {3, 0, 6, 2, 5, 1, 4}};
+  for (v1::JobSpec::AssignmentPolicy policy :
+       {v1::JobSpec::BALANCED, v1::JobSpec::SHARDED}) {
+    for (const std::vector<int>& order : orders) {
+      std::vector<std::vector<std::vector<float>>> finals[2];
+      for (bool overlap : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(v1::JobSpec::AssignmentPolicy_Name(policy),
+                                  " order ", order[0], order[1], order[2],
+                                  overlap ? " overlapped" : ""));
+        std::vector<std::vector<std::vector<float>>>& out = finals[overlap];
+        out.resize(kWorld);
+        InMemoryKvStore store;
+        EXPECT_OK(FirstError(RunRanks(kWorld, [&](int r) -> absl::Status {
+          GlooOptions gloo;
+          gloo.rank = r;
+          gloo.world_size = kWorld;
+          gloo.timeout = absl::Seconds(30);
+          gloo.shared_memory = false;
+          ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                           CreateGlooCommunicator(gloo, store));
+          ParameterReadingWorkload workload(r, order);
+          v1::OptimizerSpec opt;
+          opt.set_kind(v1::OptimizerSpec::ADAM);
+          opt.mutable_hyper_parameters()->set_lr(0.05);
+          ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer,
+                           ShardOptimizer::Create(opt));
+          ZeroHookOptions options;
+          options.bucket_cap_mb = 1200.0 / (1 << 20);  // several buckets
+          options.piece_bytes = 256;
+          options.timeout = absl::Seconds(30);
+          options.overlap_param_broadcast = overlap;
+          ASSIGN_OR_RETURN(
+              std::unique_ptr<ZeroHook> hook,
+              ZeroHook::Create(
+                  workload.parameters(), comm.get(), std::move(optimizer),
+                  [policy](const BucketLayout& layout)
+                      -> absl::StatusOr<BucketAssignment> {
+                    ASSIGN_OR_RETURN(std::vector<int> owners,
+                                     shard::AssignBuckets(
+                                         policy, layout.BucketBytes(),
+                                         kOverlapWorld));
+                    return BucketAssignment{1, owners};
+                  },
+                  options));
+          RETURN_IF_ERROR(workload.InitializeParameters(hook->params()));
+          for (int step = 1; step <= kOverlapSteps; ++step) {
+            std::vector<const float*> p(hook->params().begin(),
+                                        hook->params().end());
+            RETURN_IF_ERROR(
+                workload.ComputeGradients(step, p, hook->grads(), *hook)
+                    .status());
+            RETURN_IF_ERROR(hook->FinishStep());
+          }
+          RETURN_IF_ERROR(hook->WaitForAllParameters());
+          out[r] = Snapshot(*hook);
+          return comm->Barrier()->Wait(absl::Seconds(30));
+        })));
+      }
+      for (int r = 0; r < kWorld; ++r) {
+        EXPECT_EQ(finals[1][r], finals[0][0]) << "rank " << r;
+      }
+    }
+  }
 }
 
 }  // namespace

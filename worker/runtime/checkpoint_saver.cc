@@ -67,47 +67,74 @@ absl::Status CheckpointSaver::Start(int64_t step, RankModel& model) {
 absl::Status CheckpointSaver::Snapshot(int64_t step, RankModel& model) {
   // What this rank owns, as of now, copied once straight into the writer's
   // buffers (the stall training sees).
-  ASSIGN_OR_RETURN(std::vector<ParameterOptimizerStateView> owned,
+  ASSIGN_OR_RETURN(const std::vector<ZeroHook::OwnedParameter> owned,
+                   model.hook().OwnedParameters());
+  ASSIGN_OR_RETURN(const std::vector<ParameterOptimizerStateView> states,
                    model.hook().ViewOptimizerState());
+  absl::flat_hash_map<std::string, const ParameterOptimizerStateView*> state_of;
+  for (const ParameterOptimizerStateView& view : states) {
+    state_of[view.name] = &view;
+  }
   absl::flat_hash_map<std::string, int> index;
   const std::vector<ParameterInfo>& params = model.parameters();
   for (int i = 0; i < static_cast<int>(params.size()); ++i) {
     index[params[i].name] = i;
   }
+  // Under SHARDED a rank owns one contiguous slice of some parameters: it
+  // writes them as slices, which the reader joins with the other ranks'
+  // (checkpoint/shard.h).
   std::vector<int> param_of(owned.size());
+  std::vector<const ParameterOptimizerStateView*> state(owned.size());
   std::vector<checkpoint::AsyncCheckpointWriter::EntryLayout> layout;
   layout.reserve(owned.size());
   for (size_t k = 0; k < owned.size(); ++k) {
     auto it = index.find(owned[k].name);
     if (it == index.end()) {
       return absl::InternalError(absl::StrCat(
-          "the optimizer holds state for \"", owned[k].name,
+          "this rank owns \"", owned[k].name,
           "\", which is not one of the parameters"));
     }
     param_of[k] = it->second;
+    auto s = state_of.find(owned[k].name);
+    state[k] = s == state_of.end() ? nullptr : s->second;
     const ParameterInfo& info = params[it->second];
     const std::vector<int64_t> shape =
         info.shape.empty() ? std::vector<int64_t>{info.numel} : info.shape;
+    const bool sliced = owned[k].numel != info.numel;
+    const std::vector<int64_t> stored =
+        sliced ? std::vector<int64_t>{owned[k].numel} : shape;
     auto& entry = layout.emplace_back();
     entry.name = owned[k].name;
-    entry.value = {checkpoint::DType::kF32, shape};
-    for (const std::string& state_name : owned[k].tensor_names) {
+    entry.value = {checkpoint::DType::kF32, stored};
+    if (sliced) entry.slice = checkpoint::TensorSlice{owned[k].offset, shape};
+    if (state[k] == nullptr) continue;
+    for (const std::string& state_name : state[k]->tensor_names) {
       entry.state.emplace_back(
           state_name,
           checkpoint::AsyncCheckpointWriter::TensorShape{checkpoint::DType::kF32,
-                                                        shape});
+                                                        stored});
     }
   }
+  std::vector<float> whole;  // a sliced parameter's value, copied out whole
   return writer_.Start(
       step, layout,
       [&](int k, absl::Span<const absl::Span<char>> buffers) -> absl::Status {
-        RETURN_IF_ERROR(model.CopyParameterToHost(
-            param_of[k], reinterpret_cast<float*>(buffers[0].data())));
-        for (const ParameterOptimizerStateView::Part& part : owned[k].parts) {
+        float* value = reinterpret_cast<float*>(buffers[0].data());
+        const ZeroHook::OwnedParameter& part_owned = owned[k];
+        if (part_owned.numel == params[param_of[k]].numel) {
+          RETURN_IF_ERROR(model.CopyParameterToHost(param_of[k], value));
+        } else {
+          whole.resize(params[param_of[k]].numel);
+          RETURN_IF_ERROR(model.CopyParameterToHost(param_of[k], whole.data()));
+          std::copy(whole.begin() + part_owned.offset,
+                    whole.begin() + part_owned.offset + part_owned.numel, value);
+        }
+        if (state[k] == nullptr) return absl::OkStatus();
+        for (const ParameterOptimizerStateView::Part& part : state[k]->parts) {
           for (size_t t = 0; t < part.tensors.size(); ++t) {
             float* to = reinterpret_cast<float*>(buffers[t + 1].data());
             std::copy(part.tensors[t].begin(), part.tensors[t].end(),
-                      to + part.offset);
+                      to + (part.offset - part_owned.offset));
           }
         }
         return absl::OkStatus();

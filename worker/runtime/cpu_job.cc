@@ -40,6 +40,7 @@ class CpuJobImpl final : public CpuJob {
     hook_options.comm_mode = spec.comm_mode();
     hook_options.bucket_cap_mb = spec.bucket_cap_mb();
     hook_options.timeout = options.timeout;
+    hook_options.overlap_param_broadcast = spec.overlap_param_broadcast();
     ASSIGN_OR_RETURN(hook_, ZeroHook::Create(workload_->parameters(),
                                              comm_.get(), std::move(optimizer),
                                              std::move(provider), hook_options));
@@ -72,6 +73,7 @@ class CpuJobImpl final : public CpuJob {
   const Workload& workload() const override { return *workload_; }
 
   absl::Status CopyParameterToHost(int index, float* out) override {
+    RETURN_IF_ERROR(hook_->WaitForParameter(index));
     const float* p = hook_->params()[index];
     std::copy(p, p + workload_->parameters()[index].numel, out);
     return absl::OkStatus();

@@ -33,15 +33,16 @@ AssignmentClientOptions AssignmentOptions(const v1::RunJobDirective& directive,
 
 // The shards this rank owns and its optimizer state, once the assignment is
 // in (after the first step).
-void FillOwnedShards(ZeroHook& hook, int rank, JobSnapshot& snapshot) {
+void FillOwnedShards(ZeroHook& hook, JobSnapshot& snapshot) {
   const BucketLayout& layout = hook.layout();
   snapshot.owned_shards.clear();
   for (int b = 0; b < layout.num_buckets(); ++b) {
-    if (hook.owners()[b] != rank) continue;
+    const int64_t owned = hook.owned_elements(b);
+    if (owned == 0) continue;
     v1::OwnedShard shard;
     shard.set_bucket_index(b);
-    shard.set_num_elements(layout.buckets()[b].numel);
-    shard.set_bytes(layout.buckets()[b].numel * 4);
+    shard.set_num_elements(owned);
+    shard.set_bytes(owned * 4);
     shard.set_optimizer_state_bytes(hook.bucket_state_bytes(b));
     snapshot.owned_shards.push_back(shard);
   }
@@ -180,6 +181,9 @@ absl::Status JobRunner::RunSteps() {
       }
     }
   }
+  // The last step's updates (overlap_param_broadcast leaves them in
+  // flight) before the final parameters are read.
+  RETURN_IF_ERROR(engine->hook().WaitForAllParameters());
   if (saver != nullptr) saver->Finish(timeout);
   if (reporter != nullptr) reporter->Flush(options_.rpc_timeout);
   RETURN_IF_ERROR(CheckAborted());
@@ -216,7 +220,7 @@ absl::Status JobRunner::RunStep(StepEngine& engine, const v1::JobSpec& spec,
     absl::MutexLock lock(&mu_);
     snapshot_.step = step;
     if (step == first_step_) {
-      FillOwnedShards(engine.hook(), directive_.rank(), snapshot_);
+      FillOwnedShards(engine.hook(), snapshot_);
       if (options_.metrics != nullptr) {
         options_.metrics->SetOptimizerStateBytes(snapshot_.optimizer_state_bytes);
       }

@@ -387,6 +387,42 @@ TEST_F(JobRunnerTest, AResumedRunEndsBitIdenticalToAnUninterruptedOne) {
             5000 * 4 * 2);
 }
 
+// Parameters without optimizer state (SGD without momentum) are in the
+// checkpoint too, whole or (SHARDED) as slices, and a resumed run ends as
+// the uninterrupted one.
+TEST_F(JobRunnerTest, StatelessParametersAreCheckpointedUnderEveryPolicy) {
+  for (v1::JobSpec::AssignmentPolicy policy :
+       {v1::JobSpec::BALANCED, v1::JobSpec::SHARDED}) {
+    SCOPED_TRACE(v1::JobSpec::AssignmentPolicy_Name(policy));
+    const std::string root = MakeTempDir("stateless") + "/job";
+    const std::string full_out = MakeTempDir("full");
+    v1::JobSpec spec = Spec(2, 6);
+    spec.set_assignment_policy(policy);
+    spec.mutable_optimizer()->mutable_hyper_parameters()->clear_momentum();
+    spec.mutable_checkpoint()->set_dir(root);
+    spec.mutable_checkpoint()->set_every_steps(3);
+    spec.set_output_dir(full_out);
+    RunAllRanks(spec);
+    ASSERT_OK_AND_ASSIGN(auto full,
+                         ReadSafetensors(full_out + "/params.safetensors"));
+    ASSERT_OK_AND_ASSIGN(auto reader,
+                         checkpoint::ShardReader::Open(root + "/step-3"));
+    EXPECT_EQ(reader->parameter_names().size(), 5u);
+
+    const std::string resumed_out = MakeTempDir("resumed");
+    v1::JobSpec again = spec;
+    again.clear_checkpoint();
+    again.set_output_dir(resumed_out);
+    RunRanks(WithResume(Start(again), root + "/step-3", 3));
+    ASSERT_OK_AND_ASSIGN(auto resumed,
+                         ReadSafetensors(resumed_out + "/params.safetensors"));
+    ASSERT_EQ(resumed.size(), full.size());
+    for (size_t i = 0; i < full.size(); ++i) {
+      EXPECT_EQ(resumed[i].data, full[i].data) << full[i].name;
+    }
+  }
+}
+
 TEST_F(JobRunnerTest, ResumesAtAnotherWorldSizeByName) {
   const std::string root = MakeTempDir("reshard") + "/job";
   v1::JobSpec spec = AdamSpec(2, 8);

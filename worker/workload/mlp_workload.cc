@@ -152,9 +152,14 @@ void MlpWorkload::MakeBatch(int64_t step) {
   }
 }
 
-double MlpWorkload::Forward(absl::Span<const float* const> params) {
+absl::StatusOr<double> MlpWorkload::Forward(
+    absl::Span<const float* const> params, GradientSink* sink) {
   const int layers = static_cast<int>(dims_.size()) - 1;
   for (int l = 0; l < layers; ++l) {
+    if (sink != nullptr) {
+      RETURN_IF_ERROR(sink->WaitForParameter(2 * l));
+      RETURN_IF_ERROR(sink->WaitForParameter(2 * l + 1));
+    }
     LinearForward(act_[l].data(), params[2 * l], params[2 * l + 1], batch_,
                   dims_[l], dims_[l + 1], pre_[l].data());
     if (l < layers - 1) {
@@ -186,7 +191,7 @@ absl::StatusOr<double> MlpWorkload::ComputeGradients(
     absl::Span<float* const> grads, GradientSink& sink) {
   RETURN_IF_ERROR(CheckBuffers(params.size(), grads.size()));
   MakeBatch(step);
-  const double loss = Forward(params);
+  ASSIGN_OR_RETURN(const double loss, Forward(params, &sink));
 
   // Backward, last layer first. delta_ holds dL/d(pre-activation) of layer l.
   // A layer's gradients are signalled only after the last read of its

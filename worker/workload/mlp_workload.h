@@ -72,8 +72,10 @@ class MlpWorkload final : public FixedParametersWorkload {
   // Writes x (inputs) and y (teacher outputs) of `step` into x_ and target_.
   void MakeBatch(int64_t step);
   // Forward through the student; fills pre_[l] and act_[l]; returns the loss
-  // and leaves dL/d(output) in grad_out_.
-  double Forward(absl::Span<const float* const> params);
+  // and leaves dL/d(output) in grad_out_. With a sink, waits for each
+  // layer's parameters before reading them.
+  absl::StatusOr<double> Forward(absl::Span<const float* const> params,
+                                 GradientSink* sink = nullptr);
 
   std::vector<int> dims_;  // input, hidden..., output
   int batch_;

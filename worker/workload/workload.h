@@ -22,11 +22,19 @@ struct ParameterInfo {
 };
 
 // Told when a parameter's gradient is final, so its bucket can be reduced
-// while backward continues (DDP's autograd hook).
+// while backward continues (DDP's autograd hook); and asked, before the
+// forward reads a parameter, to make sure its last update has arrived (the
+// hook's overlap of the parameter broadcast with the next forward).
 class GradientSink {
  public:
   virtual ~GradientSink() = default;
   virtual void GradientReady(int param_index) = 0;
+  // Returns once parameter `param_index` may be read. The default: at once
+  // (every update arrived before the step ended).
+  virtual absl::Status WaitForParameter(int param_index) {
+    (void)param_index;
+    return absl::OkStatus();
+  }
 };
 
 class Workload {
@@ -41,7 +49,9 @@ class Workload {
   virtual absl::Status InitializeParameters(absl::Span<float* const> params) = 0;
 
   // Forward and backward of step `step` (1-based) on this rank's data.
-  // Overwrites grads[i] with the gradient of parameter i and calls
+  // Calls sink.WaitForParameter(i) before its forward first reads
+  // parameter i (a workload that reads none needs not). Overwrites grads[i]
+  // with the gradient of parameter i and calls
   // sink.GradientReady(i) as soon as it is final, in backward order (last
   // parameter first). Returns the loss, or NaN when the workload has none.
   virtual absl::StatusOr<double> ComputeGradients(
