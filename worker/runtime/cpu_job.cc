@@ -40,6 +40,7 @@ class CpuJobImpl final : public CpuJob {
     hook_options.comm_mode = spec.comm_mode();
     hook_options.bucket_cap_mb = spec.bucket_cap_mb();
     hook_options.timeout = options.timeout;
+    hook_options.clipping = GradClipping::FromSpec(spec.optimizer());
     ASSIGN_OR_RETURN(hook_, ZeroHook::Create(workload_->parameters(),
                                              comm_.get(), std::move(optimizer),
                                              std::move(provider), hook_options));
