@@ -25,45 +25,14 @@ constexpr char kPython[] = "/usr/bin/python3";
 constexpr int kSteps = 100;
 constexpr double kLr = 0.01;
 
-// Runs a Python script to its end; its output goes to `log`.
-absl::Status RunPython(const std::vector<std::string>& args,
-                       const std::string& log) {
-  std::vector<std::string> argv = {kPython};
-  argv.insert(argv.end(), args.begin(), args.end());
-  ASSIGN_OR_RETURN(auto process, Subprocess::Start(argv, {}, log));
-  ASSIGN_OR_RETURN(int status, process->Wait(absl::Seconds(120)));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError(absl::StrCat(args[0], " failed (wait status ",
-                                            status, "):\n", ReadFile(log)));
-  }
-  return absl::OkStatus();
-}
-
 // Recorded gradients for 3 ranks and kSteps steps (examples/make_replay_data.py).
 std::string WriteReplayData(Cluster& cluster) {
-  const std::string data = absl::StrCat(cluster.dir(), "/replay");
-  EXPECT_OK(RunPython({RunfilePath("examples/make_replay_data.py"), "--out",
-                       data, "--steps", absl::StrCat(kSteps), "--ranks", "3",
-                       "--seed", "5"},
-                      absl::StrCat(cluster.dir(), "/make_replay_data.log")));
-  return data;
+  return WriteReplayData(cluster, kSteps, 3);
 }
 
 v1::JobSpec ReplaySpec(Cluster& cluster, const std::string& data, int world,
                        const std::string& name) {
-  v1::JobSpec spec;
-  spec.set_name(name);
-  spec.set_world_size(world);
-  spec.mutable_replay()->set_params_path(data + "/params.safetensors");
-  spec.mutable_replay()->set_gradients_dir(data + "/gradients");
-  spec.set_bucket_cap_mb(0.05);
-  spec.set_steps(kSteps);
-  spec.set_progress_every(1);
-  spec.set_collective_timeout_seconds(20);
-  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
-  spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(kLr);
-  spec.set_output_dir(absl::StrCat(cluster.dir(), "/out-", name));
-  return spec;
+  return ReplayAdamSpec(cluster, data, world, name, kSteps, kLr, 0.05);
 }
 
 void CheckpointEvery10(Cluster& cluster, v1::JobSpec& spec) {

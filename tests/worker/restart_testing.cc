@@ -1,10 +1,13 @@
 #include "tests/worker/restart_testing.h"
 
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
 #include "common/job_state.h"
+#include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 
@@ -130,6 +133,47 @@ std::vector<v1::JobEvent::Restart> RestartEvents(Cluster& cluster,
     if (e.has_restart()) out.push_back(e.restart());
   }
   return out;
+}
+
+absl::Status RunPython(const std::vector<std::string>& args,
+                       const std::string& log) {
+  std::vector<std::string> argv = {"/usr/bin/python3"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ASSIGN_OR_RETURN(auto process, Subprocess::Start(argv, {}, log));
+  ASSIGN_OR_RETURN(int status, process->Wait(absl::Seconds(120)));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrCat(args[0], " failed (wait status ",
+                                            status, "):\n", ReadFile(log)));
+  }
+  return absl::OkStatus();
+}
+
+std::string WriteReplayData(Cluster& cluster, int64_t steps, int ranks,
+                            const std::string& name) {
+  const std::string data = absl::StrCat(cluster.dir(), "/", name);
+  EXPECT_OK(RunPython({RunfilePath("examples/make_replay_data.py"), "--out",
+                       data, "--steps", absl::StrCat(steps), "--ranks",
+                       absl::StrCat(ranks), "--seed", "5"},
+                      absl::StrCat(data, ".log")));
+  return data;
+}
+
+v1::JobSpec ReplayAdamSpec(Cluster& cluster, const std::string& data,
+                           int world, const std::string& name, int64_t steps,
+                           double lr, double bucket_cap_mb) {
+  v1::JobSpec spec;
+  spec.set_name(name);
+  spec.set_world_size(world);
+  spec.mutable_replay()->set_params_path(data + "/params.safetensors");
+  spec.mutable_replay()->set_gradients_dir(data + "/gradients");
+  spec.set_bucket_cap_mb(bucket_cap_mb);
+  spec.set_steps(steps);
+  spec.set_progress_every(1);
+  spec.set_collective_timeout_seconds(20);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
+  spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(lr);
+  spec.set_output_dir(absl::StrCat(cluster.dir(), "/out-", name));
+  return spec;
 }
 
 }  // namespace pshard::testing

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "pshard/v1/job.pb.h"
 #include "pshard/v1/job_spec.pb.h"
 #include "tests/testing/cluster.h"
@@ -46,6 +47,24 @@ v1::Job RunAndKillRank(Cluster& cluster, const v1::JobSpec& spec, int rank,
 // Submits `spec` and returns the job as it ended, once `idle_workers` are
 // idle again.
 v1::Job RunToEnd(Cluster& cluster, const v1::JobSpec& spec, int idle_workers);
+
+// Runs /usr/bin/python3 with `args` to its end (2 minutes at most), its
+// output into `log`; Internal with the log when it fails.
+absl::Status RunPython(const std::vector<std::string>& args,
+                       const std::string& log);
+
+// Recorded gradients for `ranks` ranks and `steps` steps
+// (examples/make_replay_data.py, seed 5) under the cluster's directory, in
+// <dir>/<name>; returns that directory.
+std::string WriteReplayData(Cluster& cluster, int64_t steps, int ranks,
+                            const std::string& name = "replay");
+
+// A `replay` job of `data` (WriteReplayData's) on `world` ranks: Adam at
+// `lr`, `steps` steps, progress every step, a 20 s collective deadline,
+// output under the cluster's directory in out-<name>.
+v1::JobSpec ReplayAdamSpec(Cluster& cluster, const std::string& data,
+                           int world, const std::string& name, int64_t steps,
+                           double lr, double bucket_cap_mb);
 
 // The job's restart events, in order.
 std::vector<v1::JobEvent::Restart> RestartEvents(Cluster& cluster,

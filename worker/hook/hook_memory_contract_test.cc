@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -195,6 +196,48 @@ class HookOnMemory : public ZeroHook {
   using ZeroHook::Init;
 };
 
+// One rank on a fake communicator, recorded, with GpuZeroHook's schedule
+// (whole buckets, each broadcast right after its step): parameters "a" (4)
+// and "b" (2), a bucket each, plain SGD with lr 0.5; initialised.
+struct RecordedHook {
+  static absl::StatusOr<std::unique_ptr<RecordedHook>> Create(
+      v1::JobSpec::CommMode mode, const GradClipping& clipping) {
+    auto recorded = std::make_unique<RecordedHook>();
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer, Sgd());
+    auto memory = std::make_unique<RecordingMemory>(optimizer.get(),
+                                                    &recorded->comm);
+    recorded->memory = memory.get();
+    ZeroHookOptions options;
+    options.comm_mode = mode;
+    options.timeout = absl::Seconds(5);
+    options.bucket_cap_mb = 8.0 / (1 << 20);  // 8 bytes: a bucket per param
+    options.piece_bytes = 0;
+    options.broadcast_lag = 0;
+    options.clipping = clipping;
+    recorded->hook = std::make_unique<HookOnMemory>(
+        std::vector<ParameterInfo>{{"a", {4}, 4}, {"b", {2}, 2}},
+        &recorded->comm, std::move(optimizer), std::move(memory),
+        AllToRankZero(), options);
+    RETURN_IF_ERROR(recorded->hook->Init());
+    return recorded;
+  }
+
+  // Parameters a = (1, 1, 1, 1), b = (2, 2); gradients (1, 1, 1, 1) and
+  // (-2, -2).
+  void Fill() {
+    for (int i = 0; i < 4; ++i) hook->params()[0][i] = 1;
+    for (int i = 0; i < 2; ++i) hook->params()[1][i] = 2;
+    for (int i = 0; i < 4; ++i) hook->grads()[0][i] = 1;
+    for (int i = 0; i < 2; ++i) hook->grads()[1][i] = -2;
+  }
+
+  FakeHub hub{1};
+  std::unique_ptr<Communicator> fake = hub.Create(0);
+  IssueRecorder comm{fake.get()};
+  RecordingMemory* memory = nullptr;  // the hook's
+  std::unique_ptr<HookOnMemory> hook;
+};
+
 // The contract GpuZeroHook's device memory relies on, with GpuZeroHook's
 // schedule (whole buckets, broadcast right after the step), in both modes:
 // the re-pack goes through Arrange; each bucket is ordered after its
@@ -206,26 +249,12 @@ TEST(ZeroHookTest, HookMemoryCallsFollowTheAlgorithm) {
   for (const auto mode :
        {v1::JobSpec::REDUCE_BROADCAST, v1::JobSpec::ALLREDUCE_BROADCAST}) {
     SCOPED_TRACE(v1::JobSpec::CommMode_Name(mode));
-    FakeHub hub(1);
-    auto fake = hub.Create(0);
-    IssueRecorder comm(fake.get());
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShardOptimizer> optimizer, Sgd());
-    auto memory = std::make_unique<RecordingMemory>(optimizer.get(), &comm);
-    RecordingMemory& recorded = *memory;
-    ZeroHookOptions options;
-    options.comm_mode = mode;
-    options.timeout = absl::Seconds(5);
-    options.bucket_cap_mb = 8.0 / (1 << 20);  // 8 bytes: a bucket per param
-    options.piece_bytes = 0;
-    options.broadcast_lag = 0;
-    HookOnMemory hook({{"a", {4}, 4}, {"b", {2}, 2}}, &comm,
-                      std::move(optimizer), std::move(memory), AllToRankZero(),
-                      options);
-    ASSERT_OK(hook.Init());
-    for (int i = 0; i < 4; ++i) hook.params()[0][i] = 1;
-    for (int i = 0; i < 2; ++i) hook.params()[1][i] = 2;
-    for (int i = 0; i < 4; ++i) hook.grads()[0][i] = 1;
-    for (int i = 0; i < 2; ++i) hook.grads()[1][i] = -2;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordedHook> recorded_hook,
+                         RecordedHook::Create(mode, GradClipping()));
+    IssueRecorder& comm = recorded_hook->comm;
+    RecordingMemory& recorded = *recorded_hook->memory;
+    HookOnMemory& hook = *recorded_hook->hook;
+    recorded_hook->Fill();
     // Forward order, unlike DDP's guess: the first step re-packs.
     hook.GradientReady(0);
     hook.GradientReady(1);
@@ -277,29 +306,16 @@ TEST(ZeroHookTest, HookMemoryCallsWithClippingDeferTheSteps) {
   for (const auto mode :
        {v1::JobSpec::REDUCE_BROADCAST, v1::JobSpec::ALLREDUCE_BROADCAST}) {
     SCOPED_TRACE(v1::JobSpec::CommMode_Name(mode));
-    FakeHub hub(1);
-    auto fake = hub.Create(0);
-    IssueRecorder comm(fake.get());
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShardOptimizer> optimizer, Sgd());
-    auto memory = std::make_unique<RecordingMemory>(optimizer.get(), &comm);
-    RecordingMemory& recorded = *memory;
-    ZeroHookOptions options;
-    options.comm_mode = mode;
-    options.timeout = absl::Seconds(5);
-    options.bucket_cap_mb = 8.0 / (1 << 20);  // a bucket per param
-    options.piece_bytes = 0;
-    options.broadcast_lag = 0;
-    options.clipping.max_norm = 1;
-    HookOnMemory hook({{"a", {4}, 4}, {"b", {2}, 2}}, &comm,
-                      std::move(optimizer), std::move(memory), AllToRankZero(),
-                      options);
-    ASSERT_OK(hook.Init());
+    GradClipping clipping;
+    clipping.max_norm = 1;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordedHook> recorded_hook,
+                         RecordedHook::Create(mode, clipping));
+    IssueRecorder& comm = recorded_hook->comm;
+    RecordingMemory& recorded = *recorded_hook->memory;
+    HookOnMemory& hook = *recorded_hook->hook;
     EXPECT_EQ(hook.last_grad_norm(), std::nullopt);
     for (int step = 1; step <= 2; ++step) {
-      for (int i = 0; i < 4; ++i) hook.params()[0][i] = 1;
-      for (int i = 0; i < 2; ++i) hook.params()[1][i] = 2;
-      for (int i = 0; i < 4; ++i) hook.grads()[0][i] = 1;
-      for (int i = 0; i < 2; ++i) hook.grads()[1][i] = -2;
+      recorded_hook->Fill();
       hook.GradientReady(0);
       hook.GradientReady(1);
       ASSERT_OK(hook.FinishStep());

@@ -24,6 +24,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/kv_store.h"
 #include "worker/comm/rank_threads.h"
+#include "worker/hook/clip_reference.h"
 #include "shard/assignment.h"
 #include "worker/optim/shard_optimizer.h"
 #include "worker/workload/workload.h"
@@ -249,25 +250,10 @@ std::vector<std::vector<float>> Reference(const v1::JobSpec& spec, int steps,
       for (float& g : sum[i]) g /= static_cast<float>(world);
     }
     if (spec.optimizer().has_max_grad_norm()) {
-      // torch 1.13: total = norm of the per-parameter norms (max for inf);
-      // coef = max_norm / (total + 1e-6), clamped to 1; grads *= coef.
-      const bool inf = std::isinf(spec.optimizer().norm_type());
-      double total = 0;
-      for (int i = 0; i < n; ++i) {
-        double param_norm = 0;
-        for (float g : sum[i]) {
-          param_norm = inf ? std::max(param_norm, std::abs(double{g}))
-                           : param_norm + double{g} * g;
-        }
-        total = inf ? std::max(total, param_norm) : total + param_norm;
-      }
-      if (!inf) total = std::sqrt(total);
+      const double norm_type = spec.optimizer().norm_type();
+      const double total = ClipGradNormLikeTorch(
+          sum, spec.optimizer().max_grad_norm(), norm_type == 0 ? 2 : norm_type);
       if (norms != nullptr) norms->push_back(total);
-      const float coef = static_cast<float>(
-          std::min(1.0, spec.optimizer().max_grad_norm() / (total + 1e-6)));
-      for (int i = 0; i < n; ++i) {
-        for (float& g : sum[i]) g *= coef;
-      }
     }
     for (int i = 0; i < n; ++i) {
       EXPECT_OK((*optimizer)->Step(i, params[i].data(), sum[i].data()));
