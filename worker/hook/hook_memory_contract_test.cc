@@ -298,8 +298,8 @@ TEST(ZeroHookTest, HookMemoryCallsFollowTheAlgorithm) {
 
 // With clipping, the same schedule defers the owners' steps: each bucket's
 // partial norm runs right after its reduction (in the communicator's order),
-// and FinishStep issues the gather, one all-reduce of world_size floats, and
-// per bucket the clipped step and its broadcast; the compute is still
+// and FinishStep issues the gather, one all-reduce of world_size floats, the
+// clipped steps, then the broadcasts; the compute is still
 // ordered after the step's last operation. Gradients (1,1,1,1) and (-2,-2):
 // norm sqrt(12), clipped to 1.
 TEST(ZeroHookTest, HookMemoryCallsWithClippingDeferTheSteps) {
@@ -346,8 +346,8 @@ TEST(ZeroHookTest, HookMemoryCallsWithClippingDeferTheSteps) {
         "enqueue", absl::StrCat(reduce, " 2"), "enqueue touching 8",
         "enqueue",  // the gather
         "all-reduce 1",
-        "enqueue touching 16 16 4", "broadcast 4",
-        "enqueue touching 8 8 4",  "broadcast 2"};
+        "enqueue touching 16 16 4", "enqueue touching 8 8 4",
+        "broadcast 4", "broadcast 2"};
     std::vector<std::string> two_steps = step;
     two_steps.insert(two_steps.end(), step.begin(), step.end());
     EXPECT_THAT(comm.issued(), ::testing::ElementsAreArray(two_steps));

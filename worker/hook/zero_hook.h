@@ -31,13 +31,15 @@
 // FinishStep, which, once backward has handed over every gradient, issues on
 // every rank: the rank's partial into its slot of a world_size vector, one
 // all-reduce of that vector (every rank then holds every partial and
-// combines them in rank order), and per piece in order the owner's clipped
-// step and the piece's broadcast (the next piece's step overlaps it). Without
-// clipping none of this is issued and the schedule above is unchanged.
+// combines them in rank order), the owner's clipped steps of its pieces,
+// then every piece's broadcast in piece order (each waits only for its own
+// piece's step, so a rank's later steps overlap the transfers of pieces
+// already stepped and of other owners' pieces). Without clipping none of
+// this is issued and the schedule above is unchanged.
 //
 //   backward ─ ready(b0) ─ ready(b1) ─ ... ─ FinishStep
 //   comm:  reduce(b0) [norm b0] reduce(b1) [norm b1] ... gather ─ all-reduce
-//          (world floats) ─ [clip+step b0] bcast(b0) [clip+step b1] bcast(b1)
+//          (world floats) ─ [clip+step owned b] ... ─ bcast(b0) bcast(b1) ...
 //
 // In the first step gradients are only held, because the layout is not final
 // until the ready order has been observed: the buffers are laid out in
