@@ -122,6 +122,30 @@ class ProgramJobTest(unittest.TestCase):
         self.assertTrue(self.cluster.idle_workers() == WORLD or wait_until(
             lambda: self.cluster.idle_workers() == WORLD, 10, "idle workers"))
 
+    def test_clipping_program_reports_torchs_grad_norm(self):
+        """max_grad_norm in the program's OptimizerSpec: the ranks end with
+        one process's clip_grad_norm_ + Adam parameters, and the job's
+        progress carries the last step's pre-clip norm (session.report)."""
+        import parity_common as common
+        out = self.out_dir("clip")
+        optimizer = "adam_clip_l2"
+        job_id = self.cluster.submit(program_spec(out, optimizer=optimizer))
+        job = self.cluster.wait_for_end(job_id, 180)
+        self.assertEqual(job["state"], "SUCCEEDED",
+                         f"{job['reason']}\n{self.cluster.tail()}")
+        expected = common.reference(optimizer)
+        want = expected["grad_norms"][-1]
+        self.assertAlmostEqual(job["progress"]["grad_norm"], want,
+                               delta=1e-6 * want)
+        for rank in range(WORLD):
+            got = torch.load(os.path.join(out, f"final-rank{rank}.pt"))
+            for name, value in expected[common.STEPS].items():
+                with self.subTest(rank=rank, param=name):
+                    torch.testing.assert_close(got[name], value, rtol=1e-5,
+                                               atol=1e-6)
+        self.assertTrue(self.cluster.idle_workers() == WORLD or wait_until(
+            lambda: self.cluster.idle_workers() == WORLD, 10, "idle workers"))
+
     def test_a_rank_that_never_calls_init_fails_the_job_naming_it(self):
         out = self.out_dir("no-init")
         started = time.monotonic()
