@@ -57,6 +57,9 @@ std::string ProgressFigures(const v1::JobProgress& p) {
   if (p.lr() > 0 && p.step() > 0) {
     parts.push_back(absl::StrFormat("lr %.4g", p.lr()));
   }
+  if (p.has_grad_norm() && p.step() > 0) {
+    parts.push_back(absl::StrFormat("grad_norm %.4g", p.grad_norm()));
+  }
   if (p.has_step_time()) {
     parts.push_back(absl::StrCat(HumanDuration(FromProto(p.step_time())),
                                  "/step"));

@@ -96,6 +96,17 @@ TEST(ProgressTest, LineShowsTheLrWhenReported) {
             "3200 samples/s");
 }
 
+TEST(ProgressTest, LineShowsTheGradNormWhenReported) {
+  v1::JobProgress p = Progress(120, 200);
+  p.set_lr(2.5e-4);
+  p.set_grad_norm(0.75);
+  EXPECT_EQ(FormatProgressLine(p),
+            "step 120/200 (60%)  loss 0.0123  lr 0.00025  grad_norm 0.75  "
+            "12.3ms/step  3200 samples/s");
+  p.set_grad_norm(0);  // reported, even when zero
+  EXPECT_THAT(FormatProgressLine(p), ::testing::HasSubstr("grad_norm 0  "));
+}
+
 TEST(ProgressTest, LineOmitsLossWhenNotFinite) {
   v1::JobProgress p = Progress(3, 10);
   p.set_loss(std::nan(""));

@@ -338,6 +338,26 @@ absl::Status ValidateOptimizer(const OptimizerSpec& optimizer) {
         absl::StrCat(path, ".hyper_parameters"), optimizer.kind(),
         group.hyper_parameters()));
   }
+  if (optimizer.has_max_grad_norm()) {
+    const double max_norm = optimizer.max_grad_norm();
+    if (!std::isfinite(max_norm) || max_norm <= 0) {
+      return FieldError("optimizer.max_grad_norm",
+                        absl::StrCat("must be finite and > 0, got ", max_norm));
+    }
+  }
+  const double norm_type = optimizer.norm_type();
+  if (norm_type != 0 || std::signbit(norm_type)) {
+    if (norm_type != 2 && norm_type != kInfinityNorm) {
+      return FieldError("optimizer.norm_type",
+                        absl::StrCat("must be 2 or infinity (JSON "
+                                     "\"Infinity\"), got ",
+                                     norm_type));
+    }
+    if (!optimizer.has_max_grad_norm()) {
+      return FieldError("optimizer.norm_type",
+                        "only with optimizer.max_grad_norm");
+    }
+  }
   // Checks that need the resolved values of every group: SGD needs an lr,
   // and Nesterov needs momentum > 0 and no dampening (as torch.optim.SGD).
   const OptimizerHyperParameters& base = optimizer.hyper_parameters();
@@ -676,6 +696,16 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     RETURN_IF_ERROR(CheckIntRange<int64_t>("progress_every", spec.progress_every(),
                                            1, kMaxSteps));
   }
+  if (spec.gradient_accumulation_steps() != 0) {
+    RETURN_IF_ERROR(CheckIntRange<int64_t>(
+        "gradient_accumulation_steps", spec.gradient_accumulation_steps(), 1,
+        kMaxGradientAccumulationSteps));
+    if (is_program && spec.gradient_accumulation_steps() != 1) {
+      return FieldError("gradient_accumulation_steps",
+                        "built-in workloads only: a program accumulates with "
+                        "ShardedOptimizer.no_sync() (docs/user-guide.md)");
+    }
+  }
   if (spec.collective_timeout_seconds() != 0 ||
       std::signbit(spec.collective_timeout_seconds()) ||
       std::isnan(spec.collective_timeout_seconds())) {
@@ -710,6 +740,9 @@ JobSpec ApplyJobSpecDefaults(JobSpec spec) {
   }
   if (spec.bucket_cap_mb() == 0) spec.set_bucket_cap_mb(25);
   if (spec.progress_every() == 0) spec.set_progress_every(1);
+  if (spec.gradient_accumulation_steps() == 0) {
+    spec.set_gradient_accumulation_steps(1);
+  }
   if (spec.min_world_size() == 0) spec.set_min_world_size(spec.world_size());
   if (spec.collective_timeout_seconds() == 0) spec.set_collective_timeout_seconds(60);
   if (spec.has_program() && spec.program().grace_period_seconds() == 0) {

@@ -5,6 +5,7 @@
 #define PSHARD_COMMON_JOB_SPEC_H_
 
 #include <cstdint>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -37,6 +38,9 @@ inline constexpr int kMaxRestarts = 1000;
 inline constexpr int kMinPriority = -1000;
 inline constexpr int kMaxPriority = 1000;
 inline constexpr int kMaxKeepLast = 1000000;
+inline constexpr int kMaxGradientAccumulationSteps = 1000000;
+// OptimizerSpec.norm_type's other value besides 2: the max-abs norm.
+inline constexpr double kInfinityNorm = std::numeric_limits<double>::infinity();
 
 // A program job's environment names that the worker's agent sets itself
 // (docs/api.md, "Program jobs"), so a spec's program.env may not: every name

@@ -233,7 +233,8 @@ TEST(ParseOptimizerSpecJsonTest, ParsesGroupsAndNamesBadFieldsAsInAJobSpec) {
   EXPECT_THAT(ParseOptimizerSpecJson(R"json({"kind": "adam", "lr": 1})json"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "optimizer.lr: unknown field (its fields: kind, "
-                       "hyper_parameters, param_groups)"));
+                       "hyper_parameters, param_groups, max_grad_norm, "
+                       "norm_type)"));
   EXPECT_THAT(ParseOptimizerSpecJson("{}"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("optimizer.kind")));
@@ -644,6 +645,86 @@ TEST(LrScheduleSpecTest, OptimizerSpecJsonAloneChecksTheSameRules) {
 }
 
 }  // namespace
+// Gradient clipping and accumulation (issue 15 items 2 and 3).
+TEST(ClippingSpecTest, ParsesMaxGradNormNormTypeAndAccumulation) {
+  ASSERT_OK_AND_ASSIGN(
+      JobSpec spec,
+      ParseJobSpecJson(Replace(
+          "\"param_groups\"",
+          "\"max_grad_norm\": 1.5, \"norm_type\": \"Infinity\", \"param_groups\"")));
+  EXPECT_TRUE(spec.optimizer().has_max_grad_norm());
+  EXPECT_EQ(spec.optimizer().max_grad_norm(), 1.5);
+  EXPECT_EQ(spec.optimizer().norm_type(), kInfinityNorm);
+  ASSERT_OK_AND_ASSIGN(
+      spec, ParseJobSpecJson(Replace(
+                "\"param_groups\"", "\"maxGradNorm\": 0.5, \"param_groups\"")));
+  EXPECT_EQ(spec.optimizer().norm_type(), 0);  // 2 by default
+  EXPECT_FALSE(ParseGood().optimizer().has_max_grad_norm());
+  ASSERT_OK_AND_ASSIGN(
+      spec, ParseJobSpecJson(Replace(
+                "\"steps\": 100", "\"steps\": 100, \"gradient_accumulation_steps\": 4")));
+  EXPECT_EQ(spec.gradient_accumulation_steps(), 4);
+  EXPECT_EQ(ApplyJobSpecDefaults(ParseGood()).gradient_accumulation_steps(), 1);
+  ASSERT_OK_AND_ASSIGN(v1::OptimizerSpec optimizer,
+                       ParseOptimizerSpecJson(R"json({"kind": "sgd",
+                           "hyper_parameters": {"lr": 0.1},
+                           "max_grad_norm": 2, "norm_type": 2})json"));
+  EXPECT_EQ(optimizer.max_grad_norm(), 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Clipping, BadSpecTest,
+    ::testing::Values(
+        BadCase{"MaxGradNormZero",
+                Replace("\"param_groups\"", "\"max_grad_norm\": 0, \"param_groups\""),
+                "optimizer.max_grad_norm: must be finite and > 0, got 0"},
+        BadCase{"MaxGradNormNegative",
+                Replace("\"param_groups\"", "\"max_grad_norm\": -1, \"param_groups\""),
+                "optimizer.max_grad_norm: must be finite and > 0, got -1"},
+        BadCase{"MaxGradNormInfinite",
+                Replace("\"param_groups\"",
+                        "\"max_grad_norm\": \"Infinity\", \"param_groups\""),
+                "optimizer.max_grad_norm: must be finite and > 0, got inf"},
+        BadCase{"MaxGradNormNaN",
+                Replace("\"param_groups\"", "\"max_grad_norm\": \"NaN\", \"param_groups\""),
+                "optimizer.max_grad_norm: must be finite and > 0, got nan"},
+        BadCase{"NormTypeOne",
+                Replace("\"param_groups\"",
+                        "\"max_grad_norm\": 1, \"norm_type\": 1, \"param_groups\""),
+                "optimizer.norm_type: must be 2 or infinity (JSON \"Infinity\"), got 1"},
+        BadCase{"NormTypeMinusInfinity",
+                Replace("\"param_groups\"",
+                        "\"max_grad_norm\": 1, \"norm_type\": \"-Infinity\", "
+                        "\"param_groups\""),
+                "optimizer.norm_type: must be 2 or infinity"},
+        BadCase{"NormTypeNaN",
+                Replace("\"param_groups\"",
+                        "\"max_grad_norm\": 1, \"norm_type\": \"NaN\", \"param_groups\""),
+                "optimizer.norm_type: must be 2 or infinity"},
+        BadCase{"NormTypeWithoutMaxNorm",
+                Replace("\"param_groups\"", "\"norm_type\": 2, \"param_groups\""),
+                "optimizer.norm_type: only with optimizer.max_grad_norm"},
+        BadCase{"AccumulationNegative",
+                Replace("\"steps\": 100",
+                        "\"steps\": 100, \"gradient_accumulation_steps\": -2"),
+                "gradient_accumulation_steps: must be in [1, 1000000], got -2"},
+        BadCase{"AccumulationHuge",
+                Replace("\"steps\": 100",
+                        "\"steps\": 100, \"gradient_accumulation_steps\": 1000001"),
+                "gradient_accumulation_steps: must be in [1, 1000000], got 1000001"}),
+    [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
+
+TEST(ClippingSpecTest, ProgramJobsAccumulateThemselves) {
+  ASSERT_OK_AND_ASSIGN(JobSpec spec, ParseJobSpecJson(R"json({
+      "name": "p", "world_size": 1, "program": {"argv": ["python3", "t.py"]},
+      "gradient_accumulation_steps": 1})json"));
+  spec.set_gradient_accumulation_steps(4);
+  EXPECT_THAT(ValidateJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("gradient_accumulation_steps: built-in "
+                                 "workloads only")));
+}
+
 }  // namespace pshard
 
 namespace pshard {

@@ -61,6 +61,12 @@ absl::Status ValidateProgress(const v1::JobProgress& progress,
     return absl::InvalidArgumentError(absl::StrCat(
         "progress.lr: must be finite and >= 0, got ", progress.lr()));
   }
+  if (progress.has_grad_norm() &&
+      (!std::isfinite(progress.grad_norm()) || progress.grad_norm() < 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("progress.grad_norm: must be finite and >= 0 or absent, "
+                     "got ", progress.grad_norm()));
+  }
   return absl::OkStatus();
 }
 

@@ -87,6 +87,25 @@ TEST(WorkerReportsTest, HostileProgressIsRefusedNamingTheField) {
                        HasSubstr("progress.lr")));
   p.set_lr(3e-4);
   EXPECT_OK(ValidateProgress(p, spec));
+  p.set_grad_norm(-1);
+  EXPECT_THAT(ValidateProgress(p, spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "progress.grad_norm: must be finite and >= 0 or "
+                       "absent, got -1"));
+  p.set_grad_norm(std::nan(""));
+  EXPECT_THAT(ValidateProgress(p, spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("progress.grad_norm")));
+  p.set_grad_norm(std::numeric_limits<double>::infinity());
+  EXPECT_THAT(ValidateProgress(p, spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("progress.grad_norm")));
+  p.set_grad_norm(0);
+  EXPECT_OK(ValidateProgress(p, spec));
+  p.set_grad_norm(12.5);
+  EXPECT_OK(ValidateProgress(p, spec));
+  p.clear_grad_norm();
+  EXPECT_OK(ValidateProgress(p, spec));
 }
 
 TEST(WorkerReportsTest, ResultsAndHeartbeats) {

@@ -96,6 +96,8 @@ _PROTOTYPES = {
     "pshardGradientReady": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "pshardFinishStep": (ctypes.c_int, [ctypes.c_void_p]),
     "pshardStepsFinished": (ctypes.c_int, [ctypes.c_void_p, _c_int64_p]),
+    "pshardLastGradNorm": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.POINTER(ctypes.c_double), _c_int_p]),
     "pshardAverageLoss": (ctypes.c_int, [
         ctypes.c_void_p, ctypes.c_double, ctypes.POINTER(ctypes.c_double)]),
     "pshardReportProgress": (ctypes.c_int, [

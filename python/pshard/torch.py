@@ -11,10 +11,13 @@ still runs; step() waits for the owners' updates to come back. Do not wrap
 the model in DistributedDataParallel.
 
 Rules (see worker/api/pshard.h): every rank builds the same model with the
-same initial values (seed them alike), runs one backward per step, and calls
-step() every step. CPU (host) tensors, float32, for now.
+same initial values (seed them alike), runs one backward per step — or, to
+accumulate gradients, several, all but the last inside `with opt.no_sync():`
+(DDP's no_sync) — and calls step() every step. CPU (host) tensors, float32,
+for now.
 """
 
+import contextlib
 import ctypes
 import json
 
@@ -102,6 +105,7 @@ class ShardedOptimizer:
         with torch.no_grad():
             self._point_into_buckets(copy_values=True)
         self._ready = [False] * len(self._named)
+        self._no_sync = False
         # The AccumulateGrad nodes must stay alive for their hooks to run
         # (DDP's reducer keeps them too).
         self._grad_accumulators = []
@@ -148,16 +152,44 @@ class ShardedOptimizer:
             raise PshardError(
                 "pshardGradientReady", _capi.INVALID_USAGE,
                 f"the gradient of {name} became final twice in one step: one "
-                "backward per step (gradient accumulation is not supported "
-                "yet)")
+                "backward per step, or accumulate the others inside "
+                "`with optimizer.no_sync():`")
         if p.grad is not self._grads[i]:
             # zero_grad(set_to_none=True) (torch 2's default) or an
             # assignment replaced the bucket view: bring it back.
             with torch.no_grad():
                 self._grads[i].copy_(p.grad)
             p.grad = self._grads[i]
+        if self._no_sync:
+            # Accumulated in the bucket in place; nothing travels yet.
+            return
         self._ready[i] = True
         _capi.check("pshardGradientReady", self._session.handle, i)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """As DistributedDataParallel.no_sync(): gradients of backward passes
+        inside the block accumulate in the buckets (autograd adds into each
+        parameter's .grad in place) and nothing is communicated; the next
+        backward outside it adds its own gradients and hands every bucket
+        over, so step() reduces the sum once:
+
+            opt.zero_grad()
+            for micro in batches[:-1]:
+                with opt.no_sync():
+                    (loss_fn(model(micro)) / len(batches)).backward()
+            (loss_fn(model(batches[-1])) / len(batches)).backward()
+            opt.step()
+
+        As with DDP, scale each micro-batch's loss by 1/N yourself, so that
+        the step sees the mean over the N micro-batches (one batch N times
+        larger)."""
+        previous = self._no_sync
+        self._no_sync = True
+        try:
+            yield
+        finally:
+            self._no_sync = previous
 
     def zero_grad(self, set_to_none=False):
         """Zeroes the gradients in place (they must stay in the buckets, so
@@ -185,6 +217,18 @@ class ShardedOptimizer:
         if first:
             self._point_into_buckets(copy_values=False)
         return loss
+
+    @property
+    def last_grad_norm(self):
+        """The last step's total gradient norm before clipping, as
+        torch.nn.utils.clip_grad_norm_ returns it (a float; NaN or inf when a
+        gradient was, and the step went on), when the optimizer spec has
+        max_grad_norm; None without clipping or before the first step."""
+        norm = ctypes.c_double()
+        known = ctypes.c_int()
+        _capi.check("pshardLastGradNorm", self._session.handle,
+                    ctypes.byref(norm), ctypes.byref(known))
+        return norm.value if known.value else None
 
     @property
     def steps_finished(self):

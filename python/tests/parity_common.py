@@ -117,7 +117,68 @@ OPTIMIZERS = {
         lambda groups: _lion(groups, lr=0.001, betas=(0.9, 0.99),
                              weight_decay=0.1),
         {"lr": 0.003, "weight_decay": 0}),
+    # Global gradient-norm clipping (torch.nn.utils.clip_grad_norm_ between
+    # backward and step): limits the gradients exceed at every step (they
+    # must be clipped) and limits they never reach, L2 and infinity norms.
+    "adam_clip_l2": (
+        {"kind": "ADAM", "hyper_parameters": {"lr": 0.01},
+         "max_grad_norm": 0.05,
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.02}}]},
+        lambda groups: torch.optim.Adam(groups, lr=0.01),
+        {"lr": 0.02}),
+    "sgd_noclip_l2": (
+        {"kind": "SGD", "hyper_parameters": {"lr": 0.05, "momentum": 0.9},
+         "max_grad_norm": 100.0, "norm_type": 2,
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.1}}]},
+        lambda groups: torch.optim.SGD(groups, lr=0.05, momentum=0.9),
+        {"lr": 0.1}),
+    "sgd_clip_inf": (
+        {"kind": "SGD", "hyper_parameters": {"lr": 0.05, "momentum": 0.9},
+         "max_grad_norm": 0.02, "norm_type": "Infinity",
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.1}}]},
+        lambda groups: torch.optim.SGD(groups, lr=0.05, momentum=0.9),
+        {"lr": 0.1}),
+    "adamw_noclip_inf": (
+        {"kind": "ADAMW", "hyper_parameters": {"lr": 0.01},
+         "max_grad_norm": 100.0, "norm_type": "Infinity",
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.005}}]},
+        lambda groups: torch.optim.AdamW(groups, lr=0.01),
+        {"lr": 0.005}),
+    # Gradient accumulation (ACCUMULATION below): Adam over 4 micro-batches
+    # per step, with no_sync, against one batch 4 times larger.
+    "adam_accum4": (
+        {"kind": "ADAM", "hyper_parameters": {"lr": 0.01},
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.02}}]},
+        lambda groups: torch.optim.Adam(groups, lr=0.01),
+        {"lr": 0.02}),
 }
+
+# Micro-batches per step: micro-batch m (1..N) of step s is
+# batch((s - 1) * N + m); the reference steps once on all N together.
+ACCUMULATION = {"adam_accum4": 4}
+
+
+def micro_batches(optimizer_name):
+    return ACCUMULATION.get(optimizer_name, 1)
+
+
+def step_batches(optimizer_name, step):
+    """The batches of optimizer step `step` (one, or its micro-batches)."""
+    n = micro_batches(optimizer_name)
+    return [batch((step - 1) * n + m) for m in range(1, n + 1)]
+
+
+def clipping(optimizer_name):
+    """(max_norm, norm_type) of the configuration's max_grad_norm, or None."""
+    spec = OPTIMIZERS[optimizer_name][0]
+    if "max_grad_norm" not in spec:
+        return None
+    return spec["max_grad_norm"], float(spec.get("norm_type", 2))
 
 
 def _warmup_cosine(optimizer):
@@ -197,16 +258,24 @@ def torch_reference_optimizer(optimizer_name, model):
 def reference(optimizer_name, steps=None):
     """The same optimizer in one process on the full batch: parameters after
     step 1 and after the last step (STEPS, or `steps`: then only those), by
-    name."""
+    name; with clipping, also "grad_norms": what clip_grad_norm_ returned at
+    each step."""
     model = make_model()
     named = list(model.named_parameters())
     optimizer, scheduler = torch_reference_optimizer(optimizer_name, model)
-    snapshots = {}
+    clip = clipping(optimizer_name)
+    snapshots = {"grad_norms": []}
     last = STEPS if steps is None else steps
     for step in range(1, last + 1):
-        x, y = batch(step)
+        batches = step_batches(optimizer_name, step)
+        x = torch.cat([b[0] for b in batches])
+        y = torch.cat([b[1] for b in batches])
         optimizer.zero_grad()
         loss_of(model, x, y).backward()
+        if clip is not None:
+            snapshots["grad_norms"].append(float(
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip[0],
+                                               norm_type=clip[1])))
         optimizer.step()
         if scheduler is not None:
             scheduler.step()

@@ -25,16 +25,28 @@ def run(optimizer_name, comm_mode, store, out):
         model, optimizer=spec, bucket_cap_mb=common.BUCKET_CAP_MB,
         comm_mode=comm_mode, session=session)
     share = common.BATCH // world
-    snapshots = {}
+    snapshots = {"grad_norms": []}
     for step in range(1, common.STEPS + 1):
-        x, y = common.batch(step)
-        x, y = x[rank * share:(rank + 1) * share], y[rank * share:(rank + 1) * share]
+        # Micro-batches but the last accumulate inside no_sync; each loss
+        # scaled by 1/N, as with DDP.
+        batches = common.step_batches(optimizer_name, step)
         optimizer.zero_grad()
-        loss = common.loss_of(model, x, y)
-        loss.backward()
+        losses = []
+        for m, (x, y) in enumerate(batches):
+            x = x[rank * share:(rank + 1) * share]
+            y = y[rank * share:(rank + 1) * share]
+            loss = common.loss_of(model, x, y) / len(batches)
+            if m + 1 < len(batches):
+                with optimizer.no_sync():
+                    loss.backward()
+            else:
+                loss.backward()
+            losses.append(loss.item())
+        loss = torch.tensor(sum(losses))
         optimizer.step()
+        snapshots["grad_norms"].append(optimizer.last_grad_norm)
         session.report(step=step, loss=session.average_loss(loss.item()),
-                       samples=share)
+                       samples=share * len(batches))
         if step in (1, common.STEPS):
             snapshots[step] = {n: p.detach().clone()
                                for n, p in model.named_parameters()}

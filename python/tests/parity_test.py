@@ -3,9 +3,12 @@ local test mode) ends with the parameters one process gets from the same
 torch optimizer on the full batch — SGD with momentum, Adam and AdamW, with
 and without a learning-rate schedule (warmup + cosine, StepLR), Adam with
 amsgrad, Adagrad, RMSprop (centered, momentum) and Lion (lion-pytorch's
-update), two parameter groups, odd shapes, both comm modes — within 1e-5
-relative after 5 steps (and after the first: it already updates the
-parameters).
+update), with global gradient-norm clipping (L2 and infinity norms,
+clipping or not: the reported norm is torch's clip_grad_norm_'s within
+1e-6), with gradient accumulation (4 micro-batches through no_sync against
+one batch 4 times larger), two parameter groups, odd shapes, both comm
+modes — within 1e-5 relative after 5 steps (and after the first: it already
+updates the parameters).
 
     parity_test.py WORLD_SIZE
 """
@@ -50,6 +53,24 @@ class ParityTest(unittest.TestCase):
                                           param=param):
                             torch.testing.assert_close(
                                 got[step][param], value, rtol=1e-5, atol=1e-6)
+            # Clipping: every rank reports torch's pre-clip norm (within
+            # 1e-6), and the configuration clips at every step or never.
+            clip = common.clipping(optimizer_name)
+            for rank in range(WORLD):
+                got = torch.load(os.path.join(out, f"{name}-rank{rank}.pt"))
+                if clip is None:
+                    self.assertEqual(got["grad_norms"], [None] * common.STEPS)
+                    continue
+                with self.subTest(config=name, rank=rank, what="grad_norm"):
+                    self.assertEqual(len(got["grad_norms"]), common.STEPS)
+                    for norm, want in zip(got["grad_norms"],
+                                          expected["grad_norms"]):
+                        self.assertAlmostEqual(norm, want,
+                                               delta=1e-6 * want)
+            if clip is not None:
+                clips = "noclip" not in optimizer_name
+                for want in expected["grad_norms"]:
+                    self.assertEqual(want > clip[0], clips, name)
             # The optimizer state really is sharded: every bucket has one
             # owner, and more than one rank owns some.
             flat = sorted(b for buckets in owned for b in buckets)

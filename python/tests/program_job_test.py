@@ -82,16 +82,35 @@ class ProgramJobTest(unittest.TestCase):
                 f"rank {rank}'s pid file")))
         return pids
 
-    def test_torch_script_trains_through_the_coordinator(self):
-        import parity_common as common
-        out = self.out_dir("train")
-        # AdamW under warmup + cosine: the schedule runs through the C API
-        # too, and the progress names its lr.
-        optimizer = "adamw_warmup_cosine"
+    def run_to_success(self, name, optimizer):
+        """Runs program_train.py with `optimizer` (parity_common's) to its
+        end, expecting SUCCEEDED: its output directory, id and job."""
+        out = self.out_dir(name)
         job_id = self.cluster.submit(program_spec(out, optimizer=optimizer))
         job = self.cluster.wait_for_end(job_id, 180)
         self.assertEqual(job["state"], "SUCCEEDED",
                          f"{job['reason']}\n{self.cluster.tail()}")
+        return out, job_id, job
+
+    def assert_final_parameters(self, out, expected):
+        """Every rank's final parameters are `expected`'s (by name), and the
+        workers are idle again."""
+        for rank in range(WORLD):
+            got = torch.load(os.path.join(out, f"final-rank{rank}.pt"))
+            self.assertEqual(sorted(got), sorted(expected))
+            for name, value in expected.items():
+                with self.subTest(rank=rank, param=name):
+                    torch.testing.assert_close(got[name], value, rtol=1e-5,
+                                               atol=1e-6)
+        self.assertTrue(self.cluster.idle_workers() == WORLD or wait_until(
+            lambda: self.cluster.idle_workers() == WORLD, 10, "idle workers"))
+
+    def test_torch_script_trains_through_the_coordinator(self):
+        import parity_common as common
+        # AdamW under warmup + cosine: the schedule runs through the C API
+        # too, and the progress names its lr.
+        optimizer = "adamw_warmup_cosine"
+        out, job_id, job = self.run_to_success("train", optimizer)
 
         # The shard table is the model's: its buckets name its parameters,
         # and every rank owns some (bucket_cap_mb is tiny).
@@ -112,16 +131,21 @@ class ProgramJobTest(unittest.TestCase):
                                delta=1e-12)
 
         # Every rank ends with one process's parameters on the full batch.
-        expected = common.reference(optimizer)[common.STEPS]
-        for rank in range(WORLD):
-            got = torch.load(os.path.join(out, f"final-rank{rank}.pt"))
-            self.assertEqual(sorted(got), sorted(expected))
-            for name, value in expected.items():
-                with self.subTest(rank=rank, param=name):
-                    torch.testing.assert_close(got[name], value, rtol=1e-5,
-                                               atol=1e-6)
-        self.assertTrue(self.cluster.idle_workers() == WORLD or wait_until(
-            lambda: self.cluster.idle_workers() == WORLD, 10, "idle workers"))
+        self.assert_final_parameters(
+            out, common.reference(optimizer)[common.STEPS])
+
+    def test_clipping_program_reports_torchs_grad_norm(self):
+        """max_grad_norm in the program's OptimizerSpec: the ranks end with
+        one process's clip_grad_norm_ + Adam parameters, and the job's
+        progress carries the last step's pre-clip norm (session.report)."""
+        import parity_common as common
+        optimizer = "adam_clip_l2"
+        out, _, job = self.run_to_success("clip", optimizer)
+        expected = common.reference(optimizer)
+        want = expected["grad_norms"][-1]
+        self.assertAlmostEqual(job["progress"]["grad_norm"], want,
+                               delta=1e-6 * want)
+        self.assert_final_parameters(out, expected[common.STEPS])
 
     def test_sharded_policy_splits_every_bucket_over_the_ranks(self):
         import parity_common as common

@@ -6,13 +6,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "worker/hook/clip_reference.h"
 #include "worker/optim/shard_optimizer.h"
 #include "worker/workload/workload.h"
 
 namespace pshard::testing {
 
 absl::StatusOr<std::vector<worker::SafetensorsTensor>> ReferenceParameters(
-    const v1::JobSpec& spec) {
+    const v1::JobSpec& spec, std::vector<double>* grad_norms) {
   const int world = spec.world_size();
   std::vector<std::unique_ptr<worker::Workload>> workloads;
   for (int r = 0; r < world; ++r) {
@@ -63,6 +64,14 @@ absl::StatusOr<std::vector<worker::SafetensorsTensor>> ReferenceParameters(
     }
     for (int i = 0; i < n; ++i) {
       for (float& g : sum[i]) g /= static_cast<float>(world);
+    }
+    if (spec.optimizer().has_max_grad_norm()) {
+      const double norm_type = spec.optimizer().norm_type();
+      const double total = worker::ClipGradNormLikeTorch(
+          sum, spec.optimizer().max_grad_norm(), norm_type == 0 ? 2 : norm_type);
+      if (grad_norms != nullptr) grad_norms->push_back(total);
+    }
+    for (int i = 0; i < n; ++i) {
       RETURN_IF_ERROR(optimizer->Step(i, ptrs[i], sum[i].data()));
     }
   }

@@ -15,9 +15,11 @@
 namespace pshard::testing {
 
 // Parameters (names, shapes, values) after spec.steps() steps on
-// spec.world_size() ranks.
+// spec.world_size() ranks; with the optimizer's max_grad_norm, the averaged
+// gradients clipped as torch's clip_grad_norm_ does, each step's total norm
+// before clipping appended to `grad_norms` when given.
 absl::StatusOr<std::vector<worker::SafetensorsTensor>> ReferenceParameters(
-    const v1::JobSpec& spec);
+    const v1::JobSpec& spec, std::vector<double>* grad_norms = nullptr);
 
 // OK if `actual` has the same names and shapes in the same order and every
 // value is within 1e-6 relative (absolute below 1) of `expected`.

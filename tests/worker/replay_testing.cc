@@ -65,19 +65,24 @@ absl::Status CheckAgainstTorch(const std::string& data,
                                int64_t steps, int64_t switch_step,
                                int world_before, int world_after,
                                const std::string& actual, double rtol,
-                               double atol) {
+                               double atol,
+                               const std::vector<std::string>& extra_args,
+                               std::string* report) {
   const std::string log = absl::StrCat(actual, ".reference.log");
-  const absl::Status status = RunPython(
-      {RunfilePath("tests/worker/replay_torch_reference.py"), "--replay_tools",
-       RunfilePath("examples/make_replay_data.py"), "--torch_optim",
-       RunfilePath("worker/optim/testdata/torch_optim.py"), "--optimizer",
-       optimizer_json, "--data", data, "--steps", absl::StrCat(steps),
-       "--switch_step", absl::StrCat(switch_step), "--world_before",
-       absl::StrCat(world_before), "--world_after", absl::StrCat(world_after),
-       "--rtol", absl::StrFormat("%g", rtol), "--atol",
-       absl::StrFormat("%g", atol), "--actual", actual},
-      log);
-  std::printf("%s", ReadFile(log).c_str());
+  std::vector<std::string> args = {
+      RunfilePath("tests/worker/replay_torch_reference.py"), "--replay_tools",
+      RunfilePath("examples/make_replay_data.py"), "--torch_optim",
+      RunfilePath("worker/optim/testdata/torch_optim.py"), "--optimizer",
+      optimizer_json, "--data", data, "--steps", absl::StrCat(steps),
+      "--switch_step", absl::StrCat(switch_step), "--world_before",
+      absl::StrCat(world_before), "--world_after", absl::StrCat(world_after),
+      "--rtol", absl::StrFormat("%g", rtol), "--atol",
+      absl::StrFormat("%g", atol), "--actual", actual};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  const absl::Status status = RunPython(args, log);
+  const std::string text = ReadFile(log);
+  std::printf("%s", text.c_str());
+  if (report != nullptr) *report = text;
   return status;
 }
 

@@ -39,13 +39,17 @@ v1::JobSpec ReplaySpec(Cluster& cluster, const std::string& data, int world,
 // Checks a replay job's output (`actual`, a params.safetensors) against the
 // torch optimizer `optimizer_json` stands for: gradients averaged over
 // `world_before` ranks up to `switch_step`, over `world_after` after it;
-// within rtol (and atol near zero). The reference's report goes to stdout.
+// within rtol (and atol near zero). The reference's report goes to stdout
+// and, when `report` is given, there. `extra_args` go to the reference
+// (--accumulation N, --actual_grad_norm X; see replay_torch_reference.py).
 absl::Status CheckAgainstTorch(const std::string& data,
                                const std::string& optimizer_json,
                                int64_t steps, int64_t switch_step,
                                int world_before, int world_after,
                                const std::string& actual, double rtol,
-                               double atol);
+                               double atol,
+                               const std::vector<std::string>& extra_args = {},
+                               std::string* report = nullptr);
 
 }  // namespace pshard::testing
 

@@ -16,6 +16,16 @@ gradients/step-<s>/rank-<r>.safetensors, as the replay workload does).
 
 A fixed world is --switch_step = --steps with --world_before the job's.
 
+With --accumulation N each optimizer step averages N recorded micro-batches
+(step s reads gradients/step-<(s-1)N+1 .. sN>), as gradient_accumulation_steps
+does: the gradient of one batch N times larger.
+
+When the OptimizerSpec has max_grad_norm (and norm_type 2 or "Infinity"),
+the averaged gradients are clipped by torch.nn.utils.clip_grad_norm_ before
+each step, the report says how many steps were clipped, and
+--actual_grad_norm, when given, must be the last step's norm (what the job's
+progress reported) within --rtol.
+
 Exits 0 when every value is within --rtol/--atol (as the Python parity tests
 compare), else 1 naming the worst parameter. Needs torch and numpy.
 """
@@ -38,27 +48,43 @@ def load_module(path, name):
 
 
 def reference(tools, optim, spec, data, steps, switch_step, world_before,
-              world_after):
+              world_after, accumulation=1):
+    """The parameters after `steps`, and each step's clip_grad_norm_ (empty
+    without max_grad_norm)."""
+    max_grad_norm = spec.get("max_grad_norm", spec.get("maxGradNorm"))
+    norm_type = float(spec.get("norm_type", spec.get("normType", 2.0)))
+    norms = []
     initial = tools.read_safetensors(os.path.join(data, "params.safetensors"))
     params = {name: torch.tensor(np.array(value), dtype=torch.float32)
               for name, value in initial.items()}
     optimizers = optim.torch_optimizers(spec, list(params.items()))
     for step in range(1, steps + 1):
         world = world_before if step <= switch_step else world_after
-        grads = [tools.read_safetensors(os.path.join(
-            data, "gradients", f"step-{step}", f"rank-{r}.safetensors"))
-            for r in range(world)]
+        micro = range((step - 1) * accumulation + 1, step * accumulation + 1)
+        grads = [[tools.read_safetensors(os.path.join(
+            data, "gradients", f"step-{m}", f"rank-{r}.safetensors"))
+            for m in micro] for r in range(world)]
         for name, p in params.items():
-            total = torch.tensor(np.array(grads[0][name]))
-            for r in range(1, world):
-                total += torch.tensor(np.array(grads[r][name]))
+            # Each rank's mean over its micro-batches, then the mean over
+            # ranks.
+            total = None
+            for r in range(world):
+                mean = torch.tensor(np.array(grads[r][0][name]))
+                for m in range(1, accumulation):
+                    mean += torch.tensor(np.array(grads[r][m][name]))
+                if accumulation > 1:
+                    mean /= accumulation
+                total = mean if total is None else total + mean
             p.grad = total / world
+        if max_grad_norm is not None:
+            norms.append(float(torch.nn.utils.clip_grad_norm_(
+                params.values(), float(max_grad_norm), norm_type=norm_type)))
         with torch.no_grad():
             for optimizer, scheduler in optimizers:
                 optimizer.step()
                 if scheduler is not None:
                     scheduler.step()
-    return params
+    return params, norms
 
 
 def main():
@@ -77,14 +103,28 @@ def main():
     parser.add_argument("--actual", required=True)
     parser.add_argument("--rtol", type=float, default=1e-5)
     parser.add_argument("--atol", type=float, default=1e-6)
+    parser.add_argument("--accumulation", type=int, default=1)
+    parser.add_argument("--actual_grad_norm", type=float)
     args = parser.parse_args()
     if not 0 <= args.switch_step <= args.steps:
         parser.error("--switch_step must be in [0, --steps]")
     tools = load_module(args.replay_tools, "make_replay_data")
     optim = load_module(args.torch_optim, "torch_optim")
-    expected = reference(tools, optim, json.loads(args.optimizer), args.data,
-                         args.steps, args.switch_step, args.world_before,
-                         args.world_after)
+    spec = json.loads(args.optimizer)
+    expected, norms = reference(tools, optim, spec, args.data, args.steps,
+                                args.switch_step, args.world_before,
+                                args.world_after, args.accumulation)
+    if norms:
+        limit = float(spec.get("max_grad_norm", spec.get("maxGradNorm")))
+        clipped = sum(1 for n in norms if n > limit)
+        print(f"clip_grad_norm_: {clipped} of {len(norms)} steps clipped; "
+              f"last norm {norms[-1]!r}")
+        if args.actual_grad_norm is not None and not (
+                abs(args.actual_grad_norm - norms[-1]) <=
+                args.rtol * abs(norms[-1])):
+            print(f"grad_norm {args.actual_grad_norm!r}, torch's "
+                  f"{norms[-1]!r} (rtol {args.rtol:g})", file=sys.stderr)
+            return 1
     actual = tools.read_safetensors(args.actual)
     if sorted(actual) != sorted(expected):
         print(f"{args.actual}: parameters {sorted(actual)}, expected "

@@ -6,6 +6,7 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -319,6 +320,21 @@ pshardResult_t pshardStepsFinished(pshardSession_t session, int64_t* steps) {
       return Return(prepared);
     }
     *steps = s.steps_finished();
+    return pshardSuccess;
+  });
+}
+
+pshardResult_t pshardLastGradNorm(pshardSession_t session, double* norm,
+                                  int* known) {
+  if (norm == nullptr) return NullArgument("pshardLastGradNorm", "norm");
+  if (known == nullptr) return NullArgument("pshardLastGradNorm", "known");
+  return WithSession("pshardLastGradNorm", session, [&](Session& s) {
+    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
+      return Return(prepared);
+    }
+    const std::optional<double> last = s.last_grad_norm();
+    *known = last.has_value() ? 1 : 0;
+    *norm = last.value_or(0);
     return pshardSuccess;
   });
 }

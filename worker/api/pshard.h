@@ -161,6 +161,13 @@ pshardResult_t pshardGradientReady(pshardSession_t session, int index);
 pshardResult_t pshardFinishStep(pshardSession_t session);
 /* Steps finished so far. */
 pshardResult_t pshardStepsFinished(pshardSession_t session, int64_t* steps);
+/* The last step's total gradient norm before clipping, when the optimizer
+ * clips (OptimizerSpec max_grad_norm, norm_type): *known 1 and *norm as
+ * torch.nn.utils.clip_grad_norm_ returns it (the same on every rank; NaN or
+ * infinite when a gradient was, and the step went on with it); *known 0
+ * without clipping or before the first step. After pshardPrepare. */
+pshardResult_t pshardLastGradNorm(pshardSession_t session, double* norm,
+                                  int* known);
 
 /* The mean of `loss` over ranks (a collective: every rank calls it). */
 pshardResult_t pshardAverageLoss(pshardSession_t session, double loss,

@@ -119,6 +119,17 @@ TEST_F(PshardCTest, BadOptimizerJsonNamesTheField) {
   // A misplaced field is named by its path, never by protobuf's type name.
   EXPECT_THAT(LastError(), HasSubstr("optimizer.lr: unknown field"));
   EXPECT_THAT(LastError(), Not(HasSubstr("OptimizerSpec")));
+  EXPECT_EQ(pshardSetOptimizer(session_, R"({"kind": "SGD",
+                "hyper_parameters": {"lr": 0.25}, "max_grad_norm": -1})"),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("optimizer.max_grad_norm: must be finite "
+                                     "and > 0, got -1"));
+  EXPECT_EQ(pshardSetOptimizer(session_, R"({"kind": "SGD",
+                "hyper_parameters": {"lr": 0.25}, "max_grad_norm": 1,
+                "norm_type": 3})"),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("optimizer.norm_type: must be 2 or "
+                                     "infinity"));
   EXPECT_EQ(pshardSetOptimizer(session_, "not json"), pshardInvalidArgument);
   EXPECT_THAT(LastError(), HasSubstr("JSON syntax error"));
 }
@@ -186,6 +197,49 @@ TEST_F(PshardCTest, WrongCallOrderIsInvalidUsageAndAStepWorks) {
   EXPECT_EQ(pshardReportProgress(session_, 0, 1.0, 4), pshardInvalidArgument);
   EXPECT_THAT(LastError(), HasSubstr("step: must be >= 1"));
   EXPECT_EQ(pshardReportProgress(session_, 1, 1.0, 4), pshardSuccess);
+  // No clipping: no norm.
+  double norm = -1;
+  int known = -1;
+  ASSERT_EQ(pshardLastGradNorm(session_, &norm, &known), pshardSuccess);
+  EXPECT_EQ(known, 0);
+  EXPECT_EQ(pshardLastGradNorm(session_, nullptr, &known),
+            pshardInvalidArgument);
+  EXPECT_EQ(pshardLastGradNorm(session_, &norm, nullptr),
+            pshardInvalidArgument);
+}
+
+// max_grad_norm in the OptimizerSpec JSON clips the step as torch's
+// clip_grad_norm_ does, and pshardLastGradNorm gives the pre-clip norm.
+TEST_F(PshardCTest, MaxGradNormClipsAndReportsTheNorm) {
+  ASSERT_EQ(pshardSetOptimizer(session_,
+                               R"({"kind": "SGD", "hyper_parameters":
+                                   {"lr": 0.25}, "max_grad_norm": 1})"),
+            pshardSuccess)
+      << LastError();
+  const int64_t shape[] = {6};
+  int index = -1;
+  ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardSuccess);
+  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  double norm = -1;
+  int known = -1;
+  ASSERT_EQ(pshardLastGradNorm(session_, &norm, &known), pshardSuccess);
+  EXPECT_EQ(known, 0);  // before the first step
+  void* data = nullptr;
+  int64_t numel = 0;
+  ASSERT_EQ(pshardGetParameter(session_, 0, &data, &numel), pshardSuccess);
+  for (int i = 0; i < 6; ++i) static_cast<float*>(data)[i] = 1;
+  ASSERT_EQ(pshardGetGradient(session_, 0, &data, &numel), pshardSuccess);
+  for (int i = 0; i < 6; ++i) static_cast<float*>(data)[i] = 4;
+  ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
+  ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+  ASSERT_EQ(pshardLastGradNorm(session_, &norm, &known), pshardSuccess);
+  EXPECT_EQ(known, 1);
+  EXPECT_NEAR(norm, std::sqrt(96.0), 1e-6);  // |(4, ..., 4)| over 6
+  ASSERT_EQ(pshardGetParameter(session_, 0, &data, &numel), pshardSuccess);
+  const float coef = static_cast<float>(1 / (std::sqrt(96.0) + 1e-6));
+  EXPECT_FLOAT_EQ(static_cast<float*>(data)[0], 1 - 0.25f * (4 * coef));
 }
 
 // Export/import of the optimizer state: order, every argument, and the

@@ -406,6 +406,7 @@ absl::Status Session::Prepare() {
   hook_options.comm_mode = comm_mode_;
   hook_options.bucket_cap_mb = bucket_cap_mb_;
   hook_options.timeout = env_.timeout;
+  hook_options.clipping = GradClipping::FromSpec(*optimizer_);
   ASSIGN_OR_RETURN(hook_, ZeroHook::Create(params_, comm_, std::move(optimizer),
                                            std::move(provider), hook_options));
   return absl::OkStatus();
@@ -432,6 +433,10 @@ absl::Span<float> Session::gradient(int i) {
 
 int64_t Session::steps_finished() const {
   return hook_ == nullptr ? 0 : hook_->steps_finished();
+}
+
+std::optional<double> Session::last_grad_norm() const {
+  return hook_ == nullptr ? std::nullopt : hook_->last_grad_norm();
 }
 
 int Session::num_buckets() const {
@@ -540,6 +545,7 @@ absl::Status Session::ReportProgress(int64_t step, double loss,
   if (optimizer_.has_value()) {
     progress.set_lr(DefaultGroupLearningRate(*optimizer_, step));
   }
+  if (hook_ != nullptr) SetGradNorm(hook_->last_grad_norm(), progress);
   *progress.mutable_step_time() = ToProto(step_time);
   progress.set_bytes_sent(comm_->bytes_sent());
   const double seconds = absl::ToDoubleSeconds(step_time);

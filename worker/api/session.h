@@ -169,6 +169,11 @@ class Session : private RankModel {
   absl::Span<float> parameter(int i);
   absl::Span<float> gradient(int i);
   int64_t steps_finished() const;
+  // The last finished step's total gradient norm before clipping (the
+  // optimizer's max_grad_norm/norm_type; as clip_grad_norm_ returns it);
+  // nullopt without clipping or before the first step. The same on every
+  // rank; NaN or infinite when a gradient was (the step went on).
+  std::optional<double> last_grad_norm() const;
   // After the first step: buckets, the ones this rank owns (wholly or, under
   // SHARDED, its range of them), and the
   // optimizer state it holds in bytes (about 1/world of the total).

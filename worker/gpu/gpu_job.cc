@@ -28,6 +28,13 @@ class GpuJobImpl final : public GpuJob {
 
   absl::Status Init(const v1::JobSpec& spec, const GpuJobOptions& options,
                     AssignmentProvider provider) {
+    if (spec.gradient_accumulation_steps() > 1) {
+      // AccumulatingWorkload sums on the host; device workloads would need
+      // an add kernel on the compute stream.
+      return absl::UnimplementedError(
+          "gradient_accumulation_steps > 1 runs on CPU (Gloo) workers only "
+          "for now: use backend GLOO");
+    }
     ASSIGN_OR_RETURN(
         std::unique_ptr<GpuShardOptimizer> optimizer,
         GpuShardOptimizer::Create(spec.optimizer(), options.device));
@@ -44,6 +51,7 @@ class GpuJobImpl final : public GpuJob {
     hook_options.timeout = options.timeout;
     hook_options.compute_stream = stream_.get();
     hook_options.clock = options.clock;
+    hook_options.clipping = GradClipping::FromSpec(spec.optimizer());
     ASSIGN_OR_RETURN(
         hook_, GpuZeroHook::Create(workload_->parameters(), comm_.get(),
                                    std::move(optimizer), std::move(provider),

@@ -134,6 +134,84 @@ class DeviceMemory final : public HookMemory {
     return optimizer_->EnqueueStep(index, params, grads, comm_->stream());
   }
 
+  // Clipping: per piece kNormBlocks partials, and the slots, on the device;
+  // every call below but PrepareNorms and TotalGradNorm runs inside
+  // NcclCommunicator::Enqueue and only enqueues kernels on its stream.
+  absl::Status PrepareNorms(int num_pieces, int world_size) override {
+    ScopedDevice scoped(comm_->device());
+    RETURN_IF_ERROR(scoped.status());
+    const size_t partial_bytes =
+        static_cast<size_t>(num_pieces) * gpu::kNormBlocks * sizeof(double);
+    ASSIGN_OR_RETURN(norm_partials_,
+                     DeviceBuffer::Allocate(partial_bytes,
+                                            "gradient-norm partials"));
+    ASSIGN_OR_RETURN(norm_slots_,
+                     DeviceBuffer::Allocate(world_size * sizeof(float),
+                                            "gradient-norm slots"));
+    // Pieces this rank does not own keep 0, which combines as nothing.
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemset(norm_partials_.get(), 0, partial_bytes),
+        "zero the gradient-norm partials"));
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemset(norm_slots_.get(), 0, world_size * sizeof(float)),
+        "zero the gradient-norm slots"));
+    num_norm_partials_ = static_cast<int64_t>(num_pieces) * gpu::kNormBlocks;
+    world_size_ = world_size;
+    return absl::OkStatus();
+  }
+
+  absl::Status PartialNorm(int index, float* grads, int64_t numel,
+                           float divisor, NormKind kind) override {
+    const std::string what = absl::StrCat("piece ", index, ": gradient norm");
+    if (divisor != 1) {
+      RETURN_IF_ERROR(CudaStatus(
+          gpu::LaunchDivide(grads, numel, divisor, comm_->stream()), what));
+    }
+    return CudaStatus(
+        gpu::LaunchPartialNorm(
+            grads, numel, kind == NormKind::kInf,
+            norm_partials_.as<double>() +
+                static_cast<int64_t>(index) * gpu::kNormBlocks,
+            comm_->stream()),
+        what);
+  }
+
+  absl::Status GatherNorms(int rank, NormKind kind) override {
+    return CudaStatus(
+        gpu::LaunchGatherNorms(norm_partials_.as<double>(), num_norm_partials_,
+                               kind == NormKind::kInf, norm_slots_.as<float>(),
+                               world_size_, rank, comm_->stream()),
+        "gather the gradient norm");
+  }
+
+  float* norm_slots() override { return norm_slots_.as<float>(); }
+
+  absl::Status ClippedOwnerStep(int index, float* params, float* grads,
+                                int64_t numel, double max_norm,
+                                NormKind kind) override {
+    RETURN_IF_ERROR(CudaStatus(
+        gpu::LaunchClipScale(grads, numel, norm_slots_.as<float>(), world_size_,
+                             kind == NormKind::kInf, max_norm,
+                             comm_->stream()),
+        absl::StrCat("piece ", index, ": clip gradient")));
+    return optimizer_->EnqueueStep(index, params, grads, comm_->stream());
+  }
+
+  // FinishStep has waited for the step: the slots are final.
+  absl::StatusOr<double> TotalGradNorm(NormKind kind) override {
+    ScopedDevice scoped(comm_->device());
+    RETURN_IF_ERROR(scoped.status());
+    std::vector<float> slots(world_size_);
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(slots.data(), norm_slots_.get(),
+                        slots.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                        comm_->stream()),
+        "download the gradient norm"));
+    RETURN_IF_ERROR(SynchronizeStream(comm_->stream(), timeout_,
+                                      "download the gradient norm", clock_));
+    return TotalNorm(slots.data(), world_size_, kind);
+  }
+
   // The next forward runs after this step's broadcasts, on the device.
   absl::Status OrderComputeAfter(Work& last) override {
     return StreamWaitFor(last, compute_, timeout_);
@@ -161,6 +239,11 @@ class DeviceMemory final : public HookMemory {
   std::vector<float*> param_views_;
   std::vector<float*> grad_views_;
   std::vector<CudaEvent> ready_events_;  // per bucket, re-recorded each step
+  // Clipping (PrepareNorms).
+  DeviceBuffer norm_partials_;  // doubles, kNormBlocks per piece
+  DeviceBuffer norm_slots_;     // world_size floats
+  int64_t num_norm_partials_ = 0;
+  int world_size_ = 0;
 };
 
 class GpuZeroHookImpl final : public GpuZeroHook {
@@ -207,6 +290,7 @@ absl::StatusOr<std::unique_ptr<GpuZeroHook>> GpuZeroHook::Create(
   hook_options.comm_mode = options.comm_mode;
   hook_options.bucket_cap_mb = options.bucket_cap_mb;
   hook_options.timeout = options.timeout;
+  hook_options.clipping = options.clipping;
   // Whole buckets, each broadcast right after its step (see the header).
   hook_options.piece_bytes = 0;
   hook_options.broadcast_lag = 0;

@@ -62,6 +62,8 @@ struct GpuZeroHookOptions {
   // Measures the host waits for the compute stream (the re-pack, parameter
   // downloads); must outlive the hook.
   const Clock* clock = &Clock::Real();
+  // Global gradient-norm clipping (zero_hook.h): off by default.
+  GradClipping clipping;
 };
 
 class GpuZeroHook : public ZeroHook {

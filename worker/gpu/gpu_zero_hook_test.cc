@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -126,6 +127,7 @@ absl::StatusOr<std::vector<Parameters>> RunCpu(const v1::JobSpec& spec) {
     ZeroHookOptions options;
     options.comm_mode = CommMode(spec);
     options.bucket_cap_mb = spec.bucket_cap_mb();
+    options.clipping = GradClipping::FromSpec(spec.optimizer());
     ASSIGN_OR_RETURN(
         std::unique_ptr<ZeroHook> hook,
         ZeroHook::Create(workload->parameters(), comm.get(), std::move(opt),
@@ -170,6 +172,7 @@ absl::StatusOr<std::vector<Parameters>> RunGpu(const v1::JobSpec& spec,
     GpuZeroHookOptions options;
     options.comm_mode = CommMode(spec);
     options.bucket_cap_mb = spec.bucket_cap_mb();
+    options.clipping = GradClipping::FromSpec(spec.optimizer());
     ASSIGN_OR_RETURN(
         std::unique_ptr<GpuZeroHook> hook,
         GpuZeroHook::Create(workload->parameters(), comm.get(), std::move(opt),
@@ -178,6 +181,22 @@ absl::StatusOr<std::vector<Parameters>> RunGpu(const v1::JobSpec& spec,
       return hook->CopyParameterToHost(i, out);
     });
   });
+}
+
+// Within `relative` of the CPU path, elementwise (clipping's norm is summed
+// in another order on the device, so its coefficient may differ in the last
+// bit).
+void ExpectClose(const Parameters& gpu, const Parameters& cpu,
+                 double relative) {
+  ASSERT_EQ(gpu.size(), cpu.size());
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    ASSERT_EQ(gpu[i].size(), cpu[i].size());
+    for (size_t j = 0; j < gpu[i].size(); ++j) {
+      const double a = gpu[i][j], b = cpu[i][j];
+      ASSERT_LE(std::fabs(a - b), relative * std::max(1e-3, std::fabs(b)))
+          << "parameter " << i << " element " << j;
+    }
+  }
 }
 
 void ExpectSame(const Parameters& gpu, const Parameters& cpu) {
@@ -310,6 +329,36 @@ TEST(GpuZeroHookTest, TwoGpusMatchTheCpuHookOnTwoRanks) {
     ASSERT_OK_AND_ASSIGN(auto cpu, RunCpu(spec));
     ASSERT_OK_AND_ASSIGN(auto gpu, RunGpu(spec, /*adapt_host=*/false));
     for (int r = 0; r < 2; ++r) ExpectSame(gpu[r], cpu[r]);
+  }
+}
+
+// Global gradient-norm clipping on the device (partial-norm, gather and
+// clip kernels, the slots all-reduced by NCCL) against the CPU hook: L2 and
+// infinity norms, limits that clip every step, on one GPU and on two in both
+// modes (several buckets, owned by both ranks).
+TEST(GpuZeroHookTest, ClippingMatchesTheCpuHook) {
+  PSHARD_SKIP_WITHOUT_GPUS(1);
+  std::string why;
+  const int gpus = CudaDeviceCount(&why);
+  for (const int world : {1, 2}) {
+    if (world > gpus) continue;
+    for (const auto mode : {v1::JobSpec::REDUCE_BROADCAST,
+                            v1::JobSpec::ALLREDUCE_BROADCAST}) {
+      for (const double norm_type : {2.0, std::numeric_limits<double>::infinity()}) {
+        SCOPED_TRACE(absl::StrCat("world ", world, " ",
+                                  v1::JobSpec::CommMode_Name(mode),
+                                  " norm_type ", norm_type));
+        v1::JobSpec spec = Job(kSyntheticAdamJob);
+        spec.set_world_size(world);
+        spec.set_comm_mode(mode);
+        // The synthetic gradients' L2 norm is ~80 and their largest |g| ~1.
+        spec.mutable_optimizer()->set_max_grad_norm(norm_type == 2 ? 1 : 0.01);
+        spec.mutable_optimizer()->set_norm_type(norm_type);
+        ASSERT_OK_AND_ASSIGN(auto cpu, RunCpu(spec));
+        ASSERT_OK_AND_ASSIGN(auto gpu, RunGpu(spec, /*adapt_host=*/false));
+        for (int r = 0; r < world; ++r) ExpectClose(gpu[r], cpu[r], 1e-5);
+      }
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 #include "worker/gpu/kernel_params.h"
 #include "worker/gpu/kernels.h"
 #include "worker/gpu/synthetic.h"
+#include "worker/hook/clip_math.h"
 
 namespace pshard::worker::gpu {
 namespace {
@@ -460,6 +461,70 @@ __global__ void MseGradKernel(const float* __restrict__ out,
   }
 }
 
+// ---- global gradient-norm clipping ----
+
+__device__ inline NormKind KindOf(int32_t inf) {
+  return inf != 0 ? NormKind::kInf : NormKind::kL2;
+}
+
+// Combines the block's per-thread partials in a fixed tree order; thread 0
+// gets the result.
+__device__ double BlockCombine(double local, NormKind kind) {
+  __shared__ double partial[kThreads];
+  partial[threadIdx.x] = local;
+  __syncthreads();
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width) {
+      partial[threadIdx.x] = CombineNorms(
+          partial[threadIdx.x], partial[threadIdx.x + width], kind);
+    }
+    __syncthreads();
+  }
+  return partial[0];
+}
+
+__global__ void PartialNormKernel(const float* __restrict__ grads, int64_t n,
+                                  int32_t inf, double* __restrict__ partials) {
+  const NormKind kind = KindOf(inf);
+  double local = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    local = AccumulateNorm(local, grads[i], kind);
+  }
+  const double total = BlockCombine(local, kind);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+__global__ void GatherNormsKernel(const double* __restrict__ partials,
+                                  int64_t count, int32_t inf,
+                                  float* __restrict__ slots, int world_size,
+                                  int rank) {
+  const NormKind kind = KindOf(inf);
+  double local = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    local = CombineNorms(local, partials[i], kind);
+  }
+  const double total = BlockCombine(local, kind);
+  for (int r = threadIdx.x; r < world_size; r += blockDim.x) {
+    slots[r] = r == rank ? PartialNormValue(total, kind) : 0.0f;
+  }
+}
+
+__global__ void ClipScaleKernel(float* __restrict__ grads, int64_t n,
+                                const float* __restrict__ slots,
+                                int world_size, int32_t inf, double max_norm) {
+  __shared__ float coef;
+  if (threadIdx.x == 0) {
+    coef = ClipCoefficient(TotalNorm(slots, world_size, KindOf(inf)),
+                           max_norm);
+  }
+  __syncthreads();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    grads[i] = __fmul_rn(grads[i], coef);
+  }
+}
+
 __global__ void CopyKernel(const float4* __restrict__ src,
                            float4* __restrict__ dst, int64_t n4) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -560,6 +625,34 @@ cudaError_t LaunchDivide(float* data, int64_t n, float divisor,
   ClearLastError();
   if (n <= 0) return cudaSuccess;
   DivideFloatKernel<<<GridFor(n), kThreads, 0, stream>>>(data, n, divisor);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPartialNorm(const float* grads, int64_t n, int32_t inf,
+                              double* partials, cudaStream_t stream) {
+  ClearLastError();
+  PartialNormKernel<<<kNormBlocks, kThreads, 0, stream>>>(grads, n, inf,
+                                                          partials);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGatherNorms(const double* partials, int64_t count,
+                              int32_t inf, float* slots, int world_size,
+                              int rank, cudaStream_t stream) {
+  ClearLastError();
+  GatherNormsKernel<<<1, kThreads, 0, stream>>>(partials, count, inf, slots,
+                                               world_size, rank);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchClipScale(float* grads, int64_t n, const float* slots,
+                            int world_size, int32_t inf, double max_norm,
+                            cudaStream_t stream) {
+  ClearLastError();
+  if (n <= 0) return cudaSuccess;
+  ClipScaleKernel<<<GridFor(n), kThreads, 0, stream>>>(grads, n, slots,
+                                                      world_size, inf,
+                                                      max_norm);
   return cudaGetLastError();
 }
 

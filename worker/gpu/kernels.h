@@ -41,6 +41,28 @@ cudaError_t LaunchScale(void* data, int32_t dtype, int64_t n, float factor,
 cudaError_t LaunchDivide(float* data, int64_t n, float divisor,
                          cudaStream_t stream);
 
+// ---- global gradient-norm clipping (worker/hook/clip_math.h) ----
+
+// Blocks of LaunchPartialNorm: each piece keeps this many partials.
+inline constexpr int kNormBlocks = 64;
+
+// partials[b], b < kNormBlocks: block b's fixed grid-stride share of
+// grads[0, n) as a running partial (inf != 0: largest |g|; else sum of
+// squares in double). Deterministic: no atomics.
+cudaError_t LaunchPartialNorm(const float* grads, int64_t n, int32_t inf,
+                              double* partials, cudaStream_t stream);
+
+// One block: slots[rank] = PartialNormValue of partials[0, count) combined
+// in order, every other of the world_size slots 0.
+cudaError_t LaunchGatherNorms(const double* partials, int64_t count,
+                              int32_t inf, float* slots, int world_size,
+                              int rank, cudaStream_t stream);
+
+// grads[i] *= ClipCoefficient(TotalNorm(slots, world_size), max_norm).
+cudaError_t LaunchClipScale(float* grads, int64_t n, const float* slots,
+                            int world_size, int32_t inf, double max_norm,
+                            cudaStream_t stream);
+
 // The synthetic workload's values: out[i] = SymmetricUniformAt(key,
 // first_index + i) * scale (synthetic.h; with scale 1 and first_index 0,
 // exactly FillUniformSymmetric(key, out, n) of worker/workload/random.h).

@@ -4,6 +4,11 @@
 //
 //   bazel run -c opt //worker/hook:hook_benchmark -- --world=2 --params=16777216 \
 //       --bucket_mb=25 --mode=reduce_broadcast --steps=10
+//
+// With --max_grad_norm=X the same process measures the path without and
+// with global gradient-norm clipping (--norm_type 2 or inf), alternating
+// --rounds times, and prints both medians and their ratio: what deferring
+// the owners' steps to the global norm costs.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -28,14 +33,20 @@ ABSL_FLAG(int64_t, tensor_numel, 1 << 20, "elements per parameter tensor");
 ABSL_FLAG(double, bucket_mb, 25, "bucket cap in MiB");
 ABSL_FLAG(std::string, mode, "reduce_broadcast",
           "reduce_broadcast or allreduce_broadcast");
-ABSL_FLAG(std::string, policy, "balanced",
-          "assignment policy: balanced, round_robin or sharded");
 ABSL_FLAG(bool, shared_memory, true,
           "same-host ranks exchange through shared-memory rings (false: "
           "loopback TCP only, the transport the torch peers use)");
 ABSL_FLAG(int, steps, 10, "timed steps (after 2 warm-up steps)");
 ABSL_FLAG(int64_t, piece_kb, 4096, "piece size in KiB (0: whole buckets)");
 ABSL_FLAG(int, broadcast_lag, 4, "pieces between a reduction and its broadcast");
+ABSL_FLAG(std::string, policy, "balanced",
+          "assignment policy: balanced, round_robin or sharded");
+ABSL_FLAG(double, max_grad_norm, 0,
+          "> 0: also measure with global gradient-norm clipping at this limit "
+          "and print the ratio");
+ABSL_FLAG(std::string, norm_type, "2", "clipping's norm: 2 or inf");
+ABSL_FLAG(int, rounds, 3,
+          "with --max_grad_norm: alternating runs without and with clipping");
 ABSL_FLAG(bool, copy_grads, false,
           "copy fixed gradients into the buckets each step (as a backward "
           "pass would write them); off: the peers' convention, gradients "
@@ -44,7 +55,15 @@ ABSL_FLAG(bool, copy_grads, false,
 namespace pshard::worker {
 namespace {
 
-int Main() {
+struct Result {
+  std::vector<double> times;  // rank 0's timed steps, ms
+  int64_t bytes_per_step = 0;
+  double imbalance = 1;  // max / mean elements owned
+};
+
+// One run of --steps timed steps (after 2 warm-up steps), ranks as threads.
+absl::StatusOr<Result> Run(v1::JobSpec::AssignmentPolicy policy,
+                           const GradClipping& clipping) {
   const int world = absl::GetFlag(FLAGS_world);
   const int64_t total = absl::GetFlag(FLAGS_params);
   const int64_t per = absl::GetFlag(FLAGS_tensor_numel);
@@ -54,13 +73,6 @@ int Main() {
     infos.push_back({absl::StrCat("t", i), {n}, n});
   }
   const bool allreduce = absl::GetFlag(FLAGS_mode) == "allreduce_broadcast";
-  v1::JobSpec::AssignmentPolicy policy;
-  if (!v1::JobSpec::AssignmentPolicy_Parse(
-          absl::AsciiStrToUpper(absl::GetFlag(FLAGS_policy)), &policy)) {
-    std::fprintf(stderr, "--policy: unknown policy \"%s\"\n",
-                 absl::GetFlag(FLAGS_policy).c_str());
-    return 2;
-  }
   const int steps = absl::GetFlag(FLAGS_steps);
   InMemoryKvStore store;
   std::vector<std::vector<double>> times(world);
@@ -83,6 +95,7 @@ int Main() {
         options.broadcast_lag = absl::GetFlag(FLAGS_broadcast_lag);
         options.comm_mode = allreduce ? v1::JobSpec::ALLREDUCE_BROADCAST
                                       : v1::JobSpec::REDUCE_BROADCAST;
+        options.clipping = clipping;
         auto hook = ZeroHook::Create(
             infos, comm->get(), *std::move(optimizer),
             [world, policy](const BucketLayout& layout)
@@ -125,23 +138,71 @@ int Main() {
         (void)(*comm)->Barrier()->Wait(absl::Seconds(60));
         return absl::OkStatus();
       });
-  for (int r = 0; r < world; ++r) {
-    if (!statuses[r].ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", r, statuses[r].ToString().c_str());
+  if (absl::Status error = FirstError(statuses); !error.ok()) return error;
+  return Result{times[0], bytes[0] / (steps + 2), shard::Imbalance(owned)};
+}
+
+double Median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+int Main() {
+  v1::JobSpec::AssignmentPolicy policy;
+  if (!v1::JobSpec::AssignmentPolicy_Parse(
+          absl::AsciiStrToUpper(absl::GetFlag(FLAGS_policy)), &policy)) {
+    std::fprintf(stderr, "--policy: unknown policy \"%s\"\n",
+                 absl::GetFlag(FLAGS_policy).c_str());
+    return 2;
+  }
+  const double max_norm = absl::GetFlag(FLAGS_max_grad_norm);
+  GradClipping clipping;
+  clipping.max_norm = max_norm;
+  clipping.kind =
+      absl::GetFlag(FLAGS_norm_type) == "inf" ? NormKind::kInf : NormKind::kL2;
+  const int rounds = max_norm > 0 ? std::max(1, absl::GetFlag(FLAGS_rounds)) : 1;
+  std::vector<double> plain, clipped;
+  int64_t bytes = 0;
+  double imbalance = 1;
+  for (int round = 0; round < rounds; ++round) {
+    absl::StatusOr<Result> off = Run(policy, GradClipping());
+    if (!off.ok()) {
+      std::fprintf(stderr, "%s\n", off.status().ToString().c_str());
+      return 1;
+    }
+    plain.insert(plain.end(), off->times.begin(), off->times.end());
+    bytes = off->bytes_per_step;
+    imbalance = off->imbalance;
+    if (max_norm > 0) {
+      absl::StatusOr<Result> on = Run(policy, clipping);
+      if (!on.ok()) {
+        std::fprintf(stderr, "%s\n", on.status().ToString().c_str());
+        return 1;
+      }
+      clipped.insert(clipped.end(), on->times.begin(), on->times.end());
     }
   }
-  std::vector<double> t = times[0];
-  if (t.empty()) return 1;
-  std::sort(t.begin(), t.end());
   std::printf(
       "{\"impl\": \"pshard-hook\", \"world\": %d, \"params\": %lld, "
       "\"bucket_mb\": %g, \"mode\": \"%s\", \"policy\": \"%s\", "
       "\"imbalance\": %.4f, \"step_time_ms_median\": %.1f, "
-      "\"step_time_ms_min\": %.1f, \"bytes_sent_per_step_rank0\": %lld}\n",
-      world, static_cast<long long>(total), absl::GetFlag(FLAGS_bucket_mb),
-      absl::GetFlag(FLAGS_mode).c_str(), absl::GetFlag(FLAGS_policy).c_str(),
-      shard::Imbalance(owned), t[t.size() / 2], t[0],
-      static_cast<long long>(bytes[0] / (steps + 2)));
+      "\"step_time_ms_min\": %.1f, \"bytes_sent_per_step_rank0\": %lld",
+      absl::GetFlag(FLAGS_world),
+      static_cast<long long>(absl::GetFlag(FLAGS_params)),
+      absl::GetFlag(FLAGS_bucket_mb), absl::GetFlag(FLAGS_mode).c_str(),
+      absl::GetFlag(FLAGS_policy).c_str(), imbalance,
+      Median(plain), *std::min_element(plain.begin(), plain.end()),
+      static_cast<long long>(bytes));
+  if (max_norm > 0) {
+    std::printf(
+        ", \"max_grad_norm\": %g, \"norm_type\": \"%s\", \"rounds\": %d, "
+        "\"clipped_step_time_ms_median\": %.1f, \"clipped_step_time_ms_min\": "
+        "%.1f, \"clipping_ratio\": %.3f",
+        max_norm, absl::GetFlag(FLAGS_norm_type).c_str(), rounds,
+        Median(clipped), *std::min_element(clipped.begin(), clipped.end()),
+        Median(clipped) / Median(plain));
+  }
+  std::printf("}\n");
   return 0;
 }
 

@@ -12,6 +12,10 @@
 //                memory runs it there (on the communicator's thread, after
 //                the reduction); device memory enqueues kernels on the
 //                communication stream at issue time (no host sync);
+//   norms        global gradient-norm clipping (clip_math.h): each owned
+//                piece's partial norm after its reduction, the rank's
+//                partial into its slot of a small vector that the hook
+//                all-reduces, the clipped step, and the total for progress;
 //   ordering     before a bucket's first collective, after whatever wrote
 //                its gradients (device: the communication stream waits for
 //                the compute stream); after a step's last collective, before
@@ -31,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "worker/bucket/bucket_layout.h"
 #include "worker/comm/communicator.h"
+#include "worker/hook/clip_math.h"
 #include "worker/optim/shard_optimizer.h"
 
 namespace pshard::worker {
@@ -67,6 +72,43 @@ class HookMemory {
   // communicator, so it sits between the reduction and the broadcast.
   virtual absl::Status OwnerStep(int index, float* params, float* grads,
                                  int64_t numel, float divisor) = 0;
+
+  // ---- Global gradient-norm clipping (ZeroHookOptions::clipping) ----
+  // Per step: PartialNorm on each owned piece after its reduction, then
+  // GatherNorms, an AllReduce of norm_slots() by the hook, ClippedOwnerStep
+  // on each owned piece, and TotalNorm once the step has been waited for.
+  //
+  // Once, before the first clipped step: room for the partial norms of
+  // `num_pieces` pieces and for `world_size` norm slots, all zero.
+  virtual absl::Status PrepareNorms(int num_pieces, int world_size) = 0;
+
+  // Piece `index`'s partial norm of its averaged gradient, kept for
+  // GatherNorms: grads /= divisor (as OwnerStep's), then its sum of squares
+  // (L2, in double) or largest |g| (infinity). Enqueue()d after the piece's
+  // reduction, on its owner.
+  virtual absl::Status PartialNorm(int index, float* grads, int64_t numel,
+                                   float divisor, NormKind kind) = 0;
+
+  // This rank's partial into norm slot `rank` — the partials of every piece
+  // combined in piece order, a piece PartialNorm never ran on counting 0 —
+  // and 0 into every other slot, so that summing the slots over ranks gives
+  // every rank every partial. Enqueue()d after the step's PartialNorms, on
+  // every rank (one that owns nothing writes 0).
+  virtual absl::Status GatherNorms(int rank, NormKind kind) = 0;
+
+  // The norm slots (world_size floats in this memory) the hook all-reduces.
+  virtual float* norm_slots() = 0;
+
+  // OwnerStep after the slots' all-reduce, on gradients PartialNorm already
+  // averaged: grads *= ClipCoefficient(TotalNorm(slots), max_norm), then
+  // the optimizer step.
+  virtual absl::Status ClippedOwnerStep(int index, float* params, float* grads,
+                                        int64_t numel, double max_norm,
+                                        NormKind kind) = 0;
+
+  // After the host has waited for the step: its total norm before clipping
+  // (the slots combined). Errors from the memory's runtime.
+  virtual absl::StatusOr<double> TotalGradNorm(NormKind kind) = 0;
 
   // After the step's last operation `last` has been issued and before the
   // host waits for the step: orders the training's next computation after

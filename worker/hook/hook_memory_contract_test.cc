@@ -1,7 +1,9 @@
 // The calls ZeroHook makes on its HookMemory, in order and on which thread
 // (the training thread, or the communicator's order): the contract
 // GpuZeroHook's device memory relies on, checked here on host memory.
+#include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -126,6 +129,31 @@ class RecordingMemory : public HookMemory {
     Log(comm_order_, absl::StrCat("step ", index, " /", divisor));
     return inner_->OwnerStep(index, params, grads, numel, divisor);
   }
+  absl::Status PrepareNorms(int num_pieces, int world_size) override {
+    Log(training_, absl::StrCat("prepare norms ", num_pieces, " ", world_size));
+    return inner_->PrepareNorms(num_pieces, world_size);
+  }
+  absl::Status PartialNorm(int index, float* grads, int64_t numel,
+                           float divisor, NormKind kind) override {
+    Log(comm_order_, absl::StrCat("norm ", index, " /", divisor));
+    return inner_->PartialNorm(index, grads, numel, divisor, kind);
+  }
+  absl::Status GatherNorms(int rank, NormKind kind) override {
+    Log(comm_order_, absl::StrCat("gather into ", rank));
+    return inner_->GatherNorms(rank, kind);
+  }
+  float* norm_slots() override { return inner_->norm_slots(); }
+  absl::Status ClippedOwnerStep(int index, float* params, float* grads,
+                                int64_t numel, double max_norm,
+                                NormKind kind) override {
+    Log(comm_order_, absl::StrCat("clipped step ", index));
+    return inner_->ClippedOwnerStep(index, params, grads, numel, max_norm,
+                                    kind);
+  }
+  absl::StatusOr<double> TotalGradNorm(NormKind kind) override {
+    Log(training_, "total norm");
+    return inner_->TotalGradNorm(kind);
+  }
   absl::Status OrderComputeAfter(Work& last) override {
     // The device memory makes the compute stream wait for `last` alone: it
     // must be the step's last operation.
@@ -168,6 +196,48 @@ class HookOnMemory : public ZeroHook {
   using ZeroHook::Init;
 };
 
+// One rank on a fake communicator, recorded, with GpuZeroHook's schedule
+// (whole buckets, each broadcast right after its step): parameters "a" (4)
+// and "b" (2), a bucket each, plain SGD with lr 0.5; initialised.
+struct RecordedHook {
+  static absl::StatusOr<std::unique_ptr<RecordedHook>> Create(
+      v1::JobSpec::CommMode mode, const GradClipping& clipping) {
+    auto recorded = std::make_unique<RecordedHook>();
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer, Sgd());
+    auto memory = std::make_unique<RecordingMemory>(optimizer.get(),
+                                                    &recorded->comm);
+    recorded->memory = memory.get();
+    ZeroHookOptions options;
+    options.comm_mode = mode;
+    options.timeout = absl::Seconds(5);
+    options.bucket_cap_mb = 8.0 / (1 << 20);  // 8 bytes: a bucket per param
+    options.piece_bytes = 0;
+    options.broadcast_lag = 0;
+    options.clipping = clipping;
+    recorded->hook = std::make_unique<HookOnMemory>(
+        std::vector<ParameterInfo>{{"a", {4}, 4}, {"b", {2}, 2}},
+        &recorded->comm, std::move(optimizer), std::move(memory),
+        AllToRankZero(), options);
+    RETURN_IF_ERROR(recorded->hook->Init());
+    return recorded;
+  }
+
+  // Parameters a = (1, 1, 1, 1), b = (2, 2); gradients (1, 1, 1, 1) and
+  // (-2, -2).
+  void Fill() {
+    for (int i = 0; i < 4; ++i) hook->params()[0][i] = 1;
+    for (int i = 0; i < 2; ++i) hook->params()[1][i] = 2;
+    for (int i = 0; i < 4; ++i) hook->grads()[0][i] = 1;
+    for (int i = 0; i < 2; ++i) hook->grads()[1][i] = -2;
+  }
+
+  FakeHub hub{1};
+  std::unique_ptr<Communicator> fake = hub.Create(0);
+  IssueRecorder comm{fake.get()};
+  RecordingMemory* memory = nullptr;  // the hook's
+  std::unique_ptr<HookOnMemory> hook;
+};
+
 // The contract GpuZeroHook's device memory relies on, with GpuZeroHook's
 // schedule (whole buckets, broadcast right after the step), in both modes:
 // the re-pack goes through Arrange; each bucket is ordered after its
@@ -179,26 +249,12 @@ TEST(ZeroHookTest, HookMemoryCallsFollowTheAlgorithm) {
   for (const auto mode :
        {v1::JobSpec::REDUCE_BROADCAST, v1::JobSpec::ALLREDUCE_BROADCAST}) {
     SCOPED_TRACE(v1::JobSpec::CommMode_Name(mode));
-    FakeHub hub(1);
-    auto fake = hub.Create(0);
-    IssueRecorder comm(fake.get());
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShardOptimizer> optimizer, Sgd());
-    auto memory = std::make_unique<RecordingMemory>(optimizer.get(), &comm);
-    RecordingMemory& recorded = *memory;
-    ZeroHookOptions options;
-    options.comm_mode = mode;
-    options.timeout = absl::Seconds(5);
-    options.bucket_cap_mb = 8.0 / (1 << 20);  // 8 bytes: a bucket per param
-    options.piece_bytes = 0;
-    options.broadcast_lag = 0;
-    HookOnMemory hook({{"a", {4}, 4}, {"b", {2}, 2}}, &comm,
-                      std::move(optimizer), std::move(memory), AllToRankZero(),
-                      options);
-    ASSERT_OK(hook.Init());
-    for (int i = 0; i < 4; ++i) hook.params()[0][i] = 1;
-    for (int i = 0; i < 2; ++i) hook.params()[1][i] = 2;
-    for (int i = 0; i < 4; ++i) hook.grads()[0][i] = 1;
-    for (int i = 0; i < 2; ++i) hook.grads()[1][i] = -2;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordedHook> recorded_hook,
+                         RecordedHook::Create(mode, GradClipping()));
+    IssueRecorder& comm = recorded_hook->comm;
+    RecordingMemory& recorded = *recorded_hook->memory;
+    HookOnMemory& hook = *recorded_hook->hook;
+    recorded_hook->Fill();
     // Forward order, unlike DDP's guess: the first step re-packs.
     hook.GradientReady(0);
     hook.GradientReady(1);
@@ -234,6 +290,64 @@ TEST(ZeroHookTest, HookMemoryCallsFollowTheAlgorithm) {
                                   4 * numel));
       step.push_back(absl::StrCat("broadcast ", numel));
     }
+    std::vector<std::string> two_steps = step;
+    two_steps.insert(two_steps.end(), step.begin(), step.end());
+    EXPECT_THAT(comm.issued(), ::testing::ElementsAreArray(two_steps));
+  }
+}
+
+// With clipping, the same schedule defers the owners' steps: each bucket's
+// partial norm runs right after its reduction (in the communicator's order),
+// and FinishStep issues the gather, one all-reduce of world_size floats, the
+// clipped steps, then the broadcasts; the compute is still
+// ordered after the step's last operation. Gradients (1,1,1,1) and (-2,-2):
+// norm sqrt(12), clipped to 1.
+TEST(ZeroHookTest, HookMemoryCallsWithClippingDeferTheSteps) {
+  for (const auto mode :
+       {v1::JobSpec::REDUCE_BROADCAST, v1::JobSpec::ALLREDUCE_BROADCAST}) {
+    SCOPED_TRACE(v1::JobSpec::CommMode_Name(mode));
+    GradClipping clipping;
+    clipping.max_norm = 1;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordedHook> recorded_hook,
+                         RecordedHook::Create(mode, clipping));
+    IssueRecorder& comm = recorded_hook->comm;
+    RecordingMemory& recorded = *recorded_hook->memory;
+    HookOnMemory& hook = *recorded_hook->hook;
+    EXPECT_EQ(hook.last_grad_norm(), std::nullopt);
+    for (int step = 1; step <= 2; ++step) {
+      recorded_hook->Fill();
+      hook.GradientReady(0);
+      hook.GradientReady(1);
+      ASSERT_OK(hook.FinishStep());
+      const double norm = std::sqrt(12.0);
+      ASSERT_TRUE(hook.last_grad_norm().has_value());
+      EXPECT_NEAR(*hook.last_grad_norm(), norm, 1e-6);
+      const float coef = static_cast<float>(1 / (norm + 1e-6));
+      // SGD lr 0.5 on the clipped gradients.
+      EXPECT_FLOAT_EQ(hook.params()[0][0], 1 - 0.5f * coef);
+      EXPECT_FLOAT_EQ(hook.params()[1][1], 2 + 0.5f * 2 * coef);
+    }
+    EXPECT_THAT(recorded.training(),
+                ::testing::ElementsAre(
+                    "arrange", "arrange", "prepare norms 2 1", "order 0",
+                    "order 1", "compute after the last operation",
+                    "total norm", "order 0", "order 1",
+                    "compute after the last operation", "total norm"));
+    std::vector<std::string> comm_step = {
+        "ordered 0", "norm 0 /1",     "ordered 1", "norm 1 /1",
+        "gather into 0", "clipped step 0", "clipped step 1"};
+    std::vector<std::string> two = comm_step;
+    two.insert(two.end(), comm_step.begin(), comm_step.end());
+    EXPECT_THAT(recorded.comm_order(), ::testing::ElementsAreArray(two));
+    const std::string reduce =
+        mode == v1::JobSpec::REDUCE_BROADCAST ? "reduce-mean" : "all-reduce";
+    std::vector<std::string> step = {
+        "enqueue", absl::StrCat(reduce, " 4"), "enqueue touching 16",
+        "enqueue", absl::StrCat(reduce, " 2"), "enqueue touching 8",
+        "enqueue",  // the gather
+        "all-reduce 1",
+        "enqueue touching 16 16 4", "enqueue touching 8 8 4",
+        "broadcast 4", "broadcast 2"};
     std::vector<std::string> two_steps = step;
     two_steps.insert(two_steps.end(), step.begin(), step.end());
     EXPECT_THAT(comm.issued(), ::testing::ElementsAreArray(two_steps));

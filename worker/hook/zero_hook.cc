@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -15,6 +16,23 @@
 namespace pshard::worker {
 
 namespace {
+
+// The running partial (clip_math.h) of n gradients, in 8 interleaved
+// accumulators combined in a fixed order at the end: deterministic, and
+// without one long chain of dependent double additions (which -O3 may not
+// reorder), several times faster.
+double HostPartialNorm(const float* g, int64_t n, NormKind kind) {
+  constexpr int kLanes = 8;
+  double acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) acc[k] = AccumulateNorm(acc[k], g[i + k], kind);
+  }
+  for (; i < n; ++i) acc[0] = AccumulateNorm(acc[0], g[i], kind);
+  double total = acc[0];
+  for (int k = 1; k < kLanes; ++k) total = CombineNorms(total, acc[k], kind);
+  return total;
+}
 
 // Buckets in host memory (BucketStorage); the owner's step runs on the
 // communicator's thread, in the reduction's completion.
@@ -59,15 +77,65 @@ class HostMemory final : public HookMemory {
     return optimizer_->Step(index, params, grads);
   }
 
+  absl::Status PrepareNorms(int num_pieces, int world_size) override {
+    piece_norms_.assign(num_pieces, 0);
+    slots_.assign(world_size, 0);
+    return absl::OkStatus();
+  }
+
+  absl::Status PartialNorm(int index, float* grads, int64_t numel,
+                           float divisor, NormKind kind) override {
+    if (divisor != 1) DivideInPlace(grads, numel, DataType::kFloat32, divisor);
+    piece_norms_[index] = HostPartialNorm(grads, numel, kind);
+    return absl::OkStatus();
+  }
+
+  absl::Status GatherNorms(int rank, NormKind kind) override {
+    double acc = 0;
+    for (double piece : piece_norms_) acc = CombineNorms(acc, piece, kind);
+    std::fill(slots_.begin(), slots_.end(), 0.0f);
+    slots_[rank] = PartialNormValue(acc, kind);
+    return absl::OkStatus();
+  }
+
+  float* norm_slots() override { return slots_.data(); }
+
+  absl::Status ClippedOwnerStep(int index, float* params, float* grads,
+                                int64_t numel, double max_norm,
+                                NormKind kind) override {
+    const float coef = ClipCoefficient(
+        TotalNorm(slots_.data(), static_cast<int>(slots_.size()), kind),
+        max_norm);
+    // As torch: multiplied even by 1 (which changes nothing).
+    for (int64_t i = 0; i < numel; ++i) grads[i] *= coef;
+    return optimizer_->Step(index, params, grads);
+  }
+
+  absl::StatusOr<double> TotalGradNorm(NormKind kind) override {
+    return TotalNorm(slots_.data(), static_cast<int>(slots_.size()), kind);
+  }
+
   // FinishStep's host wait orders the next forward.
   absl::Status OrderComputeAfter(Work&) override { return absl::OkStatus(); }
 
  private:
   ShardOptimizer* const optimizer_;
   std::unique_ptr<BucketStorage> storage_;
+  // Clipping: per piece, its partial (sum of squares or largest |g|),
+  // written and read in the communicator's order; the slots the hook
+  // all-reduces.
+  std::vector<double> piece_norms_;
+  std::vector<float> slots_;
 };
 
 }  // namespace
+
+GradClipping GradClipping::FromSpec(const v1::OptimizerSpec& spec) {
+  GradClipping clipping;
+  if (spec.has_max_grad_norm()) clipping.max_norm = spec.max_grad_norm();
+  if (std::isinf(spec.norm_type())) clipping.kind = NormKind::kInf;
+  return clipping;
+}
 
 std::unique_ptr<HookMemory> NewHostMemory(ShardOptimizer* optimizer) {
   return std::make_unique<HostMemory>(optimizer);
@@ -114,6 +182,13 @@ absl::Status ZeroHook::Init() {
     return absl::InvalidArgumentError(absl::StrCat(
         "piece_bytes and broadcast_lag must be >= 0, got ",
         options_.piece_bytes, " and ", options_.broadcast_lag));
+  }
+  if (options_.clipping.max_norm != 0 &&
+      !(std::isfinite(options_.clipping.max_norm) &&
+        options_.clipping.max_norm > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("clipping.max_norm must be finite and > 0 (or 0: none), "
+                     "got ", options_.clipping.max_norm));
   }
   const int n = static_cast<int>(infos_.size());
   issued_broadcasts_.assign(n, {});
@@ -492,13 +567,26 @@ void ZeroHook::LaunchPiece(int p) {
     // The owner receives the mean (the division fused into the reduction).
     works_.push_back(comm_->ReduceMean(grads, numel, DataType::kFloat32, owner));
   }
+  // After an all-reduce the owner holds the sum: average it in the step (a
+  // division, as DDP does, not a multiply by the reciprocal).
+  const float divisor = options_.comm_mode == v1::JobSpec::ALLREDUCE_BROADCAST
+                            ? static_cast<float>(comm_->world_size())
+                            : 1.0f;
+  if (options_.clipping.enabled()) {
+    // The owner's step waits for the global norm (IssueClippedSteps); its
+    // piece's share of the norm is taken now, in the reduction's completion.
+    if (comm_->rank() == owner) {
+      HookMemory* memory = memory_.get();
+      const NormKind kind = options_.clipping.kind;
+      works_.push_back(comm_->EnqueueTouching(
+          [memory, p, grads, numel, divisor, kind] {
+            return memory->PartialNorm(p, grads, numel, divisor, kind);
+          },
+          {{grads, numel * 4}}));
+    }
+    return;
+  }
   if (comm_->rank() == owner) {
-    // After an all-reduce the owner holds the sum: average it in the step (a
-    // division, as DDP does, not a multiply by the reciprocal).
-    const float divisor =
-        options_.comm_mode == v1::JobSpec::ALLREDUCE_BROADCAST
-            ? static_cast<float>(comm_->world_size())
-            : 1.0f;
     HookMemory* memory = memory_.get();
     std::atomic<int64_t>* counter = &piece_steps_[p];
     works_.push_back(comm_->EnqueueTouching(
@@ -557,6 +645,43 @@ absl::Status ZeroHook::WaitForAllParameters() {
     RETURN_IF_ERROR(WaitForParameter(i));
   }
   return absl::OkStatus();
+}
+
+void ZeroHook::IssueClippedSteps() {
+  const int rank = comm_->rank();
+  HookMemory* memory = memory_.get();
+  const NormKind kind = options_.clipping.kind;
+  const double max_norm = options_.clipping.max_norm;
+  works_.push_back(comm_->Enqueue(
+      [memory, rank, kind] { return memory->GatherNorms(rank, kind); }));
+  // Every slot is one rank's partial and zero elsewhere: the sum is exact
+  // and the same on every rank.
+  works_.push_back(comm_->AllReduce(memory_->norm_slots(), comm_->world_size(),
+                                    DataType::kFloat32));
+  for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
+    const Piece& piece = pieces_[p];
+    if (piece.owner == rank) {
+      float* grads = memory_->bucket_grads(piece.bucket) + piece.offset;
+      float* params = memory_->bucket_params(piece.bucket) + piece.offset;
+      const int64_t numel = piece.numel;
+      std::atomic<int64_t>* counter = &piece_steps_[p];
+      works_.push_back(comm_->EnqueueTouching(
+          [memory, counter, p, grads, params, numel, max_norm,
+           kind]() -> absl::Status {
+            RETURN_IF_ERROR(memory->ClippedOwnerStep(p, params, grads, numel,
+                                                     max_norm, kind));
+            counter->fetch_add(1);
+            return absl::OkStatus();
+          },
+          {{grads, numel * 4},
+           {params, numel * 4},
+           {memory_->norm_slots(), comm_->world_size() * 4}}));
+    }
+  }
+  // Broadcasts after every step: each waits only for its own piece's step
+  // (EnqueueTouching), whereas a step runs after every earlier operation, so
+  // a step issued after a broadcast would wait for that transfer.
+  for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) IssueBroadcast(p);
 }
 
 absl::Status ZeroHook::Fail(absl::Status status) {
@@ -649,6 +774,10 @@ absl::Status ZeroHook::Initialize() {
   if (initial_state_.has_value()) RETURN_IF_ERROR(ApplyInitialOptimizerState());
   piece_steps_.reset(new std::atomic<int64_t>[pieces_.size()]);
   for (size_t p = 0; p < pieces_.size(); ++p) piece_steps_[p] = 0;
+  if (options_.clipping.enabled()) {
+    RETURN_IF_ERROR(memory_->PrepareNorms(static_cast<int>(pieces_.size()),
+                                          comm_->world_size()));
+  }
   bucket_pending_.assign(num_buckets, 0);
   state_ = HookState::kInitialized;
   return absl::OkStatus();
@@ -676,6 +805,7 @@ absl::Status ZeroHook::FinishStep() {
     IssueBroadcast(deferred_broadcasts_.front());
     deferred_broadcasts_.pop_front();
   }
+  if (options_.clipping.enabled()) IssueClippedSteps();
   // The last step's updates of parameters the forward never asked for.
   if (absl::Status status = WaitForAllParameters(); !status.ok()) {
     return Fail(status);
@@ -697,6 +827,12 @@ absl::Status ZeroHook::FinishStep() {
   }
   last_collective_wait_ =
       absl::FromChrono(std::chrono::steady_clock::now() - wait_start);
+  if (options_.clipping.enabled()) {
+    absl::StatusOr<double> norm =
+        memory_->TotalGradNorm(options_.clipping.kind);
+    if (!norm.ok()) return Fail(norm.status());
+    last_grad_norm_ = *norm;
+  }
   // Clear per-iteration state.
   works_.clear();
   std::swap(pending_broadcasts_, issued_broadcasts_);

@@ -27,6 +27,24 @@
 //        then the held buckets run through steps 1-3: the first step
 //        updates the parameters too, unlike the seed, which loses 2-3.
 //
+// Global gradient-norm clipping (options.clipping; clip_grad_norm_ of
+// PyTorch 1.13 on the averaged gradients of every parameter) changes when an
+// owner may step: it needs the norm of every rank's buckets. Reductions still
+// launch as buckets become ready and overlap backward; in each reduction's
+// completion the owner takes its piece's partial norm; the steps wait for
+// FinishStep, which, once backward has handed over every gradient, issues on
+// every rank: the rank's partial into its slot of a world_size vector, one
+// all-reduce of that vector (every rank then holds every partial and
+// combines them in rank order), the owner's clipped steps of its pieces,
+// then every piece's broadcast in piece order (each waits only for its own
+// piece's step, so a rank's later steps overlap the transfers of pieces
+// already stepped and of other owners' pieces). Without clipping none of
+// this is issued and the schedule above is unchanged.
+//
+//   backward ─ ready(b0) ─ ready(b1) ─ ... ─ FinishStep
+//   comm:  reduce(b0) [norm b0] reduce(b1) [norm b1] ... gather ─ all-reduce
+//          (world floats) ─ [clip+step owned b] ... ─ bcast(b0) bcast(b1) ...
+//
 // In the first step gradients are only held, because the layout is not final
 // until the ready order has been observed: the buffers are laid out in
 // reverse registration order up front (DDP's guess) and re-packed, values
@@ -112,6 +130,18 @@ struct BucketAssignment {
 using AssignmentProvider =
     std::function<absl::StatusOr<BucketAssignment>(const BucketLayout&)>;
 
+// Global gradient-norm clipping: torch.nn.utils.clip_grad_norm_(params,
+// max_norm, norm_type) between backward and the step.
+struct GradClipping {
+  // 0: no clipping; otherwise finite and > 0.
+  double max_norm = 0;
+  NormKind kind = NormKind::kL2;
+
+  bool enabled() const { return max_norm > 0; }
+  // OptimizerSpec.max_grad_norm and norm_type (of a valid spec).
+  static GradClipping FromSpec(const v1::OptimizerSpec& spec);
+};
+
 struct ZeroHookOptions {
   v1::JobSpec::CommMode comm_mode = v1::JobSpec::REDUCE_BROADCAST;
   double bucket_cap_mb = 25;
@@ -133,6 +163,9 @@ struct ZeroHookOptions {
   // (Megatron's --overlap-param-gather, in the order the forward really
   // reads them). Host memory only.
   bool overlap_param_broadcast = false;
+  // Off by default. When on, owners step only once the step's reductions
+  // are done (see the file comment); invalid values are refused by Create.
+  GradClipping clipping;
 };
 
 class ZeroHook : public GradientSink {
@@ -186,6 +219,11 @@ class ZeroHook : public GradientSink {
   // backward pass had handed over its last gradient: the communication the
   // backward pass did not hide.
   absl::Duration last_collective_wait() const { return last_collective_wait_; }
+
+  // The total gradient norm of the last finished step before clipping, as
+  // clip_grad_norm_ returns it; nullopt without clipping or before a step.
+  // The same on every rank. Non-finite when a gradient was.
+  std::optional<double> last_grad_norm() const { return last_grad_norm_; }
 
   HookState state() const { return state_; }
   int64_t epoch() const { return assignment_.epoch; }
@@ -282,6 +320,9 @@ class ZeroHook : public GradientSink {
   absl::Status LaunchBucket(int b);
   void LaunchPiece(int p);
   void IssueBroadcast(int p);
+  // Clipping: after every reduction of the step, the norm's all-reduce and
+  // each owned piece's clipped step, each piece's broadcast.
+  void IssueClippedSteps();
   // Piece p's parameter spans, offsets inside the piece or (for
   // checkpoints) inside each span's parameter.
   std::vector<ParamSpan> PieceSpans(int p,
@@ -309,6 +350,7 @@ class ZeroHook : public GradientSink {
   absl::Status error_;
   int64_t steps_finished_ = 0;
   absl::Duration last_collective_wait_ = absl::ZeroDuration();
+  std::optional<double> last_grad_norm_;
   // SetInitialOptimizerState's, until the first step applies it.
   std::optional<std::vector<ParameterOptimizerState>> initial_state_;
   // SetOptimizerStateLoader's, until the first step calls it.

@@ -6,7 +6,9 @@
 // with the GPU's. Also: step 1 re-packs the buckets into the observed order.
 #include "worker/hook/zero_hook.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -22,6 +24,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/kv_store.h"
 #include "worker/comm/rank_threads.h"
+#include "worker/hook/clip_reference.h"
 #include "shard/assignment.h"
 #include "worker/optim/shard_optimizer.h"
 #include "worker/workload/workload.h"
@@ -80,6 +83,8 @@ struct RankResult {
   std::vector<int64_t> owned_elements;  // by bucket
   int64_t state_bytes = 0;
   int64_t bytes_sent = 0;
+  // Per step: the hook's last_grad_norm (-1 when it had none).
+  std::vector<double> grad_norms;
 };
 
 std::vector<std::vector<float>> Snapshot(const ZeroHook& hook) {
@@ -105,6 +110,7 @@ absl::Status RunRank(const v1::JobSpec& spec, Backend backend,
   options.comm_mode = spec.comm_mode();
   options.bucket_cap_mb = spec.bucket_cap_mb();
   options.timeout = absl::Seconds(30);
+  options.clipping = GradClipping::FromSpec(spec.optimizer());
   // Pieces of 100 floats: buckets of ~260 travel in 3, parameters of 130
   // straddle pieces.
   options.piece_bytes = 400;
@@ -143,6 +149,7 @@ absl::Status RunRank(const v1::JobSpec& spec, Backend backend,
     auto loss = (*workload)->ComputeGradients(step, params, h.grads(), h);
     if (!loss.ok()) return loss.status();
     if (absl::Status s = h.FinishStep(); !s.ok()) return s;
+    result->grad_norms.push_back(h.last_grad_norm().value_or(-1));
     if (step == 1) {
       if (h.state() != HookState::kInitialized || h.epoch() != 1) {
         return absl::InternalError("hook not initialized after step 1");
@@ -192,9 +199,12 @@ std::vector<RankResult> RunJob(const v1::JobSpec& spec, Backend backend) {
   return results;
 }
 
-// One process, unsharded: the same optimizer on the rank-averaged gradients.
+// One process, unsharded: the same optimizer on the rank-averaged gradients,
+// clipped as torch.nn.utils.clip_grad_norm_ does when the spec clips (the
+// norm of each step into `norms`).
 std::vector<std::vector<float>> Reference(const v1::JobSpec& spec, int steps,
-                                          int world) {
+                                          int world,
+                                          std::vector<double>* norms = nullptr) {
   std::vector<std::unique_ptr<Workload>> workloads;
   for (int r = 0; r < world; ++r) {
     auto w = CreateWorkload(spec, r, world);
@@ -240,6 +250,14 @@ std::vector<std::vector<float>> Reference(const v1::JobSpec& spec, int steps,
     }
     for (int i = 0; i < n; ++i) {
       for (float& g : sum[i]) g /= static_cast<float>(world);
+    }
+    if (spec.optimizer().has_max_grad_norm()) {
+      const double norm_type = spec.optimizer().norm_type();
+      const double total = ClipGradNormLikeTorch(
+          sum, spec.optimizer().max_grad_norm(), norm_type == 0 ? 2 : norm_type);
+      if (norms != nullptr) norms->push_back(total);
+    }
+    for (int i = 0; i < n; ++i) {
       EXPECT_OK((*optimizer)->Step(i, params[i].data(), sum[i].data()));
     }
   }
@@ -394,6 +412,106 @@ INSTANTIATE_TEST_SUITE_P(
                           v1::JobSpec::REDUCE_BROADCAST),
         ::testing::Values(v1::JobSpec::SHARDED)),
     ConfigName);
+
+// Global gradient-norm clipping against the unsharded reference clipped as
+// torch does: several buckets owned by different ranks, each owner's steps
+// deferred to the global norm. kClips sets max_grad_norm to a tenth of the
+// first step's norm (every step clips), kNoClip to ten times it (none does).
+enum class Clip { kL2Clips, kL2NoClip, kInfClips, kInfNoClip };
+
+class ClippingTest
+    : public ::testing::TestWithParam<
+          std::tuple<Backend, int, v1::JobSpec::CommMode, Clip>> {};
+
+TEST_P(ClippingTest, ShardedClippedEqualsUnshardedClipped) {
+  const auto [backend, world, mode, clip] = GetParam();
+  v1::JobSpec spec = MakeSpec(v1::OptimizerSpec::ADAM, mode,
+                              v1::JobSpec::ROUND_ROBIN, world);
+  const bool inf = clip == Clip::kInfClips || clip == Clip::kInfNoClip;
+  const bool clips = clip == Clip::kL2Clips || clip == Clip::kInfClips;
+  if (inf) {
+    spec.mutable_optimizer()->set_norm_type(
+        std::numeric_limits<double>::infinity());
+  }
+  // The first step's norm, from the reference with a huge limit.
+  spec.mutable_optimizer()->set_max_grad_norm(1e30);
+  std::vector<double> probe;
+  Reference(spec, 1, world, &probe);
+  ASSERT_EQ(probe.size(), 1u);
+  spec.mutable_optimizer()->set_max_grad_norm(probe[0] * (clips ? 0.1 : 10));
+  ASSERT_OK(ValidateJobSpec(spec));
+
+  std::vector<double> norms;
+  const auto expected = Reference(spec, kSteps, world, &norms);
+  const double limit = spec.optimizer().max_grad_norm();
+  for (double norm : norms) EXPECT_EQ(norm > limit, clips) << norm;
+  std::vector<RankResult> results = RunJob(spec, backend);
+  if (HasFailure()) return;
+  for (int r = 0; r < world; ++r) {
+    ExpectClose(results[r].params, expected, absl::StrCat("rank ", r));
+    EXPECT_EQ(results[r].params, results[0].params) << "rank " << r;
+    // Every rank reports the same pre-clip norm, torch's within 1e-6.
+    ASSERT_EQ(results[r].grad_norms.size(), norms.size());
+    for (size_t s = 0; s < norms.size(); ++s) {
+      EXPECT_NEAR(results[r].grad_norms[s], norms[s], 1e-6 * norms[s])
+          << "rank " << r << " step " << s + 1;
+    }
+    EXPECT_EQ(results[r].grad_norms, results[0].grad_norms);
+  }
+  // Several buckets, owned by more than one rank when world > 1.
+  const auto& owners = results[0].owners;
+  ASSERT_GT(owners.size(), 2u);
+  for (int r = 0; r < world; ++r) {
+    EXPECT_NE(std::count(owners.begin(), owners.end(), r), 0) << "rank " << r;
+  }
+  for (int r = 0; r < world; ++r) {
+    for (size_t b = 0; b < owners.size(); ++b) {
+      EXPECT_EQ(results[r].bucket_steps[b], owners[b] == r ? kSteps : 0);
+    }
+  }
+}
+
+// Without clipping nothing is reported.
+TEST(ClippingTest, NoNormWithoutClipping) {
+  v1::JobSpec spec = MakeSpec(v1::OptimizerSpec::SGD,
+                              v1::JobSpec::REDUCE_BROADCAST,
+                              v1::JobSpec::BALANCED, 2);
+  std::vector<RankResult> results = RunJob(spec, Backend::kFake);
+  for (const RankResult& r : results) {
+    EXPECT_EQ(r.grad_norms, std::vector<double>(kSteps, -1));
+  }
+}
+
+const char* ClipName(Clip clip) {
+  switch (clip) {
+    case Clip::kL2Clips:
+      return "L2Clips";
+    case Clip::kL2NoClip:
+      return "L2NoClip";
+    case Clip::kInfClips:
+      return "InfClips";
+    case Clip::kInfNoClip:
+      return "InfNoClip";
+  }
+  return "?";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllConfigs, ClippingTest,
+    ::testing::Combine(
+        ::testing::Values(Backend::kFake, Backend::kGloo,
+                          Backend::kFakeGpuSchedule),
+        ::testing::Values(1, 2, 3),
+        ::testing::Values(v1::JobSpec::ALLREDUCE_BROADCAST,
+                          v1::JobSpec::REDUCE_BROADCAST),
+        ::testing::Values(Clip::kL2Clips, Clip::kL2NoClip, Clip::kInfClips,
+                          Clip::kInfNoClip)),
+    [](const auto& info) {
+      return absl::StrCat(BackendName(std::get<0>(info.param)), "_World",
+                          std::get<1>(info.param), "_",
+                          v1::JobSpec::CommMode_Name(std::get<2>(info.param)),
+                          "_", ClipName(std::get<3>(info.param)));
+    });
 
 // A workload whose gradients become ready in forward order: the hook must
 // observe that order in step 1, re-pack the buckets, and still be exact.

@@ -41,6 +41,7 @@ class CpuJobImpl final : public CpuJob {
     hook_options.bucket_cap_mb = spec.bucket_cap_mb();
     hook_options.timeout = options.timeout;
     hook_options.overlap_param_broadcast = spec.overlap_param_broadcast();
+    hook_options.clipping = GradClipping::FromSpec(spec.optimizer());
     ASSIGN_OR_RETURN(hook_, ZeroHook::Create(workload_->parameters(),
                                              comm_.get(), std::move(optimizer),
                                              std::move(provider), hook_options));

@@ -239,6 +239,7 @@ absl::Status JobRunner::RunStep(StepEngine& engine, const v1::JobSpec& spec,
   progress.set_total_steps(spec.steps());
   progress.set_loss(loss);
   progress.set_lr(DefaultGroupLearningRate(spec.optimizer(), step));
+  SetGradNorm(engine.hook().last_grad_norm(), progress);
   *progress.mutable_step_time() = ToProto(step_time);
   progress.set_bytes_sent(engine.communicator().bytes_sent());
   const double seconds = absl::ToDoubleSeconds(step_time);

@@ -105,6 +105,32 @@ class JobRunnerTest : public ::testing::Test {
   std::unique_ptr<InterceptingControlPlane> control_;
 };
 
+// With max_grad_norm every report carries the step's pre-clip norm (the
+// coordinator keeps it); without, none.
+TEST_F(JobRunnerTest, ProgressReportsTheGradNormOfClippingJobs) {
+  for (const bool clip : {true, false}) {
+    SCOPED_TRACE(clip ? "clipping" : "not clipping");
+    const size_t before = control_->progress().size();
+    v1::JobSpec spec = Spec(2, 4);
+    if (clip) spec.mutable_optimizer()->set_max_grad_norm(1);
+    std::vector<v1::RunJobDirective> ranks = RunAllRanks(spec);
+    ASSERT_EQ(ranks.size(), 2u);
+    auto progress = control_->progress();
+    ASSERT_GT(progress.size(), before);
+    for (size_t i = before; i < progress.size(); ++i) {
+      const v1::JobProgress& p = progress[i].progress();
+      ASSERT_EQ(p.has_grad_norm(), clip) << "step " << p.step();
+      if (clip) {
+        EXPECT_TRUE(std::isfinite(p.grad_norm()) && p.grad_norm() > 1)
+            << p.grad_norm();  // clipped to 1 from above it
+      }
+    }
+    ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->GetJob(ranks[0].job_id()));
+    EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
+    EXPECT_EQ(job.progress().has_grad_norm(), clip);
+  }
+}
+
 TEST_F(JobRunnerTest, TwoRanksTrainReportAndWriteOutput) {
   const std::string out = MakeTempDir("job");
   v1::JobSpec spec = Spec(2, 5);

@@ -1,5 +1,7 @@
 #include "worker/runtime/progress_reporter.h"
 
+#include <cmath>
+
 #include <utility>
 
 namespace pshard::worker {
@@ -9,6 +11,12 @@ bool ProgressSaysStop(
   if (response.ok()) return response->abort();
   return response.status().code() == absl::StatusCode::kNotFound ||
          response.status().code() == absl::StatusCode::kFailedPrecondition;
+}
+
+void SetGradNorm(std::optional<double> grad_norm, v1::JobProgress& progress) {
+  if (grad_norm.has_value() && std::isfinite(*grad_norm)) {
+    progress.set_grad_norm(*grad_norm);
+  }
 }
 
 ProgressReporter::ProgressReporter(ControlPlane* control,

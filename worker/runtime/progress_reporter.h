@@ -40,6 +40,12 @@ struct ProgressSource {
 bool ProgressSaysStop(
     const absl::StatusOr<v1::ReportProgressResponse>& response);
 
+// Puts a step's total gradient norm before clipping (ZeroHook::
+// last_grad_norm) into `progress` as grad_norm, when there is one and it is
+// finite: the coordinator refuses a non-finite norm, so a NaN or infinite
+// norm (torch steps on with it) is left out.
+void SetGradNorm(std::optional<double> grad_norm, v1::JobProgress& progress);
+
 class ProgressReporter {
  public:
   // `control` and `clock` must outlive the reporter. Each report is one RPC

@@ -2,19 +2,24 @@
 #include "worker/workload/workload.h"
 
 #include <memory>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/workload/accumulating_workload.h"
 #include "worker/workload/mlp_workload.h"
 #include "worker/workload/replay_workload.h"
 #include "worker/workload/synthetic_workload.h"
 
 namespace pshard::worker {
 
-absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
-    const v1::JobSpec& spec, int rank, int world_size) {
+namespace {
+
+absl::StatusOr<std::unique_ptr<Workload>> CreateBuiltIn(const v1::JobSpec& spec,
+                                                        int rank,
+                                                        int world_size) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", rank, " is not in [0, world_size ", world_size, ")"));
@@ -45,6 +50,17 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
       break;
   }
   return absl::InvalidArgumentError("job spec names no workload");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
+    const v1::JobSpec& spec, int rank, int world_size) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Workload> workload,
+                   CreateBuiltIn(spec, rank, world_size));
+  if (spec.gradient_accumulation_steps() <= 1) return workload;
+  return AccumulatingWorkload::Create(std::move(workload),
+                                      spec.gradient_accumulation_steps());
 }
 
 }  // namespace pshard::worker

@@ -63,7 +63,9 @@ class Workload {
 };
 
 // Builds the workload that `spec` (valid, defaults applied) names, for `rank`
-// of `world_size`. InvalidArgument/NotFound for unreadable replay files.
+// of `world_size`, running gradient_accumulation_steps micro-batches per step
+// when that is > 1 (accumulating_workload.h). InvalidArgument/NotFound for
+// unreadable replay files.
 absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
     const v1::JobSpec& spec, int rank, int world_size);
 

@@ -1,0 +1,62 @@
+// AccumulatingWorkload: gradient accumulation for the built-in workloads
+// (JobSpec.gradient_accumulation_steps, DDP's no_sync): each optimizer step
+// runs N micro-batches of the wrapped workload, sums their gradients in the
+// step's gradient buffers (the hook's buckets) without telling the sink, and
+// on the last micro-batch hands each gradient over — (sum + last) / N, the
+// mean over the N micro-batches, as one batch N times larger gives — as soon
+// as it is final, so that only the last micro-batch's backward overlaps the
+// reductions.
+//
+// Micro-batch m (1..N) of optimizer step s is the wrapped workload's step
+// (s - 1) * N + m: its data (mlp, synthetic) or recorded gradients (replay,
+// gradients/step-<(s-1)*N+m>/) are those of that step, so a job restarted
+// from a checkpoint at optimizer step k resumes with micro-batch k * N + 1.
+#ifndef PSHARD_WORKER_WORKLOAD_ACCUMULATING_WORKLOAD_H_
+#define PSHARD_WORKER_WORKLOAD_ACCUMULATING_WORKLOAD_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "worker/workload/workload.h"
+
+namespace pshard::worker {
+
+class AccumulatingWorkload final : public Workload {
+ public:
+  // InvalidArgument: `inner` null, `micro_batches` < 1.
+  static absl::StatusOr<std::unique_ptr<Workload>> Create(
+      std::unique_ptr<Workload> inner, int micro_batches);
+
+  const std::vector<ParameterInfo>& parameters() const override {
+    return inner_->parameters();
+  }
+  absl::Status InitializeParameters(absl::Span<float* const> params) override {
+    return inner_->InitializeParameters(params);
+  }
+  // The N micro-batches of optimizer step `step`; `grads` gets their mean.
+  // Returns the mean of the micro-batches' losses (NaN without a loss).
+  absl::StatusOr<double> ComputeGradients(int64_t step,
+                                          absl::Span<const float* const> params,
+                                          absl::Span<float* const> grads,
+                                          GradientSink& sink) override;
+  // Every micro-batch's samples.
+  int64_t samples_per_step() const override {
+    return inner_->samples_per_step() * micro_batches_;
+  }
+
+ private:
+  AccumulatingWorkload(std::unique_ptr<Workload> inner, int micro_batches);
+
+  const std::unique_ptr<Workload> inner_;
+  const int micro_batches_;
+  // One micro-batch's gradients, per parameter.
+  std::vector<std::vector<float>> scratch_;
+  std::vector<float*> scratch_ptrs_;
+};
+
+}  // namespace pshard::worker
+
+#endif  // PSHARD_WORKER_WORKLOAD_ACCUMULATING_WORKLOAD_H_
