@@ -169,15 +169,8 @@ class ProgramJobTest(unittest.TestCase):
                 touched.update(r.get("parameter_names", []))
         self.assertEqual(sorted(touched),
                          sorted(n for n, _ in common.make_model().named_parameters()))
-        expected = common.reference("adam")[common.STEPS]
-        for rank in range(WORLD):
-            got = torch.load(os.path.join(out, f"final-rank{rank}.pt"))
-            for name, value in expected.items():
-                with self.subTest(rank=rank, param=name):
-                    torch.testing.assert_close(got[name], value, rtol=1e-5,
-                                               atol=1e-6)
-        self.assertTrue(self.cluster.idle_workers() == WORLD or wait_until(
-            lambda: self.cluster.idle_workers() == WORLD, 10, "idle workers"))
+        self.assert_final_parameters(
+            out, common.reference("adam")[common.STEPS])
 
     def test_a_rank_that_never_calls_init_fails_the_job_naming_it(self):
         out = self.out_dir("no-init")

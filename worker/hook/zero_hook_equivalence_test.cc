@@ -471,6 +471,44 @@ TEST_P(ClippingTest, ShardedClippedEqualsUnshardedClipped) {
   }
 }
 
+// Under SHARDED every rank owns a range of every bucket: each element's
+// share of the norm is taken once, by its range's owner, and every owner
+// scales its ranges; the same as the clipped reference.
+TEST(ClippingTest, ShardedRangesClipLikeTheReference) {
+  for (const Backend backend : {Backend::kFake, Backend::kGloo}) {
+    for (const int world : {2, 3}) {
+      for (const bool inf : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(BackendName(backend), " world ", world,
+                                  inf ? " inf" : " L2"));
+        v1::JobSpec spec = MakeSpec(v1::OptimizerSpec::ADAMW,
+                                    v1::JobSpec::REDUCE_BROADCAST,
+                                    v1::JobSpec::SHARDED, world);
+        if (inf) {
+          spec.mutable_optimizer()->set_norm_type(
+              std::numeric_limits<double>::infinity());
+        }
+        spec.mutable_optimizer()->set_max_grad_norm(1e30);
+        std::vector<double> probe;
+        Reference(spec, 1, world, &probe);
+        ASSERT_EQ(probe.size(), 1u);
+        spec.mutable_optimizer()->set_max_grad_norm(probe[0] * 0.1);
+        ASSERT_OK(ValidateJobSpec(spec));
+        std::vector<double> norms;
+        const auto expected = Reference(spec, kSteps, world, &norms);
+        std::vector<RankResult> results = RunJob(spec, backend);
+        if (HasFailure()) return;
+        for (int r = 0; r < world; ++r) {
+          ExpectClose(results[r].params, expected, absl::StrCat("rank ", r));
+          ASSERT_EQ(results[r].grad_norms.size(), norms.size());
+          for (size_t k = 0; k < norms.size(); ++k) {
+            EXPECT_NEAR(results[r].grad_norms[k], norms[k], 1e-6 * norms[k]);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Without clipping nothing is reported.
 TEST(ClippingTest, NoNormWithoutClipping) {
   v1::JobSpec spec = MakeSpec(v1::OptimizerSpec::SGD,
