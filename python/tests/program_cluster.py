@@ -56,7 +56,9 @@ def process_alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # Gone between the kill and the read (a read of a vanished
+        # process's /proc file raises ESRCH).
         return False
 
 
