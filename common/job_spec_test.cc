@@ -296,6 +296,16 @@ TEST(ProgramSpecTest, OptimizerAndStepsAreCheckedWhenSet) {
   EXPECT_OK(ValidateJobSpec(spec));
 }
 
+TEST(ProgramSpecTest, OverlapIsRefusedForAProgram) {
+  v1::JobSpec spec = ProgramSpec();
+  EXPECT_OK(ValidateJobSpec(spec));
+  spec.set_overlap_param_broadcast(true);
+  EXPECT_THAT(ValidateJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("overlap_param_broadcast: not supported yet "
+                                 "for a program workload")));
+}
+
 // One broken field per case; the error names it.
 struct ProgramCase {
   std::string name;
