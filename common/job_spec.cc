@@ -566,6 +566,42 @@ absl::Status CheckEnum(absl::string_view field,
 
 // checkpoint, max_restarts, min_world_size, from_checkpoint and
 // restart_on_program_failure (issue 14).
+bool IsFp32(int dtype) {
+  return dtype == v1::PrecisionSpec::DTYPE_UNSPECIFIED ||
+         dtype == v1::PrecisionSpec::FP32;
+}
+
+absl::Status ValidatePrecision(const JobSpec& spec) {
+  if (!spec.has_precision()) return absl::OkStatus();
+  const v1::PrecisionSpec& precision = spec.precision();
+  for (const auto& [field, dtype] :
+       {std::pair<const char*, int>{"precision.param_dtype",
+                                    precision.param_dtype()},
+        std::pair<const char*, int>{"precision.reduce_dtype",
+                                    precision.reduce_dtype()}}) {
+    if (!v1::PrecisionSpec::DType_IsValid(dtype)) {
+      return FieldError(field, absl::StrCat("must be FP32 or BF16, got ", dtype));
+    }
+  }
+  const bool mixed = !IsFp32(precision.param_dtype()) ||
+                     !IsFp32(precision.reduce_dtype());
+  if (!mixed) return absl::OkStatus();
+  // The GPU engine's bf16 kernels (GpuShardOptimizer) are not wired into
+  // its hook yet: refused rather than run in fp32 behind the user's back.
+  if (spec.backend() == JobSpec::NCCL) {
+    return FieldError("precision",
+                      "BF16 is not supported yet with backend NCCL (Gloo "
+                      "workers only)");
+  }
+  // A program's parameters have the dtypes its program registers.
+  if (spec.has_program()) {
+    return FieldError("precision",
+                      "not supported yet for a program workload (built-in "
+                      "workloads only)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateFaultTolerance(const JobSpec& spec) {
   const bool is_program = spec.has_program();
   if (spec.has_checkpoint()) {
@@ -719,6 +755,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                                spec.collective_timeout_seconds(), 0, 86400,
                                /*lo_open=*/true));
   }
+  RETURN_IF_ERROR(ValidatePrecision(spec));
   return ValidateFaultTolerance(spec);
 }
 

@@ -80,7 +80,8 @@ INSTANTIATE_TEST_SUITE_P(
              "output_dir, progress_every, collective_timeout_seconds, "
              "checkpoint, max_restarts, min_world_size, from_checkpoint, "
              "restart_on_program_failure, priority, "
-             "gradient_accumulation_steps, overlap_param_broadcast)"},
+             "gradient_accumulation_steps, overlap_param_broadcast, "
+             "precision)"},
         Case{"NoNearFieldInASchedule",
              Spec("{\"lr\": 0.01}",
                   "{\"lr\": 0.01, \"lr_schedule\": {\"zzzzzzzz\": 1}}"),

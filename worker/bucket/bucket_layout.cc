@@ -13,7 +13,7 @@ namespace pshard::worker {
 
 absl::StatusOr<BucketLayout> BucketLayout::Build(
     const std::vector<ParameterInfo>& params,
-    absl::Span<const int> ready_order, int64_t cap_bytes) {
+    absl::Span<const int> ready_order, int64_t cap_bytes, DataType dtype) {
   const int n = static_cast<int>(params.size());
   if (cap_bytes < 1) {
     return absl::InvalidArgumentError(
@@ -26,11 +26,13 @@ absl::StatusOr<BucketLayout> BucketLayout::Build(
   }
   BucketLayout layout;
   layout.cap_bytes_ = cap_bytes;
+  layout.dtype_ = dtype;
   layout.ready_order_.assign(ready_order.begin(), ready_order.end());
   layout.bucket_of_.assign(n, -1);
   layout.offset_of_.assign(n, -1);
   for (const auto& p : params) layout.names_.push_back(p.name);
-  const int64_t cap_elems = std::max<int64_t>(1, cap_bytes / 4);
+  const int64_t cap_elems =
+      std::max<int64_t>(1, cap_bytes / DataTypeSize(dtype));
   for (int i : ready_order) {
     if (i < 0 || i >= n || layout.bucket_of_[i] != -1) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -70,9 +72,13 @@ int64_t BucketLayout::total_numel() const {
   return total;
 }
 
+const char* BucketLayout::dtype_name() const {
+  return dtype_ == DataType::kFloat32 ? "F32" : "BF16";
+}
+
 std::vector<int64_t> BucketLayout::BucketBytes() const {
   std::vector<int64_t> bytes;
-  const int64_t element_bytes = shard::DtypeSize(kDtype);
+  const int64_t element_bytes = shard::DtypeSize(dtype_name());
   for (const auto& b : buckets_) bytes.push_back(b.numel * element_bytes);
   return bytes;
 }
@@ -94,51 +100,59 @@ std::vector<v1::BucketLayout> BucketLayout::ToProto() const {
       v1::BucketParameter* p = proto.add_parameters();
       p->set_name(names_[e.param_index]);
       p->set_num_elements(e.numel);
-      p->set_dtype(kDtype);
+      p->set_dtype(dtype_name());
     }
     out.push_back(std::move(proto));
   }
   return out;
 }
 
-void BucketStorage::FreeDeleter::operator()(float* p) const { std::free(p); }
+void BucketStorage::FreeDeleter::operator()(void* p) const { std::free(p); }
 
 namespace {
 
-// A zeroed, 64-byte aligned buffer of `numel` floats, or null when the memory
-// is not there.
-std::unique_ptr<float, BucketStorage::FreeDeleter> AllocateZeroed(
-    int64_t numel) {
+// A zeroed, 64-byte aligned buffer of `numel` elements of `element_bytes`,
+// or null when the memory is not there.
+std::unique_ptr<void, BucketStorage::FreeDeleter> AllocateZeroed(
+    int64_t numel, int64_t element_bytes) {
   const int64_t elems = std::max<int64_t>(numel, 1);
-  if (elems > static_cast<int64_t>(SIZE_MAX / 4 - 64)) return nullptr;
-  size_t bytes = static_cast<size_t>(elems) * 4;
+  if (elems > static_cast<int64_t>(SIZE_MAX / element_bytes - 64)) {
+    return nullptr;
+  }
+  size_t bytes = static_cast<size_t>(elems * element_bytes);
   bytes = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes);
   if (p == nullptr) return nullptr;
   std::memset(p, 0, bytes);
-  return std::unique_ptr<float, BucketStorage::FreeDeleter>(
-      static_cast<float*>(p));
+  return std::unique_ptr<void, BucketStorage::FreeDeleter>(p);
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BucketStorage>> BucketStorage::Create(
-    const BucketLayout& layout) {
+    const BucketLayout& layout, DataType param_dtype, DataType grad_dtype) {
   std::unique_ptr<BucketStorage> storage(new BucketStorage());
+  storage->param_dtype_ = param_dtype;
+  storage->grad_dtype_ = grad_dtype;
   const int n = static_cast<int>(layout.ready_order().size());
   storage->param_views_.assign(n, nullptr);
   storage->grad_views_.assign(n, nullptr);
+  const int64_t param_size = DataTypeSize(param_dtype);
+  const int64_t grad_size = DataTypeSize(grad_dtype);
   for (const Bucket& b : layout.buckets()) {
-    auto params = AllocateZeroed(b.numel);
-    auto grads = params == nullptr ? nullptr : AllocateZeroed(b.numel);
+    auto params = AllocateZeroed(b.numel, param_size);
+    auto grads = params == nullptr ? nullptr : AllocateZeroed(b.numel, grad_size);
     if (grads == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "cannot allocate bucket ", b.index, ": 2 x ", b.numel,
-          " floats (", 2 * b.numel * 4, " bytes) of host memory"));
+          "cannot allocate bucket ", b.index, ": ", b.numel,
+          " parameters and gradients (", b.numel * (param_size + grad_size),
+          " bytes) of host memory"));
     }
     for (const BucketEntry& e : b.entries) {
-      storage->param_views_[e.param_index] = params.get() + e.offset;
-      storage->grad_views_[e.param_index] = grads.get() + e.offset;
+      storage->param_views_[e.param_index] =
+          AdvanceElements(params.get(), e.offset, param_dtype);
+      storage->grad_views_[e.param_index] =
+          AdvanceElements(grads.get(), e.offset, grad_dtype);
     }
     storage->params_.push_back(std::move(params));
     storage->grads_.push_back(std::move(grads));

@@ -1,5 +1,5 @@
-// BucketLayout: how a model's parameters are packed into flat fp32 gradient
-// buckets, as DDP does: in gradient-ready order (so bucket 0 holds the
+// BucketLayout: how a model's parameters are packed into flat gradient
+// buckets of one dtype, as DDP does: in gradient-ready order (so bucket 0 holds the
 // parameters whose gradients are ready first, i.e. the last layers), each
 // bucket about `cap_bytes`; a parameter larger than the cap gets a bucket of
 // its own. BucketStorage holds the packed parameters and gradients: each
@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "pshard/v1/worker_control.pb.h"
+#include "worker/comm/communicator.h"
 #include "worker/optim/shard_optimizer.h"
 #include "worker/workload/workload.h"
 
@@ -37,12 +38,14 @@ struct Bucket {
 class BucketLayout {
  public:
   // Packs `params` in `ready_order` (a permutation of their indices) into
-  // buckets of at most `cap_bytes` (fp32), except that a parameter larger
-  // than the cap gets a bucket of its own. InvalidArgument if ready_order is
-  // not a permutation, a parameter is empty, or cap_bytes < 1.
+  // buckets of at most `cap_bytes` of `dtype` (the parameters' dtype),
+  // except that a parameter larger than the cap gets a bucket of its own.
+  // InvalidArgument if ready_order is not a permutation, a parameter is
+  // empty, or cap_bytes < 1.
   static absl::StatusOr<BucketLayout> Build(
       const std::vector<ParameterInfo>& params,
-      absl::Span<const int> ready_order, int64_t cap_bytes);
+      absl::Span<const int> ready_order, int64_t cap_bytes,
+      DataType dtype = DataType::kFloat32);
 
   // The order DDP assumes before it has observed a backward pass: reverse
   // registration order.
@@ -55,10 +58,12 @@ class BucketLayout {
   int64_t offset_of(int param_index) const { return offset_of_[param_index]; }
   int64_t total_numel() const;
 
-  // The dtype of every parameter in these buckets (safetensors name).
-  static constexpr char kDtype[] = "F32";
+  // The dtype of every parameter in these buckets, and its safetensors
+  // name ("F32", "BF16"), as the layout reports carry it.
+  DataType dtype() const { return dtype_; }
+  const char* dtype_name() const;
 
-  // Bytes of each bucket, by the shard package's rule for kDtype.
+  // Bytes of each bucket, by the shard package's rule for the dtype.
   std::vector<int64_t> BucketBytes() const;
 
   // What the optimizer needs to know about bucket `b`.
@@ -69,50 +74,62 @@ class BucketLayout {
 
   friend bool operator==(const BucketLayout& a, const BucketLayout& b) {
     return a.ready_order_ == b.ready_order_ && a.cap_bytes_ == b.cap_bytes_ &&
-           a.bucket_of_ == b.bucket_of_;
+           a.dtype_ == b.dtype_ && a.bucket_of_ == b.bucket_of_;
   }
 
  private:
   std::vector<std::string> names_;
   std::vector<int> ready_order_;
   int64_t cap_bytes_ = 0;
+  DataType dtype_ = DataType::kFloat32;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;
   std::vector<int64_t> offset_of_;
 };
 
-// The flat buffers of a layout: per bucket, 64-byte aligned parameters and
-// gradients, zeroed.
+// The flat buffers of a layout: per bucket, 64-byte aligned parameters (of
+// `param_dtype`) and gradients (of `grad_dtype`), zeroed.
 class BucketStorage {
  public:
   // Allocates the buffers of `layout`. ResourceExhausted, naming the bucket
   // and its size, when the memory is not there (what HookMemory::Arrange
   // promises its callers; an allocation failure is not a crash).
   static absl::StatusOr<std::unique_ptr<BucketStorage>> Create(
-      const BucketLayout& layout);
+      const BucketLayout& layout, DataType param_dtype = DataType::kFloat32,
+      DataType grad_dtype = DataType::kFloat32);
 
-  float* bucket_params(int b) { return params_[b].get(); }
-  float* bucket_grads(int b) { return grads_[b].get(); }
+  DataType param_dtype() const { return param_dtype_; }
+  DataType grad_dtype() const { return grad_dtype_; }
+
+  void* bucket_params(int b) { return params_[b].get(); }
+  void* bucket_grads(int b) { return grads_[b].get(); }
 
   // Views of parameter i (its values and its gradient) inside its bucket.
-  float* param(int i) { return param_views_[i]; }
-  float* grad(int i) { return grad_views_[i]; }
-  const std::vector<float*>& param_views() const { return param_views_; }
-  const std::vector<float*>& grad_views() const { return grad_views_; }
+  void* param(int i) { return param_views_[i]; }
+  void* grad(int i) { return grad_views_[i]; }
+  const std::vector<void*>& param_views() const { return param_views_; }
+  const std::vector<void*>& grad_views() const { return grad_views_; }
 
   // Frees a buffer from aligned_alloc.
   struct FreeDeleter {
-    void operator()(float* p) const;
+    void operator()(void* p) const;
   };
 
  private:
   BucketStorage() = default;
 
-  std::vector<std::unique_ptr<float, FreeDeleter>> params_;
-  std::vector<std::unique_ptr<float, FreeDeleter>> grads_;
-  std::vector<float*> param_views_;
-  std::vector<float*> grad_views_;
+  DataType param_dtype_ = DataType::kFloat32;
+  DataType grad_dtype_ = DataType::kFloat32;
+  std::vector<std::unique_ptr<void, FreeDeleter>> params_;
+  std::vector<std::unique_ptr<void, FreeDeleter>> grads_;
+  std::vector<void*> param_views_;
+  std::vector<void*> grad_views_;
 };
+
+// `p` advanced by `elements` elements of `dtype`.
+inline void* AdvanceElements(void* p, int64_t elements, DataType dtype) {
+  return static_cast<char*>(p) + elements * DataTypeSize(dtype);
+}
 
 }  // namespace pshard::worker
 

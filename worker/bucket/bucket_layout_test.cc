@@ -91,12 +91,34 @@ TEST(BucketStorageTest, ViewsAreZeroCopyIntoBuckets) {
                        BucketStorage::Create(layout));
   BucketStorage& storage = *owned;
   ASSERT_EQ(layout.num_buckets(), 2);
+  auto floats = [](void* p) { return static_cast<float*>(p); };
   EXPECT_EQ(storage.param(2), storage.bucket_params(0));
-  EXPECT_EQ(storage.param(1), storage.bucket_params(0) + 4);
+  EXPECT_EQ(floats(storage.param(1)), floats(storage.bucket_params(0)) + 4);
   EXPECT_EQ(storage.grad(0), storage.bucket_grads(1));
   EXPECT_EQ(reinterpret_cast<uintptr_t>(storage.bucket_params(1)) % 64, 0u);
-  storage.param(1)[2] = 7;
-  EXPECT_EQ(storage.bucket_params(0)[6], 7);
+  floats(storage.param(1))[2] = 7;
+  EXPECT_EQ(floats(storage.bucket_params(0))[6], 7);
+}
+
+// bf16 parameters with fp32 gradients: each view at its element offset in
+// its own dtype; the cap counts bytes of the parameters' dtype.
+TEST(BucketStorageTest, MixedDtypesOffsetByTheirOwnSize) {
+  auto params = Params({4, 4, 4});
+  ASSERT_OK_AND_ASSIGN(
+      BucketLayout layout,
+      BucketLayout::Build(params, BucketLayout::DefaultReadyOrder(3), 16,
+                          DataType::kBFloat16));
+  ASSERT_EQ(layout.num_buckets(), 2);  // 8 bf16 elements fit in 16 bytes
+  EXPECT_STREQ(layout.dtype_name(), "BF16");
+  EXPECT_EQ(layout.BucketBytes(), (std::vector<int64_t>{16, 8}));
+  EXPECT_EQ(layout.ToProto()[0].parameters(0).dtype(), "BF16");
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<BucketStorage> storage,
+      BucketStorage::Create(layout, DataType::kBFloat16, DataType::kFloat32));
+  EXPECT_EQ(static_cast<char*>(storage->param(1)),
+            static_cast<char*>(storage->bucket_params(0)) + 4 * 2);
+  EXPECT_EQ(static_cast<char*>(storage->grad(1)),
+            static_cast<char*>(storage->bucket_grads(0)) + 4 * 4);
 }
 
 // A bucket larger than any address space: ResourceExhausted naming the

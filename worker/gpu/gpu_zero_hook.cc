@@ -41,8 +41,8 @@ class DeviceMemory final : public HookMemory {
     RETURN_IF_ERROR(scoped.status());
     const size_t num_params = layout.ready_order().size();
     std::vector<DeviceBuffer> params, grads;
-    std::vector<float*> param_views(num_params, nullptr);
-    std::vector<float*> grad_views(num_params, nullptr);
+    std::vector<void*> param_views(num_params, nullptr);
+    std::vector<void*> grad_views(num_params, nullptr);
     std::vector<CudaEvent> events;
     for (const Bucket& bucket : layout.buckets()) {
       const size_t bytes = static_cast<size_t>(bucket.numel) * sizeof(float);
@@ -93,14 +93,18 @@ class DeviceMemory final : public HookMemory {
     return absl::OkStatus();
   }
 
-  float* bucket_params(int b) override { return params_[b].as<float>(); }
-  float* bucket_grads(int b) override { return grads_[b].as<float>(); }
-  const std::vector<float*>& param_views() const override {
+  // fp32 only: GpuShardOptimizer's bf16 path is not wired in yet.
+  DataType param_dtype() const override { return DataType::kFloat32; }
+  DataType grad_dtype() const override { return DataType::kFloat32; }
+  void* bucket_params(int b) override { return params_[b].as<float>(); }
+  void* bucket_grads(int b) override { return grads_[b].as<float>(); }
+  const std::vector<void*>& param_views() const override {
     return param_views_;
   }
-  const std::vector<float*>& grad_views() const override {
+  const std::vector<void*>& grad_views() const override {
     return grad_views_;
   }
+  bool on_host() const override { return false; }
 
   // The communication stream waits (on the device) for the compute stream
   // to have produced the bucket's gradients.
@@ -122,8 +126,10 @@ class DeviceMemory final : public HookMemory {
 
   // Runs inside NcclCommunicator::Enqueue, at issue time, with the device
   // set: only enqueues kernels on the communication stream.
-  absl::Status OwnerStep(int index, float* params, float* grads, int64_t numel,
-                         float divisor) override {
+  absl::Status OwnerStep(int index, void* param_data, void* grad_data,
+                         int64_t numel, float divisor) override {
+    float* params = static_cast<float*>(param_data);
+    float* grads = static_cast<float*>(grad_data);
     if (divisor != 1) {
       // The average as the CPU hook computes it: g / n, rounded (g * (1/n)
       // could differ in the last bit for n not a power of two).
@@ -160,8 +166,9 @@ class DeviceMemory final : public HookMemory {
     return absl::OkStatus();
   }
 
-  absl::Status PartialNorm(int index, float* grads, int64_t numel,
+  absl::Status PartialNorm(int index, void* grad_data, int64_t numel,
                            float divisor, NormKind kind) override {
+    float* grads = static_cast<float*>(grad_data);
     const std::string what = absl::StrCat("piece ", index, ": gradient norm");
     if (divisor != 1) {
       RETURN_IF_ERROR(CudaStatus(
@@ -186,9 +193,11 @@ class DeviceMemory final : public HookMemory {
 
   float* norm_slots() override { return norm_slots_.as<float>(); }
 
-  absl::Status ClippedOwnerStep(int index, float* params, float* grads,
+  absl::Status ClippedOwnerStep(int index, void* param_data, void* grad_data,
                                 int64_t numel, double max_norm,
                                 NormKind kind) override {
+    float* params = static_cast<float*>(param_data);
+    float* grads = static_cast<float*>(grad_data);
     RETURN_IF_ERROR(CudaStatus(
         gpu::LaunchClipScale(grads, numel, norm_slots_.as<float>(), world_size_,
                              kind == NormKind::kInf, max_norm,
@@ -236,8 +245,8 @@ class DeviceMemory final : public HookMemory {
   const Clock& clock_;
   std::vector<DeviceBuffer> params_;
   std::vector<DeviceBuffer> grads_;
-  std::vector<float*> param_views_;
-  std::vector<float*> grad_views_;
+  std::vector<void*> param_views_;
+  std::vector<void*> grad_views_;
   std::vector<CudaEvent> ready_events_;  // per bucket, re-recorded each step
   // Clipping (PrepareNorms).
   DeviceBuffer norm_partials_;  // doubles, kNormBlocks per piece

@@ -5,9 +5,12 @@
 // device memory, much as PyTorch's Reducer keeps the bucketing logic apart
 // from the process group and NCCL keeps its algorithms apart from transports:
 //
-//   storage      flat parameter and gradient buffers per bucket of a layout,
-//                views per parameter, and the re-pack into a new layout;
-//   owner step   averaging and the optimizer step on one piece, run from a
+//   storage      flat parameter and gradient buffers per bucket of a layout
+//                (each in its dtype), views per parameter, and the re-pack
+//                into a new layout;
+//   owner step   averaging and the optimizer step on one piece (in fp32:
+//                mixed precision keeps the owner's fp32 master weights and
+//                widens bf16 gradients here), run from a
 //                function the hook Enqueue()s on its communicator: host
 //                memory runs it there (on the communicator's thread, after
 //                the reduction); device memory enqueues kernels on the
@@ -51,14 +54,43 @@ class HookMemory {
   // memory runs out; other errors from the memory's runtime.
   virtual absl::Status Arrange(const BucketLayout& layout) = 0;
 
+  // The dtypes of the parameter and gradient buffers.
+  virtual DataType param_dtype() const = 0;
+  virtual DataType grad_dtype() const = 0;
+
   // Start of bucket b's parameters / gradients in the current layout.
-  virtual float* bucket_params(int b) = 0;
-  virtual float* bucket_grads(int b) = 0;
+  virtual void* bucket_params(int b) = 0;
+  virtual void* bucket_grads(int b) = 0;
 
   // Per parameter (registration order), its values / gradient inside its
   // bucket. Valid until the next Arrange().
-  virtual const std::vector<float*>& param_views() const = 0;
-  virtual const std::vector<float*>& grad_views() const = 0;
+  virtual const std::vector<void*>& param_views() const = 0;
+  virtual const std::vector<void*>& grad_views() const = 0;
+
+  // Whether the buffers are host memory the training thread may read and
+  // write directly.
+  virtual bool on_host() const = 0;
+
+  // ---- Mixed precision (dtypes other than fp32) ----
+  // Once per owned piece, before its first step (from the training
+  // thread): piece `index`'s fp32 master weights start as `initial`
+  // (`numel` floats, copied), and room for its fp32 gradients is made. The
+  // owner then steps the master weights and writes them, rounded, into the
+  // piece's parameters. Called only when a dtype is not fp32. Unimplemented
+  // where the memory has no mixed precision (the default).
+  virtual absl::Status AdoptOwnedPiece(int index, const float* initial,
+                                       int64_t numel) {
+    (void)index, (void)initial, (void)numel;
+    return absl::UnimplementedError(
+        "this memory has no mixed precision (fp32 parameters and gradients "
+        "only)");
+  }
+  // Piece `index`'s master weights (its numel floats), or null when it
+  // keeps none (fp32 parameters, or not owned). Read between steps only.
+  virtual const float* master_params(int index) const {
+    (void)index;
+    return nullptr;
+  }
 
   // Before bucket b's first collective in a step: orders the hook's
   // communicator after whatever wrote the bucket's gradients. Returns the
@@ -70,7 +102,7 @@ class HookMemory {
   // bucket `index`: grads /= divisor (an IEEE division, unless divisor is 1),
   // then the optimizer step. Called from a function Enqueue()d on the hook's
   // communicator, so it sits between the reduction and the broadcast.
-  virtual absl::Status OwnerStep(int index, float* params, float* grads,
+  virtual absl::Status OwnerStep(int index, void* params, void* grads,
                                  int64_t numel, float divisor) = 0;
 
   // ---- Global gradient-norm clipping (ZeroHookOptions::clipping) ----
@@ -86,7 +118,7 @@ class HookMemory {
   // GatherNorms: grads /= divisor (as OwnerStep's), then its sum of squares
   // (L2, in double) or largest |g| (infinity). Enqueue()d after the piece's
   // reduction, on its owner.
-  virtual absl::Status PartialNorm(int index, float* grads, int64_t numel,
+  virtual absl::Status PartialNorm(int index, void* grads, int64_t numel,
                                    float divisor, NormKind kind) = 0;
 
   // This rank's partial into norm slot `rank` — the partials of every piece
@@ -102,7 +134,7 @@ class HookMemory {
   // OwnerStep after the slots' all-reduce, on gradients PartialNorm already
   // averaged: grads *= ClipCoefficient(TotalNorm(slots), max_norm), then
   // the optimizer step.
-  virtual absl::Status ClippedOwnerStep(int index, float* params, float* grads,
+  virtual absl::Status ClippedOwnerStep(int index, void* params, void* grads,
                                         int64_t numel, double max_norm,
                                         NormKind kind) = 0;
 
@@ -117,11 +149,15 @@ class HookMemory {
   virtual absl::Status OrderComputeAfter(Work& last) = 0;
 };
 
-// Host memory (what ZeroHook::Create uses): BucketStorage buffers; the
-// owner's step runs `optimizer` (which must outlive it) right there, on the
-// communicator's thread; nothing to order with (the training thread writes
-// the gradients and waits for the step on the host).
-std::unique_ptr<HookMemory> NewHostMemory(ShardOptimizer* optimizer);
+// Host memory (what ZeroHook::Create uses): BucketStorage buffers of
+// `param_dtype` and `grad_dtype`; the owner's step runs `optimizer` (which
+// must outlive it) right there, on the communicator's thread, on fp32
+// master weights when the parameters are bf16 and on widened gradients
+// when they are; nothing to order with (the training thread writes the
+// gradients and waits for the step on the host).
+std::unique_ptr<HookMemory> NewHostMemory(
+    ShardOptimizer* optimizer, DataType param_dtype = DataType::kFloat32,
+    DataType grad_dtype = DataType::kFloat32);
 
 }  // namespace pshard::worker
 

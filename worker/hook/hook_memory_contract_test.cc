@@ -108,14 +108,17 @@ class RecordingMemory : public HookMemory {
     Log(training_, "arrange");
     return inner_->Arrange(layout);
   }
-  float* bucket_params(int b) override { return inner_->bucket_params(b); }
-  float* bucket_grads(int b) override { return inner_->bucket_grads(b); }
-  const std::vector<float*>& param_views() const override {
+  DataType param_dtype() const override { return inner_->param_dtype(); }
+  DataType grad_dtype() const override { return inner_->grad_dtype(); }
+  void* bucket_params(int b) override { return inner_->bucket_params(b); }
+  void* bucket_grads(int b) override { return inner_->bucket_grads(b); }
+  const std::vector<void*>& param_views() const override {
     return inner_->param_views();
   }
-  const std::vector<float*>& grad_views() const override {
+  const std::vector<void*>& grad_views() const override {
     return inner_->grad_views();
   }
+  bool on_host() const override { return inner_->on_host(); }
   absl::StatusOr<std::shared_ptr<Work>> OrderAfterGradients(int b) override {
     Log(training_, absl::StrCat("order ", b));
     // As the device memory does: an operation in the communicator's order.
@@ -124,7 +127,7 @@ class RecordingMemory : public HookMemory {
       return absl::OkStatus();
     });
   }
-  absl::Status OwnerStep(int index, float* params, float* grads, int64_t numel,
+  absl::Status OwnerStep(int index, void* params, void* grads, int64_t numel,
                          float divisor) override {
     Log(comm_order_, absl::StrCat("step ", index, " /", divisor));
     return inner_->OwnerStep(index, params, grads, numel, divisor);
@@ -133,7 +136,7 @@ class RecordingMemory : public HookMemory {
     Log(training_, absl::StrCat("prepare norms ", num_pieces, " ", world_size));
     return inner_->PrepareNorms(num_pieces, world_size);
   }
-  absl::Status PartialNorm(int index, float* grads, int64_t numel,
+  absl::Status PartialNorm(int index, void* grads, int64_t numel,
                            float divisor, NormKind kind) override {
     Log(comm_order_, absl::StrCat("norm ", index, " /", divisor));
     return inner_->PartialNorm(index, grads, numel, divisor, kind);
@@ -143,7 +146,7 @@ class RecordingMemory : public HookMemory {
     return inner_->GatherNorms(rank, kind);
   }
   float* norm_slots() override { return inner_->norm_slots(); }
-  absl::Status ClippedOwnerStep(int index, float* params, float* grads,
+  absl::Status ClippedOwnerStep(int index, void* params, void* grads,
                                 int64_t numel, double max_norm,
                                 NormKind kind) override {
     Log(comm_order_, absl::StrCat("clipped step ", index));

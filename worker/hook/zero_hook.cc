@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "shard/assignment.h"
+#include "worker/comm/reduce_ops.h"
 
 namespace pshard::worker {
 
@@ -34,22 +35,44 @@ double HostPartialNorm(const float* g, int64_t n, NormKind kind) {
   return total;
 }
 
+// bf16 values widened to fp32 (exact).
+void WidenBFloat16(const uint16_t* in, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(in[i]);
+}
+
+// fp32 values rounded to nearest even into bf16.
+void NarrowToBFloat16(const float* in, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBFloat16(in[i]);
+}
+
 // Buckets in host memory (BucketStorage); the owner's step runs on the
-// communicator's thread, in the reduction's completion.
+// communicator's thread, in the reduction's completion. With bf16
+// parameters the owner steps its pieces' fp32 master weights and writes
+// them back rounded; with bf16 gradients it widens the reduced gradient
+// into fp32 first (the optimizer only ever sees fp32).
 class HostMemory final : public HookMemory {
  public:
-  explicit HostMemory(ShardOptimizer* optimizer) : optimizer_(optimizer) {}
+  HostMemory(ShardOptimizer* optimizer, DataType param_dtype,
+             DataType grad_dtype)
+      : optimizer_(optimizer),
+        param_dtype_(param_dtype),
+        grad_dtype_(grad_dtype) {}
+
+  DataType param_dtype() const override { return param_dtype_; }
+  DataType grad_dtype() const override { return grad_dtype_; }
 
   absl::Status Arrange(const BucketLayout& layout) override {
     ASSIGN_OR_RETURN(std::unique_ptr<BucketStorage> storage,
-                     BucketStorage::Create(layout));
+                     BucketStorage::Create(layout, param_dtype_, grad_dtype_));
     if (storage_ != nullptr) {
       for (const Bucket& bucket : layout.buckets()) {
         for (const BucketEntry& e : bucket.entries) {
           std::memcpy(storage->param(e.param_index),
-                      storage_->param(e.param_index), e.numel * 4);
+                      storage_->param(e.param_index),
+                      e.numel * DataTypeSize(param_dtype_));
           std::memcpy(storage->grad(e.param_index),
-                      storage_->grad(e.param_index), e.numel * 4);
+                      storage_->grad(e.param_index),
+                      e.numel * DataTypeSize(grad_dtype_));
         }
       }
     }
@@ -57,13 +80,37 @@ class HostMemory final : public HookMemory {
     return absl::OkStatus();
   }
 
-  float* bucket_params(int b) override { return storage_->bucket_params(b); }
-  float* bucket_grads(int b) override { return storage_->bucket_grads(b); }
-  const std::vector<float*>& param_views() const override {
+  void* bucket_params(int b) override { return storage_->bucket_params(b); }
+  void* bucket_grads(int b) override { return storage_->bucket_grads(b); }
+  const std::vector<void*>& param_views() const override {
     return storage_->param_views();
   }
-  const std::vector<float*>& grad_views() const override {
+  const std::vector<void*>& grad_views() const override {
     return storage_->grad_views();
+  }
+  bool on_host() const override { return true; }
+
+  absl::Status AdoptOwnedPiece(int index, const float* initial,
+                               int64_t numel) override {
+    if (index < 0 || numel < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("piece ", index, " of ", numel, " elements"));
+    }
+    if (index >= static_cast<int>(owned_.size())) owned_.resize(index + 1);
+    OwnedPiece& piece = owned_[index];
+    if (param_dtype_ != DataType::kFloat32) {
+      piece.master.assign(initial, initial + numel);
+    }
+    if (grad_dtype_ != DataType::kFloat32) piece.grads.assign(numel, 0.0f);
+    return absl::OkStatus();
+  }
+
+  const float* master_params(int index) const override {
+    if (index < 0 || index >= static_cast<int>(owned_.size()) ||
+        owned_[index].master.empty()) {
+      return nullptr;
+    }
+    return owned_[index].master.data();
   }
 
   // The training thread wrote the gradients before announcing them.
@@ -71,10 +118,11 @@ class HostMemory final : public HookMemory {
     return nullptr;
   }
 
-  absl::Status OwnerStep(int index, float* params, float* grads, int64_t numel,
+  absl::Status OwnerStep(int index, void* params, void* grads, int64_t numel,
                          float divisor) override {
-    if (divisor != 1) DivideInPlace(grads, numel, DataType::kFloat32, divisor);
-    return optimizer_->Step(index, params, grads);
+    ASSIGN_OR_RETURN(float* g, WidenedGradients(index, grads, numel));
+    if (divisor != 1) DivideInPlace(g, numel, DataType::kFloat32, divisor);
+    return Step(index, params, g, numel);
   }
 
   absl::Status PrepareNorms(int num_pieces, int world_size) override {
@@ -83,10 +131,11 @@ class HostMemory final : public HookMemory {
     return absl::OkStatus();
   }
 
-  absl::Status PartialNorm(int index, float* grads, int64_t numel,
+  absl::Status PartialNorm(int index, void* grads, int64_t numel,
                            float divisor, NormKind kind) override {
-    if (divisor != 1) DivideInPlace(grads, numel, DataType::kFloat32, divisor);
-    piece_norms_[index] = HostPartialNorm(grads, numel, kind);
+    ASSIGN_OR_RETURN(float* g, WidenedGradients(index, grads, numel));
+    if (divisor != 1) DivideInPlace(g, numel, DataType::kFloat32, divisor);
+    piece_norms_[index] = HostPartialNorm(g, numel, kind);
     return absl::OkStatus();
   }
 
@@ -100,15 +149,19 @@ class HostMemory final : public HookMemory {
 
   float* norm_slots() override { return slots_.data(); }
 
-  absl::Status ClippedOwnerStep(int index, float* params, float* grads,
+  absl::Status ClippedOwnerStep(int index, void* params, void* grads,
                                 int64_t numel, double max_norm,
                                 NormKind kind) override {
+    // PartialNorm already widened and averaged them.
+    float* g = grad_dtype_ == DataType::kFloat32
+                   ? static_cast<float*>(grads)
+                   : owned_[index].grads.data();
     const float coef = ClipCoefficient(
         TotalNorm(slots_.data(), static_cast<int>(slots_.size()), kind),
         max_norm);
     // As torch: multiplied even by 1 (which changes nothing).
-    for (int64_t i = 0; i < numel; ++i) grads[i] *= coef;
-    return optimizer_->Step(index, params, grads);
+    for (int64_t i = 0; i < numel; ++i) g[i] *= coef;
+    return Step(index, params, g, numel);
   }
 
   absl::StatusOr<double> TotalGradNorm(NormKind kind) override {
@@ -119,8 +172,44 @@ class HostMemory final : public HookMemory {
   absl::Status OrderComputeAfter(Work&) override { return absl::OkStatus(); }
 
  private:
+  // What the owner keeps for a piece under mixed precision.
+  struct OwnedPiece {
+    std::vector<float> master;  // bf16 parameters: fp32 master weights
+    std::vector<float> grads;   // bf16 gradients: widened, fp32
+  };
+
+  // Piece `index`'s gradients as fp32: in place, or widened into its room.
+  absl::StatusOr<float*> WidenedGradients(int index, void* grads,
+                                          int64_t numel) {
+    if (grad_dtype_ == DataType::kFloat32) return static_cast<float*>(grads);
+    std::vector<float>& room = owned_[index].grads;
+    if (static_cast<int64_t>(room.size()) != numel) {
+      return absl::InternalError(absl::StrCat(
+          "piece ", index, " has no room for its fp32 gradients"));
+    }
+    WidenBFloat16(static_cast<const uint16_t*>(grads), numel, room.data());
+    return room.data();
+  }
+
+  // The optimizer's step on fp32 gradients `g`: on the parameters, or on
+  // the master weights, then rounded into the bf16 parameters.
+  absl::Status Step(int index, void* params, const float* g, int64_t numel) {
+    if (param_dtype_ == DataType::kFloat32) {
+      return optimizer_->Step(index, static_cast<float*>(params), g);
+    }
+    std::vector<float>& master = owned_[index].master;
+    RETURN_IF_ERROR(optimizer_->Step(index, master.data(), g));
+    NarrowToBFloat16(master.data(), numel, static_cast<uint16_t*>(params));
+    return absl::OkStatus();
+  }
+
   ShardOptimizer* const optimizer_;
+  const DataType param_dtype_;
+  const DataType grad_dtype_;
   std::unique_ptr<BucketStorage> storage_;
+  // By piece index; sized before the first step (AdoptOwnedPiece), then
+  // each piece's entry is touched only by that piece's steps.
+  std::vector<OwnedPiece> owned_;
   // Clipping: per piece, its partial (sum of squares or largest |g|),
   // written and read in the communicator's order; the slots the hook
   // all-reduces.
@@ -137,8 +226,21 @@ GradClipping GradClipping::FromSpec(const v1::OptimizerSpec& spec) {
   return clipping;
 }
 
-std::unique_ptr<HookMemory> NewHostMemory(ShardOptimizer* optimizer) {
-  return std::make_unique<HostMemory>(optimizer);
+MixedPrecision MixedPrecision::FromSpec(const v1::JobSpec& spec) {
+  auto dtype = [](v1::PrecisionSpec::DType d) {
+    return d == v1::PrecisionSpec::BF16 ? DataType::kBFloat16
+                                        : DataType::kFloat32;
+  };
+  MixedPrecision precision;
+  precision.param_dtype = dtype(spec.precision().param_dtype());
+  precision.reduce_dtype = dtype(spec.precision().reduce_dtype());
+  return precision;
+}
+
+std::unique_ptr<HookMemory> NewHostMemory(ShardOptimizer* optimizer,
+                                          DataType param_dtype,
+                                          DataType grad_dtype) {
+  return std::make_unique<HostMemory>(optimizer, param_dtype, grad_dtype);
 }
 
 absl::StatusOr<std::unique_ptr<ZeroHook>> ZeroHook::Create(
@@ -146,7 +248,10 @@ absl::StatusOr<std::unique_ptr<ZeroHook>> ZeroHook::Create(
     std::unique_ptr<ShardOptimizer> optimizer, AssignmentProvider provider,
     const ZeroHookOptions& options) {
   std::unique_ptr<HookMemory> memory;
-  if (optimizer != nullptr) memory = NewHostMemory(optimizer.get());
+  if (optimizer != nullptr) {
+    memory = NewHostMemory(optimizer.get(), options.precision.param_dtype,
+                           options.precision.reduce_dtype);
+  }
   std::unique_ptr<ZeroHook> hook(
       new ZeroHook(std::move(params), comm, std::move(optimizer),
                    std::move(memory), std::move(provider), options));
@@ -190,16 +295,196 @@ absl::Status ZeroHook::Init() {
         absl::StrCat("clipping.max_norm must be finite and > 0 (or 0: none), "
                      "got ", options_.clipping.max_norm));
   }
+  if (memory_->param_dtype() != options_.precision.param_dtype ||
+      memory_->grad_dtype() != options_.precision.reduce_dtype) {
+    return absl::InvalidArgumentError(
+        "the hook's memory does not hold the dtypes of options.precision "
+        "(mixed precision is host memory only)");
+  }
   const int n = static_cast<int>(infos_.size());
   issued_broadcasts_.assign(n, {});
   pending_broadcasts_.assign(n, {});
   ASSIGN_OR_RETURN(
       BucketLayout layout,
       BucketLayout::Build(infos_, BucketLayout::DefaultReadyOrder(n),
-                          CapBytes()));
+                          CapBytes(), options_.precision.param_dtype));
   layout_ = std::make_unique<BucketLayout>(std::move(layout));
   RETURN_IF_ERROR(memory_->Arrange(*layout_));
+  RefreshFloatViews();
   param_ready_.assign(n, 0);
+  return absl::OkStatus();
+}
+
+void ZeroHook::RefreshFloatViews() {
+  auto as_floats = [](const std::vector<void*>& views, DataType dtype) {
+    std::vector<float*> out;
+    if (dtype != DataType::kFloat32) return out;
+    for (void* v : views) out.push_back(static_cast<float*>(v));
+    return out;
+  };
+  float_params_ = as_floats(memory_->param_views(), memory_->param_dtype());
+  float_grads_ = as_floats(memory_->grad_views(), memory_->grad_dtype());
+}
+
+void* ZeroHook::PieceParams(int p) {
+  const Piece& piece = pieces_[p];
+  return AdvanceElements(memory_->bucket_params(piece.bucket), piece.offset,
+                         memory_->param_dtype());
+}
+
+void* ZeroHook::PieceGrads(int p) {
+  const Piece& piece = pieces_[p];
+  return AdvanceElements(memory_->bucket_grads(piece.bucket), piece.offset,
+                         memory_->grad_dtype());
+}
+
+absl::Status ZeroHook::SetParameter(int index, absl::Span<const float> values) {
+  if (index < 0 || index >= static_cast<int>(infos_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter index ", index, " is outside [0, ", infos_.size(), ")"));
+  }
+  const ParameterInfo& info = infos_[index];
+  if (static_cast<int64_t>(values.size()) != info.numel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter \"", info.name, "\" has ", info.numel,
+                     " elements, got ", values.size(), " values"));
+  }
+  if (!memory_->on_host()) {
+    return absl::FailedPreconditionError(
+        "parameters are set directly only in host memory");
+  }
+  if (state_ == HookState::kInitialized) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "parameter \"", info.name, "\" set after the first step (the "
+        "owners' master weights have started)"));
+  }
+  void* dst = memory_->param_views()[index];
+  if (memory_->param_dtype() == DataType::kFloat32) {
+    std::copy(values.begin(), values.end(), static_cast<float*>(dst));
+    return absl::OkStatus();
+  }
+  NarrowToBFloat16(values.data(), info.numel, static_cast<uint16_t*>(dst));
+  initial_params_.resize(infos_.size());
+  initial_params_[index].assign(values.begin(), values.end());
+  return absl::OkStatus();
+}
+
+absl::Status ZeroHook::ReadParameter(int index, absl::Span<float> out) const {
+  if (index < 0 || index >= static_cast<int>(infos_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter index ", index, " is outside [0, ", infos_.size(), ")"));
+  }
+  const ParameterInfo& info = infos_[index];
+  if (static_cast<int64_t>(out.size()) != info.numel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter \"", info.name, "\" has ", info.numel,
+                     " elements, room for ", out.size(), " given"));
+  }
+  if (!memory_->on_host()) {
+    return absl::FailedPreconditionError(
+        "parameters are read directly only in host memory");
+  }
+  const void* src = memory_->param_views()[index];
+  if (memory_->param_dtype() == DataType::kFloat32) {
+    const float* p = static_cast<const float*>(src);
+    std::copy(p, p + info.numel, out.begin());
+  } else {
+    WidenBFloat16(static_cast<const uint16_t*>(src), info.numel, out.data());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroHook::ReadOwnedParameter(int index, int64_t offset,
+                                          absl::Span<float> out) const {
+  if (index < 0 || index >= static_cast<int>(infos_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter index ", index, " is outside [0, ", infos_.size(), ")"));
+  }
+  const ParameterInfo& info = infos_[index];
+  const int64_t count = static_cast<int64_t>(out.size());
+  if (offset < 0 || count > info.numel || offset > info.numel - count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "elements [", offset, ", ", offset + count, ") are outside parameter \"",
+        info.name, "\" of ", info.numel));
+  }
+  if (!memory_->on_host() || state_ != HookState::kInitialized) {
+    return absl::FailedPreconditionError(
+        "owned parameters are read in host memory after the first step");
+  }
+  // The range, in bucket elements.
+  const int b = layout_->bucket_of(index);
+  const int64_t begin = layout_->offset_of(index) + offset;
+  const int64_t end = begin + count;
+  int64_t covered = 0;
+  for (int p : bucket_pieces_[b]) {
+    const Piece& piece = pieces_[p];
+    const int64_t lo = std::max(begin, piece.offset);
+    const int64_t hi = std::min(end, piece.offset + piece.numel);
+    if (lo >= hi) continue;
+    if (piece.owner != comm_->rank()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", comm_->rank(), " does not own elements [", lo - begin + offset,
+          ", ", hi - begin + offset, ") of parameter \"", info.name, "\""));
+    }
+    float* dst = out.data() + (lo - begin);
+    if (const float* master = memory_->master_params(p); master != nullptr) {
+      std::copy(master + (lo - piece.offset), master + (hi - piece.offset),
+                dst);
+    } else {
+      // fp32 parameters are the optimizer's own.
+      const float* params = static_cast<const float*>(
+          memory_->bucket_params(piece.bucket));
+      std::copy(params + lo, params + hi, dst);
+    }
+    covered += hi - lo;
+  }
+  if (covered != count) {
+    return absl::InternalError(absl::StrCat(
+        "the pieces of parameter \"", info.name, "\" cover ", covered, " of ",
+        count, " elements"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroHook::AdoptOwnedPieces() {
+  const absl::flat_hash_map<std::string, int> index_of = [&] {
+    absl::flat_hash_map<std::string, int> m;
+    for (int i = 0; i < static_cast<int>(infos_.size()); ++i) {
+      m[infos_[i].name] = i;
+    }
+    return m;
+  }();
+  std::vector<float> initial;
+  for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
+    const Piece& piece = pieces_[p];
+    if (piece.owner != comm_->rank()) continue;
+    // The piece's current values widened, then SetParameter's fp32 values
+    // over them where there are some.
+    initial.assign(piece.numel, 0.0f);
+    const void* params = PieceParams(p);
+    if (memory_->param_dtype() == DataType::kFloat32) {
+      const float* f = static_cast<const float*>(params);
+      std::copy(f, f + piece.numel, initial.begin());
+    } else {
+      WidenBFloat16(static_cast<const uint16_t*>(params), piece.numel,
+                    initial.data());
+    }
+    const std::vector<ParamSpan> in_piece = PieceSpans(p);
+    const std::vector<ParamSpan> in_param =
+        PieceSpans(p, /*offsets_in_parameters=*/true);
+    for (size_t k = 0; k < in_piece.size(); ++k) {
+      const int i = index_of.at(in_piece[k].name);
+      if (i >= static_cast<int>(initial_params_.size()) ||
+          initial_params_[i].empty()) {
+        continue;
+      }
+      const auto from = initial_params_[i].begin() + in_param[k].offset;
+      std::copy(from, from + in_piece[k].numel,
+                initial.begin() + in_piece[k].offset);
+    }
+    RETURN_IF_ERROR(memory_->AdoptOwnedPiece(p, initial.data(), piece.numel));
+  }
+  initial_params_.clear();
   return absl::OkStatus();
 }
 
@@ -559,13 +844,16 @@ void ZeroHook::LaunchPiece(int p) {
   const Piece& piece = pieces_[p];
   const int owner = piece.owner;
   const int64_t numel = piece.numel;
-  float* grads = memory_->bucket_grads(piece.bucket) + piece.offset;
-  float* params = memory_->bucket_params(piece.bucket) + piece.offset;
+  void* grads = PieceGrads(p);
+  void* params = PieceParams(p);
+  const DataType grad_dtype = memory_->grad_dtype();
+  const int64_t grad_bytes = numel * DataTypeSize(grad_dtype);
+  const int64_t param_bytes = numel * DataTypeSize(memory_->param_dtype());
   if (options_.comm_mode == v1::JobSpec::ALLREDUCE_BROADCAST) {
-    works_.push_back(comm_->AllReduce(grads, numel, DataType::kFloat32));
+    works_.push_back(comm_->AllReduce(grads, numel, grad_dtype));
   } else {
     // The owner receives the mean (the division fused into the reduction).
-    works_.push_back(comm_->ReduceMean(grads, numel, DataType::kFloat32, owner));
+    works_.push_back(comm_->ReduceMean(grads, numel, grad_dtype, owner));
   }
   // After an all-reduce the owner holds the sum: average it in the step (a
   // division, as DDP does, not a multiply by the reciprocal).
@@ -582,7 +870,7 @@ void ZeroHook::LaunchPiece(int p) {
           [memory, p, grads, numel, divisor, kind] {
             return memory->PartialNorm(p, grads, numel, divisor, kind);
           },
-          {{grads, numel * 4}}));
+          {{grads, grad_bytes}}));
     }
     return;
   }
@@ -595,7 +883,7 @@ void ZeroHook::LaunchPiece(int p) {
           counter->fetch_add(1);
           return absl::OkStatus();
         },
-        {{grads, numel * 4}, {params, numel * 4}}));
+        {{grads, grad_bytes}, {params, param_bytes}}));
   }
   // Earlier pieces' broadcasts go after this piece's reduction, so that the
   // owner's steps on them overlap this transfer.
@@ -609,9 +897,9 @@ void ZeroHook::LaunchPiece(int p) {
 
 void ZeroHook::IssueBroadcast(int p) {
   const Piece& piece = pieces_[p];
-  std::shared_ptr<Work> work = comm_->Broadcast(
-      memory_->bucket_params(piece.bucket) + piece.offset, piece.numel,
-      DataType::kFloat32, piece.owner);
+  std::shared_ptr<Work> work =
+      comm_->Broadcast(PieceParams(p), piece.numel, memory_->param_dtype(),
+                       piece.owner);
   if (!options_.overlap_param_broadcast) {
     works_.push_back(std::move(work));
     return;
@@ -661,8 +949,8 @@ void ZeroHook::IssueClippedSteps() {
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
     const Piece& piece = pieces_[p];
     if (piece.owner == rank) {
-      float* grads = memory_->bucket_grads(piece.bucket) + piece.offset;
-      float* params = memory_->bucket_params(piece.bucket) + piece.offset;
+      void* grads = PieceGrads(p);
+      void* params = PieceParams(p);
       const int64_t numel = piece.numel;
       std::atomic<int64_t>* counter = &piece_steps_[p];
       works_.push_back(comm_->EnqueueTouching(
@@ -673,8 +961,8 @@ void ZeroHook::IssueClippedSteps() {
             counter->fetch_add(1);
             return absl::OkStatus();
           },
-          {{grads, numel * 4},
-           {params, numel * 4},
+          {{grads, numel * DataTypeSize(memory_->grad_dtype())},
+           {params, numel * DataTypeSize(memory_->param_dtype())},
            {memory_->norm_slots(), comm_->world_size() * 4}}));
     }
   }
@@ -694,9 +982,11 @@ absl::Status ZeroHook::Initialize() {
   // The layout is final only now that the ready order has been observed.
   if (observed_order_ != layout_->ready_order()) {
     ASSIGN_OR_RETURN(BucketLayout rebuilt,
-                     BucketLayout::Build(infos_, observed_order_, CapBytes()));
+                     BucketLayout::Build(infos_, observed_order_, CapBytes(),
+                                         options_.precision.param_dtype));
     RETURN_IF_ERROR(memory_->Arrange(rebuilt));
     layout_ = std::make_unique<BucketLayout>(std::move(rebuilt));
+    RefreshFloatViews();
   }
   state_ = HookState::kLayoutReported;
 
@@ -720,8 +1010,10 @@ absl::Status ZeroHook::Initialize() {
   // Cut buckets (under SHARDED each rank's range of a bucket) into pieces;
   // the optimizer sees each owned piece as one of its buckets.
   const int64_t piece_elems =
-      options_.piece_bytes > 0 ? std::max<int64_t>(1, options_.piece_bytes / 4)
-                               : 0;
+      options_.piece_bytes > 0
+          ? std::max<int64_t>(1, options_.piece_bytes /
+                                     DataTypeSize(memory_->grad_dtype()))
+          : 0;
   pieces_.clear();
   bucket_pieces_.assign(num_buckets, {});
   for (const Bucket& bucket : layout_->buckets()) {
@@ -770,6 +1062,7 @@ absl::Status ZeroHook::Initialize() {
       RETURN_IF_ERROR(optimizer_->AddBucket(p, PieceSpans(p)));
     }
   }
+  if (options_.precision.mixed()) RETURN_IF_ERROR(AdoptOwnedPieces());
   if (state_loader_) RETURN_IF_ERROR(LoadOwnedOptimizerState());
   if (initial_state_.has_value()) RETURN_IF_ERROR(ApplyInitialOptimizerState());
   piece_steps_.reset(new std::atomic<int64_t>[pieces_.size()]);

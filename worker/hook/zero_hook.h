@@ -142,6 +142,22 @@ struct GradClipping {
   static GradClipping FromSpec(const v1::OptimizerSpec& spec);
 };
 
+// Mixed precision (JobSpec.precision): the dtype of the model's parameters
+// (held by every rank, broadcast by owners) and of the gradient reduction.
+// Anything but fp32 keeps fp32 master weights and fp32 gradients at the
+// owner, for its pieces only.
+struct MixedPrecision {
+  DataType param_dtype = DataType::kFloat32;
+  DataType reduce_dtype = DataType::kFloat32;
+
+  bool mixed() const {
+    return param_dtype != DataType::kFloat32 ||
+           reduce_dtype != DataType::kFloat32;
+  }
+  // JobSpec.precision (of a valid spec; unset is fp32 throughout).
+  static MixedPrecision FromSpec(const v1::JobSpec& spec);
+};
+
 struct ZeroHookOptions {
   v1::JobSpec::CommMode comm_mode = v1::JobSpec::REDUCE_BROADCAST;
   double bucket_cap_mb = 25;
@@ -166,6 +182,8 @@ struct ZeroHookOptions {
   // Off by default. When on, owners step only once the step's reductions
   // are done (see the file comment); invalid values are refused by Create.
   GradClipping clipping;
+  // fp32 by default. Host memory only (ZeroHook::Create).
+  MixedPrecision precision;
 };
 
 class ZeroHook : public GradientSink {
@@ -179,12 +197,41 @@ class ZeroHook : public GradientSink {
 
   ~ZeroHook() override;
 
-  // Views of each parameter and its gradient inside the bucket buffers. They
-  // stay valid until the end of the first FinishStep, which may re-pack the
+  // Views of each parameter and its gradient inside the bucket buffers, as
+  // fp32: empty when their dtype (options.precision) is not fp32. They stay
+  // valid until the end of the first FinishStep, which may re-pack the
   // buffers; fetch them again after it.
-  const std::vector<float*>& params() const { return memory_->param_views(); }
-  const std::vector<float*>& grads() const { return memory_->grad_views(); }
+  const std::vector<float*>& params() const { return float_params_; }
+  const std::vector<float*>& grads() const { return float_grads_; }
+  // The same views in any dtype: param_dtype() and grad_dtype() elements.
+  const std::vector<void*>& param_data() const {
+    return memory_->param_views();
+  }
+  const std::vector<void*>& grad_data() const { return memory_->grad_views(); }
+  DataType param_dtype() const { return memory_->param_dtype(); }
+  DataType grad_dtype() const { return memory_->grad_dtype(); }
   const std::vector<ParameterInfo>& parameter_infos() const { return infos_; }
+
+  // Host memory, before the first step: parameter `index` takes `values`
+  // (its numel floats) on this rank, rounded to nearest even for bf16
+  // parameters, whose owner starts its fp32 master weights from `values`
+  // themselves (so a resume from fp32 values loses nothing).
+  // InvalidArgument: index out of range or the wrong size;
+  // FailedPrecondition after the first step or on device memory.
+  absl::Status SetParameter(int index, absl::Span<const float> values);
+  // Host memory: parameter `index` as this rank's model holds it, widened
+  // to fp32 (exact), into `out` (its numel floats). With
+  // overlap_param_broadcast call WaitForParameter first. Errors as
+  // SetParameter's (any time).
+  absl::Status ReadParameter(int index, absl::Span<float> out) const;
+  // Host memory, after the first step: elements [offset, offset +
+  // out.size()) of parameter `index`, which this rank must own, as its
+  // optimizer holds them: the fp32 master weights under mixed precision,
+  // the parameters otherwise (what a checkpoint keeps). FailedPrecondition
+  // when this rank does not own them all, before the first step or on
+  // device memory; InvalidArgument for a range outside the parameter.
+  absl::Status ReadOwnedParameter(int index, int64_t offset,
+                                  absl::Span<float> out) const;
 
   // GradientSink: parameter `param_index`'s gradient is final. Launches its
   // bucket's communication when the bucket is complete (after the first
@@ -302,6 +349,8 @@ class ZeroHook : public GradientSink {
 
   // Checks the arguments and lays the buckets out in DDP's guessed order.
   absl::Status Init();
+  // After each Arrange: the fp32 views params()/grads() return.
+  void RefreshFloatViews();
 
   HookMemory& memory() { return *memory_; }
 
@@ -335,6 +384,12 @@ class ZeroHook : public GradientSink {
   absl::Status ApplyInitialOptimizerState();
   // Fills initial_state_ from state_loader_ for the owned parameters.
   absl::Status LoadOwnedOptimizerState();
+  // Mixed precision: every owned piece's master weights, from the values
+  // SetParameter was given, else from the parameters (Initialize).
+  absl::Status AdoptOwnedPieces();
+  // Piece p's bucket buffers at its offset.
+  void* PieceParams(int p);
+  void* PieceGrads(int p);
   absl::Status Fail(absl::Status status);
 
   std::vector<ParameterInfo> infos_;
@@ -343,6 +398,11 @@ class ZeroHook : public GradientSink {
   std::unique_ptr<HookMemory> memory_;
   AssignmentProvider provider_;
   const ZeroHookOptions options_;
+  std::vector<float*> float_params_;
+  std::vector<float*> float_grads_;
+  // Mixed precision, until the first step: SetParameter's fp32 values by
+  // parameter (empty where it was not called).
+  std::vector<std::vector<float>> initial_params_;
 
   HookState state_ = HookState::kUninitialized;
   std::unique_ptr<BucketLayout> layout_;
