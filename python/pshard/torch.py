@@ -66,7 +66,8 @@ def _view(pointer, numel, shape):
 
 class ShardedOptimizer:
     """ShardedOptimizer(model, optimizer={...}, bucket_cap_mb=25,
-    comm_mode="reduce_broadcast", session=None)
+    comm_mode="reduce_broadcast", session=None,
+    overlap_param_broadcast=None)
 
     `optimizer` is OptimizerSpec as a dict or its JSON text, protobuf's JSON
     mapping: {"kind": "ADAM", "hyper_parameters": {"lr": 1e-3, "betas":
@@ -74,13 +75,30 @@ class ShardedOptimizer:
     "hyper_parameters": {"weight_decay": 0}}]} (groups select parameters by
     their names in `model.named_parameters()`, shell globs). `session`:
     pshard.init()'s when omitted.
+
+    `overlap_param_broadcast` (the job spec's field of that name when None,
+    off in the local test mode): step() returns without waiting for the
+    owners' updated parameters, and the next forward waits for each
+    module's own parameters just before that module runs (a forward
+    pre-hook on every module that holds parameters directly), so it starts
+    on the first layers it really calls while later ones are still
+    arriving — whatever order the modules were registered or bucketed in.
+    The parameters are the same as without. `model` must then be a
+    torch.nn.Module. A parameter read outside its own module's forward
+    (a functional call on a child's weight, the model's state_dict, an
+    evaluation of your own) needs wait_parameters() first; state_dict(),
+    pshard.checkpoint's saves and closing the session wait themselves.
     """
 
     def __init__(self, model, optimizer, bucket_cap_mb=25,
-                 comm_mode="reduce_broadcast", session=None):
+                 comm_mode="reduce_broadcast", session=None,
+                 overlap_param_broadcast=None):
         if comm_mode not in _COMM_MODES:
             raise ValueError(f"comm_mode: one of {sorted(_COMM_MODES)}, got "
                              f"{comm_mode!r}")
+        if overlap_param_broadcast not in (None, True, False):
+            raise TypeError("overlap_param_broadcast: None, True or False, "
+                            f"got {overlap_param_broadcast!r}")
         if isinstance(optimizer, dict):
             optimizer = json.dumps(optimizer)
         if not isinstance(optimizer, str):
@@ -95,6 +113,18 @@ class ShardedOptimizer:
         _capi.check("pshardSetOptimizer", handle, optimizer.encode())
         _capi.check("pshardSetBucketCapMb", handle, float(bucket_cap_mb))
         _capi.check("pshardSetCommMode", handle, _COMM_MODES[comm_mode])
+        if overlap_param_broadcast is not None:
+            _capi.check("pshardSetOverlapParamBroadcast", handle,
+                        int(overlap_param_broadcast))
+        enabled = ctypes.c_int()
+        _capi.check("pshardGetOverlapParamBroadcast", handle,
+                    ctypes.byref(enabled))
+        self._overlap = bool(enabled.value)
+        if self._overlap and not isinstance(model, torch.nn.Module):
+            raise TypeError("overlap_param_broadcast needs model to be a "
+                            "torch.nn.Module (its forward pre-hooks wait for "
+                            "the parameters); pass overlap_param_broadcast="
+                            "False for (name, parameter) pairs")
         for name, p in self._named:
             shape = (ctypes.c_int64 * max(1, p.dim()))(*p.shape)
             index = ctypes.c_int()
@@ -113,7 +143,49 @@ class ShardedOptimizer:
             accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
             accumulator.register_hook(self._make_hook(i))
             self._grad_accumulators.append(accumulator)
+        self._forward_hooks = []
+        if self._overlap:
+            self._register_forward_waits(model)
         self._session._on_close.append(self._detach)
+
+    def _register_forward_waits(self, model):
+        """A forward pre-hook on every module that holds parameters of its
+        own (recurse=False): it waits for them (in registration order within
+        the module; cheap once arrived), so that each module waits when the
+        forward really reaches it. A parameter shared by several modules is
+        waited for by each."""
+        index = {id(p): i for i, (_, p) in enumerate(self._named)}
+        for module in model.modules():
+            own = [index[id(p)] for p in module.parameters(recurse=False)
+                   if id(p) in index]
+            if own:
+                self._forward_hooks.append(module.register_forward_pre_hook(
+                    self._make_forward_wait(own)))
+
+    def _make_forward_wait(self, indices):
+        def wait(module, inputs):
+            del module, inputs
+            handle = self._session._handle
+            if handle is None:
+                return
+            for i in indices:
+                _capi.check("pshardWaitParameter", handle, i)
+        return wait
+
+    @property
+    def overlap_param_broadcast(self):
+        """Whether step() leaves the parameter broadcasts to the next
+        forward (see the class's description)."""
+        return self._overlap
+
+    def wait_parameters(self):
+        """Returns once every parameter holds the last step's update: before
+        reading the parameters outside a forward (the model's state_dict, an
+        evaluation that bypasses the modules' forwards). Immediate without
+        overlap_param_broadcast."""
+        handle = self._session.handle
+        for i in range(len(self._named)):
+            _capi.check("pshardWaitParameter", handle, i)
 
     def _point_into_buckets(self, copy_values):
         """Re-points every parameter's .data and .grad into the buckets
@@ -256,7 +328,12 @@ class ShardedOptimizer:
         Only the parameters whose buckets this rank owns (and that keep
         state: SGD without momentum keeps none), by torch's names for the
         kind (docs/user-guide.md, "Optimizer"). The tensors are copies, in
-        the parameters' shapes."""
+        the parameters' shapes — except under the SHARDED assignment
+        policy, where a rank holds a slice of the parameters its ranges cut:
+        such an entry also has "offset" (its first element in the flattened
+        parameter) and 1-D tensors of the slice's elements. Waits for the
+        parameters' updates first (overlap_param_broadcast)."""
+        self.wait_parameters()
         shapes = {name: p.shape for name, p in self._named}
         handle = ctypes.c_void_p()
         _capi.check("pshardExportOptimizerState", self._session.handle,
@@ -355,7 +432,15 @@ class ShardedOptimizer:
         return self._session
 
     def _detach(self):
-        """The session is closing: the model keeps copies of its values."""
+        """The session is closing: the model keeps copies of its values
+        (once the last step's updates have arrived)."""
+        for hook in self._forward_hooks:
+            hook.remove()
+        self._forward_hooks = []
+        try:
+            self.wait_parameters()
+        except PshardError:
+            pass  # a failed session: the close that follows reports it
         with torch.no_grad():
             for _, p in self._named:
                 p.data = p.data.clone()

@@ -235,6 +235,28 @@ pshardResult_t pshardSetCommMode(pshardSession_t session,
   });
 }
 
+pshardResult_t pshardSetOverlapParamBroadcast(pshardSession_t session,
+                                              int enable) {
+  constexpr char kCall[] = "pshardSetOverlapParamBroadcast";
+  if (enable != 0 && enable != 1) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(kCall, ": enable must be 0 or 1, got ", enable));
+  }
+  return WithSession(kCall, session, [&](Session& s) {
+    return Return(s.SetOverlapParamBroadcast(enable == 1));
+  });
+}
+
+pshardResult_t pshardGetOverlapParamBroadcast(pshardSession_t session,
+                                              int* enabled) {
+  constexpr char kCall[] = "pshardGetOverlapParamBroadcast";
+  if (enabled == nullptr) return NullArgument(kCall, "enabled");
+  return WithSession(kCall, session, [&](Session& s) {
+    *enabled = s.overlap_param_broadcast() ? 1 : 0;
+    return pshardSuccess;
+  });
+}
+
 pshardResult_t pshardRegisterParameter(pshardSession_t session,
                                        const char* name, int ndim,
                                        const int64_t* shape,
@@ -537,6 +559,21 @@ pshardResult_t pshardImportOptimizerState(
     return WithSession(kCall, session, [&](Session& s) {
       return Return(s.ImportOptimizerState(optimizer_json, std::move(params)));
     });
+  });
+}
+
+pshardResult_t pshardWaitParameter(pshardSession_t session, int index) {
+  constexpr char kCall[] = "pshardWaitParameter";
+  return WithSession(kCall, session, [&](Session& s) {
+    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
+      return Return(prepared);
+    }
+    if (index < 0 || index >= s.num_parameters()) {
+      return Fail(pshardInvalidArgument,
+                  absl::StrCat(kCall, ": index ", index, " is not a parameter "
+                               "index (", s.num_parameters(), " registered)"));
+    }
+    return Return(s.WaitForParameter(index));
   });
 }
 

@@ -60,8 +60,10 @@ extern "C" {
 #endif
 
 /* 2: checkpoints (pshardSaveCheckpoint, pshardLoadCheckpoint), pshardNotFound
- * and pshardDataLoss, optimizer state imported at any world size. */
-#define PSHARD_API_VERSION 2
+ * and pshardDataLoss, optimizer state imported at any world size.
+ * 3: overlap_param_broadcast (pshardSetOverlapParamBroadcast,
+ * pshardGetOverlapParamBroadcast, pshardWaitParameter). */
+#define PSHARD_API_VERSION 3
 
 typedef enum {
   pshardSuccess = 0,
@@ -132,6 +134,22 @@ pshardResult_t pshardSetBucketCapMb(pshardSession_t session, double mb);
 pshardResult_t pshardSetCommMode(pshardSession_t session,
                                  pshardCommMode_t mode);
 
+/* overlap_param_broadcast (JobSpec field 30): with `enable` 1,
+ * pshardFinishStep returns without waiting for the parameter broadcasts of
+ * the step, and the program calls pshardWaitParameter(s, i) before it reads
+ * parameter i — in its next forward, in the order it really reads them, so
+ * that the first layers compute while later ones are still arriving. A
+ * program that reads a parameter without waiting may see the value before
+ * the update. The default is the job spec's overlap_param_broadcast
+ * (PSHARD_OVERLAP_PARAM_BROADCAST, set by the agent; off in the local test
+ * mode unless set); a program that cannot wait per parameter turns it off
+ * with `enable` 0. Before pshardPrepare. InvalidArgument: `enable` not 0 or
+ * 1. pshardGetOverlapParamBroadcast: whether it is on (*enabled 0 or 1). */
+pshardResult_t pshardSetOverlapParamBroadcast(pshardSession_t session,
+                                              int enable);
+pshardResult_t pshardGetOverlapParamBroadcast(pshardSession_t session,
+                                              int* enabled);
+
 /* Registers the next parameter (in forward order): `name` unique, 1..256
  * bytes; `ndim` 0..16 dimensions each >= 1 (ndim 0: a scalar). *index gets
  * its index (0, 1, ...). InvalidArgument also for pshardCudaMemory ("device
@@ -159,6 +177,16 @@ pshardResult_t pshardGetGradient(pshardSession_t session, int index,
 pshardResult_t pshardGradientReady(pshardSession_t session, int index);
 /* Ends the step: on return every rank holds the updated parameters. */
 pshardResult_t pshardFinishStep(pshardSession_t session);
+/* Returns once parameter `index` holds the last step's update: at once
+ * without overlap_param_broadcast, before the first step, or when its
+ * broadcast has already arrived (cheap: call it before every read). After
+ * pshardPrepare. InvalidArgument: an index that is not a parameter's;
+ * Timeout/Unavailable/Aborted: the broadcast failed (the session can only
+ * be closed). pshardFinishStep, pshardSaveCheckpoint and pshardSessionClose
+ * wait for every parameter themselves; anything else that reads the
+ * parameters outside a forward (the program's own copy of the model) waits
+ * for each first. */
+pshardResult_t pshardWaitParameter(pshardSession_t session, int index);
 /* Steps finished so far. */
 pshardResult_t pshardStepsFinished(pshardSession_t session, int64_t* steps);
 /* The last step's total gradient norm before clipping, when the optimizer

@@ -23,6 +23,7 @@ class PshardCTest : public ::testing::Test {
     std::string dir = std::string(getenv("TEST_TMPDIR")) + "/c.XXXXXX";
     ASSERT_NE(mkdtemp(dir.data()), nullptr);
     unsetenv("PSHARD_COORDINATOR");
+    unsetenv("PSHARD_OVERLAP_PARAM_BROADCAST");
     setenv("PSHARD_LOCAL_STORE", dir.c_str(), 1);
     setenv("RANK", "0", 1);
     setenv("WORLD_SIZE", "1", 1);
@@ -206,6 +207,108 @@ TEST_F(PshardCTest, WrongCallOrderIsInvalidUsageAndAStepWorks) {
             pshardInvalidArgument);
   EXPECT_EQ(pshardLastGradNorm(session_, &norm, nullptr),
             pshardInvalidArgument);
+}
+
+// overlap_param_broadcast: the setter's and waiter's arguments are checked,
+// the setting is the environment's until set and frozen by pshardPrepare,
+// and with it on, each parameter waited for holds the step's update (SGD
+// lr 0.25 on gradients 4: every value goes down by 1 each step).
+TEST_F(PshardCTest, OverlapParamBroadcastIsCheckedAndWaitsForTheUpdate) {
+  int enabled = -1;
+  EXPECT_EQ(pshardSetOverlapParamBroadcast(nullptr, 1), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("session is NULL"));
+  EXPECT_EQ(pshardSetOverlapParamBroadcast(session_, 2),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("enable must be 0 or 1, got 2"));
+  EXPECT_EQ(pshardSetOverlapParamBroadcast(session_, -1),
+            pshardInvalidArgument);
+  EXPECT_EQ(pshardGetOverlapParamBroadcast(session_, nullptr),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("enabled is NULL"));
+  EXPECT_EQ(pshardGetOverlapParamBroadcast(nullptr, &enabled),
+            pshardInvalidArgument);
+  ASSERT_EQ(pshardGetOverlapParamBroadcast(session_, &enabled), pshardSuccess);
+  EXPECT_EQ(enabled, 0);  // PSHARD_OVERLAP_PARAM_BROADCAST is not set
+  EXPECT_EQ(pshardWaitParameter(session_, 0), pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("not prepared yet"));
+  EXPECT_EQ(pshardWaitParameter(nullptr, 0), pshardInvalidArgument);
+
+  ASSERT_EQ(pshardSetOverlapParamBroadcast(session_, 1), pshardSuccess);
+  ASSERT_EQ(pshardGetOverlapParamBroadcast(session_, &enabled), pshardSuccess);
+  EXPECT_EQ(enabled, 1);
+  ASSERT_EQ(pshardSetOptimizer(
+                session_, R"({"kind": "SGD", "hyper_parameters": {"lr": 0.25}})"),
+            pshardSuccess);
+  ASSERT_EQ(pshardSetBucketCapMb(session_, 0.00001), pshardSuccess);
+  const int64_t shape[] = {3};
+  int index = -1;
+  for (const char* name : {"a", "b"}) {
+    ASSERT_EQ(pshardRegisterParameter(session_, name, 1, shape, pshardFloat32,
+                                      pshardHostMemory, &index),
+              pshardSuccess);
+  }
+  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  EXPECT_EQ(pshardSetOverlapParamBroadcast(session_, 0), pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("already prepared"));
+  EXPECT_EQ(pshardWaitParameter(session_, 2), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("index 2 is not a parameter index"));
+  EXPECT_EQ(pshardWaitParameter(session_, -1), pshardInvalidArgument);
+  // Before the first step there is nothing to wait for.
+  EXPECT_EQ(pshardWaitParameter(session_, 1), pshardSuccess) << LastError();
+  void* data = nullptr;
+  int64_t numel = 0;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(pshardGetParameter(session_, i, &data, &numel), pshardSuccess);
+    for (int e = 0; e < 3; ++e) static_cast<float*>(data)[e] = 10.0f * i + e;
+  }
+  for (int step = 1; step <= 3; ++step) {
+    // Gradients become ready in the reverse of registration order; the
+    // "forward" below reads parameter 1 first.
+    for (int i : {1, 0}) {
+      ASSERT_EQ(pshardGetGradient(session_, i, &data, &numel), pshardSuccess);
+      for (int e = 0; e < 3; ++e) static_cast<float*>(data)[e] = 4;
+      ASSERT_EQ(pshardGradientReady(session_, i), pshardSuccess);
+    }
+    ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+    for (int i : {1, 0}) {
+      ASSERT_EQ(pshardWaitParameter(session_, i), pshardSuccess)
+          << LastError();
+      ASSERT_EQ(pshardWaitParameter(session_, i), pshardSuccess);  // again
+      ASSERT_EQ(pshardGetParameter(session_, i, &data, &numel), pshardSuccess);
+      for (int e = 0; e < 3; ++e) {
+        EXPECT_FLOAT_EQ(static_cast<float*>(data)[e], 10.0f * i + e - step)
+            << "parameter " << i << " step " << step;
+      }
+    }
+  }
+}
+
+// The job spec's overlap_param_broadcast (the agent's
+// PSHARD_OVERLAP_PARAM_BROADCAST) is a session's default; a bad value is
+// refused naming the variable.
+TEST(PshardCOpenTest, OverlapDefaultsToTheEnvironment) {
+  std::string dir = std::string(getenv("TEST_TMPDIR")) + "/o.XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  unsetenv("PSHARD_COORDINATOR");
+  setenv("PSHARD_LOCAL_STORE", dir.c_str(), 1);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("PSHARD_OVERLAP_PARAM_BROADCAST", "yes", 1);
+  pshardSession_t session = nullptr;
+  EXPECT_EQ(pshardSessionOpen(&session), pshardInvalidArgument);
+  EXPECT_THAT(LastError(),
+              HasSubstr("PSHARD_OVERLAP_PARAM_BROADCAST: must be 0 or 1"));
+  EXPECT_EQ(session, nullptr);
+  setenv("PSHARD_OVERLAP_PARAM_BROADCAST", "1", 1);
+  ASSERT_EQ(pshardSessionOpen(&session), pshardSuccess) << LastError();
+  int enabled = -1;
+  ASSERT_EQ(pshardGetOverlapParamBroadcast(session, &enabled), pshardSuccess);
+  EXPECT_EQ(enabled, 1);
+  ASSERT_EQ(pshardSetOverlapParamBroadcast(session, 0), pshardSuccess);
+  ASSERT_EQ(pshardGetOverlapParamBroadcast(session, &enabled), pshardSuccess);
+  EXPECT_EQ(enabled, 0);
+  EXPECT_EQ(pshardSessionClose(session), pshardSuccess);
+  unsetenv("PSHARD_OVERLAP_PARAM_BROADCAST");
 }
 
 // max_grad_norm in the OptimizerSpec JSON clips the step as torch's

@@ -64,6 +64,8 @@ absl::Status Session::SaveCheckpoint(int64_t step) {
                                  env_.worker_id},
                     control_.get(), clock_));
   }
+  // The parameters hold the step's update (overlap_param_broadcast).
+  RETURN_IF_ERROR(WaitForAllParameters());
   last_saved_step_ = step;
   return saver_->Start(step, *this);
 }
