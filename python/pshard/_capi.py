@@ -118,6 +118,11 @@ _PROTOTYPES = {
         ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
         ctypes.POINTER(ctypes.c_char_p), _c_int64_p,
         ctypes.POINTER(ctypes.POINTER(ctypes.c_float)), _c_int64_p]),
+    "pshardOptimizerStateGetEntrySlice": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
+        ctypes.POINTER(ctypes.c_char_p), _c_int64_p,
+        ctypes.POINTER(ctypes.POINTER(ctypes.c_float)), _c_int64_p,
+        _c_int64_p, _c_int64_p]),
     "pshardOptimizerStateSpec": (ctypes.c_int, [
         ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]),
     "pshardOptimizerStateFree": (ctypes.c_int, [ctypes.c_void_p]),
@@ -125,6 +130,11 @@ _PROTOTYPES = {
         ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
         ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p),
         _c_int64_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_float)),
+        _c_int64_p]),
+    "pshardImportOptimizerStateSlices": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
+        ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p),
+        _c_int64_p, _c_int64_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_float)),
         _c_int64_p]),
     "pshardSaveCheckpoint": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64]),
     "pshardLoadCheckpoint": (ctypes.c_int, [

@@ -346,82 +346,113 @@ class ShardedOptimizer:
             for i in range(count.value):
                 name, key = ctypes.c_char_p(), ctypes.c_char_p()
                 step, numel = ctypes.c_int64(), ctypes.c_int64()
+                offset, whole = ctypes.c_int64(), ctypes.c_int64()
                 data = ctypes.POINTER(ctypes.c_float)()
-                _capi.check("pshardOptimizerStateGetEntry", handle, i,
+                _capi.check("pshardOptimizerStateGetEntrySlice", handle, i,
                             ctypes.byref(name), ctypes.byref(key),
                             ctypes.byref(step), ctypes.byref(data),
-                            ctypes.byref(numel))
+                            ctypes.byref(numel), ctypes.byref(offset),
+                            ctypes.byref(whole))
                 name = name.value.decode()
+                sliced = offset.value != 0 or numel.value != whole.value
                 entry = state.setdefault(name, {"step": step.value})
+                if sliced:
+                    entry["offset"] = offset.value
                 entry[key.value.decode()] = _view(
                     ctypes.addressof(data.contents), numel.value,
-                    shapes[name]).clone()
+                    (numel.value,) if sliced else shapes[name]).clone()
         finally:
             _capi.check("pshardOptimizerStateFree", handle)
         return {"state": state, "rank": self._session.rank,
                 "world_size": self._session.world_size, **self._spec}
 
     def load_state_dict(self, state_dict):
-        """Resumes from state_dict(), keyed by parameter name, so at any
-        rank, world size, bucket size or comm mode: the state must cover the
-        parameters this rank comes to own (one rank's state_dict() at the
-        same configuration does; at another world size, merge every rank's
-        "state" into one dict). Entries of parameters this rank does not own
-        are ignored. The model and optimizer spec must be the same. Call it
-        before the first step. Raises ValueError (TypeError for a wrong
-        type) naming what differs; pshard itself checks again (PshardError),
-        and the first step fails naming an owned parameter the state lacks.
-        For a checkpoint of the whole job on disk, see pshard.checkpoint."""
-        if not isinstance(state_dict, dict):
-            raise TypeError("state_dict: a dict from ShardedOptimizer."
-                            "state_dict()")
-        missing = {"state", "optimizer"} - set(state_dict)
-        if missing:
-            raise ValueError(f"state_dict: missing {sorted(missing)}")
-        if state_dict["optimizer"] != self._spec["optimizer"]:
-            raise ValueError(
-                f"state_dict['optimizer'] is {state_dict['optimizer']!r}, "
-                f"this optimizer's {self._spec['optimizer']!r}")
+        """Resumes from state_dict(), keyed by parameter name (and, for a
+        slice, offset), so at any rank, world size, bucket size, comm mode
+        or assignment policy: `state_dict` is one state_dict() — this rank's
+        own at the same configuration — or a list of them, every rank's
+        (at another world size or policy: their entries, whole parameters
+        or slices, are joined by name and offset). The state must cover the
+        parameters this rank comes to own; the rest is ignored. The model
+        and optimizer spec must be the same. Call it before the first step.
+        Raises ValueError (TypeError for a wrong type) naming what differs;
+        pshard itself checks again (PshardError: slices that overlap or an
+        entry given twice), and the first step fails naming owned elements
+        the state lacks. For a checkpoint of the whole job on disk, see
+        pshard.checkpoint."""
+        dicts = (list(state_dict) if isinstance(state_dict, (list, tuple))
+                 else [state_dict])
+        if not dicts:
+            raise ValueError("state_dict: an empty list")
         params = dict(self._named)
-        names, keys, steps, pointers, numels = [], [], [], [], []
+        names, keys, steps, offsets, pointers, numels = [], [], [], [], [], []
         keep = []  # the contiguous tensors the pointers point into
-        for name, entry in state_dict["state"].items():
-            if name not in params:
-                raise ValueError(f"state_dict['state']: {name!r} is not a "
-                                 "parameter of this model")
-            if not isinstance(entry, dict) or not isinstance(
-                    entry.get("step"), int) or entry["step"] < 0:
-                raise ValueError(f"state_dict['state'][{name!r}]: a dict "
-                                 "with an integer 'step' >= 0")
-            for key, tensor in entry.items():
-                if key == "step":
-                    continue
-                where = f"state_dict['state'][{name!r}][{key!r}]"
-                if not isinstance(tensor, torch.Tensor):
-                    raise TypeError(f"{where}: a tensor, got "
-                                    f"{type(tensor).__name__}")
-                if tensor.dtype != torch.float32:
-                    raise ValueError(f"{where}: dtype {tensor.dtype}, "
-                                     "expected torch.float32")
-                if tensor.shape != params[name].shape:
-                    raise ValueError(f"{where}: shape {tuple(tensor.shape)}, "
-                                     f"the parameter's is "
-                                     f"{tuple(params[name].shape)}")
-                tensor = tensor.detach().cpu().contiguous()
-                keep.append(tensor)
-                names.append(name.encode())
-                keys.append(key.encode())
-                steps.append(entry["step"])
-                pointers.append(ctypes.cast(tensor.data_ptr(),
-                                            ctypes.POINTER(ctypes.c_float)))
-                numels.append(tensor.numel())
+        for d, one in enumerate(dicts):
+            what = "state_dict" if len(dicts) == 1 else f"state_dict[{d}]"
+            if not isinstance(one, dict):
+                raise TypeError(f"{what}: a dict from ShardedOptimizer."
+                                "state_dict()")
+            missing = {"state", "optimizer"} - set(one)
+            if missing:
+                raise ValueError(f"{what}: missing {sorted(missing)}")
+            if one["optimizer"] != self._spec["optimizer"]:
+                raise ValueError(
+                    f"{what}['optimizer'] is {one['optimizer']!r}, "
+                    f"this optimizer's {self._spec['optimizer']!r}")
+            for name, entry in one["state"].items():
+                where = f"{what}['state'][{name!r}]"
+                if name not in params:
+                    raise ValueError(f"{what}['state']: {name!r} is not a "
+                                     "parameter of this model")
+                if not isinstance(entry, dict) or not isinstance(
+                        entry.get("step"), int) or entry["step"] < 0:
+                    raise ValueError(f"{where}: a dict with an integer "
+                                     "'step' >= 0")
+                sliced = "offset" in entry
+                offset = entry.get("offset", 0)
+                if not isinstance(offset, int) or offset < 0:
+                    raise ValueError(f"{where}['offset']: an integer >= 0, "
+                                     f"got {offset!r}")
+                for key, tensor in entry.items():
+                    if key in ("step", "offset"):
+                        continue
+                    at = f"{where}[{key!r}]"
+                    if not isinstance(tensor, torch.Tensor):
+                        raise TypeError(f"{at}: a tensor, got "
+                                        f"{type(tensor).__name__}")
+                    if tensor.dtype != torch.float32:
+                        raise ValueError(f"{at}: dtype {tensor.dtype}, "
+                                         "expected torch.float32")
+                    shape = params[name].shape
+                    if sliced:
+                        if (tensor.dim() != 1 or offset + tensor.numel()
+                                > params[name].numel()):
+                            raise ValueError(
+                                f"{at}: a slice of shape "
+                                f"{tuple(tensor.shape)} at offset {offset}, "
+                                f"the parameter has {params[name].numel()} "
+                                "elements (a slice is 1-D and inside it)")
+                    elif tensor.shape != shape:
+                        raise ValueError(f"{at}: shape "
+                                         f"{tuple(tensor.shape)}, the "
+                                         f"parameter's is {tuple(shape)}")
+                    tensor = tensor.detach().cpu().contiguous()
+                    keep.append(tensor)
+                    names.append(name.encode())
+                    keys.append(key.encode())
+                    steps.append(entry["step"])
+                    offsets.append(offset)
+                    pointers.append(ctypes.cast(
+                        tensor.data_ptr(), ctypes.POINTER(ctypes.c_float)))
+                    numels.append(tensor.numel())
         n = len(names)
         _capi.check(
-            "pshardImportOptimizerState", self._session.handle,
-            json.dumps(state_dict["optimizer"]).encode(), n,
+            "pshardImportOptimizerStateSlices", self._session.handle,
+            json.dumps(self._spec["optimizer"]).encode(), n,
             (ctypes.c_char_p * max(1, n))(*names),
             (ctypes.c_char_p * max(1, n))(*keys),
             (ctypes.c_int64 * max(1, n))(*steps),
+            (ctypes.c_int64 * max(1, n))(*offsets),
             (ctypes.POINTER(ctypes.c_float) * max(1, n))(*pointers),
             (ctypes.c_int64 * max(1, n))(*numels))
         del keep

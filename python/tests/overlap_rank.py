@@ -86,12 +86,7 @@ def run(policy, overlap, store, out):
         loss.backward()
         losses.append(loss.item())
         optimizer.step()
-    if policy == "SHARDED":
-        # No state_dict under SHARDED yet (whole parameters' state only).
-        optimizer.wait_parameters()
-        state = {"state": {}}
-    else:
-        state = optimizer.state_dict()  # waits for the last step's updates
+    state = optimizer.state_dict()  # waits for the last step's updates
     session.close()  # so does close: the model keeps the updated values
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
     torch.save({"losses": losses, "params": params, "waits": waits,

@@ -62,7 +62,9 @@ extern "C" {
 /* 2: checkpoints (pshardSaveCheckpoint, pshardLoadCheckpoint), pshardNotFound
  * and pshardDataLoss, optimizer state imported at any world size.
  * 3: overlap_param_broadcast (pshardSetOverlapParamBroadcast,
- * pshardGetOverlapParamBroadcast, pshardWaitParameter). */
+ * pshardGetOverlapParamBroadcast, pshardWaitParameter); optimizer state
+ * slices under SHARDED (pshardOptimizerStateGetEntrySlice,
+ * pshardImportOptimizerStateSlices). */
 #define PSHARD_API_VERSION 3
 
 typedef enum {
@@ -246,12 +248,23 @@ pshardResult_t pshardExportOptimizerState(pshardSession_t session,
 pshardResult_t pshardOptimizerStateNumEntries(pshardOptimizerState_t state,
                                               int* count);
 /* Entry `index` (one state tensor of one parameter): pointers valid until
- * pshardOptimizerStateFree. */
+ * pshardOptimizerStateFree. InvalidUsage for a slice (see
+ * pshardOptimizerStateGetEntrySlice), so that a caller that expects whole
+ * parameters never mistakes one for a whole parameter. */
 pshardResult_t pshardOptimizerStateGetEntry(pshardOptimizerState_t state,
                                             int index, const char** parameter,
                                             const char** key, int64_t* step,
                                             const float** data,
                                             int64_t* numel);
+/* Any entry, whole or a slice: `*numel` elements holding elements
+ * [*offset, *offset + *numel) of the parameter, which has
+ * *parameter_numel in all (whole: offset 0 and numel == parameter_numel).
+ * Under assignment_policy SHARDED a rank holds slices of the parameters its
+ * ranges cut. */
+pshardResult_t pshardOptimizerStateGetEntrySlice(
+    pshardOptimizerState_t state, int index, const char** parameter,
+    const char** key, int64_t* step, const float** data, int64_t* numel,
+    int64_t* offset, int64_t* parameter_numel);
 /* The OptimizerSpec the state belongs to, as JSON. */
 pshardResult_t pshardOptimizerStateSpec(pshardOptimizerState_t state,
                                         const char** optimizer_json);
@@ -271,6 +284,19 @@ pshardResult_t pshardImportOptimizerState(
     pshardSession_t session, const char* optimizer_json, int count,
     const char* const* parameters, const char* const* keys,
     const int64_t* steps, const float* const* data, const int64_t* numels);
+/* The same with slices (as GetEntrySlice gives them): entry i holds
+ * elements [offsets[i], offsets[i] + numels[i]) of its parameter. Entries
+ * are keyed by (parameter, offset): the slices of every rank's export
+ * together (any world size, bucket size or policy), or this rank's own at
+ * the same configuration. InvalidArgument also: a NULL `offsets` (count >
+ * 0), a slice outside its parameter, slices of one parameter that overlap
+ * or hold different numels for one offset; at the first pshardFinishStep,
+ * owned elements no slice covers. */
+pshardResult_t pshardImportOptimizerStateSlices(
+    pshardSession_t session, const char* optimizer_json, int count,
+    const char* const* parameters, const char* const* keys,
+    const int64_t* steps, const int64_t* offsets, const float* const* data,
+    const int64_t* numels);
 
 /* Checkpoints of the whole job in its sharded format (docs/checkpoints.md),
  * the same as a built-in job's: one directory per step under the job spec's

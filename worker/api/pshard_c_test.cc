@@ -448,6 +448,140 @@ TEST_F(PshardCTest, OptimizerStateExportAndImportCheckEveryArgument) {
             pshardInvalidArgument);
 }
 
+// Slices of the optimizer state (API 3): GetEntrySlice reports a whole
+// parameter as offset 0 of its numel; ImportOptimizerStateSlices checks its
+// arguments, refuses overlapping or outside slices, and two slices that
+// tile the parameter resume exactly as the whole state would (SGD momentum
+// {1, 2, 3, 4} at step 7, gradient 1: buf = 0.9 * buf + 1).
+TEST_F(PshardCTest, OptimizerStateSlicesExportAndImport) {
+  const char kSgd[] =
+      "{\"kind\": \"SGD\", \"hyper_parameters\": {\"lr\": 0.5, "
+      "\"momentum\": 0.9}}";
+  ASSERT_EQ(pshardSetOptimizer(session_, kSgd), pshardSuccess);
+  const int64_t shape[] = {4};
+  int index = -1;
+  ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardSuccess);
+  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+
+  const float head[2] = {1, 2};
+  const float tail[2] = {3, 4};
+  const char* names[] = {"w", "w"};
+  const char* keys[] = {"momentum_buffer", "momentum_buffer"};
+  const int64_t steps[] = {7, 7};
+  const float* data[] = {head, tail};
+  const int64_t numels[] = {2, 2};
+  const int64_t offsets[] = {0, 2};
+  EXPECT_EQ(pshardImportOptimizerStateSlices(session_, kSgd, 2, names, keys,
+                                             steps, nullptr, data, numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("offsets is NULL"));
+  const int64_t negative[] = {0, -2};
+  EXPECT_EQ(pshardImportOptimizerStateSlices(session_, kSgd, 2, names, keys,
+                                             steps, negative, data, numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("offset -2 is out of range"));
+  const int64_t outside[] = {0, 3};
+  EXPECT_EQ(pshardImportOptimizerStateSlices(session_, kSgd, 2, names, keys,
+                                             steps, outside, data, numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("[3, 5) is outside its 4 elements"));
+  const int64_t overlapping[] = {0, 1};
+  EXPECT_EQ(pshardImportOptimizerStateSlices(session_, kSgd, 2, names, keys,
+                                             steps, overlapping, data, numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("[1, 3) overlaps [0, 2)"));
+  const int64_t other_steps[] = {7, 8};
+  EXPECT_EQ(pshardImportOptimizerStateSlices(session_, kSgd, 2, names, keys,
+                                             other_steps, offsets, data,
+                                             numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("steps 7 and 8"));
+  // The whole-parameter call refuses a slice, naming the other call.
+  EXPECT_EQ(pshardImportOptimizerState(session_, kSgd, 1, names, keys, steps,
+                                       data, numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("pshardImportOptimizerStateSlices"));
+
+  ASSERT_EQ(pshardImportOptimizerStateSlices(session_, kSgd, 2, names, keys,
+                                             steps, offsets, data, numels),
+            pshardSuccess)
+      << LastError();
+  void* pointer = nullptr;
+  int64_t numel = 0;
+  ASSERT_EQ(pshardGetGradient(session_, 0, &pointer, &numel), pshardSuccess);
+  for (int i = 0; i < 4; ++i) static_cast<float*>(pointer)[i] = 1;
+  ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
+  ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+
+  pshardOptimizerState_t state = nullptr;
+  ASSERT_EQ(pshardExportOptimizerState(session_, &state), pshardSuccess);
+  const char* parameter = nullptr;
+  const char* key = nullptr;
+  int64_t step = 0, offset = -1, whole = -1;
+  const float* buffer = nullptr;
+  EXPECT_EQ(pshardOptimizerStateGetEntrySlice(state, 0, &parameter, &key,
+                                              &step, &buffer, &numel, nullptr,
+                                              &whole),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("offset is NULL"));
+  EXPECT_EQ(pshardOptimizerStateGetEntrySlice(state, 0, &parameter, &key,
+                                              &step, &buffer, &numel, &offset,
+                                              nullptr),
+            pshardInvalidArgument);
+  EXPECT_EQ(pshardOptimizerStateGetEntrySlice(state, 1, &parameter, &key,
+                                              &step, &buffer, &numel, &offset,
+                                              &whole),
+            pshardInvalidArgument);
+  ASSERT_EQ(pshardOptimizerStateGetEntrySlice(state, 0, &parameter, &key,
+                                              &step, &buffer, &numel, &offset,
+                                              &whole),
+            pshardSuccess)
+      << LastError();
+  EXPECT_STREQ(parameter, "w");
+  EXPECT_EQ(step, 8);
+  EXPECT_EQ(offset, 0);
+  EXPECT_EQ(numel, 4);
+  EXPECT_EQ(whole, 4);
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(buffer[i], 0.9f * (i + 1) + 1);
+  EXPECT_EQ(pshardOptimizerStateFree(state), pshardSuccess);
+}
+
+// Slices that leave owned elements uncovered fail the first step, naming
+// the elements.
+TEST_F(PshardCTest, OptimizerStateSlicesMustCoverTheOwnedElements) {
+  const char kSgd[] =
+      "{\"kind\": \"SGD\", \"hyper_parameters\": {\"lr\": 0.5, "
+      "\"momentum\": 0.9}}";
+  ASSERT_EQ(pshardSetOptimizer(session_, kSgd), pshardSuccess);
+  const int64_t shape[] = {4};
+  int index = -1;
+  ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardSuccess);
+  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  const float tail[2] = {3, 4};
+  const char* names[] = {"w"};
+  const char* keys[] = {"momentum_buffer"};
+  const int64_t steps[] = {7};
+  const float* data[] = {tail};
+  const int64_t numels[] = {2};
+  const int64_t offsets[] = {2};
+  ASSERT_EQ(pshardImportOptimizerStateSlices(session_, kSgd, 1, names, keys,
+                                             steps, offsets, data, numels),
+            pshardSuccess)
+      << LastError();
+  ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
+  EXPECT_NE(pshardFinishStep(session_), pshardSuccess);
+  EXPECT_THAT(LastError(),
+              HasSubstr("has no entry for parameter 'w' elements [0, 4) (2 of "
+                        "them covered)"));
+  // The failed step aborted the communicator: closing reports it.
+  EXPECT_NE(pshardSessionClose(session_), pshardSuccess);
+  session_ = nullptr;
+}
+
 TEST_F(PshardCTest, CheckpointCallsCheckTheirOrderAndNeedACoordinatorToSave) {
   int64_t step = -1;
   EXPECT_EQ(pshardLoadCheckpoint(session_, nullptr, nullptr),

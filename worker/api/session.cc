@@ -514,6 +514,13 @@ absl::StatusOr<Session::OptimizerStateShard> Session::ExportOptimizerState() {
   RETURN_IF_ERROR(CheckPrepared());
   OptimizerStateShard shard;
   ASSIGN_OR_RETURN(shard.params, hook_->ExportOptimizerState());
+  for (const ParameterOptimizerState& param : shard.params) {
+    int64_t numel = 0;
+    for (const ParameterInfo& info : params_) {
+      if (info.name == param.name) numel = info.numel;
+    }
+    shard.parameter_numels.push_back(numel);
+  }
   const auto printed =
       google::protobuf::util::MessageToJsonString(*optimizer_, &shard.optimizer_json);
   if (!printed.ok()) {
@@ -525,8 +532,23 @@ absl::StatusOr<Session::OptimizerStateShard> Session::ExportOptimizerState() {
 
 absl::Status Session::ImportOptimizerState(
     absl::string_view optimizer_json,
-    std::vector<ParameterOptimizerState> params) {
+    std::vector<ParameterOptimizerState> params, bool slices) {
   RETURN_IF_ERROR(CheckPrepared());
+  for (const ParameterOptimizerState& param : params) {
+    if (slices) break;
+    for (const ParameterInfo& info : params_) {
+      if (info.name != param.name) continue;
+      for (const auto& [key, values] : param.tensors) {
+        if (param.offset != 0 ||
+            static_cast<int64_t>(values.size()) != info.numel) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "parameter '", param.name, "': state '", key, "' has ",
+              values.size(), " elements, the parameter ", info.numel,
+              " (a slice needs its offset: pshardImportOptimizerStateSlices)"));
+        }
+      }
+    }
+  }
   absl::StatusOr<v1::OptimizerSpec> saved = ParseOptimizerSpecJson(optimizer_json);
   if (!saved.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -219,16 +219,23 @@ class Session : private RankModel {
   struct OptimizerStateShard {
     // The session's OptimizerSpec, as protobuf JSON.
     std::string optimizer_json;
+    // Whole parameters, or under SHARDED slices (ParameterOptimizerState's
+    // offset and its tensors' size).
     std::vector<ParameterOptimizerState> params;
+    // The whole numel of params[i]'s parameter.
+    std::vector<int64_t> parameter_numels;
   };
   // After the first step (FailedPrecondition before it).
   absl::StatusOr<OptimizerStateShard> ExportOptimizerState();
   // After Prepare and before the first step: the state FinishStep resumes
-  // from (ZeroHook::SetInitialOptimizerState's checks). InvalidArgument also
-  // when `optimizer_json` is not this session's optimizer (compared as
-  // specs).
+  // from (ZeroHook::SetInitialOptimizerState's checks: whole parameters or
+  // slices, of any ranks together). InvalidArgument also when
+  // `optimizer_json` is not this session's optimizer (compared as specs),
+  // and, unless `slices`, an entry that is not a whole parameter (offset 0,
+  // the parameter's numel).
   absl::Status ImportOptimizerState(absl::string_view optimizer_json,
-                                    std::vector<ParameterOptimizerState> params);
+                                    std::vector<ParameterOptimizerState> params,
+                                    bool slices = false);
   // The same without the spec (the caller's own, as the C++ Trainer's).
   absl::Status LoadOptimizerState(std::vector<ParameterOptimizerState> params);
 
