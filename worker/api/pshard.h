@@ -16,6 +16,8 @@
  *   pshardGetParameter(s, i, &ptr, &n);    write initial values (same on
  *                                          every rank), compute into them
  *   for each step:
+ *     forward (with overlap_param_broadcast: pshardWaitParameter(s, i)
+ *       before it first reads parameter i);
  *     backward; for each parameter as its gradient becomes final:
  *       write it into pshardGetGradient's buffer, pshardGradientReady(s, i)
  *     pshardFinishStep(s);                 parameters updated on every rank
@@ -184,10 +186,10 @@ pshardResult_t pshardFinishStep(pshardSession_t session);
  * broadcast has already arrived (cheap: call it before every read). After
  * pshardPrepare. InvalidArgument: an index that is not a parameter's;
  * Timeout/Unavailable/Aborted: the broadcast failed (the session can only
- * be closed). pshardFinishStep, pshardSaveCheckpoint and pshardSessionClose
- * wait for every parameter themselves; anything else that reads the
- * parameters outside a forward (the program's own copy of the model) waits
- * for each first. */
+ * be closed). pshardSaveCheckpoint and pshardSessionClose wait for every
+ * parameter themselves, and pshardFinishStep for those of the previous step
+ * nobody waited for; anything else that reads the parameters outside a
+ * forward (the program's own copy of the model) waits for each first. */
 pshardResult_t pshardWaitParameter(pshardSession_t session, int index);
 /* Steps finished so far. */
 pshardResult_t pshardStepsFinished(pshardSession_t session, int64_t* steps);
