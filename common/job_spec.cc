@@ -635,12 +635,6 @@ absl::Status ValidateFaultTolerance(const JobSpec& spec) {
     return FieldError("overlap_param_broadcast",
                       "not supported yet with backend NCCL");
   }
-  // A program's forward does not wait per parameter yet (no pre-forward
-  // hook in pshard.torch): refused rather than silently not overlapping.
-  if (spec.overlap_param_broadcast() && is_program) {
-    return FieldError("overlap_param_broadcast",
-                      "not supported yet for a program workload");
-  }
   if (spec.backend() == JobSpec::NCCL && !is_program) {
     if (spec.has_checkpoint()) {
       return FieldError("checkpoint", "not supported yet with backend NCCL");

@@ -296,14 +296,15 @@ TEST(ProgramSpecTest, OptimizerAndStepsAreCheckedWhenSet) {
   EXPECT_OK(ValidateJobSpec(spec));
 }
 
-TEST(ProgramSpecTest, OverlapIsRefusedForAProgram) {
+TEST(ProgramSpecTest, OverlapIsAcceptedForAProgramButNotWithNccl) {
   v1::JobSpec spec = ProgramSpec();
-  EXPECT_OK(ValidateJobSpec(spec));
   spec.set_overlap_param_broadcast(true);
+  EXPECT_OK(ValidateJobSpec(spec));
+  spec.set_backend(v1::JobSpec::NCCL);
   EXPECT_THAT(ValidateJobSpec(spec),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("overlap_param_broadcast: not supported yet "
-                                 "for a program workload")));
+                                 "with backend NCCL")));
 }
 
 // One broken field per case; the error names it.

@@ -26,7 +26,7 @@ CUDA_MEMORY = 1
 REDUCE_BROADCAST = 0
 ALLREDUCE_BROADCAST = 1
 
-API_VERSION = 2
+API_VERSION = 3
 
 _LIBRARY_NAME = "libpshard.so"
 
@@ -84,6 +84,11 @@ _PROTOTYPES = {
     "pshardSetOptimizer": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p]),
     "pshardSetBucketCapMb": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_double]),
     "pshardSetCommMode": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "pshardSetOverlapParamBroadcast": (ctypes.c_int, [ctypes.c_void_p,
+                                                      ctypes.c_int]),
+    "pshardGetOverlapParamBroadcast": (ctypes.c_int, [ctypes.c_void_p,
+                                                      _c_int_p]),
+    "pshardWaitParameter": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "pshardRegisterParameter": (ctypes.c_int, [
         ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, _c_int64_p,
         ctypes.c_int, ctypes.c_int, _c_int_p]),
@@ -113,6 +118,11 @@ _PROTOTYPES = {
         ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
         ctypes.POINTER(ctypes.c_char_p), _c_int64_p,
         ctypes.POINTER(ctypes.POINTER(ctypes.c_float)), _c_int64_p]),
+    "pshardOptimizerStateGetEntrySlice": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
+        ctypes.POINTER(ctypes.c_char_p), _c_int64_p,
+        ctypes.POINTER(ctypes.POINTER(ctypes.c_float)), _c_int64_p,
+        _c_int64_p, _c_int64_p]),
     "pshardOptimizerStateSpec": (ctypes.c_int, [
         ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]),
     "pshardOptimizerStateFree": (ctypes.c_int, [ctypes.c_void_p]),
@@ -120,6 +130,11 @@ _PROTOTYPES = {
         ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
         ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p),
         _c_int64_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_float)),
+        _c_int64_p]),
+    "pshardImportOptimizerStateSlices": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
+        ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p),
+        _c_int64_p, _c_int64_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_float)),
         _c_int64_p]),
     "pshardSaveCheckpoint": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64]),
     "pshardLoadCheckpoint": (ctypes.c_int, [

@@ -66,7 +66,8 @@ def _view(pointer, numel, shape):
 
 class ShardedOptimizer:
     """ShardedOptimizer(model, optimizer={...}, bucket_cap_mb=25,
-    comm_mode="reduce_broadcast", session=None)
+    comm_mode="reduce_broadcast", session=None,
+    overlap_param_broadcast=None)
 
     `optimizer` is OptimizerSpec as a dict or its JSON text, protobuf's JSON
     mapping: {"kind": "ADAM", "hyper_parameters": {"lr": 1e-3, "betas":
@@ -74,13 +75,30 @@ class ShardedOptimizer:
     "hyper_parameters": {"weight_decay": 0}}]} (groups select parameters by
     their names in `model.named_parameters()`, shell globs). `session`:
     pshard.init()'s when omitted.
+
+    `overlap_param_broadcast` (the job spec's field of that name when None,
+    off in the local test mode): step() returns without waiting for the
+    owners' updated parameters, and the next forward waits for each
+    module's own parameters just before that module runs (a forward
+    pre-hook on every module that holds parameters directly), so it starts
+    on the first layers it really calls while later ones are still
+    arriving — whatever order the modules were registered or bucketed in.
+    The parameters are the same as without. `model` must then be a
+    torch.nn.Module. A parameter read outside its own module's forward
+    (a functional call on a child's weight, the model's state_dict, an
+    evaluation of your own) needs wait_parameters() first; state_dict(),
+    pshard.checkpoint's saves and closing the session wait themselves.
     """
 
     def __init__(self, model, optimizer, bucket_cap_mb=25,
-                 comm_mode="reduce_broadcast", session=None):
+                 comm_mode="reduce_broadcast", session=None,
+                 overlap_param_broadcast=None):
         if comm_mode not in _COMM_MODES:
             raise ValueError(f"comm_mode: one of {sorted(_COMM_MODES)}, got "
                              f"{comm_mode!r}")
+        if overlap_param_broadcast not in (None, True, False):
+            raise TypeError("overlap_param_broadcast: None, True or False, "
+                            f"got {overlap_param_broadcast!r}")
         if isinstance(optimizer, dict):
             optimizer = json.dumps(optimizer)
         if not isinstance(optimizer, str):
@@ -95,6 +113,18 @@ class ShardedOptimizer:
         _capi.check("pshardSetOptimizer", handle, optimizer.encode())
         _capi.check("pshardSetBucketCapMb", handle, float(bucket_cap_mb))
         _capi.check("pshardSetCommMode", handle, _COMM_MODES[comm_mode])
+        if overlap_param_broadcast is not None:
+            _capi.check("pshardSetOverlapParamBroadcast", handle,
+                        int(overlap_param_broadcast))
+        enabled = ctypes.c_int()
+        _capi.check("pshardGetOverlapParamBroadcast", handle,
+                    ctypes.byref(enabled))
+        self._overlap = bool(enabled.value)
+        if self._overlap and not isinstance(model, torch.nn.Module):
+            raise TypeError("overlap_param_broadcast needs model to be a "
+                            "torch.nn.Module (its forward pre-hooks wait for "
+                            "the parameters); pass overlap_param_broadcast="
+                            "False for (name, parameter) pairs")
         for name, p in self._named:
             shape = (ctypes.c_int64 * max(1, p.dim()))(*p.shape)
             index = ctypes.c_int()
@@ -113,7 +143,49 @@ class ShardedOptimizer:
             accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
             accumulator.register_hook(self._make_hook(i))
             self._grad_accumulators.append(accumulator)
+        self._forward_hooks = []
+        if self._overlap:
+            self._register_forward_waits(model)
         self._session._on_close.append(self._detach)
+
+    def _register_forward_waits(self, model):
+        """A forward pre-hook on every module that holds parameters of its
+        own (recurse=False): it waits for them (in registration order within
+        the module; cheap once arrived), so that each module waits when the
+        forward really reaches it. A parameter shared by several modules is
+        waited for by each."""
+        index = {id(p): i for i, (_, p) in enumerate(self._named)}
+        for module in model.modules():
+            own = [index[id(p)] for p in module.parameters(recurse=False)
+                   if id(p) in index]
+            if own:
+                self._forward_hooks.append(module.register_forward_pre_hook(
+                    self._make_forward_wait(own)))
+
+    def _make_forward_wait(self, indices):
+        def wait(module, inputs):
+            del module, inputs
+            handle = self._session._handle
+            if handle is None:
+                return
+            for i in indices:
+                _capi.check("pshardWaitParameter", handle, i)
+        return wait
+
+    @property
+    def overlap_param_broadcast(self):
+        """Whether step() leaves the parameter broadcasts to the next
+        forward (see the class's description)."""
+        return self._overlap
+
+    def wait_parameters(self):
+        """Returns once every parameter holds the last step's update: before
+        reading the parameters outside a forward (the model's state_dict, an
+        evaluation that bypasses the modules' forwards). Immediate without
+        overlap_param_broadcast."""
+        handle = self._session.handle
+        for i in range(len(self._named)):
+            _capi.check("pshardWaitParameter", handle, i)
 
     def _point_into_buckets(self, copy_values):
         """Re-points every parameter's .data and .grad into the buckets
@@ -256,7 +328,12 @@ class ShardedOptimizer:
         Only the parameters whose buckets this rank owns (and that keep
         state: SGD without momentum keeps none), by torch's names for the
         kind (docs/user-guide.md, "Optimizer"). The tensors are copies, in
-        the parameters' shapes."""
+        the parameters' shapes — except under the SHARDED assignment
+        policy, where a rank holds a slice of the parameters its ranges cut:
+        such an entry also has "offset" (its first element in the flattened
+        parameter) and 1-D tensors of the slice's elements. Waits for the
+        parameters' updates first (overlap_param_broadcast)."""
+        self.wait_parameters()
         shapes = {name: p.shape for name, p in self._named}
         handle = ctypes.c_void_p()
         _capi.check("pshardExportOptimizerState", self._session.handle,
@@ -269,82 +346,113 @@ class ShardedOptimizer:
             for i in range(count.value):
                 name, key = ctypes.c_char_p(), ctypes.c_char_p()
                 step, numel = ctypes.c_int64(), ctypes.c_int64()
+                offset, whole = ctypes.c_int64(), ctypes.c_int64()
                 data = ctypes.POINTER(ctypes.c_float)()
-                _capi.check("pshardOptimizerStateGetEntry", handle, i,
+                _capi.check("pshardOptimizerStateGetEntrySlice", handle, i,
                             ctypes.byref(name), ctypes.byref(key),
                             ctypes.byref(step), ctypes.byref(data),
-                            ctypes.byref(numel))
+                            ctypes.byref(numel), ctypes.byref(offset),
+                            ctypes.byref(whole))
                 name = name.value.decode()
+                sliced = offset.value != 0 or numel.value != whole.value
                 entry = state.setdefault(name, {"step": step.value})
+                if sliced:
+                    entry["offset"] = offset.value
                 entry[key.value.decode()] = _view(
                     ctypes.addressof(data.contents), numel.value,
-                    shapes[name]).clone()
+                    (numel.value,) if sliced else shapes[name]).clone()
         finally:
             _capi.check("pshardOptimizerStateFree", handle)
         return {"state": state, "rank": self._session.rank,
                 "world_size": self._session.world_size, **self._spec}
 
     def load_state_dict(self, state_dict):
-        """Resumes from state_dict(), keyed by parameter name, so at any
-        rank, world size, bucket size or comm mode: the state must cover the
-        parameters this rank comes to own (one rank's state_dict() at the
-        same configuration does; at another world size, merge every rank's
-        "state" into one dict). Entries of parameters this rank does not own
-        are ignored. The model and optimizer spec must be the same. Call it
-        before the first step. Raises ValueError (TypeError for a wrong
-        type) naming what differs; pshard itself checks again (PshardError),
-        and the first step fails naming an owned parameter the state lacks.
-        For a checkpoint of the whole job on disk, see pshard.checkpoint."""
-        if not isinstance(state_dict, dict):
-            raise TypeError("state_dict: a dict from ShardedOptimizer."
-                            "state_dict()")
-        missing = {"state", "optimizer"} - set(state_dict)
-        if missing:
-            raise ValueError(f"state_dict: missing {sorted(missing)}")
-        if state_dict["optimizer"] != self._spec["optimizer"]:
-            raise ValueError(
-                f"state_dict['optimizer'] is {state_dict['optimizer']!r}, "
-                f"this optimizer's {self._spec['optimizer']!r}")
+        """Resumes from state_dict(), keyed by parameter name (and, for a
+        slice, offset), so at any rank, world size, bucket size, comm mode
+        or assignment policy: `state_dict` is one state_dict() — this rank's
+        own at the same configuration — or a list of them, every rank's
+        (at another world size or policy: their entries, whole parameters
+        or slices, are joined by name and offset). The state must cover the
+        parameters this rank comes to own; the rest is ignored. The model
+        and optimizer spec must be the same. Call it before the first step.
+        Raises ValueError (TypeError for a wrong type) naming what differs;
+        pshard itself checks again (PshardError: slices that overlap or an
+        entry given twice), and the first step fails naming owned elements
+        the state lacks. For a checkpoint of the whole job on disk, see
+        pshard.checkpoint."""
+        dicts = (list(state_dict) if isinstance(state_dict, (list, tuple))
+                 else [state_dict])
+        if not dicts:
+            raise ValueError("state_dict: an empty list")
         params = dict(self._named)
-        names, keys, steps, pointers, numels = [], [], [], [], []
+        names, keys, steps, offsets, pointers, numels = [], [], [], [], [], []
         keep = []  # the contiguous tensors the pointers point into
-        for name, entry in state_dict["state"].items():
-            if name not in params:
-                raise ValueError(f"state_dict['state']: {name!r} is not a "
-                                 "parameter of this model")
-            if not isinstance(entry, dict) or not isinstance(
-                    entry.get("step"), int) or entry["step"] < 0:
-                raise ValueError(f"state_dict['state'][{name!r}]: a dict "
-                                 "with an integer 'step' >= 0")
-            for key, tensor in entry.items():
-                if key == "step":
-                    continue
-                where = f"state_dict['state'][{name!r}][{key!r}]"
-                if not isinstance(tensor, torch.Tensor):
-                    raise TypeError(f"{where}: a tensor, got "
-                                    f"{type(tensor).__name__}")
-                if tensor.dtype != torch.float32:
-                    raise ValueError(f"{where}: dtype {tensor.dtype}, "
-                                     "expected torch.float32")
-                if tensor.shape != params[name].shape:
-                    raise ValueError(f"{where}: shape {tuple(tensor.shape)}, "
-                                     f"the parameter's is "
-                                     f"{tuple(params[name].shape)}")
-                tensor = tensor.detach().cpu().contiguous()
-                keep.append(tensor)
-                names.append(name.encode())
-                keys.append(key.encode())
-                steps.append(entry["step"])
-                pointers.append(ctypes.cast(tensor.data_ptr(),
-                                            ctypes.POINTER(ctypes.c_float)))
-                numels.append(tensor.numel())
+        for d, one in enumerate(dicts):
+            what = "state_dict" if len(dicts) == 1 else f"state_dict[{d}]"
+            if not isinstance(one, dict):
+                raise TypeError(f"{what}: a dict from ShardedOptimizer."
+                                "state_dict()")
+            missing = {"state", "optimizer"} - set(one)
+            if missing:
+                raise ValueError(f"{what}: missing {sorted(missing)}")
+            if one["optimizer"] != self._spec["optimizer"]:
+                raise ValueError(
+                    f"{what}['optimizer'] is {one['optimizer']!r}, "
+                    f"this optimizer's {self._spec['optimizer']!r}")
+            for name, entry in one["state"].items():
+                where = f"{what}['state'][{name!r}]"
+                if name not in params:
+                    raise ValueError(f"{what}['state']: {name!r} is not a "
+                                     "parameter of this model")
+                if not isinstance(entry, dict) or not isinstance(
+                        entry.get("step"), int) or entry["step"] < 0:
+                    raise ValueError(f"{where}: a dict with an integer "
+                                     "'step' >= 0")
+                sliced = "offset" in entry
+                offset = entry.get("offset", 0)
+                if not isinstance(offset, int) or offset < 0:
+                    raise ValueError(f"{where}['offset']: an integer >= 0, "
+                                     f"got {offset!r}")
+                for key, tensor in entry.items():
+                    if key in ("step", "offset"):
+                        continue
+                    at = f"{where}[{key!r}]"
+                    if not isinstance(tensor, torch.Tensor):
+                        raise TypeError(f"{at}: a tensor, got "
+                                        f"{type(tensor).__name__}")
+                    if tensor.dtype != torch.float32:
+                        raise ValueError(f"{at}: dtype {tensor.dtype}, "
+                                         "expected torch.float32")
+                    shape = params[name].shape
+                    if sliced:
+                        if (tensor.dim() != 1 or offset + tensor.numel()
+                                > params[name].numel()):
+                            raise ValueError(
+                                f"{at}: a slice of shape "
+                                f"{tuple(tensor.shape)} at offset {offset}, "
+                                f"the parameter has {params[name].numel()} "
+                                "elements (a slice is 1-D and inside it)")
+                    elif tensor.shape != shape:
+                        raise ValueError(f"{at}: shape "
+                                         f"{tuple(tensor.shape)}, the "
+                                         f"parameter's is {tuple(shape)}")
+                    tensor = tensor.detach().cpu().contiguous()
+                    keep.append(tensor)
+                    names.append(name.encode())
+                    keys.append(key.encode())
+                    steps.append(entry["step"])
+                    offsets.append(offset)
+                    pointers.append(ctypes.cast(
+                        tensor.data_ptr(), ctypes.POINTER(ctypes.c_float)))
+                    numels.append(tensor.numel())
         n = len(names)
         _capi.check(
-            "pshardImportOptimizerState", self._session.handle,
-            json.dumps(state_dict["optimizer"]).encode(), n,
+            "pshardImportOptimizerStateSlices", self._session.handle,
+            json.dumps(self._spec["optimizer"]).encode(), n,
             (ctypes.c_char_p * max(1, n))(*names),
             (ctypes.c_char_p * max(1, n))(*keys),
             (ctypes.c_int64 * max(1, n))(*steps),
+            (ctypes.c_int64 * max(1, n))(*offsets),
             (ctypes.POINTER(ctypes.c_float) * max(1, n))(*pointers),
             (ctypes.c_int64 * max(1, n))(*numels))
         del keep
@@ -355,7 +463,15 @@ class ShardedOptimizer:
         return self._session
 
     def _detach(self):
-        """The session is closing: the model keeps copies of its values."""
+        """The session is closing: the model keeps copies of its values
+        (once the last step's updates have arrived)."""
+        for hook in self._forward_hooks:
+            hook.remove()
+        self._forward_hooks = []
+        try:
+            self.wait_parameters()
+        except PshardError:
+            pass  # a failed session: the close that follows reports it
         with torch.no_grad():
             for _, p in self._named:
                 p.data = p.data.clone()

@@ -8,7 +8,8 @@ shard table (the model's parameter names), its progress (session.report),
 and the final parameters against one process on the full batch; then a
 program that never calls pshard.init() on one rank (the job fails at the
 collective deadline naming that rank, every program is stopped) and on no
-rank (the job succeeds). The same script under the SHARDED policy splits
+rank (the job succeeds). The same script under the SHARDED policy, with
+the spec's overlap_param_broadcast (every rank's session takes it), splits
 every bucket over the ranks and ends with the same parameters.
 
     program_job_test.py WORLD_SIZE
@@ -148,14 +149,20 @@ class ProgramJobTest(unittest.TestCase):
         self.assert_final_parameters(out, expected[common.STEPS])
 
     def test_sharded_policy_splits_every_bucket_over_the_ranks(self):
+        """Also with the spec's overlap_param_broadcast, which every rank's
+        session takes (the forward pre-hooks wait; the same parameters)."""
         import parity_common as common
         out = self.out_dir("sharded")
         spec = program_spec(out, optimizer="adam")
         spec["assignment_policy"] = "SHARDED"
+        spec["overlap_param_broadcast"] = True
         job_id = self.cluster.submit(spec)
         job = self.cluster.wait_for_end(job_id, 180)
         self.assertEqual(job["state"], "SUCCEEDED",
                          f"{job['reason']}\n{self.cluster.tail()}")
+        for rank in range(WORLD):
+            with open(os.path.join(out, f"overlap-{rank}")) as f:
+                self.assertEqual(f.read(), "True", f"rank {rank}")
         # Every bucket is split over the ranks; together the ranges touch
         # every parameter of the model.
         shards = self.cluster.ctl("shards", job_id)

@@ -69,6 +69,9 @@ def main():
     optimizer = pshard.torch.ShardedOptimizer(
         model, optimizer=common.OPTIMIZERS[args.optimizer][0],
         bucket_cap_mb=common.BUCKET_CAP_MB)
+    # The spec's overlap_param_broadcast, as the session took it.
+    write_atomically(os.path.join(args.out, f"overlap-{rank}"),
+                     str(optimizer.overlap_param_broadcast))
     start = pshard.checkpoint.load(optimizer)
     print(f"rank {rank} of {world}: restart {restarts}, resumed from step "
           f"{start}", flush=True)
@@ -91,6 +94,7 @@ def main():
         if restarts == 0 and rank == args.hold_rank and step == args.hold_after:
             print(f"rank {rank}: holding after step {step}", flush=True)
             time.sleep(120)  # until the test kills this worker
+    optimizer.wait_parameters()  # read outside a forward (overlap)
     torch.save({n: p.detach().clone() for n, p in model.named_parameters()},
                os.path.join(args.out, f"final-rank{rank}.pt"))
     session.close()

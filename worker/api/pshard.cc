@@ -235,6 +235,28 @@ pshardResult_t pshardSetCommMode(pshardSession_t session,
   });
 }
 
+pshardResult_t pshardSetOverlapParamBroadcast(pshardSession_t session,
+                                              int enable) {
+  constexpr char kCall[] = "pshardSetOverlapParamBroadcast";
+  if (enable != 0 && enable != 1) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(kCall, ": enable must be 0 or 1, got ", enable));
+  }
+  return WithSession(kCall, session, [&](Session& s) {
+    return Return(s.SetOverlapParamBroadcast(enable == 1));
+  });
+}
+
+pshardResult_t pshardGetOverlapParamBroadcast(pshardSession_t session,
+                                              int* enabled) {
+  constexpr char kCall[] = "pshardGetOverlapParamBroadcast";
+  if (enabled == nullptr) return NullArgument(kCall, "enabled");
+  return WithSession(kCall, session, [&](Session& s) {
+    *enabled = s.overlap_param_broadcast() ? 1 : 0;
+    return pshardSuccess;
+  });
+}
+
 pshardResult_t pshardRegisterParameter(pshardSession_t session,
                                        const char* name, int ndim,
                                        const int64_t* shape,
@@ -431,17 +453,20 @@ pshardResult_t pshardOptimizerStateNumEntries(pshardOptimizerState_t state,
   return pshardSuccess;
 }
 
-pshardResult_t pshardOptimizerStateGetEntry(pshardOptimizerState_t state,
-                                            int index, const char** parameter,
-                                            const char** key, int64_t* step,
-                                            const float** data,
-                                            int64_t* numel) {
-  constexpr char kCall[] = "pshardOptimizerStateGetEntry";
+pshardResult_t pshardOptimizerStateGetEntrySlice(
+    pshardOptimizerState_t state, int index, const char** parameter,
+    const char** key, int64_t* step, const float** data, int64_t* numel,
+    int64_t* offset, int64_t* parameter_numel) {
+  constexpr char kCall[] = "pshardOptimizerStateGetEntrySlice";
   if (parameter == nullptr) return NullArgument(kCall, "parameter");
   if (key == nullptr) return NullArgument(kCall, "key");
   if (step == nullptr) return NullArgument(kCall, "step");
   if (data == nullptr) return NullArgument(kCall, "data");
   if (numel == nullptr) return NullArgument(kCall, "numel");
+  if (offset == nullptr) return NullArgument(kCall, "offset");
+  if (parameter_numel == nullptr) {
+    return NullArgument(kCall, "parameter_numel");
+  }
   if (pshardResult_t r = CheckState(kCall, state); r != pshardSuccess) return r;
   if (index < 0 || static_cast<size_t>(index) >= state->entries.size()) {
     return Fail(pshardInvalidArgument,
@@ -456,6 +481,37 @@ pshardResult_t pshardOptimizerStateGetEntry(pshardOptimizerState_t state,
   *step = param.step;
   *data = param.tensors[t].second.data();
   *numel = static_cast<int64_t>(param.tensors[t].second.size());
+  *offset = param.offset;
+  *parameter_numel = state->shard.parameter_numels[p];
+  return pshardSuccess;
+}
+
+pshardResult_t pshardOptimizerStateGetEntry(pshardOptimizerState_t state,
+                                            int index, const char** parameter,
+                                            const char** key, int64_t* step,
+                                            const float** data,
+                                            int64_t* numel) {
+  constexpr char kCall[] = "pshardOptimizerStateGetEntry";
+  if (parameter == nullptr) return NullArgument(kCall, "parameter");
+  if (key == nullptr) return NullArgument(kCall, "key");
+  if (step == nullptr) return NullArgument(kCall, "step");
+  if (data == nullptr) return NullArgument(kCall, "data");
+  if (numel == nullptr) return NullArgument(kCall, "numel");
+  int64_t offset = 0, whole = 0;
+  const pshardResult_t r = pshardOptimizerStateGetEntrySlice(
+      state, index, parameter, key, step, data, numel, &offset, &whole);
+  if (r != pshardSuccess) {
+    // The last error names the call it came from.
+    return Fail(r, absl::StrCat(kCall, " -> ", last_error));
+  }
+  if (offset != 0 || *numel != whole) {
+    return Fail(pshardInvalidUsage,
+                absl::StrCat(kCall, ": entry ", index, " (parameter '",
+                             *parameter, "') holds elements [", offset, ", ",
+                             offset + *numel, ") of its ", whole,
+                             ": a slice (assignment_policy SHARDED); read it "
+                             "with pshardOptimizerStateGetEntrySlice"));
+  }
   return pshardSuccess;
 }
 
@@ -479,11 +535,16 @@ pshardResult_t pshardOptimizerStateFree(pshardOptimizerState_t state) {
   return pshardSuccess;
 }
 
-pshardResult_t pshardImportOptimizerState(
-    pshardSession_t session, const char* optimizer_json, int count,
-    const char* const* parameters, const char* const* keys,
-    const int64_t* steps, const float* const* data, const int64_t* numels) {
-  constexpr char kCall[] = "pshardImportOptimizerState";
+namespace {
+
+// pshardImportOptimizerState(Slices): with `slices` false, whole parameters
+// only (`offsets` unused).
+pshardResult_t ImportEntries(const char* kCall, pshardSession_t session,
+                             const char* optimizer_json, int count,
+                             const char* const* parameters,
+                             const char* const* keys, const int64_t* steps,
+                             bool slices, const int64_t* offsets,
+                             const float* const* data, const int64_t* numels) {
   if (optimizer_json == nullptr) return NullArgument(kCall, "optimizer_json");
   if (count < 0) {
     return Fail(pshardInvalidArgument,
@@ -498,7 +559,9 @@ pshardResult_t pshardImportOptimizerState(
   }
   return Guarded(kCall, [&]() -> pshardResult_t {
     std::vector<pshard::worker::ParameterOptimizerState> params;
-    std::map<std::string, size_t> index;  // parameter name -> params[i]
+    // (parameter name, offset) -> params[i]
+    std::map<std::pair<std::string, int64_t>, size_t> index;
+    std::map<std::string, int64_t> step_of;  // parameter name -> its step
     for (int i = 0; i < count; ++i) {
       if (parameters[i] == nullptr || keys[i] == nullptr ||
           data[i] == nullptr) {
@@ -511,32 +574,81 @@ pshardResult_t pshardImportOptimizerState(
                     absl::StrCat(kCall, ": entry ", i, " (", parameters[i],
                                  "): numel ", numels[i], " is out of range"));
       }
-      auto [it, added] = index.try_emplace(parameters[i], params.size());
+      const int64_t offset = slices ? offsets[i] : 0;
+      if (offset < 0 || offset > (int64_t{1} << 40)) {
+        return Fail(pshardInvalidArgument,
+                    absl::StrCat(kCall, ": entry ", i, " (", parameters[i],
+                                 "): offset ", offset, " is out of range"));
+      }
+      auto [it, added] = index.try_emplace(
+          std::make_pair(std::string(parameters[i]), offset), params.size());
       if (added) {
         params.emplace_back();
         params.back().name = parameters[i];
         params.back().step = steps[i];
+        params.back().offset = offset;
       }
       pshard::worker::ParameterOptimizerState& param = params[it->second];
-      if (param.step != steps[i]) {
+      const int64_t step = step_of.try_emplace(param.name, steps[i]).first->second;
+      if (step != steps[i]) {
         return Fail(pshardInvalidArgument,
                     absl::StrCat(kCall, ": parameter '", param.name,
-                                 "' has entries with steps ", param.step,
-                                 " and ", steps[i]));
+                                 "' has entries with steps ", step, " and ",
+                                 steps[i]));
       }
       for (const auto& tensor : param.tensors) {
         if (tensor.first == keys[i]) {
           return Fail(pshardInvalidArgument,
                       absl::StrCat(kCall, ": parameter '", param.name,
-                                   "' has '", keys[i], "' twice"));
+                                   "' has '", keys[i], "' twice",
+                                   slices ? absl::StrCat(" at offset ", offset)
+                                          : ""));
         }
       }
       param.tensors.emplace_back(
           keys[i], std::vector<float>(data[i], data[i] + numels[i]));
     }
     return WithSession(kCall, session, [&](Session& s) {
-      return Return(s.ImportOptimizerState(optimizer_json, std::move(params)));
+      return Return(
+          s.ImportOptimizerState(optimizer_json, std::move(params), slices));
     });
+  });
+}
+
+}  // namespace
+
+pshardResult_t pshardImportOptimizerState(
+    pshardSession_t session, const char* optimizer_json, int count,
+    const char* const* parameters, const char* const* keys,
+    const int64_t* steps, const float* const* data, const int64_t* numels) {
+  return ImportEntries("pshardImportOptimizerState", session, optimizer_json,
+                       count, parameters, keys, steps, /*slices=*/false,
+                       /*offsets=*/nullptr, data, numels);
+}
+
+pshardResult_t pshardImportOptimizerStateSlices(
+    pshardSession_t session, const char* optimizer_json, int count,
+    const char* const* parameters, const char* const* keys,
+    const int64_t* steps, const int64_t* offsets, const float* const* data,
+    const int64_t* numels) {
+  constexpr char kCall[] = "pshardImportOptimizerStateSlices";
+  if (count > 0 && offsets == nullptr) return NullArgument(kCall, "offsets");
+  return ImportEntries(kCall, session, optimizer_json, count, parameters, keys,
+                       steps, /*slices=*/true, offsets, data, numels);
+}
+
+pshardResult_t pshardWaitParameter(pshardSession_t session, int index) {
+  constexpr char kCall[] = "pshardWaitParameter";
+  return WithSession(kCall, session, [&](Session& s) {
+    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
+      return Return(prepared);
+    }
+    if (index < 0 || index >= s.num_parameters()) {
+      return Fail(pshardInvalidArgument,
+                  absl::StrCat(kCall, ": index ", index, " is not a parameter "
+                               "index (", s.num_parameters(), " registered)"));
+    }
+    return Return(s.WaitForParameter(index));
   });
 }
 

@@ -16,6 +16,8 @@
  *   pshardGetParameter(s, i, &ptr, &n);    write initial values (same on
  *                                          every rank), compute into them
  *   for each step:
+ *     forward (with overlap_param_broadcast: pshardWaitParameter(s, i)
+ *       before it first reads parameter i);
  *     backward; for each parameter as its gradient becomes final:
  *       write it into pshardGetGradient's buffer, pshardGradientReady(s, i)
  *     pshardFinishStep(s);                 parameters updated on every rank
@@ -60,8 +62,12 @@ extern "C" {
 #endif
 
 /* 2: checkpoints (pshardSaveCheckpoint, pshardLoadCheckpoint), pshardNotFound
- * and pshardDataLoss, optimizer state imported at any world size. */
-#define PSHARD_API_VERSION 2
+ * and pshardDataLoss, optimizer state imported at any world size.
+ * 3: overlap_param_broadcast (pshardSetOverlapParamBroadcast,
+ * pshardGetOverlapParamBroadcast, pshardWaitParameter); optimizer state
+ * slices under SHARDED (pshardOptimizerStateGetEntrySlice,
+ * pshardImportOptimizerStateSlices). */
+#define PSHARD_API_VERSION 3
 
 typedef enum {
   pshardSuccess = 0,
@@ -132,6 +138,22 @@ pshardResult_t pshardSetBucketCapMb(pshardSession_t session, double mb);
 pshardResult_t pshardSetCommMode(pshardSession_t session,
                                  pshardCommMode_t mode);
 
+/* overlap_param_broadcast (JobSpec field 30): with `enable` 1,
+ * pshardFinishStep returns without waiting for the parameter broadcasts of
+ * the step, and the program calls pshardWaitParameter(s, i) before it reads
+ * parameter i — in its next forward, in the order it really reads them, so
+ * that the first layers compute while later ones are still arriving. A
+ * program that reads a parameter without waiting may see the value before
+ * the update. The default is the job spec's overlap_param_broadcast
+ * (PSHARD_OVERLAP_PARAM_BROADCAST, set by the agent; off in the local test
+ * mode unless set); a program that cannot wait per parameter turns it off
+ * with `enable` 0. Before pshardPrepare. InvalidArgument: `enable` not 0 or
+ * 1. pshardGetOverlapParamBroadcast: whether it is on (*enabled 0 or 1). */
+pshardResult_t pshardSetOverlapParamBroadcast(pshardSession_t session,
+                                              int enable);
+pshardResult_t pshardGetOverlapParamBroadcast(pshardSession_t session,
+                                              int* enabled);
+
 /* Registers the next parameter (in forward order): `name` unique, 1..256
  * bytes; `ndim` 0..16 dimensions each >= 1 (ndim 0: a scalar). *index gets
  * its index (0, 1, ...). InvalidArgument also for pshardCudaMemory ("device
@@ -159,6 +181,16 @@ pshardResult_t pshardGetGradient(pshardSession_t session, int index,
 pshardResult_t pshardGradientReady(pshardSession_t session, int index);
 /* Ends the step: on return every rank holds the updated parameters. */
 pshardResult_t pshardFinishStep(pshardSession_t session);
+/* Returns once parameter `index` holds the last step's update: at once
+ * without overlap_param_broadcast, before the first step, or when its
+ * broadcast has already arrived (cheap: call it before every read). After
+ * pshardPrepare. InvalidArgument: an index that is not a parameter's;
+ * Timeout/Unavailable/Aborted: the broadcast failed (the session can only
+ * be closed). pshardSaveCheckpoint and pshardSessionClose wait for every
+ * parameter themselves, and pshardFinishStep for those of the previous step
+ * nobody waited for; anything else that reads the parameters outside a
+ * forward (the program's own copy of the model) waits for each first. */
+pshardResult_t pshardWaitParameter(pshardSession_t session, int index);
 /* Steps finished so far. */
 pshardResult_t pshardStepsFinished(pshardSession_t session, int64_t* steps);
 /* The last step's total gradient norm before clipping, when the optimizer
@@ -218,12 +250,23 @@ pshardResult_t pshardExportOptimizerState(pshardSession_t session,
 pshardResult_t pshardOptimizerStateNumEntries(pshardOptimizerState_t state,
                                               int* count);
 /* Entry `index` (one state tensor of one parameter): pointers valid until
- * pshardOptimizerStateFree. */
+ * pshardOptimizerStateFree. InvalidUsage for a slice (see
+ * pshardOptimizerStateGetEntrySlice), so that a caller that expects whole
+ * parameters never mistakes one for a whole parameter. */
 pshardResult_t pshardOptimizerStateGetEntry(pshardOptimizerState_t state,
                                             int index, const char** parameter,
                                             const char** key, int64_t* step,
                                             const float** data,
                                             int64_t* numel);
+/* Any entry, whole or a slice: `*numel` elements holding elements
+ * [*offset, *offset + *numel) of the parameter, which has
+ * *parameter_numel in all (whole: offset 0 and numel == parameter_numel).
+ * Under assignment_policy SHARDED a rank holds slices of the parameters its
+ * ranges cut. */
+pshardResult_t pshardOptimizerStateGetEntrySlice(
+    pshardOptimizerState_t state, int index, const char** parameter,
+    const char** key, int64_t* step, const float** data, int64_t* numel,
+    int64_t* offset, int64_t* parameter_numel);
 /* The OptimizerSpec the state belongs to, as JSON. */
 pshardResult_t pshardOptimizerStateSpec(pshardOptimizerState_t state,
                                         const char** optimizer_json);
@@ -243,6 +286,19 @@ pshardResult_t pshardImportOptimizerState(
     pshardSession_t session, const char* optimizer_json, int count,
     const char* const* parameters, const char* const* keys,
     const int64_t* steps, const float* const* data, const int64_t* numels);
+/* The same with slices (as GetEntrySlice gives them): entry i holds
+ * elements [offsets[i], offsets[i] + numels[i]) of its parameter. Entries
+ * are keyed by (parameter, offset): the slices of every rank's export
+ * together (any world size, bucket size or policy), or this rank's own at
+ * the same configuration. InvalidArgument also: a NULL `offsets` (count >
+ * 0), a slice outside its parameter, slices of one parameter that overlap
+ * or hold different numels for one offset; at the first pshardFinishStep,
+ * owned elements no slice covers. */
+pshardResult_t pshardImportOptimizerStateSlices(
+    pshardSession_t session, const char* optimizer_json, int count,
+    const char* const* parameters, const char* const* keys,
+    const int64_t* steps, const int64_t* offsets, const float* const* data,
+    const int64_t* numels);
 
 /* Checkpoints of the whole job in its sharded format (docs/checkpoints.md),
  * the same as a built-in job's: one directory per step under the job spec's

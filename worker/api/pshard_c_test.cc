@@ -23,6 +23,7 @@ class PshardCTest : public ::testing::Test {
     std::string dir = std::string(getenv("TEST_TMPDIR")) + "/c.XXXXXX";
     ASSERT_NE(mkdtemp(dir.data()), nullptr);
     unsetenv("PSHARD_COORDINATOR");
+    unsetenv("PSHARD_OVERLAP_PARAM_BROADCAST");
     setenv("PSHARD_LOCAL_STORE", dir.c_str(), 1);
     setenv("RANK", "0", 1);
     setenv("WORLD_SIZE", "1", 1);
@@ -208,6 +209,108 @@ TEST_F(PshardCTest, WrongCallOrderIsInvalidUsageAndAStepWorks) {
             pshardInvalidArgument);
 }
 
+// overlap_param_broadcast: the setter's and waiter's arguments are checked,
+// the setting is the environment's until set and frozen by pshardPrepare,
+// and with it on, each parameter waited for holds the step's update (SGD
+// lr 0.25 on gradients 4: every value goes down by 1 each step).
+TEST_F(PshardCTest, OverlapParamBroadcastIsCheckedAndWaitsForTheUpdate) {
+  int enabled = -1;
+  EXPECT_EQ(pshardSetOverlapParamBroadcast(nullptr, 1), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("session is NULL"));
+  EXPECT_EQ(pshardSetOverlapParamBroadcast(session_, 2),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("enable must be 0 or 1, got 2"));
+  EXPECT_EQ(pshardSetOverlapParamBroadcast(session_, -1),
+            pshardInvalidArgument);
+  EXPECT_EQ(pshardGetOverlapParamBroadcast(session_, nullptr),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("enabled is NULL"));
+  EXPECT_EQ(pshardGetOverlapParamBroadcast(nullptr, &enabled),
+            pshardInvalidArgument);
+  ASSERT_EQ(pshardGetOverlapParamBroadcast(session_, &enabled), pshardSuccess);
+  EXPECT_EQ(enabled, 0);  // PSHARD_OVERLAP_PARAM_BROADCAST is not set
+  EXPECT_EQ(pshardWaitParameter(session_, 0), pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("not prepared yet"));
+  EXPECT_EQ(pshardWaitParameter(nullptr, 0), pshardInvalidArgument);
+
+  ASSERT_EQ(pshardSetOverlapParamBroadcast(session_, 1), pshardSuccess);
+  ASSERT_EQ(pshardGetOverlapParamBroadcast(session_, &enabled), pshardSuccess);
+  EXPECT_EQ(enabled, 1);
+  ASSERT_EQ(pshardSetOptimizer(
+                session_, R"({"kind": "SGD", "hyper_parameters": {"lr": 0.25}})"),
+            pshardSuccess);
+  ASSERT_EQ(pshardSetBucketCapMb(session_, 0.00001), pshardSuccess);
+  const int64_t shape[] = {3};
+  int index = -1;
+  for (const char* name : {"a", "b"}) {
+    ASSERT_EQ(pshardRegisterParameter(session_, name, 1, shape, pshardFloat32,
+                                      pshardHostMemory, &index),
+              pshardSuccess);
+  }
+  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  EXPECT_EQ(pshardSetOverlapParamBroadcast(session_, 0), pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("already prepared"));
+  EXPECT_EQ(pshardWaitParameter(session_, 2), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("index 2 is not a parameter index"));
+  EXPECT_EQ(pshardWaitParameter(session_, -1), pshardInvalidArgument);
+  // Before the first step there is nothing to wait for.
+  EXPECT_EQ(pshardWaitParameter(session_, 1), pshardSuccess) << LastError();
+  void* data = nullptr;
+  int64_t numel = 0;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(pshardGetParameter(session_, i, &data, &numel), pshardSuccess);
+    for (int e = 0; e < 3; ++e) static_cast<float*>(data)[e] = 10.0f * i + e;
+  }
+  for (int step = 1; step <= 3; ++step) {
+    // Gradients become ready in the reverse of registration order; the
+    // "forward" below reads parameter 1 first.
+    for (int i : {1, 0}) {
+      ASSERT_EQ(pshardGetGradient(session_, i, &data, &numel), pshardSuccess);
+      for (int e = 0; e < 3; ++e) static_cast<float*>(data)[e] = 4;
+      ASSERT_EQ(pshardGradientReady(session_, i), pshardSuccess);
+    }
+    ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+    for (int i : {1, 0}) {
+      ASSERT_EQ(pshardWaitParameter(session_, i), pshardSuccess)
+          << LastError();
+      ASSERT_EQ(pshardWaitParameter(session_, i), pshardSuccess);  // again
+      ASSERT_EQ(pshardGetParameter(session_, i, &data, &numel), pshardSuccess);
+      for (int e = 0; e < 3; ++e) {
+        EXPECT_FLOAT_EQ(static_cast<float*>(data)[e], 10.0f * i + e - step)
+            << "parameter " << i << " step " << step;
+      }
+    }
+  }
+}
+
+// The job spec's overlap_param_broadcast (the agent's
+// PSHARD_OVERLAP_PARAM_BROADCAST) is a session's default; a bad value is
+// refused naming the variable.
+TEST(PshardCOpenTest, OverlapDefaultsToTheEnvironment) {
+  std::string dir = std::string(getenv("TEST_TMPDIR")) + "/o.XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  unsetenv("PSHARD_COORDINATOR");
+  setenv("PSHARD_LOCAL_STORE", dir.c_str(), 1);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("PSHARD_OVERLAP_PARAM_BROADCAST", "yes", 1);
+  pshardSession_t session = nullptr;
+  EXPECT_EQ(pshardSessionOpen(&session), pshardInvalidArgument);
+  EXPECT_THAT(LastError(),
+              HasSubstr("PSHARD_OVERLAP_PARAM_BROADCAST: must be 0 or 1"));
+  EXPECT_EQ(session, nullptr);
+  setenv("PSHARD_OVERLAP_PARAM_BROADCAST", "1", 1);
+  ASSERT_EQ(pshardSessionOpen(&session), pshardSuccess) << LastError();
+  int enabled = -1;
+  ASSERT_EQ(pshardGetOverlapParamBroadcast(session, &enabled), pshardSuccess);
+  EXPECT_EQ(enabled, 1);
+  ASSERT_EQ(pshardSetOverlapParamBroadcast(session, 0), pshardSuccess);
+  ASSERT_EQ(pshardGetOverlapParamBroadcast(session, &enabled), pshardSuccess);
+  EXPECT_EQ(enabled, 0);
+  EXPECT_EQ(pshardSessionClose(session), pshardSuccess);
+  unsetenv("PSHARD_OVERLAP_PARAM_BROADCAST");
+}
+
 // max_grad_norm in the OptimizerSpec JSON clips the step as torch's
 // clip_grad_norm_ does, and pshardLastGradNorm gives the pre-clip norm.
 TEST_F(PshardCTest, MaxGradNormClipsAndReportsTheNorm) {
@@ -343,6 +446,140 @@ TEST_F(PshardCTest, OptimizerStateExportAndImportCheckEveryArgument) {
   EXPECT_EQ(pshardOptimizerStateFree(nullptr), pshardSuccess);
   EXPECT_EQ(pshardOptimizerStateNumEntries(nullptr, &count),
             pshardInvalidArgument);
+}
+
+// Slices of the optimizer state (API 3): GetEntrySlice reports a whole
+// parameter as offset 0 of its numel; ImportOptimizerStateSlices checks its
+// arguments, refuses overlapping or outside slices, and two slices that
+// tile the parameter resume exactly as the whole state would (SGD momentum
+// {1, 2, 3, 4} at step 7, gradient 1: buf = 0.9 * buf + 1).
+TEST_F(PshardCTest, OptimizerStateSlicesExportAndImport) {
+  const char kSgd[] =
+      "{\"kind\": \"SGD\", \"hyper_parameters\": {\"lr\": 0.5, "
+      "\"momentum\": 0.9}}";
+  ASSERT_EQ(pshardSetOptimizer(session_, kSgd), pshardSuccess);
+  const int64_t shape[] = {4};
+  int index = -1;
+  ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardSuccess);
+  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+
+  const float head[2] = {1, 2};
+  const float tail[2] = {3, 4};
+  const char* names[] = {"w", "w"};
+  const char* keys[] = {"momentum_buffer", "momentum_buffer"};
+  const int64_t steps[] = {7, 7};
+  const float* data[] = {head, tail};
+  const int64_t numels[] = {2, 2};
+  const int64_t offsets[] = {0, 2};
+  EXPECT_EQ(pshardImportOptimizerStateSlices(session_, kSgd, 2, names, keys,
+                                             steps, nullptr, data, numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("offsets is NULL"));
+  const int64_t negative[] = {0, -2};
+  EXPECT_EQ(pshardImportOptimizerStateSlices(session_, kSgd, 2, names, keys,
+                                             steps, negative, data, numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("offset -2 is out of range"));
+  const int64_t outside[] = {0, 3};
+  EXPECT_EQ(pshardImportOptimizerStateSlices(session_, kSgd, 2, names, keys,
+                                             steps, outside, data, numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("[3, 5) is outside its 4 elements"));
+  const int64_t overlapping[] = {0, 1};
+  EXPECT_EQ(pshardImportOptimizerStateSlices(session_, kSgd, 2, names, keys,
+                                             steps, overlapping, data, numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("[1, 3) overlaps [0, 2)"));
+  const int64_t other_steps[] = {7, 8};
+  EXPECT_EQ(pshardImportOptimizerStateSlices(session_, kSgd, 2, names, keys,
+                                             other_steps, offsets, data,
+                                             numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("steps 7 and 8"));
+  // The whole-parameter call refuses a slice, naming the other call.
+  EXPECT_EQ(pshardImportOptimizerState(session_, kSgd, 1, names, keys, steps,
+                                       data, numels),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("pshardImportOptimizerStateSlices"));
+
+  ASSERT_EQ(pshardImportOptimizerStateSlices(session_, kSgd, 2, names, keys,
+                                             steps, offsets, data, numels),
+            pshardSuccess)
+      << LastError();
+  void* pointer = nullptr;
+  int64_t numel = 0;
+  ASSERT_EQ(pshardGetGradient(session_, 0, &pointer, &numel), pshardSuccess);
+  for (int i = 0; i < 4; ++i) static_cast<float*>(pointer)[i] = 1;
+  ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
+  ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+
+  pshardOptimizerState_t state = nullptr;
+  ASSERT_EQ(pshardExportOptimizerState(session_, &state), pshardSuccess);
+  const char* parameter = nullptr;
+  const char* key = nullptr;
+  int64_t step = 0, offset = -1, whole = -1;
+  const float* buffer = nullptr;
+  EXPECT_EQ(pshardOptimizerStateGetEntrySlice(state, 0, &parameter, &key,
+                                              &step, &buffer, &numel, nullptr,
+                                              &whole),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("offset is NULL"));
+  EXPECT_EQ(pshardOptimizerStateGetEntrySlice(state, 0, &parameter, &key,
+                                              &step, &buffer, &numel, &offset,
+                                              nullptr),
+            pshardInvalidArgument);
+  EXPECT_EQ(pshardOptimizerStateGetEntrySlice(state, 1, &parameter, &key,
+                                              &step, &buffer, &numel, &offset,
+                                              &whole),
+            pshardInvalidArgument);
+  ASSERT_EQ(pshardOptimizerStateGetEntrySlice(state, 0, &parameter, &key,
+                                              &step, &buffer, &numel, &offset,
+                                              &whole),
+            pshardSuccess)
+      << LastError();
+  EXPECT_STREQ(parameter, "w");
+  EXPECT_EQ(step, 8);
+  EXPECT_EQ(offset, 0);
+  EXPECT_EQ(numel, 4);
+  EXPECT_EQ(whole, 4);
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(buffer[i], 0.9f * (i + 1) + 1);
+  EXPECT_EQ(pshardOptimizerStateFree(state), pshardSuccess);
+}
+
+// Slices that leave owned elements uncovered fail the first step, naming
+// the elements.
+TEST_F(PshardCTest, OptimizerStateSlicesMustCoverTheOwnedElements) {
+  const char kSgd[] =
+      "{\"kind\": \"SGD\", \"hyper_parameters\": {\"lr\": 0.5, "
+      "\"momentum\": 0.9}}";
+  ASSERT_EQ(pshardSetOptimizer(session_, kSgd), pshardSuccess);
+  const int64_t shape[] = {4};
+  int index = -1;
+  ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardSuccess);
+  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  const float tail[2] = {3, 4};
+  const char* names[] = {"w"};
+  const char* keys[] = {"momentum_buffer"};
+  const int64_t steps[] = {7};
+  const float* data[] = {tail};
+  const int64_t numels[] = {2};
+  const int64_t offsets[] = {2};
+  ASSERT_EQ(pshardImportOptimizerStateSlices(session_, kSgd, 1, names, keys,
+                                             steps, offsets, data, numels),
+            pshardSuccess)
+      << LastError();
+  ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
+  EXPECT_NE(pshardFinishStep(session_), pshardSuccess);
+  EXPECT_THAT(LastError(),
+              HasSubstr("has no entry for parameter 'w' elements [0, 4) (2 of "
+                        "them covered)"));
+  // The failed step aborted the communicator: closing reports it.
+  EXPECT_NE(pshardSessionClose(session_), pshardSuccess);
+  session_ = nullptr;
 }
 
 TEST_F(PshardCTest, CheckpointCallsCheckTheirOrderAndNeedACoordinatorToSave) {

@@ -144,6 +144,15 @@ absl::StatusOr<SessionEnvironment> ParseSessionEnvironment(
                      IntVariable(getenv, "WORLD_SIZE", 1, kMaxWorldSize));
     ASSIGN_OR_RETURN(env.rank,
                      IntVariable(getenv, "RANK", 0, env.world_size - 1));
+    const std::string policy =
+        OptionalVariable(getenv, "PSHARD_LOCAL_ASSIGNMENT_POLICY");
+    if (policy == "SHARDED") {
+      env.local_assignment_policy = v1::JobSpec::SHARDED;
+    } else if (!policy.empty() && policy != "BALANCED") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PSHARD_LOCAL_ASSIGNMENT_POLICY: must be BALANCED or SHARDED, got "
+          "\"", absl::CHexEscape(policy.substr(0, 80)), "\""));
+    }
   } else {
     return absl::InvalidArgumentError(
         "PSHARD_COORDINATOR is not set: the program was not started by a "
@@ -161,11 +170,22 @@ absl::StatusOr<SessionEnvironment> ParseSessionEnvironment(
     }
     env.timeout = absl::Seconds(seconds);
   }
+  const std::string overlap =
+      OptionalVariable(getenv, "PSHARD_OVERLAP_PARAM_BROADCAST");
+  if (!overlap.empty() && overlap != "0" && overlap != "1") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PSHARD_OVERLAP_PARAM_BROADCAST: must be 0 or 1, got \"",
+        absl::CHexEscape(overlap.substr(0, 80)), "\""));
+  }
+  env.overlap_param_broadcast = overlap == "1";
   return env;
 }
 
 Session::Session(SessionEnvironment env, const Clock& clock)
-    : env_(std::move(env)), clock_(clock) {}
+    : env_(std::move(env)),
+      clock_(clock),
+      assignment_policy_(env_.local_assignment_policy),
+      overlap_param_broadcast_(env_.overlap_param_broadcast) {}
 
 Session::~Session() = default;  // a shard write in flight finishes, unreported
 
@@ -349,6 +369,12 @@ absl::Status Session::SetCommMode(v1::JobSpec::CommMode mode) {
   return absl::OkStatus();
 }
 
+absl::Status Session::SetOverlapParamBroadcast(bool enable) {
+  RETURN_IF_ERROR(CheckConfiguring());
+  overlap_param_broadcast_ = enable;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int> Session::RegisterParameter(absl::string_view name,
                                                std::vector<int64_t> shape) {
   RETURN_IF_ERROR(CheckConfiguring());
@@ -407,6 +433,7 @@ absl::Status Session::Prepare() {
   hook_options.bucket_cap_mb = bucket_cap_mb_;
   hook_options.timeout = env_.timeout;
   hook_options.clipping = GradClipping::FromSpec(*optimizer_);
+  hook_options.overlap_param_broadcast = overlap_param_broadcast_;
   ASSIGN_OR_RETURN(hook_, ZeroHook::Create(params_, comm_, std::move(optimizer),
                                            std::move(provider), hook_options));
   return absl::OkStatus();
@@ -468,10 +495,32 @@ absl::Status Session::FinishStep() {
   return absl::OkStatus();
 }
 
+absl::Status Session::WaitForParameter(int index) {
+  RETURN_IF_ERROR(CheckPrepared());
+  if (index < 0 || index >= num_parameters()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter index ", index, " is outside [0, ",
+                     num_parameters(), ")"));
+  }
+  return Record(hook_->WaitForParameter(index));
+}
+
+absl::Status Session::WaitForAllParameters() {
+  RETURN_IF_ERROR(CheckPrepared());
+  return Record(hook_->WaitForAllParameters());
+}
+
 absl::StatusOr<Session::OptimizerStateShard> Session::ExportOptimizerState() {
   RETURN_IF_ERROR(CheckPrepared());
   OptimizerStateShard shard;
   ASSIGN_OR_RETURN(shard.params, hook_->ExportOptimizerState());
+  for (const ParameterOptimizerState& param : shard.params) {
+    int64_t numel = 0;
+    for (const ParameterInfo& info : params_) {
+      if (info.name == param.name) numel = info.numel;
+    }
+    shard.parameter_numels.push_back(numel);
+  }
   const auto printed =
       google::protobuf::util::MessageToJsonString(*optimizer_, &shard.optimizer_json);
   if (!printed.ok()) {
@@ -483,8 +532,23 @@ absl::StatusOr<Session::OptimizerStateShard> Session::ExportOptimizerState() {
 
 absl::Status Session::ImportOptimizerState(
     absl::string_view optimizer_json,
-    std::vector<ParameterOptimizerState> params) {
+    std::vector<ParameterOptimizerState> params, bool slices) {
   RETURN_IF_ERROR(CheckPrepared());
+  for (const ParameterOptimizerState& param : params) {
+    if (slices) break;
+    for (const ParameterInfo& info : params_) {
+      if (info.name != param.name) continue;
+      for (const auto& [key, values] : param.tensors) {
+        if (param.offset != 0 ||
+            static_cast<int64_t>(values.size()) != info.numel) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "parameter '", param.name, "': state '", key, "' has ",
+              values.size(), " elements, the parameter ", info.numel,
+              " (a slice needs its offset: pshardImportOptimizerStateSlices)"));
+        }
+      }
+    }
+  }
   absl::StatusOr<v1::OptimizerSpec> saved = ParseOptimizerSpecJson(optimizer_json);
   if (!saved.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -562,7 +626,12 @@ absl::Status Session::Close() {
   // The last shard write is reported before the final barrier, so that its
   // checkpoint can complete before the job ends.
   if (saver_ != nullptr && CheckHealthy().ok()) saver_->Finish(env_.timeout);
-  if (hook_ != nullptr && CheckHealthy().ok()) status = Barrier();
+  // The last step's broadcasts nobody waited for (overlap_param_broadcast)
+  // land before the caller reads the parameters one last time.
+  if (hook_ != nullptr && CheckHealthy().ok()) status = WaitForAllParameters();
+  if (hook_ != nullptr && status.ok() && CheckHealthy().ok()) {
+    status = Barrier();
+  }
   if (reporter_ != nullptr) {
     reporter_->Flush(kProgressRpcTimeout);
     reporter_.reset();

@@ -82,6 +82,13 @@ struct SessionEnvironment {
   std::string checkpoint_fingerprint;
   // The step directory a restarted epoch resumes from (empty: none).
   std::string resume_from;
+  // PSHARD_OVERLAP_PARAM_BROADCAST=1: the job spec's overlap_param_broadcast
+  // (the session's default; SetOverlapParamBroadcast overrides it).
+  bool overlap_param_broadcast = false;
+  // Local test mode only: PSHARD_LOCAL_ASSIGNMENT_POLICY (BALANCED or
+  // SHARDED, default BALANCED), the policy of the owners every rank
+  // computes (coordinator mode: the coordinator's, from the job spec).
+  v1::JobSpec::AssignmentPolicy local_assignment_policy = v1::JobSpec::BALANCED;
   // Where the first collective failure is written for the agent
   // (PSHARD_ERROR_FILE, program_failure.h; empty: nowhere).
   std::string error_file;
@@ -92,7 +99,9 @@ struct SessionEnvironment {
 // neither PSHARD_COORDINATOR nor PSHARD_LOCAL_STORE set, a required one
 // missing, a number that does not parse or is out of range (rank outside
 // [0, world), world outside [1, 4096], timeout not in (0, 86400] seconds),
-// a PSHARD_CHECKPOINT_FINGERPRINT that is not 64 hex digits.
+// a PSHARD_CHECKPOINT_FINGERPRINT that is not 64 hex digits,
+// PSHARD_OVERLAP_PARAM_BROADCAST not "0" or "1", a
+// PSHARD_LOCAL_ASSIGNMENT_POLICY not BALANCED or SHARDED.
 absl::StatusOr<SessionEnvironment> ParseSessionEnvironment(
     const std::function<const char*(const char*)>& getenv);
 
@@ -146,6 +155,13 @@ class Session : private RankModel {
   // InvalidArgument unless in (0, kMaxBucketCapMb].
   absl::Status SetBucketCapMb(double mb);
   absl::Status SetCommMode(v1::JobSpec::CommMode mode);
+  // ZeroHookOptions.overlap_param_broadcast: FinishStep returns without
+  // waiting for the parameter broadcasts, and the caller calls
+  // WaitForParameter(i) before it reads parameter i (the next forward, in
+  // the order it reads them). Defaults to the environment's (the job
+  // spec's overlap_param_broadcast).
+  absl::Status SetOverlapParamBroadcast(bool enable);
+  bool overlap_param_broadcast() const { return overlap_param_broadcast_; }
 
   // The next parameter's index. InvalidArgument: a name empty, too long or
   // used before, too many dimensions, a dimension < 1, more than 2^40
@@ -187,6 +203,15 @@ class Session : private RankModel {
   // it.
   absl::Status GradientReady(int index);
   absl::Status FinishStep();
+  // Returns once parameter `index` holds the last step's update: at once
+  // without overlap_param_broadcast, before the first step or when it has
+  // already arrived (ZeroHook::WaitForParameter). InvalidArgument: an index
+  // out of range; FailedPrecondition before Prepare; a failed broadcast is
+  // sticky (Aborted afterwards). WaitForAllParameters: every parameter, as
+  // before reading them all outside a forward (SaveCheckpoint and Close do
+  // it themselves).
+  absl::Status WaitForParameter(int index);
+  absl::Status WaitForAllParameters();
   absl::StatusOr<double> AverageLoss(double loss);
   absl::Status Barrier();
 
@@ -194,16 +219,23 @@ class Session : private RankModel {
   struct OptimizerStateShard {
     // The session's OptimizerSpec, as protobuf JSON.
     std::string optimizer_json;
+    // Whole parameters, or under SHARDED slices (ParameterOptimizerState's
+    // offset and its tensors' size).
     std::vector<ParameterOptimizerState> params;
+    // The whole numel of params[i]'s parameter.
+    std::vector<int64_t> parameter_numels;
   };
   // After the first step (FailedPrecondition before it).
   absl::StatusOr<OptimizerStateShard> ExportOptimizerState();
   // After Prepare and before the first step: the state FinishStep resumes
-  // from (ZeroHook::SetInitialOptimizerState's checks). InvalidArgument also
-  // when `optimizer_json` is not this session's optimizer (compared as
-  // specs).
+  // from (ZeroHook::SetInitialOptimizerState's checks: whole parameters or
+  // slices, of any ranks together). InvalidArgument also when
+  // `optimizer_json` is not this session's optimizer (compared as specs),
+  // and, unless `slices`, an entry that is not a whole parameter (offset 0,
+  // the parameter's numel).
   absl::Status ImportOptimizerState(absl::string_view optimizer_json,
-                                    std::vector<ParameterOptimizerState> params);
+                                    std::vector<ParameterOptimizerState> params,
+                                    bool slices = false);
   // The same without the spec (the caller's own, as the C++ Trainer's).
   absl::Status LoadOptimizerState(std::vector<ParameterOptimizerState> params);
 
@@ -259,7 +291,8 @@ class Session : private RankModel {
   const std::vector<ParameterInfo>& parameters() const override {
     return params_;
   }
-  absl::Status CopyParameterToHost(int index, float* out) override;
+  absl::Status CopyParameterRangeToHost(int index, int64_t offset,
+                                        int64_t numel, float* out) override;
   absl::Status UploadParameters(
       const std::vector<std::vector<float>>& values) override;
 
@@ -284,6 +317,7 @@ class Session : private RankModel {
   std::optional<v1::OptimizerSpec> optimizer_;
   double bucket_cap_mb_ = 25;
   v1::JobSpec::CommMode comm_mode_ = v1::JobSpec::REDUCE_BROADCAST;
+  bool overlap_param_broadcast_ = false;  // env_'s until set
   std::vector<ParameterInfo> params_;
 
   // The first SaveCheckpoint's; the last step it saved.

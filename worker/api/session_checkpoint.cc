@@ -64,6 +64,8 @@ absl::Status Session::SaveCheckpoint(int64_t step) {
                                  env_.worker_id},
                     control_.get(), clock_));
   }
+  // The parameters hold the step's update (overlap_param_broadcast).
+  RETURN_IF_ERROR(WaitForAllParameters());
   last_saved_step_ = step;
   return saver_->Start(step, *this);
 }
@@ -97,9 +99,11 @@ absl::StatusOr<int64_t> Session::LoadCheckpoint(absl::string_view path) {
   return resume.step();
 }
 
-absl::Status Session::CopyParameterToHost(int index, float* out) {
-  const float* values = hook_->params()[index];
-  std::copy(values, values + params_[index].numel, out);
+absl::Status Session::CopyParameterRangeToHost(int index, int64_t offset,
+                                               int64_t numel, float* out) {
+  RETURN_IF_ERROR(hook_->WaitForParameter(index));
+  const float* values = hook_->params()[index] + offset;
+  std::copy(values, values + numel, out);
   return absl::OkStatus();
 }
 

@@ -141,7 +141,9 @@ class Trainer {
   // Checkpoints of this rank's shard (Session's): after the first step, the
   // state of the parameters whose buckets this rank owns; before the first
   // step of a new trainer (same rank, world size, parameters and bucket
-  // size), the state to resume from.
+  // size; or every rank's together at any of them), the state to resume
+  // from. Under SHARDED entries are slices (ParameterOptimizerState's
+  // offset).
   absl::StatusOr<std::vector<ParameterOptimizerState>> ExportOptimizerState();
   absl::Status LoadOptimizerState(std::vector<ParameterOptimizerState> state);
 

@@ -82,8 +82,9 @@ class GpuJobImpl final : public GpuJob {
   GpuZeroHook& hook() override { return *hook_; }
   const Workload& workload() const override { return *workload_; }
 
-  absl::Status CopyParameterToHost(int index, float* out) override {
-    return hook_->CopyParameterToHost(index, out);
+  absl::Status CopyParameterRangeToHost(int index, int64_t offset,
+                                        int64_t numel, float* out) override {
+    return hook_->CopyParameterRangeToHost(index, offset, numel, out);
   }
 
   absl::Status UploadParameters(

@@ -226,13 +226,15 @@ class DeviceMemory final : public HookMemory {
     return StreamWaitFor(last, compute_, timeout_);
   }
 
-  absl::Status CopyToHost(int param_index, int64_t numel, float* out) {
+  absl::Status CopyToHost(int param_index, int64_t offset, int64_t numel,
+                          float* out) {
     ScopedDevice scoped(comm_->device());
     RETURN_IF_ERROR(scoped.status());
     const std::string what = absl::StrCat("download parameter ", param_index);
     RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(out, param_views_[param_index], numel * sizeof(float),
-                        cudaMemcpyDeviceToHost, compute_),
+        cudaMemcpyAsync(out, param_views_[param_index] + offset,
+                        numel * sizeof(float), cudaMemcpyDeviceToHost,
+                        compute_),
         what));
     return SynchronizeStream(compute_, timeout_, what, clock_);
   }
@@ -264,16 +266,24 @@ class GpuZeroHookImpl final : public GpuZeroHook {
       : GpuZeroHook(std::move(params), comm, std::move(optimizer),
                     std::move(memory), std::move(provider), options) {}
 
-  absl::Status CopyParameterToHost(int param_index, float* out) override {
+  absl::Status CopyParameterRangeToHost(int param_index, int64_t offset,
+                                        int64_t numel, float* out) override {
     const std::vector<ParameterInfo>& infos = parameter_infos();
     if (param_index < 0 || param_index >= static_cast<int>(infos.size())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "parameter index ", param_index, " is outside [0, ", infos.size(),
           ")"));
     }
+    if (offset < 0 || numel < 0 || offset > infos[param_index].numel - numel) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "elements [", offset, ", ", offset + numel, ") of parameter \"",
+          infos[param_index].name, "\" are outside its ",
+          infos[param_index].numel));
+    }
+    if (numel == 0) return absl::OkStatus();
     // Create() gave this hook a DeviceMemory.
     return static_cast<DeviceMemory&>(memory())
-        .CopyToHost(param_index, infos[param_index].numel, out);
+        .CopyToHost(param_index, offset, numel, out);
   }
 };
 

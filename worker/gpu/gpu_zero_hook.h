@@ -79,8 +79,21 @@ class GpuZeroHook : public ZeroHook {
   // params()/grads() (ZeroHook) are device pointers. FinishStep also orders
   // the compute stream after the step's broadcasts.
 
-  // Copies parameter `param_index` (numel floats) to host memory and waits.
-  virtual absl::Status CopyParameterToHost(int param_index, float* out) = 0;
+  // Copies elements [offset, offset + numel) of parameter `param_index` to
+  // host memory (one device-to-host copy of that range) and waits.
+  // InvalidArgument: an index or a range outside the parameter.
+  virtual absl::Status CopyParameterRangeToHost(int param_index,
+                                                int64_t offset, int64_t numel,
+                                                float* out) = 0;
+  // The whole parameter (its numel floats).
+  absl::Status CopyParameterToHost(int param_index, float* out) {
+    const std::vector<ParameterInfo>& infos = parameter_infos();
+    const int64_t numel =
+        param_index >= 0 && param_index < static_cast<int>(infos.size())
+            ? infos[param_index].numel
+            : 0;
+    return CopyParameterRangeToHost(param_index, 0, numel, out);
+  }
 
  protected:
   using ZeroHook::ZeroHook;

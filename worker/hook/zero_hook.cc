@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -651,28 +652,45 @@ ZeroHook::ExportOptimizerState() const {
   std::vector<ParameterOptimizerState> out;
   out.reserve(views.size());
   for (const ParameterOptimizerStateView& view : views) {
-    int64_t held = 0;
+    if (view.tensor_names.empty()) {  // no state: the step only
+      ParameterOptimizerState& param = out.emplace_back();
+      param.name = view.name;
+      param.step = view.step;
+      continue;
+    }
+    // The parts joined into contiguous runs: the whole parameter, or under
+    // SHARDED this rank's slice of it (one run: a rank's range is one).
+    std::vector<const ParameterOptimizerStateView::Part*> parts;
     for (const ParameterOptimizerStateView::Part& part : view.parts) {
-      if (!part.tensors.empty()) held += part.tensors[0].size();
+      parts.push_back(&part);
     }
-    if (!view.tensor_names.empty() && held != view.numel) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", comm_->rank(), " holds the optimizer state of ", held,
-          " of the ", view.numel, " elements of parameter '", view.name,
-          "' (assignment_policy SHARDED); exporting whole parameters' "
-          "state is not supported under SHARDED yet"));
-    }
-    ParameterOptimizerState& param = out.emplace_back();
-    param.name = view.name;
-    param.step = view.step;
-    for (const std::string& name : view.tensor_names) {
-      param.tensors.emplace_back(name, std::vector<float>(view.numel));
-    }
-    for (const ParameterOptimizerStateView::Part& part : view.parts) {
-      for (size_t t = 0; t < part.tensors.size(); ++t) {
-        std::copy(part.tensors[t].begin(), part.tensors[t].end(),
-                  param.tensors[t].second.begin() + part.offset);
+    std::sort(parts.begin(), parts.end(), [](const auto* a, const auto* b) {
+      return a->offset < b->offset;
+    });
+    for (size_t first = 0; first < parts.size();) {
+      size_t last = first;
+      int64_t end = parts[first]->offset +
+                    static_cast<int64_t>(parts[first]->tensors[0].size());
+      while (last + 1 < parts.size() && parts[last + 1]->offset == end) {
+        ++last;
+        end += static_cast<int64_t>(parts[last]->tensors[0].size());
       }
+      ParameterOptimizerState& param = out.emplace_back();
+      param.name = view.name;
+      param.step = view.step;
+      param.offset = parts[first]->offset;
+      for (const std::string& name : view.tensor_names) {
+        param.tensors.emplace_back(name,
+                                   std::vector<float>(end - param.offset));
+      }
+      for (size_t k = first; k <= last; ++k) {
+        for (size_t t = 0; t < parts[k]->tensors.size(); ++t) {
+          std::copy(parts[k]->tensors[t].begin(), parts[k]->tensors[t].end(),
+                    param.tensors[t].second.begin() +
+                        (parts[k]->offset - param.offset));
+        }
+      }
+      first = last + 1;
     }
   }
   return out;
@@ -685,7 +703,10 @@ absl::Status ZeroHook::SetInitialOptimizerState(
         "the optimizer state can only be loaded before the first step");
   }
   const absl::flat_hash_map<std::string, int64_t> numel = NumelByName();
-  absl::flat_hash_set<std::string> seen;
+  // name -> (offset, end, step) of its entries so far.
+  absl::flat_hash_map<std::string,
+                      std::vector<std::tuple<int64_t, int64_t, int64_t>>>
+      seen;
   for (const ParameterOptimizerState& param : state) {
     auto it = numel.find(param.name);
     if (it == numel.end()) {
@@ -693,22 +714,49 @@ absl::Status ZeroHook::SetInitialOptimizerState(
           "optimizer state for parameter '", param.name,
           "', which is not registered"));
     }
-    if (!seen.insert(param.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "optimizer state for parameter '", param.name, "' given twice"));
-    }
     if (param.step < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("parameter '", param.name, "': step ", param.step,
                        " is < 0"));
     }
+    const int64_t size =
+        param.tensors.empty()
+            ? 0
+            : static_cast<int64_t>(param.tensors[0].second.size());
     for (const auto& [key, values] : param.tensors) {
-      if (static_cast<int64_t>(values.size()) != it->second) {
+      if (static_cast<int64_t>(values.size()) != size) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "parameter '", param.name, "': state '", key, "' has ",
-            values.size(), " elements, the parameter ", it->second));
+            "parameter '", param.name, "' at offset ", param.offset,
+            ": state '", key, "' has ", values.size(), " elements, '",
+            param.tensors[0].first, "' ", size));
       }
     }
+    if (param.offset < 0 || param.offset > it->second - size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", param.name, "': state of elements [", param.offset,
+          ", ", param.offset + size, ") is outside its ", it->second,
+          " elements"));
+    }
+    for (const auto& [offset, end, step] : seen[param.name]) {
+      if (offset == param.offset) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "optimizer state for parameter '", param.name, "' at offset ",
+            offset, " given twice"));
+      }
+      if (offset < param.offset + size && param.offset < end) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter '", param.name, "': the state of elements [",
+            param.offset, ", ", param.offset + size, ") overlaps [", offset,
+            ", ", end, ")"));
+      }
+      if (step != param.step) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter '", param.name, "': its entries have steps ", step,
+            " and ", param.step));
+      }
+    }
+    seen[param.name].emplace_back(param.offset, param.offset + size,
+                                  param.step);
   }
   initial_state_ = std::move(state);
   return absl::OkStatus();
@@ -749,9 +797,11 @@ absl::Status ZeroHook::LoadOwnedOptimizerState() {
 }
 
 absl::Status ZeroHook::ApplyInitialOptimizerState() {
-  absl::flat_hash_map<std::string, const ParameterOptimizerState*> by_name;
+  // Each parameter's entries (whole, or slices that do not overlap).
+  absl::flat_hash_map<std::string, std::vector<const ParameterOptimizerState*>>
+      by_name;
   for (const ParameterOptimizerState& param : *initial_state_) {
-    by_name[param.name] = &param;
+    by_name[param.name].push_back(&param);
   }
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
     if (pieces_[p].owner != comm_->rank()) continue;
@@ -768,24 +818,45 @@ absl::Status ZeroHook::ApplyInitialOptimizerState() {
             ") owns: at another world size or bucket size, load every "
             "rank's state together"));
       }
-      const ParameterOptimizerState& saved = *it->second;
-      piece.steps = saved.step;
-      for (auto& [key, values] : span.tensors) {
-        auto t = std::find_if(saved.tensors.begin(), saved.tensors.end(),
-                              [&](const auto& e) { return e.first == key; });
-        if (t == saved.tensors.end()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "the optimizer state to load has no '", key,
-              "' for parameter '", span.name, "'"));
+      // Elements [begin, begin + span.numel) of the parameter, from the
+      // entries that overlap them.
+      const int64_t begin = offset_in_param.at(span.name);
+      piece.steps = it->second.front()->step;
+      int64_t covered = 0;
+      for (const ParameterOptimizerState* saved : it->second) {
+        const int64_t size =
+            saved->tensors.empty()
+                ? 0
+                : static_cast<int64_t>(saved->tensors[0].second.size());
+        const int64_t lo = std::max(begin, saved->offset);
+        const int64_t hi = std::min(begin + span.numel, saved->offset + size);
+        if (lo >= hi) continue;
+        covered += hi - lo;
+        for (auto& [key, values] : span.tensors) {
+          auto t = std::find_if(saved->tensors.begin(), saved->tensors.end(),
+                                [&](const auto& e) { return e.first == key; });
+          if (t == saved->tensors.end()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "the optimizer state to load has no '", key,
+                "' for parameter '", span.name, "'"));
+          }
+          const auto from = t->second.begin() + (lo - saved->offset);
+          std::copy(from, from + (hi - lo), values.begin() + (lo - begin));
         }
-        const auto from = t->second.begin() + offset_in_param.at(span.name);
-        std::copy(from, from + span.numel, values.begin());
+        if (saved->tensors.size() != span.tensors.size()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "parameter '", span.name, "': the state to load has ",
+              saved->tensors.size(), " state tensors, the optimizer keeps ",
+              span.tensors.size()));
+        }
       }
-      if (saved.tensors.size() != span.tensors.size()) {
+      if (!span.tensors.empty() && covered != span.numel) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "parameter '", span.name, "': the state to load has ",
-            saved.tensors.size(), " state tensors, the optimizer keeps ",
-            span.tensors.size()));
+            "the optimizer state to load has no entry for parameter '",
+            span.name, "' elements [", begin, ", ", begin + span.numel,
+            ") (", covered, " of them covered), which this rank (",
+            comm_->rank(), ") owns: at another world size, bucket size or "
+            "policy, load every rank's state together"));
       }
     }
     RETURN_IF_ERROR(optimizer_->ImportState(p, piece));

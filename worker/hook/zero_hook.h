@@ -91,14 +91,17 @@ namespace pshard::worker {
 
 enum class HookState { kUninitialized, kLayoutReported, kInitialized };
 
-// One parameter's optimizer state, whole (a bucket's pieces joined), as a
+// One parameter's optimizer state (a bucket's pieces joined), as a
 // checkpoint of this rank's shard holds it: `step` is its bucket's step
-// count, `tensors` PyTorch's names of its state (SpanState), each the
-// parameter's numel floats.
+// count, `tensors` PyTorch's names of its state (SpanState), each holding
+// elements [offset, offset + its size) of the parameter: the whole
+// parameter (offset 0, its numel floats), or under SHARDED the slice a rank
+// owns (entries of one parameter are then keyed by name and offset).
 struct ParameterOptimizerState {
   std::string name;
   int64_t step = 0;
   std::vector<std::pair<std::string, std::vector<float>>> tensors;
+  int64_t offset = 0;
 };
 
 // The same, where it lives: the parts of the parameter in this rank's
@@ -284,10 +287,10 @@ class ZeroHook : public GradientSink {
   int64_t steps_finished() const { return steps_finished_; }
 
   // After the first step: the optimizer state of the parameters (those with
-  // state) in the buckets this rank owns, in bucket order.
-  // FailedPrecondition before the first step, or when this rank holds only
-  // part of a parameter's state (SHARDED); the optimizer's errors
-  // (Unimplemented where it cannot export).
+  // state) in the buckets this rank owns, in bucket order: whole, or under
+  // SHARDED the slice of a parameter this rank holds (one entry per
+  // contiguous part, with its offset). FailedPrecondition before the first
+  // step; the optimizer's errors (Unimplemented where it cannot export).
   absl::StatusOr<std::vector<ParameterOptimizerState>> ExportOptimizerState()
       const;
   // After the first step: every parameter this rank owns, with or without
@@ -306,14 +309,16 @@ class ZeroHook : public GradientSink {
       const;
   // Before the first step: the state to resume from (ExportOptimizerState
   // of the same rank and layout, or the entries of every rank's together at
-  // any world size or layout: they are keyed by parameter name), applied
-  // inside the first FinishStep once the owners are known; entries of
-  // parameters this rank does not own are ignored. InvalidArgument now: an
-  // unknown or repeated parameter, a state tensor whose size is not the
-  // parameter's, a negative step. At the first FinishStep (InvalidArgument,
-  // naming the parameter): an owned parameter with state that `state` lacks,
-  // a tensor name the optimizer does not keep. FailedPrecondition after the
-  // first step.
+  // any world size, layout or policy: they are keyed by parameter name and
+  // offset, whole parameters or slices), applied inside the first
+  // FinishStep once the owners are known; entries of parameters this rank
+  // does not own are ignored. InvalidArgument now: an unknown parameter, an
+  // entry (name, offset) given twice or slices of one parameter that
+  // overlap, tensors of one entry of different sizes or outside the
+  // parameter, a negative step or steps of one parameter that differ. At the
+  // first FinishStep (InvalidArgument, naming the parameter): owned elements
+  // of a parameter with state that no entry covers, a tensor name the
+  // optimizer does not keep. FailedPrecondition after the first step.
   absl::Status SetInitialOptimizerState(
       std::vector<ParameterOptimizerState> state);
 

@@ -115,20 +115,14 @@ absl::Status CheckpointSaver::Snapshot(int64_t step, RankModel& model) {
                                                         stored});
     }
   }
-  std::vector<float> whole;  // a sliced parameter's value, copied out whole
   return writer_.Start(
       step, layout,
       [&](int k, absl::Span<const absl::Span<char>> buffers) -> absl::Status {
         float* value = reinterpret_cast<float*>(buffers[0].data());
         const ZeroHook::OwnedParameter& part_owned = owned[k];
-        if (part_owned.numel == params[param_of[k]].numel) {
-          RETURN_IF_ERROR(model.CopyParameterToHost(param_of[k], value));
-        } else {
-          whole.resize(params[param_of[k]].numel);
-          RETURN_IF_ERROR(model.CopyParameterToHost(param_of[k], whole.data()));
-          std::copy(whole.begin() + part_owned.offset,
-                    whole.begin() + part_owned.offset + part_owned.numel, value);
-        }
+        // Only the owned elements (the whole parameter, or its slice).
+        RETURN_IF_ERROR(model.CopyParameterRangeToHost(
+            param_of[k], part_owned.offset, part_owned.numel, value));
         if (state[k] == nullptr) return absl::OkStatus();
         for (const ParameterOptimizerStateView::Part& part : state[k]->parts) {
           for (size_t t = 0; t < part.tensors.size(); ++t) {

@@ -73,10 +73,11 @@ class CpuJobImpl final : public CpuJob {
   ZeroHook& hook() override { return *hook_; }
   const Workload& workload() const override { return *workload_; }
 
-  absl::Status CopyParameterToHost(int index, float* out) override {
+  absl::Status CopyParameterRangeToHost(int index, int64_t offset,
+                                        int64_t numel, float* out) override {
     RETURN_IF_ERROR(hook_->WaitForParameter(index));
-    const float* p = hook_->params()[index];
-    std::copy(p, p + workload_->parameters()[index].numel, out);
+    const float* p = hook_->params()[index] + offset;
+    std::copy(p, p + numel, out);
     return absl::OkStatus();
   }
 

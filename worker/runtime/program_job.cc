@@ -178,6 +178,10 @@ absl::StatusOr<std::vector<std::string>> ProgramJob::Environment(
                      checkpoint::SpecFingerprint(spec));
     env.push_back(absl::StrCat("PSHARD_CHECKPOINT_FINGERPRINT=", fingerprint));
   }
+  // The session's default for overlap_param_broadcast (pshard.h).
+  if (spec.overlap_param_broadcast()) {
+    env.push_back("PSHARD_OVERLAP_PARAM_BROADCAST=1");
+  }
   if (spec.has_checkpoint()) {
     env.push_back(absl::StrCat("PSHARD_CHECKPOINT_DIR=", spec.checkpoint().dir()));
     env.push_back(absl::StrCat("PSHARD_CHECKPOINT_EVERY_STEPS=",

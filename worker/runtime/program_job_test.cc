@@ -57,6 +57,14 @@ TEST(ProgramJobEnvironmentTest, LocalRankComesFromThePlacement) {
   EXPECT_EQ(EnvOf(Directive(0, 2, 0, 1), "cuda:1")["PSHARD_DEVICE"], "cuda:1");
 }
 
+// The spec's overlap_param_broadcast is the session's default (pshard.h).
+TEST(ProgramJobEnvironmentTest, OverlapParamBroadcastIsPassedWhenSet) {
+  v1::RunJobDirective d = Directive(0, 2, 0, 1);
+  EXPECT_EQ(EnvOf(d).count("PSHARD_OVERLAP_PARAM_BROADCAST"), 0);
+  d.mutable_spec()->set_overlap_param_broadcast(true);
+  EXPECT_EQ(EnvOf(d)["PSHARD_OVERLAP_PARAM_BROADCAST"], "1");
+}
+
 TEST(ProgramJobEnvironmentTest, OlderOrInconsistentDirectivesMeanOneRankPerHost) {
   // A coordinator from before the fields sends neither.
   for (const v1::RunJobDirective& d :

@@ -6,6 +6,7 @@
 #ifndef PSHARD_WORKER_RUNTIME_RANK_MODEL_H_
 #define PSHARD_WORKER_RUNTIME_RANK_MODEL_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -25,10 +26,18 @@ class RankModel {
   // The parameters, in registration (forward) order.
   virtual const std::vector<ParameterInfo>& parameters() const = 0;
 
-  // Copies parameter `index`'s values (index into parameters(), which the
-  // caller keeps in range) to host memory at `out`, which holds its numel
-  // floats.
-  virtual absl::Status CopyParameterToHost(int index, float* out) = 0;
+  // Copies elements [offset, offset + numel) of parameter `index` (index
+  // into parameters(); the caller keeps the index and the range inside the
+  // parameter) to host memory at `out`, which holds numel floats: only
+  // those elements are read (a checkpoint under SHARDED copies the slice
+  // this rank owns, not the whole parameter).
+  virtual absl::Status CopyParameterRangeToHost(int index, int64_t offset,
+                                                int64_t numel, float* out) = 0;
+
+  // The whole parameter `index` (its numel floats at `out`).
+  absl::Status CopyParameterToHost(int index, float* out) {
+    return CopyParameterRangeToHost(index, 0, parameters()[index].numel, out);
+  }
 
   // Before the first step: replaces every parameter's values (a resume from
   // a checkpoint), in parameters() order, each of its numel.
