@@ -725,6 +725,58 @@ INSTANTIATE_TEST_SUITE_P(
                 "gradient_accumulation_steps: must be in [1, 1000000], got 1000001"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
 
+// Mixed precision (issue 15 item 1).
+TEST(PrecisionSpecTest, ParsesDtypesByName) {
+  ASSERT_OK_AND_ASSIGN(
+      JobSpec spec,
+      ParseJobSpecJson(Replace("\"steps\": 100",
+                               "\"steps\": 100, \"precision\": "
+                               "{\"param_dtype\": \"BF16\", "
+                               "\"reduce_dtype\": \"FP32\"}")));
+  EXPECT_EQ(spec.precision().param_dtype(), v1::PrecisionSpec::BF16);
+  EXPECT_EQ(spec.precision().reduce_dtype(), v1::PrecisionSpec::FP32);
+  // Unset or unspecified is fp32 throughout, on any backend.
+  EXPECT_FALSE(ParseGood().has_precision());
+  spec.mutable_precision()->set_param_dtype(v1::PrecisionSpec::FP32);
+  spec.set_backend(JobSpec::NCCL);
+  EXPECT_OK(ValidateJobSpec(spec));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Precision, BadSpecTest,
+    ::testing::Values(
+        BadCase{"UnknownDtype",
+                Replace("\"steps\": 100",
+                        "\"steps\": 100, \"precision\": {\"param_dtype\": "
+                        "\"FP16\"}"),
+                "precision.param_dtype"},
+        BadCase{"Bf16OnNccl",
+                absl::StrReplaceAll(
+                    Replace("\"gloo\"", "\"nccl\""),
+                    {{"\"steps\": 100",
+                      "\"steps\": 100, \"precision\": {\"reduce_dtype\": "
+                      "\"BF16\"}"}}),
+                "precision: BF16 is not supported yet with backend NCCL"}),
+    [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
+
+TEST(PrecisionSpecTest, OutOfRangeEnumAndProgramsAreRefused) {
+  JobSpec spec = ParseGood();
+  spec.mutable_precision()->set_reduce_dtype(
+      static_cast<v1::PrecisionSpec::DType>(7));
+  EXPECT_THAT(ValidateJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("precision.reduce_dtype: must be FP32 or "
+                                 "BF16, got 7")));
+  ASSERT_OK_AND_ASSIGN(spec, ParseJobSpecJson(R"json({
+      "name": "p", "world_size": 1,
+      "program": {"argv": ["python3", "t.py"]}})json"));
+  spec.mutable_precision()->set_param_dtype(v1::PrecisionSpec::BF16);
+  EXPECT_THAT(ValidateJobSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("precision: not supported yet for a program "
+                                 "workload")));
+}
+
 TEST(ClippingSpecTest, ProgramJobsAccumulateThemselves) {
   ASSERT_OK_AND_ASSIGN(JobSpec spec, ParseJobSpecJson(R"json({
       "name": "p", "world_size": 1, "program": {"argv": ["python3", "t.py"]},

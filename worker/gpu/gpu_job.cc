@@ -35,6 +35,12 @@ class GpuJobImpl final : public GpuJob {
           "gradient_accumulation_steps > 1 runs on CPU (Gloo) workers only "
           "for now: use backend GLOO");
     }
+    if (MixedPrecision::FromSpec(spec).mixed()) {
+      // Validation refuses it with backend NCCL; AUTO may still land here.
+      return absl::UnimplementedError(
+          "precision other than FP32 runs on CPU (Gloo) workers only for "
+          "now: use backend GLOO");
+    }
     ASSIGN_OR_RETURN(
         std::unique_ptr<GpuShardOptimizer> optimizer,
         GpuShardOptimizer::Create(spec.optimizer(), options.device));

@@ -339,21 +339,28 @@ void* ZeroHook::PieceGrads(int p) {
                          memory_->grad_dtype());
 }
 
-absl::Status ZeroHook::SetParameter(int index, absl::Span<const float> values) {
+absl::Status ZeroHook::CheckHostTensor(int index, size_t size,
+                                       absl::string_view what) const {
   if (index < 0 || index >= static_cast<int>(infos_.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "parameter index ", index, " is outside [0, ", infos_.size(), ")"));
   }
   const ParameterInfo& info = infos_[index];
-  if (static_cast<int64_t>(values.size()) != info.numel) {
+  if (static_cast<int64_t>(size) != info.numel) {
     return absl::InvalidArgumentError(
         absl::StrCat("parameter \"", info.name, "\" has ", info.numel,
-                     " elements, got ", values.size(), " values"));
+                     " elements, ", what, " ", size));
   }
   if (!memory_->on_host()) {
     return absl::FailedPreconditionError(
-        "parameters are set directly only in host memory");
+        "parameters and gradients are accessed directly only in host memory");
   }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroHook::SetParameter(int index, absl::Span<const float> values) {
+  RETURN_IF_ERROR(CheckHostTensor(index, values.size(), "values given:"));
+  const ParameterInfo& info = infos_[index];
   if (state_ == HookState::kInitialized) {
     return absl::FailedPreconditionError(absl::StrCat(
         "parameter \"", info.name, "\" set after the first step (the "
@@ -370,21 +377,21 @@ absl::Status ZeroHook::SetParameter(int index, absl::Span<const float> values) {
   return absl::OkStatus();
 }
 
+absl::Status ZeroHook::SetGradient(int index, absl::Span<const float> values) {
+  RETURN_IF_ERROR(CheckHostTensor(index, values.size(), "values given:"));
+  void* dst = memory_->grad_views()[index];
+  if (memory_->grad_dtype() == DataType::kFloat32) {
+    std::copy(values.begin(), values.end(), static_cast<float*>(dst));
+  } else {
+    NarrowToBFloat16(values.data(), values.size(),
+                     static_cast<uint16_t*>(dst));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ZeroHook::ReadParameter(int index, absl::Span<float> out) const {
-  if (index < 0 || index >= static_cast<int>(infos_.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parameter index ", index, " is outside [0, ", infos_.size(), ")"));
-  }
+  RETURN_IF_ERROR(CheckHostTensor(index, out.size(), "room given:"));
   const ParameterInfo& info = infos_[index];
-  if (static_cast<int64_t>(out.size()) != info.numel) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parameter \"", info.name, "\" has ", info.numel,
-                     " elements, room for ", out.size(), " given"));
-  }
-  if (!memory_->on_host()) {
-    return absl::FailedPreconditionError(
-        "parameters are read directly only in host memory");
-  }
   const void* src = memory_->param_views()[index];
   if (memory_->param_dtype() == DataType::kFloat32) {
     const float* p = static_cast<const float*>(src);

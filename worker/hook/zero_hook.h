@@ -78,6 +78,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "absl/time/time.h"
 #include "pshard/v1/job_spec.pb.h"
@@ -222,6 +223,10 @@ class ZeroHook : public GradientSink {
   // InvalidArgument: index out of range or the wrong size;
   // FailedPrecondition after the first step or on device memory.
   absl::Status SetParameter(int index, absl::Span<const float> values);
+  // Host memory: parameter `index`'s gradient takes `values` (its numel
+  // floats), rounded to nearest even for bf16 gradients (the caller then
+  // marks it ready). Errors as SetParameter's (any time).
+  absl::Status SetGradient(int index, absl::Span<const float> values);
   // Host memory: parameter `index` as this rank's model holds it, widened
   // to fp32 (exact), into `out` (its numel floats). With
   // overlap_param_broadcast call WaitForParameter first. Errors as
@@ -392,6 +397,10 @@ class ZeroHook : public GradientSink {
   // Mixed precision: every owned piece's master weights, from the values
   // SetParameter was given, else from the parameters (Initialize).
   absl::Status AdoptOwnedPieces();
+  // Index in range, `size` its numel, memory on the host; `what` says what
+  // `size` counts in the error.
+  absl::Status CheckHostTensor(int index, size_t size,
+                               absl::string_view what) const;
   // Piece p's bucket buffers at its offset.
   void* PieceParams(int p);
   void* PieceGrads(int p);

@@ -121,7 +121,7 @@ absl::Status CheckpointSaver::Snapshot(int64_t step, RankModel& model) {
         float* value = reinterpret_cast<float*>(buffers[0].data());
         const ZeroHook::OwnedParameter& part_owned = owned[k];
         // Only the owned elements (the whole parameter, or its slice).
-        RETURN_IF_ERROR(model.CopyParameterRangeToHost(
+        RETURN_IF_ERROR(model.CopyOwnedParameterRangeToHost(
             param_of[k], part_owned.offset, part_owned.numel, value));
         if (state[k] == nullptr) return absl::OkStatus();
         for (const ParameterOptimizerStateView::Part& part : state[k]->parts) {

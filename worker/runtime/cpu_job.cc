@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/optim/shard_optimizer.h"
@@ -13,6 +14,64 @@
 
 namespace pshard::worker {
 namespace {
+
+// Mixed precision on the host: the workload computes in fp32 (as torch's
+// autocast keeps its inputs' dtype at the boundary) on copies of the
+// model's parameters, widened from the hook's bf16 buffers when it waits for
+// them; its fp32 gradients are narrowed into the hook's reduce dtype as each
+// becomes final.
+class Fp32Compute final : public GradientSink {
+ public:
+  Fp32Compute(ZeroHook* hook, const std::vector<ParameterInfo>& infos)
+      : hook_(hook) {
+    for (const ParameterInfo& info : infos) {
+      params_.emplace_back(info.numel);
+      grads_.emplace_back(info.numel);
+      param_ptrs_.push_back(params_.back().data());
+      init_ptrs_.push_back(params_.back().data());
+      grad_ptrs_.push_back(grads_.back().data());
+    }
+  }
+
+  // The workload's initial values become the model's (and the owners'
+  // masters').
+  absl::Status Initialize(Workload& workload) {
+    RETURN_IF_ERROR(workload.InitializeParameters(init_ptrs_));
+    for (size_t i = 0; i < params_.size(); ++i) {
+      RETURN_IF_ERROR(hook_->SetParameter(static_cast<int>(i), params_[i]));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Span<const float* const> params() const { return param_ptrs_; }
+  absl::Span<float* const> grads() const { return grad_ptrs_; }
+
+  void GradientReady(int param_index) override {
+    absl::Status set = hook_->SetGradient(param_index, grads_[param_index]);
+    if (!set.ok()) {
+      if (error_.ok()) error_ = set;
+      return;
+    }
+    hook_->GradientReady(param_index);
+  }
+
+  // The first gradient that could not be handed over this step, if any.
+  absl::Status TakeError() { return std::exchange(error_, absl::OkStatus()); }
+
+  absl::Status WaitForParameter(int param_index) override {
+    RETURN_IF_ERROR(hook_->WaitForParameter(param_index));
+    return hook_->ReadParameter(param_index, absl::MakeSpan(params_[param_index]));
+  }
+
+ private:
+  ZeroHook* const hook_;
+  std::vector<std::vector<float>> params_;
+  std::vector<std::vector<float>> grads_;
+  std::vector<const float*> param_ptrs_;
+  std::vector<float*> init_ptrs_;  // the same, writable
+  std::vector<float*> grad_ptrs_;
+  absl::Status error_;
+};
 
 class CpuJobImpl final : public CpuJob {
  public:
@@ -42,17 +101,32 @@ class CpuJobImpl final : public CpuJob {
     hook_options.timeout = options.timeout;
     hook_options.overlap_param_broadcast = spec.overlap_param_broadcast();
     hook_options.clipping = GradClipping::FromSpec(spec.optimizer());
+    hook_options.precision = MixedPrecision::FromSpec(spec);
     ASSIGN_OR_RETURN(hook_, ZeroHook::Create(workload_->parameters(),
                                              comm_.get(), std::move(optimizer),
                                              std::move(provider), hook_options));
+    if (hook_options.precision.mixed()) {
+      fp32_compute_ =
+          std::make_unique<Fp32Compute>(hook_.get(), workload_->parameters());
+      return fp32_compute_->Initialize(*workload_);
+    }
     return workload_->InitializeParameters(hook_->params());
   }
 
   absl::StatusOr<double> RunStep(int64_t step) override {
-    std::vector<const float*> params(hook_->params().begin(),
-                                     hook_->params().end());
-    ASSIGN_OR_RETURN(double loss, workload_->ComputeGradients(
-                                      step, params, hook_->grads(), *hook_));
+    double loss;
+    if (fp32_compute_ != nullptr) {
+      ASSIGN_OR_RETURN(loss, workload_->ComputeGradients(
+                                 step, fp32_compute_->params(),
+                                 fp32_compute_->grads(), *fp32_compute_));
+      RETURN_IF_ERROR(fp32_compute_->TakeError());
+    } else {
+      // The views move when the first step re-packs the buckets.
+      std::vector<const float*> params(hook_->params().begin(),
+                                       hook_->params().end());
+      ASSIGN_OR_RETURN(loss, workload_->ComputeGradients(
+                                 step, params, hook_->grads(), *hook_));
+    }
     RETURN_IF_ERROR(hook_->FinishStep());
     return loss;
   }
@@ -76,9 +150,26 @@ class CpuJobImpl final : public CpuJob {
   absl::Status CopyParameterRangeToHost(int index, int64_t offset,
                                         int64_t numel, float* out) override {
     RETURN_IF_ERROR(hook_->WaitForParameter(index));
+    if (fp32_compute_ != nullptr) {
+      // The model's (bf16) values, widened exactly.
+      std::vector<float> whole(workload_->parameters()[index].numel);
+      RETURN_IF_ERROR(hook_->ReadParameter(index, absl::MakeSpan(whole)));
+      std::copy(whole.begin() + offset, whole.begin() + offset + numel, out);
+      return absl::OkStatus();
+    }
     const float* p = hook_->params()[index] + offset;
     std::copy(p, p + numel, out);
     return absl::OkStatus();
+  }
+
+  absl::Status CopyOwnedParameterRangeToHost(int index, int64_t offset,
+                                             int64_t numel,
+                                             float* out) override {
+    if (fp32_compute_ == nullptr) {
+      return CopyParameterRangeToHost(index, offset, numel, out);
+    }
+    RETURN_IF_ERROR(hook_->WaitForParameter(index));
+    return hook_->ReadOwnedParameter(index, offset, absl::MakeSpan(out, numel));
   }
 
   absl::Status UploadParameters(
@@ -95,7 +186,11 @@ class CpuJobImpl final : public CpuJob {
             "parameter \"", infos[i].name, "\" to load has ",
             values[i].size(), " elements, the model's has ", infos[i].numel));
       }
-      std::copy(values[i].begin(), values[i].end(), hook_->params()[i]);
+      if (fp32_compute_ != nullptr) {
+        RETURN_IF_ERROR(hook_->SetParameter(static_cast<int>(i), values[i]));
+      } else {
+        std::copy(values[i].begin(), values[i].end(), hook_->params()[i]);
+      }
     }
     return absl::OkStatus();
   }
@@ -108,6 +203,8 @@ class CpuJobImpl final : public CpuJob {
   std::unique_ptr<Workload> workload_;
   std::unique_ptr<ZeroHook> hook_;
   std::unique_ptr<Communicator> comm_;
+  // Set under mixed precision: the workload's fp32 side, over hook_.
+  std::unique_ptr<Fp32Compute> fp32_compute_;
 };
 
 }  // namespace

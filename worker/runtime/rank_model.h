@@ -34,6 +34,15 @@ class RankModel {
   virtual absl::Status CopyParameterRangeToHost(int index, int64_t offset,
                                                 int64_t numel, float* out) = 0;
 
+  // The same for a range this rank owns, as its optimizer holds it: what a
+  // checkpoint keeps. Under mixed precision these are the fp32 master
+  // weights, not the (rounded) model values; otherwise the parameters.
+  virtual absl::Status CopyOwnedParameterRangeToHost(int index, int64_t offset,
+                                                     int64_t numel,
+                                                     float* out) {
+    return CopyParameterRangeToHost(index, offset, numel, out);
+  }
+
   // The whole parameter `index` (its numel floats at `out`).
   absl::Status CopyParameterToHost(int index, float* out) {
     return CopyParameterRangeToHost(index, 0, parameters()[index].numel, out);
