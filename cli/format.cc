@@ -366,16 +366,16 @@ std::string FormatShardTable(const v1::ShardAssignment& a) {
   const bool sharded = a.policy() == v1::JobSpec::SHARDED;
   // SHARDED: a row per rank's element range of each bucket.
   Table buckets =
-      sharded ? Table({"BUCKET", "RANGE", "BYTES", "ELEMENTS", "OWNER",
+      sharded ? Table({"BUCKET", "RANGE", "BYTES", "ELEMENTS", "DTYPE",
+                       "OWNER", "WORKER", "PARAMS"},
+                      {true, false, true, true, false, true, false, false})
+              : Table({"BUCKET", "BYTES", "ELEMENTS", "DTYPE", "OWNER",
                        "WORKER", "PARAMS"},
-                      {true, false, true, true, true, false, false})
-              : Table({"BUCKET", "BYTES", "ELEMENTS", "OWNER", "WORKER",
-                       "PARAMS"},
-                      {true, true, true, true, false, false});
+                      {true, true, true, false, true, false, false});
   for (const v1::BucketAssignment& b : a.buckets()) {
     if (!sharded) {
       buckets.AddRow({absl::StrCat(b.index()), HumanBytes(b.bytes()),
-                      absl::StrCat(b.num_elements()),
+                      absl::StrCat(b.num_elements()), b.dtype(),
                       absl::StrCat(b.owner_rank()), b.owner_worker_id(),
                       ParameterList(b.parameter_names())});
       continue;
@@ -385,7 +385,7 @@ std::string FormatShardTable(const v1::ShardAssignment& a) {
           {absl::StrCat(b.index()),
            absl::StrCat(r.begin_element(), "-", r.end_element()),
            HumanBytes(r.bytes()),
-           absl::StrCat(r.end_element() - r.begin_element()),
+           absl::StrCat(r.end_element() - r.begin_element()), b.dtype(),
            absl::StrCat(r.owner_rank()), r.owner_worker_id(),
            r.parameter_names().empty() ? "-"
                                        : ParameterList(r.parameter_names())});

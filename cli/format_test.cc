@@ -135,6 +135,7 @@ v1::ShardAssignment TwoRankAssignment() {
   b0->set_bytes(2 << 20);
   b0->set_num_elements(524288);
   b0->add_parameter_names("fc2.weight");
+  b0->set_dtype("F32");
   b0->set_owner_rank(0);
   b0->set_owner_worker_id("w-1");
   auto* b1 = a.add_buckets();
@@ -146,6 +147,7 @@ v1::ShardAssignment TwoRankAssignment() {
   }
   b1->set_owner_rank(1);
   b1->set_owner_worker_id("w-2");
+  b1->set_dtype("F32");
   auto* r0 = a.add_ranks();
   r0->set_rank(0);
   r0->set_worker_id("w-1");
@@ -165,10 +167,13 @@ TEST(ShardTableTest, BucketsRanksAndSummary) {
   const std::string text = FormatShardTable(TwoRankAssignment());
   const std::vector<std::string> lines = Lines(text);
   ASSERT_EQ(lines.size(), 7u) << text;
-  EXPECT_EQ(lines[0], "BUCKET    BYTES  ELEMENTS  OWNER  WORKER  PARAMS");
-  EXPECT_EQ(lines[1], "     0  2.0 MiB    524288      0  w-1     fc2.weight");
+  EXPECT_EQ(lines[0],
+            "BUCKET    BYTES  ELEMENTS  DTYPE  OWNER  WORKER  PARAMS");
+  EXPECT_EQ(lines[1],
+            "     0  2.0 MiB    524288  F32        0  w-1     fc2.weight");
   EXPECT_EQ(lines[2],
-            "     1  1.0 MiB    262144      1  w-2     fc1.weight,fc1.bias,... (4)");
+            "     1  1.0 MiB    262144  F32        1  w-2     "
+            "fc1.weight,fc1.bias,... (4)");
   EXPECT_EQ(lines[3], "RANK  WORKER  BUCKETS    BYTES  ELEMENTS  SHARE");
   EXPECT_EQ(lines[4], "   0  w-1           1  2.0 MiB    524288  66.7%");
   EXPECT_EQ(lines[5], "   1  w-2           1  1.0 MiB    262144  33.3%");
@@ -203,13 +208,16 @@ TEST(ShardTableTest, ShardedShowsEachRanksRange) {
   const std::vector<std::string> lines = Lines(text);
   ASSERT_EQ(lines.size(), 9u) << text;
   EXPECT_EQ(lines[0],
-            "BUCKET  RANGE    BYTES  ELEMENTS  OWNER  WORKER  PARAMS");
+            "BUCKET  RANGE    BYTES  ELEMENTS  DTYPE  OWNER  WORKER  PARAMS");
   EXPECT_EQ(lines[1],
-            "     0  0-128    512 B       128      0  w-1     fc.bias,fc.weight");
+            "     0  0-128    512 B       128  F32        0  w-1     "
+            "fc.bias,fc.weight");
   EXPECT_EQ(lines[2],
-            "     0  128-266  552 B       138      1  w-2     fc.weight");
-  EXPECT_EQ(lines[3], "     1  0-0        0 B         0      0  w-1     -");
-  EXPECT_EQ(lines[4], "     1  0-12      48 B        12      1  w-2     head.bias");
+            "     0  128-266  552 B       138  F32        1  w-2     fc.weight");
+  EXPECT_EQ(lines[3],
+            "     1  0-0        0 B         0  F32        0  w-1     -");
+  EXPECT_EQ(lines[4],
+            "     1  0-12      48 B        12  F32        1  w-2     head.bias");
   EXPECT_EQ(lines[8],
             "job job-8  policy sharded  imbalance 1.079  epoch 1  buckets 2  "
             "total 1.1 KiB");

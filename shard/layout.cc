@@ -192,6 +192,11 @@ absl::StatusOr<v1::ShardAssignment> BuildShardAssignment(
     for (const v1::BucketParameter& p : layout[i].parameters()) {
       elements += p.num_elements();
       b->add_parameter_names(p.name());
+      if (b->dtype().empty()) {
+        b->set_dtype(p.dtype());
+      } else if (b->dtype() != p.dtype()) {
+        b->set_dtype("MIXED");
+      }
     }
     b->set_num_elements(elements);
     b->set_owner_rank(owners[i]);

@@ -26,6 +26,12 @@ each step, the report says how many steps were clipped, and
 --actual_grad_norm, when given, must be the last step's norm (what the job's
 progress reported) within --rtol.
 
+With --reduce_dtype bf16 (JobSpec.precision.reduce_dtype) each rank's
+gradient is rounded to bf16, the ranks' sum is taken in bf16 (in rank
+order) and the mean rounded to bf16 again, as a bf16 reduction does; with
+--param_dtype bf16 the optimizer steps fp32 master weights and the expected
+parameters are those rounded to bf16, as the model holds them.
+
 Exits 0 when every value is within --rtol/--atol (as the Python parity tests
 compare), else 1 naming the worst parameter. Needs torch and numpy.
 """
@@ -40,6 +46,9 @@ import numpy as np
 import torch
 
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
 def load_module(path, name):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -48,7 +57,7 @@ def load_module(path, name):
 
 
 def reference(tools, optim, spec, data, steps, switch_step, world_before,
-              world_after, accumulation=1):
+              world_after, accumulation=1, reduce_dtype=torch.float32):
     """The parameters after `steps`, and each step's clip_grad_norm_ (empty
     without max_grad_norm)."""
     max_grad_norm = spec.get("max_grad_norm", spec.get("maxGradNorm"))
@@ -74,8 +83,9 @@ def reference(tools, optim, spec, data, steps, switch_step, world_before,
                     mean += torch.tensor(np.array(grads[r][m][name]))
                 if accumulation > 1:
                     mean /= accumulation
+                mean = mean.to(reduce_dtype)
                 total = mean if total is None else total + mean
-            p.grad = total / world
+            p.grad = (total.float() / world).to(reduce_dtype).float()
         if max_grad_norm is not None:
             norms.append(float(torch.nn.utils.clip_grad_norm_(
                 params.values(), float(max_grad_norm), norm_type=norm_type)))
@@ -105,6 +115,10 @@ def main():
     parser.add_argument("--atol", type=float, default=1e-6)
     parser.add_argument("--accumulation", type=int, default=1)
     parser.add_argument("--actual_grad_norm", type=float)
+    parser.add_argument("--param_dtype", choices=["fp32", "bf16"],
+                        default="fp32")
+    parser.add_argument("--reduce_dtype", choices=["fp32", "bf16"],
+                        default="fp32")
     args = parser.parse_args()
     if not 0 <= args.switch_step <= args.steps:
         parser.error("--switch_step must be in [0, --steps]")
@@ -113,7 +127,11 @@ def main():
     spec = json.loads(args.optimizer)
     expected, norms = reference(tools, optim, spec, args.data, args.steps,
                                 args.switch_step, args.world_before,
-                                args.world_after, args.accumulation)
+                                args.world_after, args.accumulation,
+                                DTYPES[args.reduce_dtype])
+    if args.param_dtype == "bf16":
+        expected = {name: p.detach().to(torch.bfloat16).float()
+                    for name, p in expected.items()}
     if norms:
         limit = float(spec.get("max_grad_norm", spec.get("maxGradNorm")))
         clipped = sum(1 for n in norms if n > limit)
