@@ -8,11 +8,17 @@
 // With --max_grad_norm=X the same process measures the path without and
 // with global gradient-norm clipping (--norm_type 2 or inf), alternating
 // --rounds times, and prints both medians and their ratio: what deferring
-// the owners' steps to the global norm costs.
+// the owners' steps to the global norm costs. With --param_dtype=bf16
+// and/or --reduce_dtype=bf16 it alternates fp32 runs with mixed-precision
+// runs the same way and prints both medians, both runs' bytes per step and
+// the ratios (what bf16 saves on the wire and what widening and narrowing
+// cost).
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -47,6 +53,11 @@ ABSL_FLAG(double, max_grad_norm, 0,
 ABSL_FLAG(std::string, norm_type, "2", "clipping's norm: 2 or inf");
 ABSL_FLAG(int, rounds, 3,
           "with --max_grad_norm: alternating runs without and with clipping");
+ABSL_FLAG(std::string, param_dtype, "fp32",
+          "fp32 or bf16: the model's parameters (bf16: fp32 masters at the "
+          "owner)");
+ABSL_FLAG(std::string, reduce_dtype, "fp32",
+          "fp32 or bf16: the gradient reduction's dtype");
 ABSL_FLAG(bool, copy_grads, false,
           "copy fixed gradients into the buckets each step (as a backward "
           "pass would write them); off: the peers' convention, gradients "
@@ -63,7 +74,8 @@ struct Result {
 
 // One run of --steps timed steps (after 2 warm-up steps), ranks as threads.
 absl::StatusOr<Result> Run(v1::JobSpec::AssignmentPolicy policy,
-                           const GradClipping& clipping) {
+                           const GradClipping& clipping,
+                           const MixedPrecision& precision) {
   const int world = absl::GetFlag(FLAGS_world);
   const int64_t total = absl::GetFlag(FLAGS_params);
   const int64_t per = absl::GetFlag(FLAGS_tensor_numel);
@@ -96,6 +108,7 @@ absl::StatusOr<Result> Run(v1::JobSpec::AssignmentPolicy policy,
         options.comm_mode = allreduce ? v1::JobSpec::ALLREDUCE_BROADCAST
                                       : v1::JobSpec::REDUCE_BROADCAST;
         options.clipping = clipping;
+        options.precision = precision;
         auto hook = ZeroHook::Create(
             infos, comm->get(), *std::move(optimizer),
             [world, policy](const BucketLayout& layout)
@@ -122,7 +135,15 @@ absl::StatusOr<Result> Run(v1::JobSpec::AssignmentPolicy policy,
           const absl::Time start = absl::Now();
           for (int i = static_cast<int>(infos.size()) - 1; i >= 0; --i) {
             if (copy_grads || step == 0) {
-              std::copy(grads[i].begin(), grads[i].end(), (*hook)->grads()[i]);
+              if (precision.mixed()) {
+                // Narrowed to the reduce dtype, as the CPU job hands them over.
+                if (absl::Status s = (*hook)->SetGradient(i, grads[i]); !s.ok()) {
+                  return s;
+                }
+              } else {
+                std::copy(grads[i].begin(), grads[i].end(),
+                          (*hook)->grads()[i]);
+              }
             }
             (*hook)->GradientReady(i);
           }
@@ -160,12 +181,27 @@ int Main() {
   clipping.max_norm = max_norm;
   clipping.kind =
       absl::GetFlag(FLAGS_norm_type) == "inf" ? NormKind::kInf : NormKind::kL2;
-  const int rounds = max_norm > 0 ? std::max(1, absl::GetFlag(FLAGS_rounds)) : 1;
-  std::vector<double> plain, clipped;
-  int64_t bytes = 0;
+  MixedPrecision precision;
+  for (const auto& [flag, dtype] :
+       {std::pair<std::string, DataType*>{absl::GetFlag(FLAGS_param_dtype),
+                                          &precision.param_dtype},
+        std::pair<std::string, DataType*>{absl::GetFlag(FLAGS_reduce_dtype),
+                                          &precision.reduce_dtype}}) {
+    if (flag == "bf16") {
+      *dtype = DataType::kBFloat16;
+    } else if (flag != "fp32") {
+      std::fprintf(stderr, "--param_dtype/--reduce_dtype: fp32 or bf16, got "
+                   "\"%s\"\n", flag.c_str());
+      return 2;
+    }
+  }
+  const bool compare = max_norm > 0 || precision.mixed();
+  const int rounds = compare ? std::max(1, absl::GetFlag(FLAGS_rounds)) : 1;
+  std::vector<double> plain, clipped, mixed;
+  int64_t bytes = 0, mixed_bytes = 0;
   double imbalance = 1;
   for (int round = 0; round < rounds; ++round) {
-    absl::StatusOr<Result> off = Run(policy, GradClipping());
+    absl::StatusOr<Result> off = Run(policy, GradClipping(), MixedPrecision());
     if (!off.ok()) {
       std::fprintf(stderr, "%s\n", off.status().ToString().c_str());
       return 1;
@@ -174,12 +210,21 @@ int Main() {
     bytes = off->bytes_per_step;
     imbalance = off->imbalance;
     if (max_norm > 0) {
-      absl::StatusOr<Result> on = Run(policy, clipping);
+      absl::StatusOr<Result> on = Run(policy, clipping, MixedPrecision());
       if (!on.ok()) {
         std::fprintf(stderr, "%s\n", on.status().ToString().c_str());
         return 1;
       }
       clipped.insert(clipped.end(), on->times.begin(), on->times.end());
+    }
+    if (precision.mixed()) {
+      absl::StatusOr<Result> on = Run(policy, GradClipping(), precision);
+      if (!on.ok()) {
+        std::fprintf(stderr, "%s\n", on.status().ToString().c_str());
+        return 1;
+      }
+      mixed.insert(mixed.end(), on->times.begin(), on->times.end());
+      mixed_bytes = on->bytes_per_step;
     }
   }
   std::printf(
@@ -201,6 +246,18 @@ int Main() {
         max_norm, absl::GetFlag(FLAGS_norm_type).c_str(), rounds,
         Median(clipped), *std::min_element(clipped.begin(), clipped.end()),
         Median(clipped) / Median(plain));
+  }
+  if (precision.mixed()) {
+    std::printf(
+        ", \"param_dtype\": \"%s\", \"reduce_dtype\": \"%s\", \"rounds\": %d, "
+        "\"mixed_step_time_ms_median\": %.1f, \"mixed_step_time_ms_min\": "
+        "%.1f, \"mixed_ratio\": %.3f, \"mixed_bytes_sent_per_step_rank0\": "
+        "%lld, \"mixed_bytes_ratio\": %.4f",
+        absl::GetFlag(FLAGS_param_dtype).c_str(),
+        absl::GetFlag(FLAGS_reduce_dtype).c_str(), rounds, Median(mixed),
+        *std::min_element(mixed.begin(), mixed.end()),
+        Median(mixed) / Median(plain), static_cast<long long>(mixed_bytes),
+        static_cast<double>(mixed_bytes) / static_cast<double>(bytes));
   }
   std::printf("}\n");
   return 0;
