@@ -127,10 +127,7 @@ TEST(PrecisionE2eTest, KilledBf16JobResumesBitIdentical) {
   v1::JobSpec spec = MixedSpec(*cluster, data, 2, kSteps,
                                v1::PrecisionSpec::BF16,
                                v1::PrecisionSpec::FP32, "restarted");
-  spec.set_max_restarts(1);
-  spec.mutable_checkpoint()->set_dir(
-      absl::StrCat(cluster->dir(), "/ckpt-", spec.name()));
-  spec.mutable_checkpoint()->set_every_steps(10);
+  CheckpointEvery10(*cluster, spec);
   const v1::Job job = RunAndKillRank(*cluster, spec, 1);
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason() << cluster->Logs();
   const auto restarts = RestartEvents(*cluster, job.id());

@@ -35,14 +35,6 @@ v1::OptimizerSpec Adam() {
   return optimizer;
 }
 
-void CheckpointEvery10(Cluster& cluster, v1::JobSpec& spec) {
-  spec.set_max_restarts(1);
-  spec.mutable_checkpoint()->set_dir(
-      absl::StrCat(cluster.dir(), "/ckpt-", spec.name()));
-  spec.mutable_checkpoint()->set_every_steps(10);
-  spec.mutable_checkpoint()->set_keep_last(2);
-}
-
 TEST(ReplayRestartE2eTest, KilledWorkerResumesWithASpareBitIdentical) {
   ClusterOptions options;
   options.workers = 3;

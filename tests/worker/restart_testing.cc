@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
 #include "common/job_state.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
@@ -28,6 +29,14 @@ v1::JobSpec MlpJobSpec(const MlpJob& job, const std::string& output_dir) {
   spec.mutable_optimizer()->mutable_hyper_parameters()->set_lr(job.lr);
   spec.set_output_dir(output_dir);
   return spec;
+}
+
+void CheckpointEvery10(Cluster& cluster, v1::JobSpec& spec) {
+  spec.set_max_restarts(1);
+  spec.mutable_checkpoint()->set_dir(
+      absl::StrCat(cluster.dir(), "/ckpt-", spec.name()));
+  spec.mutable_checkpoint()->set_every_steps(10);
+  spec.mutable_checkpoint()->set_keep_last(2);
 }
 
 int WorkerIndexOfRank(Cluster& cluster, const v1::Job& job, int rank) {

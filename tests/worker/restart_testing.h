@@ -29,6 +29,10 @@ struct MlpJob {
 };
 v1::JobSpec MlpJobSpec(const MlpJob& job, const std::string& output_dir);
 
+// One restart allowed, from checkpoints every 10 steps (the last 2 kept)
+// under <cluster dir>/ckpt-<job name>.
+void CheckpointEvery10(Cluster& cluster, v1::JobSpec& spec);
+
 // The index of the cluster worker holding `rank` of the job; -1 if none.
 int WorkerIndexOfRank(Cluster& cluster, const v1::Job& job, int rank);
 

@@ -6,7 +6,6 @@
 // assignment policy; broadcasts move half the bytes.
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -20,6 +19,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/kv_store.h"
 #include "worker/comm/rank_threads.h"
+#include "worker/comm/reduce_ops.h"
 #include "worker/hook/zero_hook.h"
 #include "worker/optim/shard_optimizer.h"
 
@@ -28,17 +28,9 @@ namespace {
 
 constexpr int kSteps = 4;
 
-// bf16 of x, round to nearest even, widened back (the test's own reference:
-// bf16 is fp32's top 16 bits).
-float RoundToBFloat16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  bits += 0x7fff + ((bits >> 16) & 1);
-  bits &= 0xffff0000u;
-  float out;
-  std::memcpy(&out, &bits, sizeof out);
-  return out;
-}
+// bf16 of x, round to nearest even (as the communicator's bf16 sums),
+// widened back.
+float RoundToBFloat16(float x) { return BFloat16ToFloat(FloatToBFloat16(x)); }
 
 const std::vector<ParameterInfo>& Params() {
   static const auto* params = new std::vector<ParameterInfo>{

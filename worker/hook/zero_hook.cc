@@ -339,12 +339,17 @@ void* ZeroHook::PieceGrads(int p) {
                          memory_->grad_dtype());
 }
 
-absl::Status ZeroHook::CheckHostTensor(int index, size_t size,
-                                       absl::string_view what) const {
+absl::Status ZeroHook::CheckIndex(int index) const {
   if (index < 0 || index >= static_cast<int>(infos_.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "parameter index ", index, " is outside [0, ", infos_.size(), ")"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroHook::CheckHostTensor(int index, size_t size,
+                                       absl::string_view what) const {
+  RETURN_IF_ERROR(CheckIndex(index));
   const ParameterInfo& info = infos_[index];
   if (static_cast<int64_t>(size) != info.numel) {
     return absl::InvalidArgumentError(
@@ -404,10 +409,7 @@ absl::Status ZeroHook::ReadParameter(int index, absl::Span<float> out) const {
 
 absl::Status ZeroHook::ReadOwnedParameter(int index, int64_t offset,
                                           absl::Span<float> out) const {
-  if (index < 0 || index >= static_cast<int>(infos_.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parameter index ", index, " is outside [0, ", infos_.size(), ")"));
-  }
+  RETURN_IF_ERROR(CheckIndex(index));
   const ParameterInfo& info = infos_[index];
   const int64_t count = static_cast<int64_t>(out.size());
   if (offset < 0 || count > info.numel || offset > info.numel - count) {

@@ -397,6 +397,8 @@ class ZeroHook : public GradientSink {
   // Mixed precision: every owned piece's master weights, from the values
   // SetParameter was given, else from the parameters (Initialize).
   absl::Status AdoptOwnedPieces();
+  // InvalidArgument naming `index` when it is not a parameter's.
+  absl::Status CheckIndex(int index) const;
   // Index in range, `size` its numel, memory on the host; `what` says what
   // `size` counts in the error.
   absl::Status CheckHostTensor(int index, size_t size,
