@@ -593,12 +593,6 @@ absl::Status ValidatePrecision(const JobSpec& spec) {
                       "BF16 is not supported yet with backend NCCL (Gloo "
                       "workers only)");
   }
-  // A program's parameters have the dtypes its program registers.
-  if (spec.has_program()) {
-    return FieldError("precision",
-                      "not supported yet for a program workload (built-in "
-                      "workloads only)");
-  }
   return absl::OkStatus();
 }
 

@@ -759,7 +759,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "precision: BF16 is not supported yet with backend NCCL"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
 
-TEST(PrecisionSpecTest, OutOfRangeEnumAndProgramsAreRefused) {
+TEST(PrecisionSpecTest, OutOfRangeEnumIsRefusedAndProgramsMayAskForBf16) {
   JobSpec spec = ParseGood();
   spec.mutable_precision()->set_reduce_dtype(
       static_cast<v1::PrecisionSpec::DType>(7));
@@ -770,11 +770,9 @@ TEST(PrecisionSpecTest, OutOfRangeEnumAndProgramsAreRefused) {
   ASSERT_OK_AND_ASSIGN(spec, ParseJobSpecJson(R"json({
       "name": "p", "world_size": 1,
       "program": {"argv": ["python3", "t.py"]}})json"));
+  // The program's session takes it as its default (pshardSetPrecision).
   spec.mutable_precision()->set_param_dtype(v1::PrecisionSpec::BF16);
-  EXPECT_THAT(ValidateJobSpec(spec),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("precision: not supported yet for a program "
-                                 "workload")));
+  EXPECT_OK(ValidateJobSpec(spec));
 }
 
 TEST(ClippingSpecTest, ProgramJobsAccumulateThemselves) {

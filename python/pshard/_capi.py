@@ -20,13 +20,14 @@ NOT_FOUND = 7
 DATA_LOSS = 8
 
 FLOAT32 = 0
+BFLOAT16 = 1
 HOST_MEMORY = 0
 CUDA_MEMORY = 1
 
 REDUCE_BROADCAST = 0
 ALLREDUCE_BROADCAST = 1
 
-API_VERSION = 3
+API_VERSION = 4
 
 _LIBRARY_NAME = "libpshard.so"
 
@@ -88,6 +89,13 @@ _PROTOTYPES = {
                                                       ctypes.c_int]),
     "pshardGetOverlapParamBroadcast": (ctypes.c_int, [ctypes.c_void_p,
                                                       _c_int_p]),
+    "pshardSetPrecision": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int,
+                                          ctypes.c_int]),
+    "pshardGetPrecision": (ctypes.c_int, [ctypes.c_void_p, _c_int_p,
+                                          _c_int_p]),
+    "pshardSetParameterFromFloat32": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_float),
+        ctypes.c_int64]),
     "pshardWaitParameter": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "pshardRegisterParameter": (ctypes.c_int, [
         ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, _c_int64_p,

@@ -13,8 +13,8 @@ the model in DistributedDataParallel.
 Rules (see worker/api/pshard.h): every rank builds the same model with the
 same initial values (seed them alike), runs one backward per step — or, to
 accumulate gradients, several, all but the last inside `with opt.no_sync():`
-(DDP's no_sync) — and calls step() every step. CPU (host) tensors, float32,
-for now.
+(DDP's no_sync) — and calls step() every step. CPU (host) tensors, float32
+or bfloat16 (mixed precision: see `param_dtype`), for now.
 """
 
 import contextlib
@@ -34,6 +34,11 @@ _COMM_MODES = {
     "allreduce_broadcast": _capi.ALLREDUCE_BROADCAST,
 }
 
+# torch dtype ↔ pshardDataType_t, and the ctypes element of each.
+_DTYPES = {torch.float32: _capi.FLOAT32, torch.bfloat16: _capi.BFLOAT16}
+_TORCH_DTYPES = {code: dtype for dtype, code in _DTYPES.items()}
+_ELEMENTS = {torch.float32: ctypes.c_float, torch.bfloat16: ctypes.c_uint16}
+
 
 def _named_parameters(model):
     if isinstance(model, torch.nn.Module):
@@ -48,26 +53,32 @@ def _named_parameters(model):
     if not named:
         raise ValueError("model: no parameter requires a gradient")
     for name, p in named:
-        if p.dtype != torch.float32:
+        if p.dtype not in _DTYPES:
             raise ValueError(f"parameter {name}: dtype {p.dtype} is not "
-                             "supported (float32 only)")
+                             "supported (torch.float32 or torch.bfloat16)")
         if p.device.type != "cpu":
             raise ValueError(f"parameter {name}: device {p.device} is not "
                              "supported yet (CPU tensors only)")
     return named
 
 
-def _view(pointer, numel, shape):
-    """A float32 tensor over pshard's memory (no copy): the buffer protocol
-    over a ctypes array at the C pointer."""
-    array = (ctypes.c_float * numel).from_address(pointer)
-    return torch.frombuffer(array, dtype=torch.float32).view(shape)
+def _view(pointer, numel, shape, dtype=torch.float32):
+    """A tensor of `dtype` over pshard's memory (no copy): the buffer
+    protocol over a ctypes array at the C pointer."""
+    array = (_ELEMENTS[dtype] * numel).from_address(pointer)
+    return torch.frombuffer(array, dtype=dtype).view(shape)
+
+
+def _check_dtype(what, dtype):
+    if dtype is not None and dtype not in _DTYPES:
+        raise ValueError(f"{what}: torch.float32, torch.bfloat16 or None, "
+                         f"got {dtype!r}")
 
 
 class ShardedOptimizer:
     """ShardedOptimizer(model, optimizer={...}, bucket_cap_mb=25,
     comm_mode="reduce_broadcast", session=None,
-    overlap_param_broadcast=None)
+    overlap_param_broadcast=None, param_dtype=None, reduce_dtype=None)
 
     `optimizer` is OptimizerSpec as a dict or its JSON text, protobuf's JSON
     mapping: {"kind": "ADAM", "hyper_parameters": {"lr": 1e-3, "betas":
@@ -88,17 +99,32 @@ class ShardedOptimizer:
     (a functional call on a child's weight, the model's state_dict, an
     evaluation of your own) needs wait_parameters() first; state_dict(),
     pshard.checkpoint's saves and closing the session wait themselves.
+
+    Mixed precision (the job spec's `precision` when None; torch.float32
+    or torch.bfloat16): `param_dtype` is the dtype the model computes in —
+    its parameters are re-pointed into bucket buffers of that dtype, on
+    every rank (a float32 model becomes bfloat16, as FSDP's
+    MixedPrecision(param_dtype=...) casts it) — and `reduce_dtype` the one
+    gradients are averaged in. The owner of a bucket keeps float32 master
+    weights, started from the model's values before the cast, and float32
+    optimizer state, steps those and broadcasts the update rounded to
+    param_dtype (half the bytes in bfloat16). Gradients arrive in the
+    parameters' dtype, as autograd makes them; when reduce_dtype differs
+    they are converted into the buckets as each becomes final.
     """
 
     def __init__(self, model, optimizer, bucket_cap_mb=25,
                  comm_mode="reduce_broadcast", session=None,
-                 overlap_param_broadcast=None):
+                 overlap_param_broadcast=None, param_dtype=None,
+                 reduce_dtype=None):
         if comm_mode not in _COMM_MODES:
             raise ValueError(f"comm_mode: one of {sorted(_COMM_MODES)}, got "
                              f"{comm_mode!r}")
         if overlap_param_broadcast not in (None, True, False):
             raise TypeError("overlap_param_broadcast: None, True or False, "
                             f"got {overlap_param_broadcast!r}")
+        _check_dtype("param_dtype", param_dtype)
+        _check_dtype("reduce_dtype", reduce_dtype)
         if isinstance(optimizer, dict):
             optimizer = json.dumps(optimizer)
         if not isinstance(optimizer, str):
@@ -120,6 +146,11 @@ class ShardedOptimizer:
         _capi.check("pshardGetOverlapParamBroadcast", handle,
                     ctypes.byref(enabled))
         self._overlap = bool(enabled.value)
+        self._param_dtype, self._reduce_dtype = self._set_precision(
+            param_dtype, reduce_dtype)
+        # Autograd makes gradients in the parameters' dtype: they are the
+        # bucket views only when the buckets hold that dtype too.
+        self._grads_in_buckets = self._param_dtype == self._reduce_dtype
         if self._overlap and not isinstance(model, torch.nn.Module):
             raise TypeError("overlap_param_broadcast needs model to be a "
                             "torch.nn.Module (its forward pre-hooks wait for "
@@ -129,8 +160,8 @@ class ShardedOptimizer:
             shape = (ctypes.c_int64 * max(1, p.dim()))(*p.shape)
             index = ctypes.c_int()
             _capi.check("pshardRegisterParameter", handle, name.encode(),
-                        p.dim(), shape, _capi.FLOAT32, _capi.HOST_MEMORY,
-                        ctypes.byref(index))
+                        p.dim(), shape, _DTYPES[self._param_dtype],
+                        _capi.HOST_MEMORY, ctypes.byref(index))
         _capi.check("pshardPrepare", handle)
         with torch.no_grad():
             self._point_into_buckets(copy_values=True)
@@ -147,6 +178,33 @@ class ShardedOptimizer:
         if self._overlap:
             self._register_forward_waits(model)
         self._session._on_close.append(self._detach)
+
+    def _set_precision(self, param_dtype, reduce_dtype):
+        """The session's precision with the arguments that are not None
+        over it (the job spec's by default); returns it as torch dtypes."""
+        handle = self._session.handle
+        param, reduce = ctypes.c_int(), ctypes.c_int()
+        _capi.check("pshardGetPrecision", handle, ctypes.byref(param),
+                    ctypes.byref(reduce))
+        if param_dtype is not None or reduce_dtype is not None:
+            if param_dtype is not None:
+                param.value = _DTYPES[param_dtype]
+            if reduce_dtype is not None:
+                reduce.value = _DTYPES[reduce_dtype]
+            _capi.check("pshardSetPrecision", handle, param.value,
+                        reduce.value)
+        return _TORCH_DTYPES[param.value], _TORCH_DTYPES[reduce.value]
+
+    @property
+    def param_dtype(self):
+        """The dtype of the model's parameters (see the class's
+        description)."""
+        return self._param_dtype
+
+    @property
+    def reduce_dtype(self):
+        """The dtype gradients are averaged in."""
+        return self._reduce_dtype
 
     def _register_forward_waits(self, model):
         """A forward pre-hook on every module that holds parameters of its
@@ -188,8 +246,11 @@ class ShardedOptimizer:
             _capi.check("pshardWaitParameter", handle, i)
 
     def _point_into_buckets(self, copy_values):
-        """Re-points every parameter's .data and .grad into the buckets
-        (after the first step too: it may have re-packed them)."""
+        """Re-points every parameter's .data (and .grad, when the buckets
+        hold the parameters' dtype) into the buckets (after the first step
+        too: it may have re-packed them). copy_values: the model's values
+        go in first, as float32, so that the owners' masters start from
+        them exactly."""
         handle = self._session.handle
         self._params = []
         self._grads = []
@@ -198,16 +259,29 @@ class ShardedOptimizer:
             numel = ctypes.c_int64()
             _capi.check("pshardGetParameter", handle, i, ctypes.byref(pointer),
                         ctypes.byref(numel))
-            values = _view(pointer.value, numel.value, p.shape)
+            values = _view(pointer.value, numel.value, p.shape,
+                           self._param_dtype)
             _capi.check("pshardGetGradient", handle, i, ctypes.byref(pointer),
                         ctypes.byref(numel))
-            grad = _view(pointer.value, numel.value, p.shape)
+            grad = _view(pointer.value, numel.value, p.shape,
+                         self._reduce_dtype)
+            old_grad = p.grad
             if copy_values:
-                values.copy_(p.data)
-                grad.copy_(p.grad if p.grad is not None else
+                start = p.data.detach().to(torch.float32).contiguous()
+                _capi.check("pshardSetParameterFromFloat32", handle, i,
+                            ctypes.cast(start.data_ptr(),
+                                        ctypes.POINTER(ctypes.c_float)),
+                            start.numel())
+                grad.copy_(old_grad if old_grad is not None else
                            torch.zeros_like(grad))
+                # A .grad of the old dtype may not sit beside .data of the
+                # new one.
+                p.grad = None
             p.data = values
-            p.grad = grad
+            if self._grads_in_buckets:
+                p.grad = grad
+            elif copy_values and old_grad is not None:
+                p.grad = old_grad.to(self._param_dtype)
             self._params.append(values)
             self._grads.append(grad)
 
@@ -220,6 +294,17 @@ class ShardedOptimizer:
         if self._session._handle is None:
             return
         name, p = self._named[i]
+        if not self._grads_in_buckets:
+            if self._no_sync:
+                return  # autograd accumulates into p.grad
+            if self._ready[i]:
+                raise PshardError(
+                    "pshardGradientReady", _capi.INVALID_USAGE,
+                    f"the gradient of {name} became final twice in one "
+                    "step: one backward per step, or accumulate the others "
+                    "inside `with optimizer.no_sync():`")
+            self._hand_over(i)
+            return
         if self._ready[i]:
             raise PshardError(
                 "pshardGradientReady", _capi.INVALID_USAGE,
@@ -235,6 +320,18 @@ class ShardedOptimizer:
         if self._no_sync:
             # Accumulated in the bucket in place; nothing travels yet.
             return
+        self._ready[i] = True
+        _capi.check("pshardGradientReady", self._session.handle, i)
+
+    def _hand_over(self, i):
+        """Gradients not in the buckets: parameter i's (zero when it has
+        none), converted into its bucket view, is ready."""
+        p = self._named[i][1]
+        with torch.no_grad():
+            if p.grad is None:
+                self._grads[i].zero_()
+            else:
+                self._grads[i].copy_(p.grad)
         self._ready[i] = True
         _capi.check("pshardGradientReady", self._session.handle, i)
 
@@ -264,12 +361,20 @@ class ShardedOptimizer:
             self._no_sync = previous
 
     def zero_grad(self, set_to_none=False):
-        """Zeroes the gradients in place (they must stay in the buckets, so
-        set_to_none is accepted and ignored)."""
-        del set_to_none
+        """Zeroes the gradients in place (when they are bucket views they
+        must stay in the buckets, so set_to_none is then ignored)."""
         with torch.no_grad():
-            for grad in self._grads:
-                grad.zero_()
+            if self._grads_in_buckets:
+                for grad in self._grads:
+                    grad.zero_()
+                return
+            for _, p in self._named:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.zero_()
 
     def step(self, closure=None):
         """Ends the step: every rank holds the updated parameters on return.
@@ -281,8 +386,12 @@ class ShardedOptimizer:
                 loss = closure()
         handle = self._session.handle
         for i, ready in enumerate(self._ready):
-            if not ready:
+            if ready:
+                continue
+            if self._grads_in_buckets:
                 _capi.check("pshardGradientReady", handle, i)
+            else:
+                self._hand_over(i)
         first = self.steps_finished == 0
         self._ready = [False] * len(self._named)
         _capi.check("pshardFinishStep", handle)

@@ -95,8 +95,14 @@ class ShardedOptimizerTest(unittest.TestCase):
     def test_bad_arguments_are_refused_before_the_library(self):
         with self.assertRaisesRegex(ValueError, "comm_mode"):
             self.make(torch.nn.Linear(2, 2), comm_mode="ring")
-        with self.assertRaisesRegex(ValueError, "float32 only"):
+        with self.assertRaisesRegex(ValueError,
+                                    "float64 is not supported"):
             self.make(torch.nn.Linear(2, 2).double())
+        with self.assertRaisesRegex(ValueError, "param_dtype: torch.float32, "
+                                    "torch.bfloat16 or None"):
+            self.make(torch.nn.Linear(2, 2), param_dtype=torch.float16)
+        with self.assertRaisesRegex(ValueError, "reduce_dtype"):
+            self.make(torch.nn.Linear(2, 2), reduce_dtype="bf16")
         with self.assertRaisesRegex(pshard.PshardError, "bucket_cap_mb"):
             self.make(torch.nn.Linear(2, 2), bucket_cap_mb=-1)
 

@@ -127,12 +127,35 @@ pshardResult_t GetBuffer(const char* call, pshardSession_t handle, int index,
                                "index (", s.num_parameters(),
                                " registered)"));
     }
-    absl::Span<float> span = gradient ? s.gradient(index)
-                                      : s.parameter(index);
-    *data = span.data();
-    *numel = static_cast<int64_t>(span.size());
+    *data = gradient ? s.gradient_data(index) : s.parameter_data(index);
+    *numel = s.parameter_numel(index);
     return pshardSuccess;
   });
+}
+
+// pshardDataType_t ↔ the hook's DataType.
+std::optional<pshard::worker::DataType> ToDataType(pshardDataType_t dtype) {
+  switch (dtype) {
+    case pshardFloat32:
+      return pshard::worker::DataType::kFloat32;
+    case pshardBFloat16:
+      return pshard::worker::DataType::kBFloat16;
+    default:
+      return std::nullopt;
+  }
+}
+
+pshardDataType_t FromDataType(pshard::worker::DataType dtype) {
+  return dtype == pshard::worker::DataType::kBFloat16 ? pshardBFloat16
+                                                      : pshardFloat32;
+}
+
+pshardResult_t NotADataType(const char* call, const char* argument,
+                            pshardDataType_t dtype) {
+  return Fail(pshardInvalidArgument,
+              absl::StrCat(call, ": ", argument, " ", static_cast<int>(dtype),
+                           " is not a pshardDataType_t (pshardFloat32 or "
+                           "pshardBFloat16)"));
 }
 
 }  // namespace
@@ -257,6 +280,37 @@ pshardResult_t pshardGetOverlapParamBroadcast(pshardSession_t session,
   });
 }
 
+pshardResult_t pshardSetPrecision(pshardSession_t session,
+                                  pshardDataType_t param_dtype,
+                                  pshardDataType_t reduce_dtype) {
+  constexpr char kCall[] = "pshardSetPrecision";
+  pshard::worker::MixedPrecision precision;
+  const auto param = ToDataType(param_dtype);
+  if (!param.has_value()) return NotADataType(kCall, "param_dtype", param_dtype);
+  const auto reduce = ToDataType(reduce_dtype);
+  if (!reduce.has_value()) {
+    return NotADataType(kCall, "reduce_dtype", reduce_dtype);
+  }
+  precision.param_dtype = *param;
+  precision.reduce_dtype = *reduce;
+  return WithSession(kCall, session, [&](Session& s) {
+    return Return(s.SetPrecision(precision));
+  });
+}
+
+pshardResult_t pshardGetPrecision(pshardSession_t session,
+                                  pshardDataType_t* param_dtype,
+                                  pshardDataType_t* reduce_dtype) {
+  constexpr char kCall[] = "pshardGetPrecision";
+  if (param_dtype == nullptr) return NullArgument(kCall, "param_dtype");
+  if (reduce_dtype == nullptr) return NullArgument(kCall, "reduce_dtype");
+  return WithSession(kCall, session, [&](Session& s) {
+    *param_dtype = FromDataType(s.precision().param_dtype);
+    *reduce_dtype = FromDataType(s.precision().reduce_dtype);
+    return pshardSuccess;
+  });
+}
+
 pshardResult_t pshardRegisterParameter(pshardSession_t session,
                                        const char* name, int ndim,
                                        const int64_t* shape,
@@ -272,11 +326,8 @@ pshardResult_t pshardRegisterParameter(pshardSession_t session,
                              ndim));
   }
   if (ndim > 0 && shape == nullptr) return NullArgument(kCall, "shape");
-  if (dtype != pshardFloat32) {
-    return Fail(pshardInvalidArgument,
-                absl::StrCat(kCall, ": dtype ", static_cast<int>(dtype),
-                             " is not supported (pshardFloat32 only)"));
-  }
+  const std::optional<pshard::worker::DataType> data_type = ToDataType(dtype);
+  if (!data_type.has_value()) return NotADataType(kCall, "dtype", dtype);
   if (memory == pshardCudaMemory) {
     return Fail(pshardInvalidArgument,
                 absl::StrCat(kCall, ": device memory not yet supported "
@@ -289,7 +340,7 @@ pshardResult_t pshardRegisterParameter(pshardSession_t session,
   }
   return WithSession(kCall, session, [&](Session& s) {
     absl::StatusOr<int> i = s.RegisterParameter(
-        name, std::vector<int64_t>(shape, shape + ndim));
+        name, std::vector<int64_t>(shape, shape + ndim), *data_type);
     if (!i.ok()) return Return(i.status());
     *index = *i;
     return pshardSuccess;
@@ -322,6 +373,21 @@ pshardResult_t pshardGetGradient(pshardSession_t session, int index,
                                  void** data, int64_t* numel) {
   return GetBuffer("pshardGetGradient", session, index, data, numel,
                    /*gradient=*/true);
+}
+
+pshardResult_t pshardSetParameterFromFloat32(pshardSession_t session,
+                                             int index, const float* values,
+                                             int64_t numel) {
+  constexpr char kCall[] = "pshardSetParameterFromFloat32";
+  if (values == nullptr) return NullArgument(kCall, "values");
+  if (numel < 0) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(kCall, ": numel must be >= 0, got ", numel));
+  }
+  return WithSession(kCall, session, [&](Session& s) {
+    return Return(s.SetParameterValues(
+        index, absl::MakeConstSpan(values, static_cast<size_t>(numel))));
+  });
 }
 
 pshardResult_t pshardGradientReady(pshardSession_t session, int index) {

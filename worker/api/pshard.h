@@ -15,6 +15,7 @@
  *   pshardPrepare(s);                      bucket buffers allocated
  *   pshardGetParameter(s, i, &ptr, &n);    write initial values (same on
  *                                          every rank), compute into them
+ *                                          (bf16: see pshardSetPrecision)
  *   for each step:
  *     forward (with overlap_param_broadcast: pshardWaitParameter(s, i)
  *       before it first reads parameter i);
@@ -66,8 +67,10 @@ extern "C" {
  * 3: overlap_param_broadcast (pshardSetOverlapParamBroadcast,
  * pshardGetOverlapParamBroadcast, pshardWaitParameter); optimizer state
  * slices under SHARDED (pshardOptimizerStateGetEntrySlice,
- * pshardImportOptimizerStateSlices). */
-#define PSHARD_API_VERSION 3
+ * pshardImportOptimizerStateSlices).
+ * 4: bf16 mixed precision (pshardBFloat16, pshardSetPrecision,
+ * pshardGetPrecision, pshardSetParameterFromFloat32). */
+#define PSHARD_API_VERSION 4
 
 typedef enum {
   pshardSuccess = 0,
@@ -94,7 +97,12 @@ typedef enum {
   pshardNumResults = 9
 } pshardResult_t;
 
-typedef enum { pshardFloat32 = 0, pshardNumDataTypes = 1 } pshardDataType_t;
+/* bfloat16: the upper 16 bits of a float32 (as torch.bfloat16). */
+typedef enum {
+  pshardFloat32 = 0,
+  pshardBFloat16 = 1,
+  pshardNumDataTypes = 2
+} pshardDataType_t;
 
 /* Where a parameter's buckets live. Only host memory (Gloo) for now. */
 typedef enum {
@@ -154,10 +162,29 @@ pshardResult_t pshardSetOverlapParamBroadcast(pshardSession_t session,
 pshardResult_t pshardGetOverlapParamBroadcast(pshardSession_t session,
                                               int* enabled);
 
+/* Mixed precision (JobSpec.precision): every parameter's buffer holds
+ * `param_dtype` on every rank, every gradient buffer `reduce_dtype` (what
+ * the gradients are reduced in), and the owner of a bucket keeps fp32
+ * master weights and fp32 optimizer state for it, steps those and writes
+ * the update, rounded to nearest even, into the parameters it broadcasts.
+ * With bf16 parameters the broadcast carries half the bytes, with a bf16
+ * reduction the reduction too. The default is the job spec's precision
+ * (PSHARD_PARAM_DTYPE, PSHARD_REDUCE_DTYPE, set by the agent: "FP32" or
+ * "BF16"; fp32 throughout when unset). Before the first
+ * pshardRegisterParameter. InvalidArgument: not a pshardDataType_t;
+ * InvalidUsage: a parameter is already registered. */
+pshardResult_t pshardSetPrecision(pshardSession_t session,
+                                  pshardDataType_t param_dtype,
+                                  pshardDataType_t reduce_dtype);
+pshardResult_t pshardGetPrecision(pshardSession_t session,
+                                  pshardDataType_t* param_dtype,
+                                  pshardDataType_t* reduce_dtype);
+
 /* Registers the next parameter (in forward order): `name` unique, 1..256
- * bytes; `ndim` 0..16 dimensions each >= 1 (ndim 0: a scalar). *index gets
- * its index (0, 1, ...). InvalidArgument also for pshardCudaMemory ("device
- * memory not yet supported"). */
+ * bytes; `ndim` 0..16 dimensions each >= 1 (ndim 0: a scalar); `dtype` the
+ * session's param_dtype (see pshardSetPrecision; InvalidArgument naming
+ * both otherwise). *index gets its index (0, 1, ...). InvalidArgument also
+ * for pshardCudaMemory ("device memory not yet supported"). */
 pshardResult_t pshardRegisterParameter(pshardSession_t session,
                                        const char* name, int ndim,
                                        const int64_t* shape,
@@ -169,12 +196,25 @@ pshardResult_t pshardRegisterParameter(pshardSession_t session,
 pshardResult_t pshardPrepare(pshardSession_t session);
 
 pshardResult_t pshardNumParameters(pshardSession_t session, int* count);
-/* Parameter `index`'s values and its gradient inside the bucket buffers
- * (`*numel` elements of the registered dtype). After pshardPrepare. */
+/* Parameter `index`'s values and its gradient inside the bucket buffers:
+ * `*numel` elements of param_dtype (the parameter) and of reduce_dtype (the
+ * gradient). After pshardPrepare. */
 pshardResult_t pshardGetParameter(pshardSession_t session, int index,
                                   void** data, int64_t* numel);
 pshardResult_t pshardGetGradient(pshardSession_t session, int index,
                                  void** data, int64_t* numel);
+
+/* After pshardPrepare, before the first step: parameter `index` takes
+ * `numel` (its element count) float32 `values`, rounded to nearest even into
+ * a bf16 buffer; the owner's fp32 master weights start from `values`
+ * themselves rather than from the rounded copy (those of a parameter never
+ * set this way start from its buffer, widened). Writing the buffer
+ * directly afterwards does not change the masters: use one way per
+ * parameter. InvalidArgument: a bad index, a numel that is not the
+ * parameter's; InvalidUsage: after the first step. */
+pshardResult_t pshardSetParameterFromFloat32(pshardSession_t session,
+                                             int index, const float* values,
+                                             int64_t numel);
 
 /* Gradient `index` is final for this step: its bucket may start travelling.
  * InvalidUsage if it was already marked in this step. */

@@ -5,7 +5,10 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include <string.h>
+
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -78,7 +81,7 @@ TEST_F(PshardCTest, BadDtypeMemoryShapeAndEnumsAreRefused) {
                                     static_cast<pshardDataType_t>(7),
                                     pshardHostMemory, &index),
             pshardInvalidArgument);
-  EXPECT_THAT(LastError(), HasSubstr("dtype 7 is not supported"));
+  EXPECT_THAT(LastError(), HasSubstr("dtype 7 is not a pshardDataType_t"));
   EXPECT_EQ(pshardRegisterParameter(session_, "w", 2, shape, pshardFloat32,
                                     pshardCudaMemory, &index),
             pshardInvalidArgument);
@@ -309,6 +312,123 @@ TEST(PshardCOpenTest, OverlapDefaultsToTheEnvironment) {
   EXPECT_EQ(enabled, 0);
   EXPECT_EQ(pshardSessionClose(session), pshardSuccess);
   unsetenv("PSHARD_OVERLAP_PARAM_BROADCAST");
+}
+
+// The precision's default is the environment's (the job spec's, set by the
+// agent), checked; a program may set its own before registering, and every
+// parameter has the param_dtype.
+TEST(PshardCOpenTest, PrecisionDefaultsToTheEnvironmentAndBindsTheDtype) {
+  std::string dir = std::string(getenv("TEST_TMPDIR")) + "/p.XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  unsetenv("PSHARD_COORDINATOR");
+  setenv("PSHARD_LOCAL_STORE", dir.c_str(), 1);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("PSHARD_PARAM_DTYPE", "bf16", 1);
+  pshardSession_t session = nullptr;
+  EXPECT_EQ(pshardSessionOpen(&session), pshardInvalidArgument);
+  EXPECT_THAT(LastError(),
+              HasSubstr("PSHARD_PARAM_DTYPE: must be FP32 or BF16, got "
+                        "\"bf16\""));
+  setenv("PSHARD_PARAM_DTYPE", "BF16", 1);
+  ASSERT_EQ(pshardSessionOpen(&session), pshardSuccess) << LastError();
+  unsetenv("PSHARD_PARAM_DTYPE");
+  pshardDataType_t param = pshardNumDataTypes, reduce = pshardNumDataTypes;
+  ASSERT_EQ(pshardGetPrecision(session, &param, &reduce), pshardSuccess);
+  EXPECT_EQ(param, pshardBFloat16);
+  EXPECT_EQ(reduce, pshardFloat32);
+  EXPECT_EQ(pshardGetPrecision(session, nullptr, &reduce),
+            pshardInvalidArgument);
+  EXPECT_EQ(pshardSetPrecision(session, static_cast<pshardDataType_t>(5),
+                               pshardFloat32),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("param_dtype 5 is not a pshardDataType_t"));
+
+  const int64_t shape[] = {3};
+  int index = -1;
+  EXPECT_EQ(pshardRegisterParameter(session, "w", 1, shape, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("parameter \"w\": dtype FP32, but the "
+                                     "session's param_dtype is BF16"));
+  ASSERT_EQ(pshardSetPrecision(session, pshardFloat32, pshardBFloat16),
+            pshardSuccess);
+  ASSERT_EQ(pshardGetPrecision(session, &param, &reduce), pshardSuccess);
+  EXPECT_EQ(param, pshardFloat32);
+  EXPECT_EQ(reduce, pshardBFloat16);
+  ASSERT_EQ(pshardRegisterParameter(session, "w", 1, shape, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardSuccess)
+      << LastError();
+  EXPECT_EQ(pshardSetPrecision(session, pshardBFloat16, pshardBFloat16),
+            pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("before registering parameters"));
+  EXPECT_EQ(pshardSessionClose(session), pshardSuccess);
+}
+
+// bf16 parameters, fp32 reduction: the buffers hold bf16 parameters and
+// fp32 gradients; the owner steps fp32 masters that start from
+// pshardSetParameterFromFloat32's values and writes them rounded. The
+// update (2^-9 a step) is below half a bf16 step at 1 (2^-8), so stepping
+// the bf16 values themselves would never move them; the masters do.
+TEST_F(PshardCTest, Bf16ParametersStepFp32MasterWeights) {
+  ASSERT_EQ(pshardSetPrecision(session_, pshardBFloat16, pshardFloat32),
+            pshardSuccess);
+  ASSERT_EQ(pshardSetOptimizer(
+                session_, "{\"kind\": \"SGD\", \"hyper_parameters\": "
+                          "{\"lr\": 1}}"),
+            pshardSuccess);
+  const int64_t shape[] = {4};
+  int index = -1;
+  ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardBFloat16,
+                                    pshardHostMemory, &index),
+            pshardSuccess)
+      << LastError();
+  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  const float start = 1.0f + 1.0f / 1024;  // not a bf16 value
+  const float initial[4] = {start, start, start, start};
+  EXPECT_EQ(pshardSetParameterFromFloat32(session_, 0, initial, 3),
+            pshardInvalidArgument);
+  EXPECT_EQ(pshardSetParameterFromFloat32(session_, 1, initial, 4),
+            pshardInvalidArgument);
+  EXPECT_EQ(pshardSetParameterFromFloat32(session_, 0, nullptr, 4),
+            pshardInvalidArgument);
+  ASSERT_EQ(pshardSetParameterFromFloat32(session_, 0, initial, 4),
+            pshardSuccess)
+      << LastError();
+  // The bf16 buffer: 1 + 2^-10 rounded to nearest even is 1.
+  auto widened = [&] {
+    void* data = nullptr;
+    int64_t numel = 0;
+    EXPECT_EQ(pshardGetParameter(session_, 0, &data, &numel), pshardSuccess);
+    EXPECT_EQ(numel, 4);
+    std::vector<float> out(4);
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t bits =
+          static_cast<uint32_t>(static_cast<const uint16_t*>(data)[i]) << 16;
+      memcpy(&out[i], &bits, sizeof(bits));
+    }
+    return out;
+  };
+  EXPECT_THAT(widened(), ::testing::Each(1.0f));
+  float master = start;
+  for (int step = 1; step <= 3; ++step) {
+    void* data = nullptr;
+    int64_t numel = 0;
+    ASSERT_EQ(pshardGetGradient(session_, 0, &data, &numel), pshardSuccess);
+    ASSERT_EQ(numel, 4);
+    for (int i = 0; i < 4; ++i) static_cast<float*>(data)[i] = -1.0f / 512;
+    ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
+    ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+    master += 1.0f / 512;
+    // Nearest bf16 of the master: 1 or 1 + 2^-7.
+    const float nearest =
+        master - 1.0f < 1.0f / 256 ? 1.0f : 1.0f + 1.0f / 128;
+    EXPECT_THAT(widened(), ::testing::Each(nearest)) << "step " << step;
+  }
+  EXPECT_EQ(pshardSetParameterFromFloat32(session_, 0, initial, 4),
+            pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("after the first step"));
 }
 
 // max_grad_norm in the OptimizerSpec JSON clips the step as torch's

@@ -68,6 +68,22 @@ std::string OptionalVariable(
   return value == nullptr ? "" : value;
 }
 
+// The job spec's names of the dtypes (PrecisionSpec.DType).
+const char* DTypeName(DataType dtype) {
+  return dtype == DataType::kBFloat16 ? "BF16" : "FP32";
+}
+
+// Reads `name` as a PrecisionSpec.DType name; fp32 when unset.
+absl::StatusOr<DataType> DTypeVariable(
+    const std::function<const char*(const char*)>& getenv, const char* name) {
+  const std::string value = OptionalVariable(getenv, name);
+  if (value.empty() || value == "FP32") return DataType::kFloat32;
+  if (value == "BF16") return DataType::kBFloat16;
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, ": must be FP32 or BF16, got \"",
+                   absl::CHexEscape(value.substr(0, 80)), "\""));
+}
+
 // Coordinator mode, before the communicator: announces that this rank's
 // program opened its session and waits (up to env.timeout in all) for every
 // other rank's, so that a rank whose program never calls pshard.init() is
@@ -178,6 +194,10 @@ absl::StatusOr<SessionEnvironment> ParseSessionEnvironment(
         absl::CHexEscape(overlap.substr(0, 80)), "\""));
   }
   env.overlap_param_broadcast = overlap == "1";
+  ASSIGN_OR_RETURN(env.precision.param_dtype,
+                   DTypeVariable(getenv, "PSHARD_PARAM_DTYPE"));
+  ASSIGN_OR_RETURN(env.precision.reduce_dtype,
+                   DTypeVariable(getenv, "PSHARD_REDUCE_DTYPE"));
   return env;
 }
 
@@ -185,7 +205,8 @@ Session::Session(SessionEnvironment env, const Clock& clock)
     : env_(std::move(env)),
       clock_(clock),
       assignment_policy_(env_.local_assignment_policy),
-      overlap_param_broadcast_(env_.overlap_param_broadcast) {}
+      overlap_param_broadcast_(env_.overlap_param_broadcast),
+      precision_(env_.precision) {}
 
 Session::~Session() = default;  // a shard write in flight finishes, unreported
 
@@ -375,8 +396,20 @@ absl::Status Session::SetOverlapParamBroadcast(bool enable) {
   return absl::OkStatus();
 }
 
+absl::Status Session::SetPrecision(const MixedPrecision& precision) {
+  RETURN_IF_ERROR(CheckConfiguring());
+  if (!params_.empty()) {
+    return absl::FailedPreconditionError(
+        "precision: set it before registering parameters (their dtype is "
+        "its param_dtype)");
+  }
+  precision_ = precision;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int> Session::RegisterParameter(absl::string_view name,
-                                               std::vector<int64_t> shape) {
+                                               std::vector<int64_t> shape,
+                                               DataType dtype) {
   RETURN_IF_ERROR(CheckConfiguring());
   if (name.empty() || name.size() > kMaxParameterNameLength) {
     return absl::InvalidArgumentError(
@@ -404,6 +437,14 @@ absl::StatusOr<int> Session::RegisterParameter(absl::string_view name,
           "elements"));
     }
     numel *= shape[d];
+  }
+  if (dtype != precision_.param_dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter \"", name, "\": dtype ", DTypeName(dtype),
+        ", but the session's param_dtype is ",
+        DTypeName(precision_.param_dtype),
+        " (the job spec's precision.param_dtype unless the program sets its "
+        "own precision first): every parameter has the param_dtype"));
   }
   if (shape.empty()) shape = {1};  // a scalar
   params_.push_back({std::string(name), std::move(shape), numel});
@@ -434,6 +475,7 @@ absl::Status Session::Prepare() {
   hook_options.timeout = env_.timeout;
   hook_options.clipping = GradClipping::FromSpec(*optimizer_);
   hook_options.overlap_param_broadcast = overlap_param_broadcast_;
+  hook_options.precision = precision_;
   ASSIGN_OR_RETURN(hook_, ZeroHook::Create(params_, comm_, std::move(optimizer),
                                            std::move(provider), hook_options));
   return absl::OkStatus();
@@ -449,13 +491,35 @@ absl::Status Session::CheckPrepared() const {
 }
 
 absl::Span<float> Session::parameter(int i) {
-  if (hook_ == nullptr || i < 0 || i >= num_parameters()) return {};
+  if (hook_ == nullptr || i < 0 || i >= num_parameters() ||
+      hook_->params().empty()) {
+    return {};
+  }
   return absl::Span<float>(hook_->params()[i], params_[i].numel);
 }
 
 absl::Span<float> Session::gradient(int i) {
-  if (hook_ == nullptr || i < 0 || i >= num_parameters()) return {};
+  if (hook_ == nullptr || i < 0 || i >= num_parameters() ||
+      hook_->grads().empty()) {
+    return {};
+  }
   return absl::Span<float>(hook_->grads()[i], params_[i].numel);
+}
+
+void* Session::parameter_data(int i) {
+  if (hook_ == nullptr || i < 0 || i >= num_parameters()) return nullptr;
+  return hook_->param_data()[i];
+}
+
+void* Session::gradient_data(int i) {
+  if (hook_ == nullptr || i < 0 || i >= num_parameters()) return nullptr;
+  return hook_->grad_data()[i];
+}
+
+absl::Status Session::SetParameterValues(int index,
+                                         absl::Span<const float> values) {
+  RETURN_IF_ERROR(CheckPrepared());
+  return hook_->SetParameter(index, values);
 }
 
 int64_t Session::steps_finished() const {

@@ -85,6 +85,10 @@ struct SessionEnvironment {
   // PSHARD_OVERLAP_PARAM_BROADCAST=1: the job spec's overlap_param_broadcast
   // (the session's default; SetOverlapParamBroadcast overrides it).
   bool overlap_param_broadcast = false;
+  // PSHARD_PARAM_DTYPE / PSHARD_REDUCE_DTYPE ("FP32" or "BF16"; fp32 when
+  // unset): the job spec's precision (the session's default; SetPrecision
+  // overrides it).
+  MixedPrecision precision;
   // Local test mode only: PSHARD_LOCAL_ASSIGNMENT_POLICY (BALANCED or
   // SHARDED, default BALANCED), the policy of the owners every rank
   // computes (coordinator mode: the coordinator's, from the job spec).
@@ -100,8 +104,9 @@ struct SessionEnvironment {
 // missing, a number that does not parse or is out of range (rank outside
 // [0, world), world outside [1, 4096], timeout not in (0, 86400] seconds),
 // a PSHARD_CHECKPOINT_FINGERPRINT that is not 64 hex digits,
-// PSHARD_OVERLAP_PARAM_BROADCAST not "0" or "1", a
-// PSHARD_LOCAL_ASSIGNMENT_POLICY not BALANCED or SHARDED.
+// PSHARD_OVERLAP_PARAM_BROADCAST not "0" or "1", a PSHARD_PARAM_DTYPE or
+// PSHARD_REDUCE_DTYPE not FP32 or BF16, a PSHARD_LOCAL_ASSIGNMENT_POLICY not
+// BALANCED or SHARDED.
 absl::StatusOr<SessionEnvironment> ParseSessionEnvironment(
     const std::function<const char*(const char*)>& getenv);
 
@@ -162,12 +167,22 @@ class Session : private RankModel {
   // spec's overlap_param_broadcast).
   absl::Status SetOverlapParamBroadcast(bool enable);
   bool overlap_param_broadcast() const { return overlap_param_broadcast_; }
+  // Mixed precision, with JobSpec.precision's semantics: every parameter is
+  // registered in precision.param_dtype (its buffer holds that dtype on
+  // every rank), gradient buffers hold precision.reduce_dtype (the dtype
+  // they are reduced in), and an owner keeps fp32 master weights and fp32
+  // optimizer state for its pieces. Defaults to the environment's (the job
+  // spec's). FailedPrecondition once a parameter is registered.
+  absl::Status SetPrecision(const MixedPrecision& precision);
+  const MixedPrecision& precision() const { return precision_; }
 
   // The next parameter's index. InvalidArgument: a name empty, too long or
   // used before, too many dimensions, a dimension < 1, more than 2^40
-  // elements. FailedPrecondition after Prepare.
-  absl::StatusOr<int> RegisterParameter(absl::string_view name,
-                                        std::vector<int64_t> shape);
+  // elements, a dtype other than precision().param_dtype.
+  // FailedPrecondition after Prepare.
+  absl::StatusOr<int> RegisterParameter(
+      absl::string_view name, std::vector<int64_t> shape,
+      DataType dtype = DataType::kFloat32);
 
   // Allocates the bucket buffers (the hook). InvalidArgument: no optimizer
   // set, no parameters; FailedPrecondition if already prepared.
@@ -178,12 +193,29 @@ class Session : private RankModel {
 
   // Parameters registered so far.
   int num_parameters() const { return static_cast<int>(params_.size()); }
+  // Parameter i's element count (0 for a bad index).
+  int64_t parameter_numel(int i) const {
+    return i < 0 || i >= num_parameters() ? 0 : params_[i].numel;
+  }
   // After Prepare (empty or 0 before it; an empty span for a bad index).
   // parameter(i) and gradient(i) point into the bucket buffers: the first
   // FinishStep may move them (it re-packs in the order gradients became
   // ready); they are stable from then on.
+  // As fp32 spans: empty unless their dtype (precision()) is fp32.
   absl::Span<float> parameter(int i);
   absl::Span<float> gradient(int i);
+  // The same in any dtype: parameter_data(i) holds its numel elements of
+  // precision().param_dtype, gradient_data(i) of precision().reduce_dtype.
+  // nullptr before Prepare or for a bad index.
+  void* parameter_data(int i);
+  void* gradient_data(int i);
+  // After Prepare, before the first step: parameter `index` takes `values`
+  // (its numel floats), rounded to nearest even into a bf16 buffer; its
+  // owner starts its fp32 master weights from `values` themselves, not from
+  // the rounded copy (the masters of parameters never set this way start
+  // from their buffers). InvalidArgument: a bad index or size;
+  // FailedPrecondition before Prepare or after the first step.
+  absl::Status SetParameterValues(int index, absl::Span<const float> values);
   int64_t steps_finished() const;
   // The last finished step's total gradient norm before clipping (the
   // optimizer's max_grad_norm/norm_type; as clip_grad_norm_ returns it);
@@ -293,6 +325,9 @@ class Session : private RankModel {
   }
   absl::Status CopyParameterRangeToHost(int index, int64_t offset,
                                         int64_t numel, float* out) override;
+  absl::Status CopyOwnedParameterRangeToHost(int index, int64_t offset,
+                                             int64_t numel,
+                                             float* out) override;
   absl::Status UploadParameters(
       const std::vector<std::vector<float>>& values) override;
 
@@ -318,6 +353,7 @@ class Session : private RankModel {
   double bucket_cap_mb_ = 25;
   v1::JobSpec::CommMode comm_mode_ = v1::JobSpec::REDUCE_BROADCAST;
   bool overlap_param_broadcast_ = false;  // env_'s until set
+  MixedPrecision precision_;              // env_'s until set
   std::vector<ParameterInfo> params_;
 
   // The first SaveCheckpoint's; the last step it saved.

@@ -102,9 +102,27 @@ absl::StatusOr<int64_t> Session::LoadCheckpoint(absl::string_view path) {
 absl::Status Session::CopyParameterRangeToHost(int index, int64_t offset,
                                                int64_t numel, float* out) {
   RETURN_IF_ERROR(hook_->WaitForParameter(index));
+  if (precision_.param_dtype != DataType::kFloat32) {
+    // The model's (bf16) values, widened exactly.
+    std::vector<float> whole(params_[index].numel);
+    RETURN_IF_ERROR(hook_->ReadParameter(index, absl::MakeSpan(whole)));
+    std::copy(whole.begin() + offset, whole.begin() + offset + numel, out);
+    return absl::OkStatus();
+  }
   const float* values = hook_->params()[index] + offset;
   std::copy(values, values + numel, out);
   return absl::OkStatus();
+}
+
+absl::Status Session::CopyOwnedParameterRangeToHost(int index, int64_t offset,
+                                                    int64_t numel,
+                                                    float* out) {
+  if (!precision_.mixed()) {
+    return CopyParameterRangeToHost(index, offset, numel, out);
+  }
+  // The owner's fp32 master weights, not the rounded model values.
+  RETURN_IF_ERROR(hook_->WaitForParameter(index));
+  return hook_->ReadOwnedParameter(index, offset, absl::MakeSpan(out, numel));
 }
 
 absl::Status Session::UploadParameters(
@@ -122,7 +140,8 @@ absl::Status Session::UploadParameters(
     }
   }
   for (size_t i = 0; i < values.size(); ++i) {
-    std::copy(values[i].begin(), values[i].end(), hook_->params()[i]);
+    // Rounded into bf16 buffers, the owners' masters from `values`.
+    RETURN_IF_ERROR(hook_->SetParameter(static_cast<int>(i), values[i]));
   }
   return absl::OkStatus();
 }

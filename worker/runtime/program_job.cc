@@ -182,6 +182,17 @@ absl::StatusOr<std::vector<std::string>> ProgramJob::Environment(
   if (spec.overlap_param_broadcast()) {
     env.push_back("PSHARD_OVERLAP_PARAM_BROADCAST=1");
   }
+  // The session's default precision (pshardSetPrecision): the spec's names.
+  // Unspecified is fp32.
+  if (spec.has_precision()) {
+    auto name = [](v1::PrecisionSpec::DType dtype) {
+      return dtype == v1::PrecisionSpec::BF16 ? "BF16" : "FP32";
+    };
+    env.push_back(absl::StrCat("PSHARD_PARAM_DTYPE=",
+                               name(spec.precision().param_dtype())));
+    env.push_back(absl::StrCat("PSHARD_REDUCE_DTYPE=",
+                               name(spec.precision().reduce_dtype())));
+  }
   if (spec.has_checkpoint()) {
     env.push_back(absl::StrCat("PSHARD_CHECKPOINT_DIR=", spec.checkpoint().dir()));
     env.push_back(absl::StrCat("PSHARD_CHECKPOINT_EVERY_STEPS=",

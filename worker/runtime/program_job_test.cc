@@ -65,6 +65,17 @@ TEST(ProgramJobEnvironmentTest, OverlapParamBroadcastIsPassedWhenSet) {
   EXPECT_EQ(EnvOf(d)["PSHARD_OVERLAP_PARAM_BROADCAST"], "1");
 }
 
+// The spec's precision is the session's default (pshardSetPrecision).
+TEST(ProgramJobEnvironmentTest, PrecisionIsPassedWhenSet) {
+  v1::RunJobDirective d = Directive(0, 2, 0, 1);
+  EXPECT_EQ(EnvOf(d).count("PSHARD_PARAM_DTYPE"), 0);
+  EXPECT_EQ(EnvOf(d).count("PSHARD_REDUCE_DTYPE"), 0);
+  d.mutable_spec()->mutable_precision()->set_param_dtype(
+      v1::PrecisionSpec::BF16);
+  EXPECT_EQ(EnvOf(d)["PSHARD_PARAM_DTYPE"], "BF16");
+  EXPECT_EQ(EnvOf(d)["PSHARD_REDUCE_DTYPE"], "FP32");
+}
+
 TEST(ProgramJobEnvironmentTest, OlderOrInconsistentDirectivesMeanOneRankPerHost) {
   // A coordinator from before the fields sends neither.
   for (const v1::RunJobDirective& d :
