@@ -10,7 +10,9 @@ program that never calls pshard.init() on one rank (the job fails at the
 collective deadline naming that rank, every program is stopped) and on no
 rank (the job succeeds). The same script under the SHARDED policy, with
 the spec's overlap_param_broadcast (every rank's session takes it), splits
-every bucket over the ranks and ends with the same parameters.
+every bucket over the ranks and ends with the same parameters. With the
+spec's precision BF16 every rank's model is bf16, the shard table's buckets
+are, and the ranks end with what bf16 ranks must compute.
 
     program_job_test.py WORLD_SIZE
 """
@@ -178,6 +180,40 @@ class ProgramJobTest(unittest.TestCase):
                          sorted(n for n, _ in common.make_model().named_parameters()))
         self.assert_final_parameters(
             out, common.reference("adam")[common.STEPS])
+
+    def test_bf16_precision_of_the_spec_reaches_every_rank(self):
+        """The spec's precision is every rank's session default: the
+        float32 model becomes bf16 (fp32 masters at the owners), the shard
+        table shows BF16 buckets at 2 bytes an element, and every rank ends
+        with what bf16 ranks must compute (precision_test's reference)."""
+        import parity_common as common
+        import precision_common as mixed
+        out = self.out_dir("bf16")
+        spec = program_spec(out, optimizer="adamw")
+        spec["precision"] = {"param_dtype": "BF16", "reduce_dtype": "FP32"}
+        job_id = self.cluster.submit(spec)
+        job = self.cluster.wait_for_end(job_id, 180)
+        self.assertEqual(job["state"], "SUCCEEDED",
+                         f"{job['reason']}\n{self.cluster.tail()}")
+        for rank in range(WORLD):
+            with open(os.path.join(out, f"dtypes-{rank}")) as f:
+                self.assertEqual(f.read(), "torch.bfloat16 torch.float32")
+        shards = self.cluster.ctl("shards", job_id)
+        for bucket in shards["buckets"]:
+            self.assertEqual(bucket["dtype"], "BF16", bucket)
+            self.assertEqual(int(bucket["bytes"]),
+                             2 * int(bucket["num_elements"]), bucket)
+        expected = mixed.reference(
+            ("adamw", torch.bfloat16, torch.float32, "reduce_broadcast"),
+            WORLD)[common.STEPS]
+        for rank in range(WORLD):
+            got = torch.load(os.path.join(out, f"final-rank{rank}.pt"))
+            for name, value in expected.items():
+                with self.subTest(rank=rank, param=name):
+                    self.assertEqual(got[name].dtype, torch.bfloat16)
+                    torch.testing.assert_close(got[name].float(),
+                                               value.float(),
+                                               rtol=2.0 ** -7, atol=1e-6)
 
     def test_a_rank_that_never_calls_init_fails_the_job_naming_it(self):
         out = self.out_dir("no-init")

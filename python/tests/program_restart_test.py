@@ -8,6 +8,8 @@ killed with SIGKILL while the other ranks wait for its rank inside a step.
   SUCCEEDS, and its final parameters are bit-identical to an uninterrupted
   run's (the data of a step is a function of the step; the optimizer state
   is restored exactly).
+  The same with bf16 parameters (the spec's precision): the checkpoint
+  holds the owners' fp32 master weights.
 - 3 ranks and no spare, min_world_size 2: it resumes at 2 ranks (each
   loading the buckets it now owns by name) and ends with one process's
   full-batch parameters.
@@ -114,9 +116,20 @@ class ProgramRestartTest(unittest.TestCase):
         self.assertEqual(int(restarts[0]["world_size"]), world)
 
     def test_killed_worker_restarts_on_the_spare_bit_identical(self):
+        self.restart_on_the_spare_bit_identical()
+
+    def test_killed_bf16_worker_restarts_on_the_spare_bit_identical(self):
+        """bf16 parameters: the checkpoint keeps the owners' fp32 master
+        weights, so the resumed run loses nothing."""
+        self.restart_on_the_spare_bit_identical(
+            torch.bfloat16,
+            precision={"param_dtype": "BF16", "reduce_dtype": "FP32"})
+
+    def restart_on_the_spare_bit_identical(self, dtype=torch.float32,
+                                           **fields):
         self.cluster = Cluster(3, self.tmp)
         clean_out, clean_ckpt = self.dirs("clean")
-        clean = self.cluster.submit(spec(clean_out, clean_ckpt, 2))
+        clean = self.cluster.submit(spec(clean_out, clean_ckpt, 2, **fields))
         job = self.cluster.wait_for_end(clean, 180)
         self.assertEqual(job["state"], "SUCCEEDED",
                          f"{job['reason']}\n{self.cluster.tail()}")
@@ -125,9 +138,11 @@ class ProgramRestartTest(unittest.TestCase):
         out, ckpt = self.dirs("restarted")
         job, killed = self.run_and_kill(
             spec(out, ckpt, 2, ["--hold-rank", "1", "--hold-after",
-                                str(HOLD_AFTER)], max_restarts=1), 1)
+                                str(HOLD_AFTER)], max_restarts=1, **fields),
+            1)
         self.check_restart(job, killed, out, 2)
         expected = self.final(clean_out, 0)
+        self.assertEqual({v.dtype for v in expected.values()}, {dtype})
         for rank in range(2):
             got = self.final(out, rank)
             self.assertEqual(sorted(got), sorted(expected))

@@ -24,6 +24,7 @@ import time
 import torch
 
 import parity_common as common
+import precision_common as mixed
 import pshard
 import pshard.checkpoint
 import pshard.torch
@@ -69,9 +70,12 @@ def main():
     optimizer = pshard.torch.ShardedOptimizer(
         model, optimizer=common.OPTIMIZERS[args.optimizer][0],
         bucket_cap_mb=common.BUCKET_CAP_MB)
-    # The spec's overlap_param_broadcast, as the session took it.
+    # The spec's overlap_param_broadcast and precision, as the session
+    # took them.
     write_atomically(os.path.join(args.out, f"overlap-{rank}"),
                      str(optimizer.overlap_param_broadcast))
+    write_atomically(os.path.join(args.out, f"dtypes-{rank}"),
+                     f"{optimizer.param_dtype} {optimizer.reduce_dtype}")
     start = pshard.checkpoint.load(optimizer)
     print(f"rank {rank} of {world}: restart {restarts}, resumed from step "
           f"{start}", flush=True)
@@ -83,7 +87,8 @@ def main():
         x = x[rank * share:(rank + 1) * share]
         y = y[rank * share:(rank + 1) * share]
         optimizer.zero_grad()
-        loss = common.loss_of(model, x, y)
+        # In the model's dtype (float32 unless the spec's precision says).
+        loss = mixed.loss_of(model, x, y, optimizer.param_dtype)
         loss.backward()
         optimizer.step()
         mean = session.average_loss(loss.item())
