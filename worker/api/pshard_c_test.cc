@@ -20,16 +20,22 @@ using ::testing::Not;
 
 std::string LastError() { return pshardGetLastError(); }
 
+// The environment of rank 0 of 1 in the local test mode, in a fresh
+// rendezvous directory.
+void SetLocalEnvironment() {
+  std::string dir = std::string(getenv("TEST_TMPDIR")) + "/c.XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  unsetenv("PSHARD_COORDINATOR");
+  setenv("PSHARD_LOCAL_STORE", dir.c_str(), 1);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+}
+
 class PshardCTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string dir = std::string(getenv("TEST_TMPDIR")) + "/c.XXXXXX";
-    ASSERT_NE(mkdtemp(dir.data()), nullptr);
-    unsetenv("PSHARD_COORDINATOR");
+    SetLocalEnvironment();
     unsetenv("PSHARD_OVERLAP_PARAM_BROADCAST");
-    setenv("PSHARD_LOCAL_STORE", dir.c_str(), 1);
-    setenv("RANK", "0", 1);
-    setenv("WORLD_SIZE", "1", 1);
     setenv("PSHARD_COLLECTIVE_TIMEOUT_SECONDS", "10", 1);
     ASSERT_EQ(pshardSessionOpen(&session_), pshardSuccess) << LastError();
   }
@@ -290,12 +296,7 @@ TEST_F(PshardCTest, OverlapParamBroadcastIsCheckedAndWaitsForTheUpdate) {
 // PSHARD_OVERLAP_PARAM_BROADCAST) is a session's default; a bad value is
 // refused naming the variable.
 TEST(PshardCOpenTest, OverlapDefaultsToTheEnvironment) {
-  std::string dir = std::string(getenv("TEST_TMPDIR")) + "/o.XXXXXX";
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  unsetenv("PSHARD_COORDINATOR");
-  setenv("PSHARD_LOCAL_STORE", dir.c_str(), 1);
-  setenv("RANK", "0", 1);
-  setenv("WORLD_SIZE", "1", 1);
+  SetLocalEnvironment();
   setenv("PSHARD_OVERLAP_PARAM_BROADCAST", "yes", 1);
   pshardSession_t session = nullptr;
   EXPECT_EQ(pshardSessionOpen(&session), pshardInvalidArgument);
@@ -318,12 +319,7 @@ TEST(PshardCOpenTest, OverlapDefaultsToTheEnvironment) {
 // agent), checked; a program may set its own before registering, and every
 // parameter has the param_dtype.
 TEST(PshardCOpenTest, PrecisionDefaultsToTheEnvironmentAndBindsTheDtype) {
-  std::string dir = std::string(getenv("TEST_TMPDIR")) + "/p.XXXXXX";
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  unsetenv("PSHARD_COORDINATOR");
-  setenv("PSHARD_LOCAL_STORE", dir.c_str(), 1);
-  setenv("RANK", "0", 1);
-  setenv("WORLD_SIZE", "1", 1);
+  SetLocalEnvironment();
   setenv("PSHARD_PARAM_DTYPE", "bf16", 1);
   pshardSession_t session = nullptr;
   EXPECT_EQ(pshardSessionOpen(&session), pshardInvalidArgument);

@@ -102,16 +102,8 @@ absl::StatusOr<int64_t> Session::LoadCheckpoint(absl::string_view path) {
 absl::Status Session::CopyParameterRangeToHost(int index, int64_t offset,
                                                int64_t numel, float* out) {
   RETURN_IF_ERROR(hook_->WaitForParameter(index));
-  if (precision_.param_dtype != DataType::kFloat32) {
-    // The model's (bf16) values, widened exactly.
-    std::vector<float> whole(params_[index].numel);
-    RETURN_IF_ERROR(hook_->ReadParameter(index, absl::MakeSpan(whole)));
-    std::copy(whole.begin() + offset, whole.begin() + offset + numel, out);
-    return absl::OkStatus();
-  }
-  const float* values = hook_->params()[index] + offset;
-  std::copy(values, values + numel, out);
-  return absl::OkStatus();
+  // Widened exactly from bf16.
+  return hook_->ReadParameterRange(index, offset, absl::MakeSpan(out, numel));
 }
 
 absl::Status Session::CopyOwnedParameterRangeToHost(int index, int64_t offset,

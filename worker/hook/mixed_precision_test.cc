@@ -4,6 +4,7 @@
 // the fp32 run's parameters and its model parameters are exactly those
 // rounded to bf16 (nearest even), whatever reduce dtype, comm mode and
 // assignment policy; broadcasts move half the bytes.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -113,6 +114,18 @@ absl::Status RunRank(const Config& config, int world, Communicator* comm,
   for (int p = 0; p < count; ++p) {
     std::vector<float>& values = out->params.emplace_back(Params()[p].numel);
     RETURN_IF_ERROR(hook->ReadParameter(p, absl::MakeSpan(values)));
+    // A range reads the same elements; one past the end is refused.
+    std::vector<float> tail(values.size() - 1);
+    RETURN_IF_ERROR(hook->ReadParameterRange(p, 1, absl::MakeSpan(tail)));
+    if (!std::equal(tail.begin(), tail.end(), values.begin() + 1)) {
+      return absl::InternalError(
+          absl::StrCat("parameter ", p, ": its range [1, n) differs"));
+    }
+    if (hook->ReadParameterRange(p, 1, absl::MakeSpan(values)).code() !=
+        absl::StatusCode::kInvalidArgument) {
+      return absl::InternalError(
+          absl::StrCat("parameter ", p, ": a range past its end was read"));
+    }
   }
   ASSIGN_OR_RETURN(std::vector<ZeroHook::OwnedParameter> owned,
                    hook->OwnedParameters());

@@ -347,6 +347,19 @@ absl::Status ZeroHook::CheckIndex(int index) const {
   return absl::OkStatus();
 }
 
+absl::Status ZeroHook::CheckRange(int index, int64_t offset,
+                                  int64_t count) const {
+  RETURN_IF_ERROR(CheckIndex(index));
+  const ParameterInfo& info = infos_[index];
+  if (offset < 0 || count < 0 || count > info.numel ||
+      offset > info.numel - count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "elements [", offset, ", ", offset + count, ") are outside parameter \"",
+        info.name, "\" of ", info.numel));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ZeroHook::CheckHostTensor(int index, size_t size,
                                        absl::string_view what) const {
   RETURN_IF_ERROR(CheckIndex(index));
@@ -396,27 +409,33 @@ absl::Status ZeroHook::SetGradient(int index, absl::Span<const float> values) {
 
 absl::Status ZeroHook::ReadParameter(int index, absl::Span<float> out) const {
   RETURN_IF_ERROR(CheckHostTensor(index, out.size(), "room given:"));
-  const ParameterInfo& info = infos_[index];
+  return ReadParameterRange(index, 0, out);
+}
+
+absl::Status ZeroHook::ReadParameterRange(int index, int64_t offset,
+                                          absl::Span<float> out) const {
+  const int64_t count = static_cast<int64_t>(out.size());
+  RETURN_IF_ERROR(CheckRange(index, offset, count));
+  if (!memory_->on_host()) {
+    return absl::FailedPreconditionError(
+        "parameters and gradients are accessed directly only in host memory");
+  }
   const void* src = memory_->param_views()[index];
   if (memory_->param_dtype() == DataType::kFloat32) {
-    const float* p = static_cast<const float*>(src);
-    std::copy(p, p + info.numel, out.begin());
+    const float* p = static_cast<const float*>(src) + offset;
+    std::copy(p, p + count, out.begin());
   } else {
-    WidenBFloat16(static_cast<const uint16_t*>(src), info.numel, out.data());
+    WidenBFloat16(static_cast<const uint16_t*>(src) + offset, count,
+                  out.data());
   }
   return absl::OkStatus();
 }
 
 absl::Status ZeroHook::ReadOwnedParameter(int index, int64_t offset,
                                           absl::Span<float> out) const {
-  RETURN_IF_ERROR(CheckIndex(index));
-  const ParameterInfo& info = infos_[index];
   const int64_t count = static_cast<int64_t>(out.size());
-  if (offset < 0 || count > info.numel || offset > info.numel - count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "elements [", offset, ", ", offset + count, ") are outside parameter \"",
-        info.name, "\" of ", info.numel));
-  }
+  RETURN_IF_ERROR(CheckRange(index, offset, count));
+  const ParameterInfo& info = infos_[index];
   if (!memory_->on_host() || state_ != HookState::kInitialized) {
     return absl::FailedPreconditionError(
         "owned parameters are read in host memory after the first step");

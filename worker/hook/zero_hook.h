@@ -232,6 +232,10 @@ class ZeroHook : public GradientSink {
   // overlap_param_broadcast call WaitForParameter first. Errors as
   // SetParameter's (any time).
   absl::Status ReadParameter(int index, absl::Span<float> out) const;
+  // The same for elements [offset, offset + out.size()) of it.
+  // InvalidArgument for a range outside the parameter.
+  absl::Status ReadParameterRange(int index, int64_t offset,
+                                  absl::Span<float> out) const;
   // Host memory, after the first step: elements [offset, offset +
   // out.size()) of parameter `index`, which this rank must own, as its
   // optimizer holds them: the fp32 master weights under mixed precision,
@@ -399,6 +403,9 @@ class ZeroHook : public GradientSink {
   absl::Status AdoptOwnedPieces();
   // InvalidArgument naming `index` when it is not a parameter's.
   absl::Status CheckIndex(int index) const;
+  // CheckIndex, and InvalidArgument when [offset, offset + count) is not
+  // inside the parameter.
+  absl::Status CheckRange(int index, int64_t offset, int64_t count) const;
   // Index in range, `size` its numel, memory on the host; `what` says what
   // `size` counts in the error.
   absl::Status CheckHostTensor(int index, size_t size,

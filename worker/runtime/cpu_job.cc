@@ -150,16 +150,8 @@ class CpuJobImpl final : public CpuJob {
   absl::Status CopyParameterRangeToHost(int index, int64_t offset,
                                         int64_t numel, float* out) override {
     RETURN_IF_ERROR(hook_->WaitForParameter(index));
-    if (fp32_compute_ != nullptr) {
-      // The model's (bf16) values, widened exactly.
-      std::vector<float> whole(workload_->parameters()[index].numel);
-      RETURN_IF_ERROR(hook_->ReadParameter(index, absl::MakeSpan(whole)));
-      std::copy(whole.begin() + offset, whole.begin() + offset + numel, out);
-      return absl::OkStatus();
-    }
-    const float* p = hook_->params()[index] + offset;
-    std::copy(p, p + numel, out);
-    return absl::OkStatus();
+    // Widened exactly from bf16.
+    return hook_->ReadParameterRange(index, offset, absl::MakeSpan(out, numel));
   }
 
   absl::Status CopyOwnedParameterRangeToHost(int index, int64_t offset,
