@@ -1,12 +1,15 @@
 #!/usr/bin/python3
 """The torch_lm example's model (examples/torch_lm/model.py) trained on N
-ranks, one thread each, in three modes measured in the same run, interleaved
+ranks, one thread each, in four modes measured in the same run, interleaved
 (each repeat runs every mode once, the order rotating):
 
   pshard    pshard.torch.ShardedOptimizer (AdamW sharded by bucket, no DDP
             wrapper), the ranks as plain processes in pshard's local mode
             (PSHARD_LOCAL_STORE: a directory rendezvous, no coordinator; the
             data path is the same as under an agent).
+  pshard_bf16  the same with param_dtype and reduce_dtype bfloat16: the
+            model computes in bf16, gradients travel in bf16, the owners
+            step fp32 master weights (the loss in float32).
   ddp_zero  DistributedDataParallel + torch.distributed.optim.
             ZeroRedundancyOptimizer(AdamW), Gloo.
   ddp       DistributedDataParallel + torch.optim.AdamW on every rank, Gloo.
@@ -43,7 +46,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-MODES = ("pshard", "ddp_zero", "ddp")
+MODES = ("pshard", "pshard_bf16", "ddp_zero", "ddp")
+# pshard's modes: the precision ShardedOptimizer runs in (None: float32).
+PSHARD_MODES = {"pshard": None, "pshard_bf16": "bfloat16"}
 RANK_TIMEOUT_SECONDS = 600
 
 
@@ -162,7 +167,7 @@ def run_rank(args):
     """One rank of one run; writes its measurements to args.result."""
     mode, rank, rendezvous = args.as_rank[0], int(args.as_rank[1]), \
         args.as_rank[2]
-    timer = PythonLayerTimer() if mode == "pshard" else None
+    timer = PythonLayerTimer() if mode in PSHARD_MODES else None
     if timer is not None:
         timer.install()
     import torch
@@ -178,13 +183,17 @@ def run_rank(args):
                                width=args.width, layers=args.layers,
                                heads=args.heads)
     report = None
-    if mode == "pshard":
+    if mode in PSHARD_MODES:
         import pshard
         import pshard.torch
         session = pshard.init()
+        # bf16: the model computes in bf16, gradients are reduced in bf16,
+        # the owners step fp32 masters.
+        dtype = PSHARD_MODES[mode] and getattr(torch, PSHARD_MODES[mode])
         optimizer = pshard.torch.ShardedOptimizer(
             model, optimizer=lm.optimizer_spec(args.lr, args.weight_decay),
-            bucket_cap_mb=args.bucket_cap_mb)
+            bucket_cap_mb=args.bucket_cap_mb, param_dtype=dtype,
+            reduce_dtype=dtype)
         forward, barrier, report = model, session.barrier, session.report
         finish = session.close
     else:
@@ -229,7 +238,8 @@ def run_rank(args):
         inputs, targets = lm.batch(train_ids, args.seed, rank, args.world,
                                    step, args.batch_size, args.context)
         optimizer.zero_grad()
-        loss = lm.next_character_loss(forward(inputs), targets)
+        # The loss in float32 whatever the model's dtype.
+        loss = lm.next_character_loss(forward(inputs).float(), targets)
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
@@ -254,7 +264,7 @@ def run_once(mode, args, own_argv):
     """One run of `mode` on args.world ranks; its per-rank results."""
     tmp = tempfile.mkdtemp(prefix=f"torch_lm_bench-{mode}-")
     rendezvous = os.path.join(tmp, "store")
-    if mode == "pshard":
+    if mode in PSHARD_MODES:
         os.makedirs(rendezvous)
     ranks = []
     for rank in range(args.world):
@@ -263,7 +273,7 @@ def run_once(mode, args, own_argv):
                        [os.path.join(ROOT, "python"),
                         os.environ.get("PYTHONPATH", "")]))
         env.pop("PSHARD_COORDINATOR", None)
-        if mode == "pshard":
+        if mode in PSHARD_MODES:
             env.update(PSHARD_LOCAL_STORE=rendezvous, RANK=str(rank),
                        WORLD_SIZE=str(args.world))
         result = os.path.join(tmp, f"rank{rank}.json")
@@ -309,7 +319,7 @@ def summarise(runs, args):
                 statistics.mean(rank["loss_last"] for rank in run)
                 for run in mine),
         }
-        if mode == "pshard":
+        if mode in PSHARD_MODES:
             # Python layer per step as a share of the step, per rank, the
             # worst rank of each run.
             shares = [max(rank["python_layer_s"] / rank["elapsed_s"]
@@ -341,6 +351,7 @@ def summarise(runs, args):
 
 def print_table(summary, args):
     names = {"pshard": "pshard ShardedOptimizer",
+             "pshard_bf16": "pshard ShardedOptimizer, bf16 (fp32 masters)",
              "ddp_zero": "DDP + ZeroRedundancyOptimizer",
              "ddp": "DDP + AdamW"}
     print(f"\n{args.world} ranks x 1 thread, batch {args.batch_size} x "

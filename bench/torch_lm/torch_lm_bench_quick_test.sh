@@ -1,5 +1,6 @@
 #!/bin/bash
-# bench/torch_lm at a tiny size: all three modes (pshard, DDP + ZeRO, DDP)
+# bench/torch_lm at a tiny size: every mode (pshard in fp32 and bf16, DDP +
+# ZeRO, DDP)
 # run on 2 ranks and complete (the driver exits non-zero otherwise). Numbers
 # are never asserted. Runs from the runfiles root, where the driver finds the
 # example's model and the pshard package (with libpshard.so).

@@ -28,13 +28,6 @@ class GpuJobImpl final : public GpuJob {
 
   absl::Status Init(const v1::JobSpec& spec, const GpuJobOptions& options,
                     AssignmentProvider provider) {
-    if (spec.gradient_accumulation_steps() > 1) {
-      // AccumulatingWorkload sums on the host; device workloads would need
-      // an add kernel on the compute stream.
-      return absl::UnimplementedError(
-          "gradient_accumulation_steps > 1 runs on CPU (Gloo) workers only "
-          "for now: use backend GLOO");
-    }
     if (MixedPrecision::FromSpec(spec).mixed()) {
       // Validation refuses it with backend NCCL; AUTO may still land here.
       return absl::UnimplementedError(

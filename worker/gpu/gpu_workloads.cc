@@ -43,6 +43,7 @@ absl::Status UploadInitialParameters(Workload& host,
 namespace {
 
 using gpu::CudaStatus;
+using gpu::DeviceBuffer;
 using gpu::PinnedBuffer;
 using gpu::ScopedDevice;
 
@@ -234,15 +235,84 @@ absl::StatusOr<std::unique_ptr<Workload>> AdaptHostWorkloadToDevice(
       std::move(host), device, stream, std::move(params), std::move(grads)));
 }
 
+namespace {
+
+class DeviceAccumulationArithmetic final : public AccumulationArithmetic {
+ public:
+  DeviceAccumulationArithmetic(int device, cudaStream_t stream)
+      : device_(device), stream_(stream) {}
+
+  absl::StatusOr<std::vector<float*>> AllocateScratch(
+      const std::vector<ParameterInfo>& params) override {
+    ScopedDevice scoped(device_);
+    RETURN_IF_ERROR(scoped.status());
+    std::vector<float*> pointers;
+    for (const ParameterInfo& info : params) {
+      const size_t bytes = static_cast<size_t>(info.numel) * sizeof(float);
+      ASSIGN_OR_RETURN(
+          DeviceBuffer buffer,
+          DeviceBuffer::Allocate(bytes, absl::StrCat(
+              "micro-batch gradient of ", info.name, " (", bytes,
+              " bytes)")));
+      pointers.push_back(buffer.as<float>());
+      scratch_.push_back(std::move(buffer));
+    }
+    return pointers;
+  }
+
+  absl::Status Add(float* sum, const float* micro, int64_t n) override {
+    return gpu::CudaStatus(gpu::LaunchAccumulate(sum, micro, n, stream_),
+                           "accumulate a micro-batch's gradient");
+  }
+
+  absl::Status AddAndDivide(float* sum, const float* micro, int64_t n,
+                            float divisor) override {
+    return gpu::CudaStatus(
+        gpu::LaunchAccumulateAndDivide(sum, micro, n, divisor, stream_),
+        "average the micro-batches' gradient");
+  }
+
+ private:
+  const int device_;
+  const cudaStream_t stream_;
+  std::vector<DeviceBuffer> scratch_;
+};
+
+// `workload` accumulating spec.gradient_accumulation_steps micro-batches
+// on the device (itself when 1).
+absl::StatusOr<std::unique_ptr<Workload>> AccumulateOnDevice(
+    const v1::JobSpec& spec, std::unique_ptr<Workload> workload, int device,
+    CUstream_st* stream) {
+  if (spec.gradient_accumulation_steps() <= 1) return workload;
+  ASSIGN_OR_RETURN(std::unique_ptr<AccumulationArithmetic> arithmetic,
+                   NewDeviceAccumulationArithmetic(device, stream));
+  return AccumulatingWorkload::Create(std::move(workload),
+                                      spec.gradient_accumulation_steps(),
+                                      std::move(arithmetic));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<AccumulationArithmetic>>
+NewDeviceAccumulationArithmetic(int device, CUstream_st* stream) {
+  return std::unique_ptr<AccumulationArithmetic>(
+      new DeviceAccumulationArithmetic(device, stream));
+}
+
 absl::StatusOr<std::unique_ptr<Workload>> CreateGpuWorkload(
     const v1::JobSpec& spec, int rank, int world_size, int device,
     CUstream_st* stream) {
   if (spec.workload_case() == v1::JobSpec::kSynthetic) {
-    return CreateGpuSyntheticWorkload(spec.synthetic(), spec.seed(), rank,
-                                      device, stream);
+    ASSIGN_OR_RETURN(std::unique_ptr<Workload> synthetic,
+                     CreateGpuSyntheticWorkload(spec.synthetic(), spec.seed(),
+                                                rank, device, stream));
+    return AccumulateOnDevice(spec, std::move(synthetic), device, stream);
   }
   if (spec.workload_case() == v1::JobSpec::kMlp) {
-    return CreateGpuMlpWorkload(spec.mlp(), spec.seed(), rank, device, stream);
+    ASSIGN_OR_RETURN(std::unique_ptr<Workload> mlp,
+                     CreateGpuMlpWorkload(spec.mlp(), spec.seed(), rank,
+                                          device, stream));
+    return AccumulateOnDevice(spec, std::move(mlp), device, stream);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Workload> host,
                    CreateWorkload(spec, rank, world_size));

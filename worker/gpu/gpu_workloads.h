@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "pshard/v1/job_spec.pb.h"
+#include "worker/workload/accumulating_workload.h"
 #include "worker/workload/workload.h"
 
 struct CUstream_st;
@@ -44,8 +45,18 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateGpuMlpWorkload(
 absl::StatusOr<std::unique_ptr<Workload>> AdaptHostWorkloadToDevice(
     std::unique_ptr<Workload> host, int device, CUstream_st* stream);
 
-// The workload `spec` names, on device memory: synthetic and mlp on the GPU,
-// replay through AdaptHostWorkloadToDevice(CreateWorkload(...)).
+// Gradient accumulation's arithmetic (AccumulatingWorkload) on device memory
+// of `device`: scratch from cudaMalloc, the sums as kernels on `stream`
+// (the workload's compute stream, so they follow the gradients they add and
+// precede the hook's collectives), the host arithmetic's operations bit for
+// bit. Unavailable without CUDA.
+absl::StatusOr<std::unique_ptr<AccumulationArithmetic>>
+NewDeviceAccumulationArithmetic(int device, CUstream_st* stream);
+
+// The workload `spec` names, on device memory: synthetic and mlp on the GPU
+// (with gradient_accumulation_steps > 1 wrapped in an AccumulatingWorkload
+// on the device), replay through AdaptHostWorkloadToDevice(CreateWorkload(
+// ...)) (which accumulates on the host).
 absl::StatusOr<std::unique_ptr<Workload>> CreateGpuWorkload(
     const v1::JobSpec& spec, int rank, int world_size, int device,
     CUstream_st* stream);

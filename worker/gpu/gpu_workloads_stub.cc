@@ -22,6 +22,11 @@ absl::StatusOr<std::unique_ptr<Workload>> AdaptHostWorkloadToDevice(
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
 
+absl::StatusOr<std::unique_ptr<AccumulationArithmetic>>
+NewDeviceAccumulationArithmetic(int, CUstream_st*) {
+  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
+}
+
 absl::StatusOr<std::unique_ptr<Workload>> CreateGpuWorkload(const v1::JobSpec&,
                                                             int, int, int,
                                                             CUstream_st*) {

@@ -1,6 +1,7 @@
 // The GPU workloads against the CPU ones, one ComputeGradients at a time:
-// synthetic bit for bit, the host adapter bit for bit, the cuBLAS mlp to
-// rounding (loss and every gradient). Skips without a GPU.
+// synthetic bit for bit (also accumulated over micro-batches on the
+// device), the host adapter bit for bit, the cuBLAS mlp to rounding (loss
+// and every gradient). Skips without a GPU.
 #include "worker/gpu/gpu_workloads.h"
 
 #include <algorithm>
@@ -134,6 +135,26 @@ TEST_F(GpuWorkloadsGpuTest, SyntheticIsBitIdentical) {
   EXPECT_EQ(g.order, c.order);
   EXPECT_EQ(g.grads, c.grads);
   EXPECT_TRUE(std::isnan(g.loss));
+}
+
+// gradient_accumulation_steps on the device (AccumulatingWorkload with the
+// device arithmetic): the host accumulation's gradients, bit for bit, in the
+// same order.
+TEST_F(GpuWorkloadsGpuTest, AccumulationOnTheDeviceIsBitIdentical) {
+  const v1::JobSpec spec =
+      Job(R"({"seed": 5, "gradientAccumulationSteps": 3,
+              "synthetic": {"numParameters": 50001, "tensorNumel": 20000}})");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Workload> cpu,
+                       CreateWorkload(spec, 0, 2));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Workload> gpu,
+                       CreateGpuWorkload(spec, 0, 2, 0, nullptr));
+  EXPECT_EQ(gpu->samples_per_step(), cpu->samples_per_step());
+  for (int64_t step : {1, 4}) {
+    ASSERT_OK_AND_ASSIGN(Result c, RunHost(*cpu, step));
+    ASSERT_OK_AND_ASSIGN(Result g, RunDevice(*gpu, step));
+    EXPECT_EQ(g.order, c.order) << "step " << step;
+    EXPECT_EQ(g.grads, c.grads) << "step " << step;
+  }
 }
 
 TEST_F(GpuWorkloadsGpuTest, AdaptedHostWorkloadIsBitIdentical) {

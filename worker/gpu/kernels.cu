@@ -389,6 +389,17 @@ __global__ void DivideFloatKernel(float* __restrict__ data, int64_t n,
   }
 }
 
+// divisor 0: no division (a plain sum).
+__global__ void AccumulateKernel(float* __restrict__ sum,
+                                 const float* __restrict__ micro, int64_t n,
+                                 float divisor) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float s = __fadd_rn(sum[i], micro[i]);
+    sum[i] = divisor == 0.0f ? s : __fdiv_rn(s, divisor);
+  }
+}
+
 __global__ void ScaleBf16Kernel(__nv_bfloat16* __restrict__ data, int64_t n,
                                 float factor) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -625,6 +636,25 @@ cudaError_t LaunchDivide(float* data, int64_t n, float divisor,
   ClearLastError();
   if (n <= 0) return cudaSuccess;
   DivideFloatKernel<<<GridFor(n), kThreads, 0, stream>>>(data, n, divisor);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAccumulate(float* sum, const float* micro, int64_t n,
+                             cudaStream_t stream) {
+  ClearLastError();
+  if (n <= 0) return cudaSuccess;
+  AccumulateKernel<<<GridFor(n), kThreads, 0, stream>>>(sum, micro, n, 0.0f);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAccumulateAndDivide(float* sum, const float* micro,
+                                      int64_t n, float divisor,
+                                      cudaStream_t stream) {
+  ClearLastError();
+  if (n <= 0) return cudaSuccess;
+  if (divisor == 0.0f) return cudaErrorInvalidValue;
+  AccumulateKernel<<<GridFor(n), kThreads, 0, stream>>>(sum, micro, n,
+                                                        divisor);
   return cudaGetLastError();
 }
 

@@ -41,6 +41,15 @@ cudaError_t LaunchScale(void* data, int32_t dtype, int64_t n, float factor,
 cudaError_t LaunchDivide(float* data, int64_t n, float divisor,
                          cudaStream_t stream);
 
+// Gradient accumulation (worker/workload/accumulating_workload.h), the host
+// arithmetic's exact operations: sum[i] += micro[i], and sum[i] = (sum[i] +
+// micro[i]) / divisor (IEEE rounding of each).
+cudaError_t LaunchAccumulate(float* sum, const float* micro, int64_t n,
+                             cudaStream_t stream);
+cudaError_t LaunchAccumulateAndDivide(float* sum, const float* micro,
+                                      int64_t n, float divisor,
+                                      cudaStream_t stream);
+
 // ---- global gradient-norm clipping (worker/hook/clip_math.h) ----
 
 // Blocks of LaunchPartialNorm: each piece keeps this many partials.

@@ -9,31 +9,61 @@
 namespace pshard::worker {
 namespace {
 
+class HostArithmetic final : public AccumulationArithmetic {
+ public:
+  absl::StatusOr<std::vector<float*>> AllocateScratch(
+      const std::vector<ParameterInfo>& params) override {
+    std::vector<float*> pointers;
+    for (const ParameterInfo& info : params) {
+      scratch_.emplace_back(info.numel);
+      pointers.push_back(scratch_.back().data());
+    }
+    return pointers;
+  }
+  absl::Status Add(float* sum, const float* micro, int64_t n) override {
+    for (int64_t k = 0; k < n; ++k) sum[k] += micro[k];
+    return absl::OkStatus();
+  }
+  absl::Status AddAndDivide(float* sum, const float* micro, int64_t n,
+                            float divisor) override {
+    for (int64_t k = 0; k < n; ++k) sum[k] = (sum[k] + micro[k]) / divisor;
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<std::vector<float>> scratch_;
+};
+
 // The last micro-batch's sink: each gradient, as it becomes final, joins the
 // sum in `grads`, is divided by the number of micro-batches, and goes on to
-// the hook.
+// the hook. The first failure is kept (the step then fails with it).
 class FinishingSink final : public GradientSink {
  public:
   FinishingSink(absl::Span<float* const> grads,
                 const std::vector<float*>& last,
                 const std::vector<ParameterInfo>& infos, int micro_batches,
-                GradientSink& next)
+                AccumulationArithmetic& arithmetic, GradientSink& next)
       : grads_(grads), last_(last), infos_(infos),
-        divisor_(static_cast<float>(micro_batches)), next_(next) {}
+        divisor_(static_cast<float>(micro_batches)), arithmetic_(arithmetic),
+        next_(next) {}
 
   void GradientReady(int i) override {
-    float* g = grads_[i];
-    const float* s = last_[i];
-    for (int64_t k = 0; k < infos_[i].numel; ++k) g[k] = (g[k] + s[k]) / divisor_;
-    next_.GradientReady(i);
+    if (!error_.ok()) return;
+    error_ = arithmetic_.AddAndDivide(grads_[i], last_[i], infos_[i].numel,
+                                      divisor_);
+    if (error_.ok()) next_.GradientReady(i);
   }
+
+  const absl::Status& error() const { return error_; }
 
  private:
   const absl::Span<float* const> grads_;
   const std::vector<float*>& last_;
   const std::vector<ParameterInfo>& infos_;
   const float divisor_;
+  AccumulationArithmetic& arithmetic_;
   GradientSink& next_;
+  absl::Status error_;
 };
 
 class SilentSink final : public GradientSink {
@@ -43,17 +73,22 @@ class SilentSink final : public GradientSink {
 
 }  // namespace
 
-AccumulatingWorkload::AccumulatingWorkload(std::unique_ptr<Workload> inner,
-                                           int micro_batches)
-    : inner_(std::move(inner)), micro_batches_(micro_batches) {
-  for (const ParameterInfo& info : inner_->parameters()) {
-    scratch_.emplace_back(info.numel);
-    scratch_ptrs_.push_back(scratch_.back().data());
-  }
+std::unique_ptr<AccumulationArithmetic> NewHostAccumulationArithmetic() {
+  return std::make_unique<HostArithmetic>();
 }
 
+AccumulatingWorkload::AccumulatingWorkload(
+    std::unique_ptr<Workload> inner, int micro_batches,
+    std::unique_ptr<AccumulationArithmetic> arithmetic,
+    std::vector<float*> scratch)
+    : inner_(std::move(inner)),
+      micro_batches_(micro_batches),
+      arithmetic_(std::move(arithmetic)),
+      scratch_(std::move(scratch)) {}
+
 absl::StatusOr<std::unique_ptr<Workload>> AccumulatingWorkload::Create(
-    std::unique_ptr<Workload> inner, int micro_batches) {
+    std::unique_ptr<Workload> inner, int micro_batches,
+    std::unique_ptr<AccumulationArithmetic> arithmetic) {
   if (inner == nullptr) {
     return absl::InvalidArgumentError("no workload to accumulate");
   }
@@ -61,8 +96,14 @@ absl::StatusOr<std::unique_ptr<Workload>> AccumulatingWorkload::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "gradient_accumulation_steps must be >= 1, got ", micro_batches));
   }
+  if (arithmetic == nullptr) {
+    return absl::InvalidArgumentError("no accumulation arithmetic");
+  }
+  ASSIGN_OR_RETURN(std::vector<float*> scratch,
+                   arithmetic->AllocateScratch(inner->parameters()));
   return std::unique_ptr<Workload>(
-      new AccumulatingWorkload(std::move(inner), micro_batches));
+      new AccumulatingWorkload(std::move(inner), micro_batches,
+                               std::move(arithmetic), std::move(scratch)));
 }
 
 absl::StatusOr<double> AccumulatingWorkload::ComputeGradients(
@@ -72,7 +113,7 @@ absl::StatusOr<double> AccumulatingWorkload::ComputeGradients(
   if (n == 1) return inner_->ComputeGradients(step, params, grads, sink);
   const int64_t first = (step - 1) * n + 1;
   const std::vector<ParameterInfo>& infos = inner_->parameters();
-  const absl::Span<float* const> scratch(scratch_ptrs_);
+  const absl::Span<float* const> scratch(scratch_);
   SilentSink silent;
   // Micro-batch 1 into `grads`, 2..N-1 added to it: nothing communicated.
   ASSIGN_OR_RETURN(double loss_sum,
@@ -82,15 +123,14 @@ absl::StatusOr<double> AccumulatingWorkload::ComputeGradients(
                                                            scratch, silent));
     loss_sum += loss;
     for (size_t i = 0; i < infos.size(); ++i) {
-      float* g = grads[i];
-      const float* s = scratch_ptrs_[i];
-      for (int64_t k = 0; k < infos[i].numel; ++k) g[k] += s[k];
+      RETURN_IF_ERROR(arithmetic_->Add(grads[i], scratch_[i], infos[i].numel));
     }
   }
   // The last: its gradients reach the hook as they become final.
-  FinishingSink finish(grads, scratch_ptrs_, infos, n, sink);
+  FinishingSink finish(grads, scratch_, infos, n, *arithmetic_, sink);
   ASSIGN_OR_RETURN(double loss, inner_->ComputeGradients(first + n - 1, params,
                                                          scratch, finish));
+  RETURN_IF_ERROR(finish.error());
   loss_sum += loss;
   return loss_sum / n;
 }

@@ -11,6 +11,10 @@
 // (s - 1) * N + m: its data (mlp, synthetic) or recorded gradients (replay,
 // gradients/step-<(s-1)*N+m>/) are those of that step, so a job restarted
 // from a checkpoint at optimizer step k resumes with micro-batch k * N + 1.
+//
+// The sums run where the gradients live: host memory by default, device
+// memory with the GPU engine's AccumulationArithmetic (worker/gpu), the same
+// float operations in the same order either way.
 #ifndef PSHARD_WORKER_WORKLOAD_ACCUMULATING_WORKLOAD_H_
 #define PSHARD_WORKER_WORKLOAD_ACCUMULATING_WORKLOAD_H_
 
@@ -24,11 +28,33 @@
 
 namespace pshard::worker {
 
+// The element-wise arithmetic of accumulation on the memory the wrapped
+// workload's gradients live in.
+class AccumulationArithmetic {
+ public:
+  virtual ~AccumulationArithmetic() = default;
+  // Room for one micro-batch's gradients: per parameter, numel floats
+  // (owned by this object, valid while it lives).
+  virtual absl::StatusOr<std::vector<float*>> AllocateScratch(
+      const std::vector<ParameterInfo>& params) = 0;
+  // sum[k] += micro[k], k < n.
+  virtual absl::Status Add(float* sum, const float* micro, int64_t n) = 0;
+  // sum[k] = (sum[k] + micro[k]) / divisor, k < n (IEEE division).
+  virtual absl::Status AddAndDivide(float* sum, const float* micro, int64_t n,
+                                    float divisor) = 0;
+};
+
+// Host memory (the default).
+std::unique_ptr<AccumulationArithmetic> NewHostAccumulationArithmetic();
+
 class AccumulatingWorkload final : public Workload {
  public:
-  // InvalidArgument: `inner` null, `micro_batches` < 1.
+  // InvalidArgument: `inner` null, `micro_batches` < 1, `arithmetic` null;
+  // its AllocateScratch's errors.
   static absl::StatusOr<std::unique_ptr<Workload>> Create(
-      std::unique_ptr<Workload> inner, int micro_batches);
+      std::unique_ptr<Workload> inner, int micro_batches,
+      std::unique_ptr<AccumulationArithmetic> arithmetic =
+          NewHostAccumulationArithmetic());
 
   const std::vector<ParameterInfo>& parameters() const override {
     return inner_->parameters();
@@ -48,13 +74,15 @@ class AccumulatingWorkload final : public Workload {
   }
 
  private:
-  AccumulatingWorkload(std::unique_ptr<Workload> inner, int micro_batches);
+  AccumulatingWorkload(std::unique_ptr<Workload> inner, int micro_batches,
+                       std::unique_ptr<AccumulationArithmetic> arithmetic,
+                       std::vector<float*> scratch);
 
   const std::unique_ptr<Workload> inner_;
   const int micro_batches_;
-  // One micro-batch's gradients, per parameter.
-  std::vector<std::vector<float>> scratch_;
-  std::vector<float*> scratch_ptrs_;
+  const std::unique_ptr<AccumulationArithmetic> arithmetic_;
+  // One micro-batch's gradients, per parameter (arithmetic_'s memory).
+  const std::vector<float*> scratch_;
 };
 
 }  // namespace pshard::worker
