@@ -7,9 +7,11 @@ import torch
 
 import parity_common as common
 
-# (optimizer, param_dtype, reduce_dtype, comm_mode). "env": the precision
-# comes from the environment (the job spec's, as the agent sets it), not
-# from ShardedOptimizer's arguments.
+# (optimizer, param_dtype, reduce_dtype, comm_mode[, options]). "env": the
+# precision comes from the environment (the job spec's, as the agent sets
+# it), not from ShardedOptimizer's arguments. options: "sharded" (the
+# SHARDED assignment policy: every bucket cut over the ranks) and
+# "overlap" (overlap_param_broadcast: the forward waits per module).
 BF16, FP32 = torch.bfloat16, torch.float32
 CONFIGURATIONS = [
     ("sgd_momentum", BF16, FP32, "reduce_broadcast"),
@@ -19,6 +21,7 @@ CONFIGURATIONS = [
     ("adamw", BF16, BF16, "reduce_broadcast"),
     ("adamw", FP32, BF16, "reduce_broadcast"),
     ("adamw", "env", "env", "reduce_broadcast"),
+    ("adamw", BF16, BF16, "reduce_broadcast", ("sharded", "overlap")),
 ]
 # What "env" stands for: PSHARD_PARAM_DTYPE / PSHARD_REDUCE_DTYPE.
 ENV_DTYPES = (BF16, FP32)
@@ -26,16 +29,21 @@ DTYPE_NAMES = {BF16: "BF16", FP32: "FP32"}
 
 
 def dtypes(config):
-    _, param, reduce, _ = config
+    _, param, reduce = config[:3]
     return ENV_DTYPES if param == "env" else (param, reduce)
 
 
+def options(config):
+    return config[4] if len(config) > 4 else ()
+
+
 def name(config):
-    optimizer, param, reduce, comm_mode = config
+    optimizer, param, reduce, comm_mode = config[:4]
+    suffix = "".join(f"-{o}" for o in options(config))
     if param == "env":
-        return f"{optimizer}-env-{comm_mode}"
+        return f"{optimizer}-env-{comm_mode}{suffix}"
     return (f"{optimizer}-{DTYPE_NAMES[param]}-{DTYPE_NAMES[reduce]}-"
-            f"{comm_mode}")
+            f"{comm_mode}{suffix}")
 
 
 def loss_of(model, x, y, dtype):

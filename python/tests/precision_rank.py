@@ -17,8 +17,11 @@ import pshard.torch
 
 
 def run(config, store, out):
-    optimizer_name, param_dtype, reduce_dtype, comm_mode = config
+    optimizer_name, param_dtype, reduce_dtype, comm_mode = config[:4]
+    extra = mixed.options(config)
     os.environ["PSHARD_LOCAL_STORE"] = store
+    if "sharded" in extra:
+        os.environ["PSHARD_LOCAL_ASSIGNMENT_POLICY"] = "SHARDED"
     if param_dtype == "env":
         # As an agent sets them from the job spec's precision.
         want_param, want_reduce = mixed.ENV_DTYPES
@@ -26,14 +29,16 @@ def run(config, store, out):
         os.environ["PSHARD_REDUCE_DTYPE"] = mixed.DTYPE_NAMES[want_reduce]
         param_dtype = reduce_dtype = None
     session = pshard.Session.open()
-    for variable in ("PSHARD_PARAM_DTYPE", "PSHARD_REDUCE_DTYPE"):
+    for variable in ("PSHARD_PARAM_DTYPE", "PSHARD_REDUCE_DTYPE",
+                     "PSHARD_LOCAL_ASSIGNMENT_POLICY"):
         os.environ.pop(variable, None)
     rank, world = session.rank, session.world_size
     model = common.make_model()  # float32: the masters start from it
     optimizer = pshard.torch.ShardedOptimizer(
         model, optimizer=common.OPTIMIZERS[optimizer_name][0],
         bucket_cap_mb=common.BUCKET_CAP_MB, comm_mode=comm_mode,
-        session=session, param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+        session=session, param_dtype=param_dtype, reduce_dtype=reduce_dtype,
+        overlap_param_broadcast="overlap" in extra)
     dtype = optimizer.param_dtype
     assert (dtype, optimizer.reduce_dtype) == mixed.dtypes(config), (
         dtype, optimizer.reduce_dtype)
@@ -53,6 +58,7 @@ def run(config, store, out):
                 (loss / len(batches)).backward()
         optimizer.step()
         if step in (1, common.STEPS):
+            optimizer.wait_parameters()  # read outside a forward (overlap)
             snapshots[step] = {n: p.detach().clone()
                                for n, p in model.named_parameters()}
     session.close()

@@ -2,7 +2,8 @@
 N ranks (real processes, the local test mode): bf16 parameters with fp32 or
 bf16 gradient reduction, and fp32 parameters with a bf16 reduction, SGD with
 momentum, AdamW and Adam over 4 accumulated micro-batches, both comm modes,
-the precision given as arguments or by the environment (the job spec's).
+the precision given as arguments or by the environment (the job spec's),
+and bf16 under the SHARDED policy with overlap_param_broadcast.
 
 Each rank's parameters are compared with precision_common.reference, one
 process computing what the ranks must: within one bf16 step of it
