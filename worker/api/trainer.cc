@@ -40,6 +40,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Configure(
   RETURN_IF_ERROR(session->SetOptimizer(options.optimizer));
   RETURN_IF_ERROR(session->SetBucketCapMb(options.bucket_cap_mb));
   RETURN_IF_ERROR(session->SetCommMode(options.comm_mode));
+  if (options.precision.has_value()) {
+    RETURN_IF_ERROR(session->SetPrecision(*options.precision));
+  }
   for (ParameterInfo& p : params) {
     if (p.name.empty()) {
       return absl::InvalidArgumentError("a parameter has no name");
@@ -52,7 +55,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Configure(
           "parameter \"", p.name, "\" has ", p.numel,
           " elements, which must be >= 1 and match its shape"));
     }
-    RETURN_IF_ERROR(session->RegisterParameter(p.name, p.shape).status());
+    RETURN_IF_ERROR(session
+                        ->RegisterParameter(p.name, p.shape,
+                                            session->precision().param_dtype)
+                        .status());
   }
   RETURN_IF_ERROR(session->Prepare());
   return std::unique_ptr<Trainer>(new Trainer(std::move(session)));

@@ -52,6 +52,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,10 @@ struct TrainerOptions {
   // Target bucket size, as DDP's bucket_cap_mb.
   double bucket_cap_mb = 25;
   v1::JobSpec::CommMode comm_mode = v1::JobSpec::REDUCE_BROADCAST;
+  // Mixed precision (Session::SetPrecision): bf16 parameters and/or
+  // gradients, fp32 master weights at the owners. Unset: the environment's
+  // (Open: the job spec's precision) or fp32 (Create).
+  std::optional<MixedPrecision> precision;
   // Create only (Open takes these from the environment):
   // How buckets are spread over ranks when they are computed locally
   // (identically on every rank; see assignment_client).
@@ -116,9 +121,14 @@ class Trainer {
 
   int num_parameters() const { return session_->num_parameters(); }
 
-  // Parameter i's values and its gradient buffer (see the rules above).
+  // Parameter i's values and its gradient buffer (see the rules above), as
+  // fp32: empty when their dtype (options.precision) is not fp32.
   absl::Span<float> parameter(int i) { return session_->parameter(i); }
   absl::Span<float> gradient(int i) { return session_->gradient(i); }
+  // The same in any dtype: numel elements of precision.param_dtype and of
+  // precision.reduce_dtype (bf16: uint16_t, the upper half of a float).
+  void* parameter_data(int i) { return session_->parameter_data(i); }
+  void* gradient_data(int i) { return session_->gradient_data(i); }
 
   // Gradient i is final for this step. InvalidArgument for a bad index,
   // FailedPrecondition if already marked in this step.

@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -83,6 +85,41 @@ TEST(TrainerTest, LocalModeComputesTheOwnersItself) {
   EXPECT_EQ(trainer->step(), 1);
   EXPECT_EQ(trainer->num_buckets(), 2);
   EXPECT_THAT(trainer->owned_buckets(), ElementsAre(0, 1));
+}
+
+// options.precision: bf16 parameters and fp32 gradients in the buffers, the
+// owner stepping fp32 masters from the fp32 initial values (SGD lr 1 on
+// gradients -2^-9: below half a bf16 step at 1, yet the rounded model
+// moves once the masters have).
+TEST(TrainerTest, Bf16ParametersStepFp32Masters) {
+  FakeHub hub(1);
+  std::unique_ptr<Communicator> comm = hub.Create(0);
+  TrainerOptions options = SmallBuckets();
+  options.optimizer.mutable_hyper_parameters()->set_lr(1);
+  options.precision = MixedPrecision{DataType::kBFloat16, DataType::kFloat32};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> trainer,
+                       Trainer::Create(comm.get(), {{"w", {3}, 3}}, options));
+  EXPECT_THAT(trainer->parameter(0), SizeIs(0));  // not fp32
+  const std::vector<float> start(3, 1.0f + 1.0f / 1024);
+  ASSERT_OK(trainer->session().SetParameterValues(0, start));
+  auto widened = [&] {
+    const auto* bits = static_cast<const uint16_t*>(trainer->parameter_data(0));
+    std::vector<float> out(3);
+    for (int i = 0; i < 3; ++i) {
+      const uint32_t word = static_cast<uint32_t>(bits[i]) << 16;
+      std::memcpy(&out[i], &word, sizeof(word));
+    }
+    return out;
+  };
+  EXPECT_THAT(widened(), ::testing::Each(1.0f));
+  for (int step = 1; step <= 2; ++step) {
+    auto* grads = static_cast<float*>(trainer->gradient_data(0));
+    std::fill(grads, grads + 3, -1.0f / 512);
+    ASSERT_OK(trainer->GradientReady(0));
+    ASSERT_OK(trainer->FinishStep());
+  }
+  // Masters 1 + 5/1024: nearest bf16 1 + 1/128.
+  EXPECT_THAT(widened(), ::testing::Each(1.0f + 1.0f / 128));
 }
 
 TEST(TrainerTest, CoordinatorModeGoesThroughTheAssignmentClient) {
