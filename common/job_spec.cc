@@ -564,13 +564,8 @@ absl::Status CheckEnum(absl::string_view field,
   return FieldError(field, UnknownEnumValueMessage(*type, absl::StrCat(value)));
 }
 
-// checkpoint, max_restarts, min_world_size, from_checkpoint and
-// restart_on_program_failure (issue 14).
-bool IsFp32(int dtype) {
-  return dtype == v1::PrecisionSpec::DTYPE_UNSPECIFIED ||
-         dtype == v1::PrecisionSpec::FP32;
-}
-
+// precision: known dtypes (every backend and workload: a program's session
+// takes it as its default).
 absl::Status ValidatePrecision(const JobSpec& spec) {
   if (!spec.has_precision()) return absl::OkStatus();
   const v1::PrecisionSpec& precision = spec.precision();
@@ -583,19 +578,11 @@ absl::Status ValidatePrecision(const JobSpec& spec) {
       return FieldError(field, absl::StrCat("must be FP32 or BF16, got ", dtype));
     }
   }
-  const bool mixed = !IsFp32(precision.param_dtype()) ||
-                     !IsFp32(precision.reduce_dtype());
-  if (!mixed) return absl::OkStatus();
-  // The GPU engine's bf16 kernels (GpuShardOptimizer) are not wired into
-  // its hook yet: refused rather than run in fp32 behind the user's back.
-  if (spec.backend() == JobSpec::NCCL) {
-    return FieldError("precision",
-                      "BF16 is not supported yet with backend NCCL (Gloo "
-                      "workers only)");
-  }
   return absl::OkStatus();
 }
 
+// checkpoint, max_restarts, min_world_size, from_checkpoint and
+// restart_on_program_failure (issue 14).
 absl::Status ValidateFaultTolerance(const JobSpec& spec) {
   const bool is_program = spec.has_program();
   if (spec.has_checkpoint()) {

@@ -749,14 +749,7 @@ INSTANTIATE_TEST_SUITE_P(
                 Replace("\"steps\": 100",
                         "\"steps\": 100, \"precision\": {\"param_dtype\": "
                         "\"FP16\"}"),
-                "precision.param_dtype"},
-        BadCase{"Bf16OnNccl",
-                absl::StrReplaceAll(
-                    Replace("\"gloo\"", "\"nccl\""),
-                    {{"\"steps\": 100",
-                      "\"steps\": 100, \"precision\": {\"reduce_dtype\": "
-                      "\"BF16\"}"}}),
-                "precision: BF16 is not supported yet with backend NCCL"}),
+                "precision.param_dtype"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
 
 TEST(PrecisionSpecTest, OutOfRangeEnumIsRefusedAndProgramsMayAskForBf16) {
@@ -773,6 +766,11 @@ TEST(PrecisionSpecTest, OutOfRangeEnumIsRefusedAndProgramsMayAskForBf16) {
   // The program's session takes it as its default (pshardSetPrecision).
   spec.mutable_precision()->set_param_dtype(v1::PrecisionSpec::BF16);
   EXPECT_OK(ValidateJobSpec(spec));
+  // GPU workers too (GpuJob's device masters).
+  JobSpec nccl = ParseGood();
+  nccl.set_backend(JobSpec::NCCL);
+  nccl.mutable_precision()->set_reduce_dtype(v1::PrecisionSpec::BF16);
+  EXPECT_OK(ValidateJobSpec(nccl));
 }
 
 TEST(ClippingSpecTest, ProgramJobsAccumulateThemselves) {

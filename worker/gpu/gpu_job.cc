@@ -9,9 +9,138 @@
 #include "worker/gpu/cuda_util.h"
 #include "worker/gpu/gpu_shard_optimizer.h"
 #include "worker/gpu/gpu_workloads.h"
+#include "worker/gpu/kernels.h"
 
 namespace pshard::worker {
 namespace {
+
+// Mixed precision (JobSpec.precision), as CpuJob's Fp32Compute: the
+// workloads compute in fp32, on device copies of the bf16 parameters
+// (widened before each step, on the compute stream) into device fp32
+// gradients that are rounded into the bf16 buckets as each becomes final.
+// A dtype that is fp32 is used in place.
+class DeviceFp32Compute final : public GradientSink {
+ public:
+  static absl::StatusOr<std::unique_ptr<DeviceFp32Compute>> Create(
+      GpuZeroHook* hook, int device, cudaStream_t stream) {
+    gpu::ScopedDevice scoped(device);
+    RETURN_IF_ERROR(scoped.status());
+    std::unique_ptr<DeviceFp32Compute> compute(
+        new DeviceFp32Compute(hook, device, stream));
+    for (const ParameterInfo& info : hook->parameter_infos()) {
+      const size_t bytes = static_cast<size_t>(info.numel) * sizeof(float);
+      if (hook->param_dtype() != DataType::kFloat32) {
+        ASSIGN_OR_RETURN(gpu::DeviceBuffer p,
+                         gpu::DeviceBuffer::Allocate(bytes, absl::StrCat(
+                             "fp32 parameter ", info.name)));
+        compute->params_.push_back(std::move(p));
+      }
+      if (hook->grad_dtype() != DataType::kFloat32) {
+        ASSIGN_OR_RETURN(gpu::DeviceBuffer g,
+                         gpu::DeviceBuffer::Allocate(bytes, absl::StrCat(
+                             "fp32 gradient ", info.name)));
+        compute->grads_.push_back(std::move(g));
+      }
+    }
+    return compute;
+  }
+
+  // The workload's initial values, in fp32, become the model's and the
+  // owners' masters' (ZeroHook::SetParameter rounds them into bf16
+  // buckets).
+  absl::Status Initialize(Workload& workload) {
+    if (params_.empty()) return workload.InitializeParameters(hook_->params());
+    gpu::ScopedDevice scoped(device_);
+    RETURN_IF_ERROR(scoped.status());
+    std::vector<float*> params;
+    for (gpu::DeviceBuffer& p : params_) params.push_back(p.as<float>());
+    RETURN_IF_ERROR(workload.InitializeParameters(params));
+    const std::vector<ParameterInfo>& infos = hook_->parameter_infos();
+    std::vector<float> values;
+    for (size_t i = 0; i < infos.size(); ++i) {
+      values.resize(infos[i].numel);
+      RETURN_IF_ERROR(gpu::CudaStatus(
+          cudaMemcpyAsync(values.data(), params[i], values.size() * 4,
+                          cudaMemcpyDeviceToHost, stream_),
+          "download the initial parameters"));
+      RETURN_IF_ERROR(gpu::CudaStatus(cudaStreamSynchronize(stream_),
+                                      "download the initial parameters"));
+      RETURN_IF_ERROR(hook_->SetParameter(static_cast<int>(i), values));
+    }
+    return absl::OkStatus();
+  }
+
+  // Before a step's compute (the buckets may have moved after the first
+  // step): the views, and bf16 parameters widened on the compute stream,
+  // which the hook has ordered after the last step's broadcasts.
+  absl::Status PrepareStep() {
+    gpu::ScopedDevice scoped(device_);
+    RETURN_IF_ERROR(scoped.status());
+    const std::vector<ParameterInfo>& infos = hook_->parameter_infos();
+    compute_params_.assign(infos.size(), nullptr);
+    compute_grads_.assign(infos.size(), nullptr);
+    for (size_t i = 0; i < infos.size(); ++i) {
+      if (params_.empty()) {
+        compute_params_[i] = hook_->params()[i];
+      } else {
+        compute_params_[i] = params_[i].as<float>();
+        RETURN_IF_ERROR(gpu::CudaStatus(
+            gpu::LaunchBFloat16ToFloat(
+                static_cast<const uint16_t*>(hook_->param_data()[i]),
+                params_[i].as<float>(), infos[i].numel, stream_),
+            "widen the parameters"));
+      }
+      compute_grads_[i] =
+          grads_.empty() ? hook_->grads()[i] : grads_[i].as<float>();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Span<const float* const> params() const { return compute_params_; }
+  absl::Span<float* const> grads() const { return compute_grads_; }
+
+  // Rounds the gradient into its bf16 bucket (on the compute stream, which
+  // the hook's collectives follow) and hands it over.
+  void GradientReady(int i) override {
+    if (!grads_.empty()) {
+      gpu::ScopedDevice scoped(device_);
+      absl::Status narrowed = scoped.status();
+      if (narrowed.ok()) narrowed = gpu::CudaStatus(
+          gpu::LaunchFloatToBFloat16(
+              grads_[i].as<float>(),
+              static_cast<uint16_t*>(hook_->grad_data()[i]),
+              hook_->parameter_infos()[i].numel, stream_),
+          "round a gradient");
+      if (!narrowed.ok()) {
+        if (error_.ok()) error_ = narrowed;
+        return;
+      }
+    }
+    hook_->GradientReady(i);
+  }
+
+  absl::Status WaitForParameter(int i) override {
+    return hook_->WaitForParameter(i);
+  }
+
+  // The first gradient that could not be handed over this step, if any.
+  absl::Status TakeError() { return std::exchange(error_, absl::OkStatus()); }
+
+ private:
+  DeviceFp32Compute(GpuZeroHook* hook, int device, cudaStream_t stream)
+      : hook_(hook), device_(device), stream_(stream) {}
+
+  GpuZeroHook* const hook_;
+  const int device_;
+  const cudaStream_t stream_;
+  // Empty where the dtype is fp32 (the buckets are used in place).
+  std::vector<gpu::DeviceBuffer> params_;
+  std::vector<gpu::DeviceBuffer> grads_;
+  // This step's views for the workload.
+  std::vector<const float*> compute_params_;
+  std::vector<float*> compute_grads_;
+  absl::Status error_;
+};
 
 class GpuJobImpl final : public GpuJob {
  public:
@@ -22,18 +151,13 @@ class GpuJobImpl final : public GpuJob {
   ~GpuJobImpl() override {
     // The hook first (it may abort and wait on the communicator), then the
     // workload, the compute stream and the communicator.
+    fp32_compute_.reset();
     hook_.reset();
     workload_.reset();
   }
 
   absl::Status Init(const v1::JobSpec& spec, const GpuJobOptions& options,
                     AssignmentProvider provider) {
-    if (MixedPrecision::FromSpec(spec).mixed()) {
-      // Validation refuses it with backend NCCL; AUTO may still land here.
-      return absl::UnimplementedError(
-          "precision other than FP32 runs on CPU (Gloo) workers only for "
-          "now: use backend GLOO");
-    }
     ASSIGN_OR_RETURN(
         std::unique_ptr<GpuShardOptimizer> optimizer,
         GpuShardOptimizer::Create(spec.optimizer(), options.device));
@@ -51,18 +175,39 @@ class GpuJobImpl final : public GpuJob {
     hook_options.compute_stream = stream_.get();
     hook_options.clock = options.clock;
     hook_options.clipping = GradClipping::FromSpec(spec.optimizer());
+    hook_options.precision = MixedPrecision::FromSpec(spec);
     ASSIGN_OR_RETURN(
         hook_, GpuZeroHook::Create(workload_->parameters(), comm_.get(),
                                    std::move(optimizer), std::move(provider),
                                    hook_options));
-    return workload_->InitializeParameters(hook_->params());
+    if (!hook_options.precision.mixed()) {
+      return workload_->InitializeParameters(hook_->params());
+    }
+    ASSIGN_OR_RETURN(fp32_compute_,
+                     DeviceFp32Compute::Create(hook_.get(), options.device,
+                                               stream_.get()));
+    return fp32_compute_->Initialize(*workload_);
   }
 
   absl::StatusOr<double> RunStep(int64_t step) override {
-    std::vector<const float*> params(hook_->params().begin(),
-                                     hook_->params().end());
-    absl::StatusOr<double> loss =
-        workload_->ComputeGradients(step, params, hook_->grads(), *hook_);
+    absl::StatusOr<double> loss;
+    if (fp32_compute_ != nullptr) {
+      absl::Status prepared = fp32_compute_->PrepareStep();
+      loss = prepared.ok()
+                 ? workload_->ComputeGradients(step, fp32_compute_->params(),
+                                               fp32_compute_->grads(),
+                                               *fp32_compute_)
+                 : absl::StatusOr<double>(prepared);
+      if (loss.ok()) {
+        if (absl::Status handed = fp32_compute_->TakeError(); !handed.ok()) {
+          loss = handed;
+        }
+      }
+    } else {
+      std::vector<const float*> params(hook_->params().begin(),
+                                       hook_->params().end());
+      loss = workload_->ComputeGradients(step, params, hook_->grads(), *hook_);
+    }
     if (!loss.ok()) {
       comm_->Abort(loss.status());
       return loss.status();
@@ -98,6 +243,8 @@ class GpuJobImpl final : public GpuJob {
   const absl::Duration timeout_;
   std::unique_ptr<Workload> workload_;
   std::unique_ptr<GpuZeroHook> hook_;
+  // Mixed precision only.
+  std::unique_ptr<DeviceFp32Compute> fp32_compute_;
 };
 
 }  // namespace

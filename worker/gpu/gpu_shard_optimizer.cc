@@ -163,6 +163,40 @@ class GpuShardOptimizer::Impl {
     return absl::OkStatus();
   }
 
+  absl::Status AdoptMasterWeights(int bucket_index, const float* initial,
+                                  int64_t numel) {
+    ScopedDevice scoped(device_);
+    RETURN_IF_ERROR(scoped.status());
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(GpuBucket* found, FindBucket(bucket_index));
+    GpuBucket& bucket = *found;
+    const std::string what = absl::StrCat("bucket ", bucket_index);
+    if (bucket.bf16) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, " already has master weights"));
+    }
+    if (numel != bucket.plan.extent || (numel > 0 && initial == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": ", numel, " initial master weights, the bucket spans ",
+          bucket.plan.extent));
+    }
+    const size_t bytes = static_cast<size_t>(numel) * sizeof(float);
+    ASSIGN_OR_RETURN(bucket.master,
+                     DeviceBuffer::Allocate(bytes, absl::StrCat(
+                         what, ": cudaMalloc(master ", bytes, " bytes)")));
+    if (bytes > 0) {
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(bucket.master.get(), initial, bytes,
+                          cudaMemcpyHostToDevice, stream_.get()),
+          absl::StrCat(what, ": upload master weights")));
+      RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_.get()),
+                                 absl::StrCat(what, ": upload master weights")));
+    }
+    bucket.state_bytes += static_cast<int64_t>(bytes);
+    bucket.bf16 = true;
+    return absl::OkStatus();
+  }
+
   absl::Status Enqueue(int bucket_index, void* params, const void* grads,
                        bool bf16_params, bool bf16_grads, cudaStream_t stream) {
     if (params == nullptr || grads == nullptr) {
@@ -317,6 +351,12 @@ absl::Status GpuShardOptimizer::AddBf16Bucket(int bucket_index,
                                               bool initial_is_bf16) {
   return impl_->AddBucket(bucket_index, std::move(spans), /*bf16=*/true,
                           initial_params, initial_is_bf16);
+}
+
+absl::Status GpuShardOptimizer::AdoptMasterWeights(int bucket_index,
+                                                   const float* initial,
+                                                   int64_t numel) {
+  return impl_->AdoptMasterWeights(bucket_index, initial, numel);
 }
 
 absl::Status GpuShardOptimizer::Step(int bucket_index, float* params,

@@ -59,6 +59,14 @@ class GpuShardOptimizer final : public ShardOptimizer {
   absl::Status AddBf16Bucket(int bucket_index, std::vector<ParamSpan> spans,
                              const void* initial_params, bool initial_is_bf16);
 
+  // Makes the fp32 bucket `bucket_index` (AddBucket) a bf16 one, as the ZeRO
+  // hook's mixed precision needs once it knows the owned pieces: its fp32
+  // master weights start from `initial` (`numel` host floats, the bucket's
+  // extent; copied, waited for). InvalidArgument: another numel;
+  // FailedPrecondition: the bucket is bf16 already; NotFound: not added.
+  absl::Status AdoptMasterWeights(int bucket_index, const float* initial,
+                                  int64_t numel);
+
   // Synchronous step of an fp32 bucket, for callers without streams: runs on
   // the legacy default stream (so after synchronous cudaMemcpy calls and the
   // work of blocking streams) and waits for it.

@@ -29,6 +29,9 @@ absl::Status GpuShardOptimizer::AddBf16Bucket(int, std::vector<ParamSpan>,
                                               const void*, bool) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
+absl::Status GpuShardOptimizer::AdoptMasterWeights(int, const float*, int64_t) {
+  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
+}
 absl::Status GpuShardOptimizer::Step(int, float*, const float*) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }

@@ -287,6 +287,35 @@ TEST_F(GpuShardOptimizerGpuTest, ErrorsNameTheProblem) {
   EXPECT_EQ(gpu->state_bytes(3), 0);
 }
 
+// AdoptMasterWeights turns an fp32 bucket into a bf16 one (the hook's mixed
+// precision): the masters are the host values given, its steps are bf16
+// steps, and the state counts the masters.
+TEST_F(GpuShardOptimizerGpuTest, AdoptMasterWeightsMakesABf16Bucket) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuShardOptimizer> gpu,
+                       GpuShardOptimizer::Create(Spec(kAdamJson), 0));
+  ASSERT_OK(gpu->AddBucket(4, {{"a", 0, 16}}));
+  const std::vector<float> initial(16, 1.5f);
+  EXPECT_THAT(gpu->AdoptMasterWeights(4, initial.data(), 15),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the bucket spans 16")));
+  EXPECT_THAT(gpu->AdoptMasterWeights(7, initial.data(), 16),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("bucket 7")));
+  ASSERT_OK(gpu->AdoptMasterWeights(4, initial.data(), 16));
+  EXPECT_THAT(gpu->AdoptMasterWeights(4, initial.data(), 16),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("already has master weights")));
+  EXPECT_EQ(gpu->state_bytes(4), 3 * 16 * 4);  // moments and masters
+  ASSERT_OK_AND_ASSIGN(DeviceBuffer out, DeviceBuffer::Allocate(64, "out"));
+  ASSERT_OK(gpu->CopyMasterWeights(4, out.as<float>()));
+  std::vector<float> masters(16);
+  ASSERT_EQ(cudaMemcpy(masters.data(), out.get(), 64, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(masters, initial);
+  ASSERT_OK_AND_ASSIGN(DeviceBuffer buf, DeviceBuffer::Allocate(64, "buf"));
+  EXPECT_THAT(gpu->EnqueueStep(4, buf.as<float>(), buf.as<float>(), nullptr),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("bf16")));
+}
+
 TEST_F(GpuShardOptimizerGpuTest, StateMatchesTheCpuLayout) {
   // After one Adam step from zero state: exp_avg = (1 - beta1) g.
   const v1::OptimizerSpec spec = Spec(R"({"kind": "ADAM"})");

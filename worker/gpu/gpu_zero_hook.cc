@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/comm/reduce_ops.h"
 #include "worker/gpu/cuda_util.h"
 #include "worker/gpu/kernels.h"
 #include "worker/hook/hook_memory.h"
@@ -25,16 +26,24 @@ using gpu::ScopedDevice;
 using gpu::SynchronizeStream;
 
 // Buckets in device memory: per bucket one allocation for parameters and one
-// for gradients (BucketStorage's layout, on the device), and an event that
-// marks the bucket's gradients on the compute stream. Every operation is on
-// `comm`'s stream, ordered after `compute` with events, and back.
+// for gradients (BucketStorage's layout, on the device, in the parameters'
+// and the reduction's dtypes), and an event that marks the bucket's
+// gradients on the compute stream. Every operation is on `comm`'s stream,
+// ordered after `compute` with events, and back. Mixed precision as the
+// host memory's: an owner's GpuShardOptimizer keeps fp32 master weights
+// for its bf16 pieces (AdoptMasterWeights) and steps them in its fused bf16
+// kernel, which reads bf16 or fp32 gradients and writes the rounded update
+// into the parameters; gradients that must be averaged or clipped first
+// are widened into fp32 room of the owner's.
 class DeviceMemory final : public HookMemory {
  public:
   DeviceMemory(NcclCommunicator* comm, GpuShardOptimizer* optimizer,
                cudaStream_t compute, absl::Duration timeout,
-               const Clock& clock)
+               const Clock& clock, const MixedPrecision& precision)
       : comm_(comm), optimizer_(optimizer), compute_(compute),
-        timeout_(timeout), clock_(clock) {}
+        timeout_(timeout), clock_(clock),
+        param_dtype_(precision.param_dtype),
+        grad_dtype_(precision.reduce_dtype) {}
 
   absl::Status Arrange(const BucketLayout& layout) override {
     ScopedDevice scoped(comm_->device());
@@ -45,19 +54,24 @@ class DeviceMemory final : public HookMemory {
     std::vector<void*> grad_views(num_params, nullptr);
     std::vector<CudaEvent> events;
     for (const Bucket& bucket : layout.buckets()) {
-      const size_t bytes = static_cast<size_t>(bucket.numel) * sizeof(float);
+      const size_t param_bytes =
+          static_cast<size_t>(bucket.numel) * DataTypeSize(param_dtype_);
+      const size_t grad_bytes =
+          static_cast<size_t>(bucket.numel) * DataTypeSize(grad_dtype_);
       const std::string what = absl::StrCat("bucket ", bucket.index, ": ");
       ASSIGN_OR_RETURN(DeviceBuffer p,
-                       DeviceBuffer::Allocate(bytes, absl::StrCat(
-                           what, "parameters (", bytes, " bytes)")));
+                       DeviceBuffer::Allocate(param_bytes, absl::StrCat(
+                           what, "parameters (", param_bytes, " bytes)")));
       ASSIGN_OR_RETURN(DeviceBuffer g,
-                       DeviceBuffer::Allocate(bytes, absl::StrCat(
-                           what, "gradients (", bytes, " bytes)")));
+                       DeviceBuffer::Allocate(grad_bytes, absl::StrCat(
+                           what, "gradients (", grad_bytes, " bytes)")));
       ASSIGN_OR_RETURN(CudaEvent event,
                        CudaEvent::Create(absl::StrCat(what, "event")));
       for (const BucketEntry& e : bucket.entries) {
-        param_views[e.param_index] = p.as<float>() + e.offset;
-        grad_views[e.param_index] = g.as<float>() + e.offset;
+        param_views[e.param_index] =
+            AdvanceElements(p.get(), e.offset, param_dtype_);
+        grad_views[e.param_index] =
+            AdvanceElements(g.get(), e.offset, grad_dtype_);
       }
       params.push_back(std::move(p));
       grads.push_back(std::move(g));
@@ -68,14 +82,15 @@ class DeviceMemory final : public HookMemory {
       // there), and wait, since the old buffers go when this returns.
       for (const Bucket& bucket : layout.buckets()) {
         for (const BucketEntry& e : bucket.entries) {
-          const size_t bytes = e.numel * sizeof(float);
           const int i = e.param_index;
           RETURN_IF_ERROR(CudaStatus(
-              cudaMemcpyAsync(param_views[i], param_views_[i], bytes,
+              cudaMemcpyAsync(param_views[i], param_views_[i],
+                              e.numel * DataTypeSize(param_dtype_),
                               cudaMemcpyDeviceToDevice, compute_),
               "re-pack parameters"));
           RETURN_IF_ERROR(CudaStatus(
-              cudaMemcpyAsync(grad_views[i], grad_views_[i], bytes,
+              cudaMemcpyAsync(grad_views[i], grad_views_[i],
+                              e.numel * DataTypeSize(grad_dtype_),
                               cudaMemcpyDeviceToDevice, compute_),
               "re-pack gradients"));
         }
@@ -93,11 +108,10 @@ class DeviceMemory final : public HookMemory {
     return absl::OkStatus();
   }
 
-  // fp32 only: GpuShardOptimizer's bf16 path is not wired in yet.
-  DataType param_dtype() const override { return DataType::kFloat32; }
-  DataType grad_dtype() const override { return DataType::kFloat32; }
-  void* bucket_params(int b) override { return params_[b].as<float>(); }
-  void* bucket_grads(int b) override { return grads_[b].as<float>(); }
+  DataType param_dtype() const override { return param_dtype_; }
+  DataType grad_dtype() const override { return grad_dtype_; }
+  void* bucket_params(int b) override { return params_[b].get(); }
+  void* bucket_grads(int b) override { return grads_[b].get(); }
   const std::vector<void*>& param_views() const override {
     return param_views_;
   }
@@ -105,6 +119,71 @@ class DeviceMemory final : public HookMemory {
     return grad_views_;
   }
   bool on_host() const override { return false; }
+
+  // On the compute stream (after what the workload wrote there), waited for.
+  absl::Status WriteFloats(void* dst, DataType dtype, const float* values,
+                           int64_t n) override {
+    if (n == 0) return absl::OkStatus();
+    ScopedDevice scoped(comm_->device());
+    RETURN_IF_ERROR(scoped.status());
+    std::vector<uint16_t> narrowed;
+    const void* src = values;
+    if (dtype != DataType::kFloat32) {
+      narrowed.resize(n);
+      for (int64_t i = 0; i < n; ++i) narrowed[i] = FloatToBFloat16(values[i]);
+      src = narrowed.data();
+    }
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(dst, src, n * DataTypeSize(dtype),
+                        cudaMemcpyHostToDevice, compute_),
+        "upload values"));
+    return SynchronizeStream(compute_, timeout_, "upload values", clock_);
+  }
+
+  absl::Status ReadFloats(const void* src, DataType dtype, int64_t n,
+                          float* out) override {
+    if (n == 0) return absl::OkStatus();
+    ScopedDevice scoped(comm_->device());
+    RETURN_IF_ERROR(scoped.status());
+    std::vector<uint16_t> narrow;
+    void* dst = out;
+    if (dtype != DataType::kFloat32) {
+      narrow.resize(n);
+      dst = narrow.data();
+    }
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(dst, src, n * DataTypeSize(dtype),
+                        cudaMemcpyDeviceToHost, compute_),
+        "download values"));
+    RETURN_IF_ERROR(
+        SynchronizeStream(compute_, timeout_, "download values", clock_));
+    for (size_t i = 0; i < narrow.size(); ++i) out[i] = BFloat16ToFloat(narrow[i]);
+    return absl::OkStatus();
+  }
+
+  absl::Status AdoptOwnedPiece(int index, const float* initial,
+                               int64_t numel) override {
+    if (index < 0 || numel < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("piece ", index, " of ", numel, " elements"));
+    }
+    ScopedDevice scoped(comm_->device());
+    RETURN_IF_ERROR(scoped.status());
+    if (index >= static_cast<int>(grad_room_.size())) {
+      grad_room_.resize(index + 1);
+    }
+    if (param_dtype_ != DataType::kFloat32) {
+      RETURN_IF_ERROR(optimizer_->AdoptMasterWeights(index, initial, numel));
+    }
+    if (grad_dtype_ != DataType::kFloat32) {
+      const size_t bytes = static_cast<size_t>(numel) * sizeof(float);
+      ASSIGN_OR_RETURN(grad_room_[index],
+                       DeviceBuffer::Allocate(bytes, absl::StrCat(
+                           "piece ", index, ": fp32 gradients (", bytes,
+                           " bytes)")));
+    }
+    return absl::OkStatus();
+  }
 
   // The communication stream waits (on the device) for the compute stream
   // to have produced the bucket's gradients.
@@ -128,8 +207,15 @@ class DeviceMemory final : public HookMemory {
   // set: only enqueues kernels on the communication stream.
   absl::Status OwnerStep(int index, void* param_data, void* grad_data,
                          int64_t numel, float divisor) override {
-    float* params = static_cast<float*>(param_data);
-    float* grads = static_cast<float*>(grad_data);
+    if (divisor == 1 && param_dtype_ != DataType::kFloat32 &&
+        grad_dtype_ != DataType::kFloat32) {
+      // The fused kernel widens the bf16 gradients as it reads them.
+      return optimizer_->EnqueueBf16Step(
+          index, static_cast<uint16_t*>(param_data), grad_data,
+          GpuShardOptimizer::GradType::kBFloat16, comm_->stream());
+    }
+    ASSIGN_OR_RETURN(float* grads,
+                     WidenedGradients(index, grad_data, numel));
     if (divisor != 1) {
       // The average as the CPU hook computes it: g / n, rounded (g * (1/n)
       // could differ in the last bit for n not a power of two).
@@ -137,7 +223,7 @@ class DeviceMemory final : public HookMemory {
           gpu::LaunchDivide(grads, numel, divisor, comm_->stream()),
           absl::StrCat("piece ", index, ": average gradient")));
     }
-    return optimizer_->EnqueueStep(index, params, grads, comm_->stream());
+    return Step(index, param_data, grads);
   }
 
   // Clipping: per piece kNormBlocks partials, and the slots, on the device;
@@ -168,7 +254,8 @@ class DeviceMemory final : public HookMemory {
 
   absl::Status PartialNorm(int index, void* grad_data, int64_t numel,
                            float divisor, NormKind kind) override {
-    float* grads = static_cast<float*>(grad_data);
+    ASSIGN_OR_RETURN(float* grads,
+                     WidenedGradients(index, grad_data, numel));
     const std::string what = absl::StrCat("piece ", index, ": gradient norm");
     if (divisor != 1) {
       RETURN_IF_ERROR(CudaStatus(
@@ -196,14 +283,16 @@ class DeviceMemory final : public HookMemory {
   absl::Status ClippedOwnerStep(int index, void* param_data, void* grad_data,
                                 int64_t numel, double max_norm,
                                 NormKind kind) override {
-    float* params = static_cast<float*>(param_data);
-    float* grads = static_cast<float*>(grad_data);
+    // PartialNorm already widened and averaged them.
+    float* grads = grad_dtype_ == DataType::kFloat32
+                       ? static_cast<float*>(grad_data)
+                       : grad_room_[index].as<float>();
     RETURN_IF_ERROR(CudaStatus(
         gpu::LaunchClipScale(grads, numel, norm_slots_.as<float>(), world_size_,
                              kind == NormKind::kInf, max_norm,
                              comm_->stream()),
         absl::StrCat("piece ", index, ": clip gradient")));
-    return optimizer_->EnqueueStep(index, params, grads, comm_->stream());
+    return Step(index, param_data, grads);
   }
 
   // FinishStep has waited for the step: the slots are final.
@@ -226,30 +315,54 @@ class DeviceMemory final : public HookMemory {
     return StreamWaitFor(last, compute_, timeout_);
   }
 
-  absl::Status CopyToHost(int param_index, int64_t offset, int64_t numel,
-                          float* out) {
-    ScopedDevice scoped(comm_->device());
-    RETURN_IF_ERROR(scoped.status());
-    const std::string what = absl::StrCat("download parameter ", param_index);
+ private:
+  // Piece `index`'s gradients as fp32: in place, or widened into its room
+  // (enqueued on the communication stream).
+  absl::StatusOr<float*> WidenedGradients(int index, void* grads,
+                                          int64_t numel) {
+    if (grad_dtype_ == DataType::kFloat32) return static_cast<float*>(grads);
+    if (index >= static_cast<int>(grad_room_.size()) ||
+        grad_room_[index].get() == nullptr) {
+      return absl::InternalError(absl::StrCat(
+          "piece ", index, " has no room for its fp32 gradients"));
+    }
+    float* room = grad_room_[index].as<float>();
     RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(out, param_views_[param_index] + offset,
-                        numel * sizeof(float), cudaMemcpyDeviceToHost,
-                        compute_),
-        what));
-    return SynchronizeStream(compute_, timeout_, what, clock_);
+        gpu::LaunchBFloat16ToFloat(static_cast<const uint16_t*>(grads), room,
+                                   numel, comm_->stream()),
+        absl::StrCat("piece ", index, ": widen gradient")));
+    return room;
   }
 
- private:
+  // The optimizer's step on fp32 gradients `grads`, enqueued on the
+  // communication stream: on the parameters, or (bf16) on the master
+  // weights, rounded into the parameters by the same kernel.
+  absl::Status Step(int index, void* params, const float* grads) {
+    if (param_dtype_ == DataType::kFloat32) {
+      return optimizer_->EnqueueStep(index, static_cast<float*>(params), grads,
+                                     comm_->stream());
+    }
+    return optimizer_->EnqueueBf16Step(index, static_cast<uint16_t*>(params),
+                                       grads,
+                                       GpuShardOptimizer::GradType::kFloat32,
+                                       comm_->stream());
+  }
+
   NcclCommunicator* const comm_;
   GpuShardOptimizer* const optimizer_;
   const cudaStream_t compute_;
   const absl::Duration timeout_;
   const Clock& clock_;
+  const DataType param_dtype_;
+  const DataType grad_dtype_;
   std::vector<DeviceBuffer> params_;
   std::vector<DeviceBuffer> grads_;
   std::vector<void*> param_views_;
   std::vector<void*> grad_views_;
   std::vector<CudaEvent> ready_events_;  // per bucket, re-recorded each step
+  // bf16 gradients: each owned piece's fp32 room (AdoptOwnedPiece), by
+  // piece index.
+  std::vector<DeviceBuffer> grad_room_;
   // Clipping (PrepareNorms).
   DeviceBuffer norm_partials_;  // doubles, kNormBlocks per piece
   DeviceBuffer norm_slots_;     // world_size floats
@@ -268,22 +381,11 @@ class GpuZeroHookImpl final : public GpuZeroHook {
 
   absl::Status CopyParameterRangeToHost(int param_index, int64_t offset,
                                         int64_t numel, float* out) override {
-    const std::vector<ParameterInfo>& infos = parameter_infos();
-    if (param_index < 0 || param_index >= static_cast<int>(infos.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameter index ", param_index, " is outside [0, ", infos.size(),
-          ")"));
+    if (numel < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(numel, " elements of parameter ", param_index));
     }
-    if (offset < 0 || numel < 0 || offset > infos[param_index].numel - numel) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "elements [", offset, ", ", offset + numel, ") of parameter \"",
-          infos[param_index].name, "\" are outside its ",
-          infos[param_index].numel));
-    }
-    if (numel == 0) return absl::OkStatus();
-    // Create() gave this hook a DeviceMemory.
-    return static_cast<DeviceMemory&>(memory())
-        .CopyToHost(param_index, offset, numel, out);
+    return ReadParameterRange(param_index, offset, absl::MakeSpan(out, numel));
   }
 };
 
@@ -310,6 +412,7 @@ absl::StatusOr<std::unique_ptr<GpuZeroHook>> GpuZeroHook::Create(
   hook_options.bucket_cap_mb = options.bucket_cap_mb;
   hook_options.timeout = options.timeout;
   hook_options.clipping = options.clipping;
+  hook_options.precision = options.precision;
   // Whole buckets, each broadcast right after its step (see the header).
   hook_options.piece_bytes = 0;
   hook_options.broadcast_lag = 0;
@@ -317,7 +420,7 @@ absl::StatusOr<std::unique_ptr<GpuZeroHook>> GpuZeroHook::Create(
       comm, optimizer.get(),
       options.compute_stream == nullptr ? cudaStreamLegacy
                                         : options.compute_stream,
-      options.timeout, *options.clock);
+      options.timeout, *options.clock, options.precision);
   auto hook = std::make_unique<GpuZeroHookImpl>(
       std::move(params), comm, std::move(optimizer), std::move(memory),
       std::move(provider), hook_options);

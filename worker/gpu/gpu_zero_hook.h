@@ -64,6 +64,9 @@ struct GpuZeroHookOptions {
   const Clock* clock = &Clock::Real();
   // Global gradient-norm clipping (zero_hook.h): off by default.
   GradClipping clipping;
+  // Mixed precision (zero_hook.h): fp32 by default. bf16 buckets on the
+  // device, fp32 master weights and widened gradients at the owner.
+  MixedPrecision precision;
 };
 
 class GpuZeroHook : public ZeroHook {
@@ -80,8 +83,9 @@ class GpuZeroHook : public ZeroHook {
   // the compute stream after the step's broadcasts.
 
   // Copies elements [offset, offset + numel) of parameter `param_index` to
-  // host memory (one device-to-host copy of that range) and waits.
-  // InvalidArgument: an index or a range outside the parameter.
+  // host memory (one device-to-host copy of that range, widened from bf16)
+  // and waits (ZeroHook::ReadParameterRange). InvalidArgument: an index or a
+  // range outside the parameter.
   virtual absl::Status CopyParameterRangeToHost(int param_index,
                                                 int64_t offset, int64_t numel,
                                                 float* out) = 0;

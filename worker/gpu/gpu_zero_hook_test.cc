@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -35,6 +36,7 @@
 #include "shard/assignment.h"
 #include "worker/hook/zero_hook.h"
 #include "worker/optim/shard_optimizer.h"
+#include "worker/runtime/cpu_job.h"
 #include "worker/workload/workload.h"
 
 namespace pshard::worker {
@@ -314,6 +316,48 @@ TEST(GpuJobTest, OneGpuJobMatchesTheCpuHook) {
   // A key in the job's store, scoped by job and epoch.
   EXPECT_OK(
       kv.Get("nccl/nccl-unique-id/gpu-job/3", absl::ZeroDuration()).status());
+}
+
+// Mixed precision (JobSpec.precision) through the jobs: GpuJob's bf16
+// buckets, device masters and fp32 compute copies against CpuJob's, bf16
+// parameters and/or gradients, with gradient accumulation on the device in
+// one case; one rank, so the reduction is the identity and both must agree
+// bit for bit.
+TEST(GpuJobTest, MixedPrecisionJobMatchesTheCpuJob) {
+  PSHARD_SKIP_WITHOUT_GPUS(1);
+  struct Case {
+    v1::PrecisionSpec::DType param, reduce;
+    int accumulation;
+  };
+  for (const Case& c : {Case{v1::PrecisionSpec::BF16, v1::PrecisionSpec::FP32, 1},
+                        Case{v1::PrecisionSpec::BF16, v1::PrecisionSpec::BF16, 2},
+                        Case{v1::PrecisionSpec::FP32, v1::PrecisionSpec::BF16, 1}}) {
+    SCOPED_TRACE(absl::StrCat(v1::PrecisionSpec::DType_Name(c.param), "/",
+                              v1::PrecisionSpec::DType_Name(c.reduce), " x",
+                              c.accumulation));
+    v1::JobSpec spec = Job(kSyntheticAdamJob);
+    spec.mutable_precision()->set_param_dtype(c.param);
+    spec.mutable_precision()->set_reduce_dtype(c.reduce);
+    spec.set_gradient_accumulation_steps(c.accumulation);
+    spec = ApplyJobSpecDefaults(spec);
+    ASSERT_OK(ValidateJobSpec(spec));
+    InMemoryKvStore cpu_kv, gpu_kv;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<CpuJob> cpu_job,
+                         CpuJob::Create(spec, CpuJobOptions(), cpu_kv,
+                                        Provider(1)));
+    GpuJobOptions options;
+    options.job_id = "gpu-bf16-job";
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuJob> gpu_job,
+                         GpuJob::Create(spec, options, gpu_kv, Provider(1)));
+    for (int64_t step = 1; step <= spec.steps(); ++step) {
+      ASSERT_OK(cpu_job->RunStep(step).status());
+      ASSERT_OK(gpu_job->RunStep(step).status());
+    }
+    EXPECT_EQ(gpu_job->hook().param_dtype(), cpu_job->hook().param_dtype());
+    ASSERT_OK_AND_ASSIGN(auto cpu, cpu_job->DownloadParameters());
+    ASSERT_OK_AND_ASSIGN(auto gpu, gpu_job->DownloadParameters());
+    ExpectSame(gpu, cpu);
+  }
 }
 
 TEST(GpuZeroHookTest, TwoGpusMatchTheCpuHookOnTwoRanks) {

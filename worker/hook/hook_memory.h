@@ -71,10 +71,23 @@ class HookMemory {
   // write directly.
   virtual bool on_host() const = 0;
 
+  // ---- Values from and to the host ----
+  // SetParameter/SetGradient, ReadParameterRange and the owners' first
+  // master weights, from the training thread: `n` host floats into `dst`
+  // (this memory; elements of `dtype`, rounded to nearest even for bf16),
+  // and `n` elements of `dtype` at `src` (this memory) widened exactly into
+  // host floats. Each returns once the values have landed (device memory
+  // copies on its compute stream and waits).
+  virtual absl::Status WriteFloats(void* dst, DataType dtype,
+                                   const float* values, int64_t n) = 0;
+  virtual absl::Status ReadFloats(const void* src, DataType dtype, int64_t n,
+                                  float* out) = 0;
+
   // ---- Mixed precision (dtypes other than fp32) ----
   // Once per owned piece, before its first step (from the training
   // thread): piece `index`'s fp32 master weights start as `initial`
-  // (`numel` floats, copied), and room for its fp32 gradients is made. The
+  // (`numel` host floats, copied into this memory), and room for its fp32
+  // gradients is made. The
   // owner then steps the master weights and writes them, rounded, into the
   // piece's parameters. Called only when a dtype is not fp32. Unimplemented
   // where the memory has no mixed precision (the default).

@@ -119,6 +119,14 @@ class RecordingMemory : public HookMemory {
     return inner_->grad_views();
   }
   bool on_host() const override { return inner_->on_host(); }
+  absl::Status WriteFloats(void* dst, DataType dtype, const float* values,
+                           int64_t n) override {
+    return inner_->WriteFloats(dst, dtype, values, n);
+  }
+  absl::Status ReadFloats(const void* src, DataType dtype, int64_t n,
+                          float* out) override {
+    return inner_->ReadFloats(src, dtype, n, out);
+  }
   absl::StatusOr<std::shared_ptr<Work>> OrderAfterGradients(int b) override {
     Log(training_, absl::StrCat("order ", b));
     // As the device memory does: an operation in the communicator's order.

@@ -91,6 +91,27 @@ class HostMemory final : public HookMemory {
   }
   bool on_host() const override { return true; }
 
+  absl::Status WriteFloats(void* dst, DataType dtype, const float* values,
+                           int64_t n) override {
+    if (dtype == DataType::kFloat32) {
+      std::copy(values, values + n, static_cast<float*>(dst));
+    } else {
+      NarrowToBFloat16(values, n, static_cast<uint16_t*>(dst));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadFloats(const void* src, DataType dtype, int64_t n,
+                          float* out) override {
+    if (dtype == DataType::kFloat32) {
+      const float* f = static_cast<const float*>(src);
+      std::copy(f, f + n, out);
+    } else {
+      WidenBFloat16(static_cast<const uint16_t*>(src), n, out);
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status AdoptOwnedPiece(int index, const float* initial,
                                int64_t numel) override {
     if (index < 0 || numel < 0) {
@@ -299,8 +320,7 @@ absl::Status ZeroHook::Init() {
   if (memory_->param_dtype() != options_.precision.param_dtype ||
       memory_->grad_dtype() != options_.precision.reduce_dtype) {
     return absl::InvalidArgumentError(
-        "the hook's memory does not hold the dtypes of options.precision "
-        "(mixed precision is host memory only)");
+        "the hook's memory does not hold the dtypes of options.precision");
   }
   const int n = static_cast<int>(infos_.size());
   issued_broadcasts_.assign(n, {});
@@ -360,7 +380,7 @@ absl::Status ZeroHook::CheckRange(int index, int64_t offset,
   return absl::OkStatus();
 }
 
-absl::Status ZeroHook::CheckHostTensor(int index, size_t size,
+absl::Status ZeroHook::CheckTensorSize(int index, size_t size,
                                        absl::string_view what) const {
   RETURN_IF_ERROR(CheckIndex(index));
   const ParameterInfo& info = infos_[index];
@@ -369,46 +389,35 @@ absl::Status ZeroHook::CheckHostTensor(int index, size_t size,
         absl::StrCat("parameter \"", info.name, "\" has ", info.numel,
                      " elements, ", what, " ", size));
   }
-  if (!memory_->on_host()) {
-    return absl::FailedPreconditionError(
-        "parameters and gradients are accessed directly only in host memory");
-  }
   return absl::OkStatus();
 }
 
 absl::Status ZeroHook::SetParameter(int index, absl::Span<const float> values) {
-  RETURN_IF_ERROR(CheckHostTensor(index, values.size(), "values given:"));
+  RETURN_IF_ERROR(CheckTensorSize(index, values.size(), "values given:"));
   const ParameterInfo& info = infos_[index];
   if (state_ == HookState::kInitialized) {
     return absl::FailedPreconditionError(absl::StrCat(
         "parameter \"", info.name, "\" set after the first step (the "
         "owners' master weights have started)"));
   }
-  void* dst = memory_->param_views()[index];
-  if (memory_->param_dtype() == DataType::kFloat32) {
-    std::copy(values.begin(), values.end(), static_cast<float*>(dst));
-    return absl::OkStatus();
-  }
-  NarrowToBFloat16(values.data(), info.numel, static_cast<uint16_t*>(dst));
+  RETURN_IF_ERROR(memory_->WriteFloats(memory_->param_views()[index],
+                                       memory_->param_dtype(), values.data(),
+                                       info.numel));
+  if (memory_->param_dtype() == DataType::kFloat32) return absl::OkStatus();
   initial_params_.resize(infos_.size());
   initial_params_[index].assign(values.begin(), values.end());
   return absl::OkStatus();
 }
 
 absl::Status ZeroHook::SetGradient(int index, absl::Span<const float> values) {
-  RETURN_IF_ERROR(CheckHostTensor(index, values.size(), "values given:"));
-  void* dst = memory_->grad_views()[index];
-  if (memory_->grad_dtype() == DataType::kFloat32) {
-    std::copy(values.begin(), values.end(), static_cast<float*>(dst));
-  } else {
-    NarrowToBFloat16(values.data(), values.size(),
-                     static_cast<uint16_t*>(dst));
-  }
-  return absl::OkStatus();
+  RETURN_IF_ERROR(CheckTensorSize(index, values.size(), "values given:"));
+  return memory_->WriteFloats(memory_->grad_views()[index],
+                              memory_->grad_dtype(), values.data(),
+                              static_cast<int64_t>(values.size()));
 }
 
 absl::Status ZeroHook::ReadParameter(int index, absl::Span<float> out) const {
-  RETURN_IF_ERROR(CheckHostTensor(index, out.size(), "room given:"));
+  RETURN_IF_ERROR(CheckTensorSize(index, out.size(), "room given:"));
   return ReadParameterRange(index, 0, out);
 }
 
@@ -416,19 +425,10 @@ absl::Status ZeroHook::ReadParameterRange(int index, int64_t offset,
                                           absl::Span<float> out) const {
   const int64_t count = static_cast<int64_t>(out.size());
   RETURN_IF_ERROR(CheckRange(index, offset, count));
-  if (!memory_->on_host()) {
-    return absl::FailedPreconditionError(
-        "parameters and gradients are accessed directly only in host memory");
-  }
-  const void* src = memory_->param_views()[index];
-  if (memory_->param_dtype() == DataType::kFloat32) {
-    const float* p = static_cast<const float*>(src) + offset;
-    std::copy(p, p + count, out.begin());
-  } else {
-    WidenBFloat16(static_cast<const uint16_t*>(src) + offset, count,
-                  out.data());
-  }
-  return absl::OkStatus();
+  return memory_->ReadFloats(
+      AdvanceElements(memory_->param_views()[index], offset,
+                      memory_->param_dtype()),
+      memory_->param_dtype(), count, out.data());
 }
 
 absl::Status ZeroHook::ReadOwnedParameter(int index, int64_t offset,
@@ -490,14 +490,8 @@ absl::Status ZeroHook::AdoptOwnedPieces() {
     // The piece's current values widened, then SetParameter's fp32 values
     // over them where there are some.
     initial.assign(piece.numel, 0.0f);
-    const void* params = PieceParams(p);
-    if (memory_->param_dtype() == DataType::kFloat32) {
-      const float* f = static_cast<const float*>(params);
-      std::copy(f, f + piece.numel, initial.begin());
-    } else {
-      WidenBFloat16(static_cast<const uint16_t*>(params), piece.numel,
-                    initial.data());
-    }
+    RETURN_IF_ERROR(memory_->ReadFloats(PieceParams(p), memory_->param_dtype(),
+                                        piece.numel, initial.data()));
     const std::vector<ParamSpan> in_piece = PieceSpans(p);
     const std::vector<ParamSpan> in_param =
         PieceSpans(p, /*offsets_in_parameters=*/true);

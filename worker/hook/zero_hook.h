@@ -216,21 +216,24 @@ class ZeroHook : public GradientSink {
   DataType grad_dtype() const { return memory_->grad_dtype(); }
   const std::vector<ParameterInfo>& parameter_infos() const { return infos_; }
 
-  // Host memory, before the first step: parameter `index` takes `values`
-  // (its numel floats) on this rank, rounded to nearest even for bf16
-  // parameters, whose owner starts its fp32 master weights from `values`
-  // themselves (so a resume from fp32 values loses nothing).
-  // InvalidArgument: index out of range or the wrong size;
-  // FailedPrecondition after the first step or on device memory.
+  // Host values in and out, whatever memory the buckets are in (device
+  // memory copies on its compute stream and waits: not for a step's inner
+  // loop there).
+  //
+  // Before the first step: parameter `index` takes `values` (its numel
+  // floats) on this rank, rounded to nearest even for bf16 parameters,
+  // whose owner starts its fp32 master weights from `values` themselves
+  // (so a resume from fp32 values loses nothing). InvalidArgument: index
+  // out of range or the wrong size; FailedPrecondition after the first
+  // step.
   absl::Status SetParameter(int index, absl::Span<const float> values);
-  // Host memory: parameter `index`'s gradient takes `values` (its numel
-  // floats), rounded to nearest even for bf16 gradients (the caller then
-  // marks it ready). Errors as SetParameter's (any time).
+  // Parameter `index`'s gradient takes `values` (its numel floats), rounded
+  // to nearest even for bf16 gradients (the caller then marks it ready).
+  // Errors as SetParameter's (any time).
   absl::Status SetGradient(int index, absl::Span<const float> values);
-  // Host memory: parameter `index` as this rank's model holds it, widened
-  // to fp32 (exact), into `out` (its numel floats). With
-  // overlap_param_broadcast call WaitForParameter first. Errors as
-  // SetParameter's (any time).
+  // Parameter `index` as this rank's model holds it, widened to fp32
+  // (exact), into `out` (its numel floats). With overlap_param_broadcast
+  // call WaitForParameter first. Errors as SetParameter's (any time).
   absl::Status ReadParameter(int index, absl::Span<float> out) const;
   // The same for elements [offset, offset + out.size()) of it.
   // InvalidArgument for a range outside the parameter.
@@ -406,9 +409,9 @@ class ZeroHook : public GradientSink {
   // CheckIndex, and InvalidArgument when [offset, offset + count) is not
   // inside the parameter.
   absl::Status CheckRange(int index, int64_t offset, int64_t count) const;
-  // Index in range, `size` its numel, memory on the host; `what` says what
-  // `size` counts in the error.
-  absl::Status CheckHostTensor(int index, size_t size,
+  // Index in range and `size` its numel; `what` says what `size` counts in
+  // the error.
+  absl::Status CheckTensorSize(int index, size_t size,
                                absl::string_view what) const;
   // Piece p's bucket buffers at its offset.
   void* PieceParams(int p);
