@@ -376,9 +376,11 @@ def print_table(summary, args):
             print(f"{names[mode]} / DDP+ZeRO, repeat by repeat: " +
                   ", ".join(f"{r:.2f}" for r in ratios) +
                   f" (median {statistics.median(ratios):.2f})")
-    if "pshard" in summary:
-        entry = summary["pshard"]
-        print(f"\npshard's Python layer: "
+    for mode in PSHARD_MODES:
+        if mode not in summary:
+            continue
+        entry = summary[mode]
+        print(f"\n{names[mode]}'s Python layer: "
               f"{entry['python_layer_ms_per_step']:.3f} ms per step, "
               f"{100 * entry['python_layer_share']:.2f}% of a step; rank 0's "
               "C calls per step (ms): " + ", ".join(

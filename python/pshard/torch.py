@@ -294,23 +294,17 @@ class ShardedOptimizer:
         if self._session._handle is None:
             return
         name, p = self._named[i]
-        if not self._grads_in_buckets:
-            if self._no_sync:
-                return  # autograd accumulates into p.grad
-            if self._ready[i]:
-                raise PshardError(
-                    "pshardGradientReady", _capi.INVALID_USAGE,
-                    f"the gradient of {name} became final twice in one "
-                    "step: one backward per step, or accumulate the others "
-                    "inside `with optimizer.no_sync():`")
-            self._hand_over(i)
-            return
         if self._ready[i]:
             raise PshardError(
                 "pshardGradientReady", _capi.INVALID_USAGE,
                 f"the gradient of {name} became final twice in one step: one "
                 "backward per step, or accumulate the others inside "
                 "`with optimizer.no_sync():`")
+        if not self._grads_in_buckets:
+            # Autograd accumulates into p.grad; it travels converted.
+            if not self._no_sync:
+                self._hand_over(i)
+            return
         if p.grad is not self._grads[i]:
             # zero_grad(set_to_none=True) (torch 2's default) or an
             # assignment replaced the bucket view: bring it back.

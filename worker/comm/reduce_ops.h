@@ -26,6 +26,27 @@ inline uint16_t FloatToBFloat16(float value) {
   return static_cast<uint16_t>((bits + rounding_bias) >> 16);
 }
 
+// `n` elements of `dtype` at `src` as floats (bf16 widened: exact).
+inline void ToFloats(const void* src, DataType dtype, int64_t n, float* out) {
+  if (dtype == DataType::kFloat32) {
+    std::memcpy(out, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  const auto* s = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(s[i]);
+}
+
+// `n` floats as elements of `dtype` at `dst` (bf16 rounded to nearest even).
+inline void FromFloats(const float* values, DataType dtype, int64_t n,
+                       void* dst) {
+  if (dtype == DataType::kFloat32) {
+    std::memcpy(dst, values, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  auto* d = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) d[i] = FloatToBFloat16(values[i]);
+}
+
 // dst[i] += src[i] for `count` elements of `dtype`.
 inline void AddInto(void* dst, const void* src, int64_t count,
                     DataType dtype) {

@@ -126,12 +126,13 @@ class DeviceMemory final : public HookMemory {
     if (n == 0) return absl::OkStatus();
     ScopedDevice scoped(comm_->device());
     RETURN_IF_ERROR(scoped.status());
-    std::vector<uint16_t> narrowed;
+    // bf16: rounded on the host, half the bytes uploaded.
+    std::vector<uint16_t> staged;
     const void* src = values;
     if (dtype != DataType::kFloat32) {
-      narrowed.resize(n);
-      for (int64_t i = 0; i < n; ++i) narrowed[i] = FloatToBFloat16(values[i]);
-      src = narrowed.data();
+      staged.resize(n);
+      FromFloats(values, dtype, n, staged.data());
+      src = staged.data();
     }
     RETURN_IF_ERROR(CudaStatus(
         cudaMemcpyAsync(dst, src, n * DataTypeSize(dtype),
@@ -145,11 +146,12 @@ class DeviceMemory final : public HookMemory {
     if (n == 0) return absl::OkStatus();
     ScopedDevice scoped(comm_->device());
     RETURN_IF_ERROR(scoped.status());
-    std::vector<uint16_t> narrow;
+    // bf16: downloaded as is, widened on the host.
+    std::vector<uint16_t> staged;
     void* dst = out;
     if (dtype != DataType::kFloat32) {
-      narrow.resize(n);
-      dst = narrow.data();
+      staged.resize(n);
+      dst = staged.data();
     }
     RETURN_IF_ERROR(CudaStatus(
         cudaMemcpyAsync(dst, src, n * DataTypeSize(dtype),
@@ -157,7 +159,7 @@ class DeviceMemory final : public HookMemory {
         "download values"));
     RETURN_IF_ERROR(
         SynchronizeStream(compute_, timeout_, "download values", clock_));
-    for (size_t i = 0; i < narrow.size(); ++i) out[i] = BFloat16ToFloat(narrow[i]);
+    if (!staged.empty()) ToFloats(staged.data(), dtype, n, out);
     return absl::OkStatus();
   }
 

@@ -36,16 +36,6 @@ double HostPartialNorm(const float* g, int64_t n, NormKind kind) {
   return total;
 }
 
-// bf16 values widened to fp32 (exact).
-void WidenBFloat16(const uint16_t* in, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(in[i]);
-}
-
-// fp32 values rounded to nearest even into bf16.
-void NarrowToBFloat16(const float* in, int64_t n, uint16_t* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBFloat16(in[i]);
-}
-
 // Buckets in host memory (BucketStorage); the owner's step runs on the
 // communicator's thread, in the reduction's completion. With bf16
 // parameters the owner steps its pieces' fp32 master weights and writes
@@ -93,22 +83,13 @@ class HostMemory final : public HookMemory {
 
   absl::Status WriteFloats(void* dst, DataType dtype, const float* values,
                            int64_t n) override {
-    if (dtype == DataType::kFloat32) {
-      std::copy(values, values + n, static_cast<float*>(dst));
-    } else {
-      NarrowToBFloat16(values, n, static_cast<uint16_t*>(dst));
-    }
+    FromFloats(values, dtype, n, dst);
     return absl::OkStatus();
   }
 
   absl::Status ReadFloats(const void* src, DataType dtype, int64_t n,
                           float* out) override {
-    if (dtype == DataType::kFloat32) {
-      const float* f = static_cast<const float*>(src);
-      std::copy(f, f + n, out);
-    } else {
-      WidenBFloat16(static_cast<const uint16_t*>(src), n, out);
-    }
+    ToFloats(src, dtype, n, out);
     return absl::OkStatus();
   }
 
@@ -209,7 +190,7 @@ class HostMemory final : public HookMemory {
       return absl::InternalError(absl::StrCat(
           "piece ", index, " has no room for its fp32 gradients"));
     }
-    WidenBFloat16(static_cast<const uint16_t*>(grads), numel, room.data());
+    ToFloats(grads, grad_dtype_, numel, room.data());
     return room.data();
   }
 
@@ -221,7 +202,7 @@ class HostMemory final : public HookMemory {
     }
     std::vector<float>& master = owned_[index].master;
     RETURN_IF_ERROR(optimizer_->Step(index, master.data(), g));
-    NarrowToBFloat16(master.data(), numel, static_cast<uint16_t*>(params));
+    FromFloats(master.data(), param_dtype_, numel, params);
     return absl::OkStatus();
   }
 
