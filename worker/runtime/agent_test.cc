@@ -214,22 +214,30 @@ TEST_F(AgentTest, DrainItselfWhenIdleIsDrainedAtOnce) {
 // A busy agent's own drain lets the job run to its end: it reports DRAINING
 // with the job meanwhile, and is drained once the job has succeeded.
 TEST_F(AgentTest, DrainItselfWhenBusyFinishesTheJobFirst) {
+  // The job's result waits until a heartbeat has said DRAINING with the
+  // job: a short job cannot end before the agent has reported it.
+  control_->HoldResults();
   const std::string id = Submit("job-6", 200);
   ASSERT_TRUE(WaitUntil([&] { return agent_->Status().step() >= 1; },
                         absl::Seconds(20)));
   agent_->Drain();
   EXPECT_EQ(agent_->Status().state(), v1::DRAINING);
+  const bool reported_draining = WaitUntil(
+      [&] {
+        for (const auto& beat : control_->heartbeat_log()) {
+          if (beat.state() == v1::DRAINING && beat.job_id() == id) return true;
+        }
+        return false;
+      },
+      absl::Seconds(20));
+  control_->ReleaseResults();
+  EXPECT_TRUE(reported_draining);
   EXPECT_TRUE(agent_->WaitForDrained(absl::Seconds(60)));
   ASSERT_EQ(control_->results().size(), 1u);
   EXPECT_TRUE(control_->results()[0].ok()) << control_->results()[0].error();
   EXPECT_EQ(control_->results()[0].final_step(), 200);
   ASSERT_OK_AND_ASSIGN(v1::Job job, coordinator_->WaitForJobState(
                                         id, v1::SUCCEEDED, absl::Seconds(10)));
-  bool draining_with_job = false;
-  for (const auto& beat : control_->heartbeat_log()) {
-    draining_with_job |= beat.state() == v1::DRAINING && beat.job_id() == id;
-  }
-  EXPECT_TRUE(draining_with_job);
 }
 
 TEST_F(AgentTest, StopAbortsRunningJob) {

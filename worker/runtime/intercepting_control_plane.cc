@@ -77,8 +77,25 @@ InterceptingControlPlane::ReportProgress(
   return next_->ReportProgress(request, deadline);
 }
 
+void InterceptingControlPlane::HoldResults() {
+  absl::MutexLock lock(&mu_);
+  results_held_ = true;
+}
+
+void InterceptingControlPlane::ReleaseResults() {
+  absl::MutexLock lock(&mu_);
+  results_held_ = false;
+}
+
 absl::Status InterceptingControlPlane::ReportResult(
     const v1::ReportResultRequest& request, absl::Duration deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !results_held_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&released), deadline);
+  }
   // Recorded once the coordinator has it, so that a test that saw the
   // result can rely on the coordinator's state reflecting it.
   absl::Status status = next_->ReportResult(request, deadline);

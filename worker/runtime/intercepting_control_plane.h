@@ -56,6 +56,11 @@ class InterceptingControlPlane : public ControlPlane {
   void AppendToNextRunJobReply(v1::Directive directive);
   // Assignments come back with their epoch moved by `offset`.
   void set_assignment_epoch_offset(int64_t offset);
+  // While held, ReportResult waits (up to its deadline) before it forwards
+  // the result: a job cannot end meanwhile, so a test can observe what the
+  // worker does while its job is still running.
+  void HoldResults();
+  void ReleaseResults();
 
   // ---- Observations ----
   int registrations() const;
@@ -81,6 +86,7 @@ class InterceptingControlPlane : public ControlPlane {
   mutable absl::Mutex mu_;
   std::optional<v1::Directive> append_to_run_job_ ABSL_GUARDED_BY(mu_);
   int64_t epoch_offset_ ABSL_GUARDED_BY(mu_) = 0;
+  bool results_held_ ABSL_GUARDED_BY(mu_) = false;
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
   int attachments_ ABSL_GUARDED_BY(mu_) = 0;
   int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
