@@ -41,6 +41,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 readonly BENCH=//bench/gpu:gpu_bench
+# The C API, for the Python package's test on CUDA tensors (PYTHON_TESTS,
+# run with the GPU machine's own python3 and torch).
+readonly LIBPSHARD=//worker/api:libpshard.so
+readonly PYTHON_TESTS="python/tests/cuda_parity_test.py"
+readonly PYTHON_TEST_FILES="python/tests/parity_common.py worker/optim/testdata/torch_optim.py"
 # Every test of worker/gpu, and any test tagged "gpu" elsewhere.
 readonly TESTS_QUERY='tests(//worker/gpu/...) union attr(tags, "\bgpu\b", tests(//...))'
 # Per test binary and for the benchmark (then SIGTERM; SIGKILL 10 s later,
@@ -104,7 +109,7 @@ pack() {
   data=$(bazel query "labels(data, set($tests))" 2>/dev/null || true)
   [ -z "$data" ] || die "GPU tests with data dependencies cannot be packed: $data"
   # shellcheck disable=SC2086
-  bazel build $tests "$BENCH" || die "build failed"
+  bazel build $tests "$BENCH" "$LIBPSHARD" || die "build failed"
 
   local stage
   stage=$(mktemp -d)
@@ -117,6 +122,16 @@ pack() {
     cp -L "$path" "$stage/bin/"
     paths+=("$path")
     names+=("$(basename "$path")")
+  done
+  # The Python package with the library beside it (where pshard._capi
+  # looks first), and its tests with what they import.
+  mkdir -p "$stage/python/pshard" "$stage/python/tests"
+  cp python/pshard/*.py "$stage/python/pshard/"
+  cp -L bazel-bin/worker/api/libpshard.so "$stage/python/pshard/"
+  paths+=("bazel-bin/worker/api/libpshard.so")
+  local file
+  for file in $PYTHON_TESTS $PYTHON_TEST_FILES; do
+    cp "$file" "$stage/python/tests/"
   done
   # (ldd's output is kept whole: `ldd | grep -q` can fail under pipefail.)
   local deps
@@ -371,6 +386,37 @@ run() {
     grep -v -e ': Skipped$' -e '^--$' | sort | uniq -c | sed 's/^ *//' |
     tr '\n' ';' || true)
   note "tests: $passed_bins binaries passed, $failed_bins failed; gtest cases: $total_ok ok, $total_skipped skipped${reasons:+ ($reasons)} ($(elapsed))"
+
+  # The Python package on CUDA tensors, with this machine's python3 and
+  # torch (the GPU machines have torch 2.x; a machine without torch says so).
+  local py
+  for py in $PYTHON_TESTS; do
+    py=$(basename "$py")
+    limit=$(timeout_within "$TEST_TIMEOUT_S" "$BENCH_RESERVE_S")
+    if ! python3 -c 'import torch' >/dev/null 2>&1; then
+      note "python $py: NOT RUN (no python3 with torch on this machine)"
+      [ "$dry" = 1 ] || failed=1
+      continue
+    fi
+    if [ "$limit" -lt 10 ]; then
+      note "python $py: NOT RUN (the ${BUDGET_S}s budget is spent)"
+      failed=1
+      continue
+    fi
+    rc=0
+    (cd "$work/python" && PSHARD_REQUIRE_GPU=$require \
+      LD_LIBRARY_PATH="$libpath" PYTHONPATH="$work/python:$work/python/tests" \
+      timeout -k 10 "$limit" python3 "tests/$py" -v) \
+      >"$logs/$py.log" 2>&1 || rc=$?
+    save_log "$logs/$py.log"
+    if [ "$rc" -eq 0 ]; then
+      note "python $py: PASSED ($(grep -E '^(OK|FAILED)' "$logs/$py.log" | tail -n 1), torch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null))"
+    else
+      failed=1
+      note "python $py: FAILED (exit $rc)"
+      tail -n 30 "$logs/$py.log" | sed 's/^/   | /'
+    fi
+  done
 
   # Benchmark: copy bandwidth and optimizer kernels in one run, then the
   # 1-GPU job step.

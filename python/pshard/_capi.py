@@ -27,7 +27,7 @@ CUDA_MEMORY = 1
 REDUCE_BROADCAST = 0
 ALLREDUCE_BROADCAST = 1
 
-API_VERSION = 4
+API_VERSION = 5
 
 _LIBRARY_NAME = "libpshard.so"
 
@@ -97,6 +97,8 @@ _PROTOTYPES = {
         ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_float),
         ctypes.c_int64]),
     "pshardWaitParameter": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "pshardSetCudaDevice": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int,
+                                           ctypes.c_void_p]),
     "pshardRegisterParameter": (ctypes.c_int, [
         ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, _c_int64_p,
         ctypes.c_int, ctypes.c_int, _c_int_p]),

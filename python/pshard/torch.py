@@ -13,8 +13,13 @@ the model in DistributedDataParallel.
 Rules (see worker/api/pshard.h): every rank builds the same model with the
 same initial values (seed them alike), runs one backward per step — or, to
 accumulate gradients, several, all but the last inside `with opt.no_sync():`
-(DDP's no_sync) — and calls step() every step. CPU (host) tensors, float32
-or bfloat16 (mixed precision: see `param_dtype`), for now.
+(DDP's no_sync) — and calls step() every step. float32 or bfloat16
+parameters (mixed precision: see `param_dtype`), all on the CPU (reduced
+over Gloo) or all on one CUDA device (over NCCL, with pshard's fused CUDA
+optimizer; the gradients are taken as final on the current stream of that
+device when ShardedOptimizer was made, and step() leaves that stream
+ordered after the updates). On CUDA, overlap_param_broadcast, state_dict()
+and checkpoints are not supported yet (pshard.PshardError says so).
 """
 
 import contextlib
@@ -41,6 +46,8 @@ _ELEMENTS = {torch.float32: ctypes.c_float, torch.bfloat16: ctypes.c_uint16}
 
 
 def _named_parameters(model):
+    """The parameters that require gradients, checked: float32 or bfloat16,
+    all on the CPU or all on one CUDA device."""
     if isinstance(model, torch.nn.Module):
         named = list(model.named_parameters())
     else:
@@ -52,19 +59,44 @@ def _named_parameters(model):
     named = [(name, p) for name, p in named if p.requires_grad]
     if not named:
         raise ValueError("model: no parameter requires a gradient")
+    first_name, first = named[0]
     for name, p in named:
         if p.dtype not in _DTYPES:
             raise ValueError(f"parameter {name}: dtype {p.dtype} is not "
                              "supported (torch.float32 or torch.bfloat16)")
-        if p.device.type != "cpu":
+        if p.device.type not in ("cpu", "cuda"):
             raise ValueError(f"parameter {name}: device {p.device} is not "
-                             "supported yet (CPU tensors only)")
+                             "supported (CPU or CUDA tensors)")
+        if p.device != first.device:
+            raise ValueError(f"parameter {name} is on {p.device}, "
+                             f"{first_name} on {first.device}: every "
+                             "parameter must be on one device")
     return named
 
 
-def _view(pointer, numel, shape, dtype=torch.float32):
+# The array-interface type of each dtype's elements. bfloat16 has none: its
+# buckets are seen as int16 and viewed as bfloat16.
+_TYPESTRS = {torch.float32: "<f4", torch.bfloat16: "<i2"}
+
+
+class _CudaBuffer:
+    """pshard's device memory as __cuda_array_interface__ (version 2: no
+    stream; pshard orders its own stream against the program's)."""
+
+    def __init__(self, pointer, numel, dtype):
+        self.__cuda_array_interface__ = {
+            "shape": (numel,), "typestr": _TYPESTRS[dtype],
+            "data": (pointer, False), "version": 2}
+
+
+def _view(pointer, numel, shape, dtype=torch.float32, device=None):
     """A tensor of `dtype` over pshard's memory (no copy): the buffer
-    protocol over a ctypes array at the C pointer."""
+    protocol over a ctypes array at the C pointer, or for a CUDA `device`
+    __cuda_array_interface__."""
+    if device is not None and device.type == "cuda":
+        flat = torch.as_tensor(_CudaBuffer(pointer, numel, dtype),
+                               device=device)
+        return flat.view(dtype).view(shape)
     array = (_ELEMENTS[dtype] * numel).from_address(pointer)
     return torch.frombuffer(array, dtype=dtype).view(shape)
 
@@ -132,6 +164,7 @@ class ShardedOptimizer:
                             "OptimizerSpec")
         self._session = session if session is not None else pshard.init()
         self._named = _named_parameters(model)
+        self._device = self._named[0][1].device
         self._spec = {"optimizer": json.loads(optimizer),
                       "bucket_cap_mb": float(bucket_cap_mb),
                       "comm_mode": comm_mode}
@@ -156,12 +189,18 @@ class ShardedOptimizer:
                             "torch.nn.Module (its forward pre-hooks wait for "
                             "the parameters); pass overlap_param_broadcast="
                             "False for (name, parameter) pairs")
+        memory = _capi.HOST_MEMORY
+        if self._device.type == "cuda":
+            memory = _capi.CUDA_MEMORY
+            stream = torch.cuda.current_stream(self._device).cuda_stream
+            _capi.check("pshardSetCudaDevice", handle, self._device.index,
+                        ctypes.c_void_p(stream or None))
         for name, p in self._named:
             shape = (ctypes.c_int64 * max(1, p.dim()))(*p.shape)
             index = ctypes.c_int()
             _capi.check("pshardRegisterParameter", handle, name.encode(),
                         p.dim(), shape, _DTYPES[self._param_dtype],
-                        _capi.HOST_MEMORY, ctypes.byref(index))
+                        memory, ctypes.byref(index))
         _capi.check("pshardPrepare", handle)
         with torch.no_grad():
             self._point_into_buckets(copy_values=True)
@@ -260,14 +299,15 @@ class ShardedOptimizer:
             _capi.check("pshardGetParameter", handle, i, ctypes.byref(pointer),
                         ctypes.byref(numel))
             values = _view(pointer.value, numel.value, p.shape,
-                           self._param_dtype)
+                           self._param_dtype, self._device)
             _capi.check("pshardGetGradient", handle, i, ctypes.byref(pointer),
                         ctypes.byref(numel))
             grad = _view(pointer.value, numel.value, p.shape,
-                         self._reduce_dtype)
+                         self._reduce_dtype, self._device)
             old_grad = p.grad
             if copy_values:
-                start = p.data.detach().to(torch.float32).contiguous()
+                start = p.data.detach().to(
+                    device="cpu", dtype=torch.float32).contiguous()
                 _capi.check("pshardSetParameterFromFloat32", handle, i,
                             ctypes.cast(start.data_ptr(),
                                         ctypes.POINTER(ctypes.c_float)),

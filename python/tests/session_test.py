@@ -105,6 +105,9 @@ class ShardedOptimizerTest(unittest.TestCase):
             self.make(torch.nn.Linear(2, 2), reduce_dtype="bf16")
         with self.assertRaisesRegex(pshard.PshardError, "bucket_cap_mb"):
             self.make(torch.nn.Linear(2, 2), bucket_cap_mb=-1)
+        with self.assertRaisesRegex(ValueError, "device meta is not "
+                                    r"supported \(CPU or CUDA tensors\)"):
+            self.make(torch.nn.Linear(2, 2, device="meta"))
 
     def test_parameters_live_in_the_buckets_and_survive_close(self):
         model = torch.nn.Linear(3, 2)

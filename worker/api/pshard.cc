@@ -311,6 +311,16 @@ pshardResult_t pshardGetPrecision(pshardSession_t session,
   });
 }
 
+pshardResult_t pshardSetCudaDevice(pshardSession_t session, int device,
+                                   void* stream) {
+  return WithSession("pshardSetCudaDevice", session, [&](Session& s) {
+    pshard::worker::CudaPlacement placement;
+    placement.device = device;
+    placement.stream = static_cast<CUstream_st*>(stream);
+    return Return(s.SetCudaPlacement(placement));
+  });
+}
+
 pshardResult_t pshardRegisterParameter(pshardSession_t session,
                                        const char* name, int ndim,
                                        const int64_t* shape,
@@ -328,19 +338,16 @@ pshardResult_t pshardRegisterParameter(pshardSession_t session,
   if (ndim > 0 && shape == nullptr) return NullArgument(kCall, "shape");
   const std::optional<pshard::worker::DataType> data_type = ToDataType(dtype);
   if (!data_type.has_value()) return NotADataType(kCall, "dtype", dtype);
-  if (memory == pshardCudaMemory) {
-    return Fail(pshardInvalidArgument,
-                absl::StrCat(kCall, ": device memory not yet supported "
-                                    "(pshardHostMemory only)"));
-  }
-  if (memory != pshardHostMemory) {
+  if (memory != pshardHostMemory && memory != pshardCudaMemory) {
     return Fail(pshardInvalidArgument,
                 absl::StrCat(kCall, ": memory ", static_cast<int>(memory),
                              " is not a pshardMemory_t"));
   }
   return WithSession(kCall, session, [&](Session& s) {
     absl::StatusOr<int> i = s.RegisterParameter(
-        name, std::vector<int64_t>(shape, shape + ndim), *data_type);
+        name, std::vector<int64_t>(shape, shape + ndim), *data_type,
+        memory == pshardCudaMemory ? pshard::worker::ParameterMemory::kCuda
+                                   : pshard::worker::ParameterMemory::kHost);
     if (!i.ok()) return Return(i.status());
     *index = *i;
     return pshardSuccess;

@@ -69,8 +69,10 @@ extern "C" {
  * slices under SHARDED (pshardOptimizerStateGetEntrySlice,
  * pshardImportOptimizerStateSlices).
  * 4: bf16 mixed precision (pshardBFloat16, pshardSetPrecision,
- * pshardGetPrecision, pshardSetParameterFromFloat32). */
-#define PSHARD_API_VERSION 4
+ * pshardGetPrecision, pshardSetParameterFromFloat32).
+ * 5: parameters in CUDA device memory (pshardCudaMemory,
+ * pshardSetCudaDevice). */
+#define PSHARD_API_VERSION 5
 
 typedef enum {
   pshardSuccess = 0,
@@ -104,7 +106,9 @@ typedef enum {
   pshardNumDataTypes = 2
 } pshardDataType_t;
 
-/* Where a parameter's buckets live. Only host memory (Gloo) for now. */
+/* Where a parameter's buckets live: host memory (reduced over Gloo), or
+ * CUDA device memory (over NCCL, with the fused CUDA optimizer; see
+ * pshardSetCudaDevice). One kind for every parameter of a session. */
 typedef enum {
   pshardHostMemory = 0,
   pshardCudaMemory = 1,
@@ -180,11 +184,29 @@ pshardResult_t pshardGetPrecision(pshardSession_t session,
                                   pshardDataType_t* param_dtype,
                                   pshardDataType_t* reduce_dtype);
 
+/* Parameters in CUDA device memory: `device` is the CUDA device they live
+ * on (the program's, e.g. torch's LOCAL_RANK device) and `stream` (a
+ * cudaStream_t; NULL: the legacy default stream) the one the program
+ * computes on. pshardGradientReady takes a gradient as final once the
+ * work enqueued on `stream` so far has run (no host wait), and
+ * pshardFinishStep returns with `stream` ordered after the step's
+ * broadcasts, so that the next forward on it reads the updated parameters.
+ * Before pshardPrepare (default: device 0, the legacy default stream).
+ * pshardPrepare then opens an NCCL communicator among the ranks (every
+ * rank's Prepare meets the others' through the job's rendezvous, within
+ * the collective timeout). What device memory does not do yet:
+ * overlap_param_broadcast (pshardPrepare fails with InvalidUsage: turn it
+ * off), optimizer-state export/import and checkpoints (InvalidUsage).
+ * Unavailable: a libpshard built without CUDA, or no such device.
+ * InvalidArgument: device < 0. */
+pshardResult_t pshardSetCudaDevice(pshardSession_t session, int device,
+                                   void* stream);
+
 /* Registers the next parameter (in forward order): `name` unique, 1..256
  * bytes; `ndim` 0..16 dimensions each >= 1 (ndim 0: a scalar); `dtype` the
  * session's param_dtype (see pshardSetPrecision; InvalidArgument naming
- * both otherwise). *index gets its index (0, 1, ...). InvalidArgument also
- * for pshardCudaMemory ("device memory not yet supported"). */
+ * both otherwise); `memory` the first parameter's (InvalidArgument
+ * otherwise). *index gets its index (0, 1, ...). */
 pshardResult_t pshardRegisterParameter(pshardSession_t session,
                                        const char* name, int ndim,
                                        const int64_t* shape,
@@ -198,14 +220,16 @@ pshardResult_t pshardPrepare(pshardSession_t session);
 pshardResult_t pshardNumParameters(pshardSession_t session, int* count);
 /* Parameter `index`'s values and its gradient inside the bucket buffers:
  * `*numel` elements of param_dtype (the parameter) and of reduce_dtype (the
- * gradient). After pshardPrepare. */
+ * gradient); device pointers in CUDA device memory. After pshardPrepare;
+ * the first pshardFinishStep may move them (ask again after it). */
 pshardResult_t pshardGetParameter(pshardSession_t session, int index,
                                   void** data, int64_t* numel);
 pshardResult_t pshardGetGradient(pshardSession_t session, int index,
                                  void** data, int64_t* numel);
 
 /* After pshardPrepare, before the first step: parameter `index` takes
- * `numel` (its element count) float32 `values`, rounded to nearest even into
+ * `numel` (its element count) float32 `values` (host memory, whatever the
+ * parameters' memory), rounded to nearest even into
  * a bf16 buffer; the owner's fp32 master weights start from `values`
  * themselves rather than from the rounded copy (those of a parameter never
  * set this way start from its buffer, widened). Writing the buffer

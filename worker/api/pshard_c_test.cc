@@ -89,9 +89,11 @@ TEST_F(PshardCTest, BadDtypeMemoryShapeAndEnumsAreRefused) {
             pshardInvalidArgument);
   EXPECT_THAT(LastError(), HasSubstr("dtype 7 is not a pshardDataType_t"));
   EXPECT_EQ(pshardRegisterParameter(session_, "w", 2, shape, pshardFloat32,
-                                    pshardCudaMemory, &index),
+                                    static_cast<pshardMemory_t>(5), &index),
             pshardInvalidArgument);
-  EXPECT_THAT(LastError(), HasSubstr("device memory not yet supported"));
+  EXPECT_THAT(LastError(), HasSubstr("memory 5 is not a pshardMemory_t"));
+  EXPECT_EQ(pshardSetCudaDevice(session_, -1, nullptr), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("CUDA device: must be >= 0, got -1"));
   EXPECT_EQ(pshardRegisterParameter(session_, "w", -1, shape, pshardFloat32,
                                     pshardHostMemory, &index),
             pshardInvalidArgument);

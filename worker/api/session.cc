@@ -14,6 +14,9 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "worker/api/file_kv_store.h"
 #include "worker/comm/gloo_communicator.h"
+#include "worker/gpu/gpu_shard_optimizer.h"
+#include "worker/gpu/gpu_zero_hook.h"
+#include "worker/gpu/nccl_communicator.h"
 #include "worker/optim/shard_optimizer.h"
 #include "worker/runtime/assignment_client.h"
 #include "worker/runtime/checkpoint_saver.h"
@@ -263,9 +266,12 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Open(
         kProgressRpcTimeout,
         [self] {
           self->stopped_ = true;
-          self->comm_->Abort(absl::AbortedError(
-              absl::StrCat("job ", self->env_.job_id,
-                           " was stopped by the coordinator")));
+          const absl::Status stopped = absl::AbortedError(absl::StrCat(
+              "job ", self->env_.job_id, " was stopped by the coordinator"));
+          self->comm_->Abort(stopped);
+          if (Communicator* device = self->device_comm_for_abort_.load()) {
+            device->Abort(stopped);
+          }
         },
         clock);
   }
@@ -350,6 +356,23 @@ absl::Status Session::Record(absl::Status status) {
   return status;
 }
 
+absl::Status Session::CheckHostMemory(absl::string_view what) const {
+  if (memory_ == ParameterMemory::kHost) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, ": not supported yet for parameters in device memory (the "
+            "optimizer state stays on the device, unread)"));
+}
+
+absl::Status Session::SetCudaPlacement(const CudaPlacement& placement) {
+  RETURN_IF_ERROR(CheckConfiguring());
+  if (placement.device < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CUDA device: must be >= 0, got ", placement.device));
+  }
+  placement_ = placement;
+  return absl::OkStatus();
+}
+
 absl::Status Session::SetOptimizerJson(absl::string_view json) {
   RETURN_IF_ERROR(CheckConfiguring());
   ASSIGN_OR_RETURN(v1::OptimizerSpec optimizer, ParseOptimizerSpecJson(json));
@@ -409,8 +432,14 @@ absl::Status Session::SetPrecision(const MixedPrecision& precision) {
 
 absl::StatusOr<int> Session::RegisterParameter(absl::string_view name,
                                                std::vector<int64_t> shape,
-                                               DataType dtype) {
+                                               DataType dtype,
+                                               ParameterMemory memory) {
   RETURN_IF_ERROR(CheckConfiguring());
+  if (memory != ParameterMemory::kHost && memory != ParameterMemory::kCuda) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter \"", name, "\": memory ", static_cast<int>(memory),
+        " is neither host nor CUDA"));
+  }
   if (name.empty() || name.size() > kMaxParameterNameLength) {
     return absl::InvalidArgumentError(
         absl::StrCat("parameter name: must be 1..", kMaxParameterNameLength,
@@ -438,6 +467,13 @@ absl::StatusOr<int> Session::RegisterParameter(absl::string_view name,
     }
     numel *= shape[d];
   }
+  if (!params_.empty() && memory != memory_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter \"", name, "\": in ",
+        memory == ParameterMemory::kCuda ? "CUDA device" : "host",
+        " memory, but the parameters before it are not: every parameter of "
+        "a session lives in the same memory"));
+  }
   if (dtype != precision_.param_dtype) {
     return absl::InvalidArgumentError(absl::StrCat(
         "parameter \"", name, "\": dtype ", DTypeName(dtype),
@@ -447,6 +483,7 @@ absl::StatusOr<int> Session::RegisterParameter(absl::string_view name,
         "own precision first): every parameter has the param_dtype"));
   }
   if (shape.empty()) shape = {1};  // a scalar
+  memory_ = memory;
   params_.push_back({std::string(name), std::move(shape), numel});
   return static_cast<int>(params_.size()) - 1;
 }
@@ -476,8 +513,53 @@ absl::Status Session::Prepare() {
   hook_options.clipping = GradClipping::FromSpec(*optimizer_);
   hook_options.overlap_param_broadcast = overlap_param_broadcast_;
   hook_options.precision = precision_;
+  if (memory_ == ParameterMemory::kCuda) {
+    return PrepareOnDevice(hook_options, std::move(provider));
+  }
   ASSIGN_OR_RETURN(hook_, ZeroHook::Create(params_, comm_, std::move(optimizer),
                                            std::move(provider), hook_options));
+  return absl::OkStatus();
+}
+
+absl::Status Session::PrepareOnDevice(const ZeroHookOptions& options,
+                                      AssignmentProvider provider) {
+  if (kv_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "parameters in CUDA device memory need a session opened from the "
+        "environment (its NCCL communicator meets its peers through the "
+        "job's rendezvous), not an attached one");
+  }
+  if (options.overlap_param_broadcast) {
+    return absl::FailedPreconditionError(
+        "overlap_param_broadcast: not supported yet for parameters in CUDA "
+        "device memory (turn it off: pshardSetOverlapParamBroadcast(s, 0))");
+  }
+  NcclOptions nccl;
+  nccl.job_id = local() ? "local" : env_.job_id;
+  nccl.epoch = env_.epoch;
+  nccl.rank = env_.rank;
+  nccl.world_size = env_.world_size;
+  nccl.device = placement_.device;
+  nccl.timeout = env_.timeout;
+  nccl.key_prefix = kProgramNcclKeyPrefix;
+  nccl.clock = &clock_;
+  ASSIGN_OR_RETURN(device_comm_, CreateNcclCommunicator(nccl, *kv_));
+  device_comm_for_abort_ = device_comm_.get();
+  ASSIGN_OR_RETURN(std::unique_ptr<GpuShardOptimizer> optimizer,
+                   GpuShardOptimizer::Create(*optimizer_, placement_.device));
+  GpuZeroHookOptions device_options;
+  device_options.comm_mode = options.comm_mode;
+  device_options.bucket_cap_mb = options.bucket_cap_mb;
+  device_options.timeout = options.timeout;
+  device_options.compute_stream = placement_.stream;
+  device_options.clock = &clock_;
+  device_options.clipping = options.clipping;
+  device_options.precision = options.precision;
+  ASSIGN_OR_RETURN(std::unique_ptr<GpuZeroHook> hook,
+                   GpuZeroHook::Create(params_, device_comm_.get(),
+                                       std::move(optimizer),
+                                       std::move(provider), device_options));
+  hook_ = std::move(hook);
   return absl::OkStatus();
 }
 
@@ -576,6 +658,7 @@ absl::Status Session::WaitForAllParameters() {
 
 absl::StatusOr<Session::OptimizerStateShard> Session::ExportOptimizerState() {
   RETURN_IF_ERROR(CheckPrepared());
+  RETURN_IF_ERROR(CheckHostMemory("exporting the optimizer state"));
   OptimizerStateShard shard;
   ASSIGN_OR_RETURN(shard.params, hook_->ExportOptimizerState());
   for (const ParameterOptimizerState& param : shard.params) {
@@ -631,6 +714,7 @@ absl::Status Session::ImportOptimizerState(
 absl::Status Session::LoadOptimizerState(
     std::vector<ParameterOptimizerState> params) {
   RETURN_IF_ERROR(CheckPrepared());
+  RETURN_IF_ERROR(CheckHostMemory("loading optimizer state"));
   return hook_->SetInitialOptimizerState(std::move(params));
 }
 
@@ -675,7 +759,9 @@ absl::Status Session::ReportProgress(int64_t step, double loss,
   }
   if (hook_ != nullptr) SetGradNorm(hook_->last_grad_norm(), progress);
   *progress.mutable_step_time() = ToProto(step_time);
-  progress.set_bytes_sent(comm_->bytes_sent());
+  progress.set_bytes_sent(comm_->bytes_sent() +
+                          (device_comm_ != nullptr ? device_comm_->bytes_sent()
+                                                   : 0));
   const double seconds = absl::ToDoubleSeconds(step_time);
   progress.set_samples_per_second(
       seconds > 0 ? static_cast<double>(samples) * env_.world_size / seconds

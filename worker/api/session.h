@@ -20,6 +20,13 @@
 //    AssignmentClient, or computed on every rank when there is none (a mode
 //    for tests and the threads example, where no coordinator runs).
 //
+// Where the buckets live: host memory, reduced over the Gloo communicator
+// above; or, when the parameters are registered in CUDA device memory, a
+// GpuZeroHook (worker/gpu) on the device, over an NCCL communicator that
+// Prepare opens through the same rendezvous store (Open's sessions only).
+// The Gloo communicator stays for the host-side collectives (AverageLoss,
+// Barrier, Close's final barrier).
+//
 // Thread-compatible; the C API serialises calls on one session.
 #ifndef PSHARD_WORKER_API_SESSION_H_
 #define PSHARD_WORKER_API_SESSION_H_
@@ -46,15 +53,21 @@
 #include "worker/workload/workload.h"
 #include "security/transport.h"
 
+// cudaStream_t is `CUstream_st*`; declared here so this header needs no CUDA.
+struct CUstream_st;
+
 namespace pshard::worker {
 
 class AssignmentClient;
+class NcclCommunicator;
 class CheckpointSaver;
 class ControlPlane;
 class ProgressReporter;
 
 // Prefix of the communicator's rendezvous keys (the program contract).
 inline constexpr char kProgramCommKeyPrefix[] = "pshard/program/comm/";
+// Prefix of the NCCL communicator's (device memory).
+inline constexpr char kProgramNcclKeyPrefix[] = "pshard/program/nccl/";
 // Limits of RegisterParameter.
 inline constexpr int kMaxParameterNameLength = 256;
 inline constexpr int kMaxParameterDims = 16;
@@ -122,6 +135,18 @@ struct AttachOptions {
   absl::Duration timeout = absl::Seconds(60);
 };
 
+// Where a session's parameters live (RegisterParameter; one kind for all).
+enum class ParameterMemory { kHost, kCuda };
+
+// Where a device-memory session computes: the CUDA device of its
+// parameters, and the stream the program computes on (its gradients are
+// final on it when it calls GradientReady; FinishStep orders it after the
+// step's broadcasts). nullptr: the legacy default stream.
+struct CudaPlacement {
+  int device = 0;
+  CUstream_st* stream = nullptr;
+};
+
 // A RankModel (privately) so that it writes and resumes checkpoints through
 // worker/runtime's CheckpointSaver and ResumeFromCheckpoint, as built-in
 // jobs do.
@@ -176,16 +201,28 @@ class Session : private RankModel {
   absl::Status SetPrecision(const MixedPrecision& precision);
   const MixedPrecision& precision() const { return precision_; }
 
+  // Device memory's placement (CudaPlacement); before Prepare.
+  // InvalidArgument: a negative device.
+  absl::Status SetCudaPlacement(const CudaPlacement& placement);
+
   // The next parameter's index. InvalidArgument: a name empty, too long or
   // used before, too many dimensions, a dimension < 1, more than 2^40
-  // elements, a dtype other than precision().param_dtype.
-  // FailedPrecondition after Prepare.
+  // elements, a dtype other than precision().param_dtype, a memory other
+  // than the first parameter's. FailedPrecondition after Prepare.
   absl::StatusOr<int> RegisterParameter(
       absl::string_view name, std::vector<int64_t> shape,
-      DataType dtype = DataType::kFloat32);
+      DataType dtype = DataType::kFloat32,
+      ParameterMemory memory = ParameterMemory::kHost);
+  // The parameters' memory (host until one is registered in device memory).
+  ParameterMemory memory() const { return memory_; }
 
   // Allocates the bucket buffers (the hook). InvalidArgument: no optimizer
-  // set, no parameters; FailedPrecondition if already prepared.
+  // set, no parameters; FailedPrecondition if already prepared. In device
+  // memory it also opens the NCCL communicator (a collective: every rank's
+  // Prepare) and fails with FailedPrecondition for what the device path
+  // does not do yet (an Attach session, overlap_param_broadcast) and with
+  // Unavailable when pshard was built without CUDA or the device is not
+  // there.
   absl::Status Prepare();
   // OK once prepared and healthy: FailedPrecondition before Prepare (or
   // after Close), Aborted after a failure.
@@ -198,9 +235,10 @@ class Session : private RankModel {
     return i < 0 || i >= num_parameters() ? 0 : params_[i].numel;
   }
   // After Prepare (empty or 0 before it; an empty span for a bad index).
-  // parameter(i) and gradient(i) point into the bucket buffers: the first
-  // FinishStep may move them (it re-packs in the order gradients became
-  // ready); they are stable from then on.
+  // parameter(i) and gradient(i) point into the bucket buffers (device
+  // pointers in device memory): the first FinishStep may move them (it
+  // re-packs in the order gradients became ready); they are stable from
+  // then on.
   // As fp32 spans: empty unless their dtype (precision()) is fp32.
   absl::Span<float> parameter(int i);
   absl::Span<float> gradient(int i);
@@ -247,7 +285,10 @@ class Session : private RankModel {
   absl::StatusOr<double> AverageLoss(double loss);
   absl::Status Barrier();
 
-  // This rank's shard of the optimizer state, for a checkpoint.
+  // This rank's shard of the optimizer state, for a checkpoint. In device
+  // memory, the optimizer state and checkpoint calls below fail with
+  // FailedPrecondition: the state stays on the device, unread (as built-in
+  // NCCL jobs', docs/checkpoints.md).
   struct OptimizerStateShard {
     // The session's OptimizerSpec, as protobuf JSON.
     std::string optimizer_json;
@@ -317,6 +358,11 @@ class Session : private RankModel {
   absl::Status CheckConfiguring() const;
   // Records `status` as the sticky failure when it came from a collective.
   absl::Status Record(absl::Status status);
+  // FailedPrecondition naming `what` in device memory.
+  absl::Status CheckHostMemory(absl::string_view what) const;
+  // Prepare's device half: the NCCL communicator and the GpuZeroHook.
+  absl::Status PrepareOnDevice(const ZeroHookOptions& options,
+                               AssignmentProvider provider);
 
   // RankModel, for the checkpoint saver and resume (session_checkpoint.cc).
   ZeroHook& hook() override { return *hook_; }
@@ -347,6 +393,10 @@ class Session : private RankModel {
   std::unique_ptr<ZeroHook> hook_;
   std::unique_ptr<Communicator> owned_comm_;  // Open's
   Communicator* comm_ = nullptr;              // owned_comm_ or Attach's
+  // Device memory: the hook's communicator, after the hook for the same
+  // reason. Published for the reporter's thread, which aborts it too.
+  std::unique_ptr<NcclCommunicator> device_comm_;
+  std::atomic<Communicator*> device_comm_for_abort_{nullptr};
   std::unique_ptr<ProgressReporter> reporter_;
 
   std::optional<v1::OptimizerSpec> optimizer_;
@@ -354,6 +404,8 @@ class Session : private RankModel {
   v1::JobSpec::CommMode comm_mode_ = v1::JobSpec::REDUCE_BROADCAST;
   bool overlap_param_broadcast_ = false;  // env_'s until set
   MixedPrecision precision_;              // env_'s until set
+  ParameterMemory memory_ = ParameterMemory::kHost;
+  CudaPlacement placement_;
   std::vector<ParameterInfo> params_;
 
   // The first SaveCheckpoint's; the last step it saved.

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
+#include "worker/comm/fake_communicator.h"
+#include "worker/gpu/device.h"
 
 namespace pshard::worker {
 namespace {
@@ -159,6 +161,66 @@ TEST(SessionTest, OneLocalRankStepsAndEnforcesTheCallOrder) {
   EXPECT_THAT(session->FinishStep(),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("closed")));
+}
+
+std::unique_ptr<Session> OpenLocalRank() {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/d.XXXXXX");
+  SessionEnvironment env;
+  env.local_store = mkdtemp(dir.data());
+  env.timeout = absl::Seconds(10);
+  absl::StatusOr<std::unique_ptr<Session>> session = Session::Open(env);
+  EXPECT_OK(session);
+  return session.ok() ? *std::move(session) : nullptr;
+}
+
+// What the device path checks before it needs a device (session_gpu_test
+// runs it on one).
+TEST(SessionTest, DeviceMemoryIsCheckedBeforeAnyDeviceIsNeeded) {
+  std::unique_ptr<Session> session = OpenLocalRank();
+  ASSERT_NE(session, nullptr);
+  CudaPlacement placement;
+  placement.device = -1;
+  EXPECT_THAT(session->SetCudaPlacement(placement),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("CUDA device: must be >= 0, got -1")));
+  ASSERT_OK(session->SetOptimizerJson(R"({"kind": "ADAM"})"));
+  ASSERT_OK(session->RegisterParameter("w", {4}, DataType::kFloat32,
+                                       ParameterMemory::kCuda)
+                .status());
+  EXPECT_EQ(session->memory(), ParameterMemory::kCuda);
+  EXPECT_THAT(session->RegisterParameter("b", {4}, DataType::kFloat32,
+                                         ParameterMemory::kHost),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("parameter \"b\": in host memory, but the "
+                                 "parameters before it are not")));
+  ASSERT_OK(session->SetOverlapParamBroadcast(true));
+  EXPECT_THAT(session->Prepare(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("overlap_param_broadcast: not supported yet "
+                                 "for parameters in CUDA device memory")));
+  ASSERT_OK(session->SetOverlapParamBroadcast(false));
+  std::string why_no_device;
+  if (CudaDeviceCount(&why_no_device) == 0) {
+    // Here the NCCL communicator cannot open: the error says why.
+    EXPECT_THAT(session->Prepare(),
+                StatusIs(absl::StatusCode::kUnavailable, HasSubstr("CUDA")));
+  }
+}
+
+TEST(SessionTest, DeviceMemoryNeedsAnOpenedSession) {
+  FakeHub hub(1);
+  std::unique_ptr<Communicator> comm = hub.Create(0);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Session> session,
+                       Session::Attach(comm.get(), AttachOptions()));
+  ASSERT_OK(session->SetOptimizerJson(
+      R"({"kind": "SGD", "hyper_parameters": {"lr": 0.1}})"));
+  ASSERT_OK(session->RegisterParameter("w", {4}, DataType::kFloat32,
+                                       ParameterMemory::kCuda)
+                .status());
+  EXPECT_THAT(session->Prepare(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("need a session opened from the "
+                                 "environment")));
 }
 
 }  // namespace

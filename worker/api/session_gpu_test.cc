@@ -1,0 +1,199 @@
+// A session whose parameters live in CUDA device memory (the C API's
+// pshardCudaMemory; pshard.torch's CUDA tensors) against the same session
+// on the host: one local rank, the same initial values and gradients, three
+// steps; the parameters come out bit for bit the same (the GPU optimizer
+// reproduces the CPU's arithmetic, and one rank reduces nothing). Skips
+// without a GPU (tools/gpu_check.sh runs it on one).
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/gpu/gpu_test_util.h"
+
+#if PSHARD_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
+#include "worker/api/session.h"
+#endif
+
+namespace pshard::worker {
+namespace {
+
+#if PSHARD_HAS_CUDA
+
+constexpr int kSteps = 3;
+const std::vector<std::vector<int64_t>> kShapes = {{7, 5}, {5}, {3, 1, 3}, {}};
+
+const char* Name(DataType dtype) {
+  return dtype == DataType::kBFloat16 ? "BF16" : "FP32";
+}
+
+size_t ElementBytes(DataType dtype) {
+  return dtype == DataType::kBFloat16 ? 2 : 4;
+}
+
+// Deterministic values: parameter i's initial values and its step-s
+// gradient, as fp32 (narrowed into a bf16 buffer where one is asked for).
+float Value(int i, int64_t e, int step) {
+  return static_cast<float>(((i * 131 + e * 17 + step * 7) % 23) - 11) /
+         (step == 0 ? 16.0f : 64.0f);
+}
+
+std::vector<uint8_t> AsBytes(const std::vector<float>& values,
+                             DataType dtype) {
+  std::vector<uint8_t> bytes(values.size() * ElementBytes(dtype));
+  if (dtype == DataType::kFloat32) {
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    return bytes;
+  }
+  for (size_t e = 0; e < values.size(); ++e) {  // round to nearest even
+    uint32_t bits;
+    std::memcpy(&bits, &values[e], 4);
+    const uint16_t rounded =
+        static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+    std::memcpy(bytes.data() + 2 * e, &rounded, 2);
+  }
+  return bytes;
+}
+
+// Trains one local rank with its parameters in `memory`; returns every
+// parameter's final bytes (param_dtype elements).
+std::vector<std::vector<uint8_t>> Train(ParameterMemory memory,
+                                        const MixedPrecision& precision,
+                                        const std::string& optimizer) {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR") != nullptr
+                                     ? std::getenv("TEST_TMPDIR")
+                                     : "/tmp",
+                                 "/g.XXXXXX");
+  SessionEnvironment env;
+  env.local_store = mkdtemp(dir.data());
+  env.timeout = absl::Seconds(60);
+  absl::StatusOr<std::unique_ptr<Session>> opened = Session::Open(env);
+  EXPECT_OK(opened);
+  if (!opened.ok()) return {};
+  Session& session = **opened;
+  EXPECT_OK(session.SetOptimizerJson(optimizer));
+  EXPECT_OK(session.SetPrecision(precision));
+  EXPECT_OK(session.SetBucketCapMb(0.0001));  // several buckets
+  for (size_t i = 0; i < kShapes.size(); ++i) {
+    EXPECT_OK(session
+                  .RegisterParameter(absl::StrCat("p", i), kShapes[i],
+                                     precision.param_dtype, memory)
+                  .status());
+  }
+  absl::Status prepared = session.Prepare();
+  EXPECT_OK(prepared);
+  if (!prepared.ok()) return {};
+  const bool device = memory == ParameterMemory::kCuda;
+  for (int i = 0; i < session.num_parameters(); ++i) {
+    std::vector<float> initial(session.parameter_numel(i));
+    for (size_t e = 0; e < initial.size(); ++e) initial[e] = Value(i, e, 0);
+    EXPECT_OK(session.SetParameterValues(i, initial));
+  }
+  for (int step = 1; step <= kSteps; ++step) {
+    // Gradients in the order a backward makes them: last parameter first.
+    for (int i = session.num_parameters() - 1; i >= 0; --i) {
+      std::vector<float> grad(session.parameter_numel(i));
+      for (size_t e = 0; e < grad.size(); ++e) grad[e] = Value(i, e, step);
+      const std::vector<uint8_t> bytes =
+          AsBytes(grad, precision.reduce_dtype);
+      if (device) {
+        EXPECT_EQ(cudaMemcpy(session.gradient_data(i), bytes.data(),
+                             bytes.size(), cudaMemcpyHostToDevice),
+                  cudaSuccess);
+      } else {
+        std::memcpy(session.gradient_data(i), bytes.data(), bytes.size());
+      }
+      EXPECT_OK(session.GradientReady(i));
+    }
+    EXPECT_OK(session.FinishStep());
+  }
+  std::vector<std::vector<uint8_t>> params;
+  for (int i = 0; i < session.num_parameters(); ++i) {
+    std::vector<uint8_t> bytes(session.parameter_numel(i) *
+                               ElementBytes(precision.param_dtype));
+    if (device) {
+      EXPECT_EQ(cudaMemcpy(bytes.data(), session.parameter_data(i),
+                           bytes.size(), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+    } else {
+      std::memcpy(bytes.data(), session.parameter_data(i), bytes.size());
+    }
+    params.push_back(std::move(bytes));
+  }
+  EXPECT_OK(session.Close());
+  return params;
+}
+
+TEST(SessionGpuTest, DeviceMemoryTrainsAsTheHostDoesBitForBit) {
+  PSHARD_SKIP_WITHOUT_GPUS(1);
+  const std::string adamw =
+      R"({"kind": "ADAMW", "hyper_parameters": {"lr": 0.01,
+          "weight_decay": 0.1}, "max_grad_norm": 0.5,
+          "param_groups": [{"params": ["p1"],
+                            "hyper_parameters": {"lr": 0.02}}]})";
+  const std::string sgd =
+      R"({"kind": "SGD", "hyper_parameters": {"lr": 0.05, "momentum": 0.9}})";
+  struct Case {
+    DataType param_dtype;
+    DataType reduce_dtype;
+    std::string optimizer;
+  };
+  for (const Case& c :
+       {Case{DataType::kFloat32, DataType::kFloat32, adamw},
+        Case{DataType::kFloat32, DataType::kFloat32, sgd},
+        Case{DataType::kBFloat16, DataType::kFloat32, adamw},
+        Case{DataType::kBFloat16, DataType::kBFloat16, sgd}}) {
+    SCOPED_TRACE(absl::StrCat("param ", Name(c.param_dtype), ", reduce ",
+                              Name(c.reduce_dtype), ", ", c.optimizer));
+    MixedPrecision precision;
+    precision.param_dtype = c.param_dtype;
+    precision.reduce_dtype = c.reduce_dtype;
+    const auto host = Train(ParameterMemory::kHost, precision, c.optimizer);
+    const auto device = Train(ParameterMemory::kCuda, precision, c.optimizer);
+    ASSERT_EQ(host.size(), kShapes.size());
+    ASSERT_EQ(device.size(), kShapes.size());
+    for (size_t i = 0; i < kShapes.size(); ++i) {
+      EXPECT_EQ(host[i], device[i]) << "parameter p" << i;
+    }
+  }
+}
+
+TEST(SessionGpuTest, DeviceMemoryRefusesCheckpointsByName) {
+  PSHARD_SKIP_WITHOUT_GPUS(1);
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR") != nullptr
+                                     ? std::getenv("TEST_TMPDIR")
+                                     : "/tmp",
+                                 "/r.XXXXXX");
+  SessionEnvironment env;
+  env.local_store = mkdtemp(dir.data());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Session> session, Session::Open(env));
+  ASSERT_OK(session->SetOptimizerJson(R"({"kind": "ADAM"})"));
+  ASSERT_OK(session->RegisterParameter("w", {8}, DataType::kFloat32,
+                                       ParameterMemory::kCuda)
+                .status());
+  ASSERT_OK(session->Prepare());
+  ASSERT_OK(session->GradientReady(0));
+  ASSERT_OK(session->FinishStep());
+  EXPECT_THAT(session->ExportOptimizerState().status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       ::testing::HasSubstr("device memory")));
+  ASSERT_OK(session->Close());
+}
+
+#else  // !PSHARD_HAS_CUDA
+
+TEST(SessionGpuTest, NeedsACudaBuild) {
+  GTEST_SKIP() << "pshard was built without CUDA";
+}
+
+#endif
+
+}  // namespace
+}  // namespace pshard::worker
