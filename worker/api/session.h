@@ -388,15 +388,17 @@ class Session : private RankModel {
   v1::JobSpec::AssignmentPolicy assignment_policy_ = v1::JobSpec::BALANCED;
 
   std::unique_ptr<KvClient> kv_;
+  // Device memory: the hook's communicator. Declared before hook_, so that
+  // the hook goes first (as GpuJob's: a hook destroyed mid-step aborts the
+  // communicator and waits for its stream before its buffers go).
+  // Published for the reporter's thread, which aborts it too.
+  std::unique_ptr<NcclCommunicator> device_comm_;
+  std::atomic<Communicator*> device_comm_for_abort_{nullptr};
   // Declared before owned_comm_ so that the communicator goes first (an
   // aborted transport may hold the hook's buffers until it is gone).
   std::unique_ptr<ZeroHook> hook_;
   std::unique_ptr<Communicator> owned_comm_;  // Open's
   Communicator* comm_ = nullptr;              // owned_comm_ or Attach's
-  // Device memory: the hook's communicator, after the hook for the same
-  // reason. Published for the reporter's thread, which aborts it too.
-  std::unique_ptr<NcclCommunicator> device_comm_;
-  std::atomic<Communicator*> device_comm_for_abort_{nullptr};
   std::unique_ptr<ProgressReporter> reporter_;
 
   std::optional<v1::OptimizerSpec> optimizer_;
