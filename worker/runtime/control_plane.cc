@@ -9,8 +9,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 
@@ -19,9 +21,13 @@ namespace {
 
 // An Attach stream over gRPC's callback API: the reactor reads the
 // acceptance, then waits for the stream's end with one more read (the
-// coordinator sends nothing else). It deletes itself in OnDone; what the
-// Attachment and the reactor both need lives in the shared State, so
-// neither outlives what it uses.
+// coordinator sends nothing else). It deletes itself in OnDone. What both
+// need — the ClientContext above all — is the Attachment's State, which
+// the reactor only points to: the Attachment cancels the stream and waits
+// for the reactor's last act before the State goes, so that the call's
+// last reference (the context's) is dropped on the owner's thread, never
+// on a gRPC thread after the owner has moved on (and torn down the channel
+// or, in tests, an in-process server).
 class GrpcAttachment final : public Attachment {
  public:
   struct State {
@@ -29,13 +35,15 @@ class GrpcAttachment final : public Attachment {
     absl::Mutex mu;
     bool accepted ABSL_GUARDED_BY(mu) = false;
     std::optional<absl::Status> ended ABSL_GUARDED_BY(mu);
+    // The reactor's last act: after it, nothing of gRPC's touches State.
+    absl::Notification reactor_done;
   };
 
   class Reactor final : public grpc::ClientReadReactor<v1::AttachResponse> {
    public:
     Reactor(v1::WorkerControl::Stub* stub, const v1::AttachRequest& request,
-            std::shared_ptr<State> state, std::string what)
-        : request_(request), state_(std::move(state)), what_(std::move(what)) {
+            State* state, std::string what)
+        : request_(request), state_(state), what_(std::move(what)) {
       stub->async()->Attach(&state_->context, &request_, this);
       StartRead(&response_);
       StartCall();
@@ -51,23 +59,41 @@ class GrpcAttachment final : public Attachment {
     }
 
     void OnDone(const grpc::Status& status) override {
+      State* const state = state_;
       {
-        absl::MutexLock lock(&state_->mu);
-        state_->ended = FromGrpcStatus(status, what_);
+        absl::MutexLock lock(&state->mu);
+        state->ended = FromGrpcStatus(status, what_);
       }
       delete this;
+      state->reactor_done.Notify();
     }
 
    private:
     const v1::AttachRequest request_;
-    const std::shared_ptr<State> state_;
+    State* const state_;
     const std::string what_;
     v1::AttachResponse response_;
   };
 
-  explicit GrpcAttachment(std::shared_ptr<State> state)
-      : state_(std::move(state)) {}
-  ~GrpcAttachment() override { Cancel(); }
+  // Starts the stream.
+  GrpcAttachment(v1::WorkerControl::Stub* stub,
+                 const v1::AttachRequest& request, std::string what)
+      : state_(std::make_unique<State>()) {
+    new Reactor(stub, request, state_.get(), std::move(what));
+  }
+
+  ~GrpcAttachment() override {
+    Cancel();
+    // Once cancelled, the stream ends at once (its operations complete
+    // locally); the bound only keeps a broken gRPC from hanging the owner.
+    if (!state_->reactor_done.WaitForNotificationWithTimeout(
+            kReactorDoneTimeout)) {
+      LOG(ERROR) << "an Attach stream did not end within "
+                 << kReactorDoneTimeout
+                 << " of its cancellation; its state is left behind";
+      (void)state_.release();
+    }
+  }
 
   // Waits up to `timeout` for the acceptance: OK, or why the stream ended
   // first, or DeadlineExceeded (the stream is then cancelled).
@@ -96,7 +122,9 @@ class GrpcAttachment final : public Attachment {
   void Cancel() override { state_->context.TryCancel(); }
 
  private:
-  const std::shared_ptr<State> state_;
+  static constexpr absl::Duration kReactorDoneTimeout = absl::Seconds(30);
+
+  std::unique_ptr<State> state_;
 };
 
 class GrpcControlPlane : public ControlPlane {
@@ -162,9 +190,8 @@ class GrpcControlPlane : public ControlPlane {
   absl::StatusOr<std::unique_ptr<Attachment>> Attach(
       const v1::AttachRequest& request, absl::Duration deadline) override {
     const std::string what = absl::StrCat("Attach to ", address_);
-    auto state = std::make_shared<GrpcAttachment::State>();
-    new GrpcAttachment::Reactor(stub_.get(), request, state, what);
-    auto attachment = std::make_unique<GrpcAttachment>(std::move(state));
+    auto attachment = std::make_unique<GrpcAttachment>(stub_.get(), request,
+                                                       what);
     absl::Status accepted = attachment->AwaitAccepted(deadline, what);
     if (!accepted.ok()) return accepted;
     return attachment;
