@@ -62,19 +62,23 @@ std::vector<uint8_t> AsBytes(const std::vector<float>& values,
   return bytes;
 }
 
+// The only rank of a local-mode session, its rendezvous in a fresh
+// directory.
+absl::StatusOr<std::unique_ptr<Session>> OpenLocalRank() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/s.XXXXXX");
+  SessionEnvironment env;
+  env.local_store = mkdtemp(dir.data());
+  env.timeout = absl::Seconds(60);
+  return Session::Open(env);
+}
+
 // Trains one local rank with its parameters in `memory`; returns every
 // parameter's final bytes (param_dtype elements).
 std::vector<std::vector<uint8_t>> Train(ParameterMemory memory,
                                         const MixedPrecision& precision,
                                         const std::string& optimizer) {
-  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR") != nullptr
-                                     ? std::getenv("TEST_TMPDIR")
-                                     : "/tmp",
-                                 "/g.XXXXXX");
-  SessionEnvironment env;
-  env.local_store = mkdtemp(dir.data());
-  env.timeout = absl::Seconds(60);
-  absl::StatusOr<std::unique_ptr<Session>> opened = Session::Open(env);
+  absl::StatusOr<std::unique_ptr<Session>> opened = OpenLocalRank();
   EXPECT_OK(opened);
   if (!opened.ok()) return {};
   Session& session = **opened;
@@ -167,13 +171,7 @@ TEST(SessionGpuTest, DeviceMemoryTrainsAsTheHostDoesBitForBit) {
 
 TEST(SessionGpuTest, DeviceMemoryRefusesCheckpointsByName) {
   PSHARD_SKIP_WITHOUT_GPUS(1);
-  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR") != nullptr
-                                     ? std::getenv("TEST_TMPDIR")
-                                     : "/tmp",
-                                 "/r.XXXXXX");
-  SessionEnvironment env;
-  env.local_store = mkdtemp(dir.data());
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Session> session, Session::Open(env));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Session> session, OpenLocalRank());
   ASSERT_OK(session->SetOptimizerJson(R"({"kind": "ADAM"})"));
   ASSERT_OK(session->RegisterParameter("w", {8}, DataType::kFloat32,
                                        ParameterMemory::kCuda)
