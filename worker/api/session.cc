@@ -71,17 +71,12 @@ std::string OptionalVariable(
   return value == nullptr ? "" : value;
 }
 
-// The job spec's names of the dtypes (PrecisionSpec.DType).
-const char* DTypeName(DataType dtype) {
-  return dtype == DataType::kBFloat16 ? "BF16" : "FP32";
-}
-
 // Reads `name` as a PrecisionSpec.DType name; fp32 when unset.
 absl::StatusOr<DataType> DTypeVariable(
     const std::function<const char*(const char*)>& getenv, const char* name) {
   const std::string value = OptionalVariable(getenv, name);
-  if (value.empty() || value == "FP32") return DataType::kFloat32;
-  if (value == "BF16") return DataType::kBFloat16;
+  if (value.empty()) return DataType::kFloat32;
+  if (std::optional<DataType> dtype = ParsePrecisionDType(value)) return *dtype;
   return absl::InvalidArgumentError(
       absl::StrCat(name, ": must be FP32 or BF16, got \"",
                    absl::CHexEscape(value.substr(0, 80)), "\""));
@@ -476,9 +471,9 @@ absl::StatusOr<int> Session::RegisterParameter(absl::string_view name,
   }
   if (dtype != precision_.param_dtype) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "parameter \"", name, "\": dtype ", DTypeName(dtype),
+        "parameter \"", name, "\": dtype ", PrecisionDTypeName(dtype),
         ", but the session's param_dtype is ",
-        DTypeName(precision_.param_dtype),
+        PrecisionDTypeName(precision_.param_dtype),
         " (the job spec's precision.param_dtype unless the program sets its "
         "own precision first): every parameter has the param_dtype"));
   }
@@ -543,8 +538,10 @@ absl::Status Session::PrepareOnDevice(const ZeroHookOptions& options,
   nccl.timeout = env_.timeout;
   nccl.key_prefix = kProgramNcclKeyPrefix;
   nccl.clock = &clock_;
-  ASSIGN_OR_RETURN(device_comm_, CreateNcclCommunicator(nccl, *kv_));
-  device_comm_for_abort_ = device_comm_.get();
+  // Published (to the session and the reporter's thread) only with the
+  // hook, so that a failed Prepare leaves nothing half made behind.
+  ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm,
+                   CreateNcclCommunicator(nccl, *kv_));
   ASSIGN_OR_RETURN(std::unique_ptr<GpuShardOptimizer> optimizer,
                    GpuShardOptimizer::Create(*optimizer_, placement_.device));
   GpuZeroHookOptions device_options;
@@ -556,9 +553,11 @@ absl::Status Session::PrepareOnDevice(const ZeroHookOptions& options,
   device_options.clipping = options.clipping;
   device_options.precision = options.precision;
   ASSIGN_OR_RETURN(std::unique_ptr<GpuZeroHook> hook,
-                   GpuZeroHook::Create(params_, device_comm_.get(),
+                   GpuZeroHook::Create(params_, comm.get(),
                                        std::move(optimizer),
                                        std::move(provider), device_options));
+  device_comm_ = std::move(comm);
+  device_comm_for_abort_ = device_comm_.get();
   hook_ = std::move(hook);
   return absl::OkStatus();
 }

@@ -3,8 +3,10 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "worker/comm/fake_communicator.h"
@@ -161,6 +163,68 @@ TEST(SessionTest, OneLocalRankStepsAndEnforcesTheCallOrder) {
   EXPECT_THAT(session->FinishStep(),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("closed")));
+}
+
+// A program that raises between its first gradient and FinishStep drops its
+// session mid-step: its collectives are cut short and its memory goes
+// cleanly, and its peer's step fails, sticky, instead of waiting for it.
+TEST(SessionTest, ASessionDroppedMidStepFailsItsPeersStep) {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/m.XXXXXX");
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  absl::Notification rank0_dropped;
+  absl::Status rank1_step;
+  absl::Status rank1_after;
+  auto run_rank = [&](int rank) {
+    SessionEnvironment env;
+    env.local_store = dir;
+    env.rank = rank;
+    env.world_size = 2;
+    env.timeout = absl::Seconds(30);
+    absl::StatusOr<std::unique_ptr<Session>> opened = Session::Open(env);
+    ASSERT_OK(opened);
+    std::unique_ptr<Session> session = *std::move(opened);
+    ASSERT_OK(session->SetOptimizerJson(
+        R"({"kind": "ADAM", "hyper_parameters": {"lr": 0.01}})"));
+    // Buckets of one parameter each, so that each gradient starts its own
+    // reduction.
+    ASSERT_OK(session->SetBucketCapMb(0.001));
+    for (const char* name : {"a", "b", "c"}) {
+      ASSERT_OK(session->RegisterParameter(name, {512}).status());
+    }
+    ASSERT_OK(session->Prepare());
+    for (int step = 0; step < 2; ++step) {
+      for (int i = session->num_parameters() - 1; i >= 0; --i) {
+        for (float& g : session->gradient(i)) g = 0.5f * (rank + 1);
+        if (step == 1 && rank == 0 && i == 1) {
+          // Two of three gradients marked: rank 0's program is gone.
+          session.reset();
+          rank0_dropped.Notify();
+          return;
+        }
+        if (step == 1 && rank == 1 && i == 0) {
+          rank0_dropped.WaitForNotification();
+        }
+        ASSERT_OK(session->GradientReady(i));
+      }
+      if (step == 0) {
+        ASSERT_OK(session->FinishStep());
+        continue;
+      }
+      rank1_step = session->FinishStep();
+      rank1_after = session->FinishStep();
+    }
+  };
+  std::thread rank0(run_rank, 0);
+  std::thread rank1(run_rank, 1);
+  rank0.join();
+  rank1.join();
+  // "step 2: receiving from rank 0 ...: shared-memory channel closed".
+  EXPECT_FALSE(rank1_step.ok());
+  EXPECT_NE(rank1_step.code(), absl::StatusCode::kDeadlineExceeded)
+      << rank1_step;
+  EXPECT_THAT(rank1_step.message(), HasSubstr("rank 0"));
+  EXPECT_THAT(rank1_after, StatusIs(absl::StatusCode::kAborted,
+                                    HasSubstr("the session failed earlier")));
 }
 
 std::unique_ptr<Session> OpenLocalRank() {

@@ -230,14 +230,30 @@ GradClipping GradClipping::FromSpec(const v1::OptimizerSpec& spec) {
 }
 
 MixedPrecision MixedPrecision::FromSpec(const v1::JobSpec& spec) {
-  auto dtype = [](v1::PrecisionSpec::DType d) {
-    return d == v1::PrecisionSpec::BF16 ? DataType::kBFloat16
-                                        : DataType::kFloat32;
-  };
   MixedPrecision precision;
-  precision.param_dtype = dtype(spec.precision().param_dtype());
-  precision.reduce_dtype = dtype(spec.precision().reduce_dtype());
+  precision.param_dtype = PrecisionDataType(spec.precision().param_dtype());
+  precision.reduce_dtype = PrecisionDataType(spec.precision().reduce_dtype());
   return precision;
+}
+
+DataType PrecisionDataType(v1::PrecisionSpec::DType dtype) {
+  return dtype == v1::PrecisionSpec::BF16 ? DataType::kBFloat16
+                                          : DataType::kFloat32;
+}
+
+absl::string_view PrecisionDTypeName(DataType dtype) {
+  return v1::PrecisionSpec::DType_Name(
+      dtype == DataType::kBFloat16 ? v1::PrecisionSpec::BF16
+                                   : v1::PrecisionSpec::FP32);
+}
+
+std::optional<DataType> ParsePrecisionDType(absl::string_view name) {
+  v1::PrecisionSpec::DType dtype;
+  if (!v1::PrecisionSpec::DType_Parse(std::string(name), &dtype) ||
+      dtype == v1::PrecisionSpec::DTYPE_UNSPECIFIED) {
+    return std::nullopt;
+  }
+  return PrecisionDataType(dtype);
 }
 
 std::unique_ptr<HookMemory> NewHostMemory(ShardOptimizer* optimizer,

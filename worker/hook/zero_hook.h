@@ -162,6 +162,14 @@ struct MixedPrecision {
   static MixedPrecision FromSpec(const v1::JobSpec& spec);
 };
 
+// The dtypes of PrecisionSpec by their spec names ("FP32", "BF16"; as the
+// agent passes them to a program in PSHARD_PARAM_DTYPE / PSHARD_REDUCE_DTYPE).
+// DTYPE_UNSPECIFIED is fp32.
+DataType PrecisionDataType(v1::PrecisionSpec::DType dtype);
+absl::string_view PrecisionDTypeName(DataType dtype);
+// nullopt for a name that is not "FP32" or "BF16".
+std::optional<DataType> ParsePrecisionDType(absl::string_view name);
+
 struct ZeroHookOptions {
   v1::JobSpec::CommMode comm_mode = v1::JobSpec::REDUCE_BROADCAST;
   double bucket_cap_mb = 25;

@@ -22,6 +22,7 @@
 #include "common/child_process.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
+#include "worker/hook/zero_hook.h"
 #include "worker/runtime/program_failure.h"
 #include "worker/runtime/program_log.h"
 #include "worker/runtime/result_reporter.h"
@@ -185,13 +186,11 @@ absl::StatusOr<std::vector<std::string>> ProgramJob::Environment(
   // The session's default precision (pshardSetPrecision): the spec's names.
   // Unspecified is fp32.
   if (spec.has_precision()) {
-    auto name = [](v1::PrecisionSpec::DType dtype) {
-      return dtype == v1::PrecisionSpec::BF16 ? "BF16" : "FP32";
-    };
+    const MixedPrecision precision = MixedPrecision::FromSpec(spec);
     env.push_back(absl::StrCat("PSHARD_PARAM_DTYPE=",
-                               name(spec.precision().param_dtype())));
+                               PrecisionDTypeName(precision.param_dtype)));
     env.push_back(absl::StrCat("PSHARD_REDUCE_DTYPE=",
-                               name(spec.precision().reduce_dtype())));
+                               PrecisionDTypeName(precision.reduce_dtype)));
   }
   if (spec.has_checkpoint()) {
     env.push_back(absl::StrCat("PSHARD_CHECKPOINT_DIR=", spec.checkpoint().dir()));
