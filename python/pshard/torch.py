@@ -428,9 +428,13 @@ class ShardedOptimizer:
                 self._hand_over(i)
         first = self.steps_finished == 0
         self._ready = [False] * len(self._named)
-        _capi.check("pshardFinishStep", handle)
-        if first:
-            self._point_into_buckets(copy_values=False)
+        try:
+            _capi.check("pshardFinishStep", handle)
+        finally:
+            # The first step re-packs the buckets, a failed one too: the
+            # views follow them (the old buffers are gone).
+            if first:
+                self._point_into_buckets(copy_values=False)
         return loss
 
     @property

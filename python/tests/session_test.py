@@ -14,7 +14,11 @@ except ImportError:  # pragma: no cover - depends on the machine
     torch = None
 
 import pshard
+from local_ranks import run_local_ranks
 from pshard import _capi
+
+# For the two ranks of FailedStepTest (their collective timeout is 60 s).
+RUN_TIMEOUT_SECONDS = 120
 
 
 def local_environment():
@@ -134,6 +138,21 @@ class ShardedOptimizerTest(unittest.TestCase):
         # Copied out of the freed buckets: still readable and trainable.
         self.assertEqual(model.weight.sum().item(), model.weight.sum().item())
         model.weight.data.add_(1)
+
+
+@unittest.skipIf(torch is None, "PyTorch is not installed for "
+                 f"{sys.executable}; install python3-torch (tools/setup.sh)")
+class FailedStepTest(unittest.TestCase):
+
+    def test_a_failed_first_step_leaves_the_model_readable(self):
+        out = run_local_ranks(self, "failed_step_rank.py", 2,
+                              RUN_TIMEOUT_SECONDS)
+        result = torch.load(os.path.join(out, "rank0.pt"))
+        self.assertIsNotNone(result["error"], "the step did not fail")
+        self.assertIn("rank 1", result["error"])
+        for name, value in result["before"].items():
+            with self.subTest(param=name):
+                self.assertTrue(torch.equal(result["after"][name], value))
 
 
 if __name__ == "__main__":

@@ -118,8 +118,9 @@ pshardResult_t GetBuffer(const char* call, pshardSession_t handle, int index,
   if (data == nullptr) return NullArgument(call, "data");
   if (numel == nullptr) return NullArgument(call, "numel");
   return WithSession(call, handle, [&](Session& s) {
-    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
-      return Return(prepared);
+    // A failed session's too: the program may still read what it holds.
+    if (absl::Status buffers = s.CheckHasBuffers(); !buffers.ok()) {
+      return Return(buffers);
     }
     if (index < 0 || index >= s.num_parameters()) {
       return Fail(pshardInvalidArgument,
@@ -713,8 +714,9 @@ pshardResult_t pshardImportOptimizerStateSlices(
 pshardResult_t pshardWaitParameter(pshardSession_t session, int index) {
   constexpr char kCall[] = "pshardWaitParameter";
   return WithSession(kCall, session, [&](Session& s) {
-    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
-      return Return(prepared);
+    // A failed session's too: the program may still read what it holds.
+    if (absl::Status buffers = s.CheckHasBuffers(); !buffers.ok()) {
+      return Return(buffers);
     }
     if (index < 0 || index >= s.num_parameters()) {
       return Fail(pshardInvalidArgument,

@@ -46,8 +46,9 @@
  *    before pshardFinishStep. Gradients are this rank's own; pshard averages
  *    them over ranks, as DDP does.
  *  - The first pshardFinishStep may move the buffers (it re-packs them in the
- *    order gradients became ready): fetch the pointers again after it. They
- *    are stable from then on, until pshardSessionClose.
+ *    order gradients became ready): fetch the pointers again after it, even
+ *    when it failed (the old buffers are gone then too). They are stable
+ *    from then on, until pshardSessionClose.
  *  - After an error in a collective (a peer gone, a timeout, the job
  *    cancelled) the session can only be closed.
  *  - A session is used from one thread at a time (calls are serialised).
@@ -220,8 +221,10 @@ pshardResult_t pshardPrepare(pshardSession_t session);
 pshardResult_t pshardNumParameters(pshardSession_t session, int* count);
 /* Parameter `index`'s values and its gradient inside the bucket buffers:
  * `*numel` elements of param_dtype (the parameter) and of reduce_dtype (the
- * gradient); device pointers in CUDA device memory. After pshardPrepare;
- * the first pshardFinishStep may move them (ask again after it). */
+ * gradient); device pointers in CUDA device memory. After pshardPrepare,
+ * on a failed session too (the buffers hold what the last step left); the
+ * first pshardFinishStep may move them (ask again after it, whatever it
+ * returned). */
 pshardResult_t pshardGetParameter(pshardSession_t session, int index,
                                   void** data, int64_t* numel);
 pshardResult_t pshardGetGradient(pshardSession_t session, int index,

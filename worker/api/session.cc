@@ -571,6 +571,15 @@ absl::Status Session::CheckPrepared() const {
   return absl::OkStatus();
 }
 
+absl::Status Session::CheckHasBuffers() const {
+  if (closed_) return absl::FailedPreconditionError("the session is closed");
+  if (hook_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the session is not prepared yet (pshardPrepare first)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Span<float> Session::parameter(int i) {
   if (hook_ == nullptr || i < 0 || i >= num_parameters() ||
       hook_->params().empty()) {

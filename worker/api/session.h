@@ -227,6 +227,10 @@ class Session : private RankModel {
   // OK once prepared and healthy: FailedPrecondition before Prepare (or
   // after Close), Aborted after a failure.
   absl::Status CheckPrepared() const;
+  // OK once prepared, a failed session too (its buffers stay until Close,
+  // holding what the last step left in them): FailedPrecondition before
+  // Prepare or after Close.
+  absl::Status CheckHasBuffers() const;
 
   // Parameters registered so far.
   int num_parameters() const { return static_cast<int>(params_.size()); }

@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -48,6 +50,21 @@ void FutexWake(std::atomic<uint32_t>* word) {
 
 absl::Status Errno(const std::string& what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+// Whether process `pid` has ended: no such process, or one that has exited
+// and waits to be reaped (a zombie: its parent, a test runner or an agent,
+// may reap it only after this side's wait has failed).
+bool ProcessGone(pid_t pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold any).
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
+  const char state = line[paren + 2];
+  return state == 'Z' || state == 'X';
 }
 
 }  // namespace
@@ -154,7 +171,7 @@ absl::Status ShmChannel::WaitFor(std::atomic<uint32_t>* word, uint32_t seen,
   }
   const int32_t peer =
       owner_ ? header_->reader_pid.load() : header_->writer_pid.load();
-  if (peer > 0 && kill(peer, 0) != 0 && errno == ESRCH) {
+  if (peer > 0 && ProcessGone(peer)) {
     return absl::UnavailableError(absl::StrCat(
         "the peer process (pid ", peer, ") at the other end of ", name_,
         " is gone"));

@@ -186,6 +186,34 @@ TEST(ShmChannelTest, NoticesADeadWriterProcess) {
   close(pipefd[1]);
 }
 
+// The same while the dead writer is not reaped yet (a zombie).
+TEST(ShmChannelTest, NoticesADeadWriterProcessBeforeItIsReaped) {
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto ring = ShmChannel::Create("child", 64);
+    std::string name = ring.ok() ? (*ring)->name() : "";
+    (void)!write(pipefd[1], name.c_str(), name.size() + 1);
+    _exit(0);
+  }
+  char name[256] = {0};
+  ASSERT_GT(read(pipefd[0], name, sizeof(name) - 1), 0);
+  // Until it has exited, but left unreaped (WNOWAIT).
+  siginfo_t info;
+  ASSERT_EQ(waitid(P_PID, child, &info, WEXITED | WNOWAIT), 0);
+  ASSERT_OK_AND_ASSIGN(auto reader, ShmChannel::Open(name));
+  EXPECT_THAT(reader->Read(4, 4, absl::Seconds(30),
+                           [](int64_t, const char*, int64_t) {}),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       ::testing::HasSubstr("is gone")));
+  int status;
+  waitpid(child, &status, 0);
+  close(pipefd[0]);
+  close(pipefd[1]);
+}
+
 TEST(ShmChannelTest, OpenRejectsUnknownName) {
   EXPECT_FALSE(ShmChannel::Open("/pshard-does-not-exist").ok());
 }
