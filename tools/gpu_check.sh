@@ -55,9 +55,13 @@ readonly BENCH_TIMEOUT_S=240
 # The device call kills a command after 10 minutes and returns only its
 # output's tail and what is under $OUT: `run` ends inside this budget (seconds
 # from its start) however long the binaries take, the summary written. The
-# tests stop taking time BENCH_RESERVE_S before the end, for the benchmark.
+# tests stop taking time BENCH_RESERVE_S before the end, for the benchmark,
+# and the C++ tests PYTHON_RESERVE_S before that, for the Python test (the
+# only check of CUDA tensors in pshard.torch: one stuck binary must not
+# starve it).
 readonly BUDGET_S=${GPU_CHECK_BUDGET_S:-540}
 readonly BENCH_RESERVE_S=150
+readonly PYTHON_RESERVE_S=90
 # What the pack may weigh: a device call carries 64 MiB, source tree included.
 readonly PACK_LIMIT_BYTES=$((48 << 20))
 work=""  # run's unpacked pack (global: the EXIT trap removes it)
@@ -345,7 +349,8 @@ run() {
   local t rc ok skipped failed_cases reasons total_ok=0 total_skipped=0
   local passed_bins=0 failed_bins=0 limit
   while IFS= read -r t; do
-    limit=$(timeout_within "$TEST_TIMEOUT_S" "$BENCH_RESERVE_S")
+    limit=$(timeout_within "$TEST_TIMEOUT_S" \
+      $((BENCH_RESERVE_S + PYTHON_RESERVE_S)))
     if [ "$limit" -lt 10 ]; then
       failed_bins=$((failed_bins + 1))
       failed=1

@@ -89,6 +89,18 @@ class _CudaBuffer:
             "data": (pointer, False), "version": 2}
 
 
+def _check_cuda_array_interface():
+    """torch reads __cuda_array_interface__ through numpy: without it
+    torch.as_tensor fails later, and less clearly."""
+    try:
+        import numpy  # noqa: F401 (only its presence matters)
+    except ImportError as e:
+        raise RuntimeError(
+            "pshard.torch: parameters on CUDA need numpy (torch wraps "
+            "pshard's device buffers through __cuda_array_interface__, "
+            f"which it reads with numpy): {e}") from e
+
+
 def _view(pointer, numel, shape, dtype=torch.float32, device=None):
     """A tensor of `dtype` over pshard's memory (no copy): the buffer
     protocol over a ctypes array at the C pointer, or for a CUDA `device`
@@ -190,11 +202,16 @@ class ShardedOptimizer:
                             "the parameters); pass overlap_param_broadcast="
                             "False for (name, parameter) pairs")
         memory = _capi.HOST_MEMORY
+        # CUDA: the stream pshard orders its collectives after (autograd
+        # accumulates gradients on it: the AccumulateGrad nodes are made
+        # below, under it).
+        self._stream = None
         if self._device.type == "cuda":
+            _check_cuda_array_interface()
             memory = _capi.CUDA_MEMORY
-            stream = torch.cuda.current_stream(self._device).cuda_stream
+            self._stream = torch.cuda.current_stream(self._device)
             _capi.check("pshardSetCudaDevice", handle, self._device.index,
-                        ctypes.c_void_p(stream or None))
+                        ctypes.c_void_p(self._stream.cuda_stream or None))
         for name, p in self._named:
             shape = (ctypes.c_int64 * max(1, p.dim()))(*p.shape)
             index = ctypes.c_int()
@@ -204,6 +221,10 @@ class ShardedOptimizer:
         _capi.check("pshardPrepare", handle)
         with torch.no_grad():
             self._point_into_buckets(copy_values=True)
+        if self._stream is not None:
+            # The model's own parameter memory is free now: back to the
+            # device, for the first step's re-pack to allocate.
+            torch.cuda.empty_cache()
         self._ready = [False] * len(self._named)
         self._no_sync = False
         # The AccumulateGrad nodes must stay alive for their hooks to run
@@ -419,6 +440,10 @@ class ShardedOptimizer:
             with torch.enable_grad():
                 loss = closure()
         handle = self._session.handle
+        if self._stream is not None:
+            # Gradients handed over here (and zero_grad's zeros) were written
+            # on the caller's current stream, maybe not pshard's.
+            self._stream.wait_stream(torch.cuda.current_stream(self._device))
         for i, ready in enumerate(self._ready):
             if ready:
                 continue

@@ -10,6 +10,9 @@ bound of the fp32 run; and the device path's refusals named.
 
 Without a CUDA device for torch it skips, saying why (exit 0); with
 PSHARD_REQUIRE_GPU=1 that is a failure. tools/gpu_check.sh runs it there.
+With PSHARD_PARITY_DEVICE=cpu the same loops train on host memory instead:
+the harness's own check, which Bazel runs here (cuda_parity_harness_test),
+so that the scarce GPU run tests the device path, not the test.
 
     PYTHONPATH=python:python/tests:worker/optim/testdata \\
         python3 python/tests/cuda_parity_test.py
@@ -27,10 +30,21 @@ import pshard
 import pshard.torch
 
 
+# Where the models train: CUDA, or the host for the harness's own check.
+DEVICE = torch.device(os.environ.get("PSHARD_PARITY_DEVICE", "cuda"))
+
+
 def _cuda_or_why():
-    if not torch.cuda.is_available():
+    if DEVICE.type == "cuda" and not torch.cuda.is_available():
         return "no CUDA device for torch (torch.cuda.is_available() is False)"
     return None
+
+
+def _cuda_only(test):
+    """Refusals of device memory: they have no host counterpart."""
+    return unittest.skipIf(DEVICE.type != "cuda",
+                           "a refusal of CUDA device memory (the harness "
+                           "check trains on the host)")(test)
 
 
 def _open_session(store):
@@ -40,15 +54,19 @@ def _open_session(store):
     return pshard.Session.open()
 
 
-def _train(model, optimizer_name, step_fn, zero_grad, no_sync=None):
-    """The parity test's loop (micro-batches through no_sync) on the GPU;
+def _train(model, optimizer_name, step_fn, zero_grad, no_sync=None,
+           dtype=torch.float32):
+    """The parity test's loop (micro-batches through no_sync) on DEVICE,
+    the model computing in `dtype` (its parameters'), the loss in float32;
     snapshots after step 1 and the last, by name, on the host."""
     snapshots = {}
     for step in range(1, common.STEPS + 1):
         batches = common.step_batches(optimizer_name, step)
         zero_grad()
         for m, (x, y) in enumerate(batches):
-            loss = common.loss_of(model, x.cuda(), y.cuda()) / len(batches)
+            x, y = x.to(DEVICE, dtype), y.to(DEVICE)
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+            loss = loss / len(batches)
             if no_sync is not None and m + 1 < len(batches):
                 with no_sync():
                     loss.backward()
@@ -62,7 +80,7 @@ def _train(model, optimizer_name, step_fn, zero_grad, no_sync=None):
 
 
 def _torch_reference(optimizer_name):
-    model = common.make_model().cuda()
+    model = common.make_model().to(DEVICE)
     optimizer, scheduler = common.torch_reference_optimizer(optimizer_name,
                                                             model)
     clip = common.clipping(optimizer_name)
@@ -83,16 +101,29 @@ def _torch_reference(optimizer_name):
 def _pshard(optimizer_name, comm_mode, **kwargs):
     with tempfile.TemporaryDirectory() as store:
         session = _open_session(store)
-        model = common.make_model().cuda()
-        optimizer = pshard.torch.ShardedOptimizer(
-            model, optimizer=common.OPTIMIZERS[optimizer_name][0],
-            bucket_cap_mb=common.BUCKET_CAP_MB, comm_mode=comm_mode,
-            session=session, overlap_param_broadcast=False, **kwargs)
-        assert all(p.is_cuda for p in model.parameters())
-        snapshots = _train(model, optimizer_name, optimizer.step,
-                           optimizer.zero_grad, optimizer.no_sync)
-        session.close()
-        return snapshots
+        try:
+            model = common.make_model().to(DEVICE)
+            optimizer = pshard.torch.ShardedOptimizer(
+                model, optimizer=common.OPTIMIZERS[optimizer_name][0],
+                bucket_cap_mb=common.BUCKET_CAP_MB, comm_mode=comm_mode,
+                session=session, overlap_param_broadcast=False, **kwargs)
+            assert all(p.device.type == DEVICE.type
+                       for p in model.parameters())
+            return _train(model, optimizer_name, optimizer.step,
+                          optimizer.zero_grad, optimizer.no_sync,
+                          dtype=optimizer.param_dtype)
+        finally:
+            session.close()
+
+
+def _loaded(prefixes):
+    """The files of this process's shared libraries whose names start with
+    one of `prefixes` (which libnccl.so.2 a torch process and libpshard
+    share is the loader's choice, not ours)."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "/" in line}
+    return sorted(p for p in paths
+                  if os.path.basename(p).startswith(tuple(prefixes)))
 
 
 class CudaParityTest(unittest.TestCase):
@@ -104,6 +135,10 @@ class CudaParityTest(unittest.TestCase):
             if os.environ.get("PSHARD_REQUIRE_GPU") == "1":
                 raise AssertionError(f"PSHARD_REQUIRE_GPU=1, but {why}")
             raise unittest.SkipTest(why)
+        # (pshard's import loaded libpshard and what it links.)
+        print(f"torch {torch.__version__}, CUDA {torch.version.cuda}; "
+              f"loaded: {_loaded(['libnccl', 'libcudart', 'libpshard'])}",
+              file=sys.stderr)
 
     def test_every_configuration_matches_torch_on_the_gpu(self):
         for optimizer_name, comm_mode in common.configurations():
@@ -126,6 +161,7 @@ class CudaParityTest(unittest.TestCase):
                                        rtol=3e-2, atol=3e-3,
                                        msg=lambda m: f"{name}: {m}")
 
+    @_cuda_only
     def test_overlap_is_refused_by_name(self):
         with tempfile.TemporaryDirectory() as store:
             session = _open_session(store)
@@ -137,6 +173,7 @@ class CudaParityTest(unittest.TestCase):
                     overlap_param_broadcast=True)
             session.close()
 
+    @_cuda_only
     def test_parameters_on_two_devices_are_refused(self):
         model = [("on_gpu", torch.nn.Parameter(torch.ones(2).cuda())),
                  ("on_cpu", torch.nn.Parameter(torch.ones(2)))]

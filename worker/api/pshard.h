@@ -198,8 +198,9 @@ pshardResult_t pshardGetPrecision(pshardSession_t session,
  * the collective timeout). What device memory does not do yet:
  * overlap_param_broadcast (pshardPrepare fails with InvalidUsage: turn it
  * off), optimizer-state export/import and checkpoints (InvalidUsage).
- * Unavailable: a libpshard built without CUDA, or no such device.
- * InvalidArgument: device < 0. */
+ * pshardPrepare fails with Unavailable in a libpshard built without CUDA
+ * or on a machine without a CUDA device, and with InvalidArgument for a
+ * device that does not exist. InvalidArgument here: device < 0. */
 pshardResult_t pshardSetCudaDevice(pshardSession_t session, int device,
                                    void* stream);
 

@@ -1,9 +1,10 @@
 // A session whose parameters live in CUDA device memory (the C API's
 // pshardCudaMemory; pshard.torch's CUDA tensors) against the same session
 // on the host: one local rank, the same initial values and gradients, three
-// steps; the parameters come out bit for bit the same (the GPU optimizer
-// reproduces the CPU's arithmetic, and one rank reduces nothing). Skips
-// without a GPU (tools/gpu_check.sh runs it on one).
+// steps, gradients ready in the guessed order or in another (then the first
+// step re-packs the device buckets); the parameters come out bit for bit
+// the same (the GPU optimizer reproduces the CPU's arithmetic, and one rank
+// reduces nothing). Skips without a GPU (tools/gpu_check.sh runs it on one).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_matchers.h"
 #include "worker/api/session.h"
 #endif
@@ -73,11 +75,19 @@ absl::StatusOr<std::unique_ptr<Session>> OpenLocalRank() {
   return Session::Open(env);
 }
 
+// The order a backward makes the gradients in: the last parameter first
+// (what the first layout guesses), or another (a model whose forward does
+// not follow its registration order), which the first step re-packs the
+// buckets for.
+const std::vector<int> kReverseOrder = {3, 2, 1, 0};
+const std::vector<int> kShuffledOrder = {1, 3, 0, 2};
+
 // Trains one local rank with its parameters in `memory`; returns every
 // parameter's final bytes (param_dtype elements).
 std::vector<std::vector<uint8_t>> Train(ParameterMemory memory,
                                         const MixedPrecision& precision,
-                                        const std::string& optimizer) {
+                                        const std::string& optimizer,
+                                        const std::vector<int>& ready_order) {
   absl::StatusOr<std::unique_ptr<Session>> opened = OpenLocalRank();
   EXPECT_OK(opened);
   if (!opened.ok()) return {};
@@ -101,8 +111,7 @@ std::vector<std::vector<uint8_t>> Train(ParameterMemory memory,
     EXPECT_OK(session.SetParameterValues(i, initial));
   }
   for (int step = 1; step <= kSteps; ++step) {
-    // Gradients in the order a backward makes them: last parameter first.
-    for (int i = session.num_parameters() - 1; i >= 0; --i) {
+    for (int i : ready_order) {
       std::vector<float> grad(session.parameter_numel(i));
       for (size_t e = 0; e < grad.size(); ++e) grad[e] = Value(i, e, step);
       const std::vector<uint8_t> bytes =
@@ -148,19 +157,25 @@ TEST(SessionGpuTest, DeviceMemoryTrainsAsTheHostDoesBitForBit) {
     DataType param_dtype;
     DataType reduce_dtype;
     std::string optimizer;
+    std::vector<int> ready_order;
   };
   for (const Case& c :
-       {Case{DataType::kFloat32, DataType::kFloat32, adamw},
-        Case{DataType::kFloat32, DataType::kFloat32, sgd},
-        Case{DataType::kBFloat16, DataType::kFloat32, adamw},
-        Case{DataType::kBFloat16, DataType::kBFloat16, sgd}}) {
+       {Case{DataType::kFloat32, DataType::kFloat32, adamw, kReverseOrder},
+        Case{DataType::kFloat32, DataType::kFloat32, adamw, kShuffledOrder},
+        Case{DataType::kFloat32, DataType::kFloat32, sgd, kReverseOrder},
+        Case{DataType::kBFloat16, DataType::kFloat32, adamw, kShuffledOrder},
+        Case{DataType::kBFloat16, DataType::kBFloat16, sgd, kReverseOrder}}) {
     SCOPED_TRACE(absl::StrCat("param ", Name(c.param_dtype), ", reduce ",
-                              Name(c.reduce_dtype), ", ", c.optimizer));
+                              Name(c.reduce_dtype), ", ", c.optimizer,
+                              ", gradients ready in the order ",
+                              absl::StrJoin(c.ready_order, ",")));
     MixedPrecision precision;
     precision.param_dtype = c.param_dtype;
     precision.reduce_dtype = c.reduce_dtype;
-    const auto host = Train(ParameterMemory::kHost, precision, c.optimizer);
-    const auto device = Train(ParameterMemory::kCuda, precision, c.optimizer);
+    const auto host = Train(ParameterMemory::kHost, precision, c.optimizer,
+                            c.ready_order);
+    const auto device = Train(ParameterMemory::kCuda, precision, c.optimizer,
+                              c.ready_order);
     ASSERT_EQ(host.size(), kShapes.size());
     ASSERT_EQ(device.size(), kShapes.size());
     for (size_t i = 0; i < kShapes.size(); ++i) {

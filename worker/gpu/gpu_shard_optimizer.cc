@@ -55,6 +55,12 @@ class GpuShardOptimizer::Impl {
     // under them would be a use-after-free on the device.
     ScopedDevice scoped(device_);
     (void)cudaDeviceSynchronize();
+    // Released here, on their device, rather than after this scope on
+    // whatever device the destroying thread has current (a stray context
+    // on device 0 for a program on another).
+    absl::MutexLock lock(&mu_);
+    buckets_.clear();
+    stream_ = CudaStream();
   }
 
   int device() const { return device_; }

@@ -45,6 +45,18 @@ class DeviceMemory final : public HookMemory {
         param_dtype_(precision.param_dtype),
         grad_dtype_(precision.reduce_dtype) {}
 
+  ~DeviceMemory() override {
+    // Freed on their device, not on whatever device the destroying thread
+    // has current (a stray context on device 0 for a program on another).
+    ScopedDevice scoped(comm_->device());
+    params_.clear();
+    grads_.clear();
+    ready_events_.clear();
+    grad_room_.clear();
+    norm_partials_ = DeviceBuffer();
+    norm_slots_ = DeviceBuffer();
+  }
+
   absl::Status Arrange(const BucketLayout& layout) override {
     ScopedDevice scoped(comm_->device());
     RETURN_IF_ERROR(scoped.status());
@@ -242,12 +254,17 @@ class DeviceMemory final : public HookMemory {
     ASSIGN_OR_RETURN(norm_slots_,
                      DeviceBuffer::Allocate(world_size * sizeof(float),
                                             "gradient-norm slots"));
-    // Pieces this rank does not own keep 0, which combines as nothing.
+    // Pieces this rank does not own keep 0, which combines as nothing. On
+    // the communication stream, which computes and gathers the norms (a
+    // plain cudaMemset, on the legacy stream, is not ordered before a
+    // non-blocking stream's work).
     RETURN_IF_ERROR(CudaStatus(
-        cudaMemset(norm_partials_.get(), 0, partial_bytes),
+        cudaMemsetAsync(norm_partials_.get(), 0, partial_bytes,
+                        comm_->stream()),
         "zero the gradient-norm partials"));
     RETURN_IF_ERROR(CudaStatus(
-        cudaMemset(norm_slots_.get(), 0, world_size * sizeof(float)),
+        cudaMemsetAsync(norm_slots_.get(), 0, world_size * sizeof(float),
+                        comm_->stream()),
         "zero the gradient-norm slots"));
     num_norm_partials_ = static_cast<int64_t>(num_pieces) * gpu::kNormBlocks;
     world_size_ = world_size;
