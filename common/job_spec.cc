@@ -609,14 +609,21 @@ absl::Status ValidateFaultTolerance(const JobSpec& spec) {
     return FieldError("restart_on_program_failure",
                       "only for a program workload");
   }
-  // The GPU optimizer's state stays on the device, unread by checkpoints
-  // (docs/checkpoints.md, "What is not wired yet"): refused rather than
-  // failing at every checkpoint step.
-  if (spec.overlap_param_broadcast() && spec.backend() == JobSpec::NCCL) {
+  if (spec.backend() == JobSpec::NCCL) RETURN_IF_ERROR(CheckNcclSupport(spec));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckNcclSupport(const JobSpec& spec) {
+  if (spec.overlap_param_broadcast()) {
     return FieldError("overlap_param_broadcast",
                       "not supported yet with backend NCCL");
   }
-  if (spec.backend() == JobSpec::NCCL && !is_program) {
+  // The GPU optimizer's state stays on the device, unread by checkpoints
+  // (docs/checkpoints.md, "What is not wired yet"): refused rather than
+  // failing at every checkpoint step. A program's checkpoints are its own.
+  if (!spec.has_program()) {
     if (spec.has_checkpoint()) {
       return FieldError("checkpoint", "not supported yet with backend NCCL");
     }
@@ -627,8 +634,6 @@ absl::Status ValidateFaultTolerance(const JobSpec& spec) {
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 bool operator==(const HyperParameters& a, const HyperParameters& b) {
   return a.lr == b.lr && a.momentum == b.momentum &&

@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -14,6 +15,7 @@
 namespace pshard::worker {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::Each;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
@@ -54,6 +56,32 @@ TEST(EngineFactoryTest, NcclOnACpuWorkerIsRefused) {
                                LocalOwners(1)),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("this worker runs on the CPU")));
+}
+
+// Backend AUTO on a GPU worker means NCCL: what the GPU engine does not do
+// yet is refused by name before it starts, as it is at submission for a
+// spec that names NCCL.
+TEST(EngineFactoryTest, AutoOnAGpuWorkerRefusesWhatNcclDoesNotDoYet) {
+  InMemoryKvStore kv;
+  StepEngineOptions options = Options(0, 1);
+  options.device.cuda_device = 0;
+  options.device.name = "cuda:0";
+  v1::JobSpec overlap = Spec(1, v1::JobSpec::AUTO);
+  overlap.set_overlap_param_broadcast(true);
+  v1::JobSpec checkpoint = Spec(1, v1::JobSpec::AUTO);
+  checkpoint.mutable_checkpoint()->set_dir("/tmp/ckpt");
+  checkpoint.mutable_checkpoint()->set_every_steps(1);
+  for (const auto& [spec, field] :
+       {std::pair(overlap, "overlap_param_broadcast"),
+        std::pair(checkpoint, "checkpoint")}) {
+    EXPECT_THAT(
+        CreateStepEngine(spec, options, kv, LocalOwners(1)),
+        StatusIs(absl::StatusCode::kFailedPrecondition,
+                 AllOf(HasSubstr("runs the job on its GPU (cuda:0, backend "
+                                 "AUTO chose NCCL)"),
+                       HasSubstr(absl::StrCat(field, ": not supported yet")),
+                       HasSubstr("backend: GLOO"))));
+  }
 }
 
 // Two CPU ranks as threads over loopback Gloo: the engine's steps, the loss
