@@ -78,9 +78,9 @@ class Communicator {
   // Like Reduce, but `root` ends with the element-wise mean, as DDP averages
   // gradients, computed where the data lives and without a pass of its own:
   // the host backends divide the sum by world_size() in the last addition;
-  // NCCL uses ncclAvg, which for floating types sums x_i * (1/n) on the
-  // device (DDP's pre-division) — the same bits for world sizes that are
-  // powers of two, within a rounding otherwise.
+  // NCCL uses ncclAvg for world sizes that are powers of two (it sums
+  // x_i * (1/n) on the device, DDP's pre-division, an exact scaling there)
+  // and otherwise a sum the root divides on the device, as the host does.
   virtual std::shared_ptr<Work> ReduceMean(void* data, int64_t count,
                                            DataType dtype, int root) = 0;
 

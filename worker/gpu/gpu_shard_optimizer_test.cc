@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pshard/v1/job_spec.pb.h"
+#include "worker/comm/communicator.h"
 #include "worker/comm/reduce_ops.h"
 #include "worker/gpu/gpu_test_util.h"
 #include "worker/gpu/optimizer_test_specs.h"
@@ -401,6 +402,20 @@ TEST_F(GpuShardOptimizerGpuTest, HelperKernels) {
   std::vector<float> widened = Download<float>(b, n);
   for (int64_t i = 0; i < n; ++i)
     ASSERT_EQ(widened[i], BFloat16ToFloat(half[i]));
+  // A mean's division (NCCL's ReduceMean over 3 ranks), as the host's
+  // DivideInPlace, in both dtypes.
+  ASSERT_OK(CudaStatus(
+      gpu::LaunchDivide(b.get(), gpu::kKernelFloat32, n, 3.0f, nullptr),
+      "divide fp32"));
+  std::vector<float> divided = widened;
+  DivideInPlace(divided.data(), n, DataType::kFloat32, 3.0f);
+  EXPECT_EQ(Download<float>(b, n), divided);
+  ASSERT_OK(CudaStatus(
+      gpu::LaunchDivide(h.get(), gpu::kKernelBFloat16, n, 3.0f, nullptr),
+      "divide bf16"));
+  std::vector<uint16_t> divided_half = half;
+  DivideInPlace(divided_half.data(), n, DataType::kBFloat16, 3.0f);
+  EXPECT_EQ(Download<uint16_t>(h, n), divided_half);
 }
 
 #endif  // PSHARD_HAS_CUDA

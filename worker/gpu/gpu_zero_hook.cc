@@ -234,7 +234,8 @@ class DeviceMemory final : public HookMemory {
       // The average as the CPU hook computes it: g / n, rounded (g * (1/n)
       // could differ in the last bit for n not a power of two).
       RETURN_IF_ERROR(CudaStatus(
-          gpu::LaunchDivide(grads, numel, divisor, comm_->stream()),
+          gpu::LaunchDivide(grads, gpu::kKernelFloat32, numel, divisor,
+                            comm_->stream()),
           absl::StrCat("piece ", index, ": average gradient")));
     }
     return Step(index, param_data, grads);
@@ -278,7 +279,8 @@ class DeviceMemory final : public HookMemory {
     const std::string what = absl::StrCat("piece ", index, ": gradient norm");
     if (divisor != 1) {
       RETURN_IF_ERROR(CudaStatus(
-          gpu::LaunchDivide(grads, numel, divisor, comm_->stream()), what));
+          gpu::LaunchDivide(grads, gpu::kKernelFloat32, numel, divisor,
+                            comm_->stream()), what));
     }
     return CudaStatus(
         gpu::LaunchPartialNorm(

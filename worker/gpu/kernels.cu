@@ -389,6 +389,14 @@ __global__ void DivideFloatKernel(float* __restrict__ data, int64_t n,
   }
 }
 
+__global__ void DivideBf16Kernel(__nv_bfloat16* __restrict__ data, int64_t n,
+                                 float divisor) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    data[i] = __float2bfloat16_rn(__fdiv_rn(__bfloat162float(data[i]), divisor));
+  }
+}
+
 // divisor 0: no division (a plain sum).
 __global__ void AccumulateKernel(float* __restrict__ sum,
                                  const float* __restrict__ micro, int64_t n,
@@ -631,11 +639,19 @@ cudaError_t LaunchScale(void* data, int32_t dtype, int64_t n, float factor,
   return cudaGetLastError();
 }
 
-cudaError_t LaunchDivide(float* data, int64_t n, float divisor,
+cudaError_t LaunchDivide(void* data, int32_t dtype, int64_t n, float divisor,
                          cudaStream_t stream) {
   ClearLastError();
   if (n <= 0) return cudaSuccess;
-  DivideFloatKernel<<<GridFor(n), kThreads, 0, stream>>>(data, n, divisor);
+  if (dtype == kKernelFloat32) {
+    DivideFloatKernel<<<GridFor(n), kThreads, 0, stream>>>(
+        static_cast<float*>(data), n, divisor);
+  } else if (dtype == kKernelBFloat16) {
+    DivideBf16Kernel<<<GridFor(n), kThreads, 0, stream>>>(
+        static_cast<__nv_bfloat16*>(data), n, divisor);
+  } else {
+    return cudaErrorInvalidValue;
+  }
   return cudaGetLastError();
 }
 

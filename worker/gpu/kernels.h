@@ -37,8 +37,10 @@ cudaError_t LaunchBFloat16ToFloat(const uint16_t* in, float* out, int64_t n,
 cudaError_t LaunchScale(void* data, int32_t dtype, int64_t n, float factor,
                         cudaStream_t stream);
 
-// data[i] /= divisor for fp32 (IEEE division, as the CPU hook's average).
-cudaError_t LaunchDivide(float* data, int64_t n, float divisor,
+// data[i] /= divisor, for fp32 or bf16 (an IEEE division in fp32, rounded
+// back to nearest even): the host's averages (the CPU hook's, and
+// DivideInPlace after a sum).
+cudaError_t LaunchDivide(void* data, int32_t dtype, int64_t n, float divisor,
                          cudaStream_t stream);
 
 // Gradient accumulation (worker/workload/accumulating_workload.h), the host

@@ -21,6 +21,7 @@
 #include "common/status_macros.h"
 #include "worker/gpu/cuda_util.h"
 #include "worker/gpu/device.h"
+#include "worker/gpu/kernels.h"
 #include "worker/gpu/nccl_bootstrap.h"
 #include "worker/gpu/nccl_work.h"
 
@@ -120,10 +121,13 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     return Collective(NcclOpKind::kReduce, data, count, dtype, root);
   }
 
-  // ncclAvg: the division happens on the device, inside the reduction (for
-  // floating types NCCL sums x_i * (1/n), as DDP's pre-division does). The
-  // mean over one rank is its input: an in-place ncclSum there is free,
-  // where ncclAvg would still run a pass over the buffer.
+  // On the device. Over a power-of-two world, ncclAvg: the division inside
+  // the reduction (NCCL sums x_i * (1/n), as DDP's pre-division does; an
+  // exact scaling there, so the host's sum / n). Otherwise 1/n itself is
+  // rounded (bf16(1/3) is 0.2% high, and would scale every averaged bf16
+  // gradient): ncclSum, then the root divides as the host does
+  // (DivideInPlace). The mean over one rank is its input: an in-place
+  // ncclSum there is free, where ncclAvg would still run a pass.
   std::shared_ptr<Work> ReduceMean(void* data, int64_t count, DataType dtype,
                                    int root) override {
     return Collective(NcclOpKind::kReduce, data, count, dtype, root,
@@ -177,7 +181,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     return NcclWorkImpl::Done(std::move(status));
   }
 
-  // `mean` (kReduce only): the root receives the average (ncclAvg).
+  // `mean` (kReduce only): the root receives the average (see ReduceMean).
   std::shared_ptr<Work> Collective(NcclOpKind kind, void* data, int64_t count,
                                    DataType dtype, int root,
                                    bool mean = false) {
@@ -201,14 +205,17 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     if (shared_->failed()) return NcclWorkImpl::Done(shared_->failure());
     const size_t n = static_cast<size_t>(count);
     cudaStream_t s = stream_.get();
+    const int world = options_.world_size;
+    const bool divide_at_root = mean && (world & (world - 1)) != 0;
     ncclResult_t r;
     switch (kind) {
       case NcclOpKind::kAllReduce:
         r = ncclAllReduce(data, data, n, ToNccl(dtype), ncclSum, comm_, s);
         break;
       case NcclOpKind::kReduce:
-        r = ncclReduce(data, data, n, ToNccl(dtype), mean ? ncclAvg : ncclSum,
-                       root, comm_, s);
+        r = ncclReduce(data, data, n, ToNccl(dtype),
+                       mean && !divide_at_root ? ncclAvg : ncclSum, root,
+                       comm_, s);
         break;
       case NcclOpKind::kBroadcast:
       default:
@@ -221,6 +228,14 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     // must be recorded after it, so wait until NCCL is done issuing.
     if (status.ok() && r == ncclInProgress) {
       status = AwaitNcclLocked(clock_.Now() + options_.timeout, op);
+    }
+    if (status.ok() && divide_at_root && options_.rank == root) {
+      status = CudaStatus(
+          gpu::LaunchDivide(data,
+                            dtype == DataType::kBFloat16 ? gpu::kKernelBFloat16
+                                                         : gpu::kKernelFloat32,
+                            count, static_cast<float>(world), s),
+          absl::StrCat(op, ": the mean's division"));
     }
     if (!status.ok()) {
       shared_->Fail(status);

@@ -270,7 +270,8 @@ TEST_F(NcclOneGpuTest, PollingAPendingOperationLeavesNoCudaError) {
       << cudaGetErrorName(cudaPeekAtLastError());
   // A kernel launched now (the owner's step) reports its own launch only.
   EXPECT_OK(CudaStatus(
-      gpu::LaunchDivide(buf.as<float>(), 16, 3.0f, comm_->stream()),
+      gpu::LaunchDivide(buf.get(), gpu::kKernelFloat32, 16, 3.0f,
+                        comm_->stream()),
       "LaunchDivide after polling"));
   gate.open.Notify();
   EXPECT_OK(gated->Wait(kWait));
