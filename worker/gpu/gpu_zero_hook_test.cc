@@ -68,16 +68,27 @@ const char kMlpSgdJob[] = R"({
   "optimizer": {"kind": "SGD", "hyperParameters": {"lr": 0.05,
                 "momentum": 0.9, "nesterov": true}}})";
 
-AssignmentProvider Provider(int world) {
-  return
-      [world](const BucketLayout& layout) -> absl::StatusOr<BucketAssignment> {
-        BucketAssignment a;
-        a.epoch = 1;
-        ASSIGN_OR_RETURN(a.owners,
-                         shard::AssignBuckets(v1::JobSpec::BALANCED,
-                                                    layout.BucketBytes(), world));
-        return a;
-      };
+// Owners as the coordinator computes them: whole buckets (BALANCED), or
+// under SHARDED a range of every bucket per rank.
+AssignmentProvider Provider(
+    int world,
+    v1::JobSpec::AssignmentPolicy policy = v1::JobSpec::BALANCED) {
+  return [world, policy](
+             const BucketLayout& layout) -> absl::StatusOr<BucketAssignment> {
+    BucketAssignment a;
+    a.epoch = 1;
+    ASSIGN_OR_RETURN(
+        a.owners, shard::AssignBuckets(policy, layout.BucketBytes(), world));
+    return a;
+  };
+}
+
+// The spec's policy (unset: BALANCED, as ApplyJobSpecDefaults makes it).
+v1::JobSpec::AssignmentPolicy PolicyOf(const v1::JobSpec& spec) {
+  return spec.assignment_policy() ==
+                 v1::JobSpec::ASSIGNMENT_POLICY_UNSPECIFIED
+             ? v1::JobSpec::BALANCED
+             : spec.assignment_policy();
 }
 
 using Parameters = std::vector<std::vector<float>>;
@@ -133,7 +144,7 @@ absl::StatusOr<std::vector<Parameters>> RunCpu(const v1::JobSpec& spec) {
     ASSIGN_OR_RETURN(
         std::unique_ptr<ZeroHook> hook,
         ZeroHook::Create(workload->parameters(), comm.get(), std::move(opt),
-                         Provider(world), options));
+                         Provider(world, PolicyOf(spec)), options));
     return Train(spec, *workload, *hook, [&](int i, float* out) {
       std::copy_n(hook->params()[i], hook->parameter_infos()[i].numel, out);
       return absl::OkStatus();
@@ -178,7 +189,7 @@ absl::StatusOr<std::vector<Parameters>> RunGpu(const v1::JobSpec& spec,
     ASSIGN_OR_RETURN(
         std::unique_ptr<GpuZeroHook> hook,
         GpuZeroHook::Create(workload->parameters(), comm.get(), std::move(opt),
-                            Provider(world), options));
+                            Provider(world, PolicyOf(spec)), options));
     return Train(spec, *workload, *hook, [&](int i, float* out) {
       return hook->CopyParameterToHost(i, out);
     });
@@ -380,6 +391,34 @@ TEST(GpuZeroHookTest, TwoGpusMatchTheCpuHookOnTwoRanks) {
 // clip kernels, the slots all-reduced by NCCL) against the CPU hook: L2 and
 // infinity norms, limits that clip every step, on one GPU and on two in both
 // modes (several buckets, owned by both ranks).
+// SHARDED: every bucket cut into one range per rank (one range on one
+// GPU, still the sharded path: pieces by range, owner kEveryRank), with
+// clipping across the ranges.
+TEST(GpuZeroHookTest, ShardedMatchesTheCpuHook) {
+  PSHARD_SKIP_WITHOUT_GPUS(1);
+  std::string why;
+  const int gpus = CudaDeviceCount(&why);
+  for (const int world : {1, 2}) {
+    if (world > gpus) continue;
+    for (const bool clip : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("world ", world, clip ? ", clipped" : ""));
+      v1::JobSpec spec = Job(kSyntheticAdamJob);
+      spec.set_world_size(world);
+      spec.set_assignment_policy(v1::JobSpec::SHARDED);
+      if (clip) spec.mutable_optimizer()->set_max_grad_norm(1);
+      ASSERT_OK_AND_ASSIGN(auto cpu, RunCpu(spec));
+      ASSERT_OK_AND_ASSIGN(auto gpu, RunGpu(spec, /*adapt_host=*/false));
+      for (int r = 0; r < world; ++r) {
+        if (clip) {
+          ExpectClose(gpu[r], cpu[r], 1e-5);
+        } else {
+          ExpectSame(gpu[r], cpu[r]);
+        }
+      }
+    }
+  }
+}
+
 TEST(GpuZeroHookTest, ClippingMatchesTheCpuHook) {
   PSHARD_SKIP_WITHOUT_GPUS(1);
   std::string why;
