@@ -108,7 +108,8 @@ class Session:
 
 def init():
     """This process's session (opened at the first call, the same one after
-    it): the rank the agent started, from its environment."""
+    it): the rank the agent started, from its environment. After close(), a
+    new one (every rank must then open its next session too)."""
     global _process_session
     if _process_session is None or _process_session._handle is None:
         _process_session = Session.open()

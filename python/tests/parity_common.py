@@ -255,11 +255,12 @@ def torch_reference_optimizer(optimizer_name, model):
     return optimizer, scheduler
 
 
-def reference(optimizer_name, steps=None):
+def reference(optimizer_name, steps=None, fresh_after=None):
     """The same optimizer in one process on the full batch: parameters after
     step 1 and after the last step (STEPS, or `steps`: then only those), by
     name; with clipping, also "grad_norms": what clip_grad_norm_ returned at
-    each step."""
+    each step. `fresh_after` S: a new optimizer (and scheduler) takes over
+    the model after step S, as after a program reopens its session."""
     model = make_model()
     named = list(model.named_parameters())
     optimizer, scheduler = torch_reference_optimizer(optimizer_name, model)
@@ -267,6 +268,9 @@ def reference(optimizer_name, steps=None):
     snapshots = {"grad_norms": []}
     last = STEPS if steps is None else steps
     for step in range(1, last + 1):
+        if fresh_after is not None and step == fresh_after + 1:
+            optimizer, scheduler = torch_reference_optimizer(optimizer_name,
+                                                             model)
         batches = step_batches(optimizer_name, step)
         x = torch.cat([b[0] for b in batches])
         y = torch.cat([b[1] for b in batches])

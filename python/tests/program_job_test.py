@@ -137,6 +137,19 @@ class ProgramJobTest(unittest.TestCase):
         self.assert_final_parameters(
             out, common.reference(optimizer)[common.STEPS])
 
+    def test_a_program_can_close_its_session_and_open_another(self):
+        import parity_common as common
+        # The second session's rendezvous must not meet the first one's
+        # keys: it trains on, with a new optimizer's state.
+        out = self.out_dir("reopen")
+        job_id = self.cluster.submit(program_spec(
+            out, extra_args=["--reopen-after", "2"], optimizer="adam"))
+        job = self.cluster.wait_for_end(job_id, 180)
+        self.assertEqual(job["state"], "SUCCEEDED",
+                         f"{job['reason']}\n{self.cluster.tail()}")
+        self.assert_final_parameters(
+            out, common.reference("adam", fresh_after=2)[common.STEPS])
+
     def test_clipping_program_reports_torchs_grad_norm(self):
         """max_grad_norm in the program's OptimizerSpec: the ranks end with
         one process's clip_grad_norm_ + Adam parameters, and the job's

@@ -15,6 +15,8 @@ exits 0 (a program using only torch.distributed, or nothing of pshard).
 --hold-rank R --hold-after S: on a first run (PSHARD_RESTART_COUNT 0), rank
 R stops after step S until it is killed (2 minutes at most), so that a test
 can kill its worker while the other ranks wait for it inside step S + 1.
+--reopen-after S: after step S every rank closes its session and opens a
+new one (pshard.init() again), with a new ShardedOptimizer over the model.
 """
 
 import argparse
@@ -44,6 +46,7 @@ def parse_args():
     parser.add_argument("--no-init-on-rank")
     parser.add_argument("--hold-rank", type=int)
     parser.add_argument("--hold-after", type=int)
+    parser.add_argument("--reopen-after", type=int)
     return parser.parse_args()
 
 
@@ -67,9 +70,13 @@ def main():
     session = pshard.init()
     world = session.world_size
     model = common.make_model()
-    optimizer = pshard.torch.ShardedOptimizer(
-        model, optimizer=common.OPTIMIZERS[args.optimizer][0],
-        bucket_cap_mb=common.BUCKET_CAP_MB)
+
+    def sharded_optimizer():
+        return pshard.torch.ShardedOptimizer(
+            model, optimizer=common.OPTIMIZERS[args.optimizer][0],
+            bucket_cap_mb=common.BUCKET_CAP_MB)
+
+    optimizer = sharded_optimizer()
     # The spec's overlap_param_broadcast and precision, as the session
     # took them.
     write_atomically(os.path.join(args.out, f"overlap-{rank}"),
@@ -99,6 +106,12 @@ def main():
         if restarts == 0 and rank == args.hold_rank and step == args.hold_after:
             print(f"rank {rank}: holding after step {step}", flush=True)
             time.sleep(120)  # until the test kills this worker
+        if step == args.reopen_after:
+            session.close()  # the model keeps its values
+            session = pshard.init()
+            optimizer = sharded_optimizer()
+            print(f"rank {rank}: reopened its session after step {step}",
+                  flush=True)
     optimizer.wait_parameters()  # read outside a forward (overlap)
     torch.save({n: p.detach().clone() for n, p in model.named_parameters()},
                os.path.join(args.out, f"final-rank{rank}.pt"))

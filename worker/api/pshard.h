@@ -3,8 +3,10 @@
  * handles, a result code from every call, a thread-local description of the
  * last failure, every argument checked; nothing is thrown across it.
  *
- * One session per rank. The rank's agent (pshard-worker, for a `program`
- * job) starts the program with the environment the session reads:
+ * One session per rank at a time (a program may close it and open another,
+ * every rank alike: each session of a process meets its peers' sessions of
+ * the same ordinal). The rank's agent (pshard-worker, for a `program` job)
+ * starts the program with the environment the session reads:
  *
  *   pshardSession_t s;
  *   pshardSessionOpen(&s);                 joins the job's communicator

@@ -88,14 +88,14 @@ absl::StatusOr<DataType> DTypeVariable(
 // named, with its worker (its agent's key), instead of a bare rendezvous
 // timeout.
 absl::Status JoinProgramRanks(KvClient& kv, const SessionEnvironment& env,
-                              const Clock& clock) {
-  RETURN_IF_ERROR(
-      kv.Put(absl::StrCat(kProgramJoinedKeyPrefix, env.rank), env.worker_id));
+                              absl::string_view scope, const Clock& clock) {
+  RETURN_IF_ERROR(kv.Put(absl::StrCat(kProgramJoinedKeyPrefix, scope, env.rank),
+                         env.worker_id));
   const absl::Time deadline = clock.Now() + env.timeout;
   for (int r = 0; r < env.world_size; ++r) {
     if (r == env.rank) continue;
     absl::StatusOr<std::string> joined =
-        kv.Get(absl::StrCat(kProgramJoinedKeyPrefix, r),
+        kv.Get(absl::StrCat(kProgramJoinedKeyPrefix, scope, r),
                std::max(deadline - clock.Now(), absl::ZeroDuration()));
     if (joined.ok()) continue;
     if (joined.status().code() != absl::StatusCode::kDeadlineExceeded) {
@@ -112,6 +112,13 @@ absl::Status JoinProgramRanks(KvClient& kv, const SessionEnvironment& env,
   }
   return absl::OkStatus();
 }
+
+// Coordinator-mode sessions this process has opened: the n-th one's
+// rendezvous keys are scoped by n, so that a program that closes its
+// session and opens another (on every rank, as torch.distributed programs
+// re-create process groups) does not meet the first one's stale keys in
+// the job attempt's store.
+std::atomic<int> coordinator_sessions_opened{0};
 
 // Collective failures end the session; argument and order errors do not.
 bool IsSticky(const absl::Status& status) {
@@ -275,13 +282,16 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Open(
 }
 
 absl::Status Session::Join() {
-  if (!local()) RETURN_IF_ERROR(JoinProgramRanks(*kv_, env_, clock_));
+  if (!local()) {
+    key_scope_ = absl::StrCat("s", coordinator_sessions_opened.fetch_add(1), "/");
+    RETURN_IF_ERROR(JoinProgramRanks(*kv_, env_, key_scope_, clock_));
+  }
   GlooOptions gloo;
   gloo.rank = env_.rank;
   gloo.world_size = env_.world_size;
   gloo.hostname = env_.hostname;
   gloo.timeout = env_.timeout;
-  gloo.key_prefix = kProgramCommKeyPrefix;
+  gloo.key_prefix = absl::StrCat(kProgramCommKeyPrefix, key_scope_);
   ASSIGN_OR_RETURN(owned_comm_, CreateGlooCommunicator(gloo, *kv_));
   comm_ = owned_comm_.get();
   return absl::OkStatus();
@@ -536,7 +546,7 @@ absl::Status Session::PrepareOnDevice(const ZeroHookOptions& options,
   nccl.world_size = env_.world_size;
   nccl.device = placement_.device;
   nccl.timeout = env_.timeout;
-  nccl.key_prefix = kProgramNcclKeyPrefix;
+  nccl.key_prefix = absl::StrCat(kProgramNcclKeyPrefix, key_scope_);
   nccl.clock = &clock_;
   // Published (to the session and the reporter's thread) only with the
   // hook, so that a failed Prepare leaves nothing half made behind.

@@ -392,6 +392,9 @@ class Session : private RankModel {
   v1::JobSpec::AssignmentPolicy assignment_policy_ = v1::JobSpec::BALANCED;
 
   std::unique_ptr<KvClient> kv_;
+  // Coordinator mode: this process's session ordinal ("s<n>/"), inside the
+  // rendezvous key prefixes; empty otherwise.
+  std::string key_scope_;
   // Device memory: the hook's communicator. Declared before hook_, so that
   // the hook goes first (as GpuJob's: a hook destroyed mid-step aborts the
   // communicator and waits for its stream before its buffers go).
