@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -416,6 +417,23 @@ TEST_F(GpuShardOptimizerGpuTest, HelperKernels) {
   std::vector<uint16_t> divided_half = half;
   DivideInPlace(divided_half.data(), n, DataType::kBFloat16, 3.0f);
   EXPECT_EQ(Download<uint16_t>(h, n), divided_half);
+  // Special values round as the host's FloatToBFloat16 (and torch) do:
+  // every NaN to 0x7FC0, infinities kept, the largest floats to infinity.
+  const std::vector<float> special = {
+      std::nanf(""), -std::nanf(""), std::numeric_limits<float>::infinity(),
+      -std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 1e-40f,
+      std::numeric_limits<float>::max(), -3.3961775e38f, 1.00390625f};
+  const int64_t k = static_cast<int64_t>(special.size());
+  ASSERT_OK(CudaStatus(cudaMemcpy(a.get(), special.data(), k * 4,
+                                  cudaMemcpyHostToDevice),
+                       "upload special values"));
+  ASSERT_OK(CudaStatus(
+      gpu::LaunchFloatToBFloat16(a.as<float>(), h.as<uint16_t>(), k, nullptr),
+      "special values to bf16"));
+  const std::vector<uint16_t> special_half = Download<uint16_t>(h, k);
+  for (int64_t i = 0; i < k; ++i) {
+    EXPECT_EQ(special_half[i], FloatToBFloat16(special[i])) << special[i];
+  }
 }
 
 #endif  // PSHARD_HAS_CUDA

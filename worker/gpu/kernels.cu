@@ -168,14 +168,25 @@ __device__ __forceinline__ void LoadFour(const __nv_bfloat16* a, int64_t j,
   out[3] = a23.y;
 }
 
+// Rounding to bf16 as the host (FloatToBFloat16) and torch do: to nearest
+// even, and every NaN the canonical 0x7FC0 (__float2bfloat16_rn makes it
+// 0x7FFF), so that the device's bf16 bits are the host's.
+__device__ __forceinline__ __nv_bfloat16 ToBf16(float x) {
+  return x != x ? __ushort_as_bfloat16(0x7FC0) : __float2bfloat16_rn(x);
+}
+__device__ __forceinline__ __nv_bfloat162 ToBf16x2(float a, float b) {
+  if (a == a && b == b) return __floats2bfloat162_rn(a, b);
+  return __halves2bfloat162(ToBf16(a), ToBf16(b));
+}
+
 __device__ __forceinline__ void StoreFour(float* a, int64_t j,
                                           const float in[4]) {
   reinterpret_cast<float4*>(a)[j] = make_float4(in[0], in[1], in[2], in[3]);
 }
 __device__ __forceinline__ void StoreFourBf16(__nv_bfloat16* a, int64_t j,
                                               const float in[4]) {
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(in[0], in[1]);
-  const __nv_bfloat162 hi = __floats2bfloat162_rn(in[2], in[3]);
+  const __nv_bfloat162 lo = ToBf16x2(in[0], in[1]);
+  const __nv_bfloat162 hi = ToBf16x2(in[2], in[3]);
   uint2 raw;
   memcpy(&raw.x, &lo, sizeof(lo));
   memcpy(&raw.y, &hi, sizeof(hi));
@@ -309,7 +320,7 @@ __global__ void __launch_bounds__(kThreads)
     Update<kKind>(s, f, pi, gi, si[0], si[1], si[2]);
     p[i] = pi;
     if (kBf16Params) {
-      reinterpret_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(pi);
+      reinterpret_cast<__nv_bfloat16*>(out)[i] = ToBf16(pi);
     }
 #pragma unroll
     for (int a = 0; a < 3; ++a) {
@@ -361,7 +372,7 @@ __global__ void FloatToBf16Kernel(const float* __restrict__ in,
                                   __nv_bfloat16* __restrict__ out, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    out[i] = __float2bfloat16_rn(in[i]);
+    out[i] = ToBf16(in[i]);
   }
 }
 
@@ -393,7 +404,7 @@ __global__ void DivideBf16Kernel(__nv_bfloat16* __restrict__ data, int64_t n,
                                  float divisor) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    data[i] = __float2bfloat16_rn(__fdiv_rn(__bfloat162float(data[i]), divisor));
+    data[i] = ToBf16(__fdiv_rn(__bfloat162float(data[i]), divisor));
   }
 }
 
@@ -412,7 +423,7 @@ __global__ void ScaleBf16Kernel(__nv_bfloat16* __restrict__ data, int64_t n,
                                 float factor) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    data[i] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(data[i]), factor));
+    data[i] = ToBf16(__fmul_rn(__bfloat162float(data[i]), factor));
   }
 }
 
