@@ -714,9 +714,8 @@ pshardResult_t pshardImportOptimizerStateSlices(
 pshardResult_t pshardWaitParameter(pshardSession_t session, int index) {
   constexpr char kCall[] = "pshardWaitParameter";
   return WithSession(kCall, session, [&](Session& s) {
-    // A failed session's too: the program may still read what it holds.
-    if (absl::Status buffers = s.CheckHasBuffers(); !buffers.ok()) {
-      return Return(buffers);
+    if (absl::Status prepared = s.CheckPrepared(); !prepared.ok()) {
+      return Return(prepared);
     }
     if (index < 0 || index >= s.num_parameters()) {
       return Fail(pshardInvalidArgument,

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace pshard::worker {
@@ -52,11 +53,10 @@ absl::Status Errno(const std::string& what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
-// Whether process `pid` has ended: no such process, or one that has exited
-// and waits to be reaped (a zombie: its parent, a test runner or an agent,
-// may reap it only after this side's wait has failed).
-bool ProcessGone(pid_t pid) {
-  if (kill(pid, 0) != 0) return errno == ESRCH;
+// Whether process `pid`, which exists, has exited and waits to be reaped (a
+// zombie: its parent, a test runner or an agent, may reap it only after
+// this side's wait has failed).
+bool IsZombie(pid_t pid) {
   std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
   std::string line;
   if (!std::getline(stat, line)) return false;
@@ -66,6 +66,10 @@ bool ProcessGone(pid_t pid) {
   const char state = line[paren + 2];
   return state == 'Z' || state == 'X';
 }
+
+// How often a wait looks for a zombie peer (reading /proc costs a file
+// open; kill(pid, 0) at every wait costs a syscall).
+constexpr int64_t kZombieCheckIntervalNs = 100'000'000;
 
 }  // namespace
 
@@ -171,7 +175,16 @@ absl::Status ShmChannel::WaitFor(std::atomic<uint32_t>* word, uint32_t seen,
   }
   const int32_t peer =
       owner_ ? header_->reader_pid.load() : header_->writer_pid.load();
-  if (peer > 0 && ProcessGone(peer)) {
+  bool gone = false;
+  if (peer > 0) {
+    gone = kill(peer, 0) != 0 && errno == ESRCH;
+    const int64_t now_ns = absl::GetCurrentTimeNanos();
+    if (!gone && now_ns >= next_zombie_check_ns_.load()) {
+      next_zombie_check_ns_.store(now_ns + kZombieCheckIntervalNs);
+      gone = IsZombie(peer);
+    }
+  }
+  if (gone) {
     return absl::UnavailableError(absl::StrCat(
         "the peer process (pid ", peer, ") at the other end of ", name_,
         " is gone"));

@@ -75,6 +75,8 @@ class ShmChannel {
   size_t mapped_;
   Header* header_;
   char* ring_;
+  // When a wait may next look for a zombie peer (absl::GetCurrentTimeNanos).
+  std::atomic<int64_t> next_zombie_check_ns_{0};
 };
 
 }  // namespace pshard::worker
