@@ -67,8 +67,10 @@ TEST(CoordinatorKillCheckpointE2eTest, EveryCheckpointIsCompleteOrAbsent) {
 
   int64_t newest_complete = -1;
   int settled = 0;
+  int writing = 0;
   for (const v1::CheckpointRecord& c : job.checkpoints()) {
     settled += absl::StrContains(c.reason(), "coordinator restarted") ? 1 : 0;
+    writing += c.state() == v1::CheckpointRecord::WRITING ? 1 : 0;
     EXPECT_NE(c.state(), v1::CheckpointRecord::WRITING) << c.DebugString();
     if (c.state() != v1::CheckpointRecord::COMPLETE) continue;
     newest_complete = std::max(newest_complete, c.step());
@@ -87,6 +89,8 @@ TEST(CoordinatorKillCheckpointE2eTest, EveryCheckpointIsCompleteOrAbsent) {
     EXPECT_TRUE(recorded_complete)
         << dir << " has a manifest but no COMPLETE record: " << job.DebugString();
   }
+  // Once, with the processes' logs: where a shard's report went.
+  EXPECT_EQ(writing, 0) << cluster->Logs();
   printf("%d checkpoint records, %d of them settled by a coordinator restart\n",
          job.checkpoints_size(), settled);
   ASSERT_OK_AND_ASSIGN(checkpoint::CompleteCheckpoint latest,
