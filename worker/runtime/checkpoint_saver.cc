@@ -49,6 +49,7 @@ CheckpointSaver::CheckpointSaver(const Options& options,
       source_(source),
       control_(control),
       rpc_timeout_(options.rpc_timeout),
+      clock_(clock),
       writer_(std::move(writer), clock) {}
 
 bool CheckpointSaver::Due(const v1::JobSpec& spec, int64_t step) {
@@ -58,6 +59,7 @@ bool CheckpointSaver::Due(const v1::JobSpec& spec, int64_t step) {
 
 absl::Status CheckpointSaver::Start(int64_t step, RankModel& model) {
   if (in_flight_.has_value()) Report(writer_.Wait(write_timeout_));
+  SendReports();
   in_flight_ = step;
   absl::Status started = Snapshot(step, model);
   if (!started.ok()) Report(started);
@@ -139,10 +141,26 @@ void CheckpointSaver::Poll() {
   if (in_flight_.has_value() && writer_.IsCompleted()) {
     Report(writer_.Wait(absl::ZeroDuration()));
   }
+  SendReports();
 }
 
 void CheckpointSaver::Finish(absl::Duration timeout) {
+  const absl::Time deadline = clock_.Now() + timeout;
   if (in_flight_.has_value()) Report(writer_.Wait(timeout));
+  // The last chance: wait for a restarting coordinator (a try every
+  // kRetryPause).
+  SendReports();
+  while (!unsent_.empty() && clock_.Now() < deadline) {
+    clock_.SleepFor(std::min(next_try_, deadline) - clock_.Now());
+    SendReports();
+  }
+  for (const v1::ReportCheckpointRequest& request : unsent_) {
+    LOG(ERROR) << "job " << source_.job_id << " epoch " << source_.epoch
+               << " rank " << source_.rank << ": checkpoint step "
+               << request.step()
+               << " was never reported (the coordinator stayed unreachable)";
+  }
+  unsent_.clear();
 }
 
 void CheckpointSaver::Report(
@@ -162,13 +180,50 @@ void CheckpointSaver::Report(
   } else {
     request.set_error(result.status().ToString());
   }
-  absl::StatusOr<v1::ReportCheckpointResponse> sent =
-      control_->ReportCheckpoint(request, rpc_timeout_);
-  if (!sent.ok()) {
-    // The checkpoint stays incomplete (no manifest): it never counts.
+  if (unsent_.size() >= kMaxUnsentReports) {
     LOG(ERROR) << "job " << source_.job_id << " epoch " << source_.epoch
-               << " rank " << source_.rank << ": reporting checkpoint step "
-               << request.step() << " failed: " << sent.status();
+               << " rank " << source_.rank << ": checkpoint step "
+               << unsent_.front().step()
+               << " dropped unreported (too many reports waiting)";
+    unsent_.pop_front();
+  }
+  unsent_.push_back(std::move(request));
+  SendReports();
+}
+
+void CheckpointSaver::SendReports() {
+  if (clock_.Now() < next_try_) return;
+  while (!unsent_.empty()) {
+    const v1::ReportCheckpointRequest& request = unsent_.front();
+    absl::StatusOr<v1::ReportCheckpointResponse> sent =
+        control_->ReportCheckpoint(request, rpc_timeout_);
+    const bool unreachable =
+        sent.status().code() == absl::StatusCode::kUnavailable ||
+        sent.status().code() == absl::StatusCode::kDeadlineExceeded;
+    if (unreachable) {
+      next_try_ = clock_.Now() + kRetryPause;
+      if (!said_unsent_) {
+        LOG(WARNING) << "job " << source_.job_id << " epoch " << source_.epoch
+                     << " rank " << source_.rank << ": the coordinator cannot "
+                     << "take checkpoint step " << request.step()
+                     << "'s report yet (" << sent.status()
+                     << "); it is sent again at the next checkpoint call";
+        said_unsent_ = true;
+      }
+      return;
+    }
+    if (!sent.ok()) {
+      // Refused: the checkpoint stays incomplete (no manifest), never counts.
+      LOG(ERROR) << "job " << source_.job_id << " epoch " << source_.epoch
+                 << " rank " << source_.rank << ": reporting checkpoint step "
+                 << request.step() << " failed: " << sent.status();
+    } else if (said_unsent_) {
+      LOG(INFO) << "job " << source_.job_id << " epoch " << source_.epoch
+                << " rank " << source_.rank << ": checkpoint step "
+                << request.step() << " reported";
+    }
+    said_unsent_ = false;
+    unsent_.pop_front();
   }
 }
 

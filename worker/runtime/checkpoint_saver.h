@@ -17,6 +17,7 @@
 #define PSHARD_WORKER_RUNTIME_CHECKPOINT_SAVER_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,10 +74,15 @@ class CheckpointSaver {
   // returned (a built-in job goes on regardless).
   absl::Status Start(int64_t step, RankModel& model);
 
-  // Reports a write that has ended, without waiting for one in flight.
+  // Reports a write that has ended, without waiting for one in flight, and
+  // sends again the reports the coordinator could not take yet (at most
+  // once per kRetryPause).
   void Poll();
+  static constexpr absl::Duration kRetryPause = absl::Seconds(1);
 
-  // Waits up to `timeout` for the write in flight, if any, and reports it.
+  // Waits up to `timeout` for the write in flight, if any, and reports it;
+  // within the same `timeout`, tries again the reports the coordinator
+  // could not take yet (a restarting coordinator), then gives up on them.
   void Finish(absl::Duration timeout);
 
  private:
@@ -89,14 +95,28 @@ class CheckpointSaver {
 
   // Reports the write of in_flight_ with `result`, and clears in_flight_.
   void Report(const absl::StatusOr<checkpoint::ShardFileInfo>& result);
+  // Sends the unsent reports, oldest first, until one finds the coordinator
+  // unreachable (it stays, with those after it, for the next try). Within
+  // kRetryPause of that, nothing is tried (the training loop calls this at
+  // every step: an unreachable coordinator must not stall it).
+  void SendReports();
 
   const absl::Duration write_timeout_;
   const ResultSource source_;
   ControlPlane* const control_;
   const absl::Duration rpc_timeout_;
+  const Clock& clock_;
   checkpoint::AsyncCheckpointWriter writer_;
   // The step being written, if any.
   std::optional<int64_t> in_flight_;
+  // Reports the coordinator could not take yet (restarting: its clients'
+  // channels fail fast until they reconnect). Without them a shard's
+  // checkpoint would never complete. Sent again at the next Start, Poll
+  // and Finish, in order; at most kMaxUnsentReports (the oldest go first).
+  static constexpr size_t kMaxUnsentReports = 1024;
+  std::deque<v1::ReportCheckpointRequest> unsent_;
+  bool said_unsent_ = false;  // logged once per outage
+  absl::Time next_try_ = absl::InfinitePast();
 };
 
 }  // namespace pshard::worker

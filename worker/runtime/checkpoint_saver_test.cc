@@ -14,6 +14,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/fake_clock.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -29,14 +30,20 @@ namespace {
 constexpr char kFingerprint[] =
     "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
-// Records every ReportCheckpoint; nothing else is called.
+// Records every ReportCheckpoint it takes (none while it is down, as a
+// restarting coordinator); nothing else is called.
 class CheckpointControlPlane : public ControlPlane {
  public:
   absl::StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(
       const v1::ReportCheckpointRequest& request, absl::Duration) override {
     absl::MutexLock lock(&mu_);
+    if (down_) return absl::UnavailableError("connection refused");
     reports_.push_back(request);
     return v1::ReportCheckpointResponse();
+  }
+  void set_down(bool down) {
+    absl::MutexLock lock(&mu_);
+    down_ = down;
   }
   std::vector<v1::ReportCheckpointRequest> reports() {
     absl::MutexLock lock(&mu_);
@@ -81,6 +88,7 @@ class CheckpointControlPlane : public ControlPlane {
 
  private:
   absl::Mutex mu_;
+  bool down_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<v1::ReportCheckpointRequest> reports_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -217,6 +225,94 @@ TEST_P(CheckpointSaverTest, CopiesOnlyTheOwnedElements) {
     EXPECT_TRUE(report.ok()) << report.error();
     EXPECT_EQ(report.step(), 1);
   }
+}
+
+std::vector<int64_t> ReportedSteps(CheckpointControlPlane& control) {
+  std::vector<int64_t> steps;
+  for (const v1::ReportCheckpointRequest& r : control.reports()) {
+    EXPECT_TRUE(r.ok()) << r.error();
+    steps.push_back(r.step());
+  }
+  return steps;
+}
+
+// One rank, stepped once, saving through `control` on `clock`.
+struct OneRank {
+  explicit OneRank(CheckpointControlPlane& control, const Clock& clock,
+                   const std::string& dir)
+      : hub(1), comm(hub.Create(0)) {
+    v1::OptimizerSpec spec;
+    spec.set_kind(v1::OptimizerSpec::SGD);
+    spec.mutable_hyper_parameters()->set_lr(0.1);
+    auto optimizer = ShardOptimizer::Create(spec);
+    EXPECT_OK(optimizer);
+    auto created = ZeroHook::Create(
+        Params(), comm.get(), *std::move(optimizer),
+        LocalAssignmentProvider(v1::JobSpec::BALANCED, 1), ZeroHookOptions());
+    EXPECT_OK(created);
+    hook = *std::move(created);
+    for (size_t i = 0; i < Params().size(); ++i) {
+      EXPECT_OK(hook->MarkGradientReady(static_cast<int>(i)));
+    }
+    EXPECT_OK(hook->FinishStep());
+    model = std::make_unique<CountingModel>(hook.get(), Params());
+    CheckpointSaver::Options options;
+    options.dir = dir;
+    options.fingerprint = kFingerprint;
+    auto made = CheckpointSaver::Create(
+        options, ResultSource{"job-1", 1, 0, "w-1"}, &control, clock);
+    EXPECT_OK(made);
+    saver = *std::move(made);
+  }
+  FakeHub hub;
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<ZeroHook> hook;
+  std::unique_ptr<CountingModel> model;
+  std::unique_ptr<CheckpointSaver> saver;
+};
+
+// A coordinator that cannot take a shard's report (restarting: its clients
+// fail fast until they reconnect) gets it later, in order: at the next
+// checkpoint call once kRetryPause has passed, or in Finish. Lost, the
+// checkpoint would never complete.
+TEST(CheckpointSaverReportTest, AReportTheCoordinatorCouldNotTakeIsSentLater) {
+  CheckpointControlPlane control;
+  FakeClock clock;
+  OneRank rank(control, clock,
+               std::string(getenv("TEST_TMPDIR")) + "/ckpt-unsent");
+  control.set_down(true);
+  ASSERT_OK(rank.saver->Start(1, *rank.model));
+  // Step 1's write is reported here: the coordinator is down.
+  ASSERT_OK(rank.saver->Start(2, *rank.model));
+  EXPECT_THAT(ReportedSteps(control), ::testing::IsEmpty());
+  control.set_down(false);
+  rank.saver->Poll();  // within kRetryPause of the failure: no new try
+  EXPECT_THAT(ReportedSteps(control), ::testing::IsEmpty());
+  clock.Advance(CheckpointSaver::kRetryPause);
+  rank.saver->Poll();  // step 1, and step 2 too if its write has ended
+  const std::vector<int64_t> polled = ReportedSteps(control);
+  ASSERT_FALSE(polled.empty());
+  EXPECT_EQ(polled.front(), 1);
+  rank.saver->Finish(absl::Seconds(30));
+  EXPECT_THAT(ReportedSteps(control), ::testing::ElementsAre(1, 2));
+}
+
+// A coordinator that never comes back: Finish tries until its timeout, then
+// gives the reports up (and returns).
+TEST(CheckpointSaverReportTest, FinishGivesUpOnAnUnreachableCoordinator) {
+  CheckpointControlPlane control;
+  FakeClock clock;
+  clock.set_advance_on_sleep(true);
+  OneRank rank(control, clock,
+               std::string(getenv("TEST_TMPDIR")) + "/ckpt-gone");
+  control.set_down(true);
+  ASSERT_OK(rank.saver->Start(1, *rank.model));
+  const absl::Time start = clock.Now();
+  rank.saver->Finish(absl::Seconds(5));
+  EXPECT_GE(clock.Now() - start, absl::Seconds(5));
+  control.set_down(false);
+  rank.saver->Finish(absl::Seconds(5));  // nothing is left to send
+  EXPECT_THAT(ReportedSteps(control), ::testing::IsEmpty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, CheckpointSaverTest,
