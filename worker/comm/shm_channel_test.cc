@@ -6,6 +6,7 @@
 #include <numeric>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -161,37 +162,13 @@ TEST(ShmChannelTest, CloseReleasesAWaitingReader) {
   closer.join();
 }
 
-TEST(ShmChannelTest, NoticesADeadWriterProcess) {
-  // A child creates the ring and dies without writing or closing it.
+// A child process that creates a ring and dies without writing or closing
+// it (no destructor: the name stays). Returns its pid and the ring's name.
+absl::StatusOr<std::pair<pid_t, std::string>> ForkADyingWriter() {
   int pipefd[2];
-  ASSERT_EQ(pipe(pipefd), 0);
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto ring = ShmChannel::Create("child", 64);
-    std::string name = ring.ok() ? (*ring)->name() : "";
-    (void)!write(pipefd[1], name.c_str(), name.size() + 1);
-    _exit(0);  // no destructor: the name stays, nobody closes the ring
-  }
-  char name[256] = {0};
-  ASSERT_GT(read(pipefd[0], name, sizeof(name) - 1), 0);
-  int status;
-  waitpid(child, &status, 0);
-  ASSERT_OK_AND_ASSIGN(auto reader, ShmChannel::Open(name));
-  EXPECT_THAT(reader->Read(4, 4, absl::Seconds(30),
-                           [](int64_t, const char*, int64_t) {}),
-              StatusIs(absl::StatusCode::kUnavailable,
-                       ::testing::HasSubstr("is gone")));
-  close(pipefd[0]);
-  close(pipefd[1]);
-}
-
-// The same while the dead writer is not reaped yet (a zombie).
-TEST(ShmChannelTest, NoticesADeadWriterProcessBeforeItIsReaped) {
-  int pipefd[2];
-  ASSERT_EQ(pipe(pipefd), 0);
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
+  if (pipe(pipefd) != 0) return absl::InternalError("pipe");
+  const pid_t child = fork();
+  if (child < 0) return absl::InternalError("fork");
   if (child == 0) {
     auto ring = ShmChannel::Create("child", 64);
     std::string name = ring.ok() ? (*ring)->name() : "";
@@ -199,19 +176,37 @@ TEST(ShmChannelTest, NoticesADeadWriterProcessBeforeItIsReaped) {
     _exit(0);
   }
   char name[256] = {0};
-  ASSERT_GT(read(pipefd[0], name, sizeof(name) - 1), 0);
-  // Until it has exited, but left unreaped (WNOWAIT).
-  siginfo_t info;
-  ASSERT_EQ(waitid(P_PID, child, &info, WEXITED | WNOWAIT), 0);
+  const ssize_t n = read(pipefd[0], name, sizeof(name) - 1);
+  close(pipefd[0]);
+  close(pipefd[1]);
+  if (n <= 0 || name[0] == '\0') return absl::InternalError("no ring name");
+  return std::make_pair(child, std::string(name));
+}
+
+void ExpectTheReaderSeesItGone(const std::string& name) {
   ASSERT_OK_AND_ASSIGN(auto reader, ShmChannel::Open(name));
   EXPECT_THAT(reader->Read(4, 4, absl::Seconds(30),
                            [](int64_t, const char*, int64_t) {}),
               StatusIs(absl::StatusCode::kUnavailable,
                        ::testing::HasSubstr("is gone")));
+}
+
+TEST(ShmChannelTest, NoticesADeadWriterProcess) {
+  ASSERT_OK_AND_ASSIGN(const auto writer, ForkADyingWriter());
   int status;
-  waitpid(child, &status, 0);
-  close(pipefd[0]);
-  close(pipefd[1]);
+  waitpid(writer.first, &status, 0);
+  ExpectTheReaderSeesItGone(writer.second);
+}
+
+// The same while the dead writer is not reaped yet (a zombie).
+TEST(ShmChannelTest, NoticesADeadWriterProcessBeforeItIsReaped) {
+  ASSERT_OK_AND_ASSIGN(const auto writer, ForkADyingWriter());
+  // Until it has exited, but left unreaped (WNOWAIT).
+  siginfo_t info;
+  ASSERT_EQ(waitid(P_PID, writer.first, &info, WEXITED | WNOWAIT), 0);
+  ExpectTheReaderSeesItGone(writer.second);
+  int status;
+  waitpid(writer.first, &status, 0);
 }
 
 TEST(ShmChannelTest, OpenRejectsUnknownName) {
