@@ -45,7 +45,7 @@ readonly BENCH=//bench/gpu:gpu_bench
 # run with the GPU machine's own python3 and torch).
 readonly LIBPSHARD=//worker/api:libpshard.so
 readonly PYTHON_TESTS="python/tests/cuda_parity_test.py"
-readonly PYTHON_TEST_FILES="python/tests/parity_common.py worker/optim/testdata/torch_optim.py"
+readonly PYTHON_TEST_FILES="python/tests/parity_common.py python/tests/precision_common.py worker/optim/testdata/torch_optim.py"
 # Every test of worker/gpu, and any test tagged "gpu" elsewhere.
 readonly TESTS_QUERY='tests(//worker/gpu/...) union attr(tags, "\bgpu\b", tests(//...))'
 # Per test binary and for the benchmark (then SIGTERM; SIGKILL 10 s later,

@@ -89,7 +89,7 @@ class _CudaBuffer:
             "data": (pointer, False), "version": 2}
 
 
-def _check_cuda_array_interface():
+def _require_numpy():
     """torch reads __cuda_array_interface__ through numpy: without it
     torch.as_tensor fails later, and less clearly."""
     try:
@@ -207,7 +207,7 @@ class ShardedOptimizer:
         # below, under it).
         self._stream = None
         if self._device.type == "cuda":
-            _check_cuda_array_interface()
+            _require_numpy()
             memory = _capi.CUDA_MEMORY
             self._stream = torch.cuda.current_stream(self._device)
             _capi.check("pshardSetCudaDevice", handle, self._device.index,

@@ -26,6 +26,7 @@ import unittest
 import torch
 
 import parity_common as common
+import precision_common as mixed
 import pshard
 import pshard.torch
 
@@ -64,9 +65,8 @@ def _train(model, optimizer_name, step_fn, zero_grad, no_sync=None,
         batches = common.step_batches(optimizer_name, step)
         zero_grad()
         for m, (x, y) in enumerate(batches):
-            x, y = x.to(DEVICE, dtype), y.to(DEVICE)
-            loss = torch.nn.functional.mse_loss(model(x).float(), y)
-            loss = loss / len(batches)
+            loss = mixed.loss_of(model, x.to(DEVICE), y.to(DEVICE),
+                                 dtype) / len(batches)
             if no_sync is not None and m + 1 < len(batches):
                 with no_sync():
                     loss.backward()

@@ -33,9 +33,9 @@
 #include "worker/gpu/gpu_test_util.h"
 #include "worker/gpu/gpu_workloads.h"
 #include "worker/gpu/nccl_communicator.h"
-#include "shard/assignment.h"
 #include "worker/hook/zero_hook.h"
 #include "worker/optim/shard_optimizer.h"
+#include "worker/runtime/assignment_client.h"
 #include "worker/runtime/cpu_job.h"
 #include "worker/workload/workload.h"
 
@@ -67,29 +67,6 @@ const char kMlpSgdJob[] = R"({
   "bucketCapMb": 25,
   "optimizer": {"kind": "SGD", "hyperParameters": {"lr": 0.05,
                 "momentum": 0.9, "nesterov": true}}})";
-
-// Owners as the coordinator computes them: whole buckets (BALANCED), or
-// under SHARDED a range of every bucket per rank.
-AssignmentProvider Provider(
-    int world,
-    v1::JobSpec::AssignmentPolicy policy = v1::JobSpec::BALANCED) {
-  return [world, policy](
-             const BucketLayout& layout) -> absl::StatusOr<BucketAssignment> {
-    BucketAssignment a;
-    a.epoch = 1;
-    ASSIGN_OR_RETURN(
-        a.owners, shard::AssignBuckets(policy, layout.BucketBytes(), world));
-    return a;
-  };
-}
-
-// The spec's policy (unset: BALANCED, as ApplyJobSpecDefaults makes it).
-v1::JobSpec::AssignmentPolicy PolicyOf(const v1::JobSpec& spec) {
-  return spec.assignment_policy() ==
-                 v1::JobSpec::ASSIGNMENT_POLICY_UNSPECIFIED
-             ? v1::JobSpec::BALANCED
-             : spec.assignment_policy();
-}
 
 using Parameters = std::vector<std::vector<float>>;
 
@@ -144,7 +121,7 @@ absl::StatusOr<std::vector<Parameters>> RunCpu(const v1::JobSpec& spec) {
     ASSIGN_OR_RETURN(
         std::unique_ptr<ZeroHook> hook,
         ZeroHook::Create(workload->parameters(), comm.get(), std::move(opt),
-                         Provider(world, PolicyOf(spec)), options));
+                         LocalAssignmentProvider(spec.assignment_policy(), world), options));
     return Train(spec, *workload, *hook, [&](int i, float* out) {
       std::copy_n(hook->params()[i], hook->parameter_infos()[i].numel, out);
       return absl::OkStatus();
@@ -189,7 +166,7 @@ absl::StatusOr<std::vector<Parameters>> RunGpu(const v1::JobSpec& spec,
     ASSIGN_OR_RETURN(
         std::unique_ptr<GpuZeroHook> hook,
         GpuZeroHook::Create(workload->parameters(), comm.get(), std::move(opt),
-                            Provider(world, PolicyOf(spec)), options));
+                            LocalAssignmentProvider(spec.assignment_policy(), world), options));
     return Train(spec, *workload, *hook, [&](int i, float* out) {
       return hook->CopyParameterToHost(i, out);
     });
@@ -293,7 +270,7 @@ TEST(GpuZeroHookTest, MissingGradientFailsTheStep) {
   ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<GpuZeroHook> hook,
       GpuZeroHook::Create({{"a", {10}, 10}, {"b", {10}, 10}}, comm.get(),
-                          std::move(opt), Provider(1), GpuZeroHookOptions()));
+                          std::move(opt), LocalAssignmentProvider(v1::JobSpec::BALANCED, 1), GpuZeroHookOptions()));
   hook->GradientReady(1);
   EXPECT_THAT(
       hook->MarkGradientReady(1),
@@ -314,7 +291,7 @@ TEST(GpuJobTest, OneGpuJobMatchesTheCpuHook) {
   options.job_id = "gpu-job";
   options.epoch = 3;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuJob> job,
-                       GpuJob::Create(spec, options, kv, Provider(1)));
+                       GpuJob::Create(spec, options, kv, LocalAssignmentProvider(v1::JobSpec::BALANCED, 1)));
   for (int64_t step = 1; step <= spec.steps(); ++step) {
     ASSERT_OK_AND_ASSIGN(double loss, job->RunStep(step));
     EXPECT_TRUE(std::isnan(loss));  // synthetic has no loss
@@ -355,11 +332,11 @@ TEST(GpuJobTest, MixedPrecisionJobMatchesTheCpuJob) {
     InMemoryKvStore cpu_kv, gpu_kv;
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<CpuJob> cpu_job,
                          CpuJob::Create(spec, CpuJobOptions(), cpu_kv,
-                                        Provider(1)));
+                                        LocalAssignmentProvider(v1::JobSpec::BALANCED, 1)));
     GpuJobOptions options;
     options.job_id = "gpu-bf16-job";
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuJob> gpu_job,
-                         GpuJob::Create(spec, options, gpu_kv, Provider(1)));
+                         GpuJob::Create(spec, options, gpu_kv, LocalAssignmentProvider(v1::JobSpec::BALANCED, 1)));
     for (int64_t step = 1; step <= spec.steps(); ++step) {
       ASSERT_OK(cpu_job->RunStep(step).status());
       ASSERT_OK(gpu_job->RunStep(step).status());
@@ -387,10 +364,6 @@ TEST(GpuZeroHookTest, TwoGpusMatchTheCpuHookOnTwoRanks) {
   }
 }
 
-// Global gradient-norm clipping on the device (partial-norm, gather and
-// clip kernels, the slots all-reduced by NCCL) against the CPU hook: L2 and
-// infinity norms, limits that clip every step, on one GPU and on two in both
-// modes (several buckets, owned by both ranks).
 // SHARDED: every bucket cut into one range per rank (one range on one
 // GPU, still the sharded path: pieces by range, owner kEveryRank), with
 // clipping across the ranges.
@@ -419,6 +392,10 @@ TEST(GpuZeroHookTest, ShardedMatchesTheCpuHook) {
   }
 }
 
+// Global gradient-norm clipping on the device (partial-norm, gather and
+// clip kernels, the slots all-reduced by NCCL) against the CPU hook: L2 and
+// infinity norms, limits that clip every step, on one GPU and on two in both
+// modes (several buckets, owned by both ranks).
 TEST(GpuZeroHookTest, ClippingMatchesTheCpuHook) {
   PSHARD_SKIP_WITHOUT_GPUS(1);
   std::string why;

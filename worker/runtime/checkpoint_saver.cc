@@ -197,10 +197,7 @@ void CheckpointSaver::SendReports() {
     const v1::ReportCheckpointRequest& request = unsent_.front();
     absl::StatusOr<v1::ReportCheckpointResponse> sent =
         control_->ReportCheckpoint(request, rpc_timeout_);
-    const bool unreachable =
-        sent.status().code() == absl::StatusCode::kUnavailable ||
-        sent.status().code() == absl::StatusCode::kDeadlineExceeded;
-    if (unreachable) {
+    if (CoordinatorUnreachable(sent.status())) {
       next_try_ = clock_.Now() + kRetryPause;
       if (!said_unsent_) {
         LOG(WARNING) << "job " << source_.job_id << " epoch " << source_.epoch

@@ -45,6 +45,11 @@ absl::Status WithFailureCause(absl::Status status, v1::FailureCause cause) {
   return status;
 }
 
+bool CoordinatorUnreachable(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
 absl::Status ReportRankResult(ControlPlane& control, const ResultSource& source,
                               bool ok, absl::string_view error,
                               v1::FailureCause cause, int64_t final_step,
@@ -69,9 +74,7 @@ absl::Status ReportRankResult(ControlPlane& control, const ResultSource& source,
   bool said_retrying = false;
   for (;;) {
     absl::Status sent = control.ReportResult(request, rpc_timeout);
-    const bool unreachable = sent.code() == absl::StatusCode::kUnavailable ||
-                             sent.code() == absl::StatusCode::kDeadlineExceeded;
-    if (!unreachable || clock.Now() >= give_up) {
+    if (!CoordinatorUnreachable(sent) || clock.Now() >= give_up) {
       if (!sent.ok()) {
         LOG(ERROR) << "job " << source.job_id << " epoch " << source.epoch
                    << " rank " << source.rank << ": reporting its result ("

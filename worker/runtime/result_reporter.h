@@ -40,6 +40,11 @@ v1::FailureCause FailureCauseOf(const absl::Status& status);
 // thing (a program's own exit is JOB whatever code carries it).
 absl::Status WithFailureCause(absl::Status status, v1::FailureCause cause);
 
+// Whether a report's RPC failed because the coordinator could not be
+// reached (Unavailable or DeadlineExceeded: down or restarting), so that
+// sending it again later may succeed, rather than because it was refused.
+bool CoordinatorUnreachable(const absl::Status& status);
+
 // How long a result is retried: tries on Unavailable or DeadlineExceeded (the
 // coordinator is down or restarting) back off from 200 ms to 5 s, until
 // `give_up_after` since the first try or until `stopped` (polled at least
