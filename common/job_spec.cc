@@ -620,18 +620,6 @@ absl::Status CheckNcclSupport(const JobSpec& spec) {
     return FieldError("overlap_param_broadcast",
                       "not supported yet with backend NCCL");
   }
-  // The GPU optimizer's state stays on the device, unread by checkpoints
-  // (docs/checkpoints.md, "What is not wired yet"): refused rather than
-  // failing at every checkpoint step. A program's checkpoints are its own.
-  if (!spec.has_program()) {
-    if (spec.has_checkpoint()) {
-      return FieldError("checkpoint", "not supported yet with backend NCCL");
-    }
-    if (!spec.from_checkpoint().empty()) {
-      return FieldError("from_checkpoint",
-                        "not supported yet with backend NCCL");
-    }
-  }
   return absl::OkStatus();
 }
 

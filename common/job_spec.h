@@ -70,9 +70,8 @@ absl::StatusOr<v1::OptimizerSpec> ParseOptimizerSpecJson(absl::string_view json)
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
 // What the GPU engine does not do yet (InvalidArgument naming the field):
-// overlap_param_broadcast, and for built-in workloads checkpoint and
-// from_checkpoint. ValidateJobSpec applies it to backend NCCL; a worker
-// applies it too when backend AUTO picks its GPU.
+// overlap_param_broadcast. ValidateJobSpec applies it to backend NCCL; a
+// worker applies it too when backend AUTO picks its GPU.
 absl::Status CheckNcclSupport(const v1::JobSpec& spec);
 
 // Returns `spec` with every unset field given its documented default (backend

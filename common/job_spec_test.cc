@@ -477,19 +477,6 @@ INSTANTIATE_TEST_SUITE_P(
         {"RelativeFromCheckpoint",
          [](auto& s) { s.set_from_checkpoint("step-5"); },
          "from_checkpoint: must be an absolute path"},
-        {"CheckpointOnNccl",
-         [](auto& s) {
-           s.set_backend(JobSpec::NCCL);
-           s.mutable_checkpoint()->set_dir("/ckpt");
-           s.mutable_checkpoint()->set_every_steps(5);
-         },
-         "checkpoint: not supported yet with backend NCCL"},
-        {"FromCheckpointOnNccl",
-         [](auto& s) {
-           s.set_backend(JobSpec::NCCL);
-           s.set_from_checkpoint("/ckpt/step-5");
-         },
-         "from_checkpoint: not supported yet with backend NCCL"},
         {"OverlapOnNccl",
          [](auto& s) {
            s.set_backend(JobSpec::NCCL);
@@ -771,6 +758,18 @@ TEST(PrecisionSpecTest, OutOfRangeEnumIsRefusedAndProgramsMayAskForBf16) {
   nccl.set_backend(JobSpec::NCCL);
   nccl.mutable_precision()->set_reduce_dtype(v1::PrecisionSpec::BF16);
   EXPECT_OK(ValidateJobSpec(nccl));
+}
+
+// GPU jobs checkpoint and resume as CPU jobs do (the GPU optimizer's state
+// is read from the device and written back).
+TEST(CheckpointSpecTest, NcclJobsMayCheckpointAndResume) {
+  JobSpec spec = ParseGood();
+  spec.set_backend(JobSpec::NCCL);
+  spec.mutable_checkpoint()->set_dir("/ckpt");
+  spec.mutable_checkpoint()->set_every_steps(5);
+  spec.set_from_checkpoint("/ckpt/step-5");
+  EXPECT_OK(ValidateJobSpec(spec));
+  EXPECT_OK(CheckNcclSupport(spec));
 }
 
 TEST(ClippingSpecTest, ProgramJobsAccumulateThemselves) {

@@ -361,13 +361,6 @@ absl::Status Session::Record(absl::Status status) {
   return status;
 }
 
-absl::Status Session::CheckHostMemory(absl::string_view what) const {
-  if (memory_ == ParameterMemory::kHost) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      what, ": not supported yet for parameters in device memory (the "
-            "optimizer state stays on the device, unread)"));
-}
-
 absl::Status Session::SetCudaPlacement(const CudaPlacement& placement) {
   RETURN_IF_ERROR(CheckConfiguring());
   if (placement.device < 0) {
@@ -676,7 +669,6 @@ absl::Status Session::WaitForAllParameters() {
 
 absl::StatusOr<Session::OptimizerStateShard> Session::ExportOptimizerState() {
   RETURN_IF_ERROR(CheckPrepared());
-  RETURN_IF_ERROR(CheckHostMemory("exporting the optimizer state"));
   OptimizerStateShard shard;
   ASSIGN_OR_RETURN(shard.params, hook_->ExportOptimizerState());
   for (const ParameterOptimizerState& param : shard.params) {
@@ -732,7 +724,6 @@ absl::Status Session::ImportOptimizerState(
 absl::Status Session::LoadOptimizerState(
     std::vector<ParameterOptimizerState> params) {
   RETURN_IF_ERROR(CheckPrepared());
-  RETURN_IF_ERROR(CheckHostMemory("loading optimizer state"));
   return hook_->SetInitialOptimizerState(std::move(params));
 }
 

@@ -25,7 +25,6 @@ constexpr absl::Duration kCheckpointRpcTimeout = absl::Seconds(10);
 
 absl::Status Session::SaveCheckpoint(int64_t step) {
   RETURN_IF_ERROR(CheckPrepared());
-  RETURN_IF_ERROR(CheckHostMemory("saving a checkpoint"));
   if (local()) {
     return absl::FailedPreconditionError(
         "checkpoints are committed by the coordinator: the local test mode "
@@ -80,7 +79,6 @@ absl::StatusOr<int64_t> Session::LoadCheckpoint(absl::string_view path) {
   }
   const std::string where(path.empty() ? env_.resume_from : path);
   if (where.empty()) return 0;  // a first epoch: nothing to resume from
-  RETURN_IF_ERROR(CheckHostMemory("loading a checkpoint"));
   // A step directory as it is (its shards are verified as they are read);
   // a checkpoint root: its latest complete checkpoint.
   v1::ResumePoint resume;

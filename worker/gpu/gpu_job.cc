@@ -231,10 +231,29 @@ class GpuJobImpl final : public GpuJob {
     return hook_->CopyParameterRangeToHost(index, offset, numel, out);
   }
 
+  // bf16 parameters: the owners' fp32 master weights, from the device.
+  absl::Status CopyOwnedParameterRangeToHost(int index, int64_t offset,
+                                             int64_t numel,
+                                             float* out) override {
+    RETURN_IF_ERROR(hook_->WaitForParameter(index));
+    return hook_->ReadOwnedParameter(index, offset, absl::MakeSpan(out, numel));
+  }
+
+  // A resume, before the first step: uploaded on the compute stream (bf16:
+  // rounded, the owners' masters from the exact values), over what the
+  // workload initialised.
   absl::Status UploadParameters(
-      const std::vector<std::vector<float>>&) override {
-    return absl::UnimplementedError(
-        "resuming a GPU job from a checkpoint is not supported yet");
+      const std::vector<std::vector<float>>& values) override {
+    const std::vector<ParameterInfo>& infos = hook_->parameter_infos();
+    if (values.size() != infos.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameters to load: ", values.size(),
+                       " tensors for a model of ", infos.size()));
+    }
+    for (size_t i = 0; i < infos.size(); ++i) {
+      RETURN_IF_ERROR(hook_->SetParameter(static_cast<int>(i), values[i]));
+    }
+    return absl::OkStatus();
   }
 
  private:

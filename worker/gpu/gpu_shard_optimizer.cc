@@ -41,6 +41,8 @@ struct GpuBucket {
   DeviceBuffer master;  // bf16 buckets: fp32 master weights, extent elements
   int64_t state_bytes = 0;
   int64_t steps = 0;  // guarded by the optimizer's mutex
+  // ViewState's host copy of `state` (guarded by the optimizer's mutex).
+  std::vector<float> host_state[kMaxStateArrays];
 };
 
 }  // namespace
@@ -280,6 +282,71 @@ class GpuShardOptimizer::Impl {
                       absl::StrCat("bucket ", bucket_index, ": copy out"));
   }
 
+  absl::StatusOr<BucketStateView> ViewState(int bucket_index) {
+    ScopedDevice scoped(device_);
+    RETURN_IF_ERROR(scoped.status());
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(GpuBucket* bucket, FindBucket(bucket_index));
+    ASSIGN_OR_RETURN(const StateArrays arrays,
+                     DownloadState(bucket_index, *bucket));
+    return ViewStateArrays(bucket->plan.state_spans, bucket->steps, arrays);
+  }
+
+  absl::Status ImportState(int bucket_index, const BucketState& state) {
+    ScopedDevice scoped(device_);
+    RETURN_IF_ERROR(scoped.status());
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(GpuBucket* bucket, FindBucket(bucket_index));
+    RETURN_IF_ERROR(
+        CheckStateFits(bucket_index, bucket->plan.state_spans, state));
+    // Over the current arrays, so that elements outside the spans keep
+    // their values, as on the CPU.
+    ASSIGN_OR_RETURN(const StateArrays arrays,
+                     DownloadState(bucket_index, *bucket));
+    ScatterState(bucket->plan.state_spans, state, arrays);
+    const std::string what = absl::StrCat("bucket ", bucket_index,
+                                          ": upload optimizer state");
+    for (int k = 0; k < kMaxStateArrays; ++k) {
+      if (arrays[k] == nullptr || bucket->state[k].bytes() == 0) continue;
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(bucket->state[k].get(), arrays[k],
+                          bucket->state[k].bytes(), cudaMemcpyHostToDevice,
+                          stream_.get()),
+          what));
+    }
+    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_.get()), what));
+    bucket->steps = state.steps;
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyMasterToHost(int bucket_index, int64_t offset,
+                                int64_t numel, float* out) {
+    ScopedDevice scoped(device_);
+    RETURN_IF_ERROR(scoped.status());
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(GpuBucket* bucket, FindBucket(bucket_index));
+    const std::string what =
+        absl::StrCat("bucket ", bucket_index, ": download master weights");
+    if (!bucket->bf16) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "bucket ", bucket_index, " has no master weights (fp32 bucket)"));
+    }
+    if (offset < 0 || numel < 0 || offset > bucket->plan.extent ||
+        numel > bucket->plan.extent - offset ||
+        (numel > 0 && out == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": elements [", offset, ", ", offset + numel,
+          ") are outside [0, ", bucket->plan.extent, ")"));
+    }
+    if (numel == 0) return absl::OkStatus();
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(out, bucket->master.as<float>() + offset,
+                        static_cast<size_t>(numel) * sizeof(float),
+                        cudaMemcpyDeviceToHost, stream_.get()),
+        what));
+    return CudaStatus(cudaStreamSynchronize(stream_.get()), what);
+  }
+
   cudaStream_t stream() const { return stream_.get(); }
 
   int64_t state_bytes(int bucket_index) const {
@@ -305,6 +372,30 @@ class GpuShardOptimizer::Impl {
           absl::StrCat("bucket ", bucket_index, " is not owned by this rank"));
     }
     return it->second.get();
+  }
+
+  // Copies every state array the bucket keeps into its host copy and waits;
+  // returns the copies (null where none is kept).
+  absl::StatusOr<StateArrays> DownloadState(int bucket_index,
+                                            GpuBucket& bucket)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    StateArrays arrays{};
+    const std::string what = absl::StrCat("bucket ", bucket_index,
+                                          ": download optimizer state");
+    for (int k = 0; k < kMaxStateArrays; ++k) {
+      if (!bucket.plan.keeps[k]) continue;
+      std::vector<float>& host = bucket.host_state[k];
+      host.resize(static_cast<size_t>(bucket.plan.state_numel));
+      arrays[k] = host.data();
+      if (bucket.state[k].bytes() == 0) continue;
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(host.data(), bucket.state[k].get(),
+                          bucket.state[k].bytes(), cudaMemcpyDeviceToHost,
+                          stream_.get()),
+          what));
+    }
+    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_.get()), what));
+    return arrays;
   }
 
   const v1::OptimizerSpec spec_;
@@ -393,9 +484,26 @@ absl::Status GpuShardOptimizer::EnqueueBf16Step(int bucket_index,
                         grad_type == GradType::kBFloat16, stream);
 }
 
+absl::StatusOr<BucketStateView> GpuShardOptimizer::ViewState(
+    int bucket_index) const {
+  return impl_->ViewState(bucket_index);
+}
+
+absl::Status GpuShardOptimizer::ImportState(int bucket_index,
+                                            const BucketState& state) {
+  return impl_->ImportState(bucket_index, state);
+}
+
 absl::Status GpuShardOptimizer::CopyMasterWeights(int bucket_index,
                                                   float* out) {
   return impl_->CopyOut(bucket_index, /*master=*/true, 0, out);
+}
+
+absl::Status GpuShardOptimizer::CopyMasterWeightsToHost(int bucket_index,
+                                                        int64_t offset,
+                                                        int64_t numel,
+                                                        float* out) {
+  return impl_->CopyMasterToHost(bucket_index, offset, numel, out);
 }
 
 absl::Status GpuShardOptimizer::CopyState(int bucket_index, int which,

@@ -88,10 +88,27 @@ class GpuShardOptimizer final : public ShardOptimizer {
                                const void* grads, GradType grad_type,
                                CUstream_st* stream);
 
+  // The bucket's state arrays, downloaded into a host copy kept with the
+  // bucket (ShardOptimizer::ViewState), and waited for. Call once the
+  // enqueued steps have finished (the ZeRO hook: after FinishStep).
+  absl::StatusOr<BucketStateView> ViewState(int bucket_index) const override;
+
+  // Checks `state` (CheckStateFits), uploads it over the bucket's state
+  // arrays and waits, so that steps enqueued afterwards on any stream see
+  // it. Call between steps, with none in flight.
+  absl::Status ImportState(int bucket_index, const BucketState& state) override;
+
   // Copies the fp32 master weights of a bf16 bucket (extent elements) to
   // `out` (device memory) and waits: for checkpoints and tests. Call once
   // the enqueued steps have finished (e.g. after syncing their stream).
   absl::Status CopyMasterWeights(int bucket_index, float* out);
+
+  // Copies master weights [offset, offset + numel) of a bf16 bucket to host
+  // memory at `out` and waits (a checkpoint's owned parameters), with the
+  // same precondition. FailedPrecondition for an fp32 bucket;
+  // InvalidArgument for a range outside the bucket's extent.
+  absl::Status CopyMasterWeightsToHost(int bucket_index, int64_t offset,
+                                       int64_t numel, float* out);
 
   // Copies state array `which` (StateLayout's array index: e.g. Adam 0
   // exp_avg, 1 exp_avg_sq, 2 max_exp_avg_sq) of a bucket (state_numel

@@ -43,7 +43,17 @@ absl::Status GpuShardOptimizer::EnqueueBf16Step(int, uint16_t*, const void*,
                                                 GradType, CUstream_st*) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
+absl::StatusOr<BucketStateView> GpuShardOptimizer::ViewState(int) const {
+  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
+}
+absl::Status GpuShardOptimizer::ImportState(int, const BucketState&) {
+  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
+}
 absl::Status GpuShardOptimizer::CopyMasterWeights(int, float*) {
+  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
+}
+absl::Status GpuShardOptimizer::CopyMasterWeightsToHost(int, int64_t, int64_t,
+                                                       float*) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
 absl::Status GpuShardOptimizer::CopyState(int, int, float*) {

@@ -130,7 +130,6 @@ class DeviceMemory final : public HookMemory {
   const std::vector<void*>& grad_views() const override {
     return grad_views_;
   }
-  bool on_host() const override { return false; }
 
   // On the compute stream (after what the workload wrote there), waited for.
   absl::Status WriteFloats(void* dst, DataType dtype, const float* values,
@@ -197,6 +196,15 @@ class DeviceMemory final : public HookMemory {
                            " bytes)")));
     }
     return absl::OkStatus();
+  }
+
+  // The owner's GpuShardOptimizer keeps them (optimizer bucket = piece).
+  absl::Status ReadMasterParams(int index, int64_t offset, int64_t n,
+                                float* out) override {
+    if (param_dtype_ == DataType::kFloat32) {
+      return HookMemory::ReadMasterParams(index, offset, n, out);
+    }
+    return optimizer_->CopyMasterWeightsToHost(index, offset, n, out);
   }
 
   // The communication stream waits (on the device) for the compute stream

@@ -91,6 +91,8 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
               {k, plan.state_numel, span.numel, layout.initial[k]});
         }
       }
+      plan.state_spans.push_back(
+          StateSpan{span.name, span.numel, plan.state_numel, layout});
       plan.state_numel += span.numel;
     }
     if (!segments.empty()) {

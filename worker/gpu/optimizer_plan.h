@@ -50,6 +50,8 @@ struct BucketPlan {
   bool keeps[kMaxStateArrays] = {};
   int num_state_arrays = 0;  // how many of `keeps` are set
   std::vector<StateFill> fills;
+  // Where each span with state keeps it (ViewState/ImportState), by offset.
+  std::vector<StateSpan> state_spans;
   // Distinct hyper-parameters, in order of first appearance by offset.
   std::vector<HyperParameters> groups;
   std::vector<ChunkDescriptor> chunks;

@@ -358,6 +358,36 @@ TEST_P(EmulationTest, MatchesTheCpuShardOptimizerBitForBit) {
   }
   // The gap was never touched.
   for (int64_t i = 40010; i < 40013; ++i) EXPECT_EQ(actual[i], init[i]);
+
+  // The device's arrays read through the plan's state spans (what
+  // GpuShardOptimizer::ViewState gives once it has downloaded them) are
+  // the CPU optimizer's state, name for name and bit for bit, and the CPU's
+  // export fits them (ImportState).
+  StateArrays arrays{};
+  for (int k = 0; k < 3; ++k) {
+    if (plan.keeps[k]) arrays[k] = state[k].data();
+  }
+  const BucketStateView device = ViewStateArrays(plan.state_spans, 4, arrays);
+  ASSERT_OK_AND_ASSIGN(const BucketStateView host, cpu_opt->ViewState(3));
+  EXPECT_EQ(device.steps, host.steps);
+  ASSERT_EQ(device.spans.size(), host.spans.size());
+  for (size_t s = 0; s < host.spans.size(); ++s) {
+    EXPECT_EQ(device.spans[s].name, host.spans[s].name);
+    EXPECT_EQ(device.spans[s].numel, host.spans[s].numel);
+    ASSERT_EQ(device.spans[s].tensors.size(), host.spans[s].tensors.size());
+    for (size_t t = 0; t < host.spans[s].tensors.size(); ++t) {
+      const auto& [device_name, device_values] = device.spans[s].tensors[t];
+      const auto& [host_name, host_values] = host.spans[s].tensors[t];
+      EXPECT_EQ(device_name, host_name);
+      ASSERT_EQ(device_values.size(), host_values.size());
+      EXPECT_EQ(std::memcmp(device_values.data(), host_values.data(),
+                            host_values.size() * sizeof(float)),
+                0)
+          << host.spans[s].name << "." << host_name;
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(const BucketState exported, cpu_opt->ExportState(3));
+  EXPECT_OK(CheckStateFits(3, plan.state_spans, exported));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, EmulationTest,

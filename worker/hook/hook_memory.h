@@ -36,6 +36,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "worker/bucket/bucket_layout.h"
 #include "worker/comm/communicator.h"
 #include "worker/hook/clip_math.h"
@@ -67,10 +68,6 @@ class HookMemory {
   virtual const std::vector<void*>& param_views() const = 0;
   virtual const std::vector<void*>& grad_views() const = 0;
 
-  // Whether the buffers are host memory the training thread may read and
-  // write directly.
-  virtual bool on_host() const = 0;
-
   // ---- Values from and to the host ----
   // SetParameter/SetGradient, ReadParameterRange and the owners' first
   // master weights, from the training thread: `n` host floats into `dst`
@@ -98,11 +95,15 @@ class HookMemory {
         "this memory has no mixed precision (fp32 parameters and gradients "
         "only)");
   }
-  // Piece `index`'s master weights (its numel floats), or null when it
-  // keeps none (fp32 parameters, or not owned). Read between steps only.
-  virtual const float* master_params(int index) const {
-    (void)index;
-    return nullptr;
+  // Copies elements [offset, offset + n) of piece `index`'s master weights
+  // to host memory at `out` (a checkpoint's owned parameters), between
+  // steps only. FailedPrecondition where the piece keeps none (fp32
+  // parameters, or not owned; the default).
+  virtual absl::Status ReadMasterParams(int index, int64_t offset, int64_t n,
+                                        float* out) {
+    (void)offset, (void)n, (void)out;
+    return absl::FailedPreconditionError(
+        absl::StrCat("piece ", index, " keeps no master weights"));
   }
 
   // Before bucket b's first collective in a step: orders the hook's

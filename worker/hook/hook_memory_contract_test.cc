@@ -118,7 +118,6 @@ class RecordingMemory : public HookMemory {
   const std::vector<void*>& grad_views() const override {
     return inner_->grad_views();
   }
-  bool on_host() const override { return inner_->on_host(); }
   absl::Status WriteFloats(void* dst, DataType dtype, const float* values,
                            int64_t n) override {
     return inner_->WriteFloats(dst, dtype, values, n);

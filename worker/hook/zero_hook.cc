@@ -79,7 +79,6 @@ class HostMemory final : public HookMemory {
   const std::vector<void*>& grad_views() const override {
     return storage_->grad_views();
   }
-  bool on_host() const override { return true; }
 
   absl::Status WriteFloats(void* dst, DataType dtype, const float* values,
                            int64_t n) override {
@@ -108,12 +107,20 @@ class HostMemory final : public HookMemory {
     return absl::OkStatus();
   }
 
-  const float* master_params(int index) const override {
+  absl::Status ReadMasterParams(int index, int64_t offset, int64_t n,
+                                float* out) override {
     if (index < 0 || index >= static_cast<int>(owned_.size()) ||
         owned_[index].master.empty()) {
-      return nullptr;
+      return HookMemory::ReadMasterParams(index, offset, n, out);
     }
-    return owned_[index].master.data();
+    const std::vector<float>& master = owned_[index].master;
+    if (offset < 0 || n < 0 || offset + n > static_cast<int64_t>(master.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "piece ", index, ": master weights [", offset, ", ", offset + n,
+          ") are outside [0, ", master.size(), ")"));
+    }
+    std::copy(master.begin() + offset, master.begin() + offset + n, out);
+    return absl::OkStatus();
   }
 
   // The training thread wrote the gradients before announcing them.
@@ -433,9 +440,9 @@ absl::Status ZeroHook::ReadOwnedParameter(int index, int64_t offset,
   const int64_t count = static_cast<int64_t>(out.size());
   RETURN_IF_ERROR(CheckRange(index, offset, count));
   const ParameterInfo& info = infos_[index];
-  if (!memory_->on_host() || state_ != HookState::kInitialized) {
+  if (state_ != HookState::kInitialized) {
     return absl::FailedPreconditionError(
-        "owned parameters are read in host memory after the first step");
+        "owned parameters are read after the first step");
   }
   // The range, in bucket elements.
   const int b = layout_->bucket_of(index);
@@ -453,14 +460,15 @@ absl::Status ZeroHook::ReadOwnedParameter(int index, int64_t offset,
           ", ", hi - begin + offset, ") of parameter \"", info.name, "\""));
     }
     float* dst = out.data() + (lo - begin);
-    if (const float* master = memory_->master_params(p); master != nullptr) {
-      std::copy(master + (lo - piece.offset), master + (hi - piece.offset),
-                dst);
+    if (memory_->param_dtype() != DataType::kFloat32) {
+      RETURN_IF_ERROR(
+          memory_->ReadMasterParams(p, lo - piece.offset, hi - lo, dst));
     } else {
       // fp32 parameters are the optimizer's own.
-      const float* params = static_cast<const float*>(
-          memory_->bucket_params(piece.bucket));
-      std::copy(params + lo, params + hi, dst);
+      RETURN_IF_ERROR(memory_->ReadFloats(
+          AdvanceElements(memory_->bucket_params(piece.bucket), lo,
+                          DataType::kFloat32),
+          DataType::kFloat32, hi - lo, dst));
     }
     covered += hi - lo;
   }

@@ -247,12 +247,13 @@ class ZeroHook : public GradientSink {
   // InvalidArgument for a range outside the parameter.
   absl::Status ReadParameterRange(int index, int64_t offset,
                                   absl::Span<float> out) const;
-  // Host memory, after the first step: elements [offset, offset +
+  // After the first step, between steps: elements [offset, offset +
   // out.size()) of parameter `index`, which this rank must own, as its
   // optimizer holds them: the fp32 master weights under mixed precision,
-  // the parameters otherwise (what a checkpoint keeps). FailedPrecondition
-  // when this rank does not own them all, before the first step or on
-  // device memory; InvalidArgument for a range outside the parameter.
+  // the parameters otherwise (what a checkpoint keeps), copied to the host
+  // from device memory. FailedPrecondition when this rank does not own them
+  // all or before the first step; InvalidArgument for a range outside the
+  // parameter.
   absl::Status ReadOwnedParameter(int index, int64_t offset,
                                   absl::Span<float> out) const;
 

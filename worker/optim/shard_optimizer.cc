@@ -83,14 +83,6 @@ struct Segment {
   HyperParameters hp;
 };
 
-// Where one span's state lies in its bucket's state arrays.
-struct StateSpan {
-  std::string name;
-  int64_t numel = 0;
-  int64_t state_offset = 0;
-  StateLayout layout;
-};
-
 struct Bucket {
   // Serialises Steps of this bucket; different buckets step concurrently.
   absl::Mutex mu;
@@ -100,6 +92,11 @@ struct Bucket {
   // State array k (StateLayout); empty when no span keeps one there.
   AlignedFloats state[kMaxStateArrays];
   int64_t state_bytes = 0;
+  StateArrays state_arrays() const {
+    StateArrays arrays{};
+    for (int k = 0; k < kMaxStateArrays; ++k) arrays[k] = state[k].data();
+    return arrays;
+  }
   int64_t steps ABSL_GUARDED_BY(mu) = 0;
 };
 
@@ -130,15 +127,6 @@ class CpuShardOptimizer final : public ShardOptimizer {
   // unique_ptr: a Bucket stays put while Step runs without holding mu_.
   std::map<int, std::unique_ptr<Bucket>> buckets_ ABSL_GUARDED_BY(mu_);
 };
-
-// The names of a span's state tensors, in array order.
-std::vector<std::string> StateNames(const StateLayout& layout) {
-  std::vector<std::string> names;
-  for (const char* name : layout.names) {
-    if (name != nullptr) names.emplace_back(name);
-  }
-  return names;
-}
 
 absl::Status CpuShardOptimizer::AddBucket(int bucket_index,
                                           std::vector<ParamSpan> spans) {
@@ -325,21 +313,8 @@ absl::StatusOr<BucketStateView> CpuShardOptimizer::ViewState(
         absl::StrCat("bucket ", bucket_index, " is not owned by this rank"));
   }
   absl::MutexLock lock(&bucket->mu);
-  BucketStateView view;
-  view.steps = bucket->steps;
-  for (const StateSpan& span : bucket->state_spans) {
-    SpanStateView& out = view.spans.emplace_back();
-    out.name = span.name;
-    out.numel = span.numel;
-    for (int k = 0; k < kMaxStateArrays; ++k) {
-      if (span.layout.names[k] == nullptr) continue;
-      out.tensors.emplace_back(
-          span.layout.names[k],
-          absl::Span<const float>(bucket->state[k].data() + span.state_offset,
-                                  span.numel));
-    }
-  }
-  return view;
+  return ViewStateArrays(bucket->state_spans, bucket->steps,
+                         bucket->state_arrays());
 }
 
 absl::Status CpuShardOptimizer::ImportState(int bucket_index,
@@ -349,52 +324,10 @@ absl::Status CpuShardOptimizer::ImportState(int bucket_index,
     return absl::NotFoundError(
         absl::StrCat("bucket ", bucket_index, " is not owned by this rank"));
   }
-  if (state.steps < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bucket ", bucket_index, ": step count ", state.steps, " is < 0"));
-  }
-  const std::vector<StateSpan>& spans = bucket->state_spans;
-  if (state.spans.size() != spans.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bucket ", bucket_index, ": the state has ", state.spans.size(),
-        " parameters with state, the bucket ", spans.size()));
-  }
-  for (size_t s = 0; s < spans.size(); ++s) {
-    const SpanState& in = state.spans[s];
-    if (in.name != spans[s].name || in.numel != spans[s].numel) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bucket ", bucket_index, ": state entry ", s, " is '", in.name,
-          "' (", in.numel, " elements), the bucket has '", spans[s].name,
-          "' (", spans[s].numel, " elements) there"));
-    }
-    const std::vector<std::string> names = StateNames(spans[s].layout);
-    if (in.tensors.size() != names.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameter '", in.name, "': ", in.tensors.size(),
-          " state tensors, the optimizer keeps ", names.size()));
-    }
-    for (size_t i = 0; i < names.size(); ++i) {
-      const auto& [name, values] = in.tensors[i];
-      if (name != names[i] ||
-          static_cast<int64_t>(values.size()) != in.numel) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "parameter '", in.name, "': state tensor ", i, " is '", name,
-            "' with ", values.size(), " elements; expected '", names[i],
-            "' with ", in.numel));
-      }
-    }
-  }
+  RETURN_IF_ERROR(CheckStateFits(bucket_index, bucket->state_spans, state));
   absl::MutexLock lock(&bucket->mu);
   bucket->steps = state.steps;
-  for (size_t s = 0; s < spans.size(); ++s) {
-    size_t i = 0;  // tensors are in array order
-    for (int k = 0; k < kMaxStateArrays; ++k) {
-      if (spans[s].layout.names[k] == nullptr) continue;
-      const std::vector<float>& values = state.spans[s].tensors[i++].second;
-      std::copy(values.begin(), values.end(),
-                bucket->state[k].data() + spans[s].state_offset);
-    }
-  }
+  ScatterState(bucket->state_spans, state, bucket->state_arrays());
   return absl::OkStatus();
 }
 
@@ -513,9 +446,88 @@ absl::StatusOr<HyperParameters> ResolveSpanHyperParameters(
   return hp;
 }
 
-absl::StatusOr<BucketStateView> ShardOptimizer::ViewState(int) const {
-  return absl::UnimplementedError(
-      "this optimizer backend cannot export its state yet (host memory only)");
+namespace {
+
+// The names of a span's state tensors, in array order.
+std::vector<std::string> StateNames(const StateLayout& layout) {
+  std::vector<std::string> names;
+  for (const char* name : layout.names) {
+    if (name != nullptr) names.emplace_back(name);
+  }
+  return names;
+}
+
+}  // namespace
+
+BucketStateView ViewStateArrays(const std::vector<StateSpan>& spans,
+                                int64_t steps, const StateArrays& arrays) {
+  BucketStateView view;
+  view.steps = steps;
+  for (const StateSpan& span : spans) {
+    SpanStateView& out = view.spans.emplace_back();
+    out.name = span.name;
+    out.numel = span.numel;
+    for (int k = 0; k < kMaxStateArrays; ++k) {
+      if (span.layout.names[k] == nullptr) continue;
+      out.tensors.emplace_back(
+          span.layout.names[k],
+          absl::Span<const float>(arrays[k] + span.state_offset, span.numel));
+    }
+  }
+  return view;
+}
+
+absl::Status CheckStateFits(int bucket_index,
+                            const std::vector<StateSpan>& spans,
+                            const BucketState& state) {
+  if (state.steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bucket ", bucket_index, ": step count ", state.steps, " is < 0"));
+  }
+  if (state.spans.size() != spans.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bucket ", bucket_index, ": the state has ", state.spans.size(),
+        " parameters with state, the bucket ", spans.size()));
+  }
+  for (size_t s = 0; s < spans.size(); ++s) {
+    const SpanState& in = state.spans[s];
+    if (in.name != spans[s].name || in.numel != spans[s].numel) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bucket ", bucket_index, ": state entry ", s, " is '", in.name,
+          "' (", in.numel, " elements), the bucket has '", spans[s].name,
+          "' (", spans[s].numel, " elements) there"));
+    }
+    const std::vector<std::string> names = StateNames(spans[s].layout);
+    if (in.tensors.size() != names.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", in.name, "': ", in.tensors.size(),
+          " state tensors, the optimizer keeps ", names.size()));
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      const auto& [name, values] = in.tensors[i];
+      if (name != names[i] ||
+          static_cast<int64_t>(values.size()) != in.numel) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter '", in.name, "': state tensor ", i, " is '", name,
+            "' with ", values.size(), " elements; expected '", names[i],
+            "' with ", in.numel));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ScatterState(const std::vector<StateSpan>& spans,
+                  const BucketState& state, const StateArrays& arrays) {
+  for (size_t s = 0; s < spans.size(); ++s) {
+    size_t i = 0;  // tensors are in array order
+    for (int k = 0; k < kMaxStateArrays; ++k) {
+      if (spans[s].layout.names[k] == nullptr) continue;
+      const std::vector<float>& values = state.spans[s].tensors[i++].second;
+      std::copy(values.begin(), values.end(),
+                arrays[k] + spans[s].state_offset);
+    }
+  }
 }
 
 absl::StatusOr<BucketState> ShardOptimizer::ExportState(int bucket_index) const {
@@ -532,11 +544,6 @@ absl::StatusOr<BucketState> ShardOptimizer::ExportState(int bucket_index) const 
     }
   }
   return state;
-}
-
-absl::Status ShardOptimizer::ImportState(int, const BucketState&) {
-  return absl::UnimplementedError(
-      "this optimizer backend cannot import a state yet (host memory only)");
 }
 
 absl::StatusOr<std::unique_ptr<ShardOptimizer>> ShardOptimizer::Create(

@@ -101,6 +101,34 @@ struct BucketStateView {
   std::vector<SpanStateView> spans;
 };
 
+// Where one parameter's state lies in its bucket's state arrays (the layout
+// of StateLayout's comment, which every backend keeps).
+struct StateSpan {
+  std::string name;
+  int64_t numel = 0;
+  int64_t state_offset = 0;  // into each state array the span keeps
+  StateLayout layout;        // never empty: spans without state have none
+};
+
+// A bucket's state arrays, by StateLayout index; null where none is kept.
+using StateArrays = std::array<float*, kMaxStateArrays>;
+
+// The BucketStateView of arrays laid out as `spans` says (views, no copy).
+BucketStateView ViewStateArrays(const std::vector<StateSpan>& spans,
+                                int64_t steps, const StateArrays& arrays);
+
+// Checks that `state` fits bucket `bucket_index`, whose state spans are
+// `spans`: ImportState's rules (same spans, names, numels and tensor names,
+// in order; steps >= 0). InvalidArgument names the first mismatch.
+absl::Status CheckStateFits(int bucket_index,
+                            const std::vector<StateSpan>& spans,
+                            const BucketState& state);
+
+// Copies `state` (CheckStateFits) into `arrays`; elements outside the
+// spans are left as they are.
+void ScatterState(const std::vector<StateSpan>& spans,
+                  const BucketState& state, const StateArrays& arrays);
+
 // Checks the spans of bucket `bucket_index` and sorts them by offset; the
 // rules every ShardOptimizer backend applies in AddBucket. InvalidArgument:
 // no spans, a negative or huge (> 2^40) offset or numel, a name that appears
@@ -156,19 +184,19 @@ class ShardOptimizer {
   virtual absl::Status Step(int bucket_index, float* params,
                             const float* grads) = 0;
 
-  // An owned bucket's state where it lives (checkpoint snapshots copy from
-  // it once, between steps): valid until the bucket's next Step or
-  // ImportState. NotFound if the bucket is not owned. The base class
-  // (backends without host access to their state yet: the GPU's) returns
-  // Unimplemented.
-  virtual absl::StatusOr<BucketStateView> ViewState(int bucket_index) const;
+  // An owned bucket's state in host memory (checkpoint snapshots copy from
+  // it once, between steps): the CPU backend's own arrays, the GPU's host
+  // copy of its device arrays. Valid until the bucket's next Step,
+  // ImportState or ViewState. NotFound if the bucket is not owned.
+  virtual absl::StatusOr<BucketStateView> ViewState(int bucket_index) const = 0;
   // A copy of ViewState.
   absl::StatusOr<BucketState> ExportState(int bucket_index) const;
   // Replaces an owned bucket's state and step count with `state`, which must
   // have exactly the spans ExportState would give (same names, numels and
   // tensor names, same order); nothing changes on error. NotFound: not
-  // owned; InvalidArgument names the first mismatch. Unimplemented as above.
-  virtual absl::Status ImportState(int bucket_index, const BucketState& state);
+  // owned; InvalidArgument names the first mismatch (CheckStateFits).
+  virtual absl::Status ImportState(int bucket_index,
+                                   const BucketState& state) = 0;
 
   // Bytes of optimizer state held for one bucket (0 if not owned) and in all.
   virtual int64_t state_bytes(int bucket_index) const = 0;

@@ -50,8 +50,7 @@ class RankModel {
 
   // Before the first step: replaces every parameter's values (a resume from
   // a checkpoint), in parameters() order, each of its numel.
-  // InvalidArgument: the wrong count or size (named). Unimplemented where
-  // the model cannot (GpuJob, for now).
+  // InvalidArgument: the wrong count or size (named).
   virtual absl::Status UploadParameters(
       const std::vector<std::vector<float>>& values) = 0;
 };
