@@ -6,7 +6,8 @@ against the same torch optimizer on the same GPU on the same batches: within
 1e-5 relative after 1 and 5 steps, for every optimizer configuration of the
 CPU parity test (schedules, clipping and accumulation included) and both
 comm modes; bf16 parameters with fp32 masters within the mixed-precision
-bound of the fp32 run; and the device path's refusals named.
+bound of the fp32 run; state_dict()/load_state_dict() resuming bit for
+bit; and the device path's refusals named.
 
 Without a CUDA device for torch it skips, saying why (exit 0); with
 PSHARD_REQUIRE_GPU=1 that is a failure. tools/gpu_check.sh runs it there.
@@ -56,12 +57,12 @@ def _open_session(store):
 
 
 def _train(model, optimizer_name, step_fn, zero_grad, no_sync=None,
-           dtype=torch.float32):
-    """The parity test's loop (micro-batches through no_sync) on DEVICE,
-    the model computing in `dtype` (its parameters'), the loss in float32;
-    snapshots after step 1 and the last, by name, on the host."""
+           dtype=torch.float32, steps=range(1, common.STEPS + 1)):
+    """The parity test's loop (micro-batches through no_sync) on DEVICE over
+    `steps`, the model computing in `dtype` (its parameters'), the loss in
+    float32; snapshots after step 1 and the last, by name, on the host."""
     snapshots = {}
-    for step in range(1, common.STEPS + 1):
+    for step in steps:
         batches = common.step_batches(optimizer_name, step)
         zero_grad()
         for m, (x, y) in enumerate(batches):
@@ -116,6 +117,47 @@ def _pshard(optimizer_name, comm_mode, **kwargs):
             session.close()
 
 
+def _pshard_resumed(optimizer_name, comm_mode, stop_after):
+    """_pshard's training stopped after step `stop_after`: the model's
+    values and the optimizer's state_dict() go to a new session and
+    optimizer (a fresh model on DEVICE, load_state_dict), which trains the
+    remaining steps. Returns the last step's snapshot and the state_dict."""
+
+    def sharded(model, session):
+        return pshard.torch.ShardedOptimizer(
+            model, optimizer=common.OPTIMIZERS[optimizer_name][0],
+            bucket_cap_mb=common.BUCKET_CAP_MB, comm_mode=comm_mode,
+            session=session, overlap_param_broadcast=False)
+
+    with tempfile.TemporaryDirectory() as first, \
+            tempfile.TemporaryDirectory() as second:
+        model = common.make_model().to(DEVICE)
+        session = _open_session(first)
+        try:
+            optimizer = sharded(model, session)
+            _train(model, optimizer_name, optimizer.step, optimizer.zero_grad,
+                   optimizer.no_sync, steps=range(1, stop_after + 1))
+            saved = optimizer.state_dict()
+            values = {n: p.detach().clone()
+                      for n, p in model.named_parameters()}
+        finally:
+            session.close()
+        model = common.make_model().to(DEVICE)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(values[name])
+        session = _open_session(second)
+        try:
+            optimizer = sharded(model, session)
+            optimizer.load_state_dict(saved)
+            got = _train(model, optimizer_name, optimizer.step,
+                         optimizer.zero_grad, optimizer.no_sync,
+                         steps=range(stop_after + 1, common.STEPS + 1))
+        finally:
+            session.close()
+    return got[common.STEPS], saved
+
+
 def _loaded(prefixes):
     """The files of this process's shared libraries whose names start with
     one of `prefixes` (which libnccl.so.2 a torch process and libpshard
@@ -160,6 +202,28 @@ class CudaParityTest(unittest.TestCase):
             torch.testing.assert_close(got[common.STEPS][name], value,
                                        rtol=3e-2, atol=3e-3,
                                        msg=lambda m: f"{name}: {m}")
+
+    def test_state_dict_resumes_training_bit_for_bit(self):
+        # The optimizer state leaves the device and goes back: 3 steps,
+        # state_dict(), a new session that loads it, 2 more steps give the
+        # parameters of 5 straight steps (schedules count the loaded steps).
+        for optimizer_name in ("adam", "adamw_warmup_cosine", "sgd_momentum",
+                               "rmsprop", "lion"):
+            with self.subTest(optimizer=optimizer_name):
+                straight = _pshard(optimizer_name, "reduce_broadcast")
+                got, saved = _pshard_resumed(optimizer_name,
+                                             "reduce_broadcast", 3)
+                self.assertTrue(saved["state"])
+                for name, entry in saved["state"].items():
+                    self.assertEqual(entry["step"], 3, name)
+                    for key, value in entry.items():
+                        if key != "step":
+                            self.assertEqual(value.device.type, "cpu",
+                                             f"{name}.{key}")
+                for name, value in straight[common.STEPS].items():
+                    self.assertTrue(torch.equal(got[name], value),
+                                    f"{name}: "
+                                    f"{(got[name] - value).abs().max()}")
 
     @_cuda_only
     def test_overlap_is_refused_by_name(self):

@@ -82,15 +82,14 @@ absl::StatusOr<std::unique_ptr<Session>> OpenLocalRank() {
 const std::vector<int> kReverseOrder = {3, 2, 1, 0};
 const std::vector<int> kShuffledOrder = {1, 3, 0, 2};
 
-// Trains one local rank with its parameters in `memory`; returns every
-// parameter's final bytes (param_dtype elements).
-std::vector<std::vector<uint8_t>> Train(ParameterMemory memory,
-                                        const MixedPrecision& precision,
-                                        const std::string& optimizer,
-                                        const std::vector<int>& ready_order) {
+// One local rank with its parameters in `memory`, configured and
+// prepared, every parameter at its initial values.
+std::unique_ptr<Session> OpenPrepared(ParameterMemory memory,
+                                      const MixedPrecision& precision,
+                                      const std::string& optimizer) {
   absl::StatusOr<std::unique_ptr<Session>> opened = OpenLocalRank();
   EXPECT_OK(opened);
-  if (!opened.ok()) return {};
+  if (!opened.ok()) return nullptr;
   Session& session = **opened;
   EXPECT_OK(session.SetOptimizerJson(optimizer));
   EXPECT_OK(session.SetPrecision(precision));
@@ -103,20 +102,26 @@ std::vector<std::vector<uint8_t>> Train(ParameterMemory memory,
   }
   absl::Status prepared = session.Prepare();
   EXPECT_OK(prepared);
-  if (!prepared.ok()) return {};
-  const bool device = memory == ParameterMemory::kCuda;
+  if (!prepared.ok()) return nullptr;
   for (int i = 0; i < session.num_parameters(); ++i) {
     std::vector<float> initial(session.parameter_numel(i));
     for (size_t e = 0; e < initial.size(); ++e) initial[e] = Value(i, e, 0);
     EXPECT_OK(session.SetParameterValues(i, initial));
   }
-  for (int step = 1; step <= kSteps; ++step) {
+  return *std::move(opened);
+}
+
+// Steps [first, last], each parameter's gradient ready in `ready_order`.
+void RunSteps(Session& session, ParameterMemory memory,
+              const MixedPrecision& precision,
+              const std::vector<int>& ready_order, int first, int last) {
+  for (int step = first; step <= last; ++step) {
     for (int i : ready_order) {
       std::vector<float> grad(session.parameter_numel(i));
       for (size_t e = 0; e < grad.size(); ++e) grad[e] = Value(i, e, step);
       const std::vector<uint8_t> bytes =
           AsBytes(grad, precision.reduce_dtype);
-      if (device) {
+      if (memory == ParameterMemory::kCuda) {
         EXPECT_EQ(cudaMemcpy(session.gradient_data(i), bytes.data(),
                              bytes.size(), cudaMemcpyHostToDevice),
                   cudaSuccess);
@@ -127,11 +132,17 @@ std::vector<std::vector<uint8_t>> Train(ParameterMemory memory,
     }
     EXPECT_OK(session.FinishStep());
   }
+}
+
+// Every parameter's bytes (param_dtype elements).
+std::vector<std::vector<uint8_t>> ParameterBytes(
+    Session& session, ParameterMemory memory,
+    const MixedPrecision& precision) {
   std::vector<std::vector<uint8_t>> params;
   for (int i = 0; i < session.num_parameters(); ++i) {
     std::vector<uint8_t> bytes(session.parameter_numel(i) *
                                ElementBytes(precision.param_dtype));
-    if (device) {
+    if (memory == ParameterMemory::kCuda) {
       EXPECT_EQ(cudaMemcpy(bytes.data(), session.parameter_data(i),
                            bytes.size(), cudaMemcpyDeviceToHost),
                 cudaSuccess);
@@ -140,7 +151,22 @@ std::vector<std::vector<uint8_t>> Train(ParameterMemory memory,
     }
     params.push_back(std::move(bytes));
   }
-  EXPECT_OK(session.Close());
+  return params;
+}
+
+// Trains one local rank with its parameters in `memory`; returns every
+// parameter's final bytes (param_dtype elements).
+std::vector<std::vector<uint8_t>> Train(ParameterMemory memory,
+                                        const MixedPrecision& precision,
+                                        const std::string& optimizer,
+                                        const std::vector<int>& ready_order) {
+  std::unique_ptr<Session> session =
+      OpenPrepared(memory, precision, optimizer);
+  if (session == nullptr) return {};
+  RunSteps(*session, memory, precision, ready_order, 1, kSteps);
+  std::vector<std::vector<uint8_t>> params =
+      ParameterBytes(*session, memory, precision);
+  EXPECT_OK(session->Close());
   return params;
 }
 
@@ -184,20 +210,78 @@ TEST(SessionGpuTest, DeviceMemoryTrainsAsTheHostDoesBitForBit) {
   }
 }
 
-TEST(SessionGpuTest, DeviceMemoryRefusesCheckpointsByName) {
+// The optimizer state leaves the device as the host session's does (names,
+// step counts and bits), and a new device session that loads it (with the
+// parameters' values) trains on as the host session that never stopped:
+// pshard.torch's state_dict()/load_state_dict() and the checkpoints' path.
+TEST(SessionGpuTest, DeviceOptimizerStateExportsAndResumesAsTheHosts) {
   PSHARD_SKIP_WITHOUT_GPUS(1);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Session> session, OpenLocalRank());
-  ASSERT_OK(session->SetOptimizerJson(R"({"kind": "ADAM"})"));
-  ASSERT_OK(session->RegisterParameter("w", {8}, DataType::kFloat32,
-                                       ParameterMemory::kCuda)
-                .status());
-  ASSERT_OK(session->Prepare());
-  ASSERT_OK(session->GradientReady(0));
-  ASSERT_OK(session->FinishStep());
-  EXPECT_THAT(session->ExportOptimizerState().status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       ::testing::HasSubstr("device memory")));
-  ASSERT_OK(session->Close());
+  const MixedPrecision fp32;
+  for (const std::string& optimizer :
+       {std::string(R"({"kind": "ADAMW", "hyper_parameters": {"lr": 0.01,
+            "weight_decay": 0.1}, "max_grad_norm": 0.5,
+            "param_groups": [{"params": ["p1"],
+                              "hyper_parameters": {"lr": 0.02}}]})"),
+        std::string(R"({"kind": "SGD", "hyper_parameters": {"lr": 0.05,
+            "momentum": 0.9}})")}) {
+    SCOPED_TRACE(optimizer);
+    std::unique_ptr<Session> host =
+        OpenPrepared(ParameterMemory::kHost, fp32, optimizer);
+    std::unique_ptr<Session> device =
+        OpenPrepared(ParameterMemory::kCuda, fp32, optimizer);
+    ASSERT_NE(host, nullptr);
+    ASSERT_NE(device, nullptr);
+    RunSteps(*host, ParameterMemory::kHost, fp32, kReverseOrder, 1, 2);
+    RunSteps(*device, ParameterMemory::kCuda, fp32, kReverseOrder, 1, 2);
+    ASSERT_OK_AND_ASSIGN(const Session::OptimizerStateShard saved,
+                         host->ExportOptimizerState());
+    ASSERT_OK_AND_ASSIGN(const Session::OptimizerStateShard exported,
+                         device->ExportOptimizerState());
+    EXPECT_EQ(exported.optimizer_json, saved.optimizer_json);
+    EXPECT_EQ(exported.parameter_numels, saved.parameter_numels);
+    ASSERT_EQ(exported.params.size(), saved.params.size());
+    ASSERT_FALSE(saved.params.empty());
+    for (size_t i = 0; i < saved.params.size(); ++i) {
+      const ParameterOptimizerState& d = exported.params[i];
+      const ParameterOptimizerState& h = saved.params[i];
+      EXPECT_EQ(d.name, h.name);
+      EXPECT_EQ(d.step, h.step);
+      EXPECT_EQ(d.offset, h.offset);
+      ASSERT_EQ(d.tensors.size(), h.tensors.size());
+      for (size_t t = 0; t < h.tensors.size(); ++t) {
+        EXPECT_EQ(d.tensors[t].first, h.tensors[t].first);
+        ASSERT_EQ(d.tensors[t].second.size(), h.tensors[t].second.size());
+        EXPECT_EQ(std::memcmp(d.tensors[t].second.data(),
+                              h.tensors[t].second.data(),
+                              h.tensors[t].second.size() * sizeof(float)),
+                  0)
+            << h.name << "." << h.tensors[t].first;
+      }
+    }
+    const std::vector<std::vector<uint8_t>> after_two =
+        ParameterBytes(*device, ParameterMemory::kCuda, fp32);
+    ASSERT_OK(device->Close());
+
+    std::unique_ptr<Session> resumed =
+        OpenPrepared(ParameterMemory::kCuda, fp32, optimizer);
+    ASSERT_NE(resumed, nullptr);
+    for (int i = 0; i < resumed->num_parameters(); ++i) {
+      std::vector<float> values(resumed->parameter_numel(i));
+      std::memcpy(values.data(), after_two[i].data(), after_two[i].size());
+      ASSERT_OK(resumed->SetParameterValues(i, values));
+    }
+    ASSERT_OK(resumed->ImportOptimizerState(saved.optimizer_json,
+                                            saved.params));
+    RunSteps(*host, ParameterMemory::kHost, fp32, kReverseOrder, 3, 4);
+    RunSteps(*resumed, ParameterMemory::kCuda, fp32, kReverseOrder, 3, 4);
+    const auto want = ParameterBytes(*host, ParameterMemory::kHost, fp32);
+    const auto got = ParameterBytes(*resumed, ParameterMemory::kCuda, fp32);
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i], want[i]) << "parameter p" << i;
+    }
+    ASSERT_OK(host->Close());
+    ASSERT_OK(resumed->Close());
+  }
 }
 
 #else  // !PSHARD_HAS_CUDA

@@ -248,6 +248,77 @@ TEST_P(GpuVsCpuTest, Bf16ParamsWithFp32MasterWeights) {
   }
 }
 
+// Both optimizers' exported state: the same spans, tensors and bits.
+void ExpectSameState(const BucketState& gpu, const BucketState& cpu) {
+  EXPECT_EQ(gpu.steps, cpu.steps);
+  ASSERT_EQ(gpu.spans.size(), cpu.spans.size());
+  for (size_t s = 0; s < cpu.spans.size(); ++s) {
+    EXPECT_EQ(gpu.spans[s].name, cpu.spans[s].name);
+    ASSERT_EQ(gpu.spans[s].tensors.size(), cpu.spans[s].tensors.size());
+    for (size_t t = 0; t < cpu.spans[s].tensors.size(); ++t) {
+      EXPECT_EQ(gpu.spans[s].tensors[t].first, cpu.spans[s].tensors[t].first);
+      ExpectSameParams(gpu.spans[s].tensors[t].second,
+                       cpu.spans[s].tensors[t].second,
+                       absl::StrCat(cpu.spans[s].name, ".",
+                                    cpu.spans[s].tensors[t].first));
+    }
+  }
+}
+
+// What a checkpoint does with the device's state: ViewState brings it to
+// the host as the CPU optimizer lays it out, and ImportState into a fresh
+// GPU optimizer resumes it: the next steps match the CPU's that never
+// stopped.
+TEST_P(GpuVsCpuTest, StateExportsAndResumesAsTheCpus) {
+  const v1::OptimizerSpec spec = Spec(GetParam());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ShardOptimizer> cpu,
+                       ShardOptimizer::Create(spec));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuShardOptimizer> gpu,
+                       GpuShardOptimizer::Create(spec, 0));
+  ASSERT_OK(cpu->AddBucket(2, Spans()));
+  ASSERT_OK(gpu->AddBucket(2, Spans()));
+  std::vector<float> host = Values(13, 0, kExtent, 1.0f);
+  DeviceBuffer params = Upload(host);
+  for (int64_t step = 1; step <= 3; ++step) {
+    std::vector<float> grads = Values(13, step, kExtent, 0.1f);
+    DeviceBuffer device_grads = Upload(grads);
+    ASSERT_OK(cpu->Step(2, host.data(), grads.data()));
+    ASSERT_OK(gpu->Step(2, params.as<float>(), device_grads.as<float>()));
+  }
+  ASSERT_OK_AND_ASSIGN(const BucketState saved, cpu->ExportState(2));
+  ASSERT_OK_AND_ASSIGN(const BucketState on_gpu, gpu->ExportState(2));
+  ExpectSameState(on_gpu, saved);
+  EXPECT_THAT(gpu->ViewState(3),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("bucket 3")));
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuShardOptimizer> resumed,
+                       GpuShardOptimizer::Create(spec, 0));
+  ASSERT_OK(resumed->AddBucket(2, Spans()));
+  ASSERT_OK_AND_ASSIGN(const BucketState fresh, resumed->ExportState(2));
+  if (!saved.spans.empty()) {
+    BucketState wrong = saved;
+    wrong.spans[0].name = "other";
+    EXPECT_THAT(resumed->ImportState(2, wrong),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("'other'")));
+    ASSERT_OK_AND_ASSIGN(const BucketState unchanged, resumed->ExportState(2));
+    ExpectSameState(unchanged, fresh);
+  }
+  ASSERT_OK(resumed->ImportState(2, saved));
+  DeviceBuffer resumed_params = Upload(host);
+  for (int64_t step = 4; step <= 5; ++step) {
+    std::vector<float> grads = Values(13, step, kExtent, 0.1f);
+    DeviceBuffer device_grads = Upload(grads);
+    ASSERT_OK(cpu->Step(2, host.data(), grads.data()));
+    ASSERT_OK(resumed->Step(2, resumed_params.as<float>(),
+                            device_grads.as<float>()));
+  }
+  ExpectSameParams(Download<float>(resumed_params, kExtent), host, GetParam());
+  ASSERT_OK_AND_ASSIGN(const BucketState cpu_after, cpu->ExportState(2));
+  ASSERT_OK_AND_ASSIGN(const BucketState gpu_after, resumed->ExportState(2));
+  ExpectSameState(gpu_after, cpu_after);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllKinds, GpuVsCpuTest,
                          ::testing::Values(kSgdJson, kSgdDampeningJson,
                                            kAdamJson, kAdamWJson,
@@ -316,6 +387,18 @@ TEST_F(GpuShardOptimizerGpuTest, AdoptMasterWeightsMakesABf16Bucket) {
   ASSERT_OK_AND_ASSIGN(DeviceBuffer buf, DeviceBuffer::Allocate(64, "buf"));
   EXPECT_THAT(gpu->EnqueueStep(4, buf.as<float>(), buf.as<float>(), nullptr),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("bf16")));
+
+  // A range of them to the host (a checkpoint's owned parameters).
+  std::vector<float> range(5, 0.0f);
+  ASSERT_OK(gpu->CopyMasterWeightsToHost(4, 11, 5, range.data()));
+  EXPECT_EQ(range, std::vector<float>(5, 1.5f));
+  EXPECT_THAT(gpu->CopyMasterWeightsToHost(4, 12, 5, range.data()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("[12, 17) are outside [0, 16)")));
+  ASSERT_OK(gpu->AddBucket(5, {{"b", 0, 8}}));
+  EXPECT_THAT(gpu->CopyMasterWeightsToHost(5, 0, 1, range.data()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("fp32 bucket")));
 }
 
 TEST_F(GpuShardOptimizerGpuTest, StateMatchesTheCpuLayout) {

@@ -348,6 +348,93 @@ TEST(GpuJobTest, MixedPrecisionJobMatchesTheCpuJob) {
   }
 }
 
+// What a checkpoint keeps of a rank (RankModel, as CheckpointSaver reads
+// it): the parameters it owns as its optimizer holds them (bf16: the fp32
+// masters) and its optimizer state.
+struct RankSnapshot {
+  Parameters owned;
+  std::vector<ParameterOptimizerState> state;
+};
+
+absl::StatusOr<RankSnapshot> Snapshot(StepEngine& engine) {
+  RankSnapshot snapshot;
+  for (size_t i = 0; i < engine.parameters().size(); ++i) {
+    std::vector<float>& values = snapshot.owned.emplace_back(
+        engine.parameters()[i].numel);
+    RETURN_IF_ERROR(engine.CopyOwnedParameterRangeToHost(
+        static_cast<int>(i), 0, values.size(), values.data()));
+  }
+  ASSIGN_OR_RETURN(snapshot.state, engine.hook().ExportOptimizerState());
+  return snapshot;
+}
+
+// A resume on the device (ResumeFromCheckpoint's calls, without the files):
+// a GpuJob that ran two steps is read as a checkpoint would be, a new
+// GpuJob takes those values and that state before its first step, and its
+// steps 3 and 4 give the parameters of a CpuJob that never stopped; on the
+// way, the state the GPU exports after two steps is the CPU's, bit for bit.
+// fp32 and bf16 parameters (the masters come from and go back to the
+// device), one rank.
+TEST(GpuJobTest, ResumesFromItsOwnStateAsTheCpuJobRunsOn) {
+  PSHARD_SKIP_WITHOUT_GPUS(1);
+  for (const auto param : {v1::PrecisionSpec::FP32, v1::PrecisionSpec::BF16}) {
+    SCOPED_TRACE(v1::PrecisionSpec::DType_Name(param));
+    v1::JobSpec spec = Job(kSyntheticAdamJob);
+    spec.mutable_precision()->set_param_dtype(param);
+    spec = ApplyJobSpecDefaults(spec);
+    ASSERT_OK(ValidateJobSpec(spec));
+    InMemoryKvStore cpu_kv, first_kv, resumed_kv;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<CpuJob> cpu_job,
+                         CpuJob::Create(spec, CpuJobOptions(), cpu_kv,
+                                        LocalAssignmentProvider(v1::JobSpec::BALANCED, 1)));
+    GpuJobOptions options;
+    options.job_id = "gpu-resume";
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuJob> first,
+                         GpuJob::Create(spec, options, first_kv,
+                                        LocalAssignmentProvider(v1::JobSpec::BALANCED, 1)));
+    for (int64_t step = 1; step <= 2; ++step) {
+      ASSERT_OK(cpu_job->RunStep(step).status());
+      ASSERT_OK(first->RunStep(step).status());
+    }
+    ASSERT_OK_AND_ASSIGN(const RankSnapshot cpu_saved, Snapshot(*cpu_job));
+    ASSERT_OK_AND_ASSIGN(const RankSnapshot gpu_saved, Snapshot(*first));
+    ExpectSame(gpu_saved.owned, cpu_saved.owned);
+    ASSERT_EQ(gpu_saved.state.size(), cpu_saved.state.size());
+    for (size_t i = 0; i < cpu_saved.state.size(); ++i) {
+      const ParameterOptimizerState& g = gpu_saved.state[i];
+      const ParameterOptimizerState& c = cpu_saved.state[i];
+      SCOPED_TRACE(c.name);
+      EXPECT_EQ(g.name, c.name);
+      EXPECT_EQ(g.step, c.step);
+      EXPECT_EQ(g.offset, c.offset);
+      ASSERT_EQ(g.tensors.size(), c.tensors.size());
+      for (size_t t = 0; t < c.tensors.size(); ++t) {
+        EXPECT_EQ(g.tensors[t].first, c.tensors[t].first);
+        ExpectSame({g.tensors[t].second}, {c.tensors[t].second});
+      }
+    }
+    first.reset();
+
+    options.job_id = "gpu-resumed";
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuJob> resumed,
+                         GpuJob::Create(spec, options, resumed_kv,
+                                        LocalAssignmentProvider(v1::JobSpec::BALANCED, 1)));
+    ASSERT_OK(resumed->UploadParameters(gpu_saved.owned));
+    ASSERT_OK(resumed->hook().SetInitialOptimizerState(gpu_saved.state));
+    for (int64_t step = 3; step <= 4; ++step) {
+      ASSERT_OK(cpu_job->RunStep(step).status());
+      ASSERT_OK(resumed->RunStep(step).status());
+    }
+    ASSERT_OK_AND_ASSIGN(auto cpu, cpu_job->DownloadParameters());
+    ASSERT_OK_AND_ASSIGN(auto gpu, resumed->DownloadParameters());
+    ExpectSame(gpu, cpu);
+    // The wrong number of tensors is named, nothing uploaded.
+    EXPECT_THAT(resumed->UploadParameters({}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("0 tensors for a model of")));
+  }
+}
+
 TEST(GpuZeroHookTest, TwoGpusMatchTheCpuHookOnTwoRanks) {
   PSHARD_SKIP_WITHOUT_GPUS(2);
   // Both modes: the mean by ncclAvg (x_i * 1/2 summed: the same bits as the
