@@ -18,8 +18,9 @@ parameters (mixed precision: see `param_dtype`), all on the CPU (reduced
 over Gloo) or all on one CUDA device (over NCCL, with pshard's fused CUDA
 optimizer; the gradients are taken as final on the current stream of that
 device when ShardedOptimizer was made, and step() leaves that stream
-ordered after the updates). On CUDA, overlap_param_broadcast, state_dict()
-and checkpoints are not supported yet (pshard.PshardError says so).
+ordered after the updates). On CUDA, overlap_param_broadcast is not
+supported yet (pshard.PshardError says so); state_dict() returns CPU
+tensors there too.
 """
 
 import contextlib

@@ -197,9 +197,10 @@ pshardResult_t pshardGetPrecision(pshardSession_t session,
  * Before pshardPrepare (default: device 0, the legacy default stream).
  * pshardPrepare then opens an NCCL communicator among the ranks (every
  * rank's Prepare meets the others' through the job's rendezvous, within
- * the collective timeout). What device memory does not do yet:
- * overlap_param_broadcast (pshardPrepare fails with InvalidUsage: turn it
- * off), optimizer-state export/import and checkpoints (InvalidUsage).
+ * the collective timeout). Optimizer-state export/import and checkpoints
+ * work as on the host (the state is copied between the device and host
+ * memory). What device memory does not do yet: overlap_param_broadcast
+ * (pshardPrepare fails with InvalidUsage: turn it off).
  * pshardPrepare fails with Unavailable in a libpshard built without CUDA
  * or on a machine without a CUDA device, and with InvalidArgument for a
  * device that does not exist. InvalidArgument here: device < 0. */

@@ -289,10 +289,8 @@ class Session : private RankModel {
   absl::StatusOr<double> AverageLoss(double loss);
   absl::Status Barrier();
 
-  // This rank's shard of the optimizer state, for a checkpoint. In device
-  // memory, the optimizer state and checkpoint calls below fail with
-  // FailedPrecondition: the state stays on the device, unread (as built-in
-  // NCCL jobs', docs/checkpoints.md).
+  // This rank's shard of the optimizer state, for a checkpoint (in device
+  // memory: copied to the host; loaded state goes back at the first step).
   struct OptimizerStateShard {
     // The session's OptimizerSpec, as protobuf JSON.
     std::string optimizer_json;
@@ -362,8 +360,6 @@ class Session : private RankModel {
   absl::Status CheckConfiguring() const;
   // Records `status` as the sticky failure when it came from a collective.
   absl::Status Record(absl::Status status);
-  // FailedPrecondition naming `what` in device memory.
-  absl::Status CheckHostMemory(absl::string_view what) const;
   // Prepare's device half: the NCCL communicator and the GpuZeroHook.
   absl::Status PrepareOnDevice(const ZeroHookOptions& options,
                                AssignmentProvider provider);
