@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_matchers.h"
 #include "worker/api/session.h"
+#include "worker/hook/optimizer_state_test_util.h"
 #endif
 
 namespace pshard::worker {
@@ -239,25 +240,8 @@ TEST(SessionGpuTest, DeviceOptimizerStateExportsAndResumesAsTheHosts) {
                          device->ExportOptimizerState());
     EXPECT_EQ(exported.optimizer_json, saved.optimizer_json);
     EXPECT_EQ(exported.parameter_numels, saved.parameter_numels);
-    ASSERT_EQ(exported.params.size(), saved.params.size());
     ASSERT_FALSE(saved.params.empty());
-    for (size_t i = 0; i < saved.params.size(); ++i) {
-      const ParameterOptimizerState& d = exported.params[i];
-      const ParameterOptimizerState& h = saved.params[i];
-      EXPECT_EQ(d.name, h.name);
-      EXPECT_EQ(d.step, h.step);
-      EXPECT_EQ(d.offset, h.offset);
-      ASSERT_EQ(d.tensors.size(), h.tensors.size());
-      for (size_t t = 0; t < h.tensors.size(); ++t) {
-        EXPECT_EQ(d.tensors[t].first, h.tensors[t].first);
-        ASSERT_EQ(d.tensors[t].second.size(), h.tensors[t].second.size());
-        EXPECT_EQ(std::memcmp(d.tensors[t].second.data(),
-                              h.tensors[t].second.data(),
-                              h.tensors[t].second.size() * sizeof(float)),
-                  0)
-            << h.name << "." << h.tensors[t].first;
-      }
-    }
+    ExpectSameOptimizerState(exported.params, saved.params);
     const std::vector<std::vector<uint8_t>> after_two =
         ParameterBytes(*device, ParameterMemory::kCuda, fp32);
     ASSERT_OK(device->Close());

@@ -33,6 +33,7 @@
 #include "worker/gpu/gpu_test_util.h"
 #include "worker/gpu/gpu_workloads.h"
 #include "worker/gpu/nccl_communicator.h"
+#include "worker/hook/optimizer_state_test_util.h"
 #include "worker/hook/zero_hook.h"
 #include "worker/optim/shard_optimizer.h"
 #include "worker/runtime/assignment_client.h"
@@ -399,20 +400,7 @@ TEST(GpuJobTest, ResumesFromItsOwnStateAsTheCpuJobRunsOn) {
     ASSERT_OK_AND_ASSIGN(const RankSnapshot cpu_saved, Snapshot(*cpu_job));
     ASSERT_OK_AND_ASSIGN(const RankSnapshot gpu_saved, Snapshot(*first));
     ExpectSame(gpu_saved.owned, cpu_saved.owned);
-    ASSERT_EQ(gpu_saved.state.size(), cpu_saved.state.size());
-    for (size_t i = 0; i < cpu_saved.state.size(); ++i) {
-      const ParameterOptimizerState& g = gpu_saved.state[i];
-      const ParameterOptimizerState& c = cpu_saved.state[i];
-      SCOPED_TRACE(c.name);
-      EXPECT_EQ(g.name, c.name);
-      EXPECT_EQ(g.step, c.step);
-      EXPECT_EQ(g.offset, c.offset);
-      ASSERT_EQ(g.tensors.size(), c.tensors.size());
-      for (size_t t = 0; t < c.tensors.size(); ++t) {
-        EXPECT_EQ(g.tensors[t].first, c.tensors[t].first);
-        ExpectSame({g.tensors[t].second}, {c.tensors[t].second});
-      }
-    }
+    ExpectSameOptimizerState(gpu_saved.state, cpu_saved.state);
     first.reset();
 
     options.job_id = "gpu-resumed";
