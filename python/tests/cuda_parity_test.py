@@ -207,8 +207,9 @@ class CudaParityTest(unittest.TestCase):
         # The optimizer state leaves the device and goes back: 3 steps,
         # state_dict(), a new session that loads it, 2 more steps give the
         # parameters of 5 straight steps (schedules count the loaded steps).
-        for optimizer_name in ("adam", "adamw_warmup_cosine", "sgd_momentum",
-                               "rmsprop", "lion"):
+        # (Every kind's state copies: gpu_shard_optimizer_test; these are
+        # few, for the GPU run's time.)
+        for optimizer_name in ("adam", "adamw_warmup_cosine", "sgd_momentum"):
             with self.subTest(optimizer=optimizer_name):
                 straight = _pshard(optimizer_name, "reduce_broadcast")
                 got, saved = _pshard_resumed(optimizer_name,
