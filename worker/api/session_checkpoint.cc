@@ -119,18 +119,7 @@ absl::Status Session::CopyOwnedParameterRangeToHost(int index, int64_t offset,
 
 absl::Status Session::UploadParameters(
     const std::vector<std::vector<float>>& values) {
-  if (values.size() != params_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        values.size(), " parameters to load, the session has ",
-        params_.size()));
-  }
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (static_cast<int64_t>(values[i].size()) != params_[i].numel) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameter \"", params_[i].name, "\": ", values[i].size(),
-          " values to load, it has ", params_[i].numel));
-    }
-  }
+  RETURN_IF_ERROR(CheckValuesToUpload(params_, values));
   for (size_t i = 0; i < values.size(); ++i) {
     // Rounded into bf16 buffers, the owners' masters from `values`.
     RETURN_IF_ERROR(hook_->SetParameter(static_cast<int>(i), values[i]));

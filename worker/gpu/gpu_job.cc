@@ -245,11 +245,7 @@ class GpuJobImpl final : public GpuJob {
   absl::Status UploadParameters(
       const std::vector<std::vector<float>>& values) override {
     const std::vector<ParameterInfo>& infos = hook_->parameter_infos();
-    if (values.size() != infos.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameters to load: ", values.size(),
-                       " tensors for a model of ", infos.size()));
-    }
+    RETURN_IF_ERROR(CheckValuesToUpload(infos, values));
     for (size_t i = 0; i < infos.size(); ++i) {
       RETURN_IF_ERROR(hook_->SetParameter(static_cast<int>(i), values[i]));
     }

@@ -41,8 +41,15 @@ struct GpuBucket {
   DeviceBuffer master;  // bf16 buckets: fp32 master weights, extent elements
   int64_t state_bytes = 0;
   int64_t steps = 0;  // guarded by the optimizer's mutex
-  // ViewState's host copy of `state` (guarded by the optimizer's mutex).
+  // ViewState's host copy of `state` (guarded by the optimizer's mutex):
+  // valid until the bucket's next step, which frees it.
   std::vector<float> host_state[kMaxStateArrays];
+
+  void ReleaseHostState() {
+    for (std::vector<float>& host : host_state) {
+      if (host.capacity() > 0) std::vector<float>().swap(host);
+    }
+  }
 };
 
 }  // namespace
@@ -243,6 +250,8 @@ class GpuShardOptimizer::Impl {
           absl::StrCat("bucket ", bucket_index, ": optimizer step ", step)));
     }
     bucket.steps = step;
+    // ViewState's views end here (a checkpoint copied them already).
+    bucket.ReleaseHostState();
     return absl::OkStatus();
   }
 
@@ -316,6 +325,7 @@ class GpuShardOptimizer::Impl {
     }
     RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_.get()), what));
     bucket->steps = state.steps;
+    bucket->ReleaseHostState();
     return absl::OkStatus();
   }
 

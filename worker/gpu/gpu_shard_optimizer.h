@@ -89,8 +89,9 @@ class GpuShardOptimizer final : public ShardOptimizer {
                                CUstream_st* stream);
 
   // The bucket's state arrays, downloaded into a host copy kept with the
-  // bucket (ShardOptimizer::ViewState), and waited for. Call once the
-  // enqueued steps have finished (the ZeRO hook: after FinishStep).
+  // bucket until its next step (ShardOptimizer::ViewState), and waited
+  // for. Call once the enqueued steps have finished (the ZeRO hook: after
+  // FinishStep).
   absl::StatusOr<BucketStateView> ViewState(int bucket_index) const override;
 
   // Checks `state` (CheckStateFits), uploads it over the bucket's state

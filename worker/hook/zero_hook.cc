@@ -811,11 +811,18 @@ absl::Status ZeroHook::LoadOwnedOptimizerState() {
     if (pieces_[p].owner != comm_->rank()) continue;
     // The fresh state names the spans and the tensors each keeps.
     ASSIGN_OR_RETURN(BucketStateView piece, optimizer_->ViewState(p));
+    absl::flat_hash_map<std::string, std::vector<std::string>> names;
     for (const SpanStateView& span : piece.spans) {
+      for (const auto& tensor : span.tensors) {
+        names[span.name].push_back(tensor.first);
+      }
+    }
+    // Parameters without state too (no tensors): their entry's step is the
+    // piece's step count, which its lr schedule goes on from.
+    for (const ParamSpan& span : PieceSpans(p)) {
       if (!loaded.insert(span.name).second) continue;
-      std::vector<std::string> names;
-      for (const auto& tensor : span.tensors) names.push_back(tensor.first);
-      ASSIGN_OR_RETURN(ParameterOptimizerState saved, load(span.name, names));
+      ASSIGN_OR_RETURN(ParameterOptimizerState saved,
+                       load(span.name, names[span.name]));
       state.push_back(std::move(saved));
     }
   }
@@ -830,12 +837,33 @@ absl::Status ZeroHook::ApplyInitialOptimizerState() {
   for (const ParameterOptimizerState& param : *initial_state_) {
     by_name[param.name].push_back(&param);
   }
+  // The step every entry has, or 0 when they differ or there are none.
+  int64_t common_step = 0;
+  for (const ParameterOptimizerState& param : *initial_state_) {
+    if (&param == &initial_state_->front()) {
+      common_step = param.step;
+    } else if (param.step != common_step) {
+      common_step = 0;
+      break;
+    }
+  }
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
     if (pieces_[p].owner != comm_->rank()) continue;
     // The fresh state says which spans keep state, and under which names.
     ASSIGN_OR_RETURN(BucketState piece, optimizer_->ExportState(p));
     const absl::flat_hash_map<std::string, int64_t> offset_in_param =
         OffsetsInParameters(p);
+    // The step count, which the lr schedule goes on from, also for a piece
+    // whose parameters keep no state: an entry of one of its parameters
+    // (a checkpoint's loader gives one for each), else the one step every
+    // entry has (every bucket steps every step).
+    piece.steps = common_step;
+    for (const ParamSpan& span : PieceSpans(p)) {
+      if (auto it = by_name.find(span.name); it != by_name.end()) {
+        piece.steps = it->second.front()->step;
+        break;
+      }
+    }
     for (SpanState& span : piece.spans) {
       auto it = by_name.find(span.name);
       if (it == by_name.end()) {

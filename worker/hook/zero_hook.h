@@ -311,7 +311,7 @@ class ZeroHook : public GradientSink {
   // state) in the buckets this rank owns, in bucket order: whole, or under
   // SHARDED the slice of a parameter this rank holds (one entry per
   // contiguous part, with its offset). FailedPrecondition before the first
-  // step; the optimizer's errors (Unimplemented where it cannot export).
+  // step; the optimizer's errors (device memory: a failed copy).
   absl::StatusOr<std::vector<ParameterOptimizerState>> ExportOptimizerState()
       const;
   // After the first step: every parameter this rank owns, with or without
@@ -325,7 +325,9 @@ class ZeroHook : public GradientSink {
     int64_t numel = 0;
   };
   absl::StatusOr<std::vector<OwnedParameter>> OwnedParameters() const;
-  // The same parameters and order, as views valid until the next step.
+  // The same parameters and order, as views valid until the next step (on
+  // device memory, views of a host copy that the next ViewOptimizerState
+  // or ExportOptimizerState also replaces).
   absl::StatusOr<std::vector<ParameterOptimizerStateView>> ViewOptimizerState()
       const;
   // Before the first step: the state to resume from (ExportOptimizerState
@@ -340,6 +342,10 @@ class ZeroHook : public GradientSink {
   // first FinishStep (InvalidArgument, naming the parameter): owned elements
   // of a parameter with state that no entry covers, a tensor name the
   // optimizer does not keep. FailedPrecondition after the first step.
+  // Each owned bucket resumes its step count (its lr schedule's t) from an
+  // entry of one of its parameters; a bucket whose parameters keep no state
+  // and have no entry takes the step all entries share (0 when they differ
+  // or there are none: a state of plain SGD alone carries no step).
   absl::Status SetInitialOptimizerState(
       std::vector<ParameterOptimizerState> state);
 
@@ -351,7 +357,8 @@ class ZeroHook : public GradientSink {
   // Before the first step: resume from state saved at any world size or
   // bucket layout. At the first FinishStep, once the owners are known,
   // `load` is called once for each parameter this rank owns (and only
-  // those: resharding is a read), and the results are applied as
+  // those: resharding is a read; parameters without state too, for their
+  // bucket's step count), and the results are applied as
   // SetInitialOptimizerState's would be. Its errors fail that step.
   // FailedPrecondition after the first step, or with
   // SetInitialOptimizerState's state pending.

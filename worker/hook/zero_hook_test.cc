@@ -3,12 +3,16 @@
 // and one exact SGD step on one rank.
 #include "worker/hook/zero_hook.h"
 
+#include <algorithm>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/job_spec.h"
+#include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -108,6 +112,88 @@ TEST(ZeroHookTest, NegativeScheduleIsRefused) {
                        HasSubstr("broadcast_lag")));
 }
 
+// Resuming: a bucket whose parameters keep no optimizer state (SGD without
+// momentum) still counts its steps, and its lr schedule goes on from the
+// resumed step, not from step 1. StepLR halves the lr every step, so a
+// schedule restarted at step 1 would double the third update.
+class ResumedScheduleTest : public ::testing::Test {
+ protected:
+  // "a" keeps a momentum buffer, "b" (its own group, momentum 0) none; a
+  // bucket each.
+  absl::StatusOr<std::unique_ptr<ZeroHook>> Hook(Communicator* comm) {
+    ASSIGN_OR_RETURN(v1::OptimizerSpec spec, ParseOptimizerSpecJson(R"({
+        "kind": "SGD", "hyper_parameters": {"lr": 1, "momentum": 0.5,
+        "lr_schedule": {"kind": "STEP", "step_size": 1, "gamma": 0.5}},
+        "param_groups": [{"params": ["b"],
+                          "hyper_parameters": {"momentum": 0}}]})"));
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer,
+                     ShardOptimizer::Create(spec));
+    ZeroHookOptions options;
+    options.bucket_cap_mb = 1e-6;
+    options.timeout = absl::Seconds(5);
+    return ZeroHook::Create({{"a", {2}, 2}, {"b", {2}, 2}}, comm,
+                            std::move(optimizer), AllToRankZero(), options);
+  }
+
+  // Steps [first, last] with every gradient 1.
+  static void Run(ZeroHook& hook, int first, int last) {
+    for (int step = first; step <= last; ++step) {
+      for (int i = 0; i < 2; ++i) {
+        std::fill_n(hook.grads()[i], 2, 1.0f);
+        hook.GradientReady(i);
+      }
+      ASSERT_OK(hook.FinishStep());
+    }
+  }
+};
+
+TEST_F(ResumedScheduleTest, FromExportedState) {
+  FakeHub hub(1);
+  auto comm = hub.Create(0);
+  ASSERT_OK_AND_ASSIGN(auto straight, Hook(comm.get()));
+  for (int i = 0; i < 2; ++i) std::fill_n(straight->params()[i], 2, 0.0f);
+  Run(*straight, 1, 2);
+  ASSERT_OK_AND_ASSIGN(std::vector<ParameterOptimizerState> saved,
+                       straight->ExportOptimizerState());
+  ASSERT_EQ(saved.size(), 1u);  // "a"'s momentum; "b" keeps nothing
+  const float b_after_two = straight->params()[1][0];
+  EXPECT_EQ(b_after_two, -1.5f);  // lr 1, then 0.5
+  Run(*straight, 3, 3);
+
+  ASSERT_OK_AND_ASSIGN(auto resumed, Hook(comm.get()));
+  for (int i = 0; i < 2; ++i) {
+    std::copy_n(straight->params()[i], 2, resumed->params()[i]);
+  }
+  std::fill_n(resumed->params()[1], 2, b_after_two);
+  ASSERT_OK(resumed->SetInitialOptimizerState(saved));
+  Run(*resumed, 3, 3);
+  EXPECT_EQ(resumed->params()[1][0], straight->params()[1][0]);
+  EXPECT_EQ(resumed->params()[1][0], -1.75f);  // lr 0.25 at step 3
+}
+
+TEST_F(ResumedScheduleTest, FromACheckpointsLoader) {
+  FakeHub hub(1);
+  auto comm = hub.Create(0);
+  ASSERT_OK_AND_ASSIGN(auto resumed, Hook(comm.get()));
+  for (int i = 0; i < 2; ++i) std::fill_n(resumed->params()[i], 2, 0.0f);
+  std::vector<std::string> asked;
+  ASSERT_OK(resumed->SetOptimizerStateLoader(
+      [&](const std::string& name, const std::vector<std::string>& names)
+          -> absl::StatusOr<ParameterOptimizerState> {
+        asked.push_back(name);
+        ParameterOptimizerState state;
+        state.name = name;
+        state.step = 2;
+        for (const std::string& n : names) {
+          state.tensors.emplace_back(n, std::vector<float>(2, 0.0f));
+        }
+        return state;
+      }));
+  Run(*resumed, 3, 3);
+  // Every owned parameter is asked for, "b" (no state) too.
+  EXPECT_THAT(asked, ::testing::UnorderedElementsAre("a", "b"));
+  EXPECT_EQ(resumed->params()[1][0], -0.25f);  // lr 0.25 at step 3
+}
 
 }  // namespace
 }  // namespace pshard::worker

@@ -167,17 +167,8 @@ class CpuJobImpl final : public CpuJob {
   absl::Status UploadParameters(
       const std::vector<std::vector<float>>& values) override {
     const auto& infos = workload_->parameters();
-    if (values.size() != infos.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameters to load: ", values.size(),
-                       " tensors for a model of ", infos.size()));
-    }
+    RETURN_IF_ERROR(CheckValuesToUpload(infos, values));
     for (size_t i = 0; i < infos.size(); ++i) {
-      if (static_cast<int64_t>(values[i].size()) != infos[i].numel) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "parameter \"", infos[i].name, "\" to load has ",
-            values[i].size(), " elements, the model's has ", infos[i].numel));
-      }
       if (fp32_compute_ != nullptr) {
         RETURN_IF_ERROR(hook_->SetParameter(static_cast<int>(i), values[i]));
       } else {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "worker/hook/zero_hook.h"
 #include "worker/workload/workload.h"
 
@@ -50,9 +51,31 @@ class RankModel {
 
   // Before the first step: replaces every parameter's values (a resume from
   // a checkpoint), in parameters() order, each of its numel.
-  // InvalidArgument: the wrong count or size (named).
+  // InvalidArgument: the wrong count or size (CheckValuesToUpload), and
+  // then nothing is changed.
   virtual absl::Status UploadParameters(
       const std::vector<std::vector<float>>& values) = 0;
+
+ protected:
+  // UploadParameters' checks: one vector per parameter, each of its numel.
+  // InvalidArgument names the count or the parameter.
+  static absl::Status CheckValuesToUpload(
+      const std::vector<ParameterInfo>& params,
+      const std::vector<std::vector<float>>& values) {
+    if (values.size() != params.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameters to load: ", values.size(),
+                       " tensors for a model of ", params.size()));
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (static_cast<int64_t>(values[i].size()) != params[i].numel) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter \"", params[i].name, "\" to load has ",
+            values[i].size(), " elements, the model's has ", params[i].numel));
+      }
+    }
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace pshard::worker
