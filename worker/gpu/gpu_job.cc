@@ -165,12 +165,9 @@ class GpuJobImpl final : public GpuJob {
                      CreateGpuWorkload(spec, options.rank, options.world_size,
                                        options.device, stream_.get()));
     GpuZeroHookOptions hook_options;
-    hook_options.comm_mode =
-        spec.comm_mode() == v1::JobSpec::ALLREDUCE_BROADCAST
-            ? v1::JobSpec::ALLREDUCE_BROADCAST
-            : v1::JobSpec::REDUCE_BROADCAST;
-    hook_options.bucket_cap_mb =
-        spec.bucket_cap_mb() > 0 ? spec.bucket_cap_mb() : 25;
+    // The spec has its defaults (Create's contract), as CpuJob's.
+    hook_options.comm_mode = spec.comm_mode();
+    hook_options.bucket_cap_mb = spec.bucket_cap_mb();
     hook_options.timeout = options.timeout;
     hook_options.compute_stream = stream_.get();
     hook_options.clock = options.clock;

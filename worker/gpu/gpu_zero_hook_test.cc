@@ -285,7 +285,8 @@ TEST(GpuZeroHookTest, MissingGradientFailsTheStep) {
 
 TEST(GpuJobTest, OneGpuJobMatchesTheCpuHook) {
   PSHARD_SKIP_WITHOUT_GPUS(1);
-  const v1::JobSpec spec = Job(kSyntheticAdamJob);
+  // GpuJob takes a spec with its defaults, as the job runner gives it.
+  const v1::JobSpec spec = ApplyJobSpecDefaults(Job(kSyntheticAdamJob));
   ASSERT_OK_AND_ASSIGN(auto cpu, RunCpu(spec));
   InMemoryKvStore kv;
   GpuJobOptions options;
