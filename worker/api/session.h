@@ -371,9 +371,6 @@ class Session : private RankModel {
   }
   absl::Status CopyParameterRangeToHost(int index, int64_t offset,
                                         int64_t numel, float* out) override;
-  absl::Status CopyOwnedParameterRangeToHost(int index, int64_t offset,
-                                             int64_t numel,
-                                             float* out) override;
   absl::Status UploadParameters(
       const std::vector<std::vector<float>>& values) override;
 

@@ -106,17 +106,6 @@ absl::Status Session::CopyParameterRangeToHost(int index, int64_t offset,
   return hook_->ReadParameterRange(index, offset, absl::MakeSpan(out, numel));
 }
 
-absl::Status Session::CopyOwnedParameterRangeToHost(int index, int64_t offset,
-                                                    int64_t numel,
-                                                    float* out) {
-  if (!precision_.mixed()) {
-    return CopyParameterRangeToHost(index, offset, numel, out);
-  }
-  // The owner's fp32 master weights, not the rounded model values.
-  RETURN_IF_ERROR(hook_->WaitForParameter(index));
-  return hook_->ReadOwnedParameter(index, offset, absl::MakeSpan(out, numel));
-}
-
 absl::Status Session::UploadParameters(
     const std::vector<std::vector<float>>& values) {
   RETURN_IF_ERROR(CheckValuesToUpload(params_, values));

@@ -228,14 +228,6 @@ class GpuJobImpl final : public GpuJob {
     return hook_->CopyParameterRangeToHost(index, offset, numel, out);
   }
 
-  // bf16 parameters: the owners' fp32 master weights, from the device.
-  absl::Status CopyOwnedParameterRangeToHost(int index, int64_t offset,
-                                             int64_t numel,
-                                             float* out) override {
-    RETURN_IF_ERROR(hook_->WaitForParameter(index));
-    return hook_->ReadOwnedParameter(index, offset, absl::MakeSpan(out, numel));
-  }
-
   // A resume, before the first step: uploaded on the compute stream (bf16:
   // rounded, the owners' masters from the exact values), over what the
   // workload initialised.

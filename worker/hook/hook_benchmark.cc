@@ -2,8 +2,9 @@
 // Gloo on loopback, ranks as threads, synthetic gradients generated once
 // outside the timed region), for tuning the communicator and the hook.
 //
-//   bazel run -c opt //worker/hook:hook_benchmark -- --world=2 --params=16777216 \
-//       --bucket_mb=25 --mode=reduce_broadcast --steps=10
+//   bazel run -c opt //worker/hook:hook_benchmark -- --world=2
+//       --params=16777216 --bucket_mb=25 --mode=reduce_broadcast --steps=10
+//   (one command line)
 //
 // With --max_grad_norm=X the same process measures the path without and
 // with global gradient-norm clipping (--norm_type 2 or inf), alternating

@@ -104,10 +104,16 @@ class CountingModel : public RankModel {
   }
   absl::Status CopyParameterRangeToHost(int index, int64_t offset,
                                         int64_t numel, float* out) override {
-    copies.emplace_back(index, offset, numel);
     const float* p = hook_->params()[index] + offset;
     std::copy(p, p + numel, out);
     return absl::OkStatus();
+  }
+  // What the saver reads: noted, then read as every model reads it.
+  absl::Status CopyOwnedParameterRangeToHost(int index, int64_t offset,
+                                             int64_t numel,
+                                             float* out) override {
+    copies.emplace_back(index, offset, numel);
+    return RankModel::CopyOwnedParameterRangeToHost(index, offset, numel, out);
   }
   absl::Status UploadParameters(
       const std::vector<std::vector<float>>&) override {

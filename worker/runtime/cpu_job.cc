@@ -154,16 +154,6 @@ class CpuJobImpl final : public CpuJob {
     return hook_->ReadParameterRange(index, offset, absl::MakeSpan(out, numel));
   }
 
-  absl::Status CopyOwnedParameterRangeToHost(int index, int64_t offset,
-                                             int64_t numel,
-                                             float* out) override {
-    if (fp32_compute_ == nullptr) {
-      return CopyParameterRangeToHost(index, offset, numel, out);
-    }
-    RETURN_IF_ERROR(hook_->WaitForParameter(index));
-    return hook_->ReadOwnedParameter(index, offset, absl::MakeSpan(out, numel));
-  }
-
   absl::Status UploadParameters(
       const std::vector<std::vector<float>>& values) override {
     const auto& infos = workload_->parameters();

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "worker/hook/zero_hook.h"
 #include "worker/workload/workload.h"
 
@@ -37,11 +38,16 @@ class RankModel {
 
   // The same for a range this rank owns, as its optimizer holds it: what a
   // checkpoint keeps. Under mixed precision these are the fp32 master
-  // weights, not the (rounded) model values; otherwise the parameters.
+  // weights, not the (rounded) model values; otherwise the parameters
+  // (ZeroHook::ReadOwnedParameter, once the parameter's update has
+  // landed).
   virtual absl::Status CopyOwnedParameterRangeToHost(int index, int64_t offset,
                                                      int64_t numel,
                                                      float* out) {
-    return CopyParameterRangeToHost(index, offset, numel, out);
+    absl::Status landed = hook().WaitForParameter(index);
+    if (!landed.ok()) return landed;
+    return hook().ReadOwnedParameter(index, offset,
+                                     absl::MakeSpan(out, numel));
   }
 
   // The whole parameter `index` (its numel floats at `out`).
