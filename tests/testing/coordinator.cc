@@ -19,7 +19,14 @@ std::string RunningCoordinator::address() const {
 }
 
 std::shared_ptr<grpc::Channel> RunningCoordinator::Channel() const {
-  return grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
+  // Its own connections: from the global pool a new channel could take a
+  // connection another channel still holds to the process this one
+  // replaced (a restart on the same port), and its first call would fail
+  // with "Broken pipe".
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address(),
+                                   grpc::InsecureChannelCredentials(), args);
 }
 
 absl::StatusOr<RunningCoordinator> StartCoordinator(

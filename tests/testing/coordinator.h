@@ -39,6 +39,8 @@ struct RunningCoordinator {
   std::string log;
 
   std::string address() const;
+  // A new plaintext channel with its own connections (not shared with
+  // channels to a coordinator that ran on this port before).
   std::shared_ptr<grpc::Channel> Channel() const;
 };
 
