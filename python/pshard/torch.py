@@ -498,9 +498,10 @@ class ShardedOptimizer:
         as ZeroRedundancyOptimizer's local state: {"state": {parameter name:
         {"step": n, "exp_avg": tensor, ...}}, "rank", "world_size", and the
         spec: "optimizer" (OptimizerSpec), "bucket_cap_mb", "comm_mode"}.
-        Only the parameters whose buckets this rank owns (and that keep
-        state: SGD without momentum keeps none), by torch's names for the
-        kind (docs/user-guide.md, "Optimizer"). The tensors are copies, in
+        Only the parameters whose buckets this rank owns, by torch's names
+        for the kind (docs/user-guide.md, "Optimizer"); one that keeps no
+        state (SGD without momentum) has its "step" alone, which its
+        bucket's lr schedule resumes from. The tensors are copies, in
         the parameters' shapes — except under the SHARDED assignment
         policy, where a rank holds a slice of the parameters its ranges cut:
         such an entry also has "offset" (its first element in the flattened
@@ -527,8 +528,10 @@ class ShardedOptimizer:
                             ctypes.byref(numel), ctypes.byref(offset),
                             ctypes.byref(whole))
                 name = name.value.decode()
-                sliced = offset.value != 0 or numel.value != whole.value
                 entry = state.setdefault(name, {"step": step.value})
+                if key.value == b"step":  # no state: the step only
+                    continue
+                sliced = offset.value != 0 or numel.value != whole.value
                 if sliced:
                     entry["offset"] = offset.value
                 entry[key.value.decode()] = _view(
@@ -586,6 +589,16 @@ class ShardedOptimizer:
                 if not isinstance(offset, int) or offset < 0:
                     raise ValueError(f"{where}['offset']: an integer >= 0, "
                                      f"got {offset!r}")
+                if set(entry) <= {"step", "offset"}:
+                    # No state (SGD without momentum): the step its bucket's
+                    # lr schedule resumes from.
+                    names.append(name.encode())
+                    keys.append(b"step")
+                    steps.append(entry["step"])
+                    offsets.append(offset)
+                    pointers.append(ctypes.POINTER(ctypes.c_float)())
+                    numels.append(0)
+                    continue
                 for key, tensor in entry.items():
                     if key in ("step", "offset"):
                         continue

@@ -17,7 +17,15 @@ import parity_common as common
 import pshard
 import pshard.torch
 
-CONFIGS = ["sgd_momentum", "adam", "rmsprop", "lion"]
+CONFIGS = ["sgd_momentum", "adam", "rmsprop", "lion", "sgd_plain_step"]
+
+# Plain SGD keeps no state: its state_dict holds each parameter's step
+# alone, which the StepLR schedule (halving the lr every step) resumes from.
+SPECS = {name: common.OPTIMIZERS[name][0] for name in CONFIGS[:-1]}
+SPECS["sgd_plain_step"] = {
+    "kind": "SGD",
+    "hyper_parameters": {"lr": 0.1, "lr_schedule": {
+        "kind": "STEP", "step_size": 1, "gamma": 0.5}}}
 
 
 def open_session(store):
@@ -40,7 +48,7 @@ def train(model, optimizer, session, steps):
 def make(session, name, model=None):
     model = model if model is not None else common.make_model()
     return model, pshard.torch.ShardedOptimizer(
-        model, optimizer=common.OPTIMIZERS[name][0],
+        model, optimizer=SPECS[name],
         bucket_cap_mb=common.BUCKET_CAP_MB, session=session)
 
 
@@ -72,16 +80,20 @@ def run(name, store, out):
     model = common.make_model()
     model.load_state_dict(weights)
     model, optimizer = make(session, name, model)
-    some = next(iter(saved["state"]))
-    bad_shape = {k: v for k, v in saved["state"][some].items()}
-    key = next(k for k in bad_shape if k != "step")
-    bad_shape[key] = bad_shape[key].reshape(-1)[:-1] if bad_shape[key].numel() > 1 \
-        else torch.zeros(2)
-    errors["bad_shape"] = error_of(lambda: optimizer.load_state_dict(
-        dict(saved, state=dict(saved["state"], **{some: bad_shape}))))
-    errors["bad_dtype"] = error_of(lambda: optimizer.load_state_dict(
-        dict(saved, state=dict(saved["state"], **{some: dict(
-            saved["state"][some], **{key: saved["state"][some][key].double()})}))))
+    # A parameter with state tensors, if any (plain SGD has none).
+    some = next((n for n, e in saved["state"].items() if len(e) > 1),
+                next(iter(saved["state"])))
+    key = next((k for k in saved["state"][some] if k != "step"), None)
+    if key is not None:
+        bad_shape = {k: v for k, v in saved["state"][some].items()}
+        bad_shape[key] = bad_shape[key].reshape(-1)[:-1] \
+            if bad_shape[key].numel() > 1 else torch.zeros(2)
+        errors["bad_shape"] = error_of(lambda: optimizer.load_state_dict(
+            dict(saved, state=dict(saved["state"], **{some: bad_shape}))))
+        errors["bad_dtype"] = error_of(lambda: optimizer.load_state_dict(
+            dict(saved, state=dict(saved["state"], **{some: dict(
+                saved["state"][some],
+                **{key: saved["state"][some][key].double()})}))))
     errors["unknown_name"] = error_of(lambda: optimizer.load_state_dict(
         dict(saved, state=dict(saved["state"], nope=saved["state"][some]))))
     errors["other_spec"] = error_of(lambda: optimizer.load_state_dict(

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -82,11 +83,18 @@ pshardResult_t NullArgument(const char* call, const char* argument) {
 
 }  // namespace
 
+// The key of an entry that carries a parameter's step only (a parameter
+// without optimizer state), as torch's state dicts name the step.
+constexpr char kStepOnlyKey[] = "step";
+// Its tensor index in pshardOptimizerState::entries.
+constexpr size_t kStepOnly = ~size_t{0};
+
 // A copy of a rank's optimizer state shard and its entries' flat index.
 struct pshardOptimizerState {
   uint64_t magic = kLiveMagic;
   Session::OptimizerStateShard shard;
-  // (parameter, tensor) of each entry.
+  // (parameter, tensor) of each entry; tensor kStepOnly for a parameter
+  // without state.
   std::vector<std::pair<size_t, size_t>> entries;
 };
 
@@ -496,6 +504,9 @@ pshardResult_t pshardExportOptimizerState(pshardSession_t session,
     auto copy = std::make_unique<pshardOptimizerState>();
     copy->shard = *std::move(shard);
     for (size_t p = 0; p < copy->shard.params.size(); ++p) {
+      if (copy->shard.params[p].tensors.empty()) {
+        copy->entries.emplace_back(p, kStepOnly);
+      }
       for (size_t t = 0; t < copy->shard.params[p].tensors.size(); ++t) {
         copy->entries.emplace_back(p, t);
       }
@@ -551,12 +562,19 @@ pshardResult_t pshardOptimizerStateGetEntrySlice(
   const pshard::worker::ParameterOptimizerState& param =
       state->shard.params[p];
   *parameter = param.name.c_str();
-  *key = param.tensors[t].first.c_str();
   *step = param.step;
-  *data = param.tensors[t].second.data();
-  *numel = static_cast<int64_t>(param.tensors[t].second.size());
   *offset = param.offset;
   *parameter_numel = state->shard.parameter_numels[p];
+  if (t == kStepOnly) {
+    static const float kNoElements[1] = {0};
+    *key = kStepOnlyKey;
+    *data = kNoElements;
+    *numel = 0;
+    return pshardSuccess;
+  }
+  *key = param.tensors[t].first.c_str();
+  *data = param.tensors[t].second.data();
+  *numel = static_cast<int64_t>(param.tensors[t].second.size());
   return pshardSuccess;
 }
 
@@ -578,7 +596,8 @@ pshardResult_t pshardOptimizerStateGetEntry(pshardOptimizerState_t state,
     // The last error names the call it came from.
     return Fail(r, absl::StrCat(kCall, " -> ", last_error));
   }
-  if (offset != 0 || *numel != whole) {
+  const bool step_only = std::string_view(*key) == kStepOnlyKey;
+  if (offset != 0 || (*numel != whole && !step_only)) {
     return Fail(pshardInvalidUsage,
                 absl::StrCat(kCall, ": entry ", index, " (parameter '",
                              *parameter, "') holds elements [", offset, ", ",
@@ -637,11 +656,19 @@ pshardResult_t ImportEntries(const char* kCall, pshardSession_t session,
     std::map<std::pair<std::string, int64_t>, size_t> index;
     std::map<std::string, int64_t> step_of;  // parameter name -> its step
     for (int i = 0; i < count; ++i) {
+      const bool step_only =
+          keys[i] != nullptr && std::string_view(keys[i]) == kStepOnlyKey;
       if (parameters[i] == nullptr || keys[i] == nullptr ||
-          data[i] == nullptr) {
+          (data[i] == nullptr && !step_only)) {
         return Fail(pshardInvalidArgument,
                     absl::StrCat(kCall, ": entry ", i,
                                  " has a NULL parameter, key or data"));
+      }
+      if (step_only && numels[i] != 0) {
+        return Fail(pshardInvalidArgument,
+                    absl::StrCat(kCall, ": entry ", i, " (", parameters[i],
+                                 "): key \"step\" carries the step only; "
+                                 "numel must be 0, got ", numels[i]));
       }
       if (numels[i] < 0 || numels[i] > (int64_t{1} << 40)) {
         return Fail(pshardInvalidArgument,
@@ -670,6 +697,9 @@ pshardResult_t ImportEntries(const char* kCall, pshardSession_t session,
                                  "' has entries with steps ", step, " and ",
                                  steps[i]));
       }
+      // A step only: the entry exists now, with its step checked (several
+      // ranks may give one for the same parameter).
+      if (step_only) continue;
       for (const auto& tensor : param.tensors) {
         if (tensor.first == keys[i]) {
           return Fail(pshardInvalidArgument,

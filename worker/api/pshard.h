@@ -74,8 +74,10 @@ extern "C" {
  * 4: bf16 mixed precision (pshardBFloat16, pshardSetPrecision,
  * pshardGetPrecision, pshardSetParameterFromFloat32).
  * 5: parameters in CUDA device memory (pshardCudaMemory,
- * pshardSetCudaDevice). */
-#define PSHARD_API_VERSION 5
+ * pshardSetCudaDevice).
+ * 6: optimizer-state exports carry a "step" entry (numel 0) for each
+ * owned parameter without state, and imports take it back. */
+#define PSHARD_API_VERSION 6
 
 typedef enum {
   pshardSuccess = 0,
@@ -296,7 +298,11 @@ pshardResult_t pshardOwnedBuckets(pshardSession_t session, int* owned,
  * (SGD "momentum_buffer"; Adam/AdamW "exp_avg", "exp_avg_sq" and, with
  * amsgrad, "max_exp_avg_sq"; Adagrad "sum"; RMSprop "square_avg",
  * "momentum_buffer", "grad_avg"; Lion "exp_avg"; each the parameter's numel
- * floats) and its step count, plus the optimizer spec.
+ * floats) and its step count, plus the optimizer spec. A parameter that
+ * keeps no state (SGD without momentum) has one entry with key "step",
+ * numel 0 and offset 0 (data points at no elements): its step count, which
+ * its bucket's lr_schedule resumes from. Import takes such an entry back
+ * (its data may be NULL; numel must be 0), from any number of ranks.
  *
  *   pshardOptimizerState_t st;
  *   pshardExportOptimizerState(s, &st);     after the first step: a copy

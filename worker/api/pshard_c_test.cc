@@ -566,6 +566,68 @@ TEST_F(PshardCTest, OptimizerStateExportAndImportCheckEveryArgument) {
             pshardInvalidArgument);
 }
 
+// Plain SGD keeps no state: its export is one "step" entry per parameter
+// (numel 0), which an import takes back (data NULL; from several ranks at
+// once) so that the lr schedule resumes at the saved step. StepLR halves
+// the lr each step: from step 7 the first update runs at 0.5^7.
+TEST_F(PshardCTest, AParameterWithoutStateCarriesItsStep) {
+  const char kSgd[] =
+      R"({"kind": "SGD", "hyper_parameters": {"lr": 1,
+          "lr_schedule": {"kind": "STEP", "step_size": 1, "gamma": 0.5}}})";
+  ASSERT_EQ(pshardSetOptimizer(session_, kSgd), pshardSuccess);
+  const int64_t shape[] = {4};
+  int index = -1;
+  ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
+                                    pshardHostMemory, &index),
+            pshardSuccess);
+  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  const char* names[] = {"w", "w"};
+  const char* keys[] = {"step", "step"};
+  const int64_t steps[] = {7, 7};
+  const float* data[] = {nullptr, nullptr};
+  const int64_t numels[] = {0, 0};
+  const int64_t some[] = {1, 0};
+  EXPECT_EQ(pshardImportOptimizerState(session_, kSgd, 1, names, keys, steps,
+                                       data, some),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("numel must be 0, got 1"));
+  ASSERT_EQ(pshardImportOptimizerState(session_, kSgd, 2, names, keys, steps,
+                                       data, numels),
+            pshardSuccess)
+      << LastError();
+  void* pointer = nullptr;
+  int64_t numel = 0;
+  ASSERT_EQ(pshardGetParameter(session_, 0, &pointer, &numel), pshardSuccess);
+  for (int i = 0; i < 4; ++i) static_cast<float*>(pointer)[i] = 0;
+  ASSERT_EQ(pshardGetGradient(session_, 0, &pointer, &numel), pshardSuccess);
+  for (int i = 0; i < 4; ++i) static_cast<float*>(pointer)[i] = 1;
+  ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
+  ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+  ASSERT_EQ(pshardGetParameter(session_, 0, &pointer, &numel), pshardSuccess);
+  EXPECT_EQ(static_cast<float*>(pointer)[0], -0.0078125f);  // -(0.5^7)
+
+  pshardOptimizerState_t state = nullptr;
+  ASSERT_EQ(pshardExportOptimizerState(session_, &state), pshardSuccess)
+      << LastError();
+  int count = 0;
+  ASSERT_EQ(pshardOptimizerStateNumEntries(state, &count), pshardSuccess);
+  ASSERT_EQ(count, 1);
+  const char* parameter = nullptr;
+  const char* key = nullptr;
+  int64_t step = 0;
+  const float* buffer = nullptr;
+  ASSERT_EQ(pshardOptimizerStateGetEntry(state, 0, &parameter, &key, &step,
+                                         &buffer, &numel),
+            pshardSuccess)
+      << LastError();
+  EXPECT_STREQ(parameter, "w");
+  EXPECT_STREQ(key, "step");
+  EXPECT_EQ(step, 8);
+  EXPECT_EQ(numel, 0);
+  EXPECT_NE(buffer, nullptr);
+  EXPECT_EQ(pshardOptimizerStateFree(state), pshardSuccess);
+}
+
 // Slices of the optimizer state (API 3): GetEntrySlice reports a whole
 // parameter as offset 0 of its numel; ImportOptimizerStateSlices checks its
 // arguments, refuses overlapping or outside slices, and two slices that

@@ -668,6 +668,15 @@ ZeroHook::ViewOptimizerState() const {
       part.offset = offset_in_param.at(span.name);
       for (const auto& tensor : span.tensors) part.tensors.push_back(tensor.second);
     }
+    // Parameters that keep no state: their step only, which their bucket's
+    // lr schedule resumes from.
+    for (const ParamSpan& span : PieceSpans(p)) {
+      if (!index.try_emplace(span.name, out.size()).second) continue;
+      ParameterOptimizerStateView& param = out.emplace_back();
+      param.name = span.name;
+      param.step = piece.steps;
+      param.numel = numel.at(span.name);
+    }
   }
   return out;
 }
@@ -765,7 +774,9 @@ absl::Status ZeroHook::SetInitialOptimizerState(
           " elements"));
     }
     for (const auto& [offset, end, step] : seen[param.name]) {
-      if (offset == param.offset) {
+      // A step only (no tensors; every rank holding a slice of a parameter
+      // without state exports one) repeats nothing.
+      if (offset == param.offset && size > 0 && end > offset) {
         return absl::InvalidArgumentError(absl::StrCat(
             "optimizer state for parameter '", param.name, "' at offset ",
             offset, " given twice"));

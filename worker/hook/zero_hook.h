@@ -307,11 +307,13 @@ class ZeroHook : public GradientSink {
   ShardOptimizer& optimizer() { return *optimizer_; }
   int64_t steps_finished() const { return steps_finished_; }
 
-  // After the first step: the optimizer state of the parameters (those with
-  // state) in the buckets this rank owns, in bucket order: whole, or under
-  // SHARDED the slice of a parameter this rank holds (one entry per
-  // contiguous part, with its offset). FailedPrecondition before the first
-  // step; the optimizer's errors (device memory: a failed copy).
+  // After the first step: the optimizer state of the parameters in the
+  // buckets this rank owns, in bucket order: whole, or under SHARDED the
+  // slice of a parameter this rank holds (one entry per contiguous part,
+  // with its offset). A parameter that keeps no state (SGD without
+  // momentum) has one entry with its step and no tensors (offset 0): its
+  // bucket's lr schedule resumes from that step. FailedPrecondition before
+  // the first step; the optimizer's errors (device memory: a failed copy).
   absl::StatusOr<std::vector<ParameterOptimizerState>> ExportOptimizerState()
       const;
   // After the first step: every parameter this rank owns, with or without
@@ -336,7 +338,8 @@ class ZeroHook : public GradientSink {
   // offset, whole parameters or slices), applied inside the first
   // FinishStep once the owners are known; entries of parameters this rank
   // does not own are ignored. InvalidArgument now: an unknown parameter, an
-  // entry (name, offset) given twice or slices of one parameter that
+  // entry (name, offset) with tensors given twice (one without tensors, a
+  // step only, may come from every rank) or slices of one parameter that
   // overlap, tensors of one entry of different sizes or outside the
   // parameter, a negative step or steps of one parameter that differ. At the
   // first FinishStep (InvalidArgument, naming the parameter): owned elements
