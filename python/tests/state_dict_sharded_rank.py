@@ -1,4 +1,6 @@
-"""One rank of the SHARDED state_dict test (the local test mode, Adam).
+"""One rank of the SHARDED state_dict test (the local test mode, SGD with
+momentum and a StepLR schedule; the biases and "scale" in a group without
+momentum, which keep no state: their entries carry the step alone).
 
 PHASE=save, 2 ranks, SHARDED: 5 straight steps; then, in a new session, 3
 steps and state_dict() (slices of the parameters this rank's ranges cut);
@@ -23,7 +25,12 @@ import parity_common as common
 import pshard
 import pshard.torch
 
-CONFIG = "adam"
+SPEC = {
+    "kind": "SGD",
+    "hyper_parameters": {"lr": 0.05, "momentum": 0.9, "lr_schedule": {
+        "kind": "STEP", "step_size": 1, "gamma": 0.7}},
+    "param_groups": [{"params": ["*.bias", "scale"],
+                      "hyper_parameters": {"momentum": 0}}]}
 SAVED_WORLD = 2
 
 
@@ -36,7 +43,7 @@ def open_session(store):
 def make(session, model=None):
     model = model if model is not None else common.make_model()
     return model, pshard.torch.ShardedOptimizer(
-        model, optimizer=common.OPTIMIZERS[CONFIG][0],
+        model, optimizer=SPEC,
         bucket_cap_mb=common.BUCKET_CAP_MB, session=session)
 
 

@@ -1,7 +1,9 @@
 """ShardedOptimizer.state_dict()/load_state_dict() under the SHARDED policy
-(real processes, the local test mode, Adam): at 2 ranks each rank's state
-holds slices ("offset" and 1-D tensors) of the parameters its ranges cut,
-together tiling every parameter once; a rank's own state loads back
+(real processes, the local test mode, SGD with momentum and StepLR, the
+biases' group without momentum): at 2 ranks each rank's state holds
+slices ("offset" and 1-D tensors) of the parameters its ranges cut,
+together tiling every parameter with state once, and the step alone of
+each parameter without state it holds part of; a rank's own state loads back
 bit-identically; every rank's states together load into a 3-rank SHARDED
 run and into a 1-rank BALANCED run, whose next steps match the
 uninterrupted 2-rank run (to float rounding: the gradient average over
@@ -53,23 +55,32 @@ class ShardedStateDictTest(unittest.TestCase):
         covered = {n: torch.zeros(s.numel(), dtype=torch.int32)
                    for n, s in shapes.items()}
         sliced = 0
+        stepped = set()  # parameters without state: their step
         for r, save in enumerate(saves):
             self.assertEqual(save["saved"]["world_size"], 2)
             for name, entry in save["saved"]["state"].items():
                 self.assertEqual(entry["step"], 3)
+                if common.second_group(name):
+                    self.assertEqual(set(entry), {"step"}, name)
+                    stepped.add(name)
+                    continue
                 self.assertEqual(set(entry) - {"offset"},
-                                 {"step", "exp_avg", "exp_avg_sq"}, name)
+                                 {"step", "momentum_buffer"}, name)
+                buffer = entry["momentum_buffer"]
                 if "offset" in entry:
                     sliced += 1
-                    n = entry["exp_avg"].numel()
-                    self.assertEqual(entry["exp_avg"].shape, (n,))
+                    n = buffer.numel()
+                    self.assertEqual(buffer.shape, (n,))
                     self.assertLess(n, shapes[name].numel())
                     covered[name][entry["offset"]:entry["offset"] + n] += 1
                 else:
-                    self.assertEqual(entry["exp_avg"].shape, shapes[name])
+                    self.assertEqual(buffer.shape, shapes[name])
                     covered[name] += 1
         self.assertGreater(sliced, 0, "no parameter was cut between ranks")
         for name, count in covered.items():
+            if common.second_group(name):
+                self.assertIn(name, stepped)
+                continue
             self.assertTrue(torch.equal(count, torch.ones_like(count)), name)
 
         # A rank's own slices at the same configuration: bit for bit.

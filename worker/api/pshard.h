@@ -294,7 +294,7 @@ pshardResult_t pshardOwnedBuckets(pshardSession_t session, int* owned,
 
 /* Checkpoints of this rank's shard of the optimizer state (as
  * ZeroRedundancyOptimizer's local state): for each parameter whose bucket
- * this rank owns and that keeps state, its state tensors by PyTorch's names
+ * this rank owns, its state tensors by PyTorch's names
  * (SGD "momentum_buffer"; Adam/AdamW "exp_avg", "exp_avg_sq" and, with
  * amsgrad, "max_exp_avg_sq"; Adagrad "sum"; RMSprop "square_avg",
  * "momentum_buffer", "grad_avg"; Lion "exp_avg"; each the parameter's numel
@@ -337,9 +337,9 @@ pshardResult_t pshardOptimizerStateGetEntry(pshardOptimizerState_t state,
                                             int64_t* numel);
 /* Any entry, whole or a slice: `*numel` elements holding elements
  * [*offset, *offset + *numel) of the parameter, which has
- * *parameter_numel in all (whole: offset 0 and numel == parameter_numel).
- * Under assignment_policy SHARDED a rank holds slices of the parameters its
- * ranges cut. */
+ * *parameter_numel in all (whole: offset 0 and numel == parameter_numel;
+ * a "step" entry: offset 0, numel 0). Under assignment_policy SHARDED a
+ * rank holds slices of the parameters its ranges cut. */
 pshardResult_t pshardOptimizerStateGetEntrySlice(
     pshardOptimizerState_t state, int index, const char** parameter,
     const char** key, int64_t* step, const float** data, int64_t* numel,
@@ -353,10 +353,12 @@ pshardResult_t pshardOptimizerStateFree(pshardOptimizerState_t state);
 /* Loads `count` entries (as GetEntry gives them; arrays of `count`; entries
  * of one parameter carry the same step). The values are copied; the first
  * pshardFinishStep resumes from them. InvalidArgument: a NULL array or
- * element, count < 0, `optimizer_json` not this session's optimizer, an
- * unknown or repeated (parameter, key), a numel that is not the parameter's,
- * a negative step or steps of one parameter that differ; at the first
- * pshardFinishStep, a parameter this rank owns whose state is missing.
+ * element (data may be NULL for a "step" entry), count < 0,
+ * `optimizer_json` not this session's optimizer, an unknown or repeated
+ * (parameter, key) ("step" may repeat), a numel that is not the
+ * parameter's (0 for "step"), a negative step or steps of one parameter
+ * that differ; at the first pshardFinishStep, a parameter this rank owns
+ * whose state is missing.
  * Entries of parameters this rank does not own are ignored.
  * InvalidUsage: before pshardPrepare or after the first step. */
 pshardResult_t pshardImportOptimizerState(

@@ -684,8 +684,19 @@ TEST_F(PshardCTest, OptimizerStateSlicesExportAndImport) {
             pshardInvalidArgument);
   EXPECT_THAT(LastError(), HasSubstr("pshardImportOptimizerStateSlices"));
 
-  ASSERT_EQ(pshardImportOptimizerStateSlices(session_, kSgd, 2, names, keys,
-                                             steps, offsets, data, numels),
+  // The slices, and a "step" entry at offset 0 beside them (a step takes no
+  // elements, so it repeats and overlaps nothing).
+  const char* with_step_names[] = {"w", "w", "w"};
+  const char* with_step_keys[] = {"momentum_buffer", "momentum_buffer",
+                                  "step"};
+  const int64_t with_step_steps[] = {7, 7, 7};
+  const float* with_step_data[] = {head, tail, nullptr};
+  const int64_t with_step_numels[] = {2, 2, 0};
+  const int64_t with_step_offsets[] = {0, 2, 0};
+  ASSERT_EQ(pshardImportOptimizerStateSlices(
+                session_, kSgd, 3, with_step_names, with_step_keys,
+                with_step_steps, with_step_offsets, with_step_data,
+                with_step_numels),
             pshardSuccess)
       << LastError();
   void* pointer = nullptr;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -781,7 +782,9 @@ absl::Status ZeroHook::SetInitialOptimizerState(
             "optimizer state for parameter '", param.name, "' at offset ",
             offset, " given twice"));
       }
-      if (offset < param.offset + size && param.offset < end) {
+      // (A step only covers no elements, so it overlaps nothing.)
+      if (size > 0 && end > offset && offset < param.offset + size &&
+          param.offset < end) {
         return absl::InvalidArgumentError(absl::StrCat(
             "parameter '", param.name, "': the state of elements [",
             param.offset, ", ", param.offset + size, ") overlaps [", offset,
@@ -848,13 +851,14 @@ absl::Status ZeroHook::ApplyInitialOptimizerState() {
   for (const ParameterOptimizerState& param : *initial_state_) {
     by_name[param.name].push_back(&param);
   }
-  // The step every entry has, or 0 when they differ or there are none.
-  int64_t common_step = 0;
+  // The step every entry has (0 when there are none), for a bucket whose
+  // parameters have none; nullopt when entries differ.
+  std::optional<int64_t> common_step = 0;
   for (const ParameterOptimizerState& param : *initial_state_) {
     if (&param == &initial_state_->front()) {
       common_step = param.step;
     } else if (param.step != common_step) {
-      common_step = 0;
+      common_step.reset();
       break;
     }
   }
@@ -868,12 +872,21 @@ absl::Status ZeroHook::ApplyInitialOptimizerState() {
     // whose parameters keep no state: an entry of one of its parameters
     // (a checkpoint's loader gives one for each), else the one step every
     // entry has (every bucket steps every step).
-    piece.steps = common_step;
-    for (const ParamSpan& span : PieceSpans(p)) {
-      if (auto it = by_name.find(span.name); it != by_name.end()) {
-        piece.steps = it->second.front()->step;
-        break;
-      }
+    const std::vector<ParamSpan> spans = PieceSpans(p);
+    const auto with_entry =
+        std::find_if(spans.begin(), spans.end(), [&](const ParamSpan& span) {
+          return by_name.count(span.name) != 0;
+        });
+    if (with_entry != spans.end()) {
+      piece.steps = by_name.at(with_entry->name).front()->step;
+    } else if (common_step.has_value()) {
+      piece.steps = *common_step;
+    } else if (piece.spans.empty()) {  // (with state: named just below)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the optimizer state to load has no entry for parameter '",
+          spans.empty() ? std::string() : spans.front().name,
+          "' (it keeps no state, but its entry holds the step its lr "
+          "schedule resumes from), and the other entries' steps differ"));
     }
     for (SpanState& span : piece.spans) {
       auto it = by_name.find(span.name);

@@ -327,7 +327,8 @@ class ZeroHook : public GradientSink {
     int64_t numel = 0;
   };
   absl::StatusOr<std::vector<OwnedParameter>> OwnedParameters() const;
-  // The same parameters and order, as views valid until the next step (on
+  // The same parameters (per bucket, those with state first), as views
+  // valid until the next step (on
   // device memory, views of a host copy that the next ViewOptimizerState
   // or ExportOptimizerState also replaces).
   absl::StatusOr<std::vector<ParameterOptimizerStateView>> ViewOptimizerState()
@@ -346,9 +347,10 @@ class ZeroHook : public GradientSink {
   // of a parameter with state that no entry covers, a tensor name the
   // optimizer does not keep. FailedPrecondition after the first step.
   // Each owned bucket resumes its step count (its lr schedule's t) from an
-  // entry of one of its parameters; a bucket whose parameters keep no state
-  // and have no entry takes the step all entries share (0 when they differ
-  // or there are none: a state of plain SGD alone carries no step).
+  // entry of one of its parameters (those without state have a step-only
+  // entry); a bucket whose parameters have none takes the step all entries
+  // share (0 for an empty state), and fails the first step
+  // (InvalidArgument, naming a parameter) when they differ.
   absl::Status SetInitialOptimizerState(
       std::vector<ParameterOptimizerState> state);
 
