@@ -43,6 +43,30 @@ class PshardCTest : public ::testing::Test {
     EXPECT_EQ(pshardSessionClose(session_), pshardSuccess) << LastError();
   }
 
+  // Sets `optimizer_json`, registers "w" (4 fp32 elements in host memory)
+  // and prepares.
+  void PrepareOneParameter(const char* optimizer_json) {
+    ASSERT_EQ(pshardSetOptimizer(session_, optimizer_json), pshardSuccess)
+        << LastError();
+    const int64_t shape[] = {4};
+    int index = -1;
+    ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
+                                      pshardHostMemory, &index),
+              pshardSuccess);
+    ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  }
+
+  // One step of "w" (parameter 0) with every gradient element 1.
+  void StepWithGradientOne() {
+    void* pointer = nullptr;
+    int64_t numel = 0;
+    ASSERT_EQ(pshardGetGradient(session_, 0, &pointer, &numel),
+              pshardSuccess);
+    for (int i = 0; i < numel; ++i) static_cast<float*>(pointer)[i] = 1;
+    ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
+    ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+  }
+
   pshardSession_t session_ = nullptr;
 };
 
@@ -524,12 +548,8 @@ TEST_F(PshardCTest, OptimizerStateExportAndImportCheckEveryArgument) {
                                        data, numels),
             pshardSuccess)
       << LastError();
-  void* pointer = nullptr;
   int64_t numel = 0;
-  ASSERT_EQ(pshardGetGradient(session_, 0, &pointer, &numel), pshardSuccess);
-  for (int i = 0; i < 4; ++i) static_cast<float*>(pointer)[i] = 1;
-  ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
-  ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+  StepWithGradientOne();
   EXPECT_EQ(pshardImportOptimizerState(session_, kSgd, 1, names, keys, steps,
                                        data, numels),
             pshardInvalidUsage);
@@ -574,13 +594,7 @@ TEST_F(PshardCTest, AParameterWithoutStateCarriesItsStep) {
   const char kSgd[] =
       R"({"kind": "SGD", "hyper_parameters": {"lr": 1,
           "lr_schedule": {"kind": "STEP", "step_size": 1, "gamma": 0.5}}})";
-  ASSERT_EQ(pshardSetOptimizer(session_, kSgd), pshardSuccess);
-  const int64_t shape[] = {4};
-  int index = -1;
-  ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
-                                    pshardHostMemory, &index),
-            pshardSuccess);
-  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  PrepareOneParameter(kSgd);
   const char* names[] = {"w", "w"};
   const char* keys[] = {"step", "step"};
   const int64_t steps[] = {7, 7};
@@ -599,10 +613,7 @@ TEST_F(PshardCTest, AParameterWithoutStateCarriesItsStep) {
   int64_t numel = 0;
   ASSERT_EQ(pshardGetParameter(session_, 0, &pointer, &numel), pshardSuccess);
   for (int i = 0; i < 4; ++i) static_cast<float*>(pointer)[i] = 0;
-  ASSERT_EQ(pshardGetGradient(session_, 0, &pointer, &numel), pshardSuccess);
-  for (int i = 0; i < 4; ++i) static_cast<float*>(pointer)[i] = 1;
-  ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
-  ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+  StepWithGradientOne();
   ASSERT_EQ(pshardGetParameter(session_, 0, &pointer, &numel), pshardSuccess);
   EXPECT_EQ(static_cast<float*>(pointer)[0], -0.0078125f);  // -(0.5^7)
 
@@ -637,13 +648,7 @@ TEST_F(PshardCTest, OptimizerStateSlicesExportAndImport) {
   const char kSgd[] =
       "{\"kind\": \"SGD\", \"hyper_parameters\": {\"lr\": 0.5, "
       "\"momentum\": 0.9}}";
-  ASSERT_EQ(pshardSetOptimizer(session_, kSgd), pshardSuccess);
-  const int64_t shape[] = {4};
-  int index = -1;
-  ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
-                                    pshardHostMemory, &index),
-            pshardSuccess);
-  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  PrepareOneParameter(kSgd);
 
   const float head[2] = {1, 2};
   const float tail[2] = {3, 4};
@@ -699,12 +704,8 @@ TEST_F(PshardCTest, OptimizerStateSlicesExportAndImport) {
                 with_step_numels),
             pshardSuccess)
       << LastError();
-  void* pointer = nullptr;
   int64_t numel = 0;
-  ASSERT_EQ(pshardGetGradient(session_, 0, &pointer, &numel), pshardSuccess);
-  for (int i = 0; i < 4; ++i) static_cast<float*>(pointer)[i] = 1;
-  ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
-  ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+  StepWithGradientOne();
 
   pshardOptimizerState_t state = nullptr;
   ASSERT_EQ(pshardExportOptimizerState(session_, &state), pshardSuccess);
@@ -745,13 +746,7 @@ TEST_F(PshardCTest, OptimizerStateSlicesMustCoverTheOwnedElements) {
   const char kSgd[] =
       "{\"kind\": \"SGD\", \"hyper_parameters\": {\"lr\": 0.5, "
       "\"momentum\": 0.9}}";
-  ASSERT_EQ(pshardSetOptimizer(session_, kSgd), pshardSuccess);
-  const int64_t shape[] = {4};
-  int index = -1;
-  ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
-                                    pshardHostMemory, &index),
-            pshardSuccess);
-  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  PrepareOneParameter(kSgd);
   const float tail[2] = {3, 4};
   const char* names[] = {"w"};
   const char* keys[] = {"momentum_buffer"};

@@ -23,6 +23,7 @@
 #include "worker/optim/shard_optimizer.h"
 #include "worker/runtime/assignment_client.h"
 #include "worker/runtime/rank_model.h"
+#include "worker/runtime/unexpected_control_plane.h"
 
 namespace pshard::worker {
 namespace {
@@ -32,7 +33,7 @@ constexpr char kFingerprint[] =
 
 // Records every ReportCheckpoint it takes (none while it is down, as a
 // restarting coordinator); nothing else is called.
-class CheckpointControlPlane : public ControlPlane {
+class CheckpointControlPlane : public UnexpectedControlPlane {
  public:
   absl::StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(
       const v1::ReportCheckpointRequest& request, absl::Duration) override {
@@ -48,42 +49,6 @@ class CheckpointControlPlane : public ControlPlane {
   std::vector<v1::ReportCheckpointRequest> reports() {
     absl::MutexLock lock(&mu_);
     return reports_;
-  }
-
-  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
-      const v1::RegisterWorkerRequest&, absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest&,
-                                                  absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::Status KvPut(const v1::KvPutRequest&, absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::StatusOr<v1::KvGetResponse> KvGet(const v1::KvGetRequest&,
-                                          absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
-      const v1::ReportProgressRequest&, absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::Status ReportResult(const v1::ReportResultRequest&,
-                            absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
-      const v1::ReportBucketsRequest&, absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::StatusOr<v1::ShardAssignment> GetAssignment(
-      const v1::GetAssignmentRequest&, absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::StatusOr<std::unique_ptr<Attachment>> Attach(const v1::AttachRequest&,
-                                                     absl::Duration) override {
-    return absl::UnimplementedError("");
   }
 
  private:

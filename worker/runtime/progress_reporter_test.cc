@@ -11,6 +11,7 @@
 #include "common/fake_clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/runtime/unexpected_control_plane.h"
 
 namespace pshard::worker {
 namespace {
@@ -20,7 +21,8 @@ using ::testing::SizeIs;
 
 // Records ReportProgress calls and answers them from a queue (OK, no abort,
 // when empty). While `hold` is set, each call waits until it is released.
-class ProgressControlPlane : public ControlPlane {
+// The reporter calls nothing else.
+class ProgressControlPlane : public UnexpectedControlPlane {
  public:
   absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
       const v1::ReportProgressRequest& request,
@@ -63,49 +65,7 @@ class ProgressControlPlane : public ControlPlane {
     return deadlines_;
   }
 
-  // The reporter calls nothing else.
-  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
-      const v1::RegisterWorkerRequest&, absl::Duration) override {
-    return Unexpected();
-  }
-  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest&,
-                                                  absl::Duration) override {
-    return Unexpected();
-  }
-  absl::Status KvPut(const v1::KvPutRequest&, absl::Duration) override {
-    return Unexpected();
-  }
-  absl::StatusOr<v1::KvGetResponse> KvGet(const v1::KvGetRequest&,
-                                          absl::Duration) override {
-    return Unexpected();
-  }
-  absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
-      const v1::ReportBucketsRequest&, absl::Duration) override {
-    return Unexpected();
-  }
-  absl::StatusOr<v1::ShardAssignment> GetAssignment(
-      const v1::GetAssignmentRequest&, absl::Duration) override {
-    return Unexpected();
-  }
-  absl::Status ReportResult(const v1::ReportResultRequest&,
-                            absl::Duration) override {
-    return Unexpected();
-  }
-  absl::StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(
-      const v1::ReportCheckpointRequest&, absl::Duration) override {
-    return Unexpected();
-  }
-  absl::StatusOr<std::unique_ptr<Attachment>> Attach(
-      const v1::AttachRequest&, absl::Duration) override {
-    return Unexpected();
-  }
-
  private:
-  static absl::Status Unexpected() {
-    ADD_FAILURE() << "the progress reporter made another call";
-    return absl::InternalError("unexpected call");
-  }
-
   absl::Mutex mu_;
   bool hold_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<v1::ReportProgressRequest> requests_ ABSL_GUARDED_BY(mu_);

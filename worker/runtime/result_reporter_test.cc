@@ -8,6 +8,7 @@
 #include "common/fake_clock.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
+#include "worker/runtime/unexpected_control_plane.h"
 
 namespace pshard::worker {
 namespace {
@@ -44,7 +45,7 @@ TEST(FailureCauseOfTest, TheMarkWinsOverTheCode) {
 
 // Answers ReportResult from a queue of statuses (OK when empty) and notes
 // when (on the test's clock) each call came; nothing else is called.
-class ResultControlPlane : public ControlPlane {
+class ResultControlPlane : public UnexpectedControlPlane {
  public:
   explicit ResultControlPlane(const Clock& clock) : clock_(clock) {}
   std::deque<absl::Status> answers;
@@ -57,41 +58,6 @@ class ResultControlPlane : public ControlPlane {
     absl::Status s = answers.front();
     answers.pop_front();
     return s;
-  }
-  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
-      const v1::RegisterWorkerRequest&, absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest&,
-                                                  absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::Status KvPut(const v1::KvPutRequest&, absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::StatusOr<v1::KvGetResponse> KvGet(const v1::KvGetRequest&,
-                                          absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
-      const v1::ReportProgressRequest&, absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::StatusOr<v1::ReportCheckpointResponse> ReportCheckpoint(
-      const v1::ReportCheckpointRequest&, absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
-      const v1::ReportBucketsRequest&, absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::StatusOr<v1::ShardAssignment> GetAssignment(
-      const v1::GetAssignmentRequest&, absl::Duration) override {
-    return absl::UnimplementedError("");
-  }
-  absl::StatusOr<std::unique_ptr<Attachment>> Attach(const v1::AttachRequest&,
-                                                     absl::Duration) override {
-    return absl::UnimplementedError("");
   }
 
  private:
