@@ -261,27 +261,16 @@ class GpuShardOptimizer::Impl {
     return CudaStatus(cudaStreamSynchronize(stream), what);
   }
 
-  absl::Status CopyOut(int bucket_index, bool master, int which, float* out) {
+  absl::Status CopyStateOut(int bucket_index, int which, float* out) {
     ScopedDevice scoped(device_);
     RETURN_IF_ERROR(scoped.status());
     absl::MutexLock lock(&mu_);
-    ASSIGN_OR_RETURN(GpuBucket* found, FindBucket(bucket_index));
-    GpuBucket& bucket = *found;
-    const DeviceBuffer* src = nullptr;
-    if (master) {
-      if (!bucket.bf16) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "bucket ", bucket_index, " has no master weights (fp32 bucket)"));
-      }
-      src = &bucket.master;
-    } else {
-      if (which < 0 || which >= kMaxStateArrays ||
-          !bucket.plan.keeps[which]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "bucket ", bucket_index, " keeps no state array ", which));
-      }
-      src = &bucket.state[which];
+    ASSIGN_OR_RETURN(GpuBucket* bucket, FindBucket(bucket_index));
+    if (which < 0 || which >= kMaxStateArrays || !bucket->plan.keeps[which]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bucket ", bucket_index, " keeps no state array ", which));
     }
+    const DeviceBuffer* src = &bucket->state[which];
     if (src->bytes() == 0) return absl::OkStatus();
     RETURN_IF_ERROR(
         CudaStatus(cudaMemcpyAsync(out, src->get(), src->bytes(),
@@ -504,10 +493,6 @@ absl::Status GpuShardOptimizer::ImportState(int bucket_index,
   return impl_->ImportState(bucket_index, state);
 }
 
-absl::Status GpuShardOptimizer::CopyMasterWeights(int bucket_index,
-                                                  float* out) {
-  return impl_->CopyOut(bucket_index, /*master=*/true, 0, out);
-}
 
 absl::Status GpuShardOptimizer::CopyMasterWeightsToHost(int bucket_index,
                                                         int64_t offset,
@@ -518,7 +503,7 @@ absl::Status GpuShardOptimizer::CopyMasterWeightsToHost(int bucket_index,
 
 absl::Status GpuShardOptimizer::CopyState(int bucket_index, int which,
                                           float* out) {
-  return impl_->CopyOut(bucket_index, /*master=*/false, which, out);
+  return impl_->CopyStateOut(bucket_index, which, out);
 }
 
 int64_t GpuShardOptimizer::state_bytes(int bucket_index) const {

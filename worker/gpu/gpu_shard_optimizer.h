@@ -99,14 +99,10 @@ class GpuShardOptimizer final : public ShardOptimizer {
   // it. Call between steps, with none in flight.
   absl::Status ImportState(int bucket_index, const BucketState& state) override;
 
-  // Copies the fp32 master weights of a bf16 bucket (extent elements) to
-  // `out` (device memory) and waits: for checkpoints and tests. Call once
-  // the enqueued steps have finished (e.g. after syncing their stream).
-  absl::Status CopyMasterWeights(int bucket_index, float* out);
-
   // Copies master weights [offset, offset + numel) of a bf16 bucket to host
-  // memory at `out` and waits (a checkpoint's owned parameters), with the
-  // same precondition. FailedPrecondition for an fp32 bucket;
+  // memory at `out` and waits (a checkpoint's owned parameters; tests).
+  // Call once the enqueued steps have finished (e.g. after syncing their
+  // stream). FailedPrecondition for an fp32 bucket;
   // InvalidArgument for a range outside the bucket's extent.
   absl::Status CopyMasterWeightsToHost(int bucket_index, int64_t offset,
                                        int64_t numel, float* out);

@@ -49,9 +49,6 @@ absl::StatusOr<BucketStateView> GpuShardOptimizer::ViewState(int) const {
 absl::Status GpuShardOptimizer::ImportState(int, const BucketState&) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
-absl::Status GpuShardOptimizer::CopyMasterWeights(int, float*) {
-  return absl::UnavailableError(gpu::kBuiltWithoutCuda);
-}
 absl::Status GpuShardOptimizer::CopyMasterWeightsToHost(int, int64_t, int64_t,
                                                        float*) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
