@@ -174,6 +174,36 @@ absl::StatusOr<std::vector<Parameters>> RunGpu(const v1::JobSpec& spec,
   });
 }
 
+// kSyntheticAdamJob with `precision`, defaults applied and valid, as the
+// job runner gives a job its spec.
+v1::JobSpec SyntheticJob(v1::PrecisionSpec::DType param,
+                         v1::PrecisionSpec::DType reduce,
+                         int accumulation = 1) {
+  v1::JobSpec spec = Job(kSyntheticAdamJob);
+  spec.mutable_precision()->set_param_dtype(param);
+  spec.mutable_precision()->set_reduce_dtype(reduce);
+  spec.set_gradient_accumulation_steps(accumulation);
+  spec = ApplyJobSpecDefaults(spec);
+  EXPECT_OK(ValidateJobSpec(spec));
+  return spec;
+}
+
+// One-rank jobs on `spec`, each with its own store (`job_id` names the
+// GPU job's NCCL rendezvous).
+absl::StatusOr<std::unique_ptr<CpuJob>> OneRankCpuJob(const v1::JobSpec& spec,
+                                                      KvClient& kv) {
+  return CpuJob::Create(spec, CpuJobOptions(), kv,
+                        LocalAssignmentProvider(v1::JobSpec::BALANCED, 1));
+}
+absl::StatusOr<std::unique_ptr<GpuJob>> OneRankGpuJob(const v1::JobSpec& spec,
+                                                      const std::string& job_id,
+                                                      KvClient& kv) {
+  GpuJobOptions options;
+  options.job_id = job_id;
+  return GpuJob::Create(spec, options, kv,
+                        LocalAssignmentProvider(v1::JobSpec::BALANCED, 1));
+}
+
 // Within `relative` of the CPU path, elementwise (clipping's norm is summed
 // in another order on the device, so its coefficient may differ in the last
 // bit).
@@ -325,20 +355,12 @@ TEST(GpuJobTest, MixedPrecisionJobMatchesTheCpuJob) {
     SCOPED_TRACE(absl::StrCat(v1::PrecisionSpec::DType_Name(c.param), "/",
                               v1::PrecisionSpec::DType_Name(c.reduce), " x",
                               c.accumulation));
-    v1::JobSpec spec = Job(kSyntheticAdamJob);
-    spec.mutable_precision()->set_param_dtype(c.param);
-    spec.mutable_precision()->set_reduce_dtype(c.reduce);
-    spec.set_gradient_accumulation_steps(c.accumulation);
-    spec = ApplyJobSpecDefaults(spec);
-    ASSERT_OK(ValidateJobSpec(spec));
+    const v1::JobSpec spec = SyntheticJob(c.param, c.reduce, c.accumulation);
     InMemoryKvStore cpu_kv, gpu_kv;
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<CpuJob> cpu_job,
-                         CpuJob::Create(spec, CpuJobOptions(), cpu_kv,
-                                        LocalAssignmentProvider(v1::JobSpec::BALANCED, 1)));
-    GpuJobOptions options;
-    options.job_id = "gpu-bf16-job";
+                         OneRankCpuJob(spec, cpu_kv));
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuJob> gpu_job,
-                         GpuJob::Create(spec, options, gpu_kv, LocalAssignmentProvider(v1::JobSpec::BALANCED, 1)));
+                         OneRankGpuJob(spec, "gpu-bf16-job", gpu_kv));
     for (int64_t step = 1; step <= spec.steps(); ++step) {
       ASSERT_OK(cpu_job->RunStep(step).status());
       ASSERT_OK(gpu_job->RunStep(step).status());
@@ -381,19 +403,12 @@ TEST(GpuJobTest, ResumesFromItsOwnStateAsTheCpuJobRunsOn) {
   PSHARD_SKIP_WITHOUT_GPUS(1);
   for (const auto param : {v1::PrecisionSpec::FP32, v1::PrecisionSpec::BF16}) {
     SCOPED_TRACE(v1::PrecisionSpec::DType_Name(param));
-    v1::JobSpec spec = Job(kSyntheticAdamJob);
-    spec.mutable_precision()->set_param_dtype(param);
-    spec = ApplyJobSpecDefaults(spec);
-    ASSERT_OK(ValidateJobSpec(spec));
+    const v1::JobSpec spec = SyntheticJob(param, v1::PrecisionSpec::FP32);
     InMemoryKvStore cpu_kv, first_kv, resumed_kv;
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<CpuJob> cpu_job,
-                         CpuJob::Create(spec, CpuJobOptions(), cpu_kv,
-                                        LocalAssignmentProvider(v1::JobSpec::BALANCED, 1)));
-    GpuJobOptions options;
-    options.job_id = "gpu-resume";
+                         OneRankCpuJob(spec, cpu_kv));
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuJob> first,
-                         GpuJob::Create(spec, options, first_kv,
-                                        LocalAssignmentProvider(v1::JobSpec::BALANCED, 1)));
+                         OneRankGpuJob(spec, "gpu-resume", first_kv));
     for (int64_t step = 1; step <= 2; ++step) {
       ASSERT_OK(cpu_job->RunStep(step).status());
       ASSERT_OK(first->RunStep(step).status());
@@ -404,10 +419,8 @@ TEST(GpuJobTest, ResumesFromItsOwnStateAsTheCpuJobRunsOn) {
     ExpectSameOptimizerState(gpu_saved.state, cpu_saved.state);
     first.reset();
 
-    options.job_id = "gpu-resumed";
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuJob> resumed,
-                         GpuJob::Create(spec, options, resumed_kv,
-                                        LocalAssignmentProvider(v1::JobSpec::BALANCED, 1)));
+                         OneRankGpuJob(spec, "gpu-resumed", resumed_kv));
     ASSERT_OK(resumed->UploadParameters(gpu_saved.owned));
     ASSERT_OK(resumed->hook().SetInitialOptimizerState(gpu_saved.state));
     for (int64_t step = 3; step <= 4; ++step) {
