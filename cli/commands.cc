@@ -192,7 +192,7 @@ const CommandDoc kCommands[] = {
      "  --reason=TEXT            recorded in the job's event log\n",
      "output reason", true},
     {"local", "[JOB.json]",
-     "run a local cluster (coordinator + N CPU workers) and a job on it",
+     "run a local cluster (coordinator + N workers) and a job on it",
      "Starts pshard-coordinator and N pshard-worker processes on 127.0.0.1 "
      "(free ports), submits JOB.json (default: the built-in "
      "examples/mlp_adam_2workers.json), shows the shard table and the live "
@@ -202,6 +202,8 @@ const CommandDoc kCommands[] = {
      "Flags:\n"
      "  --workers=N              number of workers (default: the spec's "
      "world_size; when set, it also sets world_size)\n"
+     "  --device=cpu|cuda        the workers' device: cpu (default), or "
+     "cuda: worker i on GPU cuda:i (NCCL wants one worker per GPU)\n"
      "  --run_dir=DIR            where state, logs and (unless the spec sets "
      "output_dir) the final parameters go (default: a new "
      "/tmp/pshard-local-XXXXXX)\n"
@@ -215,7 +217,7 @@ const CommandDoc kCommands[] = {
      "uses mutual TLS with a CA and certificates made in RUN_DIR/tls\n"
      "  --connect_timeout=5s, --rpc_timeout=30s  as for the other commands, "
      "towards the local coordinator\n",
-     "output workers run_dir bin_dir keep_running connect_timeout rpc_timeout "
+     "output workers device run_dir bin_dir keep_running connect_timeout rpc_timeout "
      "watch_timeout insecure",
      false},
 };

@@ -122,6 +122,33 @@ std::vector<std::string> Concat(std::vector<std::string> a,
 
 std::string WorkerName(int i) { return absl::StrCat("local-worker-", i); }
 
+// --device: the workers' devices, checked before anything starts.
+absl::Status ValidateLocalDevice(absl::string_view device) {
+  if (device == "cpu" || device == "cuda") return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--device: \"", device,
+      "\" is not a local cluster's device; use cpu, or cuda (worker i on "
+      "cuda:i)"));
+}
+
+// Worker i's --device.
+std::string WorkerDevice(absl::string_view device, int i) {
+  return device == "cuda" ? absl::StrCat("cuda:", i) : "cpu";
+}
+
+// "2 CPU workers", "2 GPU workers (cuda:0..cuda:1)".
+std::string DescribeWorkers(absl::string_view device, int workers) {
+  std::string text =
+      absl::StrCat(workers, device == "cuda" ? " GPU worker" : " CPU worker",
+                   workers == 1 ? "" : "s");
+  if (device == "cuda") {
+    absl::StrAppend(&text, " (cuda:0",
+                    workers == 1 ? "" : absl::StrCat("..cuda:", workers - 1),
+                    ")");
+  }
+  return text;
+}
+
 class LocalCluster {
  public:
   LocalCluster(const LocalOptions& options, const CliIo& io,
@@ -204,7 +231,8 @@ class LocalCluster {
                   {worker_bin, absl::StrCat("--coordinator=", address_),
                    absl::StrCat("--name=", name), "--listen=127.0.0.1:0",
                    absl::StrCat("--port_file=", run_dir, "/", name, ".port"),
-                   "--host=127.0.0.1", "--device=cpu",
+                   "--host=127.0.0.1",
+                   absl::StrCat("--device=", WorkerDevice(options_.device, i)),
                    // Program jobs' output:
                    // <run_dir>/program-logs/<job>/rank-R.log.
                    absl::StrCat("--log_dir=", run_dir, "/program-logs")},
@@ -463,6 +491,9 @@ int RunLocal(const LocalOptions& options, const CliIo& io,
         "--workers: must be in 1..", kMaxLocalWorkers, " for a local cluster, got ",
         options.workers)));
   }
+  if (absl::Status s = ValidateLocalDevice(options.device); !s.ok()) {
+    return fail(s);
+  }
   if (options.workers > 0) spec.set_world_size(options.workers);
   const int workers = spec.world_size();
   if (workers > kMaxLocalWorkers) {
@@ -477,8 +508,8 @@ int RunLocal(const LocalOptions& options, const CliIo& io,
   if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return fail(s);
   if (absl::Status s = MakeDirs(spec.output_dir()); !s.ok()) return fail(s);
 
-  *io.out << "pshard local cluster: " << workers << " CPU worker"
-          << (workers == 1 ? "" : "s") << ", run directory " << *run_dir
+  *io.out << "pshard local cluster: " << DescribeWorkers(options.device, workers)
+          << ", run directory " << *run_dir
           << "\n";
   io.out->flush();
 

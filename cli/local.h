@@ -1,6 +1,6 @@
 // `pshardctl local`: a whole pshard cluster on this machine for one job. It
-// starts pshard-coordinator (state in the run directory) and N CPU
-// pshard-workers as child processes on 127.0.0.1 with free ports, submits the
+// starts pshard-coordinator (state in the run directory) and N pshard-workers
+// (on the CPU, or worker i on GPU cuda:i) as child processes on 127.0.0.1 with free ports, submits the
 // job, shows the shard table and the live progress, prints where the final
 // parameters are, and stops every process it started, on completion or on
 // Ctrl-C. This is the README's first command.
@@ -25,6 +25,9 @@ struct LocalOptions {
   // Workers to start; 0: the spec's world_size. When set, it also sets the
   // spec's world_size.
   int workers = 0;
+  // The workers' devices: "cpu", or "cuda" for worker i on cuda:i (one
+  // worker per GPU, as NCCL wants).
+  std::string device = "cpu";
   // Run directory (state, logs, ports, default output); empty: a new
   // directory under $TMPDIR (or /tmp).
   std::string run_dir;

@@ -57,7 +57,8 @@ class LocalTest : public ::testing::Test {
  protected:
   // A bin dir whose coordinator is the stand-in (the real coordinator with
   // `workers` simulated workers that run its jobs) and whose worker writes
-  // its port file and sleeps.
+  // its pid and --device beside its port file, then the port file, and
+  // sleeps.
   std::string MakeBinDir(int workers, bool worker_fails = false) {
     const std::string bin = MakeTempDir("bin");
     WriteScript(absl::StrCat(bin, "/pshard-coordinator"),
@@ -72,13 +73,27 @@ class LocalTest : public ::testing::Test {
         absl::StrCat(
             "for a in \"$@\"; do case \"$a\" in --port_file=*) "
             "pf=\"${a#--port_file=}\";; --name=*) n=\"${a#--name=local-}\";; "
-            "esac; done\n"
-            "echo $$ > \"$(dirname \"$pf\")/$n.pid\"\n",
+            "--device=*) dev=\"${a#--device=}\";; esac; done\n"
+            "echo $$ > \"$(dirname \"$pf\")/$n.pid\"\n"
+            "echo \"$dev\" > \"$(dirname \"$pf\")/$n.device\"\n",
             worker_fails ? "echo 'worker: cannot open device' >&2; exit 1\n"
                          : "",
             "echo 4242 > \"$pf.tmp\" && mv \"$pf.tmp\" \"$pf\"\n"
             "exec sleep 600\n"));
     return bin;
+  }
+
+  // The --device each stand-in worker was given.
+  static std::vector<std::string> WorkerDevices(const std::string& run_dir,
+                                                int workers) {
+    std::vector<std::string> devices;
+    for (int i = 0; i < workers; ++i) {
+      std::ifstream in(absl::StrCat(run_dir, "/worker-", i, ".device"));
+      std::string device;
+      in >> device;
+      devices.push_back(device);
+    }
+    return devices;
   }
 
   int RunLocalNow(LocalOptions options) {
@@ -113,6 +128,39 @@ TEST_F(LocalTest, DefaultJobRunsToCompletionAndLeavesNoProcess) {
   const std::vector<pid_t> pids = StartedPids(options.run_dir, 2);
   ASSERT_EQ(pids.size(), 3u);
   for (pid_t pid : pids) EXPECT_FALSE(ProcessAlive(pid)) << "pid " << pid << " survived";
+  EXPECT_THAT(WorkerDevices(options.run_dir, 2),
+              ::testing::ElementsAre("cpu", "cpu"));
+}
+
+TEST_F(LocalTest, CudaPutsWorkerIOnGpuI) {
+  LocalOptions options;
+  options.device = "cuda";
+  options.workers = 3;
+  options.bin_dir = MakeBinDir(3);
+  options.run_dir = MakeTempDir("run");
+  EXPECT_EQ(RunLocalNow(options), kExitOk) << out_.str() << err_.str();
+  EXPECT_THAT(out_.str(),
+              HasSubstr("pshard local cluster: 3 GPU workers (cuda:0..cuda:2)"));
+  EXPECT_THAT(WorkerDevices(options.run_dir, 3),
+              ::testing::ElementsAre("cuda:0", "cuda:1", "cuda:2"));
+}
+
+TEST_F(LocalTest, UnknownDeviceExits2BeforeStartingAnything) {
+  for (const char* device : {"gpu", "cuda:1", "", "CPU"}) {
+    SCOPED_TRACE(device);
+    out_.str("");
+    err_.str("");
+    LocalOptions options;
+    options.device = device;
+    options.bin_dir = MakeBinDir(2);
+    options.run_dir = MakeTempDir("run");
+    EXPECT_EQ(RunLocalNow(options), kExitUsage);
+    EXPECT_THAT(err_.str(),
+                AllOf(HasSubstr(absl::StrCat("--device: \"", device, "\"")),
+                      HasSubstr("use cpu, or cuda")));
+    EXPECT_THAT(out_.str(), Not(HasSubstr("pid")));
+    EXPECT_THAT(StartedPids(options.run_dir, 2), ::testing::IsEmpty());
+  }
 }
 
 TEST_F(LocalTest, WorkersFlagSetsWorldSize) {

@@ -61,6 +61,8 @@ ABSL_FLAG(absl::Duration, watch_timeout, absl::Hours(72),
           "long.");
 ABSL_FLAG(int, workers, 0,
           "local: number of workers (default: the spec's world_size).");
+ABSL_FLAG(std::string, device, "cpu",
+          "local: the workers' device: cpu, or cuda (worker i on cuda:i).");
 ABSL_FLAG(std::string, run_dir, "",
           "local: directory for state, logs and default output (default: a "
           "new /tmp/pshard-local-XXXXXX).");
@@ -235,6 +237,7 @@ int main(int argc, char** argv) {
     pshard::cli::LocalOptions local;
     if (command.size() == 2) local.spec_path = UserPath(command[1]);
     local.workers = absl::GetFlag(FLAGS_workers);
+    local.device = absl::GetFlag(FLAGS_device);
     local.run_dir = UserPath(absl::GetFlag(FLAGS_run_dir));
     local.bin_dir = UserPath(absl::GetFlag(FLAGS_bin_dir));
     local.self_path = SelfPath(argv[0]);
