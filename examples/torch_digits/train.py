@@ -93,8 +93,13 @@ def main(argv):
     torch.manual_seed(args.seed)
     session = pshard.init()
     rank, world = session.rank, session.world_size
-    (train_x, train_y), (test_x, test_y) = load_data(args.seed)
-    model = DigitsCNN()
+    # The worker's device: cuda:N on a GPU worker (NCCL), else the CPU (Gloo).
+    device = torch.device(pshard.device())
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    (train_x, train_y), (test_x, test_y) = (
+        (x.to(device), y.to(device)) for x, y in load_data(args.seed))
+    model = DigitsCNN().to(device)
     optimizer = pshard.torch.ShardedOptimizer(
         model,
         optimizer={
@@ -109,7 +114,8 @@ def main(argv):
     if rank == 0:
         print(f"torch_digits: {len(train_y)} train / {len(test_y)} test "
               f"images, {sum(p.numel() for p in model.parameters())} "
-              f"parameters, {world} ranks x {args.batch_size} images",
+              f"parameters, {world} ranks x {args.batch_size} images, on "
+              f"{device}",
               flush=True)
 
     # A restarted job (the spec's max_restarts and checkpoint) resumes from
@@ -122,7 +128,7 @@ def main(argv):
     losses = []
     for step in range(start + 1, args.steps + 1):
         index = batch_indices(args.seed, rank, world, step, args.batch_size,
-                              len(train_y))
+                              len(train_y)).to(device)
         optimizer.zero_grad()
         loss = F.cross_entropy(model(train_x[index]), train_y[index])
         loss.backward()

@@ -120,7 +120,7 @@ class CausalSelfAttention(torch.nn.Module):
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
         # Causal: position i sees positions <= i. Built per call rather than
         # kept as a buffer, so DDP has no buffer to broadcast every step.
-        future = torch.ones(t, t, dtype=torch.bool).triu(1)
+        future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
         scores = scores.masked_fill(future, float("-inf"))
         y = F.softmax(scores, dim=-1) @ v
         return self.proj(y.transpose(1, 2).reshape(b, t, width))
@@ -157,7 +157,7 @@ class CharTransformer(torch.nn.Module):
         self.head = torch.nn.Linear(width, vocab_size)
 
     def forward(self, ids):
-        positions = torch.arange(ids.shape[1])
+        positions = torch.arange(ids.shape[1], device=ids.device)
         x = self.token_embedding(ids) + self.position_embedding(positions)
         for block in self.blocks:
             x = block(x)
@@ -168,13 +168,15 @@ class CharTransformer(torch.nn.Module):
 
     @torch.no_grad()
     def generate(self, prompt_ids, length, generator, temperature=0.8):
-        """`length` characters sampled after `prompt_ids` (1-D)."""
-        ids = prompt_ids.long().unsqueeze(0)
+        """`length` characters sampled after `prompt_ids` (1-D), on the
+        model's device, drawn on the CPU with `generator` (a CPU one)."""
+        device = self.head.weight.device
+        ids = prompt_ids.long().unsqueeze(0).to(device)
         for _ in range(length):
             logits = self(ids[:, -self.context:])[0, -1] / temperature
-            next_id = torch.multinomial(F.softmax(logits, dim=-1), 1,
+            next_id = torch.multinomial(F.softmax(logits, dim=-1).cpu(), 1,
                                         generator=generator)
-            ids = torch.cat([ids, next_id.unsqueeze(0)], dim=1)
+            ids = torch.cat([ids, next_id.to(device).unsqueeze(0)], dim=1)
         return ids[0, len(prompt_ids):].tolist()
 
 

@@ -60,11 +60,13 @@ def parse_args(argv):
 
 
 @torch.no_grad()
-def validation_loss(model, ids, args, batches=4):
+def validation_loss(model, ids, args, device, batches=4):
     """The mean loss over a few fixed windows of the held-out text."""
-    losses = [model.loss(*lm.batch(ids, args.seed, 0, 1, step,
-                                   args.batch_size, args.context)).item()
-              for step in range(1, batches + 1)]
+    losses = []
+    for step in range(1, batches + 1):
+        inputs, targets = lm.batch(ids, args.seed, 0, 1, step,
+                                   args.batch_size, args.context)
+        losses.append(model.loss(inputs.to(device), targets.to(device)).item())
     return sum(losses) / len(losses)
 
 
@@ -75,12 +77,16 @@ def main(argv):
     torch.manual_seed(args.seed)
     session = pshard.init()
     rank, world = session.rank, session.world_size
+    # The worker's device: cuda:N on a GPU worker (NCCL), else the CPU (Gloo).
+    device = torch.device(pshard.device())
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     text = lm.load_corpus()
     vocabulary = lm.Vocabulary(text)
     train_ids, validation_ids = lm.split_corpus(vocabulary.encode(text))
     model = lm.CharTransformer(len(vocabulary), context=args.context,
                                width=args.width, layers=args.layers,
-                               heads=args.heads)
+                               heads=args.heads).to(device)
     optimizer = pshard.torch.ShardedOptimizer(
         model, optimizer=lm.optimizer_spec(args.lr, args.weight_decay),
         bucket_cap_mb=args.bucket_cap_mb, comm_mode=args.comm_mode)
@@ -88,7 +94,7 @@ def main(argv):
         print(f"torch_lm: {len(text)} characters of fortunes, vocabulary "
               f"{len(vocabulary)}, {sum(p.numel() for p in model.parameters())}"
               f" parameters, {world} ranks x {args.batch_size} windows of "
-              f"{args.context}", flush=True)
+              f"{args.context}, on {device}", flush=True)
 
     # A restarted job (the spec's max_restarts and checkpoint) resumes from
     # its latest complete checkpoint; a first run starts at step 1.
@@ -114,7 +120,7 @@ def main(argv):
         if pshard.checkpoint.due(step, args.steps):
             pshard.checkpoint.save(optimizer, step)
 
-    held_out = validation_loss(model, validation_ids, args)
+    held_out = validation_loss(model, validation_ids, args, device)
     if rank == 0:
         print(f"validation loss {held_out:.4f}; this rank owned buckets "
               f"{optimizer.owned_buckets()}", flush=True)

@@ -5,6 +5,7 @@
     import pshard.torch
 
     session = pshard.init()                    # this rank of the job
+    model.to(pshard.device())                  # its worker's CPU or GPU
     opt = pshard.torch.ShardedOptimizer(
         model, optimizer={"kind": "ADAMW", "hyper_parameters": {"lr": 3e-4}})
     for step in range(1, steps + 1):
@@ -24,12 +25,14 @@ mode (PSHARD_LOCAL_STORE, for tests only).
 import atexit
 import ctypes
 import math
+import os
+import re
 import weakref
 
 from pshard import _capi
 from pshard._capi import PshardError
 
-__all__ = ["PshardError", "Session", "init"]
+__all__ = ["PshardError", "Session", "device", "init"]
 
 _process_session = None
 
@@ -114,3 +117,18 @@ def init():
     if _process_session is None or _process_session._handle is None:
         _process_session = Session.open()
     return _process_session
+
+
+def device():
+    """The device of this rank's worker, for `model.to(...)`: "cpu", or
+    "cuda:N" on a GPU worker (pshard-worker --device, as the agent passes it
+    in PSHARD_DEVICE). "cpu" where the variable is unset: a plain process, or
+    the local test mode. Raises PshardError (INVALID_ARGUMENT) naming the
+    variable for any other value."""
+    value = os.environ.get("PSHARD_DEVICE", "")
+    if value == "":
+        return "cpu"
+    if value == "cpu" or re.fullmatch(r"cuda:(0|[1-9][0-9]{0,3})", value):
+        return value
+    raise PshardError("pshard.device", _capi.INVALID_ARGUMENT,
+                      f"PSHARD_DEVICE is {value!r}; expected cpu or cuda:N")

@@ -44,6 +44,27 @@ class SessionTest(unittest.TestCase):
         finally:
             os.environ.update({k: v for k, v in saved.items() if v})
 
+    def test_device_is_the_agents_and_cpu_without_one(self):
+        saved = os.environ.pop("PSHARD_DEVICE", None)
+        try:
+            self.assertEqual(pshard.device(), "cpu")
+            for value in ("cpu", "cuda:0", "cuda:7", "cuda:15"):
+                os.environ["PSHARD_DEVICE"] = value
+                self.assertEqual(pshard.device(), value)
+            for value in ("gpu", "cuda", "cuda:", "cuda:01", "cuda:-1",
+                          "cuda:0 NVIDIA H100", " cpu"):
+                os.environ["PSHARD_DEVICE"] = value
+                with self.assertRaises(pshard.PshardError) as raised:
+                    pshard.device()
+                self.assertEqual(raised.exception.code,
+                                 _capi.INVALID_ARGUMENT)
+                self.assertIn("PSHARD_DEVICE", str(raised.exception))
+                self.assertIn(repr(value), str(raised.exception))
+        finally:
+            os.environ.pop("PSHARD_DEVICE", None)
+            if saved is not None:
+                os.environ["PSHARD_DEVICE"] = saved
+
     def test_report_checks_its_arguments_and_close_is_idempotent(self):
         local_environment()
         session = pshard.Session.open()

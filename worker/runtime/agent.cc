@@ -343,7 +343,7 @@ void Agent::StartJob(const v1::RunJobDirective& directive) {
     options.coordinator_address = options_.coordinator_address;
     options.coordinator_security = options_.coordinator_security;
     options.hostname = options_.gloo_hostname;
-    options.device = options_.worker_device.name;
+    options.device = options_.worker_device;
     options.log_dir = options_.program_log_dir;
     options.log_max_bytes = options_.program_log_max_bytes;
     options.rpc_timeout = options_.rpc_timeout;

@@ -132,6 +132,12 @@ absl::StatusOr<std::vector<std::string>> ProgramJob::Environment(
   const std::string master_port =
       colon == std::string::npos ? "" : master.substr(colon + 1);
   const LocalPlacement local = LocalPlacementOf(directive);
+  // The rank's device: the worker's GPU where the job runs on NCCL there,
+  // else the CPU (a GLOO job on a GPU worker trains on host memory).
+  ASSIGN_OR_RETURN(const CommBackend backend,
+                   ChooseBackend(spec.backend(), options.device));
+  const std::string device =
+      backend == CommBackend::kNccl ? options.device.name : "cpu";
   const std::pair<const char*, std::string> agent[] = {
       {"PSHARD_COORDINATOR", options.coordinator_address},
       {"PSHARD_JOB_ID", directive.job_id()},
@@ -148,7 +154,7 @@ absl::StatusOr<std::vector<std::string>> ProgramJob::Environment(
       // among the job's ranks on this host.
       {"LOCAL_RANK", absl::StrCat(local.local_rank)},
       {"LOCAL_WORLD_SIZE", absl::StrCat(local.local_world_size)},
-      {"PSHARD_DEVICE", options.device},
+      {"PSHARD_DEVICE", device},
       {"MASTER_ADDR", master_addr},
       {"MASTER_PORT", master_port},
   };

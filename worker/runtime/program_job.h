@@ -43,6 +43,7 @@
 #include "worker/runtime/program_keys.h"
 #include "worker/runtime/rank_job.h"
 #include "security/transport.h"
+#include "worker/gpu/backend_choice.h"
 
 namespace pshard::worker {
 
@@ -66,10 +67,12 @@ struct ProgramJobOptions {
   security::TransportSecurity coordinator_security;
   // The worker's advertised host: PSHARD_HOSTNAME, and MASTER_ADDR on rank 0.
   std::string hostname = "127.0.0.1";
-  // The worker's device (--device resolved: "cpu", "cuda:1"): PSHARD_DEVICE.
-  // On a multi-GPU node the GPU this worker holds, which need not be
-  // cuda:LOCAL_RANK (LOCAL_RANK is the rank's place in the job's placement).
-  std::string device = "cpu";
+  // The worker's device (--device resolved). PSHARD_DEVICE is its name
+  // ("cuda:1") when the job's backend picks NCCL on it (ChooseBackend), and
+  // "cpu" when Gloo. On a multi-GPU node the GPU this worker holds, which
+  // need not be cuda:LOCAL_RANK (LOCAL_RANK is the rank's place in the
+  // job's placement).
+  WorkerDevice device;
   // Where ProgramLog files go (program_log.h), and each file's cap.
   std::string log_dir;
   int64_t log_max_bytes = int64_t{64} << 20;
@@ -100,7 +103,8 @@ class ProgramJob : public RankJob {
 
   // The program's environment beyond the worker's own, as "NAME=value": the
   // spec's env, then the agent's names (which the spec may not set).
-  // `master` is "host:port". Errors: the spec's fingerprint's.
+  // `master` is "host:port". Errors: the spec's fingerprint's, and
+  // ChooseBackend's (NCCL asked of a worker without a GPU).
   static absl::StatusOr<std::vector<std::string>> Environment(
       const v1::JobSpec& spec, const v1::RunJobDirective& directive,
       const ProgramJobOptions& options, const std::string& master);

@@ -1,17 +1,21 @@
 // ProgramJob's environment: the torchrun names from the directive's
-// placement (LOCAL_RANK, LOCAL_WORLD_SIZE) and the worker's device.
+// placement (LOCAL_RANK, LOCAL_WORLD_SIZE) and the rank's device (the
+// worker's, as the job's backend uses it).
 #include "worker/runtime/program_job.h"
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace pshard::worker {
 namespace {
+
+using ::testing::HasSubstr;
 
 v1::RunJobDirective Directive(int rank, int world, int local_rank,
                               int local_world) {
@@ -26,14 +30,22 @@ v1::RunJobDirective Directive(int rank, int world, int local_rank,
   return d;
 }
 
-std::map<std::string, std::string> EnvOf(const v1::RunJobDirective& d,
-                                         const std::string& device = "cpu") {
+// `cuda_device` -1: a CPU worker.
+ProgramJobOptions OptionsOn(int cuda_device) {
   ProgramJobOptions options;
   options.worker_id = "w-3";
-  options.device = device;
+  if (cuda_device >= 0) {
+    options.device.cuda_device = cuda_device;
+    options.device.name = absl::StrCat("cuda:", cuda_device);
+  }
   options.log_dir = "/tmp/logs";
+  return options;
+}
+
+std::map<std::string, std::string> EnvOf(const v1::RunJobDirective& d,
+                                         int cuda_device = -1) {
   absl::StatusOr<std::vector<std::string>> env =
-      ProgramJob::Environment(d.spec(), d, options, "h1:1234");
+      ProgramJob::Environment(d.spec(), d, OptionsOn(cuda_device), "h1:1234");
   EXPECT_OK(env.status());
   std::map<std::string, std::string> out;
   if (!env.ok()) return out;
@@ -53,8 +65,32 @@ TEST(ProgramJobEnvironmentTest, LocalRankComesFromThePlacement) {
   EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "3");
   EXPECT_EQ(env["MASTER_ADDR"], "h1");
   EXPECT_EQ(env["MASTER_PORT"], "1234");
-  EXPECT_EQ(env["PSHARD_DEVICE"], "cpu");
-  EXPECT_EQ(EnvOf(Directive(0, 2, 0, 1), "cuda:1")["PSHARD_DEVICE"], "cuda:1");
+}
+
+// PSHARD_DEVICE is where the job's backend puts the rank: the worker's GPU
+// for NCCL (asked for, or AUTO on a GPU worker), the CPU for Gloo.
+TEST(ProgramJobEnvironmentTest, DeviceFollowsTheJobsBackend) {
+  v1::RunJobDirective d = Directive(0, 2, 0, 1);
+  for (v1::JobSpec::Backend backend :
+       {v1::JobSpec::BACKEND_UNSPECIFIED, v1::JobSpec::AUTO,
+        v1::JobSpec::GLOO}) {
+    d.mutable_spec()->set_backend(backend);
+    EXPECT_EQ(EnvOf(d)["PSHARD_DEVICE"], "cpu") << backend;
+  }
+  d.mutable_spec()->set_backend(v1::JobSpec::AUTO);
+  EXPECT_EQ(EnvOf(d, 1)["PSHARD_DEVICE"], "cuda:1");
+  d.mutable_spec()->set_backend(v1::JobSpec::NCCL);
+  EXPECT_EQ(EnvOf(d, 1)["PSHARD_DEVICE"], "cuda:1");
+  d.mutable_spec()->set_backend(v1::JobSpec::GLOO);
+  EXPECT_EQ(EnvOf(d, 1)["PSHARD_DEVICE"], "cpu");
+}
+
+TEST(ProgramJobEnvironmentTest, NcclOnAWorkerWithoutAGpuIsRefused) {
+  v1::RunJobDirective d = Directive(0, 2, 0, 1);
+  d.mutable_spec()->set_backend(v1::JobSpec::NCCL);
+  EXPECT_THAT(ProgramJob::Environment(d.spec(), d, OptionsOn(-1), "h1:1234"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("NCCL")));
 }
 
 // The spec's overlap_param_broadcast is the session's default (pshard.h).
