@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# GPU check: every GPU test and the GPU benchmark (optimizer-kernel bandwidth
-# against the device's copy bandwidth in the same run, and the step time of a
-# 1-GPU job) on a machine with an NVIDIA GPU, then a summary.
+# GPU check: every GPU test, the end-to-end runs of tools/gpu_e2e.sh (the
+# real pshardctl, coordinator and worker on the GPU: checkpoints and resume
+# of a NCCL job, the torch_lm example on CUDA tensors) and the GPU benchmark
+# (optimizer-kernel bandwidth against the device's copy bandwidth in the
+# same run, and the step time of a 1-GPU job) on a machine with an NVIDIA
+# GPU, then a summary.
 #
 # The GPU machines we are lent (an H200) have the CUDA driver and toolkit but
 # no Bazel, none of the Debian packages pshard builds against, and no network.
@@ -9,17 +12,20 @@
 # where the GPU is.
 #
 #   tools/gpu_check.sh pack [DIR]      # build machine (nvcc, no GPU needed):
-#                                      # build the GPU tests and gpu_bench
-#                                      # with CUDA, pack them and the shared
-#                                      # libraries they need into
-#                                      # DIR/pack.tar.gz (DIR: .gpu_check)
+#                                      # build the GPU tests, gpu_bench and
+#                                      # the binaries with CUDA, pack them
+#                                      # and the shared libraries they need
+#                                      # into DIR/pack.tar.gz (DIR:
+#                                      # .gpu_check)
 #   tools/gpu_check.sh run [DIR]       # GPU machine: unpack, find the CUDA
 #                                      # libraries there, run every test with
 #                                      # PSHARD_REQUIRE_GPU=1 (no device = a
-#                                      # failure, never a silent skip), then
-#                                      # gpu_bench; print the summary
+#                                      # failure, never a silent skip), the
+#                                      # end-to-end runs, then gpu_bench;
+#                                      # print the summary
 #   tools/gpu_check.sh dry-run [DIR]   # build machine: `run` without a GPU
-#                                      # (tests skip, the benchmark reports
+#                                      # (tests skip, the end-to-end runs
+#                                      # use the CPU, the benchmark reports
 #                                      # "no CUDA device"), and check that the
 #                                      # pack holds every library the system
 #                                      # there will not have
@@ -46,22 +52,30 @@ readonly BENCH=//bench/gpu:gpu_bench
 readonly LIBPSHARD=//worker/api:libpshard.so
 readonly PYTHON_TESTS="python/tests/cuda_parity_test.py"
 readonly PYTHON_TEST_FILES="python/tests/parity_common.py python/tests/precision_common.py worker/optim/testdata/torch_optim.py"
+# What tools/gpu_e2e.sh runs: the binaries a user runs, the example, and a
+# slice of its corpus (the GPU machine has no fortunes package).
+readonly CLUSTER_BINARIES="//cli:pshardctl //server:pshard-coordinator //worker:pshard-worker"
+readonly E2E_EXAMPLE_FILES="examples/torch_lm/train.py examples/torch_lm/model.py"
+readonly E2E_CORPUS_FILES="/usr/share/games/fortunes/computers /usr/share/games/fortunes/science"
 # Every test of worker/gpu, and any test tagged "gpu" elsewhere.
 readonly TESTS_QUERY='tests(//worker/gpu/...) union attr(tags, "\bgpu\b", tests(//...))'
 # Per test binary and for the benchmark (then SIGTERM; SIGKILL 10 s later,
 # for a process stuck in the driver).
 readonly TEST_TIMEOUT_S=180
 readonly BENCH_TIMEOUT_S=240
+readonly E2E_TIMEOUT_S=150
 # The device call kills a command after 10 minutes and returns only its
 # output's tail and what is under $OUT: `run` ends inside this budget (seconds
 # from its start) however long the binaries take, the summary written. The
-# tests stop taking time BENCH_RESERVE_S before the end, for the benchmark,
-# and the C++ tests PYTHON_RESERVE_S before that, for the Python test (the
-# only check of CUDA tensors in pshard.torch: one stuck binary must not
+# end-to-end runs stop BENCH_RESERVE_S before the end, for the benchmark;
+# the Python test E2E_RESERVE_S before that, for the end-to-end runs; and
+# the C++ tests PYTHON_RESERVE_S before that, for the Python test (the only
+# unit check of CUDA tensors in pshard.torch: one stuck binary must not
 # starve it).
 readonly BUDGET_S=${GPU_CHECK_BUDGET_S:-540}
 readonly BENCH_RESERVE_S=150
-readonly PYTHON_RESERVE_S=90
+readonly E2E_RESERVE_S=75
+readonly PYTHON_RESERVE_S=75
 # What the pack may weigh: a device call carries 64 MiB, source tree included.
 readonly PACK_LIMIT_BYTES=$((48 << 20))
 work=""  # run's unpacked pack (global: the EXIT trap removes it)
@@ -113,7 +127,8 @@ pack() {
   data=$(bazel query "labels(data, set($tests))" 2>/dev/null || true)
   [ -z "$data" ] || die "GPU tests with data dependencies cannot be packed: $data"
   # shellcheck disable=SC2086
-  bazel build $tests "$BENCH" "$LIBPSHARD" || die "build failed"
+  bazel build $tests "$BENCH" "$LIBPSHARD" $CLUSTER_BINARIES ||
+    die "build failed"
 
   local stage
   stage=$(mktemp -d)
@@ -127,13 +142,29 @@ pack() {
     paths+=("$path")
     names+=("$(basename "$path")")
   done
+  # The binaries of tools/gpu_e2e.sh, kept out of bin/ (not tests), and
+  # what it runs.
+  mkdir -p "$stage/cluster" "$stage/examples/torch_lm" "$stage/corpus"
+  for label in $CLUSTER_BINARIES; do
+    path="bazel-bin/${label#//}"
+    path="${path/://}"
+    [ -x "$path" ] || die "$label built, but $path is not there"
+    cp -L "$path" "$stage/cluster/"
+    paths+=("$path")
+  done
+  cp tools/gpu_e2e.sh "$stage/"
+  cp $E2E_EXAMPLE_FILES "$stage/examples/torch_lm/"
+  local file
+  for file in $E2E_CORPUS_FILES; do
+    [ -f "$file" ] || die "no $file (tools/setup.sh installs fortunes)"
+    cp "$file" "$stage/corpus/"
+  done
   # The Python package with the library beside it (where pshard._capi
   # looks first), and its tests with what they import.
   mkdir -p "$stage/python/pshard" "$stage/python/tests"
   cp python/pshard/*.py "$stage/python/pshard/"
   cp -L bazel-bin/worker/api/libpshard.so "$stage/python/pshard/"
   paths+=("bazel-bin/worker/api/libpshard.so")
-  local file
   for file in $PYTHON_TESTS $PYTHON_TEST_FILES; do
     cp "$file" "$stage/python/tests/"
   done
@@ -292,7 +323,7 @@ run() {
   # C++ runtime too old for our binaries is replaced by the carried one.
   local bin unresolved
   local deps
-  for bin in "$work"/bin/*; do
+  for bin in "$work"/bin/* "$work"/cluster/*; do
     deps=$(LD_LIBRARY_PATH="$libpath" ldd "$bin" 2>&1 || true)
     if grep -q 'GLIBCXX\|CXXABI\|GCC_[0-9]' <<<"$deps"; then
       libpath="$work/fallback:$libpath"
@@ -301,7 +332,7 @@ run() {
     fi
   done
   unresolved=""
-  for bin in "$work"/bin/*; do
+  for bin in "$work"/bin/* "$work"/cluster/*; do
     unresolved+=$(LD_LIBRARY_PATH="$libpath" ldd "$bin" 2>&1 |
       awk -v b="$(basename "$bin")" '/not found/ {printf "%s: %s; ", b, $1}')
   done
@@ -316,7 +347,7 @@ run() {
     # everything but the C library, the driver and the CUDA libraries left
     # to the GPU machine must come from the pack.
     local line leaks=""
-    for bin in "$work"/bin/*; do
+    for bin in "$work"/bin/* "$work"/cluster/*; do
       while IFS= read -r line; do
         soname=$(awk '{print $1}' <<<"$line")
         d=$(awk '$2 == "=>" {print $3}' <<<"$line")
@@ -350,7 +381,7 @@ run() {
   local passed_bins=0 failed_bins=0 limit
   while IFS= read -r t; do
     limit=$(timeout_within "$TEST_TIMEOUT_S" \
-      $((BENCH_RESERVE_S + PYTHON_RESERVE_S)))
+      $((BENCH_RESERVE_S + E2E_RESERVE_S + PYTHON_RESERVE_S)))
     if [ "$limit" -lt 10 ]; then
       failed_bins=$((failed_bins + 1))
       failed=1
@@ -397,7 +428,8 @@ run() {
   local py
   for py in $PYTHON_TESTS; do
     py=$(basename "$py")
-    limit=$(timeout_within "$TEST_TIMEOUT_S" "$BENCH_RESERVE_S")
+    limit=$(timeout_within "$TEST_TIMEOUT_S" \
+      $((BENCH_RESERVE_S + E2E_RESERVE_S)))
     if ! python3 -c 'import torch' >/dev/null 2>&1; then
       note "python $py: NOT RUN (no python3 with torch on this machine)"
       [ "$dry" = 1 ] || failed=1
@@ -422,6 +454,31 @@ run() {
       tail -n 30 "$logs/$py.log" | sed 's/^/   | /'
     fi
   done
+
+  # End to end through the real binaries, on cuda:0 (the CPU in a dry run).
+  limit=$(timeout_within "$E2E_TIMEOUT_S" "$BENCH_RESERVE_S")
+  if [ "$limit" -lt 30 ]; then
+    note "e2e: NOT RUN (the ${BUDGET_S}s budget is spent)"
+    failed=1
+  else
+    local device=cuda
+    [ "$dry" = 1 ] && device=cpu
+    rc=0
+    (cd "$work" && LD_LIBRARY_PATH="$libpath" NCCL_DEBUG="$NCCL_DEBUG" \
+      timeout -k 10 "$limit" ./gpu_e2e.sh "$work/cluster" "$work/python" \
+      "$work/examples" "$work/corpus" "$device" "$work/e2e") \
+      >"$logs/gpu_e2e.log" 2>&1 || rc=$?
+    save_log "$logs/gpu_e2e.log"
+    while IFS= read -r line; do note "$line"; done \
+      < <(grep '^e2e ' "$logs/gpu_e2e.log" || true)
+    if [ "$rc" -ne 0 ]; then
+      failed=1
+      if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        note "e2e: timed out after ${limit}s"
+      fi
+      grep -v '^e2e ' "$logs/gpu_e2e.log" | tail -n 60 | sed 's/^/   | /'
+    fi
+  fi
 
   # Benchmark: copy bandwidth and optimizer kernels in one run, then the
   # 1-GPU job step.

@@ -38,6 +38,9 @@ def parse_args(argv):
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--weight-decay", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--corpus", default=lm.FORTUNES_DIR,
+                        help="a directory of fortune files (default: "
+                        "Debian's fortunes package)")
     parser.add_argument("--bucket-cap-mb", type=float, default=0.25,
                         help="small, so that the small model has several "
                         "buckets to shard")
@@ -81,7 +84,7 @@ def main(argv):
     device = torch.device(pshard.device())
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    text = lm.load_corpus()
+    text = lm.load_corpus(args.corpus)
     vocabulary = lm.Vocabulary(text)
     train_ids, validation_ids = lm.split_corpus(vocabulary.encode(text))
     model = lm.CharTransformer(len(vocabulary), context=args.context,
