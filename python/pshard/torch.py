@@ -16,9 +16,9 @@ accumulate gradients, several, all but the last inside `with opt.no_sync():`
 (DDP's no_sync) — and calls step() every step. float32 or bfloat16
 parameters (mixed precision: see `param_dtype`), all on the CPU (reduced
 over Gloo) or all on one CUDA device (over NCCL, with pshard's fused CUDA
-optimizer; the gradients are taken as final on the current stream of that
-device when ShardedOptimizer was made, and step() leaves that stream
-ordered after the updates). On CUDA, overlap_param_broadcast is not
+optimizer, on the stream current when ShardedOptimizer was made: each
+gradient's reduction first waits for the caller's current stream, and
+step() leaves the current stream ordered after the updates). On CUDA, overlap_param_broadcast is not
 supported yet (pshard.PshardError says so); state_dict() returns CPU
 tensors there too.
 """
@@ -367,17 +367,26 @@ class ShardedOptimizer:
             if not self._no_sync:
                 self._hand_over(i)
             return
-        if p.grad is not self._grads[i]:
-            # zero_grad(set_to_none=True) (torch 2's default) or an
-            # assignment replaced the bucket view: bring it back.
-            with torch.no_grad():
-                self._grads[i].copy_(p.grad)
-            p.grad = self._grads[i]
+        self._grad_into_bucket(i)
         if self._no_sync:
             # Accumulated in the bucket in place; nothing travels yet.
             return
-        self._ready[i] = True
-        _capi.check("pshardGradientReady", self._session.handle, i)
+        self._mark_ready(i)
+
+    def _grad_into_bucket(self, i):
+        """Gradients in the buckets: when zero_grad(set_to_none=True) (torch
+        2's default) or an assignment replaced parameter i's bucket view,
+        its values go into the view (zeros when it has none, not the last
+        step's) and .grad is the view again."""
+        p = self._named[i][1]
+        if p.grad is self._grads[i]:
+            return
+        with torch.no_grad():
+            if p.grad is None:
+                self._grads[i].zero_()
+            else:
+                self._grads[i].copy_(p.grad)
+        p.grad = self._grads[i]
 
     def _hand_over(self, i):
         """Gradients not in the buckets: parameter i's (zero when it has
@@ -388,6 +397,17 @@ class ShardedOptimizer:
                 self._grads[i].zero_()
             else:
                 self._grads[i].copy_(p.grad)
+        self._mark_ready(i)
+
+    def _mark_ready(self, i):
+        """Parameter i's bucket gradient is final. On CUDA pshard orders its
+        reduction after its own stream (the one current when this optimizer
+        was made): first that stream waits for the caller's current one,
+        where autograd or the copies above wrote it, when they differ."""
+        if self._stream is not None:
+            current = torch.cuda.current_stream(self._device)
+            if current != self._stream:
+                self._stream.wait_stream(current)
         self._ready[i] = True
         _capi.check("pshardGradientReady", self._session.handle, i)
 
@@ -434,28 +454,32 @@ class ShardedOptimizer:
 
     def step(self, closure=None):
         """Ends the step: every rank holds the updated parameters on return.
-        Parameters that got no gradient this step count as ready (their
-        gradient is what their buffer holds, zero after zero_grad)."""
+        Parameters that got no gradient this step count as ready with what
+        their buffer holds: zero after either zero_grad (set_to_none too),
+        the sum of the no_sync backward passes otherwise."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         handle = self._session.handle
-        if self._stream is not None:
-            # Gradients handed over here (and zero_grad's zeros) were written
-            # on the caller's current stream, maybe not pshard's.
-            self._stream.wait_stream(torch.cuda.current_stream(self._device))
         for i, ready in enumerate(self._ready):
             if ready:
                 continue
             if self._grads_in_buckets:
-                _capi.check("pshardGradientReady", handle, i)
+                self._grad_into_bucket(i)
+                self._mark_ready(i)
             else:
                 self._hand_over(i)
         first = self.steps_finished == 0
         self._ready = [False] * len(self._named)
         try:
             _capi.check("pshardFinishStep", handle)
+            if self._stream is not None:
+                # The updated parameters are final on pshard's stream; the
+                # caller's next forward may run on another.
+                current = torch.cuda.current_stream(self._device)
+                if current != self._stream:
+                    current.wait_stream(self._stream)
         finally:
             # The first step re-packs the buckets, a failed one too: the
             # views follow them (the old buffers are gone).

@@ -84,6 +84,11 @@ def _torch_reference(optimizer_name):
     model = common.make_model().to(DEVICE)
     optimizer, scheduler = common.torch_reference_optimizer(optimizer_name,
                                                             model)
+    # torch 2 picks the multi-tensor (foreach) kernels on CUDA; pshard's
+    # follow the single-tensor formulas, which the comparison is about.
+    for group in optimizer.param_groups:
+        if "foreach" in group:
+            group["foreach"] = False
     clip = common.clipping(optimizer_name)
 
     def step():

@@ -134,6 +134,35 @@ class ShardedOptimizerTest(unittest.TestCase):
                                     r"supported \(CPU or CUDA tensors\)"):
             self.make(torch.nn.Linear(2, 2, device="meta"))
 
+    def test_no_gradient_after_set_to_none_is_zero_not_the_last_steps(self):
+        # `unused` gets a gradient in step 1 only; before step 2 the model's
+        # zero_grad(set_to_none=True) drops the bucket views. Plain SGD: a
+        # zero gradient leaves it where step 1 put it (the stale one would
+        # move it again).
+        used, unused = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+        model = torch.nn.ModuleDict({"used": used, "unused": unused})
+        optimizer = self.make(model)
+        x = torch.ones(4, 3)
+        (used(x).sum() + unused(x).sum()).backward()
+        optimizer.step()
+        after_first = {n: p.detach().clone()
+                       for n, p in unused.named_parameters()}
+        for n, p in model.named_parameters():
+            self.assertEqual(torch.count_nonzero(p.grad).item(), p.numel(), n)
+        model.zero_grad(set_to_none=True)
+        used(x).sum().backward()
+        optimizer.step()
+        for n, p in unused.named_parameters():
+            torch.testing.assert_close(p.detach(), after_first[n])
+            # Its .grad is its bucket view again, zero.
+            self.assertEqual(torch.count_nonzero(p.grad).item(), 0, n)
+        # And the bucket view keeps working: step 3 moves it again.
+        optimizer.zero_grad()
+        unused(x).sum().backward()
+        optimizer.step()
+        torch.testing.assert_close(unused.bias.detach(),
+                                   after_first["bias"] - 2.0)
+
     def test_parameters_live_in_the_buckets_and_survive_close(self):
         model = torch.nn.Linear(3, 2)
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
