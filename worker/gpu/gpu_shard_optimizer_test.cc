@@ -438,8 +438,10 @@ TEST_F(GpuShardOptimizerGpuTest, InitialStateAndKeptArrays) {
                        GpuShardOptimizer::Create(centered_only, 0));
   ASSERT_OK(rmsprop->AddBucket(0, {{"w", 0, 16}}));
   EXPECT_EQ(rmsprop->state_bytes(0), 2 * 16 * 4);  // square_avg, grad_avg
-  ASSERT_OK(rmsprop->CopyState(0, 2, state.as<float>()));
-  EXPECT_THAT(rmsprop->CopyState(0, 1, state.as<float>()),
+  ASSERT_OK_AND_ASSIGN(DeviceBuffer grad_avg,
+                       DeviceBuffer::Allocate(16 * 4, "grad_avg"));
+  ASSERT_OK(rmsprop->CopyState(0, 2, grad_avg.as<float>()));
+  EXPECT_THAT(rmsprop->CopyState(0, 1, grad_avg.as<float>()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no state")));
 }
 

@@ -260,13 +260,19 @@ class DeviceAccumulationArithmetic final : public AccumulationArithmetic {
     return pointers;
   }
 
+  // (The device is set for each launch: the accumulating workload calls
+  // these outside the inner workload's ScopedDevice.)
   absl::Status Add(float* sum, const float* micro, int64_t n) override {
+    ScopedDevice scoped(device_);
+    RETURN_IF_ERROR(scoped.status());
     return gpu::CudaStatus(gpu::LaunchAccumulate(sum, micro, n, stream_),
                            "accumulate a micro-batch's gradient");
   }
 
   absl::Status AddAndDivide(float* sum, const float* micro, int64_t n,
                             float divisor) override {
+    ScopedDevice scoped(device_);
+    RETURN_IF_ERROR(scoped.status());
     return gpu::CudaStatus(
         gpu::LaunchAccumulateAndDivide(sum, micro, n, divisor, stream_),
         "average the micro-batches' gradient");

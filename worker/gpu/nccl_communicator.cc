@@ -83,8 +83,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
           const ncclResult_t r = ncclCommFinalize(comm_);
           status = NcclStatus(r, comm_, "ncclCommFinalize");
           if (status.ok() && r == ncclInProgress) {
-            status = AwaitNcclLocked(clock_.Now() + kTeardownTimeout,
-                                     "ncclCommFinalize");
+            status = AwaitNcclLocked(kTeardownTimeout, "ncclCommFinalize");
           }
         }
         if (status.ok()) {
@@ -227,7 +226,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     // stream yet (e.g. connections being set up on first use). The event
     // must be recorded after it, so wait until NCCL is done issuing.
     if (status.ok() && r == ncclInProgress) {
-      status = AwaitNcclLocked(clock_.Now() + options_.timeout, op);
+      status = AwaitNcclLocked(options_.timeout, op);
     }
     if (status.ok() && divide_at_root && options_.rank == root) {
       status = CudaStatus(
@@ -267,9 +266,11 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
                                           *std::move(event), &clock_);
   }
 
-  // Polls ncclCommGetAsyncError until NCCL is no longer in progress.
-  absl::Status AwaitNcclLocked(absl::Time deadline, absl::string_view what)
+  // Polls ncclCommGetAsyncError until NCCL is no longer in progress, for at
+  // most `timeout`, or until a failure (an Abort) is recorded.
+  absl::Status AwaitNcclLocked(absl::Duration timeout, absl::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(issue_mu_) {
+    const absl::Time deadline = clock_.Now() + timeout;
     Backoff backoff(clock_);
     while (true) {
       ncclResult_t state = ncclSuccess;
@@ -285,13 +286,14 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
         return absl::DeadlineExceededError(
             absl::StrCat(what, " on rank ", options_.rank, " of ",
                          options_.world_size, " was still in progress after ",
-                         absl::FormatDuration(options_.timeout)));
+                         absl::FormatDuration(timeout)));
       }
       backoff.Pause();
     }
   }
 
-  // Waits (polling, with a deadline) for everything issued on the stream.
+  // Waits (polling, with a deadline) for everything issued on the stream;
+  // an Abort() meanwhile ends the wait with its failure.
   absl::Status DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(issue_mu_) {
     ASSIGN_OR_RETURN(CudaEvent event, CudaEvent::Create("drain"));
     RETURN_IF_ERROR(CudaStatus(cudaEventRecord(event.get(), stream_.get()),
@@ -302,6 +304,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       const cudaError_t err = gpu::QueryEvent(event.get());
       if (err == cudaSuccess) return absl::OkStatus();
       if (err != cudaErrorNotReady) return CudaStatus(err, "drain");
+      if (shared_->failed()) return shared_->failure();
       if (clock_.Now() >= deadline) {
         return absl::DeadlineExceededError(
             "NCCL communicator teardown: issued work did not finish");
@@ -418,7 +421,12 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(
   ASSIGN_OR_RETURN(
       DeviceBuffer barrier,
       DeviceBuffer::Allocate(sizeof(float), absl::StrCat(scope, ": barrier")));
-  RETURN_IF_ERROR(CudaStatus(cudaMemset(barrier.get(), 0, sizeof(float)),
+  // Zeroed on the communication stream, which does not wait for the legacy
+  // default stream's cudaMemset.
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemsetAsync(barrier.get(), 0, sizeof(float), stream.get()),
+      absl::StrCat(scope, ": barrier")));
+  RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream.get()),
                              absl::StrCat(scope, ": barrier")));
   return std::unique_ptr<NcclCommunicator>(
       new NcclCommunicatorImpl(options, std::move(name), comm.release(),

@@ -510,6 +510,17 @@ TEST(NcclTwoGpuTest, AbortReleasesAPeerWaitingInACollective) {
   };
   ASSERT_OK(FirstError(RunRanks(2, init)));
   ASSERT_TRUE(comms[0] && comms[1]);
+  // Both ranks all-reduce the same size once first: NCCL (2.22 on) connects
+  // peers at a communicator's first collective, inside the call, so a lone
+  // first one would wait there (until the timeout) instead of on the device.
+  auto warm_up = [&](int rank) -> absl::Status {
+    if (cudaSetDevice(rank) != cudaSuccess) {
+      return absl::InternalError("cudaSetDevice");
+    }
+    DeviceBuffer warm = Upload(std::vector<float>(1024, 1.0f));
+    return comms[rank]->AllReduce(warm.get(), 1024, DataType::kFloat32)->Wait(kWait);
+  };
+  ASSERT_OK(FirstError(RunRanks(2, warm_up)));
   ASSERT_OK(CudaStatus(cudaSetDevice(1), "cudaSetDevice"));
   DeviceBuffer buf = Upload(std::vector<float>(1024, 1.0f));
   // Rank 1 enters an all-reduce that rank 0 never joins.
