@@ -8,7 +8,10 @@ buckets this rank owns. A post-accumulate hook on every parameter's
 AccumulateGrad node (what DDP's reducer hooks) hands each gradient over as
 soon as it is final, so a bucket is reduced to its owner while backward
 still runs; step() waits for the owners' updates to come back. Do not wrap
-the model in DistributedDataParallel.
+the model in DistributedDataParallel. The first step() re-packs the
+buffers (in the order gradients became ready): tensors sharing the
+parameters' or gradients' memory from before it (p.detach(),
+model.state_dict()) are stale after it; take them later, or clone them.
 
 Rules (see worker/api/pshard.h): every rank builds the same model with the
 same initial values (seed them alike), runs one backward per step — or, to
