@@ -53,6 +53,9 @@ class FinishingSink final : public GradientSink {
                                       divisor_);
     if (error_.ok()) next_.GradientReady(i);
   }
+  absl::Status WaitForParameter(int i) override {
+    return next_.WaitForParameter(i);
+  }
 
   const absl::Status& error() const { return error_; }
 
@@ -66,9 +69,20 @@ class FinishingSink final : public GradientSink {
   absl::Status error_;
 };
 
+// The earlier micro-batches' sink: their gradients go nowhere, but their
+// forwards still wait for the parameters' last updates (with
+// overlap_param_broadcast the first micro-batch's forward is the first to
+// read them).
 class SilentSink final : public GradientSink {
  public:
+  explicit SilentSink(GradientSink& next) : next_(next) {}
   void GradientReady(int) override {}
+  absl::Status WaitForParameter(int i) override {
+    return next_.WaitForParameter(i);
+  }
+
+ private:
+  GradientSink& next_;
 };
 
 }  // namespace
@@ -114,7 +128,7 @@ absl::StatusOr<double> AccumulatingWorkload::ComputeGradients(
   const int64_t first = (step - 1) * n + 1;
   const std::vector<ParameterInfo>& infos = inner_->parameters();
   const absl::Span<float* const> scratch(scratch_);
-  SilentSink silent;
+  SilentSink silent(sink);
   // Micro-batch 1 into `grads`, 2..N-1 added to it: nothing communicated.
   ASSIGN_OR_RETURN(double loss_sum,
                    inner_->ComputeGradients(first, params, grads, silent));

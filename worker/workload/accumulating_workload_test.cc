@@ -67,6 +67,35 @@ TEST(AccumulatingWorkloadTest, StepIsTheMeanOfItsMicroBatches) {
   }
 }
 
+// Every micro-batch's forward asks for the parameters it reads (the mlp:
+// layer l's weight 2l and bias 2l+1), the first one before any gradient:
+// with overlap_param_broadcast that is where the last step's updates are
+// waited for. A failed wait fails the step.
+TEST(AccumulatingWorkloadTest, ForwardWaitsReachTheSink) {
+  constexpr int kN = 3;
+  ASSERT_OK_AND_ASSIGN(auto accumulated, CreateWorkload(MlpSpec(kN), 1, 2));
+  Buffers got(*accumulated);
+  ASSERT_OK(accumulated->InitializeParameters(got.param_ptrs));
+  RecordingSink sink(got.grad_ptrs, got.numels);
+  ASSERT_OK(accumulated->ComputeGradients(1, got.const_param_ptrs,
+                                          got.grad_ptrs, sink)
+                .status());
+  std::vector<int> one_forward = {0, 1, 2, 3};
+  std::vector<int> every_forward;
+  for (int m = 0; m < kN; ++m) {
+    every_forward.insert(every_forward.end(), one_forward.begin(),
+                         one_forward.end());
+  }
+  EXPECT_EQ(sink.waited, every_forward);
+
+  RecordingSink failing(got.grad_ptrs, got.numels);
+  failing.wait_status = absl::AbortedError("broadcast failed");
+  EXPECT_THAT(accumulated->ComputeGradients(2, got.const_param_ptrs,
+                                            got.grad_ptrs, failing),
+              StatusIs(absl::StatusCode::kAborted, "broadcast failed"));
+  EXPECT_TRUE(failing.order.empty());
+}
+
 TEST(AccumulatingWorkloadTest, RefusesBadArguments) {
   EXPECT_THAT(AccumulatingWorkload::Create(nullptr, 2),
               StatusIs(absl::StatusCode::kInvalidArgument,

@@ -1,6 +1,7 @@
 // Test helpers for workloads: a GradientSink that records the order of
 // GradientReady calls and, at each call, a copy of the gradient just declared
-// final; and host buffers for a workload's parameters and gradients.
+// final, and the WaitForParameter calls (answered with `wait_status`); and
+// host buffers for a workload's parameters and gradients.
 #ifndef PSHARD_WORKER_WORKLOAD_RECORDING_SINK_H_
 #define PSHARD_WORKER_WORKLOAD_RECORDING_SINK_H_
 
@@ -9,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "worker/workload/workload.h"
 
 namespace pshard::worker {
@@ -28,8 +30,15 @@ class RecordingSink : public GradientSink {
     }
   }
 
+  absl::Status WaitForParameter(int param_index) override {
+    waited.push_back(param_index);
+    return wait_status;
+  }
+
   std::vector<int> order;
   std::vector<std::vector<float>> snapshots;
+  std::vector<int> waited;
+  absl::Status wait_status;
 
  private:
   std::vector<float*> grads_;
