@@ -609,19 +609,10 @@ absl::Status ValidateFaultTolerance(const JobSpec& spec) {
     return FieldError("restart_on_program_failure",
                       "only for a program workload");
   }
-  if (spec.backend() == JobSpec::NCCL) RETURN_IF_ERROR(CheckNcclSupport(spec));
   return absl::OkStatus();
 }
 
 }  // namespace
-
-absl::Status CheckNcclSupport(const JobSpec& spec) {
-  if (spec.overlap_param_broadcast()) {
-    return FieldError("overlap_param_broadcast",
-                      "not supported yet with backend NCCL");
-  }
-  return absl::OkStatus();
-}
 
 bool operator==(const HyperParameters& a, const HyperParameters& b) {
   return a.lr == b.lr && a.momentum == b.momentum &&

@@ -69,11 +69,6 @@ absl::StatusOr<v1::OptimizerSpec> ParseOptimizerSpecJson(absl::string_view json)
 // path, e.g. "optimizer.hyper_parameters.lr: must be > 0, got -1".
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
-// What the GPU engine does not do yet (InvalidArgument naming the field):
-// overlap_param_broadcast. ValidateJobSpec applies it to backend NCCL; a
-// worker applies it too when backend AUTO picks its GPU.
-absl::Status CheckNcclSupport(const v1::JobSpec& spec);
-
 // Returns `spec` with every unset field given its documented default (backend
 // AUTO, policy BALANCED, comm mode REDUCE_BROADCAST, bucket_cap_mb 25, ...).
 // Call on a valid spec.

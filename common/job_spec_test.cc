@@ -296,15 +296,12 @@ TEST(ProgramSpecTest, OptimizerAndStepsAreCheckedWhenSet) {
   EXPECT_OK(ValidateJobSpec(spec));
 }
 
-TEST(ProgramSpecTest, OverlapIsAcceptedForAProgramButNotWithNccl) {
+TEST(ProgramSpecTest, OverlapIsAcceptedForAProgramOnEitherBackend) {
   v1::JobSpec spec = ProgramSpec();
   spec.set_overlap_param_broadcast(true);
   EXPECT_OK(ValidateJobSpec(spec));
   spec.set_backend(v1::JobSpec::NCCL);
-  EXPECT_THAT(ValidateJobSpec(spec),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("overlap_param_broadcast: not supported yet "
-                                 "with backend NCCL")));
+  EXPECT_OK(ValidateJobSpec(spec));
 }
 
 // One broken field per case; the error names it.
@@ -477,12 +474,6 @@ INSTANTIATE_TEST_SUITE_P(
         {"RelativeFromCheckpoint",
          [](auto& s) { s.set_from_checkpoint("step-5"); },
          "from_checkpoint: must be an absolute path"},
-        {"OverlapOnNccl",
-         [](auto& s) {
-           s.set_backend(JobSpec::NCCL);
-           s.set_overlap_param_broadcast(true);
-         },
-         "overlap_param_broadcast: not supported yet with backend NCCL"},
         {"RestartOnProgramFailureWithoutProgram",
          [](auto& s) { s.set_restart_on_program_failure(true); },
          "restart_on_program_failure: only for a program workload"},
@@ -769,7 +760,6 @@ TEST(CheckpointSpecTest, NcclJobsMayCheckpointAndResume) {
   spec.mutable_checkpoint()->set_every_steps(5);
   spec.set_from_checkpoint("/ckpt/step-5");
   EXPECT_OK(ValidateJobSpec(spec));
-  EXPECT_OK(CheckNcclSupport(spec));
 }
 
 TEST(ClippingSpecTest, ProgramJobsAccumulateThemselves) {

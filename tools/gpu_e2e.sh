@@ -9,6 +9,9 @@
 #       steps and checkpoints at step 20; job B starts from A's step 20
 #       (`from_checkpoint`) and must end with A's parameters bit for bit:
 #       the GPU optimizer's state (and masters) went to disk and came back.
+#   overlap   checkpoint-fp32's job A with overlap_param_broadcast: the
+#       forward waits on the device for each layer's broadcast; the same
+#       parameters bit for bit.
 #   torch-lm   examples/torch_lm on CUDA tensors (pshard.torch over NCCL,
 #       the fused CUDA AdamW) for 30 steps: SUCCEEDED, it trained on cuda:0
 #       (PSHARD_DEVICE, from backend AUTO on a GPU worker), its loss fell.
@@ -102,6 +105,28 @@ checkpoint_check() {
 
 checkpoint_check checkpoint-fp32 \
   '{"kind": "ADAM", "hyper_parameters": {"lr": 0.01}}' ""
+# Job A of checkpoint-fp32 again, its broadcasts left to the next forward.
+overlap_check() {
+  local reference="$work/checkpoint-fp32-a-out/params.safetensors"
+  if [ ! -f "$reference" ]; then
+    fail overlap "no output of checkpoint-fp32's job A to compare with"
+    return
+  fi
+  mlp_spec "$work/overlap.json" \
+    '{"kind": "ADAM", "hyper_parameters": {"lr": 0.01}}' ',
+  "overlap_param_broadcast": true,
+  "output_dir": "'"$work"'/overlap-out"'
+  if ! local_run overlap "$work/overlap.json"; then
+    fail overlap "the job did not succeed" "$work/overlap.log" \
+      "$work/runs/overlap/local-worker-0.log"
+  elif cmp -s "$reference" "$work/overlap-out/params.safetensors"; then
+    pass overlap "bit-identical to the run without overlap"
+  else
+    fail overlap "the parameters differ from the run without overlap"
+  fi
+}
+overlap_check
+
 checkpoint_check checkpoint-bf16 \
   '{"kind": "ADAMW", "hyper_parameters": {"lr": 0.01, "weight_decay": 0.1}}' \
   ',

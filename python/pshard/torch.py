@@ -21,9 +21,9 @@ parameters (mixed precision: see `param_dtype`), all on the CPU (reduced
 over Gloo) or all on one CUDA device (over NCCL, with pshard's fused CUDA
 optimizer, on the stream current when ShardedOptimizer was made: each
 gradient's reduction first waits for the caller's current stream, and
-step() leaves the current stream ordered after the updates). On CUDA, overlap_param_broadcast is not
-supported yet (pshard.PshardError says so); state_dict() returns CPU
-tensors there too.
+step() and the forward waits of overlap_param_broadcast leave the current
+stream ordered after what they waited for, on the device).
+state_dict() returns CPU tensors there too.
 """
 
 import contextlib
@@ -292,7 +292,18 @@ class ShardedOptimizer:
                 return
             for i in indices:
                 _capi.check("pshardWaitParameter", handle, i)
+            self._order_current_stream()
         return wait
+
+    def _order_current_stream(self):
+        """CUDA: pshard orders what the caller reads (the updates, the
+        broadcasts its waits asked for) on its own stream; the caller's
+        current stream waits for that one when they differ."""
+        if self._stream is None:
+            return
+        current = torch.cuda.current_stream(self._device)
+        if current != self._stream:
+            current.wait_stream(self._stream)
 
     @property
     def overlap_param_broadcast(self):
@@ -308,6 +319,7 @@ class ShardedOptimizer:
         handle = self._session.handle
         for i in range(len(self._named)):
             _capi.check("pshardWaitParameter", handle, i)
+        self._order_current_stream()
 
     def _point_into_buckets(self, copy_values):
         """Re-points every parameter's .data (and .grad, when the buckets
@@ -477,12 +489,7 @@ class ShardedOptimizer:
         self._ready = [False] * len(self._named)
         try:
             _capi.check("pshardFinishStep", handle)
-            if self._stream is not None:
-                # The updated parameters are final on pshard's stream; the
-                # caller's next forward may run on another.
-                current = torch.cuda.current_stream(self._device)
-                if current != self._stream:
-                    current.wait_stream(self._stream)
+            self._order_current_stream()
         finally:
             # The first step re-packs the buckets, a failed one too: the
             # views follow them (the old buffers are gone).

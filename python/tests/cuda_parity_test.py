@@ -7,7 +7,8 @@ against the same torch optimizer on the same GPU on the same batches: within
 CPU parity test (schedules, clipping and accumulation included) and both
 comm modes; bf16 parameters with fp32 masters within the mixed-precision
 bound of the fp32 run; state_dict()/load_state_dict() resuming bit for
-bit; and the device path's refusals named.
+bit; overlap_param_broadcast (the forward waiting on the device) bit for
+bit the same as without; and the device path's refusals named.
 
 Without a CUDA device for torch it skips, saying why (exit 0); with
 PSHARD_REQUIRE_GPU=1 that is a failure. tools/gpu_check.sh runs it there.
@@ -105,6 +106,8 @@ def _torch_reference(optimizer_name):
 
 
 def _pshard(optimizer_name, comm_mode, **kwargs):
+    options = dict(overlap_param_broadcast=False)
+    options.update(kwargs)
     with tempfile.TemporaryDirectory() as store:
         session = _open_session(store)
         try:
@@ -112,7 +115,7 @@ def _pshard(optimizer_name, comm_mode, **kwargs):
             optimizer = pshard.torch.ShardedOptimizer(
                 model, optimizer=common.OPTIMIZERS[optimizer_name][0],
                 bucket_cap_mb=common.BUCKET_CAP_MB, comm_mode=comm_mode,
-                session=session, overlap_param_broadcast=False, **kwargs)
+                session=session, **options)
             assert all(p.device.type == DEVICE.type
                        for p in model.parameters())
             return _train(model, optimizer_name, optimizer.step,
@@ -231,17 +234,17 @@ class CudaParityTest(unittest.TestCase):
                                     f"{name}: "
                                     f"{(got[name] - value).abs().max()}")
 
-    @_cuda_only
-    def test_overlap_is_refused_by_name(self):
-        with tempfile.TemporaryDirectory() as store:
-            session = _open_session(store)
-            with self.assertRaisesRegex(pshard.PshardError,
-                                        "overlap_param_broadcast"):
-                pshard.torch.ShardedOptimizer(
-                    common.make_model().cuda(),
-                    optimizer=common.OPTIMIZERS["adam"][0], session=session,
-                    overlap_param_broadcast=True)
-            session.close()
+    def test_overlapped_broadcasts_give_the_same_parameters(self):
+        # The forward waits on the device for each module's broadcasts
+        # instead of step() waiting for all: bit for bit the same training.
+        for comm_mode in ("reduce_broadcast", "allreduce_broadcast"):
+            with self.subTest(comm_mode=comm_mode):
+                want = _pshard("adam", comm_mode)
+                got = _pshard("adam", comm_mode, overlap_param_broadcast=True)
+                for step in (1, common.STEPS):
+                    for name, value in want[step].items():
+                        self.assertTrue(torch.equal(got[step][name], value),
+                                        f"step {step}, {name}")
 
     @_cuda_only
     def test_parameters_on_two_devices_are_refused(self):

@@ -201,9 +201,9 @@ pshardResult_t pshardGetPrecision(pshardSession_t session,
  * rank's Prepare meets the others' through the job's rendezvous, within
  * the collective timeout). Optimizer-state export/import and checkpoints
  * work as on the host (the state is copied between the device and host
- * memory). What device memory does not do yet: overlap_param_broadcast
- * (pshardPrepare fails with InvalidUsage: turn it off).
- * pshardPrepare fails with Unavailable in a libpshard built without CUDA
+ * memory). With overlap_param_broadcast, pshardWaitParameter makes the
+ * stream wait on the device for the parameter's broadcasts and returns at
+ * once. pshardPrepare fails with Unavailable in a libpshard built without CUDA
  * or on a machine without a CUDA device, and with InvalidArgument for a
  * device that does not exist. InvalidArgument here: device < 0. */
 pshardResult_t pshardSetCudaDevice(pshardSession_t session, int device,
@@ -256,7 +256,9 @@ pshardResult_t pshardGradientReady(pshardSession_t session, int index);
 pshardResult_t pshardFinishStep(pshardSession_t session);
 /* Returns once parameter `index` holds the last step's update: at once
  * without overlap_param_broadcast, before the first step, or when its
- * broadcast has already arrived (cheap: call it before every read). After
+ * broadcast has already arrived (cheap: call it before every read). Device
+ * memory: returns at once, with the session's stream (pshardSetCudaDevice)
+ * ordered after the update on the device; read it on that stream. After
  * pshardPrepare. InvalidArgument: an index that is not a parameter's;
  * Timeout/Unavailable/Aborted: the broadcast failed (the session can only
  * be closed). pshardSaveCheckpoint and pshardSessionClose wait for every

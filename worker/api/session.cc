@@ -527,11 +527,6 @@ absl::Status Session::PrepareOnDevice(const ZeroHookOptions& options,
         "environment (its NCCL communicator meets its peers through the "
         "job's rendezvous), not an attached one");
   }
-  if (options.overlap_param_broadcast) {
-    return absl::FailedPreconditionError(
-        "overlap_param_broadcast: not supported yet for parameters in CUDA "
-        "device memory (turn it off: pshardSetOverlapParamBroadcast(s, 0))");
-  }
   NcclOptions nccl;
   nccl.job_id = local() ? "local" : env_.job_id;
   nccl.epoch = env_.epoch;
@@ -555,6 +550,7 @@ absl::Status Session::PrepareOnDevice(const ZeroHookOptions& options,
   device_options.clock = &clock_;
   device_options.clipping = options.clipping;
   device_options.precision = options.precision;
+  device_options.overlap_param_broadcast = options.overlap_param_broadcast;
   ASSIGN_OR_RETURN(std::unique_ptr<GpuZeroHook> hook,
                    GpuZeroHook::Create(params_, comm.get(),
                                        std::move(optimizer),

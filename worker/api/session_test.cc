@@ -257,12 +257,6 @@ TEST(SessionTest, DeviceMemoryIsCheckedBeforeAnyDeviceIsNeeded) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("parameter \"b\": in host memory, but the "
                                  "parameters before it are not")));
-  ASSERT_OK(session->SetOverlapParamBroadcast(true));
-  EXPECT_THAT(session->Prepare(),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("overlap_param_broadcast: not supported yet "
-                                 "for parameters in CUDA device memory")));
-  ASSERT_OK(session->SetOverlapParamBroadcast(false));
   std::string why_no_device;
   if (CudaDeviceCount(&why_no_device) == 0) {
     // Here the NCCL communicator cannot open: the error says why.

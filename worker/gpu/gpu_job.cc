@@ -15,10 +15,11 @@ namespace pshard::worker {
 namespace {
 
 // Mixed precision (JobSpec.precision), as CpuJob's Fp32Compute: the
-// workloads compute in fp32, on device copies of the bf16 parameters
-// (widened before each step, on the compute stream) into device fp32
-// gradients that are rounded into the bf16 buckets as each becomes final.
-// A dtype that is fp32 is used in place.
+// workloads compute in fp32, on device copies of the bf16 parameters (each
+// widened on the compute stream when the forward asks for it: after the
+// hook's WaitForParameter, so after its update has arrived) into device
+// fp32 gradients that are rounded into the bf16 buckets as each becomes
+// final. A dtype that is fp32 is used in place.
 class DeviceFp32Compute final : public GradientSink {
  public:
   static absl::StatusOr<std::unique_ptr<DeviceFp32Compute>> Create(
@@ -70,30 +71,18 @@ class DeviceFp32Compute final : public GradientSink {
     return absl::OkStatus();
   }
 
-  // Before a step's compute (the buckets may have moved after the first
-  // step): the views, and bf16 parameters widened on the compute stream,
-  // which the hook has ordered after the last step's broadcasts.
-  absl::Status PrepareStep() {
-    gpu::ScopedDevice scoped(device_);
-    RETURN_IF_ERROR(scoped.status());
+  // Before a step's compute: the views (the buckets may have moved after
+  // the first step).
+  void PrepareStep() {
     const std::vector<ParameterInfo>& infos = hook_->parameter_infos();
     compute_params_.assign(infos.size(), nullptr);
     compute_grads_.assign(infos.size(), nullptr);
     for (size_t i = 0; i < infos.size(); ++i) {
-      if (params_.empty()) {
-        compute_params_[i] = hook_->params()[i];
-      } else {
-        compute_params_[i] = params_[i].as<float>();
-        RETURN_IF_ERROR(gpu::CudaStatus(
-            gpu::LaunchBFloat16ToFloat(
-                static_cast<const uint16_t*>(hook_->param_data()[i]),
-                params_[i].as<float>(), infos[i].numel, stream_),
-            "widen the parameters"));
-      }
+      compute_params_[i] =
+          params_.empty() ? hook_->params()[i] : params_[i].as<float>();
       compute_grads_[i] =
           grads_.empty() ? hook_->grads()[i] : grads_[i].as<float>();
     }
-    return absl::OkStatus();
   }
 
   absl::Span<const float* const> params() const { return compute_params_; }
@@ -119,8 +108,19 @@ class DeviceFp32Compute final : public GradientSink {
     hook_->GradientReady(i);
   }
 
+  // The compute stream is ordered after parameter i's update (the hook's
+  // wait); bf16: its fp32 copy is widened from it there.
   absl::Status WaitForParameter(int i) override {
-    return hook_->WaitForParameter(i);
+    RETURN_IF_ERROR(hook_->WaitForParameter(i));
+    if (params_.empty()) return absl::OkStatus();
+    gpu::ScopedDevice scoped(device_);
+    RETURN_IF_ERROR(scoped.status());
+    return gpu::CudaStatus(
+        gpu::LaunchBFloat16ToFloat(
+            static_cast<const uint16_t*>(hook_->param_data()[i]),
+            params_[i].as<float>(), hook_->parameter_infos()[i].numel,
+            stream_),
+        "widen a parameter");
   }
 
   // The first gradient that could not be handed over this step, if any.
@@ -173,6 +173,7 @@ class GpuJobImpl final : public GpuJob {
     hook_options.clock = options.clock;
     hook_options.clipping = GradClipping::FromSpec(spec.optimizer());
     hook_options.precision = MixedPrecision::FromSpec(spec);
+    hook_options.overlap_param_broadcast = spec.overlap_param_broadcast();
     ASSIGN_OR_RETURN(
         hook_, GpuZeroHook::Create(workload_->parameters(), comm_.get(),
                                    std::move(optimizer), std::move(provider),
@@ -189,12 +190,10 @@ class GpuJobImpl final : public GpuJob {
   absl::StatusOr<double> RunStep(int64_t step) override {
     absl::StatusOr<double> loss;
     if (fp32_compute_ != nullptr) {
-      absl::Status prepared = fp32_compute_->PrepareStep();
-      loss = prepared.ok()
-                 ? workload_->ComputeGradients(step, fp32_compute_->params(),
-                                               fp32_compute_->grads(),
-                                               *fp32_compute_)
-                 : absl::StatusOr<double>(prepared);
+      fp32_compute_->PrepareStep();
+      loss = workload_->ComputeGradients(step, fp32_compute_->params(),
+                                         fp32_compute_->grads(),
+                                         *fp32_compute_);
       if (loss.ok()) {
         if (absl::Status handed = fp32_compute_->TakeError(); !handed.ok()) {
           loss = handed;
@@ -225,6 +224,8 @@ class GpuJobImpl final : public GpuJob {
 
   absl::Status CopyParameterRangeToHost(int index, int64_t offset,
                                         int64_t numel, float* out) override {
+    // (With overlap_param_broadcast its last update may still be on its way.)
+    RETURN_IF_ERROR(hook_->WaitForParameter(index));
     return hook_->CopyParameterRangeToHost(index, offset, numel, out);
   }
 

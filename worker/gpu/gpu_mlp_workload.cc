@@ -202,8 +202,11 @@ class GpuMlpWorkload final : public FixedParametersWorkload {
       }
       in = out;
     }
-    // The student's forward pass.
+    // The student's forward pass. Each layer's parameters may still be on
+    // their way (overlap_param_broadcast): the stream waits for them.
     for (int l = 0; l < layers; ++l) {
+      RETURN_IF_ERROR(sink.WaitForParameter(2 * l));
+      RETURN_IF_ERROR(sink.WaitForParameter(2 * l + 1));
       RETURN_IF_ERROR(Linear(act_[l].as<float>(), params[2 * l],
                              params[2 * l + 1], dims_[l], dims_[l + 1],
                              pre_[l].as<float>()));

@@ -137,7 +137,11 @@ class HostWorkloadAdapter final : public FixedParametersWorkload {
     ScopedDevice scoped(device_);
     RETURN_IF_ERROR(scoped.status());
     // The host needs this step's parameters; the stream orders the copies
-    // after the previous step's broadcasts (the hook made it wait on them).
+    // after the previous step's broadcasts (the hook made it wait on them at
+    // the end of the step, or does now with overlap_param_broadcast).
+    for (size_t i = 0; i < infos.size(); ++i) {
+      RETURN_IF_ERROR(sink.WaitForParameter(static_cast<int>(i)));
+    }
     for (size_t i = 0; i < infos.size(); ++i) {
       RETURN_IF_ERROR(
           CudaStatus(cudaMemcpyAsync(host_params_[i].as<float>(), params[i],

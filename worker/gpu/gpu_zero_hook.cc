@@ -344,6 +344,14 @@ class DeviceMemory final : public HookMemory {
     return StreamWaitFor(last, compute_, timeout_);
   }
 
+  // The forward's kernels wait on the device; the host goes on.
+  absl::Status OrderComputeAfterBroadcast(Work& work,
+                                          absl::Duration timeout) override {
+    ScopedDevice scoped(comm_->device());
+    RETURN_IF_ERROR(scoped.status());
+    return StreamWaitFor(work, compute_, timeout);
+  }
+
  private:
   // Piece `index`'s gradients as fp32: in place, or widened into its room
   // (enqueued on the communication stream).
@@ -442,6 +450,7 @@ absl::StatusOr<std::unique_ptr<GpuZeroHook>> GpuZeroHook::Create(
   hook_options.timeout = options.timeout;
   hook_options.clipping = options.clipping;
   hook_options.precision = options.precision;
+  hook_options.overlap_param_broadcast = options.overlap_param_broadcast;
   // Whole buckets, each broadcast right after its step (see the header).
   hook_options.piece_bytes = 0;
   hook_options.broadcast_lag = 0;

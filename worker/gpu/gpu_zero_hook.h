@@ -16,7 +16,11 @@
 // hook's function at issue time; it launches the kernels), and the compute
 // stream waits on the step's last operation on the device. FinishStep also
 // waits for the step on the host, with the deadline, so that errors (a lost
-// peer, an abort) surface in the step that caused them.
+// peer, an abort) surface in the step that caused them. With
+// overlap_param_broadcast the compute stream waits at the end of the step
+// for the reductions and owner steps only, and the next forward's
+// WaitForParameter(i) adds a device wait for the broadcasts that carry
+// parameter i (the host never blocks on a broadcast).
 //
 // Buckets travel whole (one NCCL call and one optimizer launch per bucket)
 // and each broadcast follows its own step: every operation is on one stream,
@@ -67,6 +71,12 @@ struct GpuZeroHookOptions {
   // Mixed precision (zero_hook.h): fp32 by default. bf16 buckets on the
   // device, fp32 master weights and widened gradients at the owner.
   MixedPrecision precision;
+  // zero_hook.h's: FinishStep orders the compute stream after the step's
+  // reductions and owner steps only, and WaitForParameter(i) makes it wait
+  // (on the device, the host going on) for the broadcasts that carry
+  // parameter i, so the next forward's first layers start while later
+  // buckets still arrive.
+  bool overlap_param_broadcast = false;
 };
 
 class GpuZeroHook : public ZeroHook {

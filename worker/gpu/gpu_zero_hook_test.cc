@@ -372,6 +372,40 @@ TEST(GpuJobTest, MixedPrecisionJobMatchesTheCpuJob) {
   }
 }
 
+// overlap_param_broadcast on the device: the step ends without waiting for
+// the broadcasts, and the mlp's forward makes the compute stream wait for
+// each layer's (after the owner's step on the communication stream). The
+// same kernels in the same order: bit for bit the parameters of the job
+// without it, with gradient accumulation too (every micro-batch's forward
+// waits). One rank; mlp, whose forward reads the parameters, and the
+// adapted host workload, which downloads them.
+TEST(GpuJobTest, OverlappedBroadcastsGiveTheSameParameters) {
+  PSHARD_SKIP_WITHOUT_GPUS(1);
+  for (const int accumulation : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("accumulation ", accumulation));
+    v1::JobSpec spec = Job(kMlpSgdJob);
+    spec.set_gradient_accumulation_steps(accumulation);
+    spec = ApplyJobSpecDefaults(spec);
+    ASSERT_OK(ValidateJobSpec(spec));
+    v1::JobSpec overlapped = spec;
+    overlapped.set_overlap_param_broadcast(true);
+    InMemoryKvStore kv, overlapped_kv;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuJob> job,
+                         OneRankGpuJob(spec, "gpu-plain", kv));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<GpuJob> overlapped_job,
+                         OneRankGpuJob(overlapped, "gpu-overlap", overlapped_kv));
+    for (int64_t step = 1; step <= spec.steps(); ++step) {
+      ASSERT_OK_AND_ASSIGN(double loss, job->RunStep(step));
+      ASSERT_OK_AND_ASSIGN(double overlapped_loss,
+                           overlapped_job->RunStep(step));
+      EXPECT_EQ(overlapped_loss, loss) << "step " << step;
+    }
+    ASSERT_OK_AND_ASSIGN(auto want, job->DownloadParameters());
+    ASSERT_OK_AND_ASSIGN(auto got, overlapped_job->DownloadParameters());
+    ExpectSame(got, want);
+  }
+}
+
 // What a checkpoint keeps of a rank (RankModel, as CheckpointSaver reads
 // it): the parameters it owns as its optimizer holds them (bf16: the fp32
 // masters) and its optimizer state.

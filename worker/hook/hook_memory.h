@@ -161,6 +161,14 @@ class HookMemory {
   // it (device memory: the compute stream waits for it on the device). Host
   // memory: nothing (the host wait orders it).
   virtual absl::Status OrderComputeAfter(Work& last) = 0;
+
+  // overlap_param_broadcast (WaitForParameter): before the training reads
+  // what broadcast `work` writes. Host memory waits for it, for at most
+  // `timeout`; device memory makes the compute stream wait for it on the
+  // device and returns at once (errors surface in FinishStep, or in the
+  // communicator's timeout).
+  virtual absl::Status OrderComputeAfterBroadcast(Work& work,
+                                                  absl::Duration timeout) = 0;
 };
 
 // Host memory (what ZeroHook::Create uses): BucketStorage buffers of

@@ -171,6 +171,11 @@ class RecordingMemory : public HookMemory {
                                        : "compute after an earlier operation");
     return inner_->OrderComputeAfter(last);
   }
+  absl::Status OrderComputeAfterBroadcast(Work& work,
+                                          absl::Duration timeout) override {
+    Log(training_, "compute after a broadcast");
+    return inner_->OrderComputeAfterBroadcast(work, timeout);
+  }
 
   std::vector<std::string> training() {
     absl::MutexLock lock(&mu_);
@@ -211,7 +216,8 @@ class HookOnMemory : public ZeroHook {
 // and "b" (2), a bucket each, plain SGD with lr 0.5; initialised.
 struct RecordedHook {
   static absl::StatusOr<std::unique_ptr<RecordedHook>> Create(
-      v1::JobSpec::CommMode mode, const GradClipping& clipping) {
+      v1::JobSpec::CommMode mode, const GradClipping& clipping,
+      bool overlap_param_broadcast = false) {
     auto recorded = std::make_unique<RecordedHook>();
     ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer, Sgd());
     auto memory = std::make_unique<RecordingMemory>(optimizer.get(),
@@ -224,6 +230,7 @@ struct RecordedHook {
     options.piece_bytes = 0;
     options.broadcast_lag = 0;
     options.clipping = clipping;
+    options.overlap_param_broadcast = overlap_param_broadcast;
     recorded->hook = std::make_unique<HookOnMemory>(
         std::vector<ParameterInfo>{{"a", {4}, 4}, {"b", {2}, 2}},
         &recorded->comm, std::move(optimizer), std::move(memory),
@@ -304,6 +311,48 @@ TEST(ZeroHookTest, HookMemoryCallsFollowTheAlgorithm) {
     two_steps.insert(two_steps.end(), step.begin(), step.end());
     EXPECT_THAT(comm.issued(), ::testing::ElementsAreArray(two_steps));
   }
+}
+
+// overlap_param_broadcast: the step orders the compute after its owner
+// steps, not after the broadcasts that follow them, and each parameter's
+// broadcast is ordered before the compute once, when the next forward asks
+// for that parameter (the device memory makes that a device wait); what
+// the forward did not ask for, the next FinishStep orders.
+TEST(ZeroHookTest, HookMemoryCallsWithOverlapLeaveTheBroadcastsToTheForward) {
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<RecordedHook> recorded_hook,
+      RecordedHook::Create(v1::JobSpec::REDUCE_BROADCAST, GradClipping(),
+                           /*overlap_param_broadcast=*/true));
+  RecordingMemory& recorded = *recorded_hook->memory;
+  HookOnMemory& hook = *recorded_hook->hook;
+  recorded_hook->Fill();
+  hook.GradientReady(0);
+  hook.GradientReady(1);
+  ASSERT_OK(hook.FinishStep());
+  EXPECT_THAT(recorded.training(),
+              ::testing::ElementsAre("arrange", "arrange", "order 0",
+                                     "order 1",
+                                     "compute after an earlier operation"));
+  // The next forward reads "a" (twice: the second wait is free).
+  ASSERT_OK(hook.WaitForParameter(0));
+  ASSERT_OK(hook.WaitForParameter(0));
+  EXPECT_EQ(hook.params()[0][3], 0.5f);
+  EXPECT_EQ(recorded.training().back(), "compute after a broadcast");
+  EXPECT_EQ(recorded.training().size(), 6u);
+  hook.GradientReady(0);
+  hook.GradientReady(1);
+  ASSERT_OK(hook.FinishStep());
+  // "b" was never asked for: FinishStep orders its broadcast first.
+  EXPECT_THAT(recorded.training(),
+              ::testing::ElementsAre(
+                  "arrange", "arrange", "order 0", "order 1",
+                  "compute after an earlier operation",
+                  "compute after a broadcast", "order 0", "order 1",
+                  "compute after a broadcast",
+                  "compute after an earlier operation"));
+  ASSERT_OK(hook.WaitForAllParameters());
+  EXPECT_EQ(hook.params()[0][0], 0.0f);
+  EXPECT_EQ(hook.params()[1][0], 4.0f);
 }
 
 // With clipping, the same schedule defers the owners' steps: each bucket's

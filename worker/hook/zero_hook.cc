@@ -182,6 +182,12 @@ class HostMemory final : public HookMemory {
   // FinishStep's host wait orders the next forward.
   absl::Status OrderComputeAfter(Work&) override { return absl::OkStatus(); }
 
+  // The forward runs on this thread: wait here.
+  absl::Status OrderComputeAfterBroadcast(Work& work,
+                                          absl::Duration timeout) override {
+    return work.Wait(timeout);
+  }
+
  private:
   // What the owner keeps for a piece under mixed precision.
   struct OwnedPiece {
@@ -1066,7 +1072,8 @@ absl::Status ZeroHook::WaitForParameter(int param_index) {
   }
   std::vector<std::shared_ptr<Work>>& works = pending_broadcasts_[param_index];
   for (const auto& work : works) {
-    absl::Status status = work->Wait(options_.timeout);
+    absl::Status status =
+        memory_->OrderComputeAfterBroadcast(*work, options_.timeout);
     if (!status.ok()) {
       return Fail(absl::Status(
           status.code(),

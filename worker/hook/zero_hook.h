@@ -189,7 +189,8 @@ struct ZeroHookOptions {
   // forward calls WaitForParameter(i) before it reads parameter i, so it
   // starts on the first layers while later ones are still arriving
   // (Megatron's --overlap-param-gather, in the order the forward really
-  // reads them). Host memory only.
+  // reads them). On device memory the wait is the compute stream's, on the
+  // device (HookMemory::OrderComputeAfterBroadcast).
   bool overlap_param_broadcast = false;
   // Off by default. When on, owners step only once the step's reductions
   // are done (see the file comment); invalid values are refused by Create.

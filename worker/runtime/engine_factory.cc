@@ -2,8 +2,6 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "worker/gpu/gpu_job.h"
 #include "worker/runtime/cpu_job.h"
@@ -16,14 +14,6 @@ absl::StatusOr<std::unique_ptr<StepEngine>> CreateStepEngine(
   ASSIGN_OR_RETURN(CommBackend backend,
                    ChooseBackend(spec.backend(), options.device));
   if (backend == CommBackend::kNccl) {
-    // Submission checked this only when the spec named NCCL itself.
-    if (absl::Status supported = CheckNcclSupport(spec); !supported.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "this worker runs the job on its GPU (", options.device.name,
-          ", backend ", v1::JobSpec::Backend_Name(spec.backend()),
-          " chose NCCL): ", supported.message(),
-          "; set backend: GLOO to run it on the CPU"));
-    }
     GpuJobOptions gpu;
     gpu.job_id = options.job_id;
     gpu.epoch = options.epoch;

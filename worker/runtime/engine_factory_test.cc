@@ -15,7 +15,6 @@
 namespace pshard::worker {
 namespace {
 
-using ::testing::AllOf;
 using ::testing::Each;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
@@ -56,25 +55,6 @@ TEST(EngineFactoryTest, NcclOnACpuWorkerIsRefused) {
                                LocalOwners(1)),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("this worker runs on the CPU")));
-}
-
-// Backend AUTO on a GPU worker means NCCL: what the GPU engine does not do
-// yet is refused by name before it starts, as it is at submission for a
-// spec that names NCCL.
-TEST(EngineFactoryTest, AutoOnAGpuWorkerRefusesWhatNcclDoesNotDoYet) {
-  InMemoryKvStore kv;
-  StepEngineOptions options = Options(0, 1);
-  options.device.cuda_device = 0;
-  options.device.name = "cuda:0";
-  v1::JobSpec overlap = Spec(1, v1::JobSpec::AUTO);
-  overlap.set_overlap_param_broadcast(true);
-  EXPECT_THAT(
-      CreateStepEngine(overlap, options, kv, LocalOwners(1)),
-      StatusIs(absl::StatusCode::kFailedPrecondition,
-               AllOf(HasSubstr("runs the job on its GPU (cuda:0, backend "
-                               "AUTO chose NCCL)"),
-                     HasSubstr("overlap_param_broadcast: not supported yet"),
-                     HasSubstr("backend: GLOO"))));
 }
 
 // Two CPU ranks as threads over loopback Gloo: the engine's steps, the loss
