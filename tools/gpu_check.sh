@@ -263,6 +263,9 @@ EOF
 
 run() {
   local dir=$1 dry=$2
+  # The budget is the run's: in `all` and `dry-run` the pack (a build) came
+  # first.
+  start=$(date +%s)
   local pack="$dir/pack.tar.gz"
   [ -f "$pack" ] || die "no $pack: run 'tools/gpu_check.sh pack' on a build machine first"
   work=$(mktemp -d)
