@@ -369,8 +369,6 @@ class Session : private RankModel {
   const std::vector<ParameterInfo>& parameters() const override {
     return params_;
   }
-  absl::Status CopyParameterRangeToHost(int index, int64_t offset,
-                                        int64_t numel, float* out) override;
   absl::Status UploadParameters(
       const std::vector<std::vector<float>>& values) override;
 

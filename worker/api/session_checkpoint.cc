@@ -99,13 +99,6 @@ absl::StatusOr<int64_t> Session::LoadCheckpoint(absl::string_view path) {
   return resume.step();
 }
 
-absl::Status Session::CopyParameterRangeToHost(int index, int64_t offset,
-                                               int64_t numel, float* out) {
-  RETURN_IF_ERROR(hook_->WaitForParameter(index));
-  // Widened exactly from bf16.
-  return hook_->ReadParameterRange(index, offset, absl::MakeSpan(out, numel));
-}
-
 absl::Status Session::UploadParameters(
     const std::vector<std::vector<float>>& values) {
   RETURN_IF_ERROR(CheckValuesToUpload(params_, values));

@@ -222,13 +222,6 @@ class GpuJobImpl final : public GpuJob {
   GpuZeroHook& hook() override { return *hook_; }
   const Workload& workload() const override { return *workload_; }
 
-  absl::Status CopyParameterRangeToHost(int index, int64_t offset,
-                                        int64_t numel, float* out) override {
-    // (With overlap_param_broadcast its last update may still be on its way.)
-    RETURN_IF_ERROR(hook_->WaitForParameter(index));
-    return hook_->CopyParameterRangeToHost(index, offset, numel, out);
-  }
-
   // A resume, before the first step: uploaded on the compute stream (bf16:
   // rounded, the owners' masters from the exact values), over what the
   // workload initialised.

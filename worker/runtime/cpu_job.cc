@@ -147,13 +147,6 @@ class CpuJobImpl final : public CpuJob {
   ZeroHook& hook() override { return *hook_; }
   const Workload& workload() const override { return *workload_; }
 
-  absl::Status CopyParameterRangeToHost(int index, int64_t offset,
-                                        int64_t numel, float* out) override {
-    RETURN_IF_ERROR(hook_->WaitForParameter(index));
-    // Widened exactly from bf16.
-    return hook_->ReadParameterRange(index, offset, absl::MakeSpan(out, numel));
-  }
-
   absl::Status UploadParameters(
       const std::vector<std::vector<float>>& values) override {
     const auto& infos = workload_->parameters();

@@ -32,9 +32,19 @@ class RankModel {
   // into parameters(); the caller keeps the index and the range inside the
   // parameter) to host memory at `out`, which holds numel floats: only
   // those elements are read (a checkpoint under SHARDED copies the slice
-  // this rank owns, not the whole parameter).
+  // this rank owns, not the whole parameter). Once the parameter's last
+  // update has landed (overlap_param_broadcast); bf16 widened exactly.
   virtual absl::Status CopyParameterRangeToHost(int index, int64_t offset,
-                                                int64_t numel, float* out) = 0;
+                                                int64_t numel, float* out) {
+    if (numel < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(numel, " elements of parameter ", index));
+    }
+    absl::Status landed = hook().WaitForParameter(index);
+    if (!landed.ok()) return landed;
+    return hook().ReadParameterRange(index, offset,
+                                     absl::MakeSpan(out, numel));
+  }
 
   // The same for a range this rank owns, as its optimizer holds it: what a
   // checkpoint keeps. Under mixed precision these are the fp32 master
