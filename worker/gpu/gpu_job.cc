@@ -72,11 +72,12 @@ class DeviceFp32Compute final : public GradientSink {
   }
 
   // Before a step's compute: the views (the buckets may have moved after
-  // the first step).
+  // the first step), no parameter widened yet.
   void PrepareStep() {
     const std::vector<ParameterInfo>& infos = hook_->parameter_infos();
     compute_params_.assign(infos.size(), nullptr);
     compute_grads_.assign(infos.size(), nullptr);
+    widened_.assign(infos.size(), 0);
     for (size_t i = 0; i < infos.size(); ++i) {
       compute_params_[i] =
           params_.empty() ? hook_->params()[i] : params_[i].as<float>();
@@ -109,10 +110,12 @@ class DeviceFp32Compute final : public GradientSink {
   }
 
   // The compute stream is ordered after parameter i's update (the hook's
-  // wait); bf16: its fp32 copy is widened from it there.
+  // wait); bf16: its fp32 copy is widened from it there, once a step (every
+  // micro-batch's forward asks).
   absl::Status WaitForParameter(int i) override {
     RETURN_IF_ERROR(hook_->WaitForParameter(i));
-    if (params_.empty()) return absl::OkStatus();
+    if (params_.empty() || widened_[i]) return absl::OkStatus();
+    widened_[i] = 1;
     gpu::ScopedDevice scoped(device_);
     RETURN_IF_ERROR(scoped.status());
     return gpu::CudaStatus(
@@ -136,9 +139,11 @@ class DeviceFp32Compute final : public GradientSink {
   // Empty where the dtype is fp32 (the buckets are used in place).
   std::vector<gpu::DeviceBuffer> params_;
   std::vector<gpu::DeviceBuffer> grads_;
-  // This step's views for the workload.
+  // This step's views for the workload, and which bf16 parameters are
+  // widened into them already.
   std::vector<const float*> compute_params_;
   std::vector<float*> compute_grads_;
+  std::vector<char> widened_;
   absl::Status error_;
 };
 

@@ -493,7 +493,6 @@ absl::Status GpuShardOptimizer::ImportState(int bucket_index,
   return impl_->ImportState(bucket_index, state);
 }
 
-
 absl::Status GpuShardOptimizer::CopyMasterWeightsToHost(int bucket_index,
                                                         int64_t offset,
                                                         int64_t numel,

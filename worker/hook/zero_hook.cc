@@ -859,11 +859,10 @@ absl::Status ZeroHook::ApplyInitialOptimizerState() {
   }
   // The step every entry has (0 when there are none), for a bucket whose
   // parameters have none; nullopt when entries differ.
-  std::optional<int64_t> common_step = 0;
+  std::optional<int64_t> common_step =
+      initial_state_->empty() ? 0 : initial_state_->front().step;
   for (const ParameterOptimizerState& param : *initial_state_) {
-    if (&param == &initial_state_->front()) {
-      common_step = param.step;
-    } else if (param.step != common_step) {
+    if (param.step != *common_step) {
       common_step.reset();
       break;
     }
