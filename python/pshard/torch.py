@@ -295,14 +295,20 @@ class ShardedOptimizer:
             self._order_current_stream()
         return wait
 
+    def _other_current_stream(self):
+        """CUDA: the caller's current stream when it is not pshard's own
+        (the one current when this optimizer was made); None otherwise."""
+        if self._stream is None:
+            return None
+        current = torch.cuda.current_stream(self._device)
+        return None if current == self._stream else current
+
     def _order_current_stream(self):
         """CUDA: pshard orders what the caller reads (the updates, the
         broadcasts its waits asked for) on its own stream; the caller's
-        current stream waits for that one when they differ."""
-        if self._stream is None:
-            return
-        current = torch.cuda.current_stream(self._device)
-        if current != self._stream:
+        current stream waits for that one."""
+        current = self._other_current_stream()
+        if current is not None:
             current.wait_stream(self._stream)
 
     @property
@@ -416,13 +422,11 @@ class ShardedOptimizer:
 
     def _mark_ready(self, i):
         """Parameter i's bucket gradient is final. On CUDA pshard orders its
-        reduction after its own stream (the one current when this optimizer
-        was made): first that stream waits for the caller's current one,
-        where autograd or the copies above wrote it, when they differ."""
-        if self._stream is not None:
-            current = torch.cuda.current_stream(self._device)
-            if current != self._stream:
-                self._stream.wait_stream(current)
+        reduction after its own stream: first that stream waits for the
+        caller's current one, where autograd or the copies above wrote it."""
+        current = self._other_current_stream()
+        if current is not None:
+            self._stream.wait_stream(current)
         self._ready[i] = True
         _capi.check("pshardGradientReady", self._session.handle, i)
 

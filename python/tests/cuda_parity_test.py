@@ -7,8 +7,9 @@ against the same torch optimizer on the same GPU on the same batches: within
 CPU parity test (schedules, clipping and accumulation included) and both
 comm modes; bf16 parameters with fp32 masters within the mixed-precision
 bound of the fp32 run; state_dict()/load_state_dict() resuming bit for
-bit; overlap_param_broadcast (the forward waiting on the device) bit for
-bit the same as without; and the device path's refusals named.
+bit; overlap_param_broadcast (the forward waiting on the device) and
+training on a stream other than the optimizer's bit for bit the same as
+without; and the device path's refusals named.
 
 Without a CUDA device for torch it skips, saying why (exit 0); with
 PSHARD_REQUIRE_GPU=1 that is a failure. tools/gpu_check.sh runs it there.
@@ -20,6 +21,7 @@ so that the scarce GPU run tests the device path, not the test.
         python3 python/tests/cuda_parity_test.py
 """
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -44,9 +46,10 @@ def _cuda_or_why():
 
 
 def _cuda_only(test):
-    """Refusals of device memory: they have no host counterpart."""
+    """Checks of device memory with no host counterpart (refusals,
+    streams)."""
     return unittest.skipIf(DEVICE.type != "cuda",
-                           "a refusal of CUDA device memory (the harness "
+                           "a check of CUDA device memory (the harness "
                            "check trains on the host)")(test)
 
 
@@ -105,7 +108,9 @@ def _torch_reference(optimizer_name):
     return _train(model, optimizer_name, step, optimizer.zero_grad)
 
 
-def _pshard(optimizer_name, comm_mode, **kwargs):
+def _pshard(optimizer_name, comm_mode, train_stream=None, **kwargs):
+    """pshard.torch's training; with `train_stream`, the optimizer is made
+    on the current stream and the steps run under that other one."""
     options = dict(overlap_param_broadcast=False)
     options.update(kwargs)
     with tempfile.TemporaryDirectory() as store:
@@ -118,9 +123,11 @@ def _pshard(optimizer_name, comm_mode, **kwargs):
                 session=session, **options)
             assert all(p.device.type == DEVICE.type
                        for p in model.parameters())
-            return _train(model, optimizer_name, optimizer.step,
-                          optimizer.zero_grad, optimizer.no_sync,
-                          dtype=optimizer.param_dtype)
+            with (contextlib.nullcontext() if train_stream is None
+                  else torch.cuda.stream(train_stream)):
+                return _train(model, optimizer_name, optimizer.step,
+                              optimizer.zero_grad, optimizer.no_sync,
+                              dtype=optimizer.param_dtype)
         finally:
             session.close()
 
@@ -241,6 +248,23 @@ class CudaParityTest(unittest.TestCase):
             with self.subTest(comm_mode=comm_mode):
                 want = _pshard("adam", comm_mode)
                 got = _pshard("adam", comm_mode, overlap_param_broadcast=True)
+                for step in (1, common.STEPS):
+                    for name, value in want[step].items():
+                        self.assertTrue(torch.equal(got[step][name], value),
+                                        f"step {step}, {name}")
+
+    @_cuda_only
+    def test_training_on_another_stream_gives_the_same_parameters(self):
+        # The optimizer is made on the default stream, forward and backward
+        # run on a side stream: each gradient's reduction waits for it, and
+        # step() and the forward waits order it after pshard's stream.
+        for overlap in (False, True):
+            with self.subTest(overlap=overlap):
+                want = _pshard("adam", "reduce_broadcast",
+                               overlap_param_broadcast=overlap)
+                got = _pshard("adam", "reduce_broadcast",
+                              train_stream=torch.cuda.Stream(DEVICE),
+                              overlap_param_broadcast=overlap)
                 for step in (1, common.STEPS):
                     for name, value in want[step].items():
                         self.assertTrue(torch.equal(got[step][name], value),
