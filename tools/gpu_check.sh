@@ -109,6 +109,14 @@ is_fallback_lib() {
 }
 
 # ---- pack ------------------------------------------------------------------
+# Where Bazel put `label`'s binary (checked to be there).
+built_binary() {
+  local path="bazel-bin/${1#//}"
+  path="${path/://}"
+  [ -x "$path" ] || die "$1 built, but $path is not there"
+  echo "$path"
+}
+
 pack() {
   local dir=$1
   command -v bazel >/dev/null || die "no bazel here (tools/setup.sh installs it)"
@@ -135,9 +143,7 @@ pack() {
   mkdir -p "$stage/bin" "$stage/lib" "$stage/fallback"
   local label path paths=() names=()
   for label in $tests "$BENCH"; do
-    path="bazel-bin/${label#//}"
-    path="${path/://}"
-    [ -x "$path" ] || die "$label built, but $path is not there"
+    path=$(built_binary "$label")
     cp -L "$path" "$stage/bin/"
     paths+=("$path")
     names+=("$(basename "$path")")
@@ -146,9 +152,7 @@ pack() {
   # what it runs.
   mkdir -p "$stage/cluster" "$stage/examples/torch_lm" "$stage/corpus"
   for label in $CLUSTER_BINARIES; do
-    path="bazel-bin/${label#//}"
-    path="${path/://}"
-    [ -x "$path" ] || die "$label built, but $path is not there"
+    path=$(built_binary "$label")
     cp -L "$path" "$stage/cluster/"
     paths+=("$path")
   done

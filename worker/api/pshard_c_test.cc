@@ -43,12 +43,12 @@ class PshardCTest : public ::testing::Test {
     EXPECT_EQ(pshardSessionClose(session_), pshardSuccess) << LastError();
   }
 
-  // Sets `optimizer_json`, registers "w" (4 fp32 elements in host memory)
-  // and prepares.
-  void PrepareOneParameter(const char* optimizer_json) {
+  // Sets `optimizer_json`, registers "w" (`numel` fp32 elements in host
+  // memory) and prepares.
+  void PrepareOneParameter(const char* optimizer_json, int64_t numel = 4) {
     ASSERT_EQ(pshardSetOptimizer(session_, optimizer_json), pshardSuccess)
         << LastError();
-    const int64_t shape[] = {4};
+    const int64_t shape[] = {numel};
     int index = -1;
     ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
                                       pshardHostMemory, &index),
@@ -65,6 +65,28 @@ class PshardCTest : public ::testing::Test {
     for (int i = 0; i < numel; ++i) static_cast<float*>(pointer)[i] = 1;
     ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
     ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+  }
+
+  // The session's optimizer-state export, which must hold one entry, and
+  // that entry (its pointers valid until the export is freed, by the test).
+  struct StateEntry {
+    const char* parameter = nullptr;
+    const char* key = nullptr;
+    int64_t step = 0;
+    const float* data = nullptr;
+    int64_t numel = 0;
+  };
+  void ExportTheOneEntry(pshardOptimizerState_t* state, StateEntry* entry) {
+    ASSERT_EQ(pshardExportOptimizerState(session_, state), pshardSuccess)
+        << LastError();
+    int count = 0;
+    ASSERT_EQ(pshardOptimizerStateNumEntries(*state, &count), pshardSuccess);
+    ASSERT_EQ(count, 1);
+    ASSERT_EQ(pshardOptimizerStateGetEntry(*state, 0, &entry->parameter,
+                                           &entry->key, &entry->step,
+                                           &entry->data, &entry->numel),
+              pshardSuccess)
+        << LastError();
   }
 
   pshardSession_t session_ = nullptr;
@@ -456,17 +478,10 @@ TEST_F(PshardCTest, Bf16ParametersStepFp32MasterWeights) {
 // max_grad_norm in the OptimizerSpec JSON clips the step as torch's
 // clip_grad_norm_ does, and pshardLastGradNorm gives the pre-clip norm.
 TEST_F(PshardCTest, MaxGradNormClipsAndReportsTheNorm) {
-  ASSERT_EQ(pshardSetOptimizer(session_,
-                               R"({"kind": "SGD", "hyper_parameters":
-                                   {"lr": 0.25}, "max_grad_norm": 1})"),
-            pshardSuccess)
-      << LastError();
-  const int64_t shape[] = {6};
-  int index = -1;
-  ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
-                                    pshardHostMemory, &index),
-            pshardSuccess);
-  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  ASSERT_NO_FATAL_FAILURE(PrepareOneParameter(
+      R"({"kind": "SGD", "hyper_parameters": {"lr": 0.25},
+          "max_grad_norm": 1})",
+      /*numel=*/6));
   double norm = -1;
   int known = -1;
   ASSERT_EQ(pshardLastGradNorm(session_, &norm, &known), pshardSuccess);
@@ -554,29 +569,23 @@ TEST_F(PshardCTest, OptimizerStateExportAndImportCheckEveryArgument) {
                                        data, numels),
             pshardInvalidUsage);
 
-  ASSERT_EQ(pshardExportOptimizerState(session_, &state), pshardSuccess)
-      << LastError();
+  StateEntry entry;
+  ASSERT_NO_FATAL_FAILURE(ExportTheOneEntry(&state, &entry));
+  EXPECT_STREQ(entry.parameter, "w");
+  EXPECT_STREQ(entry.key, "momentum_buffer");
+  EXPECT_EQ(entry.step, 8);
+  ASSERT_EQ(entry.numel, 4);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FLOAT_EQ(entry.data[i], 0.9f * (i + 1) + 1);
+  }
+  EXPECT_EQ(pshardOptimizerStateGetEntry(state, 1, &entry.parameter,
+                                         &entry.key, &entry.step, &entry.data,
+                                         &numel),
+            pshardInvalidArgument);
+  EXPECT_EQ(pshardOptimizerStateGetEntry(state, 0, nullptr, &entry.key,
+                                         &entry.step, &entry.data, &numel),
+            pshardInvalidArgument);
   int count = 0;
-  ASSERT_EQ(pshardOptimizerStateNumEntries(state, &count), pshardSuccess);
-  ASSERT_EQ(count, 1);
-  const char* parameter = nullptr;
-  const char* key = nullptr;
-  int64_t step = 0;
-  const float* buffer = nullptr;
-  EXPECT_EQ(pshardOptimizerStateGetEntry(state, 1, &parameter, &key, &step,
-                                         &buffer, &numel),
-            pshardInvalidArgument);
-  EXPECT_EQ(pshardOptimizerStateGetEntry(state, 0, nullptr, &key, &step,
-                                         &buffer, &numel),
-            pshardInvalidArgument);
-  ASSERT_EQ(pshardOptimizerStateGetEntry(state, 0, &parameter, &key, &step,
-                                         &buffer, &numel),
-            pshardSuccess);
-  EXPECT_STREQ(parameter, "w");
-  EXPECT_STREQ(key, "momentum_buffer");
-  EXPECT_EQ(step, 8);
-  ASSERT_EQ(numel, 4);
-  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(buffer[i], 0.9f * (i + 1) + 1);
   const char* json = nullptr;
   ASSERT_EQ(pshardOptimizerStateSpec(state, &json), pshardSuccess);
   EXPECT_THAT(json, HasSubstr("SGD"));
@@ -618,24 +627,13 @@ TEST_F(PshardCTest, AParameterWithoutStateCarriesItsStep) {
   EXPECT_EQ(static_cast<float*>(pointer)[0], -0.0078125f);  // -(0.5^7)
 
   pshardOptimizerState_t state = nullptr;
-  ASSERT_EQ(pshardExportOptimizerState(session_, &state), pshardSuccess)
-      << LastError();
-  int count = 0;
-  ASSERT_EQ(pshardOptimizerStateNumEntries(state, &count), pshardSuccess);
-  ASSERT_EQ(count, 1);
-  const char* parameter = nullptr;
-  const char* key = nullptr;
-  int64_t step = 0;
-  const float* buffer = nullptr;
-  ASSERT_EQ(pshardOptimizerStateGetEntry(state, 0, &parameter, &key, &step,
-                                         &buffer, &numel),
-            pshardSuccess)
-      << LastError();
-  EXPECT_STREQ(parameter, "w");
-  EXPECT_STREQ(key, "step");
-  EXPECT_EQ(step, 8);
-  EXPECT_EQ(numel, 0);
-  EXPECT_NE(buffer, nullptr);
+  StateEntry entry;
+  ASSERT_NO_FATAL_FAILURE(ExportTheOneEntry(&state, &entry));
+  EXPECT_STREQ(entry.parameter, "w");
+  EXPECT_STREQ(entry.key, "step");
+  EXPECT_EQ(entry.step, 8);
+  EXPECT_EQ(entry.numel, 0);
+  EXPECT_NE(entry.data, nullptr);
   EXPECT_EQ(pshardOptimizerStateFree(state), pshardSuccess);
 }
 
@@ -776,13 +774,7 @@ TEST_F(PshardCTest, CheckpointCallsCheckTheirOrderAndNeedACoordinatorToSave) {
   EXPECT_EQ(pshardLoadCheckpoint(session_, nullptr, &step), pshardInvalidUsage);
   EXPECT_THAT(LastError(), HasSubstr("not prepared"));
 
-  const int64_t shape[] = {4};
-  int index = 0;
-  ASSERT_EQ(pshardSetOptimizer(session_, R"({"kind": "ADAM"})"), pshardSuccess);
-  ASSERT_EQ(pshardRegisterParameter(session_, "w", 1, shape, pshardFloat32,
-                                    pshardHostMemory, &index),
-            pshardSuccess);
-  ASSERT_EQ(pshardPrepare(session_), pshardSuccess) << LastError();
+  ASSERT_NO_FATAL_FAILURE(PrepareOneParameter(R"({"kind": "ADAM"})"));
   // Nothing to resume from (no PSHARD_RESUME_FROM): step 0, not an error.
   ASSERT_EQ(pshardLoadCheckpoint(session_, nullptr, &step), pshardSuccess)
       << LastError();
