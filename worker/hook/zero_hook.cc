@@ -858,15 +858,14 @@ absl::Status ZeroHook::ApplyInitialOptimizerState() {
     by_name[param.name].push_back(&param);
   }
   // The step every entry has (0 when there are none), for a bucket whose
-  // parameters have none; nullopt when entries differ.
-  std::optional<int64_t> common_step =
+  // parameters have none, if they all have one.
+  const int64_t common_step =
       initial_state_->empty() ? 0 : initial_state_->front().step;
-  for (const ParameterOptimizerState& param : *initial_state_) {
-    if (param.step != *common_step) {
-      common_step.reset();
-      break;
-    }
-  }
+  const bool steps_agree = std::all_of(
+      initial_state_->begin(), initial_state_->end(),
+      [&](const ParameterOptimizerState& param) {
+        return param.step == common_step;
+      });
   for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) {
     if (pieces_[p].owner != comm_->rank()) continue;
     // The fresh state says which spans keep state, and under which names.
@@ -884,8 +883,8 @@ absl::Status ZeroHook::ApplyInitialOptimizerState() {
         });
     if (with_entry != spans.end()) {
       piece.steps = by_name.at(with_entry->name).front()->step;
-    } else if (common_step.has_value()) {
-      piece.steps = *common_step;
+    } else if (steps_agree) {
+      piece.steps = common_step;
     } else if (piece.spans.empty()) {  // (with state: named just below)
       return absl::InvalidArgumentError(absl::StrCat(
           "the optimizer state to load has no entry for parameter '",
