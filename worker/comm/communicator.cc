@@ -1,6 +1,9 @@
 #include "worker/comm/communicator.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "worker/comm/work_impl.h"
 
 namespace pshard::worker {
 
@@ -18,6 +21,27 @@ absl::Status CheckCollectiveArgs(const void* data, int64_t count, int root,
     return absl::InvalidArgumentError("null buffer with a non-zero count");
   }
   return absl::OkStatus();
+}
+
+std::shared_ptr<Work> Communicator::IssueGroup(
+    CollectiveKind kind, absl::Span<const CollectiveSegment> segments,
+    DataType dtype) {
+  std::vector<std::shared_ptr<Work>> works;
+  works.reserve(segments.size());
+  for (const CollectiveSegment& s : segments) {
+    switch (kind) {
+      case CollectiveKind::kAllReduce:
+        works.push_back(AllReduce(s.data, s.count, dtype));
+        break;
+      case CollectiveKind::kReduceMean:
+        works.push_back(ReduceMean(s.data, s.count, dtype, s.root));
+        break;
+      case CollectiveKind::kBroadcast:
+        works.push_back(Broadcast(s.data, s.count, dtype, s.root));
+        break;
+    }
+  }
+  return AllOf(std::move(works));
 }
 
 }  // namespace pshard::worker

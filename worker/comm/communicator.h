@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace pshard::worker {
 
@@ -56,6 +57,17 @@ class Work {
   // at once (on the caller's thread) if it already has. May run on the
   // communicator's thread: keep it short and never block on other Work.
   virtual void OnCompletion(std::function<void(absl::Status)> done) = 0;
+};
+
+// The collectives a Communicator can issue as a group (IssueGroup).
+enum class CollectiveKind { kAllReduce, kReduceMean, kBroadcast };
+
+// One operation of a group: `count` elements at `data`, with its own root
+// (ignored by kAllReduce).
+struct CollectiveSegment {
+  void* data = nullptr;
+  int64_t count = 0;
+  int root = 0;
 };
 
 class Communicator {
@@ -90,6 +102,16 @@ class Communicator {
 
   // Completes once every rank has issued it.
   virtual std::shared_ptr<Work> Barrier() = 0;
+
+  // Issues `kind` on every segment, in order, as consecutive operations (the
+  // same on every rank), and returns one Work that completes when all have.
+  // One root per segment makes a reduce-scatter or an all-gather over uneven
+  // ranges (the SHARDED policy's rounds). A backend may launch a group at
+  // once: NCCL issues it as one ncclGroupStart/End (one kernel launch instead
+  // of one per segment); the default issues the operations one by one.
+  virtual std::shared_ptr<Work> IssueGroup(
+      CollectiveKind kind, absl::Span<const CollectiveSegment> segments,
+      DataType dtype);
 
   // Runs `fn` in this communicator's operation order (see the file comment).
   // The returned Work carries fn's status; a failing fn fails later

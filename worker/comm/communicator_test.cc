@@ -177,6 +177,57 @@ TEST_P(CollectiveTest, BroadcastFromEveryRoot) {
   });
 }
 
+// A group with a root per range (the SHARDED policy's round): reduce-mean
+// of range r to rank r is a reduce-scatter over uneven ranges, broadcast of
+// range r from rank r an all-gather; a group of all-reduces sums every
+// range on every rank.
+TEST_P(CollectiveTest, GroupsAreReduceScatterAndAllGather) {
+  Ranks ranks(backend(), world());
+  const int64_t n = count();
+  ranks.Run([&](Communicator& comm) -> absl::Status {
+    const int w = comm.world_size();
+    std::vector<float> data(n);
+    for (int64_t i = 0; i < n; ++i) data[i] = Input(comm.rank(), n, i);
+    std::vector<float> summed = data;
+    // Uneven, some empty where n < w: range r is [r*n/w, (r+1)*n/w).
+    auto begin = [&](int r) { return r * n / w; };
+    std::vector<CollectiveSegment> ranges;
+    std::vector<CollectiveSegment> summed_ranges;
+    for (int r = 0; r < w; ++r) {
+      const int64_t size = begin(r + 1) - begin(r);
+      ranges.push_back({data.data() + begin(r), size, r});
+      summed_ranges.push_back({summed.data() + begin(r), size, 0});
+    }
+    RETURN_IF_ERROR(
+        comm.IssueGroup(CollectiveKind::kReduceMean, ranges, DataType::kFloat32)
+            ->Wait(kWait));
+    const int me = comm.rank();
+    for (int64_t i = begin(me); i < begin(me + 1); ++i) {
+      RETURN_IF_ERROR(Expect(data[i],
+                             SumOverRanks(w, n, i) / static_cast<float>(w), me,
+                             i, "reduce-scatter"));
+      data[i] = Input(me, n, i);  // what the owner's step would write
+    }
+    RETURN_IF_ERROR(
+        comm.IssueGroup(CollectiveKind::kBroadcast, ranges, DataType::kFloat32)
+            ->Wait(kWait));
+    for (int r = 0; r < w; ++r) {
+      for (int64_t i = begin(r); i < begin(r + 1); ++i) {
+        RETURN_IF_ERROR(
+            Expect(data[i], Input(r, n, i), me, i, "all-gather"));
+      }
+    }
+    RETURN_IF_ERROR(comm.IssueGroup(CollectiveKind::kAllReduce, summed_ranges,
+                                    DataType::kFloat32)
+                        ->Wait(kWait));
+    for (int64_t i = 0; i < n; ++i) {
+      RETURN_IF_ERROR(
+          Expect(summed[i], SumOverRanks(w, n, i), me, i, "all-reduce"));
+    }
+    return absl::OkStatus();
+  });
+}
+
 // The hook's pattern, many buckets in flight: reduce to owner, owner's
 // Enqueue'd step, broadcast from owner; nothing waited until the end.
 TEST_P(CollectiveTest, PipelinedReduceStepBroadcast) {

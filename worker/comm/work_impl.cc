@@ -52,4 +52,38 @@ void CompletionWork::Complete(absl::Status status) {
   for (auto& callback : callbacks) callback(status);
 }
 
+std::shared_ptr<Work> AllOf(std::vector<std::shared_ptr<Work>> works) {
+  if (works.size() == 1) return std::move(works.front());
+  auto all = std::make_shared<CompletionWork>();
+  if (works.empty()) {
+    all->Complete(absl::OkStatus());
+    return all;
+  }
+  struct Pending {
+    absl::Mutex mu;
+    size_t left ABSL_GUARDED_BY(mu) = 0;
+    absl::Status first_failure ABSL_GUARDED_BY(mu);
+  };
+  auto pending = std::make_shared<Pending>();
+  {
+    absl::MutexLock lock(&pending->mu);
+    pending->left = works.size();
+  }
+  for (const std::shared_ptr<Work>& work : works) {
+    work->OnCompletion([all, pending](absl::Status status) {
+      absl::Status outcome;
+      {
+        absl::MutexLock lock(&pending->mu);
+        if (!status.ok() && pending->first_failure.ok()) {
+          pending->first_failure = std::move(status);
+        }
+        if (--pending->left > 0) return;
+        outcome = pending->first_failure;
+      }
+      all->Complete(std::move(outcome));
+    });
+  }
+  return all;
+}
+
 }  // namespace pshard::worker

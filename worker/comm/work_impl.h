@@ -1,6 +1,6 @@
 // CompletionWork: the Work handle every host communicator returns. The
 // backend completes it exactly once with the operation's status; waiters and
-// completion callbacks are released then.
+// completion callbacks are released then. AllOf joins several Works.
 #ifndef PSHARD_WORKER_COMM_WORK_IMPL_H_
 #define PSHARD_WORKER_COMM_WORK_IMPL_H_
 
@@ -38,6 +38,11 @@ class CompletionWork : public Work {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void(absl::Status)>> callbacks_ ABSL_GUARDED_BY(mu_);
 };
+
+// A Work that completes when every one of `works` has, with the first
+// failure among them to complete (OK if none failed). One work is returned
+// as it is; none gives a finished OK work.
+std::shared_ptr<Work> AllOf(std::vector<std::shared_ptr<Work>> works);
 
 }  // namespace pshard::worker
 

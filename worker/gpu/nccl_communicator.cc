@@ -112,12 +112,12 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
 
   std::shared_ptr<Work> AllReduce(void* data, int64_t count,
                                   DataType dtype) override {
-    return Collective(NcclOpKind::kAllReduce, data, count, dtype, 0);
+    return Collective(NcclOpKind::kAllReduce, {{data, count, 0}}, dtype);
   }
 
   std::shared_ptr<Work> Reduce(void* data, int64_t count, DataType dtype,
                                int root) override {
-    return Collective(NcclOpKind::kReduce, data, count, dtype, root);
+    return Collective(NcclOpKind::kReduce, {{data, count, root}}, dtype);
   }
 
   // On the device. Over a power-of-two world, ncclAvg: the division inside
@@ -129,18 +129,36 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   // ncclSum there is free, where ncclAvg would still run a pass.
   std::shared_ptr<Work> ReduceMean(void* data, int64_t count, DataType dtype,
                                    int root) override {
-    return Collective(NcclOpKind::kReduce, data, count, dtype, root,
+    return Collective(NcclOpKind::kReduce, {{data, count, root}}, dtype,
                       /*mean=*/options_.world_size > 1);
   }
 
   std::shared_ptr<Work> Broadcast(void* data, int64_t count, DataType dtype,
                                   int root) override {
-    return Collective(NcclOpKind::kBroadcast, data, count, dtype, root);
+    return Collective(NcclOpKind::kBroadcast, {{data, count, root}}, dtype);
+  }
+
+  // One ncclGroupStart/End around the segments' operations: NCCL launches
+  // them together (one kernel per group, not one per segment), so a SHARDED
+  // round's world_size reductions cost one launch, as a reduce-scatter.
+  std::shared_ptr<Work> IssueGroup(
+      CollectiveKind kind, absl::Span<const CollectiveSegment> segments,
+      DataType dtype) override {
+    switch (kind) {
+      case CollectiveKind::kAllReduce:
+        return Collective(NcclOpKind::kAllReduce, segments, dtype);
+      case CollectiveKind::kReduceMean:
+        return Collective(NcclOpKind::kReduce, segments, dtype,
+                          /*mean=*/options_.world_size > 1);
+      case CollectiveKind::kBroadcast:
+      default:
+        return Collective(NcclOpKind::kBroadcast, segments, dtype);
+    }
   }
 
   std::shared_ptr<Work> Barrier() override {
-    return Collective(NcclOpKind::kAllReduce, barrier_.get(), 1,
-                      DataType::kFloat32, 0);
+    return Collective(NcclOpKind::kAllReduce, {{barrier_.get(), 1, 0}},
+                      DataType::kFloat32);
   }
 
   std::shared_ptr<Work> Enqueue(std::function<absl::Status()> fn) override {
@@ -180,10 +198,12 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     return NcclWorkImpl::Done(std::move(status));
   }
 
-  // `mean` (kReduce only): the root receives the average (see ReduceMean).
-  std::shared_ptr<Work> Collective(NcclOpKind kind, void* data, int64_t count,
-                                   DataType dtype, int root,
-                                   bool mean = false) {
+  // `kind` on every segment, in order; more than one segment as one NCCL
+  // group. `mean` (kReduce only): each root receives the average of its
+  // segment (see ReduceMean).
+  std::shared_ptr<Work> Collective(NcclOpKind kind,
+                                   absl::Span<const CollectiveSegment> segments,
+                                   DataType dtype, bool mean = false) {
     const char* op = kind == NcclOpKind::kAllReduce ? "ncclAllReduce"
                      : kind == NcclOpKind::kReduce  ? "ncclReduce"
                                                     : "ncclBroadcast";
@@ -191,49 +211,74 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     // operation: a rank that skips an NCCL collective leaves its peers'
     // kernels waiting on the device, which only ncclCommAbort releases. So
     // a bad argument fails the communicator.
-    if (absl::Status args =
-            CheckCollectiveArgs(data, count, root, options_.world_size);
-        !args.ok()) {
-      return FailAndReturn(absl::Status(
-          args.code(), absl::StrCat(op, " on rank ", options_.rank, ": ",
-                                    args.message())));
+    for (const CollectiveSegment& segment : segments) {
+      if (absl::Status args = CheckCollectiveArgs(
+              segment.data, segment.count, segment.root, options_.world_size);
+          !args.ok()) {
+        return FailAndReturn(absl::Status(
+            args.code(), absl::StrCat(op, " on rank ", options_.rank, ": ",
+                                      args.message())));
+      }
     }
     ScopedDevice scoped(options_.device);
     if (!scoped.status().ok()) return FailAndReturn(scoped.status());
     absl::MutexLock lock(&issue_mu_);
     if (shared_->failed()) return NcclWorkImpl::Done(shared_->failure());
-    const size_t n = static_cast<size_t>(count);
     cudaStream_t s = stream_.get();
     const int world = options_.world_size;
     const bool divide_at_root = mean && (world & (world - 1)) != 0;
-    ncclResult_t r;
-    switch (kind) {
-      case NcclOpKind::kAllReduce:
-        r = ncclAllReduce(data, data, n, ToNccl(dtype), ncclSum, comm_, s);
-        break;
-      case NcclOpKind::kReduce:
-        r = ncclReduce(data, data, n, ToNccl(dtype),
-                       mean && !divide_at_root ? ncclAvg : ncclSum, root,
-                       comm_, s);
-        break;
-      case NcclOpKind::kBroadcast:
-      default:
-        r = ncclBroadcast(data, data, n, ToNccl(dtype), root, comm_, s);
-        break;
-    }
-    absl::Status status = NcclStatus(r, comm_, op);
+    const bool grouped = segments.size() > 1;
+    absl::Status status =
+        grouped ? NcclStatus(ncclGroupStart(), comm_, "ncclGroupStart")
+                : absl::OkStatus();
     // Non-blocking mode: ncclInProgress means the operation is not on the
-    // stream yet (e.g. connections being set up on first use). The event
-    // must be recorded after it, so wait until NCCL is done issuing.
-    if (status.ok() && r == ncclInProgress) {
+    // stream yet (e.g. connections being set up on first use); inside a
+    // group, ncclGroupEnd says so for the group.
+    bool in_progress = false;
+    for (const CollectiveSegment& segment : segments) {
+      if (!status.ok()) break;
+      void* data = segment.data;
+      const size_t n = static_cast<size_t>(segment.count);
+      ncclResult_t r;
+      switch (kind) {
+        case NcclOpKind::kAllReduce:
+          r = ncclAllReduce(data, data, n, ToNccl(dtype), ncclSum, comm_, s);
+          break;
+        case NcclOpKind::kReduce:
+          r = ncclReduce(data, data, n, ToNccl(dtype),
+                         mean && !divide_at_root ? ncclAvg : ncclSum,
+                         segment.root, comm_, s);
+          break;
+        case NcclOpKind::kBroadcast:
+        default:
+          r = ncclBroadcast(data, data, n, ToNccl(dtype), segment.root, comm_,
+                            s);
+          break;
+      }
+      status = NcclStatus(r, comm_, op);
+      in_progress = in_progress || r == ncclInProgress;
+    }
+    if (grouped) {
+      // A group once opened is closed, whatever failed inside it.
+      const ncclResult_t end = ncclGroupEnd();
+      const absl::Status ended = NcclStatus(end, comm_, "ncclGroupEnd");
+      if (status.ok()) status = ended;
+      in_progress = in_progress || end == ncclInProgress;
+    }
+    // The event must be recorded after the operations: wait until NCCL is
+    // done issuing them.
+    if (status.ok() && in_progress) {
       status = AwaitNcclLocked(options_.timeout, op);
     }
-    if (status.ok() && divide_at_root && options_.rank == root) {
+    for (const CollectiveSegment& segment : segments) {
+      if (!status.ok() || !divide_at_root || segment.root != options_.rank) {
+        continue;
+      }
       status = CudaStatus(
-          gpu::LaunchDivide(data,
+          gpu::LaunchDivide(segment.data,
                             dtype == DataType::kBFloat16 ? gpu::kKernelBFloat16
                                                          : gpu::kKernelFloat32,
-                            count, static_cast<float>(world), s),
+                            segment.count, static_cast<float>(world), s),
           absl::StrCat(op, ": the mean's division"));
     }
     if (!status.ok()) {
@@ -241,8 +286,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       FinishAbortLocked();
       return NcclWorkImpl::Done(status);
     }
-    bytes_sent_.fetch_add(
-        NcclBytesSent(kind, count * DataTypeSize(dtype), options_.world_size));
+    for (const CollectiveSegment& segment : segments) {
+      bytes_sent_.fetch_add(NcclBytesSent(
+          kind, segment.count * DataTypeSize(dtype), options_.world_size));
+    }
     return RecordLocked(op);
   }
 

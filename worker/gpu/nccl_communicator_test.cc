@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -390,6 +391,41 @@ TEST_F(NcclOneGpuTest, InvalidArgumentsFailTheCommunicator) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("null")));
 }
 
+TEST_F(NcclOneGpuTest, GroupsRunAsOneOperation) {
+  // Two segments of one buffer, each group one ncclGroupStart/End; over one
+  // rank every collective leaves its input, and one Work covers the group.
+  std::vector<float> host(1000);
+  for (int i = 0; i < 1000; ++i) host[i] = 0.5f * i - 3.0f;
+  DeviceBuffer buf = Upload(host);
+  float* data = static_cast<float*>(buf.get());
+  const std::vector<CollectiveSegment> halves = {{data, 384, 0},
+                                                 {data + 384, 616, 0}};
+  std::vector<std::shared_ptr<Work>> works;
+  for (const CollectiveKind kind :
+       {CollectiveKind::kReduceMean, CollectiveKind::kBroadcast,
+        CollectiveKind::kAllReduce}) {
+    works.push_back(comm_->IssueGroup(kind, halves, DataType::kFloat32));
+  }
+  EXPECT_OK(works.back()->Wait(kWait));
+  for (const auto& work : works) EXPECT_TRUE(work->IsCompleted());
+  EXPECT_EQ(Download(buf, 1000), host);
+  EXPECT_OK(comm_->health());
+}
+
+TEST_F(NcclOneGpuTest, AGroupWithABadSegmentFailsTheCommunicator) {
+  DeviceBuffer buf = Upload(std::vector<float>(8, 1.0f));
+  const std::vector<CollectiveSegment> segments = {
+      {buf.get(), 8, 0}, {nullptr, 4, 0}};
+  EXPECT_THAT(
+      comm_->IssueGroup(CollectiveKind::kReduceMean, segments,
+                        DataType::kFloat32)
+          ->Wait(kWait),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("ncclReduce on rank 0: null buffer")));
+  EXPECT_THAT(comm_->health(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("null")));
+}
+
 TEST(NcclInitTest, MissingPeersHitTheDeadline) {
   PSHARD_SKIP_WITHOUT_GPUS(1);
   // Rank 1 of 2 alone: the unique id never appears.
@@ -485,6 +521,61 @@ TEST(NcclTwoGpuTest, TwoRanksInThreads) {
                              NcclBytesSent(NcclOpKind::kAllReduce, 4, 2);
     if ((*comm)->bytes_sent() != expected) {
       return absl::InternalError("bytes_sent");
+    }
+    return absl::OkStatus();
+  };
+  for (const absl::Status& s : RunRanks(2, rank_main)) EXPECT_OK(s);
+}
+
+// The SHARDED round: a group of reductions with a root per range is a
+// reduce-scatter over uneven ranges (ncclAvg: the mean), a group of
+// broadcasts with the same roots an all-gather.
+TEST(NcclTwoGpuTest, GroupsAreReduceScatterAndAllGather) {
+  PSHARD_SKIP_WITHOUT_GPUS(2);
+  InMemoryKvStore kv;
+  const int64_t n = (int64_t{1} << 20) + 17;
+  const int64_t split = 524304;  // range 0 is 17 elements shorter
+  auto rank_main = [&](int rank) -> absl::Status {
+    NcclOptions options = OneRank("groups");
+    options.rank = rank;
+    options.world_size = 2;
+    options.device = rank;
+    ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm,
+                     CreateNcclCommunicator(options, kv));
+    RETURN_IF_ERROR(CudaStatus(cudaSetDevice(rank), "cudaSetDevice"));
+    // Rank 0 holds 1, rank 1 holds 4: the mean is 2.5.
+    DeviceBuffer buf = Upload(std::vector<float>(n, rank == 0 ? 1.0f : 4.0f));
+    float* data = static_cast<float*>(buf.get());
+    const std::vector<CollectiveSegment> ranges = {{data, split, 0},
+                                                   {data + split, n - split, 1}};
+    RETURN_IF_ERROR(comm->IssueGroup(CollectiveKind::kReduceMean, ranges,
+                                     DataType::kFloat32)
+                        ->Wait(kWait));
+    const int64_t mine_begin = rank == 0 ? 0 : split;
+    const int64_t mine_end = rank == 0 ? split : n;
+    std::vector<float> host = Download(buf, n);
+    for (int64_t i = mine_begin; i < mine_end; ++i) {
+      if (host[i] != 2.5f) {
+        return absl::InternalError(absl::StrCat(
+            "rank ", rank, ": reduce-scatter element ", i, " is ", host[i]));
+      }
+    }
+    // The owner's "step": its range becomes 10 + rank.
+    for (int64_t i = mine_begin; i < mine_end; ++i) host[i] = 10.0f + rank;
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy(buf.get(), host.data(), n * sizeof(float),
+                   cudaMemcpyHostToDevice),
+        "upload the step"));
+    RETURN_IF_ERROR(comm->IssueGroup(CollectiveKind::kBroadcast, ranges,
+                                     DataType::kFloat32)
+                        ->Wait(kWait));
+    host = Download(buf, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = i < split ? 10.0f : 11.0f;
+      if (host[i] != want) {
+        return absl::InternalError(absl::StrCat(
+            "rank ", rank, ": all-gather element ", i, " is ", host[i]));
+      }
     }
     return absl::OkStatus();
   };

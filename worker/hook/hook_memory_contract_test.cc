@@ -11,16 +11,19 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/fake_communicator.h"
+#include "worker/comm/rank_threads.h"
 #include "worker/hook/hook_memory.h"
 #include "worker/hook/zero_hook.h"
 #include "worker/hook/zero_hook_test_util.h"
 #include "worker/optim/shard_optimizer.h"
+#include "shard/assignment.h"
 
 namespace pshard::worker {
 namespace {
@@ -58,6 +61,24 @@ class IssueRecorder : public Communicator {
   }
   std::shared_ptr<Work> Barrier() override {
     return Issued("barrier", inner_->Barrier());
+  }
+  // A group of one is recorded as its operation; a larger group as one
+  // entry, and it reaches the inner communicator as one group.
+  std::shared_ptr<Work> IssueGroup(CollectiveKind kind,
+                                   absl::Span<const CollectiveSegment> segments,
+                                   DataType dtype) override {
+    if (segments.size() == 1) {
+      return Communicator::IssueGroup(kind, segments, dtype);
+    }
+    std::string what = absl::StrCat(
+        "group of ", segments.size(), " ",
+        kind == CollectiveKind::kAllReduce    ? "all-reduce"
+        : kind == CollectiveKind::kReduceMean ? "reduce-mean"
+                                              : "broadcast");
+    for (const CollectiveSegment& segment : segments) {
+      absl::StrAppend(&what, " ", segment.count, "@", segment.root);
+    }
+    return Issued(std::move(what), inner_->IssueGroup(kind, segments, dtype));
   }
   std::shared_ptr<Work> Enqueue(std::function<absl::Status()> fn) override {
     return Issued("enqueue", inner_->Enqueue(std::move(fn)));
@@ -410,6 +431,71 @@ TEST(ZeroHookTest, HookMemoryCallsWithClippingDeferTheSteps) {
     std::vector<std::string> two_steps = step;
     two_steps.insert(two_steps.end(), step.begin(), step.end());
     EXPECT_THAT(comm.issued(), ::testing::ElementsAreArray(two_steps));
+  }
+}
+
+// Under SHARDED a round of pieces (a piece of every rank's range) goes out
+// as one group: the reductions as a reduce-scatter, then this rank's step of
+// its range, then the broadcasts as an all-gather (what NCCL launches once
+// per round instead of once per rank). Two ranks, one bucket of 64
+// elements, whole ranges (32 each), every broadcast right after its round.
+TEST(ZeroHookTest, ShardedRoundsAreIssuedAsGroups) {
+  for (const auto mode :
+       {v1::JobSpec::REDUCE_BROADCAST, v1::JobSpec::ALLREDUCE_BROADCAST}) {
+    SCOPED_TRACE(v1::JobSpec::CommMode_Name(mode));
+    FakeHub hub(2);
+    std::vector<std::unique_ptr<Communicator>> fakes;
+    std::vector<std::unique_ptr<IssueRecorder>> recorders;
+    for (int r = 0; r < 2; ++r) {
+      fakes.push_back(hub.Create(r));
+      recorders.push_back(std::make_unique<IssueRecorder>(fakes.back().get()));
+    }
+    std::vector<std::vector<float>> params(2);
+    std::vector<absl::Status> statuses =
+        RunRanks(2, [&](int r) -> absl::Status {
+          ASSIGN_OR_RETURN(std::unique_ptr<ShardOptimizer> optimizer, Sgd());
+          ZeroHookOptions options;
+          options.comm_mode = mode;
+          options.timeout = absl::Seconds(5);
+          options.piece_bytes = 0;
+          options.broadcast_lag = 0;
+          ASSIGN_OR_RETURN(
+              std::unique_ptr<ZeroHook> hook,
+              ZeroHook::Create(
+                  {{"a", {64}, 64}}, recorders[r].get(), std::move(optimizer),
+                  [](const BucketLayout& layout)
+                      -> absl::StatusOr<BucketAssignment> {
+                    return BucketAssignment{
+                        1, std::vector<int>(layout.num_buckets(),
+                                            shard::kEveryRank)};
+                  },
+                  options));
+          for (int i = 0; i < 64; ++i) hook->params()[0][i] = 1;
+          for (int step = 0; step < 2; ++step) {
+            // Rank r's gradient is r + 1: the mean is 1.5.
+            for (int i = 0; i < 64; ++i) hook->grads()[0][i] = r + 1.0f;
+            hook->GradientReady(0);
+            RETURN_IF_ERROR(hook->FinishStep());
+          }
+          params[r].assign(hook->params()[0], hook->params()[0] + 64);
+          return absl::OkStatus();
+        });
+    for (int r = 0; r < 2; ++r) ASSERT_OK(statuses[r]) << "rank " << r;
+    // SGD lr 0.5 on the mean gradient 1.5, twice, on both halves.
+    EXPECT_THAT(params[0], ::testing::Each(1 - 2 * 0.75f));
+    EXPECT_EQ(params[1], params[0]);
+    const std::string reduce = mode == v1::JobSpec::REDUCE_BROADCAST
+                                   ? "group of 2 reduce-mean 32@0 32@1"
+                                   : "group of 2 all-reduce 32@0 32@1";
+    for (int r = 0; r < 2; ++r) {
+      SCOPED_TRACE(absl::StrCat("rank ", r));
+      EXPECT_THAT(recorders[r]->issued(),
+                  ::testing::ElementsAre(
+                      reduce, "enqueue touching 128 128",
+                      "group of 2 broadcast 32@0 32@1", reduce,
+                      "enqueue touching 128 128",
+                      "group of 2 broadcast 32@0 32@1"));
+    }
   }
 }
 

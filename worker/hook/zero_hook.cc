@@ -990,46 +990,55 @@ absl::Status ZeroHook::LaunchBucket(int b) {
   ASSIGN_OR_RETURN(std::shared_ptr<Work> ordered,
                    memory_->OrderAfterGradients(b));
   if (ordered != nullptr) works_.push_back(std::move(ordered));
-  for (int p : bucket_pieces_[b]) LaunchPiece(p);
+  for (int round : bucket_rounds_[b]) LaunchRound(round);
   return absl::OkStatus();
 }
 
-void ZeroHook::LaunchPiece(int p) {
-  const Piece& piece = pieces_[p];
-  const int owner = piece.owner;
-  const int64_t numel = piece.numel;
-  void* grads = PieceGrads(p);
-  void* params = PieceParams(p);
-  const DataType grad_dtype = memory_->grad_dtype();
-  const int64_t grad_bytes = numel * DataTypeSize(grad_dtype);
-  const int64_t param_bytes = numel * DataTypeSize(memory_->param_dtype());
-  if (options_.comm_mode == v1::JobSpec::ALLREDUCE_BROADCAST) {
-    works_.push_back(comm_->AllReduce(grads, numel, grad_dtype));
-  } else {
-    // The owner receives the mean (the division fused into the reduction).
-    works_.push_back(comm_->ReduceMean(grads, numel, grad_dtype, owner));
+std::vector<CollectiveSegment> ZeroHook::RoundSegments(int round,
+                                                       bool params) {
+  std::vector<CollectiveSegment> segments;
+  for (int p : rounds_[round]) {
+    segments.push_back(
+        {params ? PieceParams(p) : PieceGrads(p), pieces_[p].numel,
+         pieces_[p].owner});
   }
+  return segments;
+}
+
+void ZeroHook::LaunchRound(int round) {
+  const DataType grad_dtype = memory_->grad_dtype();
+  // The owners receive the mean (the division fused into the reduction);
+  // a round of several owners is one group (a reduce-scatter).
+  works_.push_back(comm_->IssueGroup(
+      options_.comm_mode == v1::JobSpec::ALLREDUCE_BROADCAST
+          ? CollectiveKind::kAllReduce
+          : CollectiveKind::kReduceMean,
+      RoundSegments(round, /*params=*/false), grad_dtype));
   // After an all-reduce the owner holds the sum: average it in the step (a
   // division, as DDP does, not a multiply by the reciprocal).
   const float divisor = options_.comm_mode == v1::JobSpec::ALLREDUCE_BROADCAST
                             ? static_cast<float>(comm_->world_size())
                             : 1.0f;
-  if (options_.clipping.enabled()) {
-    // The owner's step waits for the global norm (IssueClippedSteps); its
-    // piece's share of the norm is taken now, in the reduction's completion.
-    if (comm_->rank() == owner) {
-      HookMemory* memory = memory_.get();
+  HookMemory* memory = memory_.get();
+  for (int p : rounds_[round]) {
+    if (pieces_[p].owner != comm_->rank()) continue;
+    const int64_t numel = pieces_[p].numel;
+    void* grads = PieceGrads(p);
+    void* params = PieceParams(p);
+    const int64_t grad_bytes = numel * DataTypeSize(grad_dtype);
+    const int64_t param_bytes = numel * DataTypeSize(memory_->param_dtype());
+    if (options_.clipping.enabled()) {
+      // The owner's step waits for the global norm (IssueClippedSteps); its
+      // piece's share of the norm is taken now, in the reduction's
+      // completion.
       const NormKind kind = options_.clipping.kind;
       works_.push_back(comm_->EnqueueTouching(
           [memory, p, grads, numel, divisor, kind] {
             return memory->PartialNorm(p, grads, numel, divisor, kind);
           },
           {{grads, grad_bytes}}));
+      continue;
     }
-    return;
-  }
-  if (comm_->rank() == owner) {
-    HookMemory* memory = memory_.get();
     std::atomic<int64_t>* counter = &piece_steps_[p];
     works_.push_back(comm_->EnqueueTouching(
         [memory, counter, p, grads, params, numel, divisor]() -> absl::Status {
@@ -1039,26 +1048,34 @@ void ZeroHook::LaunchPiece(int p) {
         },
         {{grads, grad_bytes}, {params, param_bytes}}));
   }
-  // Earlier pieces' broadcasts go after this piece's reduction, so that the
-  // owner's steps on them overlap this transfer.
-  deferred_broadcasts_.push_back(p);
-  while (static_cast<int>(deferred_broadcasts_.size()) >
-         options_.broadcast_lag) {
-    IssueBroadcast(deferred_broadcasts_.front());
-    deferred_broadcasts_.pop_front();
-  }
+  if (options_.clipping.enabled()) return;
+  // Earlier rounds' broadcasts go after this round's reduction, so that the
+  // owners' steps on them overlap this transfer.
+  deferred_rounds_.push_back(round);
+  deferred_pieces_ += static_cast<int>(rounds_[round].size());
+  while (deferred_pieces_ > options_.broadcast_lag) IssueFirstDeferred();
 }
 
-void ZeroHook::IssueBroadcast(int p) {
-  const Piece& piece = pieces_[p];
+void ZeroHook::IssueFirstDeferred() {
+  const int round = deferred_rounds_.front();
+  deferred_rounds_.pop_front();
+  deferred_pieces_ -= static_cast<int>(rounds_[round].size());
+  IssueBroadcasts(round);
+}
+
+void ZeroHook::IssueBroadcasts(int round) {
+  // A round of several owners is one group (an all-gather).
   std::shared_ptr<Work> work =
-      comm_->Broadcast(PieceParams(p), piece.numel, memory_->param_dtype(),
-                       piece.owner);
+      comm_->IssueGroup(CollectiveKind::kBroadcast,
+                        RoundSegments(round, /*params=*/true),
+                        memory_->param_dtype());
   if (!options_.overlap_param_broadcast) {
     works_.push_back(std::move(work));
     return;
   }
-  for (int param : piece_params_[p]) issued_broadcasts_[param].push_back(work);
+  for (int p : rounds_[round]) {
+    for (int param : piece_params_[p]) issued_broadcasts_[param].push_back(work);
+  }
 }
 
 absl::Status ZeroHook::WaitForParameter(int param_index) {
@@ -1124,7 +1141,9 @@ void ZeroHook::IssueClippedSteps() {
   // Broadcasts after every step: each waits only for its own piece's step
   // (EnqueueTouching), whereas a step runs after every earlier operation, so
   // a step issued after a broadcast would wait for that transfer.
-  for (int p = 0; p < static_cast<int>(pieces_.size()); ++p) IssueBroadcast(p);
+  for (int round = 0; round < static_cast<int>(rounds_.size()); ++round) {
+    IssueBroadcasts(round);
+  }
 }
 
 absl::Status ZeroHook::Fail(absl::Status status) {
@@ -1170,7 +1189,9 @@ absl::Status ZeroHook::Initialize() {
                                      DataTypeSize(memory_->grad_dtype()))
           : 0;
   pieces_.clear();
+  rounds_.clear();
   bucket_pieces_.assign(num_buckets, {});
+  bucket_rounds_.assign(num_buckets, {});
   for (const Bucket& bucket : layout_->buckets()) {
     const int owner = assignment.owners[bucket.index];
     std::vector<std::pair<shard::ElementRange, int>> owned_ranges;
@@ -1183,22 +1204,25 @@ absl::Status ZeroHook::Initialize() {
     } else {
       owned_ranges.emplace_back(shard::ElementRange{0, bucket.numel}, owner);
     }
-    // Pieces are issued range by range in turn (range 0's first piece,
-    // range 1's first, ..., then every range's second), so that, as in a
-    // reduce-scatter, every rank sends and receives at once.
+    // Pieces are issued in rounds, range by range in turn (range 0's first
+    // piece, range 1's first, ..., then every range's second): a round is
+    // one group, a reduce-scatter in which every rank sends and receives at
+    // once.
     for (int64_t k = 0;; ++k) {
-      bool more = false;
+      std::vector<int> round;
       for (const auto& [range, range_owner] : owned_ranges) {
         const int64_t step = piece_elems > 0 ? piece_elems : range.size();
         const int64_t off = range.begin + k * step;
         if (step == 0 || off >= range.end) continue;
-        more = true;
-        bucket_pieces_[bucket.index].push_back(
-            static_cast<int>(pieces_.size()));
+        round.push_back(static_cast<int>(pieces_.size()));
+        bucket_pieces_[bucket.index].push_back(round.back());
         pieces_.push_back(Piece{bucket.index, off,
                                 std::min(step, range.end - off), range_owner});
       }
-      if (!more) break;
+      if (round.empty()) break;
+      bucket_rounds_[bucket.index].push_back(
+          static_cast<int>(rounds_.size()));
+      rounds_.push_back(std::move(round));
     }
   }
   piece_params_.assign(pieces_.size(), {});
@@ -1249,10 +1273,7 @@ absl::Status ZeroHook::FinishStep() {
       if (!status.ok()) return Fail(status);
     }
   }
-  while (!deferred_broadcasts_.empty()) {
-    IssueBroadcast(deferred_broadcasts_.front());
-    deferred_broadcasts_.pop_front();
-  }
+  while (!deferred_rounds_.empty()) IssueFirstDeferred();
   if (options_.clipping.enabled()) IssueClippedSteps();
   // The last step's updates of parameters the forward never asked for.
   if (absl::Status status = WaitForAllParameters(); !status.ok()) {

@@ -12,7 +12,8 @@
 // Under the SHARDED policy a bucket has no single owner: rank r owns element
 // range r of it (shard::ShardRanges), and steps 1-3 run per range, each
 // with its own owner: a reduce-scatter and an all-gather, made of the same
-// reductions and broadcasts.
+// reductions and broadcasts, each round of them (range r's k-th piece for
+// every r) issued as one Communicator::IssueGroup (on NCCL one launch).
 // FinishStep() waits for every broadcast (with the deadline) and clears the
 // per-iteration state (the seed's wait_for_broadcasts/clear_per_iter_info).
 // Reductions are launched as soon as a bucket's last gradient is ready, so
@@ -182,8 +183,10 @@ struct ZeroHookOptions {
   int64_t piece_bytes = int64_t{4} << 20;
   // A piece's broadcast is issued after the reductions of this many later
   // pieces, so that the owner's communicator keeps posting reductions while
-  // it steps (every rank issues the same order). 0: right after the piece's
-  // own step. >= 0.
+  // it steps (every rank issues the same order). Under SHARDED a round's
+  // pieces (one per rank) are reduced and broadcast as one group, so its
+  // broadcasts wait until more than this many pieces are deferred. 0: right
+  // after the round's own steps. >= 0.
   int broadcast_lag = 4;
   // FinishStep does not wait for the parameter broadcasts: the next
   // forward calls WaitForParameter(i) before it reads parameter i, so it
@@ -406,8 +409,16 @@ class ZeroHook : public GradientSink {
   int64_t CapBytes() const;
   absl::Status Initialize();
   absl::Status LaunchBucket(int b);
-  void LaunchPiece(int p);
-  void IssueBroadcast(int p);
+  // A round's reduction (one group), then the owned pieces' steps (or,
+  // clipping, their partial norms); the broadcasts are deferred.
+  void LaunchRound(int round);
+  // The round's pieces as segments of the parameters or the gradients, each
+  // with its owner as the root.
+  std::vector<CollectiveSegment> RoundSegments(int round, bool params);
+  // The oldest deferred round's broadcasts.
+  void IssueFirstDeferred();
+  // A round's broadcasts, one group.
+  void IssueBroadcasts(int round);
   // Clipping: after every reduction of the step, the norm's all-reduce and
   // each owned piece's clipped step, each piece's broadcast.
   void IssueClippedSteps();
@@ -469,7 +480,10 @@ class ZeroHook : public GradientSink {
   std::vector<char> param_ready_;
   std::vector<int> bucket_pending_;       // gradients not yet ready
   int next_bucket_ = 0;                   // next bucket to launch
-  std::deque<int> deferred_broadcasts_;  // pieces, oldest first
+  // Rounds whose broadcasts wait for later reductions, oldest first, and
+  // their pieces (options_.broadcast_lag bounds it).
+  std::deque<int> deferred_rounds_;
+  int deferred_pieces_ = 0;
   std::vector<std::shared_ptr<Work>> works_;
   // overlap_param_broadcast: by parameter, the broadcasts that carry it,
   // issued this step and (pending) by the step before, not yet waited for.
@@ -478,6 +492,10 @@ class ZeroHook : public GradientSink {
 
   std::vector<Piece> pieces_;
   std::vector<std::vector<int>> bucket_pieces_;
+  // Pieces issued as one group: one per owner range, at the same position
+  // in each (under SHARDED, world_size pieces; otherwise one).
+  std::vector<std::vector<int>> rounds_;
+  std::vector<std::vector<int>> bucket_rounds_;  // round indices
   std::vector<std::vector<int>> piece_params_;  // parameter indices
   // Optimizer steps run on each piece by this rank.
   std::unique_ptr<std::atomic<int64_t>[]> piece_steps_;
