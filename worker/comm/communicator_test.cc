@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
@@ -334,6 +335,34 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 class BackendTest : public ::testing::TestWithParam<Backend> {};
+
+// Two all-reduces larger than a shared-memory ring (64 KiB here): rank 0
+// issues both before it waits, rank 1 waits for the first before it issues
+// the second. Both must finish. (When a rank's completion thread moved on
+// to the second all-reduce's first round while the first's second round
+// was in flight, and the other rank, which had not issued the second yet,
+// waited for the first's second round, each waited for a send into a ring
+// only the other could drain.)
+TEST_P(BackendTest, AllReducesWaitedForInDifferentOrdersFinish) {
+  Ranks ranks(GetParam(), 2);
+  constexpr int64_t kCount = int64_t{1} << 17;  // 512 KiB, chunks of 256 KiB
+  ranks.Run([&](Communicator& comm) -> absl::Status {
+    std::vector<float> a(kCount, comm.rank() + 1.0f);
+    std::vector<float> b(kCount, 10.0f * (comm.rank() + 1));
+    std::shared_ptr<Work> first =
+        comm.AllReduce(a.data(), kCount, DataType::kFloat32);
+    if (comm.rank() == 1) RETURN_IF_ERROR(first->Wait(kWait));
+    std::shared_ptr<Work> second =
+        comm.AllReduce(b.data(), kCount, DataType::kFloat32);
+    RETURN_IF_ERROR(first->Wait(kWait));
+    RETURN_IF_ERROR(second->Wait(kWait));
+    for (int64_t i : {int64_t{0}, kCount - 1}) {
+      RETURN_IF_ERROR(Expect(a[i], 3.0f, comm.rank(), i, "first"));
+      RETURN_IF_ERROR(Expect(b[i], 30.0f, comm.rank(), i, "second"));
+    }
+    return absl::OkStatus();
+  });
+}
 
 TEST_P(BackendTest, BFloat16AllReduce) {
   Ranks ranks(GetParam(), 3);

@@ -17,9 +17,6 @@
 namespace pshard::worker {
 namespace {
 
-// All-reduces whose second round may be in flight at once.
-constexpr int kMaxGathering = 8;
-
 enum class OpKind { kAllReduce, kReduce, kBroadcast, kBarrier, kEnqueue };
 
 struct Op {
@@ -258,11 +255,17 @@ class LinkCommunicator : public Communicator {
     }
   }
 
-  // Completes posted ops in order. An all-reduce needs a second round of
-  // transfers (its all-gather) once its first has arrived; rather than wait
-  // for that round before looking at later ops, the loop posts it and moves
-  // on to the next ops' arrivals, so consecutive all-reduces overlap. Ops
-  // still complete (their Work, and Enqueue'd functions run) in order.
+  // Completes posted ops strictly in order: an op's first round of
+  // transfers, then (an all-reduce) its second round, then the next op.
+  // Every rank waits for the same transfers in the same order, which is what
+  // keeps shared-memory rings from deadlocking: a ring is drained by the
+  // receiver's wait, so two ranks that each waited, in different orders, for
+  // a send into a full ring would wait on each other for ever. (Moving on to
+  // the next op's first round while an all-reduce's second was in flight
+  // made the order depend on whether that op had been posted yet, which
+  // differs between ranks.) Later ops' transfers still proceed meanwhile:
+  // they are posted as soon as they are issued, and TCP receives and every
+  // ring's sender make progress on their own threads.
   void CompleteLoop() {
     while (true) {
       Op* op = nullptr;
@@ -278,28 +281,9 @@ class LinkCommunicator : public Communicator {
         // The issuer has stopped and everything it posted is finished.
         if (in_flight_.empty()) return;
         Op* front = in_flight_.front().get();
-        Op* next = nullptr;
-        int gathering = 0;
-        for (const auto& o : in_flight_) {
-          if (o->stage == Op::kGathering) ++gathering;
-          if (o->stage == Op::kPosted) {
-            next = o.get();
-            break;
-          }
-        }
-        if (front->stage == Op::kDone) {
-          // Fall through to completing the front.
-        } else if (front->stage == Op::kGathering &&
-                   (next == nullptr || next->kind == OpKind::kEnqueue ||
-                    gathering >= kMaxGathering || !error_.ok())) {
-          finish_front = true;
+        if (front->stage != Op::kDone) {
           op = front;
-        } else if (next != nullptr &&
-                   (next->kind != OpKind::kEnqueue || next == front)) {
-          op = next;
-        } else {
-          finish_front = true;
-          op = front;
+          finish_front = front->stage == Op::kGathering;
         }
         if (op != nullptr && !error_.ok()) {
           op->result = error_;
