@@ -1,14 +1,25 @@
 #include "worker/comm/tcp_link.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "gloo/common/error.h"
 #include "gloo/context.h"
-#include "gloo/rendezvous/context.h"
-#include "gloo/rendezvous/store.h"
+#include "gloo/transport/context.h"
+#include "gloo/transport/device.h"
+#include "gloo/transport/pair.h"
+#include "gloo/transport/tcp/address.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
 
@@ -36,54 +47,145 @@ absl::Status PostingError(const std::exception& e) {
   return absl::UnavailableError(e.what());
 }
 
-// gloo::rendezvous::Store over a KvClient. Gloo expects failures as
-// exceptions; Connect catches them and reports the store's own status.
-class KvGlooStore : public ::gloo::rendezvous::Store {
+// A gloo::Context over pairs connected here (ConnectMesh) rather than by
+// gloo::rendezvous::Context::connectFullMesh.
+class MeshContext : public ::gloo::Context {
  public:
-  KvGlooStore(KvClient& kv, std::string prefix, absl::Duration timeout)
-      : kv_(kv), prefix_(std::move(prefix)), timeout_(timeout) {}
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    absl::Status status =
-        kv_.Put(prefix_ + key, std::string(data.begin(), data.end()));
-    if (!status.ok()) Throw(status);
+  MeshContext(int rank, int size,
+              std::shared_ptr<::gloo::transport::Device> device,
+              std::shared_ptr<::gloo::transport::Context> transport)
+      : ::gloo::Context(rank, size) {
+    device_ = std::move(device);
+    transportContext_ = std::move(transport);
   }
+};
 
-  std::vector<char> get(const std::string& key) override {
-    absl::StatusOr<std::string> value = kv_.Get(prefix_ + key, timeout_);
-    if (!value.ok()) Throw(value.status());
-    return std::vector<char>(value->begin(), value->end());
+// What a rank publishes for the TCP rendezvous: the address its pairs
+// listen on (each pair has a socket of its own) and, in rank order, the port
+// of its pair for each peer. Gloo's connectFullMesh publishes every pair's
+// whole address instead (a sockaddr_storage each) and every peer reads them
+// all: ~50 times the bytes through the store at any world size.
+struct MeshRecord {
+  sockaddr_storage host;  // the port is each pair's
+  std::vector<uint16_t> ports;  // network order, by peer, self skipped
+
+  std::string Encode() const {
+    std::string out(reinterpret_cast<const char*>(&host), sizeof(host));
+    out.append(reinterpret_cast<const char*>(ports.data()),
+               ports.size() * sizeof(uint16_t));
+    return out;
   }
-
-  void wait(const std::vector<std::string>& keys) override {
-    wait(keys, ToChrono(timeout_));
+  static absl::StatusOr<MeshRecord> Decode(const std::string& bytes,
+                                           int world_size, int peer) {
+    const size_t want = sizeof(sockaddr_storage) +
+                        static_cast<size_t>(world_size - 1) * sizeof(uint16_t);
+    if (bytes.size() != want) {
+      return absl::DataLossError(
+          absl::StrCat("rank ", peer, "'s rendezvous record is ", bytes.size(),
+                       " bytes, not ", want));
+    }
+    MeshRecord record;
+    std::memcpy(&record.host, bytes.data(), sizeof(record.host));
+    if (record.host.ss_family != AF_INET && record.host.ss_family != AF_INET6) {
+      return absl::DataLossError(
+          absl::StrCat("rank ", peer, "'s rendezvous record has address family ",
+                       record.host.ss_family, ", not IPv4 or IPv6"));
+    }
+    record.ports.resize(world_size - 1);
+    std::memcpy(record.ports.data(), bytes.data() + sizeof(record.host),
+                record.ports.size() * sizeof(uint16_t));
+    return record;
   }
+};
 
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    absl::Duration limit =
-        std::min(timeout_, absl::Milliseconds(timeout.count()));
-    if (timeout.count() <= 0) limit = timeout_;
-    for (const std::string& key : keys) {
-      absl::StatusOr<std::string> value = kv_.Get(prefix_ + key, limit);
-      if (!value.ok()) Throw(value.status());
+// The port of a TCP/IP socket address; nullptr for other families.
+uint16_t* PortOf(sockaddr_storage& address) {
+  if (address.ss_family == AF_INET) {
+    return &reinterpret_cast<sockaddr_in*>(&address)->sin_port;
+  }
+  if (address.ss_family == AF_INET6) {
+    return &reinterpret_cast<sockaddr_in6*>(&address)->sin6_port;
+  }
+  return nullptr;
+}
+
+// Whether two TCP/IP socket addresses name the same host (family and
+// address; ports aside).
+bool SameHost(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET) {
+    return std::memcmp(&reinterpret_cast<const sockaddr_in*>(&a)->sin_addr,
+                       &reinterpret_cast<const sockaddr_in*>(&b)->sin_addr,
+                       sizeof(in_addr)) == 0;
+  }
+  const auto& a6 = reinterpret_cast<const sockaddr_in6&>(a);
+  const auto& b6 = reinterpret_cast<const sockaddr_in6&>(b);
+  return std::memcmp(&a6.sin6_addr, &b6.sin6_addr, sizeof(in6_addr)) == 0 &&
+         a6.sin6_scope_id == b6.sin6_scope_id;
+}
+
+std::string MeshKey(const std::string& prefix, int rank) {
+  return absl::StrCat(prefix, "mesh/", rank);
+}
+
+// Connects a full mesh of TCP pairs on a fresh device: one MeshRecord per
+// rank through `kv`, then each pair to its peer's.
+absl::StatusOr<std::shared_ptr<::gloo::Context>> ConnectMesh(
+    const GlooOptions& options, KvClient& kv, const std::string& prefix,
+    const GlooWait& wait) {
+  using ::gloo::transport::tcp::Address;
+  const int rank = options.rank;
+  const int n = options.world_size;
+  ::gloo::transport::tcp::attr attr;
+  attr.hostname = options.hostname;
+  // A device per context: its own event loop thread.
+  std::shared_ptr<::gloo::transport::Device> device =
+      ::gloo::transport::tcp::CreateDevice(attr);
+  std::shared_ptr<::gloo::transport::Context> transport =
+      device->createContext(rank, n);
+  transport->setTimeout(wait.timeout());
+  MeshRecord mine{};
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == rank) continue;
+    // Only the family's own struct: the rest of the storage is not the
+    // address's and is published as zeros.
+    const Address pair_address(transport->createPair(peer)->address().bytes());
+    const sockaddr_storage& bound = pair_address.getSockaddr();
+    sockaddr_storage listening{};
+    std::memcpy(&listening, &bound,
+                bound.ss_family == AF_INET6 ? sizeof(sockaddr_in6)
+                                            : sizeof(sockaddr_in));
+    uint16_t* port = PortOf(listening);
+    if (port == nullptr) {
+      return absl::InternalError(absl::StrCat(
+          "rank ", rank, "'s pair for rank ", peer,
+          " listens on an address of family ", listening.ss_family,
+          ", not IPv4 or IPv6"));
+    }
+    mine.ports.push_back(*port);
+    *port = 0;
+    if (mine.ports.size() == 1) {
+      mine.host = listening;
+    } else if (!SameHost(listening, mine.host)) {
+      return absl::InternalError(absl::StrCat(
+          "rank ", rank, "'s pairs listen on different addresses"));
     }
   }
-
-  // The store's own failure, if Gloo failed because of one.
-  const absl::Status& error() const { return error_; }
-
- private:
-  [[noreturn]] void Throw(const absl::Status& status) {
-    error_ = status;
-    throw ::gloo::IoException(status.ToString());
+  RETURN_IF_ERROR(kv.Put(MeshKey(prefix, rank), mine.Encode()));
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == rank) continue;
+    ASSIGN_OR_RETURN(std::string bytes,
+                     kv.Get(MeshKey(prefix, peer), options.timeout));
+    ASSIGN_OR_RETURN(MeshRecord theirs, MeshRecord::Decode(bytes, n, peer));
+    // The peer's pair for this rank: its ports skip the peer itself.
+    *PortOf(theirs.host) = theirs.ports[rank < peer ? rank : rank - 1];
+    transport->getPair(peer)->connect(Address(theirs.host).bytes());
   }
-
-  KvClient& kv_;
-  const std::string prefix_;
-  const absl::Duration timeout_;
-  absl::Status error_;
-};
+  auto context = std::make_shared<MeshContext>(rank, n, std::move(device),
+                                               std::move(transport));
+  context->setTimeout(wait.timeout());
+  return context;
+}
 
 // A send or receive on an unbound buffer. A receive that adds lands in
 // scratch first and is summed into its destination once it has arrived.
@@ -249,32 +351,28 @@ void TcpTransport::Close() {
 absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Connect(
     const GlooOptions& options, KvClient& kv) {
   std::array<std::shared_ptr<::gloo::Context>, 2> contexts;
-  for (int c = 0; c < 2; ++c) {
-    const GlooWait wait(options.timeout);
-    KvGlooStore store(kv, absl::StrCat(options.key_prefix, c, "/"),
-                      options.timeout);
-    try {
-      ::gloo::transport::tcp::attr attr;
-      attr.hostname = options.hostname;
-      // A device per context: its own event loop thread.
-      auto device = ::gloo::transport::tcp::CreateDevice(attr);
-      auto rendezvous = std::make_shared<::gloo::rendezvous::Context>(
-          options.rank, options.world_size);
-      rendezvous->setTimeout(wait.timeout());
-      rendezvous->connectFullMesh(store, device);
-      contexts[c] = std::move(rendezvous);
-    } catch (const std::exception& e) {
-      if (!store.error().ok()) {
-        return absl::Status(
-            store.error().code(),
-            absl::StrCat("rendezvous of rank ", options.rank, " of ",
-                         options.world_size, ": ", store.error().message()));
+  const GlooWait wait(options.timeout);
+  const std::string what =
+      absl::StrCat("connecting rank ", options.rank, " of ",
+                   options.world_size, " (listening on ", options.hostname,
+                   ")");
+  try {
+    // Each context through the store. (Gloo's ContextFactory would send the
+    // second context's addresses over the first's pairs, but its pairs took
+    // seconds per transfer in this Gloo.)
+    for (int c = 0; c < 2; ++c) {
+      absl::StatusOr<std::shared_ptr<::gloo::Context>> context = ConnectMesh(
+          options, kv, absl::StrCat(options.key_prefix, c, "/"), wait);
+      if (!context.ok()) {
+        return absl::Status(context.status().code(),
+                            absl::StrCat("rendezvous of rank ", options.rank,
+                                         " of ", options.world_size, ": ",
+                                         context.status().message()));
       }
-      return wait.ToStatus(
-          e, absl::StrCat("connecting rank ", options.rank, " of ",
-                          options.world_size, " (listening on ",
-                          options.hostname, ")"));
+      contexts[c] = *std::move(context);
     }
+  } catch (const std::exception& e) {
+    return wait.ToStatus(e, what);
   }
   return std::unique_ptr<TcpTransport>(
       new TcpTransport(options.rank, std::move(contexts)));

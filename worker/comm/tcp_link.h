@@ -6,7 +6,10 @@
 // Two full-mesh Gloo contexts: one carries data from lower to higher ranks,
 // the other from higher to lower. Gloo's TCP pair serialises reads and writes
 // on one socket under one lock, so a context per direction keeps both
-// directions of every link busy at once.
+// directions of every link busy at once. Their pairs are connected here
+// (tcp_link.cc, ConnectMesh), not by Gloo's connectFullMesh: each rank puts
+// one small record per context into the store (its pairs' host and a port
+// per peer) instead of every pair's full address.
 //
 // Errors: Gloo reports failures by throwing, and these classes are where its
 // exceptions become statuses (see GlooErrorToStatus).
