@@ -534,47 +534,39 @@ TEST(GlooCommunicatorTest, RendezvousTimesOutWithoutPeers) {
               StatusIs(absl::StatusCode::kDeadlineExceeded, ::testing::_));
 }
 
-// A store that counts what the ranks read from it.
+// A store that counts what the ranks put into and read from it.
 class CountingKvStore : public KvClient {
  public:
+  struct Counts {
+    int64_t puts = 0;
+    int64_t put_bytes = 0;
+    int64_t gets = 0;
+    int64_t get_bytes = 0;
+  };
+
   absl::Status Put(const std::string& key, const std::string& value) override {
     absl::MutexLock lock(&mu_);
-    ++puts_;
-    put_bytes_ += static_cast<int64_t>(value.size());
+    ++counts_.puts;
+    counts_.put_bytes += static_cast<int64_t>(value.size());
     return inner_.Put(key, value);
   }
   absl::StatusOr<std::string> Get(const std::string& key,
                                   absl::Duration timeout) override {
     absl::StatusOr<std::string> value = inner_.Get(key, timeout);
     absl::MutexLock lock(&mu_);
-    ++gets_;
-    if (value.ok()) get_bytes_ += static_cast<int64_t>(value->size());
+    ++counts_.gets;
+    if (value.ok()) counts_.get_bytes += static_cast<int64_t>(value->size());
     return value;
   }
-  int64_t gets() {
+  Counts counts() {
     absl::MutexLock lock(&mu_);
-    return gets_;
-  }
-  int64_t get_bytes() {
-    absl::MutexLock lock(&mu_);
-    return get_bytes_;
-  }
-  int64_t puts() {
-    absl::MutexLock lock(&mu_);
-    return puts_;
-  }
-  int64_t put_bytes() {
-    absl::MutexLock lock(&mu_);
-    return put_bytes_;
+    return counts_;
   }
 
  private:
   InMemoryKvStore inner_;
   absl::Mutex mu_;
-  int64_t gets_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t get_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t puts_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t put_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  Counts counts_ ABSL_GUARDED_BY(mu_);
 };
 
 // The TCP rendezvous goes through the coordinator's store: per context one
@@ -590,11 +582,12 @@ TEST(GlooCommunicatorTest, TcpRendezvousIsASmallRecordPerRank) {
   ASSERT_OK_AND_ASSIGN(std::vector<std::unique_ptr<Communicator>> comms,
                        CreateGlooRanks(kWorld, options, store));
   // Two contexts (one per direction), a record each.
-  EXPECT_EQ(store.puts(), 2 * kWorld);
-  EXPECT_EQ(store.gets(), 2 * kWorld * (kWorld - 1));
+  const CountingKvStore::Counts counts = store.counts();
+  EXPECT_EQ(counts.puts, 2 * kWorld);
+  EXPECT_EQ(counts.gets, 2 * kWorld * (kWorld - 1));
   const int64_t record = 128 + 2 * (kWorld - 1);
-  EXPECT_EQ(store.put_bytes(), 2 * kWorld * record);
-  EXPECT_EQ(store.get_bytes(), 2 * kWorld * (kWorld - 1) * record);
+  EXPECT_EQ(counts.put_bytes, 2 * kWorld * record);
+  EXPECT_EQ(counts.get_bytes, 2 * kWorld * (kWorld - 1) * record);
   // And the mesh works: every rank reaches every other.
   std::vector<absl::Status> statuses = RunRanks(kWorld, [&](int r) {
     float value = static_cast<float>(r);
