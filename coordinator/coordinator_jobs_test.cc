@@ -359,7 +359,9 @@ TEST_F(CoordinatorTest, ListJobsFiltersAndPages) {
     EXPECT_LE(page.jobs.size(), 2u);
     for (const v1::Job& j : page.jobs) seen.push_back(j.id());
     token = page.next_page_token;
-    if (++pages == 1) ASSERT_OK(c_->SubmitJob(Spec(1)));
+    if (++pages == 1) {
+      ASSERT_OK(c_->SubmitJob(Spec(1)));
+    }
   } while (!token.empty() && pages < 10);
   EXPECT_EQ(pages, 3);
   EXPECT_THAT(seen, ElementsAre("job-5", "job-4", "job-3", "job-2", "job-1"));
