@@ -80,7 +80,7 @@ TEST(TlsE2eTest, CertificatesRotateUnderARunningJob) {
 
   // Every certificate replaced in place (new keys, same CA and names).
   security::CertificateDirectory& certificates = *cluster->certificates();
-  for (const std::string& name :
+  for (const char* name :
        {"pshard-coordinator", "worker-0", "worker-1", "pshardctl"}) {
     ASSERT_OK(certificates.Issue(name).status()) << name;
   }

@@ -183,7 +183,7 @@ TEST_F(LocalRanksE2eTest, ANodeTokenCoversOnlyItsLocalRanks) {
     return stub->RegisterWorker(&context, request, &response);
   };
   EXPECT_TRUE(register_as("node-0:5").ok());
-  for (const std::string& name : {"node-1:1", "node-0:x", "node-0:1:2",
+  for (const char* name : {"node-1:1", "node-0:x", "node-0:1:2",
                                   "node-0:01", "node-0:64", "node-1"}) {
     const grpc::Status status = register_as(name);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << name;
