@@ -60,15 +60,12 @@ std::shared_ptr<Work> AllOf(std::vector<std::shared_ptr<Work>> works) {
     return all;
   }
   struct Pending {
+    explicit Pending(size_t parts) : left(parts) {}
     absl::Mutex mu;
-    size_t left ABSL_GUARDED_BY(mu) = 0;
+    size_t left ABSL_GUARDED_BY(mu);
     absl::Status first_failure ABSL_GUARDED_BY(mu);
   };
-  auto pending = std::make_shared<Pending>();
-  {
-    absl::MutexLock lock(&pending->mu);
-    pending->left = works.size();
-  }
+  auto pending = std::make_shared<Pending>(works.size());
   for (const std::shared_ptr<Work>& work : works) {
     work->OnCompletion([all, pending](absl::Status status) {
       absl::Status outcome;

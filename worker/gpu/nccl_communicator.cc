@@ -235,26 +235,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     // stream yet (e.g. connections being set up on first use); inside a
     // group, ncclGroupEnd says so for the group.
     bool in_progress = false;
+    const ncclRedOp_t reduce_op = mean && !divide_at_root ? ncclAvg : ncclSum;
     for (const CollectiveSegment& segment : segments) {
       if (!status.ok()) break;
-      void* data = segment.data;
-      const size_t n = static_cast<size_t>(segment.count);
-      ncclResult_t r;
-      switch (kind) {
-        case NcclOpKind::kAllReduce:
-          r = ncclAllReduce(data, data, n, ToNccl(dtype), ncclSum, comm_, s);
-          break;
-        case NcclOpKind::kReduce:
-          r = ncclReduce(data, data, n, ToNccl(dtype),
-                         mean && !divide_at_root ? ncclAvg : ncclSum,
-                         segment.root, comm_, s);
-          break;
-        case NcclOpKind::kBroadcast:
-        default:
-          r = ncclBroadcast(data, data, n, ToNccl(dtype), segment.root, comm_,
-                            s);
-          break;
-      }
+      const ncclResult_t r = LaunchLocked(kind, segment, dtype, reduce_op);
       status = NcclStatus(r, comm_, op);
       in_progress = in_progress || r == ncclInProgress;
     }
@@ -271,9 +255,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       status = AwaitNcclLocked(options_.timeout, op);
     }
     for (const CollectiveSegment& segment : segments) {
-      if (!status.ok() || !divide_at_root || segment.root != options_.rank) {
-        continue;
-      }
+      if (!status.ok()) break;
+      if (!divide_at_root || segment.root != options_.rank) continue;
       status = CudaStatus(
           gpu::LaunchDivide(segment.data,
                             dtype == DataType::kBFloat16 ? gpu::kKernelBFloat16
@@ -291,6 +274,27 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
           kind, segment.count * DataTypeSize(dtype), options_.world_size));
     }
     return RecordLocked(op);
+  }
+
+  // Issues `kind` on one segment, in place, on the communicator's stream
+  // (`reduce_op` for kReduce).
+  ncclResult_t LaunchLocked(NcclOpKind kind, const CollectiveSegment& segment,
+                            DataType dtype, ncclRedOp_t reduce_op)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(issue_mu_) {
+    void* data = segment.data;
+    const size_t n = static_cast<size_t>(segment.count);
+    cudaStream_t s = stream_.get();
+    switch (kind) {
+      case NcclOpKind::kAllReduce:
+        return ncclAllReduce(data, data, n, ToNccl(dtype), ncclSum, comm_, s);
+      case NcclOpKind::kReduce:
+        return ncclReduce(data, data, n, ToNccl(dtype), reduce_op,
+                          segment.root, comm_, s);
+      case NcclOpKind::kBroadcast:
+      default:
+        return ncclBroadcast(data, data, n, ToNccl(dtype), segment.root, comm_,
+                             s);
+    }
   }
 
   // Records an event after everything issued so far and returns its Work.

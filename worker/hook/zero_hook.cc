@@ -1052,14 +1052,20 @@ void ZeroHook::LaunchRound(int round) {
   // Earlier rounds' broadcasts go after this round's reduction, so that the
   // owners' steps on them overlap this transfer.
   deferred_rounds_.push_back(round);
-  deferred_pieces_ += static_cast<int>(rounds_[round].size());
-  while (deferred_pieces_ > options_.broadcast_lag) IssueFirstDeferred();
+  while (DeferredPieces() > options_.broadcast_lag) IssueFirstDeferred();
+}
+
+int ZeroHook::DeferredPieces() const {
+  int pieces = 0;
+  for (int round : deferred_rounds_) {
+    pieces += static_cast<int>(rounds_[round].size());
+  }
+  return pieces;
 }
 
 void ZeroHook::IssueFirstDeferred() {
   const int round = deferred_rounds_.front();
   deferred_rounds_.pop_front();
-  deferred_pieces_ -= static_cast<int>(rounds_[round].size());
   IssueBroadcasts(round);
 }
 

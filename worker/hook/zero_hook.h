@@ -415,6 +415,8 @@ class ZeroHook : public GradientSink {
   // The round's pieces as segments of the parameters or the gradients, each
   // with its owner as the root.
   std::vector<CollectiveSegment> RoundSegments(int round, bool params);
+  // The pieces of the deferred rounds (options_.broadcast_lag bounds them).
+  int DeferredPieces() const;
   // The oldest deferred round's broadcasts.
   void IssueFirstDeferred();
   // A round's broadcasts, one group.
@@ -480,10 +482,8 @@ class ZeroHook : public GradientSink {
   std::vector<char> param_ready_;
   std::vector<int> bucket_pending_;       // gradients not yet ready
   int next_bucket_ = 0;                   // next bucket to launch
-  // Rounds whose broadcasts wait for later reductions, oldest first, and
-  // their pieces (options_.broadcast_lag bounds it).
+  // Rounds whose broadcasts wait for later reductions, oldest first.
   std::deque<int> deferred_rounds_;
-  int deferred_pieces_ = 0;
   std::vector<std::shared_ptr<Work>> works_;
   // overlap_param_broadcast: by parameter, the broadcasts that carry it,
   // issued this step and (pending) by the step before, not yet waited for.
