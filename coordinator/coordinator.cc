@@ -41,7 +41,8 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock,
     : options_(std::move(options)),
       kv_limits_{options_.max_kv_key_bytes, options_.max_kv_value_bytes,
                  options_.max_kv_keys_per_job, options_.max_kv_bytes_per_job,
-                 options_.max_kv_bytes_total},
+                 options_.max_kv_bytes_total,
+                 options_.max_kv_keys_per_read, options_.max_kv_read_bytes},
       clock_(clock),
       store_(std::move(store)),
       workers_({options_.max_workers, options_.worker_timeout,
@@ -263,7 +264,8 @@ void Coordinator::Expire(Wait& wait) {
         } else {
           std::string what = "no new event before the deadline";
           if constexpr (std::is_same_v<W, KvWait>) {
-            what = "rendezvous key did not appear before the deadline";
+            DeferAnswer(std::move(w.done), KvReadMissing(w.read));
+            return;
           } else if constexpr (std::is_same_v<W, AssignmentWait>) {
             what = "assignment not published before the deadline";
             if (const JobRec* j = jobs_.Find(w.job_num)) {

@@ -179,6 +179,8 @@ struct CoordinatorOptions {
   int64_t max_kv_keys_per_job = int64_t{1} << 18;
   int64_t max_kv_bytes_per_job = int64_t{256} << 20;
   int64_t max_kv_bytes_total = int64_t{1} << 30;
+  int max_kv_keys_per_read = 1 << 16;
+  int64_t max_kv_read_bytes = int64_t{256} << 10;
   int max_reason_length = 1024;
   shard::LayoutLimits layout_limits;
   // A state change that completes more waits than this (e.g. an assignment
@@ -203,7 +205,8 @@ class Coordinator {
  public:
   // The callback types of the blocking calls (see wait_registry.h).
   using WaitId = coordinator::WaitId;
-  using KvCallback = coordinator::KvCallback;
+  using KvCallback = std::function<void(absl::StatusOr<std::string>)>;
+  using KvValuesCallback = coordinator::KvValuesCallback;
   using AssignmentPtr = coordinator::AssignmentPtr;
   using AssignmentCallback = coordinator::AssignmentCallback;
   using EventsCallback = coordinator::EventsCallback;
@@ -380,6 +383,15 @@ class Coordinator {
   // passed. ResourceExhausted: too many waits pending.
   WaitId KvGet(absl::string_view job_id, int64_t epoch, absl::string_view key,
                absl::Time deadline, KvCallback done);
+
+  // KvGet of several keys: calls `done` once with the values of a prefix of
+  // `keys` (all of them, or as many as fit max_kv_read_bytes, at least one)
+  // as soon as those are all present. Errors as KvGet; InvalidArgument also
+  // for no keys or more than max_kv_keys_per_read; DeadlineExceeded names
+  // the first key missing.
+  WaitId KvGetMany(absl::string_view job_id, int64_t epoch,
+                   std::vector<std::string> keys, absl::Time deadline,
+                   KvValuesCallback done);
 
   // ---- Buckets and assignment ----
 

@@ -28,9 +28,15 @@ absl::Status Coordinator::KvPut(const v1::KvPutRequest& req) {
                    j->kv.Put(j->job.id(), req.key(), req.value(), kv_limits_,
                              kv_bytes_total_));
   for (WaitId id : woken) {
-    std::optional<KvWait> w = waits_.Take<KvWait>(id);
-    if (!w) continue;
-    DeferAnswer(std::move(w->done), req.value());
+    KvWait* w = waits_.Find<KvWait>(id);
+    if (w == nullptr) continue;
+    if (!j->kv.Advance(w->read, kv_limits_)) {
+      // Still missing a later key: the same wait moves on to it.
+      j->kv.AddWaiter(w->read.keys[w->read.present], id);
+      continue;
+    }
+    std::optional<KvWait> done = waits_.Take<KvWait>(id);
+    DeferAnswer(std::move(done->done), j->kv.Values(done->read, kv_limits_));
   }
   return absl::OkStatus();
 }
@@ -38,37 +44,53 @@ absl::Status Coordinator::KvPut(const v1::KvPutRequest& req) {
 Coordinator::WaitId Coordinator::KvGet(absl::string_view job_id,
                                        int64_t epoch, absl::string_view key,
                                        absl::Time deadline, KvCallback done) {
+  return KvGetMany(
+      job_id, epoch, {std::string(key)}, deadline,
+      [done = std::move(done)](
+          absl::StatusOr<std::vector<KvValue>> values) {
+        if (!values.ok()) {
+          done(values.status());
+        } else {
+          done(*values->front());
+        }
+      });
+}
+
+Coordinator::WaitId Coordinator::KvGetMany(absl::string_view job_id,
+                                           int64_t epoch,
+                                           std::vector<std::string> keys,
+                                           absl::Time deadline,
+                                           KvValuesCallback done) {
   Locked lock(this);
-  absl::StatusOr<std::string> immediate;
-  bool answer = true;
-  if (absl::Status bad = RendezvousStore::CheckKey(key, kv_limits_);
-      !bad.ok()) {
-    immediate = bad;
-  } else {
-    absl::StatusOr<JobRec*> j = jobs_.ActiveAt(job_id, epoch);
-    if (!j.ok()) {
-      immediate = j.status();
-    } else {
-      if (const std::string* value = (*j)->kv.Get(key); value != nullptr) {
-        immediate = *value;
-      } else if (clock_->Now() >= deadline) {
-        immediate = absl::DeadlineExceededError(absl::StrCat(
-            "key \"", Clip(key, 64), "\" did not appear before the deadline"));
-      } else if (absl::Status cap = waits_.CheckCapacity(); !cap.ok()) {
-        immediate = cap;
-      } else {
-        answer = false;
-        const WaitId id =
-            Park(KvWait{(*j)->num, epoch, std::move(done)}, deadline);
-        (*j)->kv.AddWaiter(key, id);
-        return id;
-      }
-    }
+  // KvGet's errors name "key", as its request's field is called.
+  absl::Status bad = keys.size() == 1
+                         ? RendezvousStore::CheckKey(keys[0], kv_limits_)
+                         : RendezvousStore::CheckKeys(keys, kv_limits_);
+  absl::StatusOr<JobRec*> j = jobs_.ActiveAt(job_id, epoch);
+  if (bad.ok() && !j.ok()) bad = j.status();
+  if (!bad.ok()) {
+    DeferAnswer(std::move(done), bad);
+    return 0;
   }
-  if (answer) {
-    DeferAnswer(std::move(done), std::move(immediate));
+  KvRead read{std::move(keys)};
+  if ((*j)->kv.Advance(read, kv_limits_)) {
+    DeferAnswer(std::move(done), (*j)->kv.Values(read, kv_limits_));
+    return 0;
   }
-  return 0;
+  if (clock_->Now() >= deadline) {
+    DeferAnswer(std::move(done), KvReadMissing(read));
+    return 0;
+  }
+  if (absl::Status cap = waits_.CheckCapacity(); !cap.ok()) {
+    DeferAnswer(std::move(done), cap);
+    return 0;
+  }
+  const std::string missing = read.keys[read.present];
+  const WaitId id =
+      Park(KvWait{(*j)->num, epoch, std::move(read), std::move(done)},
+           deadline);
+  (*j)->kv.AddWaiter(missing, id);
+  return id;
 }
 
 // ---- Buckets and assignment ----

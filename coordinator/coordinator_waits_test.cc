@@ -7,6 +7,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Pointee;
 using ::testing::SizeIs;
 
 TEST_F(CoordinatorTest, KvWaitsAndErrors) {
@@ -83,6 +84,68 @@ TEST_F(CoordinatorTest, KvWaitsAndErrors) {
   Capture<std::string> stale;
   c_->KvGet(job.id(), 7, "k", later, stale.Callback());
   EXPECT_THAT(*stale.result, StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
+}
+
+TEST_F(CoordinatorTest, KvGetManyWaitsForEveryKeyWhateverOrderTheyArrive) {
+  options_.max_kv_read_bytes = 7;
+  Open(":memory:");
+  Register("a");
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c_->SubmitJob(Spec(1)));
+  const absl::Time later = clock_.Now() + absl::Seconds(2);
+  auto put = [&](const std::string& key, const std::string& value) {
+    v1::KvPutRequest req;
+    req.set_job_id(job.id());
+    req.set_epoch(1);
+    req.set_key(key);
+    req.set_value(value);
+    ASSERT_OK(c_->KvPut(req));
+  };
+  Capture<std::vector<KvValue>> all;
+  EXPECT_NE(c_->KvGetMany(job.id(), 1, {"r/0", "r/1", "r/2"}, later,
+                          all.Callback()),
+            0u);
+  // Last key first: the read waits on, one key at a time.
+  put("r/2", "cc");
+  put("r/0", "aa");
+  EXPECT_FALSE(all.result.has_value());
+  put("r/1", "bb");
+  ASSERT_TRUE(all.result.has_value());
+  EXPECT_THAT(**all.result,
+              ElementsAre(Pointee(std::string("aa")), Pointee(std::string("bb")),
+                          Pointee(std::string("cc"))));
+  // Present already: answered at once, cut at max_kv_read_bytes.
+  put("r/3", "dddd");
+  Capture<std::vector<KvValue>> capped;
+  EXPECT_EQ(c_->KvGetMany(job.id(), 1, {"r/0", "r/1", "r/3"}, later,
+                          capped.Callback()),
+            0u);
+  EXPECT_THAT(**capped.result, ElementsAre(Pointee(std::string("aa")),
+                                           Pointee(std::string("bb"))));
+  // A deadline names the first key missing.
+  Capture<std::vector<KvValue>> missing;
+  c_->KvGetMany(job.id(), 1, {"r/0", "r/9", "r/8"}, later, missing.Callback());
+  clock_.Advance(absl::Seconds(2));
+  c_->Tick();
+  EXPECT_THAT(*missing.result,
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("\"r/9\" did not appear before the deadline "
+                                 "(1 of 3 keys read were present)")));
+  // Bad input names the key's index; KvGet's names the key.
+  Capture<std::vector<KvValue>> bad;
+  c_->KvGetMany(job.id(), 1, {"r/0", ""}, later, bad.Callback());
+  EXPECT_THAT(*bad.result,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("keys[1]")));
+  Capture<std::vector<KvValue>> none;
+  c_->KvGetMany(job.id(), 1, {}, later, none.Callback());
+  EXPECT_THAT(*none.result, StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("got 0")));
+  // A job that ends fails the read still waiting.
+  Capture<std::vector<KvValue>> ended;
+  c_->KvGetMany(job.id(), 1, {"r/0", "r/7"}, clock_.Now() + absl::Seconds(5),
+                ended.Callback());
+  ASSERT_OK(c_->CancelJob(job.id(), "").status());
+  ASSERT_TRUE(ended.result.has_value());
+  EXPECT_THAT(*ended.result, StatusIs(absl::StatusCode::kAborted, ::testing::_));
 }
 
 TEST_F(CoordinatorTest, KvStoreIsCappedPerJob) {

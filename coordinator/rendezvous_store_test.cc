@@ -10,6 +10,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Pointee;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 
@@ -71,6 +72,61 @@ TEST(RendezvousStoreTest, CapsAreEnforced) {
   a.Clear(total);
   EXPECT_OK(b.Put("job-2", "k2", "v", limits, total));
   EXPECT_EQ(total, 13);
+}
+
+TEST(RendezvousStoreTest, AReadAdvancesOverPresentKeysAndStopsAtTheByteCap) {
+  RendezvousLimits limits;
+  limits.max_read_bytes = 10;
+  int64_t total = 0;
+  RendezvousStore store;
+  KvRead read{{"a", "b", "c", "d"}};
+  EXPECT_FALSE(store.Advance(read, limits));
+  EXPECT_EQ(read.present, 0u);
+  ASSERT_OK(store.Put("job-1", "b", "4444", limits, total).status());
+  EXPECT_FALSE(store.Advance(read, limits));  // still waits for "a"
+  ASSERT_OK(store.Put("job-1", "a", "333", limits, total).status());
+  EXPECT_FALSE(store.Advance(read, limits));  // now for "c"
+  EXPECT_EQ(read.present, 2u);
+  EXPECT_EQ(read.bytes, 7);
+  // "c" would make 11 bytes: the answer is the first two.
+  ASSERT_OK(store.Put("job-1", "c", "7777", limits, total).status());
+  EXPECT_TRUE(store.Advance(read, limits));
+  EXPECT_THAT(store.Values(read, limits),
+              ElementsAre(Pointee(std::string("333")), Pointee(std::string("4444"))));
+  // The rest, asked again: the first value is always answered, even alone
+  // over the cap.
+  KvRead rest{{"c", "d"}};
+  ASSERT_OK(store.Put("job-1", "c", std::string(12, 'x'), limits, total)
+                .status());
+  ASSERT_OK(store.Put("job-1", "d", "1", limits, total).status());
+  EXPECT_TRUE(store.Advance(rest, limits));
+  EXPECT_THAT(store.Values(rest, limits),
+              ElementsAre(Pointee(std::string(12, 'x'))));
+  // A key Put again with a larger value after Advance: Values cuts again.
+  KvRead both{{"a", "b"}};
+  EXPECT_TRUE(store.Advance(both, limits));
+  EXPECT_EQ(both.present, 2u);
+  ASSERT_OK(store.Put("job-1", "a", "999999999", limits, total).status());
+  EXPECT_THAT(store.Values(both, limits),
+              ElementsAre(Pointee(std::string("999999999"))));
+  EXPECT_THAT(KvReadMissing(KvRead{{"a", "b", "zz"}, 2}),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("\"zz\" did not appear before the deadline "
+                                 "(2 of 3 keys read were present)")));
+}
+
+TEST(RendezvousStoreTest, KeysOfAReadAreCheckedByIndex) {
+  RendezvousLimits limits;
+  limits.max_keys_per_read = 3;
+  EXPECT_OK(RendezvousStore::CheckKeys({"a", "b", "c"}, limits));
+  EXPECT_THAT(RendezvousStore::CheckKeys({}, limits),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("keys: must be 1..3 keys, got 0")));
+  EXPECT_THAT(RendezvousStore::CheckKeys({"a", "b", "c", "d"}, limits),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("got 4")));
+  EXPECT_THAT(RendezvousStore::CheckKeys({"a", ""}, limits),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("keys[1]: key: must be 1..512 bytes")));
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "coordinator/rendezvous_store.h"
 #include "pshard/v1/shard.pb.h"
 #include "pshard/v1/worker_control.pb.h"
 
@@ -37,7 +38,9 @@ namespace coordinator {
 
 // Numbers waits from 1; 0 is "answered at once, nothing to cancel".
 using WaitId = uint64_t;
-using KvCallback = std::function<void(absl::StatusOr<std::string>)>;
+// The values of a KvRead's keys (a prefix of them; rendezvous_store.h).
+using KvValuesCallback =
+    std::function<void(absl::StatusOr<std::vector<KvValue>>)>;
 // Assignments are shared, not copied: thousands of ranks wait for the same
 // one.
 using AssignmentPtr = std::shared_ptr<const v1::ShardAssignment>;
@@ -46,11 +49,13 @@ using EventsCallback = std::function<void(absl::Status)>;
 using ReportCallback =
     std::function<void(absl::StatusOr<v1::ReportBucketsResponse>)>;
 
-// KvGet of a key not yet Put in the job's rendezvous store.
+// KvGet/KvGetMany of keys not yet all Put in the job's rendezvous store;
+// parked on read.keys[read.present].
 struct KvWait {
   int64_t job_num = 0;
   int64_t epoch = 0;
-  KvCallback done;
+  KvRead read;
+  KvValuesCallback done;
 };
 
 // GetAssignment before the epoch's assignment is published.

@@ -1,5 +1,6 @@
 #include "coordinator/wait_registry.h"
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,9 +19,10 @@ const absl::Time kT0 = absl::FromUnixSeconds(1000);
 
 TEST(WaitRegistryTest, TakeReturnsAParkedWaitOnceWithItsCallback) {
   WaitRegistry waits(10);
-  std::optional<absl::StatusOr<std::string>> got;
+  std::optional<absl::StatusOr<std::vector<KvValue>>> got;
   const WaitId id = waits.Park(
-      KvWait{7, 2, [&](absl::StatusOr<std::string> v) { got = v; }},
+      KvWait{7, 2, KvRead{{"k"}},
+             [&](absl::StatusOr<std::vector<KvValue>> v) { got = v; }},
       kT0 + absl::Seconds(5));
   EXPECT_NE(id, 0u);
   EXPECT_EQ(waits.size(), 1u);
@@ -30,9 +32,11 @@ TEST(WaitRegistryTest, TakeReturnsAParkedWaitOnceWithItsCallback) {
   ASSERT_TRUE(kv.has_value());
   EXPECT_EQ(kv->job_num, 7);
   EXPECT_EQ(kv->epoch, 2);
-  kv->done(std::string("v"));
+  EXPECT_EQ(kv->read.keys, std::vector<std::string>{"k"});
+  kv->done(std::vector<KvValue>{std::make_shared<const std::string>("v")});
   ASSERT_TRUE(got.has_value());
-  EXPECT_EQ(**got, "v");
+  ASSERT_EQ((*got)->size(), 1u);
+  EXPECT_EQ(*(*got)->front(), "v");
   EXPECT_EQ(waits.size(), 0u);
   EXPECT_FALSE(waits.Take<KvWait>(id).has_value());
 }
@@ -50,7 +54,7 @@ TEST(WaitRegistryTest, FindLeavesTheWaitInPlace) {
 TEST(WaitRegistryTest, ExpiryIsEarliestFirstAndSkipsWaitsAlreadyGone) {
   WaitRegistry waits(10);
   const WaitId late = waits.Park(EventsWait{1, nullptr}, kT0 + absl::Seconds(3));
-  const WaitId early = waits.Park(KvWait{2, 1, nullptr}, kT0 + absl::Seconds(1));
+  const WaitId early = waits.Park(KvWait{2, 1, {}, nullptr}, kT0 + absl::Seconds(1));
   const WaitId cancelled =
       waits.Park(AssignmentWait{3, 1, true, nullptr}, kT0 + absl::Seconds(2));
   const WaitId taken = waits.Park(EventsWait{4, nullptr}, kT0 + absl::Seconds(2));
@@ -85,7 +89,7 @@ TEST(WaitRegistryTest, CapacityCountsPendingWaits) {
 TEST(WaitRegistryTest, TakeAllEmptiesTheRegistryInIdOrder) {
   WaitRegistry waits(10);
   waits.Park(EventsWait{1, nullptr}, kT0 + absl::Seconds(9));
-  waits.Park(KvWait{2, 1, nullptr}, kT0);
+  waits.Park(KvWait{2, 1, {}, nullptr}, kT0);
   std::vector<Wait> all = waits.TakeAll();
   ASSERT_EQ(all.size(), 2u);
   EXPECT_TRUE(std::holds_alternative<EventsWait>(all[0]));
