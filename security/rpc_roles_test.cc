@@ -62,6 +62,7 @@ TEST(RpcRolesTest, EveryRoleAgainstEveryMethod) {
       {"/pshard.v1.WorkerControl/Heartbeat", false, false, false, true},
       {"/pshard.v1.WorkerControl/KvPut", false, false, false, true},
       {"/pshard.v1.WorkerControl/KvGet", false, false, false, true},
+      {"/pshard.v1.WorkerControl/KvGetMany", false, false, false, true},
       {"/pshard.v1.WorkerControl/ReportBuckets", false, false, false, true},
       {"/pshard.v1.WorkerControl/GetAssignment", false, false, false, true},
       {"/pshard.v1.WorkerControl/ReportProgress", false, false, false, true},
@@ -110,7 +111,7 @@ TEST(RpcRolesTest, EveryMethodOfThePshardServicesHasARule) {
       ++methods;
     }
   }
-  EXPECT_EQ(methods, 22);
+  EXPECT_EQ(methods, 23);
 }
 
 TEST(RpcRolesTest, AnUnknownMethodIsClosed) {

@@ -40,6 +40,7 @@ constexpr char kRegisterWorker[] = "/pshard.v1.WorkerControl/RegisterWorker";
 constexpr char kHeartbeat[] = "/pshard.v1.WorkerControl/Heartbeat";
 constexpr char kKvPut[] = "/pshard.v1.WorkerControl/KvPut";
 constexpr char kKvGet[] = "/pshard.v1.WorkerControl/KvGet";
+constexpr char kKvGetMany[] = "/pshard.v1.WorkerControl/KvGetMany";
 constexpr char kReportBuckets[] = "/pshard.v1.WorkerControl/ReportBuckets";
 constexpr char kGetAssignment[] = "/pshard.v1.WorkerControl/GetAssignment";
 constexpr char kReportProgress[] = "/pshard.v1.WorkerControl/ReportProgress";
@@ -457,6 +458,35 @@ grpc::ServerUnaryReactor* WorkerControlImpl::KvGet(
       [c, req, d = *deadline](auto done) {
         return c->KvGet(req->job_id(), req->epoch(), req->key(), d,
                         std::move(done));
+      });
+}
+
+grpc::ServerUnaryReactor* WorkerControlImpl::KvGetMany(
+    grpc::CallbackServerContext* ctx, const v1::KvGetManyRequest* req,
+    v1::KvGetManyResponse* resp) {
+  absl::StatusOr<Caller> caller =
+      AuthorizeCall(*ctx, options_.access, kKvGetMany);
+  if (!caller.ok()) return Done(ctx, caller.status());
+  if (absl::Status s = CheckHoldsRank(*caller, req->job_id()); !s.ok()) {
+    return Done(ctx, s);
+  }
+  absl::StatusOr<absl::Time> deadline = WaitDeadline(ctx, req->timeout());
+  if (!deadline.ok()) return Done(ctx, deadline.status());
+  Coordinator* c = c_;
+  // The values are copied here, on the answering thread, not under the
+  // coordinator's lock.
+  return WaitReactor<std::vector<coordinator::KvValue>,
+                     v1::KvGetManyResponse>::Start(
+      c_, resp,
+      [](std::vector<coordinator::KvValue>&& values,
+         v1::KvGetManyResponse* r) {
+        for (const coordinator::KvValue& value : values) r->add_values(*value);
+      },
+      [c, req, d = *deadline](auto done) {
+        return c->KvGetMany(
+            req->job_id(), req->epoch(),
+            std::vector<std::string>(req->keys().begin(), req->keys().end()),
+            d, std::move(done));
       });
 }
 

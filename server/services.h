@@ -227,6 +227,9 @@ class WorkerControlImpl final
   grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx,
                                   const v1::KvGetRequest* req,
                                   v1::KvGetResponse* resp) override;
+  grpc::ServerUnaryReactor* KvGetMany(grpc::CallbackServerContext* ctx,
+                                      const v1::KvGetManyRequest* req,
+                                      v1::KvGetManyResponse* resp) override;
   // Request: ReportBucketsRequest, as bytes (see the class comment); a
   // fingerprint-only report waits up to min(req.timeout (0: not at all), the
   // RPC deadline).

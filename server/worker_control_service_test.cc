@@ -21,6 +21,7 @@ namespace pshard {
 namespace server {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
@@ -62,6 +63,39 @@ TEST_F(ServicesTest, WorkerProtocolEndToEnd) {
   getter.join();
   ASSERT_TRUE(get_status.ok()) << get_status.error_message();
   EXPECT_EQ(got.value(), "127.0.0.1:5555");
+
+  // KvGetMany waits for every key, and answers in the keys' order.
+  v1::KvGetManyResponse many;
+  grpc::Status many_status;
+  std::thread many_getter([&] {
+    grpc::ClientContext ctx;
+    v1::KvGetManyRequest req;
+    req.set_job_id(job.id());
+    req.set_epoch(job.epoch());
+    req.add_keys("mesh/1");
+    req.add_keys("gloo/rank0");
+    *req.mutable_timeout() = Millis(20000);
+    many_status = control_->KvGetMany(&ctx, req, &many);
+  });
+  {
+    grpc::ClientContext ctx;
+    v1::KvPutResponse resp;
+    ASSERT_TRUE(
+        control_->KvPut(&ctx, MakeKvPut(job, "mesh/1", "m1"), &resp).ok());
+  }
+  many_getter.join();
+  ASSERT_TRUE(many_status.ok()) << many_status.error_message();
+  EXPECT_THAT(many.values(), ElementsAre("m1", "127.0.0.1:5555"));
+  {
+    grpc::ClientContext ctx;
+    v1::KvGetManyRequest req;
+    req.set_job_id(job.id());
+    req.set_epoch(job.epoch());
+    v1::KvGetManyResponse resp;
+    const grpc::Status none = control_->KvGetMany(&ctx, req, &resp);
+    EXPECT_EQ(none.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(none.error_message(), HasSubstr("keys: must be 1.."));
+  }
 
   // GetAssignment blocks until both layouts are in.
   v1::ShardAssignment assignment;
