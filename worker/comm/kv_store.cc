@@ -4,6 +4,18 @@
 
 namespace pshard::worker {
 
+absl::StatusOr<std::vector<std::string>> KvClient::GetMany(
+    absl::Span<const std::string> keys, absl::Duration timeout) {
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (const std::string& key : keys) {
+    absl::StatusOr<std::string> value = Get(key, timeout);
+    if (!value.ok()) return value.status();
+    values.push_back(*std::move(value));
+  }
+  return values;
+}
+
 absl::Status InMemoryKvStore::Put(const std::string& key,
                                   const std::string& value) {
   absl::MutexLock lock(&mu_);

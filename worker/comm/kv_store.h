@@ -6,11 +6,13 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "absl/time/time.h"
 
 namespace pshard::worker {
@@ -28,6 +30,14 @@ class KvClient {
   // interrupted (job aborted).
   virtual absl::StatusOr<std::string> Get(const std::string& key,
                                           absl::Duration timeout) = 0;
+
+  // The values of `keys`, in order: what a rank reads of every peer at
+  // rendezvous (no keys: no values, nothing asked). Errors as Get. This
+  // default Gets each key in turn, each waited for up to `timeout`; the
+  // coordinator's client reads them in one call and bounds the whole read
+  // by `timeout`.
+  virtual absl::StatusOr<std::vector<std::string>> GetMany(
+      absl::Span<const std::string> keys, absl::Duration timeout);
 };
 
 // A thread-safe in-process store, for tests that run ranks as threads.

@@ -157,6 +157,11 @@ class GrpcControlPlane : public ControlPlane {
     return Call("KvGet", &Stub::KvGet, request, deadline);
   }
 
+  absl::StatusOr<v1::KvGetManyResponse> KvGetMany(
+      const v1::KvGetManyRequest& request, absl::Duration deadline) override {
+    return Call("KvGetMany", &Stub::KvGetMany, request, deadline);
+  }
+
   absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
       const v1::ReportBucketsRequest& request,
       absl::Duration deadline) override {

@@ -68,6 +68,8 @@ class ControlPlane : public AssignmentRpcs {
                              absl::Duration deadline) = 0;
   virtual absl::StatusOr<v1::KvGetResponse> KvGet(
       const v1::KvGetRequest& request, absl::Duration deadline) = 0;
+  virtual absl::StatusOr<v1::KvGetManyResponse> KvGetMany(
+      const v1::KvGetManyRequest& request, absl::Duration deadline) = 0;
   virtual absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
       const v1::ReportProgressRequest& request, absl::Duration deadline) = 0;
   virtual absl::Status ReportResult(const v1::ReportResultRequest& request,

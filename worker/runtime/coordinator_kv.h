@@ -1,5 +1,5 @@
 // CoordinatorKvClient: the KvClient of one job attempt, over the
-// coordinator's KvPut/KvGet scoped by (job id, epoch), so a restarted job
+// coordinator's KvPut/KvGet/KvGetMany scoped by (job id, epoch), so a restarted job
 // never sees a previous attempt's keys. Long waits are cut into short RPCs so
 // that cancelling the job (Cancel()) interrupts a rendezvous within a second.
 #ifndef PSHARD_WORKER_RUNTIME_COORDINATOR_KV_H_
@@ -8,6 +8,7 @@
 #include <atomic>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/clock.h"
 #include "worker/comm/kv_store.h"
@@ -29,6 +30,10 @@ class CoordinatorKvClient : public KvClient {
   absl::Status Put(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key,
                                   absl::Duration timeout) override;
+  // One KvGetMany call per 65536 keys (more only when an answer is cut at
+  // the coordinator's 256 KiB). DeadlineExceeded names the first key missing.
+  absl::StatusOr<std::vector<std::string>> GetMany(
+      absl::Span<const std::string> keys, absl::Duration timeout) override;
 
   // Makes pending and later Get calls fail with Cancelled. Any thread.
   void Cancel() { cancelled_ = true; }

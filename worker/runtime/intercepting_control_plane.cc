@@ -50,6 +50,15 @@ absl::StatusOr<v1::KvGetResponse> InterceptingControlPlane::KvGet(
   return next_->KvGet(request, deadline);
 }
 
+absl::StatusOr<v1::KvGetManyResponse> InterceptingControlPlane::KvGetMany(
+    const v1::KvGetManyRequest& request, absl::Duration deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++kv_gets_;
+  }
+  return next_->KvGetMany(request, deadline);
+}
+
 absl::StatusOr<v1::ReportBucketsResponse>
 InterceptingControlPlane::ReportBuckets(const v1::ReportBucketsRequest& request,
                                         absl::Duration deadline) {

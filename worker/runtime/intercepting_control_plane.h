@@ -33,6 +33,8 @@ class InterceptingControlPlane : public ControlPlane {
                      absl::Duration deadline) override;
   absl::StatusOr<v1::KvGetResponse> KvGet(const v1::KvGetRequest& request,
                                           absl::Duration deadline) override;
+  absl::StatusOr<v1::KvGetManyResponse> KvGetMany(
+      const v1::KvGetManyRequest& request, absl::Duration deadline) override;
   absl::StatusOr<v1::ReportBucketsResponse> ReportBuckets(
       const v1::ReportBucketsRequest& request,
       absl::Duration deadline) override;
@@ -75,6 +77,7 @@ class InterceptingControlPlane : public ControlPlane {
   bool WaitForRegistrations(int n, absl::Duration timeout) const;
   bool WaitForAttachments(int n, absl::Duration timeout) const;
   bool WaitForHeartbeats(int n, absl::Duration timeout) const;
+  // KvGet and KvGetMany calls together.
   bool WaitForKvGets(int n, absl::Duration timeout) const;
   bool WaitForProgress(int n, absl::Duration timeout) const;
   bool WaitForResults(int n, absl::Duration timeout) const;

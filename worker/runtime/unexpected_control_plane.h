@@ -34,6 +34,10 @@ class UnexpectedControlPlane : public ControlPlane {
                                           absl::Duration) override {
     return Unexpected("KvGet");
   }
+  absl::StatusOr<v1::KvGetManyResponse> KvGetMany(const v1::KvGetManyRequest&,
+                                                  absl::Duration) override {
+    return Unexpected("KvGetMany");
+  }
   absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
       const v1::ReportProgressRequest&, absl::Duration) override {
     return Unexpected("ReportProgress");
