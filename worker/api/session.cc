@@ -35,7 +35,8 @@ constexpr int64_t kMaxParameterElements = int64_t{1} << 40;
 constexpr double kMaxTimeoutSeconds = 86400;
 // Deadline of each progress (and result) RPC.
 constexpr absl::Duration kProgressRpcTimeout = absl::Seconds(5);
-// How long to look for a missing rank's agent key (published long before).
+// How long to look, after the join has timed out, for a key that would have
+// been published long before (a rank's join, its agent's worker id).
 constexpr absl::Duration kAgentKeyTimeout = absl::Seconds(1);
 
 // Reads `name` as an integer in [lo, hi].
@@ -88,18 +89,26 @@ absl::StatusOr<DataType> DTypeVariable(
 // named, with its worker (its agent's key), instead of a bare rendezvous
 // timeout.
 absl::Status JoinProgramRanks(KvClient& kv, const SessionEnvironment& env,
-                              absl::string_view scope, const Clock& clock) {
+                              absl::string_view scope) {
   RETURN_IF_ERROR(kv.Put(absl::StrCat(kProgramJoinedKeyPrefix, scope, env.rank),
                          env.worker_id));
-  const absl::Time deadline = clock.Now() + env.timeout;
+  std::vector<std::string> keys;
+  for (int r = 0; r < env.world_size; ++r) {
+    if (r != env.rank) {
+      keys.push_back(absl::StrCat(kProgramJoinedKeyPrefix, scope, r));
+    }
+  }
+  absl::Status joined = kv.GetMany(keys, env.timeout).status();
+  if (joined.code() != absl::StatusCode::kDeadlineExceeded) return joined;
+  // Which rank is missing: the first whose key is still absent (the failure
+  // path only; a key present answers at once).
   for (int r = 0; r < env.world_size; ++r) {
     if (r == env.rank) continue;
-    absl::StatusOr<std::string> joined =
-        kv.Get(absl::StrCat(kProgramJoinedKeyPrefix, scope, r),
-               std::max(deadline - clock.Now(), absl::ZeroDuration()));
-    if (joined.ok()) continue;
-    if (joined.status().code() != absl::StatusCode::kDeadlineExceeded) {
-      return joined.status();
+    absl::StatusOr<std::string> here = kv.Get(
+        absl::StrCat(kProgramJoinedKeyPrefix, scope, r), kAgentKeyTimeout);
+    if (here.ok()) continue;
+    if (here.status().code() != absl::StatusCode::kDeadlineExceeded) {
+      return here.status();
     }
     // The agent published its worker id before starting the program.
     absl::StatusOr<std::string> worker =
@@ -284,7 +293,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Open(
 absl::Status Session::Join() {
   if (!local()) {
     key_scope_ = absl::StrCat("s", coordinator_sessions_opened.fetch_add(1), "/");
-    RETURN_IF_ERROR(JoinProgramRanks(*kv_, env_, key_scope_, clock_));
+    RETURN_IF_ERROR(JoinProgramRanks(*kv_, env_, key_scope_));
   }
   GlooOptions gloo;
   gloo.rank = env_.rank;

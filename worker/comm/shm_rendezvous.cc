@@ -29,17 +29,22 @@ absl::StatusOr<std::vector<std::unique_ptr<ShmLink>>> ConnectSharedMemory(
   const int n = options.world_size;
   const std::string identity = HostIdentity();
   RETURN_IF_ERROR(kv.Put(absl::StrCat(prefix, "host/", me), identity));
-  std::vector<bool> same(n, false);
+  std::vector<std::string> host_keys;
   for (int r = 0; r < n; ++r) {
-    if (r == me) continue;
-    ASSIGN_OR_RETURN(std::string other,
-                     kv.Get(absl::StrCat(prefix, "host/", r), options.timeout));
-    same[r] = other == identity;
+    if (r != me) host_keys.push_back(absl::StrCat(prefix, "host/", r));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> hosts,
+                   kv.GetMany(host_keys, options.timeout));
+  // The peers on this host, in rank order.
+  std::vector<int> peers;
+  for (int r = 0; r < n; ++r) {
+    if (r != me && hosts[r < me ? r : r - 1] == identity) peers.push_back(r);
   }
   std::vector<Rings> out(n);
   std::vector<Rings> in(n);
-  for (int r = 0; r < n; ++r) {
-    if (!same[r]) continue;
+  std::vector<std::string> ring_keys;
+  std::vector<std::string> opened_keys;
+  for (int r : peers) {
     for (int k = 0; k < kLanes; ++k) {
       absl::StatusOr<std::unique_ptr<ShmChannel>> ring = ShmChannel::Create(
           absl::StrCat(me, "to", r, "r", k), options.shm_ring_bytes,
@@ -51,17 +56,20 @@ absl::StatusOr<std::vector<std::unique_ptr<ShmLink>>> ConnectSharedMemory(
       }
       RETURN_IF_ERROR(
           kv.Put(absl::StrCat(prefix, "ring/", me, "/", r, "/", k), name));
+      ring_keys.push_back(absl::StrCat(prefix, "ring/", r, "/", me, "/", k));
     }
+    opened_keys.push_back(absl::StrCat(prefix, "opened/", me, "/", r));
   }
+  // Every rank puts all its ring names (then all it opened) before it reads
+  // the others': each phase is one read.
+  ASSIGN_OR_RETURN(std::vector<std::string> ring_names,
+                   kv.GetMany(ring_keys, options.timeout));
   std::vector<bool> opened(n, false);
-  for (int r = 0; r < n; ++r) {
-    if (!same[r]) continue;
+  for (size_t p = 0; p < peers.size(); ++p) {
+    const int r = peers[p];
     opened[r] = true;
     for (int k = 0; k < kLanes; ++k) {
-      ASSIGN_OR_RETURN(
-          std::string name,
-          kv.Get(absl::StrCat(prefix, "ring/", r, "/", me, "/", k),
-                 options.timeout));
+      const std::string& name = ring_names[p * kLanes + k];
       absl::StatusOr<std::unique_ptr<ShmChannel>> ring =
           name.empty() ? absl::UnavailableError("no ring")
                        : ShmChannel::Open(name, *options.clock);
@@ -74,13 +82,12 @@ absl::StatusOr<std::vector<std::unique_ptr<ShmLink>>> ConnectSharedMemory(
     RETURN_IF_ERROR(kv.Put(absl::StrCat(prefix, "opened/", r, "/", me),
                            opened[r] ? "1" : "0"));
   }
+  ASSIGN_OR_RETURN(std::vector<std::string> peers_opened,
+                   kv.GetMany(opened_keys, options.timeout));
   std::vector<std::unique_ptr<ShmLink>> links(n);
-  for (int r = 0; r < n; ++r) {
-    if (!same[r]) continue;
-    ASSIGN_OR_RETURN(std::string peer_opened,
-                     kv.Get(absl::StrCat(prefix, "opened/", me, "/", r),
-                            options.timeout));
-    bool complete = opened[r] && peer_opened == "1";
+  for (size_t p = 0; p < peers.size(); ++p) {
+    const int r = peers[p];
+    bool complete = opened[r] && peers_opened[p] == "1";
     for (int k = 0; k < kLanes; ++k) {
       complete = complete && out[r][k] != nullptr && in[r][k] != nullptr;
     }
