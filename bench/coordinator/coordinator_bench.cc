@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cstdio>  // std::remove
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -74,6 +76,165 @@ absl::StatusOr<std::string> WriteTokens(
   if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
   return path;
 }
+
+// The full-mesh rendezvous of BenchOptions::rendezvous, every call
+// asynchronous. kGetEach: every rank puts its record, then (under `gate`)
+// reads its peers' one KvGet at a time. kGetMany, the worst case for the
+// coordinator's memory: every rank but the last puts its record, every rank
+// parks one KvGetMany for all its peers' records (no gate, as real ranks
+// do), then the last rank's put answers them all at once.
+struct MeshRendezvous {
+  using StubFor = std::function<v1::WorkerControl::Stub*(int)>;
+
+  const BenchOptions& opt;
+  const std::string job_id;
+  const int64_t epoch;
+  const int world;
+  const std::vector<int>& worker_of;
+  const std::vector<std::unique_ptr<SimState>>& sims;
+  StubFor stub_for;
+  Recorder& rec;
+  Denials& denials;
+  Gate& gate;
+  std::atomic<int> failures{0};
+  std::atomic<int64_t> bytes_read{0};
+  std::atomic<int64_t> cut_answers{0};
+  // Ranks whose KvGetMany reads are not all answered.
+  absl::Mutex mu;
+  int reads_left ABSL_GUARDED_BY(mu) = 0;
+  std::string first_error ABSL_GUARDED_BY(mu);
+
+  static std::string Key(int rank) { return absl::StrCat("mesh/", rank); }
+  size_t RecordBytes() const { return 128 + 2 * (world - 1); }
+
+  absl::Status Run(BenchReport& report) {
+    const bool each = opt.rendezvous == BenchOptions::Rendezvous::kGetEach;
+    for (int r = 0; r < (each ? world : world - 1); ++r) Put(r);
+    if (!gate.Drain(opt.max_in_flight, opt.phase_timeout)) {
+      return absl::DeadlineExceededError("rendezvous puts did not finish");
+    }
+    for (int r = 0; r < world; ++r) {
+      if (each) {
+        for (int peer = 0; peer < world; ++peer) {
+          if (peer != r) GetOne(r, peer);
+        }
+      } else {
+        std::vector<std::string> keys;
+        for (int peer = 0; peer < world; ++peer) {
+          if (peer != r) keys.push_back(Key(peer));
+        }
+        {
+          absl::MutexLock lock(&mu);
+          ++reads_left;
+        }
+        GetMany(r, std::move(keys));
+      }
+    }
+    if (!each) Put(world - 1);
+    if (!gate.Drain(opt.max_in_flight, opt.phase_timeout)) {
+      return absl::DeadlineExceededError("rendezvous reads did not finish");
+    }
+    {
+      absl::MutexLock lock(&mu);
+      if (!mu.AwaitWithTimeout(
+              absl::Condition(+[](int* left) { return *left == 0; },
+                              &reads_left),
+              opt.phase_timeout)) {
+        return absl::DeadlineExceededError("KvGetMany reads did not finish");
+      }
+    }
+    const int64_t expected =
+        int64_t{world} * (world - 1) * static_cast<int64_t>(RecordBytes());
+    if (failures > 0 || bytes_read != expected) {
+      absl::MutexLock lock(&mu);
+      return absl::InternalError(absl::StrCat(
+          "rendezvous: ", failures.load(), " calls failed (first: ",
+          first_error, "); read ", bytes_read.load(), " bytes of ", expected));
+    }
+    report.rendezvous_bytes_read = bytes_read;
+    report.rendezvous_cut_answers = cut_answers;
+    return absl::OkStatus();
+  }
+
+  template <typename Call>
+  Call* Start(int rank) {
+    auto* call = new Call;
+    call->ctx.set_deadline(GrpcClock::now() + std::chrono::seconds(60));
+    AddAuthorization(&call->ctx, sims[worker_of[rank]]->authorization);
+    call->req.set_job_id(job_id);
+    call->req.set_epoch(epoch);
+    call->start = absl::Now();
+    return call;
+  }
+
+  void Finish(const char* method, absl::Time start, const grpc::Status& s) {
+    rec.Add(method, absl::Now() - start, s.ok());
+    denials.Note(method, s);
+    if (s.ok()) return;
+    ++failures;
+    absl::MutexLock lock(&mu);
+    if (first_error.empty()) {
+      first_error = absl::StrCat(method, ": ", s.error_message());
+    }
+  }
+
+  void Put(int rank) {
+    gate.Acquire();
+    using Call = AsyncCall<v1::KvPutRequest, v1::KvPutResponse>;
+    Call* call = Start<Call>(rank);
+    call->req.set_key(Key(rank));
+    call->req.set_value(std::string(RecordBytes(), 'r'));
+    stub_for(worker_of[rank])->async()->KvPut(
+        &call->ctx, &call->req, &call->resp, [this, call](grpc::Status s) {
+          Finish("KvPut", call->start, s);
+          delete call;
+          gate.Release();
+        });
+  }
+
+  void GetOne(int rank, int peer) {
+    gate.Acquire();
+    using Call = AsyncCall<v1::KvGetRequest, v1::KvGetResponse>;
+    Call* call = Start<Call>(rank);
+    call->req.set_key(Key(peer));
+    *call->req.mutable_timeout() = ToProto(absl::Seconds(30));
+    stub_for(worker_of[rank])->async()->KvGet(
+        &call->ctx, &call->req, &call->resp, [this, call](grpc::Status s) {
+          Finish("KvGet", call->start, s);
+          if (s.ok()) bytes_read += call->resp.value().size();
+          delete call;
+          gate.Release();
+        });
+  }
+
+  // Reads every key of `keys`, asking again for the rest when an answer is
+  // cut; then counts the rank's reads done.
+  void GetMany(int rank, std::vector<std::string> keys) {
+    using Call = AsyncCall<v1::KvGetManyRequest, v1::KvGetManyResponse>;
+    Call* call = Start<Call>(rank);
+    for (const std::string& key : keys) call->req.add_keys(key);
+    *call->req.mutable_timeout() = ToProto(absl::Seconds(30));
+    stub_for(worker_of[rank])->async()->KvGetMany(
+        &call->ctx, &call->req, &call->resp,
+        [this, call, rank, keys = std::move(keys)](grpc::Status s) mutable {
+          Finish("KvGetMany", call->start, s);
+          const size_t got = s.ok() ? call->resp.values_size() : 0;
+          for (const std::string& value : call->resp.values()) {
+            bytes_read += value.size();
+          }
+          delete call;
+          if (s.ok() && (got == 0 || got > keys.size())) ++failures;
+          if (s.ok() && got > 0 && got < keys.size()) {
+            ++cut_answers;
+            keys.erase(keys.begin(), keys.begin() + got);
+            GetMany(rank, std::move(keys));
+            return;
+          }
+          absl::MutexLock lock(&mu);
+          --reads_left;
+        });
+  }
+};
 
 absl::StatusOr<BenchReport> RunPhases(const BenchOptions& opt,
                                       Denials* denials) {
@@ -433,7 +594,6 @@ absl::StatusOr<BenchReport> RunPhases(const BenchOptions& opt,
                : s.error_message()));
   }
   report.run_job_delivery_s = absl::ToDoubleSeconds(absl::Now() - t_submit);
-  step("2_layouts");
 
   // Ranks by worker.
   std::vector<int> rank_of(n, -1);
@@ -454,6 +614,17 @@ absl::StatusOr<BenchReport> RunPhases(const BenchOptions& opt,
     finish_threads();
     return absl::InternalError("some rank has no worker");
   }
+  if (opt.rendezvous != BenchOptions::Rendezvous::kNone) {
+    step("1b_rendezvous");
+    MeshRendezvous mesh{opt,       job.id(), epoch,     world,
+                        worker_of, sims,     stub_for,  rec,
+                        *denials,  gate};
+    if (absl::Status s = mesh.Run(report); !s.ok()) {
+      finish_threads();
+      return s;
+    }
+  }
+  step("2_layouts");
 
   // Every rank parks in GetAssignment first (the worst case for the server).
   std::atomic<int> assigned{0};
@@ -683,6 +854,9 @@ absl::StatusOr<BenchReport> RunPhases(const BenchOptions& opt,
        {"register", "steady", "job", "job/start", "job/1_run_job",
         "job/2_layouts", "job/3_assignment", "job/4_results"}) {
     report.rpcs_by_phase[phase] = rec.Stats(phase);
+  }
+  if (opt.rendezvous != BenchOptions::Rendezvous::kNone) {
+    report.rpcs_by_phase["job/1b_rendezvous"] = rec.Stats("job/1b_rendezvous");
   }
   stubs.clear();
   channels.clear();

@@ -61,6 +61,15 @@ struct BenchOptions {
   // For the smoke test of that check: workers 0 and 1 present each other's
   // tokens, which the coordinator must refuse.
   bool swap_two_tokens = false;
+  // A full-mesh rendezvous between RunJob and the layout reports (step
+  // "1b_rendezvous"), as Gloo's TCP mesh makes one: every rank puts a record
+  // of 128 + 2*(world-1) bytes (tcp_link.h's), then reads every peer's.
+  // kNone leaves it out; kGetEach reads with one KvGet per peer (world *
+  // (world-1) calls, the worker before KvGetMany); kGetMany with one
+  // KvGetMany per rank, asked again from the first key not answered when an
+  // answer is cut at the coordinator's 256 KiB.
+  enum class Rendezvous { kNone, kGetEach, kGetMany };
+  Rendezvous rendezvous = Rendezvous::kNone;
 };
 
 struct LatencyStats {
@@ -78,7 +87,9 @@ struct BenchReport {
   // phase's steps: "job/1_run_job" (submit -> every rank has its RunJob),
   // "job/2_layouts" (every rank but the last reports its layout),
   // "job/3_assignment" (the last report -> every rank has the assignment),
-  // "job/4_results" (progress and results); "job/start" is steps 1-3.
+  // "job/4_results" (progress and results); "job/start" is steps 1-3 (and
+  // "job/1b_rendezvous" between 1 and 2 when BenchOptions::rendezvous is
+  // on).
   std::map<std::string, LatencyStats> rpcs;
   std::map<std::string, std::map<std::string, LatencyStats>> rpcs_by_phase;
   double register_all_s = 0;
@@ -122,6 +133,11 @@ struct BenchReport {
   // error).
   int tokens = 0;
   int64_t refused_calls = 0;
+  // With a rendezvous: the records' bytes the ranks read (world * (world-1)
+  // records), and the KvGetMany answers cut at the coordinator's byte cap
+  // (each asked again for the rest).
+  int64_t rendezvous_bytes_read = 0;
+  int64_t rendezvous_cut_answers = 0;
 
   std::string ToString() const;
 };

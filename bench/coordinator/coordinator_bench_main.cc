@@ -35,6 +35,10 @@ ABSL_FLAG(bool, tokens, false,
           "bench-tokens; every call carries its caller's token, and any call "
           "refused fails the run");
 
+ABSL_FLAG(std::string, rendezvous, "none",
+          "a full-mesh rendezvous before the layout reports: none, get_each "
+          "(a KvGet per peer) or get_many (a KvGetMany per rank)");
+
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
@@ -52,15 +56,29 @@ int main(int argc, char** argv) {
   options.channels = absl::GetFlag(FLAGS_channels);
   options.tls = absl::GetFlag(FLAGS_tls);
   options.tokens = absl::GetFlag(FLAGS_tokens);
+  const std::string rendezvous = absl::GetFlag(FLAGS_rendezvous);
+  using Rendezvous = pshard::bench::BenchOptions::Rendezvous;
+  if (rendezvous == "get_each") {
+    options.rendezvous = Rendezvous::kGetEach;
+  } else if (rendezvous == "get_many") {
+    options.rendezvous = Rendezvous::kGetMany;
+  } else if (rendezvous != "none") {
+    fprintf(stderr,
+            "--rendezvous: must be none, get_each or get_many, got \"%s\"\n",
+            rendezvous.c_str());
+    return 2;
+  }
   auto report = pshard::bench::RunCoordinatorBenchmark(options);
   if (!report.ok()) {
     fprintf(stderr, "benchmark failed: %s\n", report.status().ToString().c_str());
     return 1;
   }
-  printf("workers=%d world_size=%d buckets=%d transport=%s access=%s\n%s",
+  printf("workers=%d world_size=%d buckets=%d transport=%s access=%s "
+         "rendezvous=%s\n%s",
          options.workers,
          options.world_size > 0 ? options.world_size : options.workers,
          options.buckets, options.tls ? "mutual_tls" : "plaintext",
-         options.tokens ? "tokens" : "none", report->ToString().c_str());
+         options.tokens ? "tokens" : "none", rendezvous.c_str(),
+         report->ToString().c_str());
   return 0;
 }

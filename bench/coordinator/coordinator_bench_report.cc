@@ -51,6 +51,12 @@ std::string BenchReport::ToString() const {
         "load generator CPU\n",
         s.name, s.wall_ms, s.cpu_ms, s.load_generator_cpu_ms);
   }
+  if (rendezvous_bytes_read > 0) {
+    absl::StrAppendFormat(&out,
+                          "rendezvous: %d record bytes read, %d KvGetMany "
+                          "answers cut at the byte cap\n",
+                          rendezvous_bytes_read, rendezvous_cut_answers);
+  }
   absl::StrAppendFormat(&out, "coordinator CPU total:           %.2f s over %.1f s\n",
                         total_cpu_seconds, wall_seconds);
   absl::StrAppendFormat(&out, "coordinator RSS: %.1f MiB (peak %.1f MiB)\n",

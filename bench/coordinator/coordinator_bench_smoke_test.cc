@@ -60,6 +60,34 @@ TEST(CoordinatorBenchSmokeTest, TinyRunWithTokens) {
   TinyRun(/*tls=*/false, /*tokens=*/true);
 }
 
+// The full-mesh rendezvous both ways, each rank calling with its own token
+// (so the coordinator checks that the caller holds the rank it reads for):
+// 24 records put, then read with 24 * 23 KvGets or with 24 KvGetMany.
+TEST(CoordinatorBenchSmokeTest, MeshRendezvousByEachKeyAndByManyKeys) {
+  for (const auto mode : {BenchOptions::Rendezvous::kGetEach,
+                          BenchOptions::Rendezvous::kGetMany}) {
+    BenchOptions options = Tiny(/*tls=*/false, /*tokens=*/true);
+    options.rendezvous = mode;
+    ASSERT_OK_AND_ASSIGN(BenchReport report, RunCoordinatorBenchmark(options));
+    std::printf("%s", report.ToString().c_str());
+    EXPECT_EQ(report.job_state, "SUCCEEDED");
+    const auto& calls = report.rpcs_by_phase["job/1b_rendezvous"];
+    EXPECT_EQ(calls.at("KvPut").count, 24);
+    EXPECT_EQ(calls.at("KvPut").errors, 0);
+    if (mode == BenchOptions::Rendezvous::kGetEach) {
+      EXPECT_EQ(calls.at("KvGet").count, 24 * 23);
+      EXPECT_EQ(calls.count("KvGetMany"), 0);
+    } else {
+      EXPECT_EQ(calls.at("KvGetMany").count, 24);
+      EXPECT_EQ(calls.count("KvGet"), 0);
+    }
+    // Each record is 128 + 2 * 23 bytes, read by 23 peers.
+    EXPECT_EQ(report.rendezvous_bytes_read, 24 * 23 * (128 + 2 * 23));
+    EXPECT_EQ(report.rendezvous_cut_answers, 0);
+    EXPECT_EQ(report.refused_calls, 0);
+  }
+}
+
 // A refused call fails the run: workers 0 and 1 present each other's
 // tokens, so the coordinator refuses both registrations.
 TEST(CoordinatorBenchSmokeTest, RefusedCallsFailTheRun) {
