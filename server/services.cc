@@ -370,6 +370,22 @@ absl::Status WorkerControlImpl::CheckHoldsRank(const Caller& caller,
   return c_->CheckHoldsRank(caller.name(), job_id);
 }
 
+absl::Status WorkerControlImpl::AuthorizeActingAs(
+    const grpc::CallbackServerContext& ctx, absl::string_view method,
+    absl::string_view worker_id) const {
+  absl::StatusOr<Caller> caller = AuthorizeCall(ctx, options_.access, method);
+  if (!caller.ok()) return caller.status();
+  return CheckActsAs(*caller, worker_id);
+}
+
+absl::Status WorkerControlImpl::AuthorizeHoldingRank(
+    const grpc::CallbackServerContext& ctx, absl::string_view method,
+    absl::string_view job_id) const {
+  absl::StatusOr<Caller> caller = AuthorizeCall(ctx, options_.access, method);
+  if (!caller.ok()) return caller.status();
+  return CheckHoldsRank(*caller, job_id);
+}
+
 grpc::ServerUnaryReactor* WorkerControlImpl::RegisterWorker(
     grpc::CallbackServerContext* ctx, const v1::RegisterWorkerRequest* req,
     v1::RegisterWorkerResponse* resp) {
@@ -431,9 +447,8 @@ grpc::ServerUnaryReactor* WorkerControlImpl::Heartbeat(
 grpc::ServerUnaryReactor* WorkerControlImpl::KvPut(
     grpc::CallbackServerContext* ctx, const v1::KvPutRequest* req,
     v1::KvPutResponse*) {
-  absl::StatusOr<Caller> caller = AuthorizeCall(*ctx, options_.access, kKvPut);
-  if (!caller.ok()) return Done(ctx, caller.status());
-  if (absl::Status s = CheckHoldsRank(*caller, req->job_id()); !s.ok()) {
+  if (absl::Status s = AuthorizeHoldingRank(*ctx, kKvPut, req->job_id());
+      !s.ok()) {
     return Done(ctx, s);
   }
   return Done(ctx, c_->KvPut(*req));
@@ -442,9 +457,8 @@ grpc::ServerUnaryReactor* WorkerControlImpl::KvPut(
 grpc::ServerUnaryReactor* WorkerControlImpl::KvGet(
     grpc::CallbackServerContext* ctx, const v1::KvGetRequest* req,
     v1::KvGetResponse* resp) {
-  absl::StatusOr<Caller> caller = AuthorizeCall(*ctx, options_.access, kKvGet);
-  if (!caller.ok()) return Done(ctx, caller.status());
-  if (absl::Status s = CheckHoldsRank(*caller, req->job_id()); !s.ok()) {
+  if (absl::Status s = AuthorizeHoldingRank(*ctx, kKvGet, req->job_id());
+      !s.ok()) {
     return Done(ctx, s);
   }
   absl::StatusOr<absl::Time> deadline = WaitDeadline(ctx, req->timeout());
@@ -464,10 +478,8 @@ grpc::ServerUnaryReactor* WorkerControlImpl::KvGet(
 grpc::ServerUnaryReactor* WorkerControlImpl::KvGetMany(
     grpc::CallbackServerContext* ctx, const v1::KvGetManyRequest* req,
     v1::KvGetManyResponse* resp) {
-  absl::StatusOr<Caller> caller =
-      AuthorizeCall(*ctx, options_.access, kKvGetMany);
-  if (!caller.ok()) return Done(ctx, caller.status());
-  if (absl::Status s = CheckHoldsRank(*caller, req->job_id()); !s.ok()) {
+  if (absl::Status s = AuthorizeHoldingRank(*ctx, kKvGetMany, req->job_id());
+      !s.ok()) {
     return Done(ctx, s);
   }
   absl::StatusOr<absl::Time> deadline = WaitDeadline(ctx, req->timeout());
@@ -555,10 +567,9 @@ grpc::ServerUnaryReactor* WorkerControlImpl::GetAssignment(
 grpc::ServerUnaryReactor* WorkerControlImpl::ReportProgress(
     grpc::CallbackServerContext* ctx, const v1::ReportProgressRequest* req,
     v1::ReportProgressResponse* resp) {
-  absl::StatusOr<Caller> caller =
-      AuthorizeCall(*ctx, options_.access, kReportProgress);
-  if (!caller.ok()) return Done(ctx, caller.status());
-  if (absl::Status s = CheckActsAs(*caller, req->worker_id()); !s.ok()) {
+  if (absl::Status s =
+          AuthorizeActingAs(*ctx, kReportProgress, req->worker_id());
+      !s.ok()) {
     return Done(ctx, s);
   }
   absl::StatusOr<v1::ReportProgressResponse> r = c_->ReportProgress(*req);
@@ -569,10 +580,9 @@ grpc::ServerUnaryReactor* WorkerControlImpl::ReportProgress(
 grpc::ServerUnaryReactor* WorkerControlImpl::ReportCheckpoint(
     grpc::CallbackServerContext* ctx, const v1::ReportCheckpointRequest* req,
     v1::ReportCheckpointResponse* resp) {
-  absl::StatusOr<Caller> caller =
-      AuthorizeCall(*ctx, options_.access, kReportCheckpoint);
-  if (!caller.ok()) return Done(ctx, caller.status());
-  if (absl::Status s = CheckActsAs(*caller, req->worker_id()); !s.ok()) {
+  if (absl::Status s =
+          AuthorizeActingAs(*ctx, kReportCheckpoint, req->worker_id());
+      !s.ok()) {
     return Done(ctx, s);
   }
   // Blocks this RPC thread while the last shard's manifest is written (a
@@ -596,10 +606,8 @@ grpc::ServerWriteReactor<v1::AttachResponse>* WorkerControlImpl::Attach(
 grpc::ServerUnaryReactor* WorkerControlImpl::ReportResult(
     grpc::CallbackServerContext* ctx, const v1::ReportResultRequest* req,
     v1::ReportResultResponse*) {
-  absl::StatusOr<Caller> caller =
-      AuthorizeCall(*ctx, options_.access, kReportResult);
-  if (!caller.ok()) return Done(ctx, caller.status());
-  if (absl::Status s = CheckActsAs(*caller, req->worker_id()); !s.ok()) {
+  if (absl::Status s = AuthorizeActingAs(*ctx, kReportResult, req->worker_id());
+      !s.ok()) {
     return Done(ctx, s);
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();

@@ -266,6 +266,15 @@ class WorkerControlImpl final
                            absl::string_view worker_id) const;
   absl::Status CheckHoldsRank(const security::Caller& caller,
                               absl::string_view job_id) const;
+  // AuthorizeCall for `method`, then CheckActsAs / CheckHoldsRank: for the
+  // typed methods, whose request gRPC has parsed already (the raw ones
+  // authorize before they parse, and check after).
+  absl::Status AuthorizeActingAs(const grpc::CallbackServerContext& ctx,
+                                 absl::string_view method,
+                                 absl::string_view worker_id) const;
+  absl::Status AuthorizeHoldingRank(const grpc::CallbackServerContext& ctx,
+                                    absl::string_view method,
+                                    absl::string_view job_id) const;
 
   // The deadline of a blocking wait, or InvalidArgument for a negative
   // timeout.
