@@ -17,6 +17,7 @@
 #include "common/binary_flags.h"
 #include "common/logging.h"
 #include "common/logging_flags.h"
+#include "common/open_files.h"
 #include "common/port_file.h"
 #include "common/clock.h"
 #include "common/health.h"
@@ -98,6 +99,14 @@ int main(int argc, char** argv) {
     fprintf(stderr, "pshard-coordinator: %s\n",
             std::string(logging.message()).c_str());
     return 2;
+  }
+  // A socket per peer and per worker: the soft limit a container starts
+  // with (often 1,024) is raised to the hard one (common/open_files.h).
+  if (absl::StatusOr<pshard::OpenFileLimit> files = pshard::RaiseOpenFileLimit();
+      files.ok()) {
+    LOG(INFO) << "open files: limit " << files->soft;
+  } else {
+    LOG(WARNING) << "open files: " << files.status();
   }
   // Abseil's Mutex deadlock detection (on in builds without NDEBUG, which is
   // Bazel's default) keeps a process-wide graph of every mutex under a global

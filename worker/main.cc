@@ -29,6 +29,7 @@
 #include "common/binary_flags.h"
 #include "common/logging.h"
 #include "common/logging_flags.h"
+#include "common/open_files.h"
 #include "common/clock.h"
 #include "common/health.h"
 #include "common/health_flags.h"
@@ -151,6 +152,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pshard-worker: %s\n",
                  std::string(logging.message()).c_str());
     return 2;
+  }
+  // A socket per peer and per worker: the soft limit a container starts
+  // with (often 1,024) is raised to the hard one (common/open_files.h).
+  if (absl::StatusOr<pshard::OpenFileLimit> files = pshard::RaiseOpenFileLimit();
+      files.ok()) {
+    LOG(INFO) << "open files: limit " << files->soft;
+  } else {
+    LOG(WARNING) << "open files: " << files.status();
   }
 
   if (absl::GetFlag(FLAGS_drain_and_wait)) {

@@ -1,7 +1,10 @@
 // pshard-coordinator and pshard-worker as a user first meets them: --help
 // lists their own flags, --version prints the version.
+#include <sys/resource.h>
+
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cli/pshardctl_runner.h"
@@ -65,6 +68,33 @@ TEST(BinariesTest, ServersWithoutCertificateOrInsecureExit2) {
     EXPECT_THAT(r->err, HasSubstr("TLS needs --tls_cert and --tls_key (a "
                                   "certificate and its key); pass --insecure "
                                   "for plaintext"));
+  }
+}
+
+// Both servers raise their open-file soft limit to the hard one (a socket
+// per peer, a connection per worker): started under a soft limit of 256,
+// they log the hard limit. (Logged before the TLS check exits them.)
+TEST(BinariesTest, ServersRaiseTheirOpenFileLimitToTheHardOne) {
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  if (saved.rlim_max == RLIM_INFINITY || saved.rlim_max <= 256) {
+    GTEST_SKIP() << "needs a finite hard limit above 256, have "
+                 << saved.rlim_max;
+  }
+  rlimit low = saved;
+  low.rlim_cur = 256;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  const std::string dir = MakeTempDir("nofile");
+  const CliResult coordinator = RunBinary(
+      "server/pshard-coordinator",
+      {"--listen=127.0.0.1:0", "--state_path=" + dir + "/state.db"});
+  const CliResult worker = RunBinary(
+      "worker/pshard-worker",
+      {"--coordinator=127.0.0.1:1", "--listen=127.0.0.1:0"});
+  setrlimit(RLIMIT_NOFILE, &saved);
+  for (const CliResult* r : {&coordinator, &worker}) {
+    EXPECT_THAT(r->err, HasSubstr(absl::StrCat("open files: limit ",
+                                               saved.rlim_max)));
   }
 }
 

@@ -2,8 +2,11 @@
 // in-memory rendezvous store, and the fake), in the style of Gloo's own
 // allreduce_test.cc: N ranks as threads, parameterised over world size and
 // buffer size, checked against closed-form expected values.
+#include <sys/resource.h>
+
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -13,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/open_files.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
@@ -21,6 +25,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/kv_store.h"
 #include "worker/comm/rank_threads.h"
+#include "worker/comm/tcp_link.h"
 #include "worker/comm/reduce_ops.h"
 
 namespace pshard::worker {
@@ -599,6 +604,54 @@ TEST(GlooCommunicatorTest, TcpRendezvousIsASmallRecordPerRank) {
     return absl::OkStatus();
   });
   EXPECT_OK(FirstError(statuses));
+}
+
+// What a TCP mesh holds open, per rank and peer: the figure the headroom
+// check before connecting (tcp_link.h, kTcpMeshFilesPerPeer) rests on.
+TEST(GlooCommunicatorTest, TcpMeshHoldsTheFilesItChecksFor) {
+  constexpr int kWorld = 8;
+  InMemoryKvStore store;
+  GlooOptions options;
+  options.timeout = absl::Seconds(30);
+  options.shared_memory = false;
+  ASSERT_OK_AND_ASSIGN(const int64_t before, CountOpenFiles());
+  {
+    ASSERT_OK_AND_ASSIGN(std::vector<std::unique_ptr<Communicator>> comms,
+                         CreateGlooRanks(kWorld, options, store));
+    ASSERT_OK_AND_ASSIGN(const int64_t connected, CountOpenFiles());
+    const int64_t per_rank = (connected - before) / kWorld;
+    std::printf("TCP mesh of %d ranks: %lld files per rank\n", kWorld,
+                static_cast<long long>(per_rank));
+    EXPECT_LE(per_rank, kTcpMeshFilesPerPeer * (kWorld - 1) +
+                            kTcpMeshFilesPerRank);
+    EXPECT_GE(per_rank, 2 * (kWorld - 1));
+  }
+  EXPECT_EQ(*CountOpenFiles(), before);
+}
+
+// A mesh whose sockets would not fit under RLIMIT_NOFILE is refused before
+// it opens any, naming the limit.
+TEST(GlooCommunicatorTest, TcpMeshOverTheOpenFileLimitIsRefusedUpFront) {
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_OK_AND_ASSIGN(const int64_t open, CountOpenFiles());
+  rlimit low = saved;
+  low.rlim_cur = open + 8;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  InMemoryKvStore store;
+  GlooOptions options;
+  options.rank = 0;
+  options.world_size = 64;
+  options.timeout = absl::Seconds(1);
+  options.shared_memory = false;
+  const absl::Status refused = CreateGlooCommunicator(options, store).status();
+  setrlimit(RLIMIT_NOFILE, &saved);
+  EXPECT_THAT(refused,
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       ::testing::AllOf(
+                           ::testing::HasSubstr("TCP mesh of 64 ranks needs"),
+                           ::testing::HasSubstr("raise the nofile limit"))));
+  EXPECT_EQ(*CountOpenFiles(), open);
 }
 
 TEST(GlooCommunicatorTest, RejectsBadRank) {

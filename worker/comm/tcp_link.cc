@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/open_files.h"
 #include "common/status_macros.h"
 #include "gloo/common/error.h"
 #include "gloo/context.h"
@@ -360,6 +361,11 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Connect(
     const GlooOptions& options, KvClient& kv) {
   std::array<std::shared_ptr<::gloo::Context>, 2> contexts;
   const GlooWait wait(options.timeout);
+  RETURN_IF_ERROR(CheckOpenFileHeadroom(
+      int64_t{kTcpMeshFilesPerPeer} * (options.world_size - 1) +
+          kTcpMeshFilesPerRank,
+      absl::StrCat("rank ", options.rank, "'s TCP mesh of ",
+                   options.world_size, " ranks")));
   try {
     // Each context through the store. (Gloo's ContextFactory would send the
     // second context's addresses over the first's pairs, but its pairs took

@@ -62,6 +62,15 @@ class GlooWait {
   std::chrono::steady_clock::time_point deadline_;
 };
 
+// The open files a rank's TCP mesh needs, which Connect checks against
+// RLIMIT_NOFILE before it opens any. Connected, it holds a socket per peer
+// in each of the two contexts and an epoll descriptor per context: 16 at 8
+// ranks (communicator_test TcpMeshHoldsTheFilesItChecksFor). While the
+// second context connects, each of its pairs also has a listening socket
+// open: hence 3 per peer, plus a few per rank.
+inline constexpr int kTcpMeshFilesPerPeer = 3;
+inline constexpr int kTcpMeshFilesPerRank = 8;
+
 class TcpTransport {
  public:
   // Connects rank options.rank to every other rank through `kv` (used only
