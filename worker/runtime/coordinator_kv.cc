@@ -51,14 +51,21 @@ absl::StatusOr<std::string> CoordinatorKvClient::Get(const std::string& key,
 
 absl::StatusOr<std::vector<std::string>> CoordinatorKvClient::GetMany(
     absl::Span<const std::string> keys, absl::Duration timeout) {
-  // The coordinator's cap on keys per read (CoordinatorOptions).
-  constexpr size_t kMaxKeysPerRead = 1 << 16;
   std::vector<std::string> values;
   values.reserve(keys.size());
   const absl::Time deadline = clock_.Now() + timeout;
   while (values.size() < keys.size()) {
     const size_t first = values.size();
-    const size_t count = std::min(keys.size() - first, kMaxKeysPerRead);
+    // As many keys as the coordinator takes in one read, and no more bytes
+    // of them than fit well inside its request size limit.
+    size_t count = 0;
+    size_t key_bytes = 0;
+    while (first + count < keys.size() && count < kMaxKeysPerRead) {
+      const size_t size = keys[first + count].size();
+      if (count > 0 && key_bytes + size > kMaxKeyBytesPerRead) break;
+      key_bytes += size;
+      ++count;
+    }
     v1::KvGetManyRequest request;
     request.set_job_id(job_id_);
     request.set_epoch(epoch_);

@@ -6,6 +6,7 @@
 #define PSHARD_WORKER_RUNTIME_COORDINATOR_KV_H_
 
 #include <atomic>
+#include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,11 @@ namespace pshard::worker {
 
 class CoordinatorKvClient : public KvClient {
  public:
+  // The coordinator's cap on keys per read (CoordinatorOptions), and a
+  // bound on their bytes well inside its 16 MiB request limit.
+  static constexpr size_t kMaxKeysPerRead = 1 << 16;
+  static constexpr size_t kMaxKeyBytesPerRead = 4 << 20;
+
   // `control` and `clock` (which measures Get's timeout) must outlive the
   // client.
   CoordinatorKvClient(ControlPlane* control, std::string job_id, int64_t epoch,
@@ -30,7 +36,8 @@ class CoordinatorKvClient : public KvClient {
   absl::Status Put(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key,
                                   absl::Duration timeout) override;
-  // One KvGetMany call per 65536 keys (more only when an answer is cut at
+  // One KvGetMany call per kMaxKeysPerRead keys or kMaxKeyBytesPerRead
+  // bytes of keys, whichever comes first (more only when an answer is cut at
   // the coordinator's 256 KiB). DeadlineExceeded names the first key missing.
   absl::StatusOr<std::vector<std::string>> GetMany(
       absl::Span<const std::string> keys, absl::Duration timeout) override;

@@ -99,16 +99,42 @@ TEST_F(CoordinatorKvClientTest, AnAnswerCutAtTheByteCapIsFollowedByTheRest) {
 
 TEST_F(CoordinatorKvClientTest, ReadsMoreKeysThanOneCallMayCarryInChunks) {
   std::vector<std::string> keys;
-  for (int i = 0; i < (1 << 16) + 1; ++i) keys.push_back(absl::StrCat("k", i));
-  control_.Answer(std::vector<std::string>(1 << 16, "v"));
+  for (size_t i = 0; i <= CoordinatorKvClient::kMaxKeysPerRead; ++i) {
+    keys.push_back(absl::StrCat("k", i));
+  }
+  control_.Answer(
+      std::vector<std::string>(CoordinatorKvClient::kMaxKeysPerRead, "v"));
   control_.Answer(std::vector<std::string>{"last"});
   ASSERT_OK_AND_ASSIGN(std::vector<std::string> values,
                        kv_.GetMany(keys, absl::Seconds(30)));
   ASSERT_THAT(values, SizeIs(keys.size()));
   EXPECT_EQ(values.back(), "last");
   ASSERT_THAT(control_.requests(), SizeIs(2));
-  EXPECT_EQ(control_.requests()[0].keys_size(), 1 << 16);
+  EXPECT_EQ(static_cast<size_t>(control_.requests()[0].keys_size()),
+            CoordinatorKvClient::kMaxKeysPerRead);
   EXPECT_THAT(KeysOf(control_.requests()[1]), ElementsAre(keys.back()));
+}
+
+TEST_F(CoordinatorKvClientTest, LongKeysAreSplitBeforeTheRequestGetsTooBig) {
+  // 12,000 keys of 500 bytes: 6 MB of keys, over one request's 4 MiB.
+  std::vector<std::string> keys;
+  for (int i = 0; i < 12000; ++i) {
+    std::string key = absl::StrCat("k", i, "/");
+    key.resize(500, 'x');
+    keys.push_back(std::move(key));
+  }
+  const size_t per_request =
+      CoordinatorKvClient::kMaxKeyBytesPerRead / 500;  // 8388
+  control_.Answer(std::vector<std::string>(per_request, "v"));
+  control_.Answer(std::vector<std::string>(keys.size() - per_request, "w"));
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> values,
+                       kv_.GetMany(keys, absl::Seconds(30)));
+  ASSERT_THAT(values, SizeIs(keys.size()));
+  ASSERT_THAT(control_.requests(), SizeIs(2));
+  EXPECT_EQ(static_cast<size_t>(control_.requests()[0].keys_size()),
+            per_request);
+  EXPECT_EQ(control_.requests()[1].keys(0), keys[per_request]);
+  EXPECT_EQ(values[per_request], "w");
 }
 
 TEST_F(CoordinatorKvClientTest, WaitsInSlicesAndNamesTheKeyStillMissing) {
