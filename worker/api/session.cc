@@ -90,22 +90,19 @@ absl::StatusOr<DataType> DTypeVariable(
 // timeout.
 absl::Status JoinProgramRanks(KvClient& kv, const SessionEnvironment& env,
                               absl::string_view scope) {
-  RETURN_IF_ERROR(kv.Put(absl::StrCat(kProgramJoinedKeyPrefix, scope, env.rank),
-                         env.worker_id));
-  std::vector<std::string> keys;
-  for (int r = 0; r < env.world_size; ++r) {
-    if (r != env.rank) {
-      keys.push_back(absl::StrCat(kProgramJoinedKeyPrefix, scope, r));
-    }
-  }
-  absl::Status joined = kv.GetMany(keys, env.timeout).status();
+  const auto joined_key = [&](int r) {
+    return absl::StrCat(kProgramJoinedKeyPrefix, scope, r);
+  };
+  RETURN_IF_ERROR(kv.Put(joined_key(env.rank), env.worker_id));
+  absl::Status joined =
+      GetFromEveryPeer(kv, env.world_size, env.rank, joined_key, env.timeout)
+          .status();
   if (joined.code() != absl::StatusCode::kDeadlineExceeded) return joined;
   // Which rank is missing: the first whose key is still absent (the failure
   // path only; a key present answers at once).
   for (int r = 0; r < env.world_size; ++r) {
     if (r == env.rank) continue;
-    absl::StatusOr<std::string> here = kv.Get(
-        absl::StrCat(kProgramJoinedKeyPrefix, scope, r), kAgentKeyTimeout);
+    absl::StatusOr<std::string> here = kv.Get(joined_key(r), kAgentKeyTimeout);
     if (here.ok()) continue;
     if (here.status().code() != absl::StatusCode::kDeadlineExceeded) {
       return here.status();

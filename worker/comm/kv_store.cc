@@ -16,6 +16,18 @@ absl::StatusOr<std::vector<std::string>> KvClient::GetMany(
   return values;
 }
 
+absl::StatusOr<std::vector<std::string>> GetFromEveryPeer(
+    KvClient& kv, int world_size, int rank,
+    absl::FunctionRef<std::string(int)> key_of, absl::Duration timeout) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size; ++r) {
+    if (r != rank) keys.push_back(key_of(r));
+  }
+  absl::StatusOr<std::vector<std::string>> values = kv.GetMany(keys, timeout);
+  if (values.ok()) values->insert(values->begin() + rank, std::string());
+  return values;
+}
+
 absl::Status InMemoryKvStore::Put(const std::string& key,
                                   const std::string& value) {
   absl::MutexLock lock(&mu_);

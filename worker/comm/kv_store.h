@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -39,6 +40,13 @@ class KvClient {
   virtual absl::StatusOr<std::vector<std::string>> GetMany(
       absl::Span<const std::string> keys, absl::Duration timeout);
 };
+
+// Every peer's value at rendezvous: key_of(r) for each rank r of
+// `world_size` but `rank`, read with one GetMany. Indexed by rank; the entry
+// of `rank` itself is empty. Errors as GetMany.
+absl::StatusOr<std::vector<std::string>> GetFromEveryPeer(
+    KvClient& kv, int world_size, int rank,
+    absl::FunctionRef<std::string(int)> key_of, absl::Duration timeout);
 
 // A thread-safe in-process store, for tests that run ranks as threads.
 class InMemoryKvStore : public KvClient {

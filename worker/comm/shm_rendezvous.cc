@@ -29,16 +29,15 @@ absl::StatusOr<std::vector<std::unique_ptr<ShmLink>>> ConnectSharedMemory(
   const int n = options.world_size;
   const std::string identity = HostIdentity();
   RETURN_IF_ERROR(kv.Put(absl::StrCat(prefix, "host/", me), identity));
-  std::vector<std::string> host_keys;
-  for (int r = 0; r < n; ++r) {
-    if (r != me) host_keys.push_back(absl::StrCat(prefix, "host/", r));
-  }
-  ASSIGN_OR_RETURN(std::vector<std::string> hosts,
-                   kv.GetMany(host_keys, options.timeout));
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> hosts,
+      GetFromEveryPeer(
+          kv, n, me, [&](int r) { return absl::StrCat(prefix, "host/", r); },
+          options.timeout));
   // The peers on this host, in rank order.
   std::vector<int> peers;
   for (int r = 0; r < n; ++r) {
-    if (r != me && hosts[r < me ? r : r - 1] == identity) peers.push_back(r);
+    if (r != me && hosts[r] == identity) peers.push_back(r);
   }
   std::vector<Rings> out(n);
   std::vector<Rings> in(n);

@@ -175,17 +175,15 @@ absl::StatusOr<std::shared_ptr<::gloo::Context>> ConnectMesh(
     }
   }
   RETURN_IF_ERROR(kv.Put(MeshKey(prefix, rank), mine.Encode()));
-  std::vector<std::string> keys;
-  for (int peer = 0; peer < n; ++peer) {
-    if (peer != rank) keys.push_back(MeshKey(prefix, peer));
-  }
-  ASSIGN_OR_RETURN(std::vector<std::string> records,
-                   kv.GetMany(keys, options.timeout));
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> records,
+      GetFromEveryPeer(
+          kv, n, rank, [&](int peer) { return MeshKey(prefix, peer); },
+          options.timeout));
   for (int peer = 0; peer < n; ++peer) {
     if (peer == rank) continue;
-    ASSIGN_OR_RETURN(
-        MeshRecord theirs,
-        MeshRecord::Decode(records[peer < rank ? peer : peer - 1], n, peer));
+    ASSIGN_OR_RETURN(MeshRecord theirs,
+                     MeshRecord::Decode(records[peer], n, peer));
     // The peer's pair for this rank: its ports skip the peer itself.
     *PortOf(theirs.host) = theirs.ports[rank < peer ? rank : rank - 1];
     transport->getPair(peer)->connect(Address(theirs.host).bytes());
