@@ -170,12 +170,13 @@ struct MeshRendezvous {
   void Finish(const char* method, absl::Time start, const grpc::Status& s) {
     rec.Add(method, absl::Now() - start, s.ok());
     denials.Note(method, s);
-    if (s.ok()) return;
+    if (!s.ok()) Fail(absl::StrCat(method, ": ", s.error_message()));
+  }
+
+  void Fail(std::string error) {
     ++failures;
     absl::MutexLock lock(&mu);
-    if (first_error.empty()) {
-      first_error = absl::StrCat(method, ": ", s.error_message());
-    }
+    if (first_error.empty()) first_error = std::move(error);
   }
 
   void Put(int rank) {
@@ -223,7 +224,10 @@ struct MeshRendezvous {
             bytes_read += value.size();
           }
           delete call;
-          if (s.ok() && (got == 0 || got > keys.size())) ++failures;
+          if (s.ok() && (got == 0 || got > keys.size())) {
+            Fail(absl::StrCat("KvGetMany answered ", got, " values to ",
+                              keys.size(), " keys"));
+          }
           if (s.ok() && got > 0 && got < keys.size()) {
             ++cut_answers;
             keys.erase(keys.begin(), keys.begin() + got);
