@@ -7,6 +7,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace pshard {
 namespace {
@@ -30,19 +32,23 @@ absl::StatusOr<OpenFileLimit> GetOpenFileLimit() {
 }
 
 absl::StatusOr<OpenFileLimit> RaiseOpenFileLimit() {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
-    return ErrnoError("getrlimit(RLIMIT_NOFILE)");
+  ASSIGN_OR_RETURN(const OpenFileLimit limit, GetOpenFileLimit());
+  if (limit.soft == limit.hard) return limit;
+  const rlimit raised{limit.hard, limit.hard};
+  if (setrlimit(RLIMIT_NOFILE, &raised) != 0) {
+    return ErrnoError(
+        absl::StrCat("setrlimit(RLIMIT_NOFILE) to ", LimitText(limit.hard)));
   }
-  if (limit.rlim_cur != limit.rlim_max) {
-    rlimit raised = limit;
-    raised.rlim_cur = limit.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &raised) != 0) {
-      return ErrnoError(absl::StrCat("setrlimit(RLIMIT_NOFILE) to ",
-                                     LimitText(limit.rlim_max)));
-    }
+  return OpenFileLimit{limit.hard, limit.hard};
+}
+
+void RaiseOpenFileLimitAtStart() {
+  absl::StatusOr<OpenFileLimit> limit = RaiseOpenFileLimit();
+  if (limit.ok()) {
+    LOG(INFO) << "open files: limit " << LimitText(limit->soft);
+  } else {
+    LOG(WARNING) << "open files: " << limit.status();
   }
-  return GetOpenFileLimit();
 }
 
 absl::StatusOr<int64_t> CountOpenFiles() {

@@ -30,6 +30,11 @@ absl::StatusOr<OpenFileLimit> GetOpenFileLimit();
 // limit after. Children started later inherit it.
 absl::StatusOr<OpenFileLimit> RaiseOpenFileLimit();
 
+// What a binary's main() calls once logging is set up: RaiseOpenFileLimit,
+// logging the limit ("open files: limit L"), or a warning if it failed (the
+// binary goes on under the limit it has).
+void RaiseOpenFileLimitAtStart();
+
 // The descriptors this process has open (entries of /proc/self/fd).
 absl::StatusOr<int64_t> CountOpenFiles();
 

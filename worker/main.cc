@@ -153,14 +153,7 @@ int main(int argc, char** argv) {
                  std::string(logging.message()).c_str());
     return 2;
   }
-  // A socket per peer and per worker: the soft limit a container starts
-  // with (often 1,024) is raised to the hard one (common/open_files.h).
-  if (absl::StatusOr<pshard::OpenFileLimit> files = pshard::RaiseOpenFileLimit();
-      files.ok()) {
-    LOG(INFO) << "open files: limit " << files->soft;
-  } else {
-    LOG(WARNING) << "open files: " << files.status();
-  }
+  pshard::RaiseOpenFileLimitAtStart();
 
   if (absl::GetFlag(FLAGS_drain_and_wait)) {
     // The preStop hook: nothing of a worker's own starts.
