@@ -30,22 +30,29 @@ namespace pshard {
 namespace coordinator {
 
 
-// Records the one result of an asynchronous call.
+// Records the one result of an asynchronous call. The result lives on the
+// heap, shared with the callback: a wait still parked when the test's locals
+// go is answered (Cancelled) by the Coordinator's destructor afterwards, and
+// must not write into a Capture that is gone.
 template <typename T>
 struct Capture {
-  std::optional<absl::StatusOr<T>> result;
+  std::shared_ptr<std::optional<absl::StatusOr<T>>> slot =
+      std::make_shared<std::optional<absl::StatusOr<T>>>();
+  std::optional<absl::StatusOr<T>>& result = *slot;
   std::function<void(absl::StatusOr<T>)> Callback() {
-    return [this](absl::StatusOr<T> r) {
-      ASSERT_FALSE(result.has_value()) << "callback called twice";
-      result = std::move(r);
+    return [slot = slot](absl::StatusOr<T> r) {
+      ASSERT_FALSE(slot->has_value()) << "callback called twice";
+      *slot = std::move(r);
     };
   }
 };
 
 struct StatusCapture {
-  std::optional<absl::Status> result;
+  std::shared_ptr<std::optional<absl::Status>> slot =
+      std::make_shared<std::optional<absl::Status>>();
+  std::optional<absl::Status>& result = *slot;
   std::function<void(absl::Status)> Callback() {
-    return [this](absl::Status s) { result = s; };
+    return [slot = slot](absl::Status s) { *slot = std::move(s); };
   }
 };
 
