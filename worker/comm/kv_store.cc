@@ -1,15 +1,19 @@
 #include "worker/comm/kv_store.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace pshard::worker {
 
 absl::StatusOr<std::vector<std::string>> KvClient::GetMany(
     absl::Span<const std::string> keys, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
   std::vector<std::string> values;
   values.reserve(keys.size());
   for (const std::string& key : keys) {
-    absl::StatusOr<std::string> value = Get(key, timeout);
+    absl::StatusOr<std::string> value =
+        Get(key, std::max(deadline - absl::Now(), absl::ZeroDuration()));
     if (!value.ok()) return value.status();
     values.push_back(*std::move(value));
   }

@@ -33,10 +33,9 @@ class KvClient {
                                           absl::Duration timeout) = 0;
 
   // The values of `keys`, in order: what a rank reads of every peer at
-  // rendezvous (no keys: no values, nothing asked). Errors as Get. This
-  // default Gets each key in turn, each waited for up to `timeout`; the
-  // coordinator's client reads them in one call and bounds the whole read
-  // by `timeout`.
+  // rendezvous (no keys: no values, nothing asked). Errors as Get. The whole
+  // read is bounded by `timeout`: this default Gets each key in turn with
+  // what remains of it; the coordinator's client reads them in one call.
   virtual absl::StatusOr<std::vector<std::string>> GetMany(
       absl::Span<const std::string> keys, absl::Duration timeout);
 };

@@ -55,5 +55,40 @@ TEST(KvStoreTest, GetFromEveryPeerFailsAsTheStoreDoes) {
               StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("k/1")));
 }
 
+// A store whose Get answers at once and records the wait it was given; the
+// first Get returns only once the clock has moved, as a real wait would.
+class RecordingStore : public KvClient {
+ public:
+  absl::Status Put(const std::string&, const std::string&) override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  absl::Duration timeout) override {
+    timeouts.push_back(timeout);
+    const absl::Time asked = absl::Now();
+    while (timeouts.size() == 1 && absl::Now() == asked) {
+    }
+    return key;
+  }
+  std::vector<absl::Duration> timeouts;
+};
+
+TEST(KvStoreTest, DefaultGetManyBoundsTheWholeReadByTheTimeout) {
+  RecordingStore kv;
+  const std::vector<std::string> keys = {"a", "b", "c"};
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> values,
+                       kv.GetMany(keys, absl::Seconds(10)));
+  EXPECT_EQ(values, keys);
+  ASSERT_EQ(kv.timeouts.size(), 3u);
+  // Each key waits for what remains of one deadline, not `timeout` afresh.
+  EXPECT_LE(kv.timeouts[0], absl::Seconds(10));
+  EXPECT_LT(kv.timeouts[1], kv.timeouts[0]);
+  EXPECT_LE(kv.timeouts[2], kv.timeouts[1]);
+  // A deadline already past asks with no wait, never a negative one.
+  RecordingStore late;
+  ASSERT_OK(late.GetMany(keys, -absl::Seconds(1)).status());
+  EXPECT_THAT(late.timeouts, ::testing::Each(absl::ZeroDuration()));
+}
+
 }  // namespace
 }  // namespace pshard::worker
