@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,15 @@
 namespace {
 
 using ::pshard::worker::Session;
+
+// The range checks below are sound only if every int is a value of the enum.
+template <typename Enum>
+constexpr bool kEveryIntIsAValue =
+    std::is_same_v<std::underlying_type_t<Enum>, int>;
+static_assert(kEveryIntIsAValue<pshardResult_t> &&
+              kEveryIntIsAValue<pshardDataType_t> &&
+              kEveryIntIsAValue<pshardMemory_t> &&
+              kEveryIntIsAValue<pshardCommMode_t>);
 
 // Tells a live handle from a closed one or from garbage (best effort: a
 // freed handle's memory may be reused).

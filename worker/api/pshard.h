@@ -79,7 +79,17 @@ extern "C" {
  * owned parameter without state, and imports take it back. */
 #define PSHARD_API_VERSION 6
 
-typedef enum {
+/* The enums below are ints. In C++ they have int as their fixed underlying
+ * type, so every int a C caller passes is a value of the enum: an unknown one
+ * is refused as pshardInvalidArgument, not undefined behaviour. The size and
+ * calling convention are those of C's int either way. */
+#ifdef __cplusplus
+#define PSHARD_ENUM_BASE : int
+#else
+#define PSHARD_ENUM_BASE
+#endif
+
+typedef enum PSHARD_ENUM_BASE {
   pshardSuccess = 0,
   /* A bad argument: a null pointer, an unknown enum value, invalid optimizer
    * JSON (the last error names the field), a bad environment variable (the
@@ -105,7 +115,7 @@ typedef enum {
 } pshardResult_t;
 
 /* bfloat16: the upper 16 bits of a float32 (as torch.bfloat16). */
-typedef enum {
+typedef enum PSHARD_ENUM_BASE {
   pshardFloat32 = 0,
   pshardBFloat16 = 1,
   pshardNumDataTypes = 2
@@ -114,14 +124,14 @@ typedef enum {
 /* Where a parameter's buckets live: host memory (reduced over Gloo), or
  * CUDA device memory (over NCCL, with the fused CUDA optimizer; see
  * pshardSetCudaDevice). One kind for every parameter of a session. */
-typedef enum {
+typedef enum PSHARD_ENUM_BASE {
   pshardHostMemory = 0,
   pshardCudaMemory = 1,
   pshardNumMemoryKinds = 2
 } pshardMemory_t;
 
 /* JobSpec.CommMode. */
-typedef enum {
+typedef enum PSHARD_ENUM_BASE {
   pshardReduceBroadcast = 0,
   pshardAllreduceBroadcast = 1,
   pshardNumCommModes = 2

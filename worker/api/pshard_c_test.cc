@@ -138,6 +138,12 @@ TEST_F(PshardCTest, BadDtypeMemoryShapeAndEnumsAreRefused) {
                                     static_cast<pshardMemory_t>(5), &index),
             pshardInvalidArgument);
   EXPECT_THAT(LastError(), HasSubstr("memory 5 is not a pshardMemory_t"));
+  // Every int is a value of the enum (pshard.h): a negative one is refused
+  // by the same check, with no undefined behaviour on the way.
+  EXPECT_EQ(pshardRegisterParameter(session_, "w", 2, shape, pshardFloat32,
+                                    static_cast<pshardMemory_t>(-1), &index),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("memory -1 is not a pshardMemory_t"));
   EXPECT_EQ(pshardSetCudaDevice(session_, -1, nullptr), pshardInvalidArgument);
   EXPECT_THAT(LastError(), HasSubstr("CUDA device: must be >= 0, got -1"));
   EXPECT_EQ(pshardRegisterParameter(session_, "w", -1, shape, pshardFloat32,
