@@ -42,6 +42,20 @@ namespace {
 constexpr uint64_t kMagic = 0x70736861726452ull;  // "pshardR"
 constexpr size_t kHeaderBytes = 256;
 
+// Every message starts at a multiple of this in the stream, and so in the
+// ring (its capacity is a multiple of 64, and it starts 64-aligned): the
+// reader hands out pointers into the ring as typed elements, which must be
+// aligned for their type (a bf16 message of 6 bytes would otherwise put the
+// next message's floats at an address of 2 mod 4), and no element straddles
+// the ring's end. Both ends skip the same padding: they see the same messages
+// in the same order.
+constexpr uint64_t kMessageAlignment = 64;
+static_assert(kHeaderBytes % kMessageAlignment == 0);
+
+uint64_t PaddingBefore(uint64_t position) {
+  return (kMessageAlignment - position % kMessageAlignment) % kMessageAlignment;
+}
+
 static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words are 32-bit");
 
 void FutexWake(std::atomic<uint32_t>* word) {
@@ -208,15 +222,17 @@ absl::Status ShmChannel::Write(const char* data, int64_t bytes,
                                absl::Duration timeout) {
   const uint64_t capacity = header_->capacity;
   absl::Time deadline = clock_.Now() + timeout;
+  uint64_t padding =
+      PaddingBefore(header_->head.load(std::memory_order_relaxed));
   int64_t done = 0;
-  while (done < bytes) {
+  while (padding > 0 || done < bytes) {
     if (header_->closed.load()) {
       return absl::AbortedError("shared-memory channel closed");
     }
     const uint32_t seen = header_->space_seq.load(std::memory_order_acquire);
-    const uint64_t head = header_->head.load(std::memory_order_relaxed);
+    uint64_t head = header_->head.load(std::memory_order_relaxed);
     const uint64_t tail = header_->tail.load(std::memory_order_acquire);
-    const uint64_t room = capacity - (head - tail);
+    uint64_t room = capacity - (head - tail);
     if (room == 0) {
       if (absl::Status s = WaitFor(&header_->space_seq, seen, deadline,
                                    "make room in the ring");
@@ -225,11 +241,15 @@ absl::Status ShmChannel::Write(const char* data, int64_t bytes,
       }
       continue;
     }
+    const uint64_t skipped = std::min(room, padding);
+    padding -= skipped;
+    head += skipped;
+    room -= skipped;
     const uint64_t at = head % capacity;
     const int64_t n = static_cast<int64_t>(
         std::min<uint64_t>({room, capacity - at,
                             static_cast<uint64_t>(bytes - done)}));
-    std::memcpy(ring_ + at, data + done, n);
+    if (n > 0) std::memcpy(ring_ + at, data + done, n);
     header_->head.store(head + n, std::memory_order_release);
     header_->data_seq.fetch_add(1, std::memory_order_release);
     FutexWake(&header_->data_seq);
@@ -242,37 +262,38 @@ absl::Status ShmChannel::Write(const char* data, int64_t bytes,
 absl::Status ShmChannel::Read(
     int64_t bytes, int64_t granule, absl::Duration timeout,
     const std::function<void(int64_t, const char*, int64_t)>& consume) {
+  if (granule <= 0 || kMessageAlignment % granule != 0 || bytes < 0 ||
+      bytes % granule != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared-memory read of ", bytes, " bytes in elements of ", granule,
+        ": the element size must divide ", kMessageAlignment,
+        " and the message size"));
+  }
   const uint64_t capacity = header_->capacity;
   absl::Time deadline = clock_.Now() + timeout;
+  uint64_t padding =
+      PaddingBefore(header_->tail.load(std::memory_order_relaxed));
   int64_t done = 0;
-  while (done < bytes) {
+  while (padding > 0 || done < bytes) {
     const uint32_t seen = header_->data_seq.load(std::memory_order_acquire);
-    const uint64_t tail = header_->tail.load(std::memory_order_relaxed);
+    uint64_t tail = header_->tail.load(std::memory_order_relaxed);
     const uint64_t head = header_->head.load(std::memory_order_acquire);
+    const uint64_t skipped = std::min(head - tail, padding);
+    padding -= skipped;
+    tail += skipped;
     const uint64_t at = tail % capacity;
     uint64_t n = std::min<uint64_t>({head - tail, capacity - at,
                                      static_cast<uint64_t>(bytes - done)});
-    // Whole elements only, unless the element straddles the ring's end (then
-    // it is copied through a small buffer).
-    n -= n % granule;
-    if (n == 0 && head - tail >= static_cast<uint64_t>(granule) &&
-        capacity - at < static_cast<uint64_t>(granule)) {
-      char element[16];
-      for (int64_t i = 0; i < granule; ++i) {
-        element[i] = ring_[(tail + i) % capacity];
-      }
-      consume(done, element, granule);
-      n = granule;
-    } else if (n == 0) {
+    n -= n % granule;  // whole elements only
+    if (n == 0 && skipped == 0) {
       if (absl::Status s =
               WaitFor(&header_->data_seq, seen, deadline, "send data");
           !s.ok()) {
         return s;
       }
       continue;
-    } else {
-      consume(done, ring_ + at, static_cast<int64_t>(n));
     }
+    if (n > 0) consume(done, ring_ + at, static_cast<int64_t>(n));
     header_->tail.store(tail + n, std::memory_order_release);
     header_->space_seq.fetch_add(1, std::memory_order_release);
     FutexWake(&header_->space_seq);

@@ -8,7 +8,7 @@
 //
 // Both ends know the size of every message (the transfers of one direction
 // are issued in the same order on both ranks), so the stream carries no
-// framing. Waits use futexes on the shared header, always with a deadline
+// framing (each message starts at the next 64-byte boundary). Waits use futexes on the shared header, always with a deadline
 // measured on the channel's Clock (a FakeClock in tests: its deadline is
 // noticed within one 100 ms futex slice of real time once the fake time
 // passes it); Close() (either side) marks the ring closed and wakes every
@@ -50,9 +50,12 @@ class ShmChannel {
   // (each wait bounded by `timeout`).
   absl::Status Write(const char* data, int64_t bytes, absl::Duration timeout);
 
-  // Receiver: consumes the next `bytes` of the stream, handing each
-  // contiguous piece to `consume(offset_in_message, pointer, length)`;
-  // lengths are multiples of `granule` (the element size).
+  // Receiver: consumes the next `bytes` of the stream (the sender's next
+  // message, which has that size), handing each contiguous piece to
+  // `consume(offset_in_message, pointer, length)`; lengths are multiples of
+  // `granule` (the element size) and pointers aligned to it, since every
+  // message starts 64-byte aligned in the ring. InvalidArgument if `granule`
+  // does not divide 64 and `bytes`.
   absl::Status Read(
       int64_t bytes, int64_t granule, absl::Duration timeout,
       const std::function<void(int64_t, const char*, int64_t)>& consume);

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -14,21 +15,31 @@
 #include "absl/time/time.h"
 #include "common/fake_clock.h"
 #include "common/status_matchers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace pshard::worker {
 namespace {
 
-// Messages larger than the ring, odd sizes, and elements that straddle the
-// ring's end all arrive intact and in order.
-TEST(ShmChannelTest, StreamsMessagesThroughASmallRing) {
+// Messages larger than the ring and odd sizes arrive intact and in order,
+// each piece aligned for its elements: a message of bf16 elements (2 bytes)
+// followed by one of floats still hands out 4-byte aligned floats, and the
+// first piece of every message is 64-byte aligned.
+TEST(ShmChannelTest, StreamsAlignedMessagesThroughASmallRing) {
   ASSERT_OK_AND_ASSIGN(auto writer, ShmChannel::Create("test", 256));
   ASSERT_OK_AND_ASSIGN(auto reader, ShmChannel::Open(writer->name()));
-  const std::vector<int64_t> sizes = {6, 1000, 2, 4096, 10};  // bytes
+  struct Message {
+    int64_t bytes;
+    int64_t granule;
+  };
+  const std::vector<Message> messages = {
+      {6, 2}, {1000, 4}, {2, 2}, {0, 4}, {4096, 4}, {10, 2}, {7, 1}, {12, 4}};
   std::vector<std::string> sent;
-  for (size_t m = 0; m < sizes.size(); ++m) {
-    std::string message(sizes[m], '\0');
-    for (int64_t i = 0; i < sizes[m]; ++i) message[i] = static_cast<char>(m * 31 + i);
+  for (size_t m = 0; m < messages.size(); ++m) {
+    std::string message(messages[m].bytes, '\0');
+    for (int64_t i = 0; i < messages[m].bytes; ++i) {
+      message[i] = static_cast<char>(m * 31 + i);
+    }
     sent.push_back(message);
   }
   // EXPECT, not ASSERT, off the test's thread: a failed write stops the
@@ -41,16 +52,33 @@ TEST(ShmChannelTest, StreamsMessagesThroughASmallRing) {
       if (!status.ok()) return;
     }
   });
-  for (size_t m = 0; m < sizes.size(); ++m) {
-    std::string received(sizes[m], '?');
-    ASSERT_OK(reader->Read(sizes[m], 2, absl::Seconds(10),
-                           [&](int64_t offset, const char* data, int64_t n) {
-                             EXPECT_EQ(n % 2, 0);
-                             received.replace(offset, n, data, n);
-                           }));
+  for (size_t m = 0; m < messages.size(); ++m) {
+    const int64_t granule = messages[m].granule;
+    std::string received(messages[m].bytes, '?');
+    ASSERT_OK(reader->Read(
+        messages[m].bytes, granule, absl::Seconds(10),
+        [&](int64_t offset, const char* data, int64_t n) {
+          const auto address = reinterpret_cast<uintptr_t>(data);
+          EXPECT_EQ(n % granule, 0) << "message " << m;
+          EXPECT_EQ(address % granule, 0u) << "message " << m;
+          if (offset == 0) EXPECT_EQ(address % 64, 0u) << "message " << m;
+          received.replace(offset, n, data, n);
+        }));
     EXPECT_EQ(received, sent[m]) << "message " << m;
   }
   producer.join();
+}
+
+TEST(ShmChannelTest, ReadOfPartialElementsIsRefused) {
+  ASSERT_OK_AND_ASSIGN(auto writer, ShmChannel::Create("test", 256));
+  ASSERT_OK_AND_ASSIGN(auto reader, ShmChannel::Open(writer->name()));
+  const auto ignore = [](int64_t, const char*, int64_t) {};
+  EXPECT_THAT(reader->Read(6, 4, absl::Seconds(1), ignore),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("6 bytes in elements of 4")));
+  EXPECT_THAT(reader->Read(24, 24, absl::Seconds(1), ignore),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("must divide 64")));
 }
 
 TEST(ShmChannelTest, ReaderTimesOutWithoutData) {
