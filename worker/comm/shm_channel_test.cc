@@ -61,7 +61,9 @@ TEST(ShmChannelTest, StreamsAlignedMessagesThroughASmallRing) {
           const auto address = reinterpret_cast<uintptr_t>(data);
           EXPECT_EQ(n % granule, 0) << "message " << m;
           EXPECT_EQ(address % granule, 0u) << "message " << m;
-          if (offset == 0) EXPECT_EQ(address % 64, 0u) << "message " << m;
+          if (offset == 0) {
+            EXPECT_EQ(address % 64, 0u) << "message " << m;
+          }
           received.replace(offset, n, data, n);
         }));
     EXPECT_EQ(received, sent[m]) << "message " << m;
