@@ -622,7 +622,8 @@ bool operator==(const HyperParameters& a, const HyperParameters& b) {
          a.lr_decay == b.lr_decay &&
          a.initial_accumulator_value == b.initial_accumulator_value &&
          a.alpha == b.alpha && a.centered == b.centered &&
-         a.amsgrad == b.amsgrad && a.lr_schedule == b.lr_schedule;
+         a.amsgrad == b.amsgrad && a.lr_schedule == b.lr_schedule &&
+         a.group == b.group;
 }
 
 LrSchedule ResolveLrSchedule(const v1::LrSchedule& schedule) {
@@ -777,16 +778,37 @@ HyperParameters ResolveGroupHyperParameters(const OptimizerSpec& optimizer,
                                             int group_index) {
   const bool is_group =
       group_index >= 0 && group_index < optimizer.param_groups_size();
-  return MergeHyperParameters(
+  HyperParameters hp = MergeHyperParameters(
       optimizer.kind(), optimizer.hyper_parameters(),
       is_group ? &optimizer.param_groups(group_index).hyper_parameters()
                : nullptr);
+  hp.group = is_group ? group_index : -1;
+  return hp;
 }
 
-double DefaultGroupLearningRate(const OptimizerSpec& optimizer, int64_t step) {
-  if (step < 1) return 0;
-  const HyperParameters hp = ResolveGroupHyperParameters(optimizer, -1);
+void LearningRateOverrides::Set(int group, double lr) {
+  const size_t slot = static_cast<size_t>(group + 1);
+  if (by_group_.size() <= slot) by_group_.resize(slot + 1);
+  by_group_[slot] = lr;
+}
+
+std::optional<double> LearningRateOverrides::Get(int group) const {
+  const size_t slot = static_cast<size_t>(group + 1);
+  if (group < -1 || slot >= by_group_.size()) return std::nullopt;
+  return by_group_[slot];
+}
+
+double StepLearningRate(const HyperParameters& hp, int64_t step,
+                        const LearningRateOverrides& overrides) {
+  if (std::optional<double> lr = overrides.Get(hp.group)) return *lr;
   return ScheduledLearningRate(hp.lr, hp.lr_schedule, step - 1);
+}
+
+double DefaultGroupLearningRate(const OptimizerSpec& optimizer, int64_t step,
+                                const LearningRateOverrides& overrides) {
+  if (step < 1) return 0;
+  return StepLearningRate(ResolveGroupHyperParameters(optimizer, -1), step,
+                          overrides);
 }
 
 }  // namespace pshard

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -91,8 +93,12 @@ struct HyperParameters {
   bool centered = false;                 // RMSPROP
   bool amsgrad = false;                  // ADAM, ADAMW
   // The group's schedule (constant when none is set); the lr of a step is
-  // ScheduledLearningRate(lr, lr_schedule, step_index).
+  // ScheduledLearningRate(lr, lr_schedule, step_index), unless the program
+  // sets its group's lr while it trains (StepLearningRate).
   LrSchedule lr_schedule;
+  // The param group these come from: an index into optimizer.param_groups,
+  // -1 for the default group.
+  int group = -1;
 
   friend bool operator==(const HyperParameters& a, const HyperParameters& b);
 };
@@ -115,10 +121,34 @@ HyperParameters ResolveGroupHyperParameters(const v1::OptimizerSpec& optimizer,
 // CONSTANT when unspecified, PyTorch's defaults for unset factors.
 LrSchedule ResolveLrSchedule(const v1::LrSchedule& schedule);
 
+// Learning rates a program sets while it trains, by parameter group (a
+// torch lr scheduler writing param_groups[i]["lr"], through the C API's
+// pshardSetLearningRate): each replaces its group's scheduled lr from the
+// steps issued after it on. A value type: the ZeRO hook hands each step a
+// snapshot, so a change never reaches a step already under way.
+class LearningRateOverrides {
+ public:
+  // Group `group` (-1: the default group, else an index into
+  // optimizer.param_groups) runs at `lr` from now on. Callers validate.
+  void Set(int group, double lr);
+  // The lr set for `group`, if any.
+  std::optional<double> Get(int group) const;
+  bool empty() const { return by_group_.empty(); }
+
+ private:
+  std::vector<std::optional<double>> by_group_;  // [group + 1]
+};
+
+// The lr of optimizer step `step` (1-based) for parameters with `hp`: the
+// override of hp.group when there is one, else the group's schedule.
+double StepLearningRate(const HyperParameters& hp, int64_t step,
+                        const LearningRateOverrides& overrides);
+
 // The lr the default group ran optimizer step `step` (1-based) at: what
 // progress reports. 0 when `step` < 1.
 double DefaultGroupLearningRate(const v1::OptimizerSpec& optimizer,
-                                int64_t step);
+                                int64_t step,
+                                const LearningRateOverrides& overrides = {});
 
 }  // namespace pshard
 

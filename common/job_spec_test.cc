@@ -540,6 +540,35 @@ TEST(LrScheduleSpecTest, ResolvesDefaultsAndGroupOverrides) {
   EXPECT_DOUBLE_EQ(DefaultGroupLearningRate(opt, 9), 0.005);
 }
 
+// Rates a program sets (pshardSetLearningRate) replace their own group's
+// schedule, and only its.
+TEST(LrScheduleSpecTest, SetRatesReplaceTheirGroupsScheduleOnly) {
+  ASSERT_OK_AND_ASSIGN(
+      const JobSpec spec,
+      ParseJobSpecJson(ScheduleSpec(
+          R"({"kind": "linear", "warmup_steps": 3, "end_factor": 0.5})")));
+  const OptimizerSpec& opt = spec.optimizer();
+  const HyperParameters base = ResolveHyperParameters(opt, "t0");
+  const HyperParameters t1 = ResolveHyperParameters(opt, "t1");
+  EXPECT_EQ(base.group, -1);
+  EXPECT_EQ(t1.group, ParamGroupIndex(opt, "t1"));
+  ASSERT_GE(t1.group, 0);
+
+  LearningRateOverrides set;
+  EXPECT_TRUE(set.empty());
+  EXPECT_DOUBLE_EQ(StepLearningRate(base, 9, set), 0.005);
+  set.Set(-1, 0.5);
+  EXPECT_DOUBLE_EQ(StepLearningRate(base, 9, set), 0.5);
+  EXPECT_DOUBLE_EQ(StepLearningRate(base, 1, set), 0.5);
+  EXPECT_DOUBLE_EQ(DefaultGroupLearningRate(opt, 9, set), 0.5);
+  EXPECT_DOUBLE_EQ(StepLearningRate(t1, 1, set),
+                   ScheduledLearningRate(t1.lr, t1.lr_schedule, 0));
+  set.Set(t1.group, 0.25);
+  EXPECT_DOUBLE_EQ(StepLearningRate(t1, 1, set), 0.25);
+  EXPECT_EQ(set.Get(t1.group + 5), std::nullopt);
+  EXPECT_EQ(set.Get(-2), std::nullopt);
+}
+
 TEST(LrScheduleSpecTest, KindsAreCaseInsensitiveAndCamelCaseWorks) {
   EXPECT_OK(ParseJobSpecJson(ScheduleSpec(
       R"({"kind": "Step", "stepSize": 4, "warmupSteps": 2, "warmupStartFactor": 0.1})")));

@@ -427,6 +427,35 @@ pshardResult_t pshardFinishStep(pshardSession_t session) {
                      [&](Session& s) { return Return(s.FinishStep()); });
 }
 
+pshardResult_t pshardSetLearningRate(pshardSession_t session, int group,
+                                     double lr) {
+  return WithSession("pshardSetLearningRate", session, [&](Session& s) {
+    return Return(s.SetLearningRate(group, lr));
+  });
+}
+
+pshardResult_t pshardGetLearningRate(pshardSession_t session, int group,
+                                     double* lr) {
+  if (lr == nullptr) return NullArgument("pshardGetLearningRate", "lr");
+  return WithSession("pshardGetLearningRate", session, [&](Session& s) {
+    absl::StatusOr<double> rate = s.LearningRate(group);
+    if (!rate.ok()) return Return(rate.status());
+    *lr = *rate;
+    return pshardSuccess;
+  });
+}
+
+pshardResult_t pshardParameterGroup(pshardSession_t session, int index,
+                                    int* group) {
+  if (group == nullptr) return NullArgument("pshardParameterGroup", "group");
+  return WithSession("pshardParameterGroup", session, [&](Session& s) {
+    absl::StatusOr<int> found = s.ParameterGroup(index);
+    if (!found.ok()) return Return(found.status());
+    *group = *found;
+    return pshardSuccess;
+  });
+}
+
 pshardResult_t pshardStepsFinished(pshardSession_t session, int64_t* steps) {
   if (steps == nullptr) return NullArgument("pshardStepsFinished", "steps");
   return WithSession("pshardStepsFinished", session, [&](Session& s) {

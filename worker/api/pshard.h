@@ -76,8 +76,10 @@ extern "C" {
  * 5: parameters in CUDA device memory (pshardCudaMemory,
  * pshardSetCudaDevice).
  * 6: optimizer-state exports carry a "step" entry (numel 0) for each
- * owned parameter without state, and imports take it back. */
-#define PSHARD_API_VERSION 6
+ * owned parameter without state, and imports take it back.
+ * 7: learning rates set while training (pshardSetLearningRate,
+ * pshardGetLearningRate, pshardParameterGroup). */
+#define PSHARD_API_VERSION 7
 
 /* The enums below are ints. In C++ they have int as their fixed underlying
  * type, so every int a C caller passes is a value of the enum: an unknown one
@@ -276,6 +278,27 @@ pshardResult_t pshardFinishStep(pshardSession_t session);
  * nobody waited for; anything else that reads the parameters outside a
  * forward (the program's own copy of the model) waits for each first. */
 pshardResult_t pshardWaitParameter(pshardSession_t session, int index);
+/* Parameter group `group` steps at `lr` from the next step on, instead of
+ * its lr_schedule: what a torch lr scheduler writes into
+ * param_groups[i]["lr"]. `group` -1 is the optimizer's default group,
+ * 0..n-1 its param_groups in order. Between steps only (before the first
+ * pshardGradientReady of a step), so that a whole step runs at one rate;
+ * every rank sets the same rates (each owner steps its buckets at its own).
+ * After pshardPrepare. InvalidArgument: no such group, lr not > 0 and
+ * finite (the session stays usable); InvalidUsage: mid-step. */
+pshardResult_t pshardSetLearningRate(pshardSession_t session, int group,
+                                     double lr);
+/* Group `group`'s rate: the one pshardSetLearningRate set, else the
+ * optimizer spec's lr for the group (the base its lr_schedule scales).
+ * After pshardPrepare; InvalidArgument: no such group. */
+pshardResult_t pshardGetLearningRate(pshardSession_t session, int group,
+                                     double* lr);
+/* The parameter group of parameter `index` (-1: the default group, else
+ * the first of the optimizer's param_groups whose glob matches its name).
+ * After pshardPrepare; InvalidArgument: an index that is not a
+ * parameter's. */
+pshardResult_t pshardParameterGroup(pshardSession_t session, int index,
+                                    int* group);
 /* Steps finished so far. */
 pshardResult_t pshardStepsFinished(pshardSession_t session, int64_t* steps);
 /* The last step's total gradient norm before clipping, when the optimizer

@@ -643,6 +643,77 @@ TEST_F(PshardCTest, AParameterWithoutStateCarriesItsStep) {
   EXPECT_EQ(pshardOptimizerStateFree(state), pshardSuccess);
 }
 
+// pshardSetLearningRate (API 7): a group's rate from the next step on,
+// replacing its schedule; between steps only; bad groups and rates refused
+// with the session still usable. SGD without momentum, gradient 1: each step
+// moves w by -lr.
+TEST_F(PshardCTest, LearningRateSetBetweenStepsRunsFromTheNextStep) {
+  const char kSgd[] =
+      "{\"kind\": \"SGD\", \"hyper_parameters\": {\"lr\": 0.5, "
+      "\"lr_schedule\": {\"kind\": \"STEP\", \"step_size\": 1, "
+      "\"gamma\": 0.5}}, \"param_groups\": [{\"params\": [\"b*\"], "
+      "\"hyper_parameters\": {\"lr\": 0.25}}]}";
+  EXPECT_EQ(pshardSetLearningRate(session_, -1, 0.125), pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("not prepared"));
+  PrepareOneParameter(kSgd);
+  void* pointer = nullptr;
+  int64_t numel = 0;
+  ASSERT_EQ(pshardGetParameter(session_, 0, &pointer, &numel), pshardSuccess);
+  float* w = static_cast<float*>(pointer);
+  for (int i = 0; i < 4; ++i) w[i] = 0;
+  int group = 7;
+  ASSERT_EQ(pshardParameterGroup(session_, 0, &group), pshardSuccess);
+  EXPECT_EQ(group, -1);  // "w" matches no glob: the default group
+  EXPECT_EQ(pshardParameterGroup(session_, 1, &group), pshardInvalidArgument);
+  EXPECT_EQ(pshardParameterGroup(session_, 0, nullptr), pshardInvalidArgument);
+  double lr = 0;
+  ASSERT_EQ(pshardGetLearningRate(session_, -1, &lr), pshardSuccess);
+  EXPECT_EQ(lr, 0.5);
+  ASSERT_EQ(pshardGetLearningRate(session_, 0, &lr), pshardSuccess);
+  EXPECT_EQ(lr, 0.25);
+  EXPECT_EQ(pshardGetLearningRate(session_, 1, &lr), pshardInvalidArgument);
+
+  StepWithGradientOne();  // the schedule's step 1: lr 0.5
+  EXPECT_EQ(w[0], -0.5f);
+  ASSERT_EQ(pshardGetLearningRate(session_, -1, &lr), pshardSuccess);
+  EXPECT_EQ(lr, 0.5);  // the base, which the schedule halves at step 2
+
+  EXPECT_EQ(pshardSetLearningRate(session_, 1, 0.125), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("parameter group 1 does not exist"));
+  EXPECT_EQ(pshardSetLearningRate(session_, -2, 0.125), pshardInvalidArgument);
+  EXPECT_EQ(pshardSetLearningRate(session_, -1, 0), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("must be > 0 and finite, got 0"));
+  EXPECT_EQ(pshardSetLearningRate(session_, -1, nan("")),
+            pshardInvalidArgument);
+  EXPECT_EQ(pshardSetLearningRate(session_, -1, INFINITY),
+            pshardInvalidArgument);
+
+  // The schedule would give 0.25 at step 2; the set rate replaces it.
+  ASSERT_EQ(pshardSetLearningRate(session_, -1, 0.125), pshardSuccess)
+      << LastError();
+  ASSERT_EQ(pshardGetLearningRate(session_, -1, &lr), pshardSuccess);
+  EXPECT_EQ(lr, 0.125);
+  StepWithGradientOne();
+  EXPECT_EQ(w[0], -0.625f);
+
+  // Mid-step: refused, and the step finishes at the rate it began with.
+  ASSERT_EQ(pshardGetGradient(session_, 0, &pointer, &numel), pshardSuccess);
+  for (int i = 0; i < numel; ++i) static_cast<float*>(pointer)[i] = 1;
+  ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
+  EXPECT_EQ(pshardSetLearningRate(session_, -1, 0.0625), pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("between steps only"));
+  ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+  EXPECT_EQ(w[0], -0.75f);
+
+  // Another group's rate leaves w's alone; it stays set until changed.
+  ASSERT_EQ(pshardSetLearningRate(session_, 0, 8), pshardSuccess);
+  StepWithGradientOne();
+  EXPECT_EQ(w[0], -0.875f);
+  ASSERT_EQ(pshardSetLearningRate(session_, -1, 0.0625), pshardSuccess);
+  StepWithGradientOne();
+  EXPECT_EQ(w[0], -0.9375f);
+}
+
 // Slices of the optimizer state (API 3): GetEntrySlice reports a whole
 // parameter as offset 0 of its numel; ImportOptimizerStateSlices checks its
 // arguments, refuses overlapping or outside slices, and two slices that

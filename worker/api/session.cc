@@ -654,6 +654,42 @@ absl::Status Session::FinishStep() {
   return absl::OkStatus();
 }
 
+absl::Status Session::CheckParamGroup(int group) const {
+  RETURN_IF_ERROR(CheckPrepared());
+  const int groups =
+      optimizer_.has_value() ? optimizer_->param_groups_size() : 0;
+  if (group < -1 || group >= groups) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter group ", group, " does not exist: -1 is the default group, "
+        "0..", groups - 1, " the optimizer's param_groups (", groups,
+        groups == 1 ? " group)" : " groups)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Session::SetLearningRate(int group, double lr) {
+  RETURN_IF_ERROR(CheckParamGroup(group));
+  // Not Record()ed: a refused value leaves the session usable.
+  return hook_->SetLearningRate(group, lr);
+}
+
+absl::StatusOr<double> Session::LearningRate(int group) const {
+  RETURN_IF_ERROR(CheckParamGroup(group));
+  return hook_->learning_rates().Get(group).value_or(
+      ResolveGroupHyperParameters(*optimizer_, group).lr);
+}
+
+absl::StatusOr<int> Session::ParameterGroup(int index) const {
+  RETURN_IF_ERROR(CheckPrepared());
+  if (index < 0 || index >= num_parameters()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter index ", index, " is outside [0, ",
+                     num_parameters(), ")"));
+  }
+  return optimizer_.has_value() ? ParamGroupIndex(*optimizer_, params_[index].name)
+                                : -1;
+}
+
 absl::Status Session::WaitForParameter(int index) {
   RETURN_IF_ERROR(CheckPrepared());
   if (index < 0 || index >= num_parameters()) {
@@ -764,9 +800,12 @@ absl::Status Session::ReportProgress(int64_t step, double loss,
   v1::JobProgress progress;
   progress.set_step(step);
   progress.set_loss(loss);
-  // The default group's lr at optimizer step `step` (its schedule's).
+  // The default group's lr at optimizer step `step`: the program's, or
+  // its schedule's.
   if (optimizer_.has_value()) {
-    progress.set_lr(DefaultGroupLearningRate(*optimizer_, step));
+    progress.set_lr(DefaultGroupLearningRate(
+        *optimizer_, step,
+        hook_ != nullptr ? hook_->learning_rates() : LearningRateOverrides()));
   }
   if (hook_ != nullptr) SetGradNorm(hook_->last_grad_norm(), progress);
   *progress.mutable_step_time() = ToProto(step_time);

@@ -277,6 +277,20 @@ class Session : private RankModel {
   // it.
   absl::Status GradientReady(int index);
   absl::Status FinishStep();
+  // Group `group` (-1: the default group, else an index into the
+  // optimizer's param_groups) steps at `lr` from the next step on
+  // (ZeroHook::SetLearningRate): between steps, after Prepare.
+  // InvalidArgument: no such group, lr not > 0 and finite;
+  // FailedPrecondition: mid-step, or not prepared.
+  absl::Status SetLearningRate(int group, double lr);
+  // Group `group`'s rate: the one SetLearningRate set, else the spec's lr
+  // (the base its lr_schedule scales). Errors as SetLearningRate's for the
+  // group.
+  absl::StatusOr<double> LearningRate(int group) const;
+  // The parameter group of parameter `index`: -1 (the default group) or
+  // the index of the first of the optimizer's param_groups whose glob
+  // matches its name. After Prepare; InvalidArgument for a bad index.
+  absl::StatusOr<int> ParameterGroup(int index) const;
   // Returns once parameter `index` holds the last step's update: at once
   // without overlap_param_broadcast, before the first step or when it has
   // already arrived (ZeroHook::WaitForParameter). InvalidArgument: an index
@@ -358,6 +372,9 @@ class Session : private RankModel {
   absl::Status Join();
   absl::Status CheckHealthy() const;
   absl::Status CheckConfiguring() const;
+  // CheckPrepared, and InvalidArgument naming `group` unless it is -1 or
+  // an index into the optimizer's param_groups.
+  absl::Status CheckParamGroup(int group) const;
   // Records `status` as the sticky failure when it came from a collective.
   absl::Status Record(absl::Status status);
   // Prepare's device half: the NCCL communicator and the GpuZeroHook.

@@ -213,7 +213,8 @@ class GpuShardOptimizer::Impl {
   }
 
   absl::Status Enqueue(int bucket_index, void* params, const void* grads,
-                       bool bf16_params, bool bf16_grads, cudaStream_t stream) {
+                       bool bf16_params, bool bf16_grads, cudaStream_t stream,
+                       const LearningRateOverrides& lr) {
     if (params == nullptr || grads == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "bucket ", bucket_index, ": null parameter or gradient buffer"));
@@ -244,7 +245,7 @@ class GpuShardOptimizer::Impl {
     const auto* chunks = bucket.chunks.as<const ChunkDescriptor>();
     for (int i = 0; i < static_cast<int>(bucket.plan.launches.size()); ++i) {
       const gpu::OptimizerLaunchParams launch =
-          gpu::MakeLaunchParams(bucket.plan, i, chunks, step);
+          gpu::MakeLaunchParams(bucket.plan, i, chunks, step, lr);
       RETURN_IF_ERROR(CudaStatus(
           gpu::LaunchOptimizerStep(launch, buffers, stream),
           absl::StrCat("bucket ", bucket_index, ": optimizer step ", step)));
@@ -456,31 +457,34 @@ absl::Status GpuShardOptimizer::AdoptMasterWeights(int bucket_index,
 }
 
 absl::Status GpuShardOptimizer::Step(int bucket_index, float* params,
-                                     const float* grads) {
+                                     const float* grads,
+                                     const LearningRateOverrides& lr) {
   // The legacy default stream: ordered after synchronous cudaMemcpy calls
   // (whose DMA may still be running when they return) and after the work of
   // every blocking stream.
   RETURN_IF_ERROR(impl_->Enqueue(bucket_index, params, grads,
                                  /*bf16_params=*/false, /*bf16_grads=*/false,
-                                 cudaStreamLegacy));
+                                 cudaStreamLegacy, lr));
   return impl_->Sync(cudaStreamLegacy,
                      absl::StrCat("bucket ", bucket_index, ": optimizer step"));
 }
 
 absl::Status GpuShardOptimizer::EnqueueStep(int bucket_index, float* params,
                                             const float* grads,
-                                            CUstream_st* stream) {
+                                            CUstream_st* stream,
+                                            const LearningRateOverrides& lr) {
   return impl_->Enqueue(bucket_index, params, grads, /*bf16_params=*/false,
-                        /*bf16_grads=*/false, stream);
+                        /*bf16_grads=*/false, stream, lr);
 }
 
 absl::Status GpuShardOptimizer::EnqueueBf16Step(int bucket_index,
                                                 uint16_t* params,
                                                 const void* grads,
                                                 GradType grad_type,
-                                                CUstream_st* stream) {
+                                                CUstream_st* stream,
+                                                const LearningRateOverrides& lr) {
   return impl_->Enqueue(bucket_index, params, grads, /*bf16_params=*/true,
-                        grad_type == GradType::kBFloat16, stream);
+                        grad_type == GradType::kBFloat16, stream, lr);
 }
 
 absl::StatusOr<BucketStateView> GpuShardOptimizer::ViewState(

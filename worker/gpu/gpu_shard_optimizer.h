@@ -70,15 +70,17 @@ class GpuShardOptimizer final : public ShardOptimizer {
   // Synchronous step of an fp32 bucket, for callers without streams: runs on
   // the legacy default stream (so after synchronous cudaMemcpy calls and the
   // work of blocking streams) and waits for it.
-  absl::Status Step(int bucket_index, float* params,
-                    const float* grads) override;
+  using ShardOptimizer::Step;
+  absl::Status Step(int bucket_index, float* params, const float* grads,
+                    const LearningRateOverrides& lr) override;
 
   // Enqueues the step of an fp32 bucket on `stream` and returns without
   // waiting: it runs after everything issued before on `stream`. Returns
   // launch errors only (an execution error surfaces at the next sync).
   // NotFound if the bucket is not owned; FailedPrecondition for a bf16 bucket.
   absl::Status EnqueueStep(int bucket_index, float* params, const float* grads,
-                           CUstream_st* stream);
+                           CUstream_st* stream,
+                           const LearningRateOverrides& lr = {});
 
   // Enqueues the step of a bf16 bucket: reads `grads` (fp32 or bf16, as
   // `grad_type` says), steps the master weights and the state, and writes
@@ -86,7 +88,8 @@ class GpuShardOptimizer final : public ShardOptimizer {
   // broadcast. FailedPrecondition for an fp32 bucket.
   absl::Status EnqueueBf16Step(int bucket_index, uint16_t* params,
                                const void* grads, GradType grad_type,
-                               CUstream_st* stream);
+                               CUstream_st* stream,
+                               const LearningRateOverrides& lr = {});
 
   // The bucket's state arrays, downloaded into a host copy kept with the
   // bucket until its next step (ShardOptimizer::ViewState), and waited

@@ -32,15 +32,18 @@ absl::Status GpuShardOptimizer::AddBf16Bucket(int, std::vector<ParamSpan>,
 absl::Status GpuShardOptimizer::AdoptMasterWeights(int, const float*, int64_t) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
-absl::Status GpuShardOptimizer::Step(int, float*, const float*) {
+absl::Status GpuShardOptimizer::Step(int, float*, const float*,
+                                     const LearningRateOverrides&) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
 absl::Status GpuShardOptimizer::EnqueueStep(int, float*, const float*,
-                                            CUstream_st*) {
+                                            CUstream_st*,
+                                            const LearningRateOverrides&) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
 absl::Status GpuShardOptimizer::EnqueueBf16Step(int, uint16_t*, const void*,
-                                                GradType, CUstream_st*) {
+                                                GradType, CUstream_st*,
+                                                const LearningRateOverrides&) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
 absl::StatusOr<BucketStateView> GpuShardOptimizer::ViewState(int) const {

@@ -228,13 +228,14 @@ class DeviceMemory final : public HookMemory {
   // Runs inside NcclCommunicator::Enqueue, at issue time, with the device
   // set: only enqueues kernels on the communication stream.
   absl::Status OwnerStep(int index, void* param_data, void* grad_data,
-                         int64_t numel, float divisor) override {
+                         int64_t numel, float divisor,
+                         const LearningRateOverrides& lr) override {
     if (divisor == 1 && param_dtype_ != DataType::kFloat32 &&
         grad_dtype_ != DataType::kFloat32) {
       // The fused kernel widens the bf16 gradients as it reads them.
       return optimizer_->EnqueueBf16Step(
           index, static_cast<uint16_t*>(param_data), grad_data,
-          GpuShardOptimizer::GradType::kBFloat16, comm_->stream());
+          GpuShardOptimizer::GradType::kBFloat16, comm_->stream(), lr);
     }
     ASSIGN_OR_RETURN(float* grads,
                      WidenedGradients(index, grad_data, numel));
@@ -246,7 +247,7 @@ class DeviceMemory final : public HookMemory {
                             comm_->stream()),
           absl::StrCat("piece ", index, ": average gradient")));
     }
-    return Step(index, param_data, grads);
+    return Step(index, param_data, grads, lr);
   }
 
   // Clipping: per piece kNormBlocks partials, and the slots, on the device;
@@ -311,7 +312,8 @@ class DeviceMemory final : public HookMemory {
 
   absl::Status ClippedOwnerStep(int index, void* param_data, void* grad_data,
                                 int64_t numel, double max_norm,
-                                NormKind kind) override {
+                                NormKind kind,
+                                const LearningRateOverrides& lr) override {
     // PartialNorm already widened and averaged them.
     float* grads = grad_dtype_ == DataType::kFloat32
                        ? static_cast<float*>(grad_data)
@@ -321,7 +323,7 @@ class DeviceMemory final : public HookMemory {
                              kind == NormKind::kInf, max_norm,
                              comm_->stream()),
         absl::StrCat("piece ", index, ": clip gradient")));
-    return Step(index, param_data, grads);
+    return Step(index, param_data, grads, lr);
   }
 
   // FinishStep has waited for the step: the slots are final.
@@ -374,15 +376,16 @@ class DeviceMemory final : public HookMemory {
   // The optimizer's step on fp32 gradients `grads`, enqueued on the
   // communication stream: on the parameters, or (bf16) on the master
   // weights, rounded into the parameters by the same kernel.
-  absl::Status Step(int index, void* params, const float* grads) {
+  absl::Status Step(int index, void* params, const float* grads,
+                    const LearningRateOverrides& lr) {
     if (param_dtype_ == DataType::kFloat32) {
       return optimizer_->EnqueueStep(index, static_cast<float*>(params), grads,
-                                     comm_->stream());
+                                     comm_->stream(), lr);
     }
     return optimizer_->EnqueueBf16Step(index, static_cast<uint16_t*>(params),
                                        grads,
                                        GpuShardOptimizer::GradType::kFloat32,
-                                       comm_->stream());
+                                       comm_->stream(), lr);
   }
 
   NcclCommunicator* const comm_;

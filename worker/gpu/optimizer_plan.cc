@@ -152,13 +152,15 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
 }
 
 GroupScalars MakeGroupScalars(const BucketPlan& plan, const HyperParameters& hp,
-                              int64_t step) {
+                              int64_t step,
+                              const LearningRateOverrides& overrides) {
   GroupScalars g{};
   g.bias_correction2_sqrt = 1.0f;
   g.decay = 1.0f;
   g.one_minus_dampening = 1.0f;
-  // The group's scheduled lr for this step, as the CPU optimizer's.
-  const double lr = ScheduledLearningRate(hp.lr, hp.lr_schedule, step - 1);
+  // The group's lr for this step (set by the program, or scheduled), as the
+  // CPU optimizer's.
+  const double lr = StepLearningRate(hp, step, overrides);
   switch (plan.kind) {
     case kKernelSgd: {
       const cpu::SgdScalars s =
@@ -226,7 +228,8 @@ GroupScalars MakeGroupScalars(const BucketPlan& plan, const HyperParameters& hp,
 
 OptimizerLaunchParams MakeLaunchParams(const BucketPlan& plan, int launch_index,
                                        const ChunkDescriptor* device_chunks,
-                                       int64_t step) {
+                                       int64_t step,
+                                       const LearningRateOverrides& overrides) {
   const BucketPlan::Launch& launch = plan.launches[launch_index];
   OptimizerLaunchParams params{};
   params.kind = plan.kind;
@@ -234,7 +237,8 @@ OptimizerLaunchParams MakeLaunchParams(const BucketPlan& plan, int launch_index,
   params.chunks = device_chunks + launch.first_chunk;
   for (int i = 0; i < launch.num_groups; ++i) {
     params.groups[i] =
-        MakeGroupScalars(plan, plan.groups[launch.first_group + i], step);
+        MakeGroupScalars(plan, plan.groups[launch.first_group + i], step,
+                         overrides);
   }
   return params;
 }

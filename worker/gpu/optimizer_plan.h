@@ -75,15 +75,17 @@ absl::StatusOr<BucketPlan> PlanBucket(
 
 // The fp32 scalars of `hp` for step `step` (1-based) of a bucket, from the
 // CPU kernels' own Make*Scalars functions, so both backends step with
-// identical bits.
+// identical bits; the lr is StepLearningRate(hp, step, overrides).
 GroupScalars MakeGroupScalars(const BucketPlan& plan, const HyperParameters& hp,
-                              int64_t step);
+                              int64_t step,
+                              const LearningRateOverrides& overrides = {});
 
 // The kernel arguments of launch `launch_index` of `plan` at `step`;
 // `device_chunks` is the device copy of plan.chunks.
-OptimizerLaunchParams MakeLaunchParams(const BucketPlan& plan, int launch_index,
-                                       const ChunkDescriptor* device_chunks,
-                                       int64_t step);
+OptimizerLaunchParams MakeLaunchParams(
+    const BucketPlan& plan, int launch_index,
+    const ChunkDescriptor* device_chunks, int64_t step,
+    const LearningRateOverrides& overrides = {});
 
 }  // namespace pshard::worker::gpu
 

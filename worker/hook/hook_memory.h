@@ -114,10 +114,13 @@ class HookMemory {
 
   // The owner's step on `numel` elements at `params`/`grads`, optimizer
   // bucket `index`: grads /= divisor (an IEEE division, unless divisor is 1),
-  // then the optimizer step. Called from a function Enqueue()d on the hook's
-  // communicator, so it sits between the reduction and the broadcast.
+  // then the optimizer step at the learning rates `lr` (the snapshot the
+  // hook took when it issued the step). Called from a function Enqueue()d
+  // on the hook's communicator, so it sits between the reduction and the
+  // broadcast.
   virtual absl::Status OwnerStep(int index, void* params, void* grads,
-                                 int64_t numel, float divisor) = 0;
+                                 int64_t numel, float divisor,
+                                 const LearningRateOverrides& lr) = 0;
 
   // ---- Global gradient-norm clipping (ZeroHookOptions::clipping) ----
   // Per step: PartialNorm on each owned piece after its reduction, then
@@ -147,10 +150,11 @@ class HookMemory {
 
   // OwnerStep after the slots' all-reduce, on gradients PartialNorm already
   // averaged: grads *= ClipCoefficient(TotalNorm(slots), max_norm), then
-  // the optimizer step.
+  // the optimizer step (at `lr`, as OwnerStep's).
   virtual absl::Status ClippedOwnerStep(int index, void* params, void* grads,
                                         int64_t numel, double max_norm,
-                                        NormKind kind) = 0;
+                                        NormKind kind,
+                                        const LearningRateOverrides& lr) = 0;
 
   // After the host has waited for the step: its total norm before clipping
   // (the slots combined). Errors from the memory's runtime.

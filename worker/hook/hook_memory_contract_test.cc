@@ -156,9 +156,10 @@ class RecordingMemory : public HookMemory {
     });
   }
   absl::Status OwnerStep(int index, void* params, void* grads, int64_t numel,
-                         float divisor) override {
+                         float divisor,
+                         const LearningRateOverrides& lr) override {
     Log(comm_order_, absl::StrCat("step ", index, " /", divisor));
-    return inner_->OwnerStep(index, params, grads, numel, divisor);
+    return inner_->OwnerStep(index, params, grads, numel, divisor, lr);
   }
   absl::Status PrepareNorms(int num_pieces, int world_size) override {
     Log(training_, absl::StrCat("prepare norms ", num_pieces, " ", world_size));
@@ -176,10 +177,11 @@ class RecordingMemory : public HookMemory {
   float* norm_slots() override { return inner_->norm_slots(); }
   absl::Status ClippedOwnerStep(int index, void* params, void* grads,
                                 int64_t numel, double max_norm,
-                                NormKind kind) override {
+                                NormKind kind,
+                                const LearningRateOverrides& lr) override {
     Log(comm_order_, absl::StrCat("clipped step ", index));
     return inner_->ClippedOwnerStep(index, params, grads, numel, max_norm,
-                                    kind);
+                                    kind, lr);
   }
   absl::StatusOr<double> TotalGradNorm(NormKind kind) override {
     Log(training_, "total norm");

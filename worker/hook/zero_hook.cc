@@ -130,10 +130,11 @@ class HostMemory final : public HookMemory {
   }
 
   absl::Status OwnerStep(int index, void* params, void* grads, int64_t numel,
-                         float divisor) override {
+                         float divisor,
+                         const LearningRateOverrides& lr) override {
     ASSIGN_OR_RETURN(float* g, WidenedGradients(index, grads, numel));
     if (divisor != 1) DivideInPlace(g, numel, DataType::kFloat32, divisor);
-    return Step(index, params, g, numel);
+    return Step(index, params, g, numel, lr);
   }
 
   absl::Status PrepareNorms(int num_pieces, int world_size) override {
@@ -162,7 +163,8 @@ class HostMemory final : public HookMemory {
 
   absl::Status ClippedOwnerStep(int index, void* params, void* grads,
                                 int64_t numel, double max_norm,
-                                NormKind kind) override {
+                                NormKind kind,
+                                const LearningRateOverrides& lr) override {
     // PartialNorm already widened and averaged them.
     float* g = grad_dtype_ == DataType::kFloat32
                    ? static_cast<float*>(grads)
@@ -172,7 +174,7 @@ class HostMemory final : public HookMemory {
         max_norm);
     // As torch: multiplied even by 1 (which changes nothing).
     for (int64_t i = 0; i < numel; ++i) g[i] *= coef;
-    return Step(index, params, g, numel);
+    return Step(index, params, g, numel, lr);
   }
 
   absl::StatusOr<double> TotalGradNorm(NormKind kind) override {
@@ -210,12 +212,13 @@ class HostMemory final : public HookMemory {
 
   // The optimizer's step on fp32 gradients `g`: on the parameters, or on
   // the master weights, then rounded into the bf16 parameters.
-  absl::Status Step(int index, void* params, const float* g, int64_t numel) {
+  absl::Status Step(int index, void* params, const float* g, int64_t numel,
+                    const LearningRateOverrides& lr) {
     if (param_dtype_ == DataType::kFloat32) {
-      return optimizer_->Step(index, static_cast<float*>(params), g);
+      return optimizer_->Step(index, static_cast<float*>(params), g, lr);
     }
     std::vector<float>& master = owned_[index].master;
-    RETURN_IF_ERROR(optimizer_->Step(index, master.data(), g));
+    RETURN_IF_ERROR(optimizer_->Step(index, master.data(), g, lr));
     FromFloats(master.data(), param_dtype_, numel, params);
     return absl::OkStatus();
   }
@@ -1041,8 +1044,10 @@ void ZeroHook::LaunchRound(int round) {
     }
     std::atomic<int64_t>* counter = &piece_steps_[p];
     works_.push_back(comm_->EnqueueTouching(
-        [memory, counter, p, grads, params, numel, divisor]() -> absl::Status {
-          RETURN_IF_ERROR(memory->OwnerStep(p, params, grads, numel, divisor));
+        [memory, counter, p, grads, params, numel, divisor,
+         lr = learning_rates_]() -> absl::Status {
+          RETURN_IF_ERROR(
+              memory->OwnerStep(p, params, grads, numel, divisor, *lr));
           counter->fetch_add(1);
           return absl::OkStatus();
         },
@@ -1132,10 +1137,10 @@ void ZeroHook::IssueClippedSteps() {
       const int64_t numel = piece.numel;
       std::atomic<int64_t>* counter = &piece_steps_[p];
       works_.push_back(comm_->EnqueueTouching(
-          [memory, counter, p, grads, params, numel, max_norm,
-           kind]() -> absl::Status {
+          [memory, counter, p, grads, params, numel, max_norm, kind,
+           lr = learning_rates_]() -> absl::Status {
             RETURN_IF_ERROR(memory->ClippedOwnerStep(p, params, grads, numel,
-                                                     max_norm, kind));
+                                                     max_norm, kind, *lr));
             counter->fetch_add(1);
             return absl::OkStatus();
           },
@@ -1150,6 +1155,31 @@ void ZeroHook::IssueClippedSteps() {
   for (int round = 0; round < static_cast<int>(rounds_.size()); ++round) {
     IssueBroadcasts(round);
   }
+}
+
+absl::Status ZeroHook::SetLearningRate(int group, double lr) {
+  if (group < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learning rate of parameter group ", group,
+        ": groups are -1 (the default) or an index into param_groups"));
+  }
+  if (!(lr > 0) || !std::isfinite(lr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learning rate of parameter group ", group,
+        " must be > 0 and finite, got ", lr));
+  }
+  if (std::find(param_ready_.begin(), param_ready_.end(), 1) !=
+      param_ready_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the learning rate of parameter group ", group,
+        " changes between steps only: step ", steps_finished_ + 1,
+        " already has gradients marked ready (set it before the backward "
+        "pass, e.g. right after the previous step, as lr schedulers do)"));
+  }
+  auto next = std::make_shared<LearningRateOverrides>(*learning_rates_);
+  next->Set(group, lr);
+  learning_rates_ = std::move(next);
+  return absl::OkStatus();
 }
 
 absl::Status ZeroHook::Fail(absl::Status status) {

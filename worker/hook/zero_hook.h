@@ -290,6 +290,21 @@ class ZeroHook : public GradientSink {
   // a forward (the job's output, a checkpoint).
   absl::Status WaitForAllParameters();
 
+  // Parameter group `group` (-1: the optimizer's default group, else an
+  // index into its param_groups; the caller checks it exists) steps at `lr`
+  // from the next step on instead of its schedule: what a torch lr scheduler
+  // writes into param_groups[i]["lr"]. Between steps only, so that every
+  // bucket of a step runs at the same rate: the owners' steps already
+  // issued (with overlap_param_broadcast, perhaps still running) keep the
+  // rates they were issued with.
+  //   FailedPrecondition: a gradient of the current step is already marked
+  //   ready; InvalidArgument: group < -1, or lr not > 0 and finite.
+  absl::Status SetLearningRate(int group, double lr);
+  // The rates SetLearningRate has set.
+  const LearningRateOverrides& learning_rates() const {
+    return *learning_rates_;
+  }
+
   // How long the last FinishStep waited for the step's collectives after the
   // backward pass had handed over its last gradient: the communication the
   // backward pass did not hide.
@@ -472,6 +487,10 @@ class ZeroHook : public GradientSink {
   int64_t steps_finished_ = 0;
   absl::Duration last_collective_wait_ = absl::ZeroDuration();
   std::optional<double> last_grad_norm_;
+  // SetLearningRate's; each owner step shares the snapshot it was issued
+  // with (a new one replaces this, never changes it).
+  std::shared_ptr<const LearningRateOverrides> learning_rates_ =
+      std::make_shared<const LearningRateOverrides>();
   // SetInitialOptimizerState's, until the first step applies it.
   std::optional<std::vector<ParameterOptimizerState>> initial_state_;
   // SetOptimizerStateLoader's, until the first step calls it.

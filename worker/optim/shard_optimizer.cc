@@ -107,8 +107,9 @@ class CpuShardOptimizer final : public ShardOptimizer {
 
   absl::Status AddBucket(int bucket_index,
                          std::vector<ParamSpan> spans) override;
-  absl::Status Step(int bucket_index, float* params,
-                    const float* grads) override;
+  using ShardOptimizer::Step;
+  absl::Status Step(int bucket_index, float* params, const float* grads,
+                    const LearningRateOverrides& lr) override;
   int64_t state_bytes(int bucket_index) const override;
   int64_t total_state_bytes() const override;
   absl::StatusOr<BucketStateView> ViewState(int bucket_index) const override;
@@ -118,7 +119,8 @@ class CpuShardOptimizer final : public ShardOptimizer {
   Bucket* FindBucket(int bucket_index) const;
   // Steps the elements [begin, end) of the bucket (any split of the bucket
   // gives the same bits).
-  void StepRange(const Bucket& bucket, int64_t step, float* params,
+  void StepRange(const Bucket& bucket, int64_t step,
+                 const LearningRateOverrides& lr, float* params,
                  const float* grads, int64_t begin, int64_t end) const;
 
   const v1::OptimizerSpec spec_;
@@ -200,7 +202,8 @@ Bucket* CpuShardOptimizer::FindBucket(int bucket_index) const {
 }
 
 absl::Status CpuShardOptimizer::Step(int bucket_index, float* params,
-                                     const float* grads) {
+                                     const float* grads,
+                                     const LearningRateOverrides& lr) {
   Bucket* bucket = FindBucket(bucket_index);
   if (bucket == nullptr) {
     return absl::NotFoundError(
@@ -217,7 +220,7 @@ absl::Status CpuShardOptimizer::Step(int bucket_index, float* params,
   const int threads = static_cast<int>(
       std::min<int64_t>(options_.num_threads, max_threads));
   if (threads <= 1) {
-    StepRange(*bucket, step, params, grads, 0, bucket->numel);
+    StepRange(*bucket, step, lr, params, grads, 0, bucket->numel);
     return absl::OkStatus();
   }
   // Split the bucket's covered elements (ranks of elements, not offsets, so
@@ -228,20 +231,22 @@ absl::Status CpuShardOptimizer::Step(int bucket_index, float* params,
   int64_t begin = 0;
   for (int t = 0; t + 1 < threads; ++t, begin += per) {
     try {
-      helpers.emplace_back([this, bucket, step, params, grads, begin, per] {
-        StepRange(*bucket, step, params, grads, begin, begin + per);
+      helpers.emplace_back([this, bucket, step, &lr, params, grads, begin,
+                            per] {
+        StepRange(*bucket, step, lr, params, grads, begin, begin + per);
       });
     } catch (const std::system_error&) {
       // No thread available: do this part here instead.
-      StepRange(*bucket, step, params, grads, begin, begin + per);
+      StepRange(*bucket, step, lr, params, grads, begin, begin + per);
     }
   }
-  StepRange(*bucket, step, params, grads, begin, bucket->numel);
+  StepRange(*bucket, step, lr, params, grads, begin, bucket->numel);
   for (std::thread& helper : helpers) helper.join();
   return absl::OkStatus();
 }
 
 void CpuShardOptimizer::StepRange(const Bucket& bucket, int64_t step,
+                                  const LearningRateOverrides& overrides,
                                   float* params, const float* grads,
                                   int64_t begin, int64_t end) const {
   const v1::OptimizerSpec::Kind kind = spec_.kind();
@@ -257,8 +262,9 @@ void CpuShardOptimizer::StepRange(const Bucket& bucket, int64_t step,
     float* p = params + seg.offset + skip;
     const float* g = grads + seg.offset + skip;
     const HyperParameters& hp = seg.hp;
-    // The group's scheduled lr for this bucket's step (0-based index).
-    const double lr = ScheduledLearningRate(hp.lr, hp.lr_schedule, step - 1);
+    // The group's lr for this bucket's step: set by the program, or
+    // scheduled.
+    const double lr = StepLearningRate(hp, step, overrides);
     // State array k of this range; null where the segment keeps none.
     float* state[kMaxStateArrays];
     for (int k = 0; k < kMaxStateArrays; ++k) {

@@ -178,11 +178,18 @@ class ShardOptimizer {
                                  std::vector<ParamSpan> spans) = 0;
 
   // One optimizer step on an owned bucket: updates `params` in place from
-  // `grads` (already averaged over ranks). Each bucket counts its own steps
-  // (Adam's bias correction; SGD's first momentum step; Adagrad's lr_decay). NotFound if the
-  // bucket is not owned; InvalidArgument for null buffers.
+  // `grads` (already averaged over ranks), each parameter group at its
+  // StepLearningRate (the override in `lr`, else its schedule). Each bucket
+  // counts its own steps (Adam's bias correction; SGD's first momentum
+  // step; Adagrad's lr_decay; the schedule). NotFound if the bucket is not
+  // owned; InvalidArgument for null buffers.
   virtual absl::Status Step(int bucket_index, float* params,
-                            const float* grads) = 0;
+                            const float* grads,
+                            const LearningRateOverrides& lr) = 0;
+  // The same with every group on its schedule.
+  absl::Status Step(int bucket_index, float* params, const float* grads) {
+    return Step(bucket_index, params, grads, LearningRateOverrides());
+  }
 
   // An owned bucket's state in host memory (checkpoint snapshots copy from
   // it once, between steps): the CPU backend's own arrays, the GPU's host
