@@ -27,7 +27,7 @@ CUDA_MEMORY = 1
 REDUCE_BROADCAST = 0
 ALLREDUCE_BROADCAST = 1
 
-API_VERSION = 6
+API_VERSION = 7
 
 _LIBRARY_NAME = "libpshard.so"
 
@@ -110,6 +110,12 @@ _PROTOTYPES = {
         ctypes.c_void_p, ctypes.c_int, _session_p, _c_int64_p]),
     "pshardGradientReady": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "pshardFinishStep": (ctypes.c_int, [ctypes.c_void_p]),
+    "pshardSetLearningRate": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_int, ctypes.c_double]),
+    "pshardGetLearningRate": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]),
+    "pshardParameterGroup": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_int, _c_int_p]),
     "pshardStepsFinished": (ctypes.c_int, [ctypes.c_void_p, _c_int64_p]),
     "pshardLastGradNorm": (ctypes.c_int, [
         ctypes.c_void_p, ctypes.POINTER(ctypes.c_double), _c_int_p]),

@@ -29,6 +29,7 @@ state_dict() returns CPU tensors there too.
 import contextlib
 import ctypes
 import json
+import math
 
 import torch
 
@@ -123,7 +124,7 @@ def _check_dtype(what, dtype):
                          f"got {dtype!r}")
 
 
-class ShardedOptimizer:
+class ShardedOptimizer(torch.optim.Optimizer):
     """ShardedOptimizer(model, optimizer={...}, bucket_cap_mb=25,
     comm_mode="reduce_broadcast", session=None,
     overlap_param_broadcast=None, param_dtype=None, reduce_dtype=None)
@@ -159,6 +160,19 @@ class ShardedOptimizer:
     param_dtype (half the bytes in bfloat16). Gradients arrive in the
     parameters' dtype, as autograd makes them; when reduce_dtype differs
     they are converted into the buckets as each becomes final.
+
+    It is a torch.optim.Optimizer, so torch's lr schedulers drive it:
+    `param_groups[0]` is the spec's default group (the parameters no glob
+    matches), `param_groups[i + 1]` the spec's `param_groups[i]`, each with
+    its "params" and "lr", the group's lr in the spec (the base rate its
+    lr_schedule scales, if it has one; the job's progress shows the
+    scheduled rate). An "lr" written there
+    (by a scheduler's step(), or by hand) replaces that group's lr and
+    lr_schedule from the next step on: set it between steps — after
+    step(), or before the forward — since buckets step during backward; a
+    change made after a step's first gradient was handed over raises at
+    that step() (which itself ran at the earlier rate). Only "lr" is read;
+    the other hyper-parameters are the spec's.
     """
 
     def __init__(self, model, optimizer, bucket_cap_mb=25,
@@ -242,6 +256,62 @@ class ShardedOptimizer:
         if self._overlap:
             self._register_forward_waits(model)
         self._session._on_close.append(self._detach)
+        self._init_param_groups()
+
+    def _init_param_groups(self):
+        """torch.optim.Optimizer's param_groups (see the class
+        docstring)."""
+        handle = self._session.handle
+        spec = self._spec["optimizer"]
+        extra = spec.get("param_groups", spec.get("paramGroups", []))
+        rates = []
+        for group in range(-1, len(extra)):
+            lr = ctypes.c_double()
+            _capi.check("pshardGetLearningRate", handle, group,
+                        ctypes.byref(lr))
+            rates.append(lr.value)
+        members = [[] for _ in rates]
+        for i, (_, p) in enumerate(self._named):
+            group = ctypes.c_int()
+            _capi.check("pshardParameterGroup", handle, i, ctypes.byref(group))
+            members[group.value + 1].append(p)
+        torch.optim.Optimizer.__init__(
+            self, [{"params": params, "lr": lr}
+                   for params, lr in zip(members, rates)],
+            {"lr": rates[0]})
+        # The rate of each group pshard runs at, as last set; whether this
+        # step's rates are set (before its first gradient is handed over).
+        self._rates = rates
+        self._rates_set = False
+
+    def add_param_group(self, param_group):
+        if hasattr(self, "_rates"):
+            raise NotImplementedError(
+                "ShardedOptimizer's parameter groups are the optimizer "
+                "spec's param_groups, fixed when it is made")
+        super().add_param_group(param_group)
+
+    def _set_learning_rates(self):
+        """param_groups' "lr" to pshard: once a step, before its first
+        gradient is handed over."""
+        if self._rates_set:
+            return
+        for g, group in enumerate(self.param_groups):
+            lr = float(group["lr"])
+            if lr == self._rates[g]:
+                continue
+            if not (lr > 0 and math.isfinite(lr)):
+                raise ValueError(f"param_groups[{g}]['lr'] must be > 0 and "
+                                 f"finite, got {lr}")
+            _capi.check("pshardSetLearningRate", self._session.handle, g - 1,
+                        lr)
+            self._rates[g] = lr
+        self._rates_set = True
+
+    def _rates_changed_mid_step(self):
+        """The groups whose "lr" changed after this step's were set."""
+        return [g for g, group in enumerate(self.param_groups)
+                if float(group["lr"]) != self._rates[g]]
 
     def _set_precision(self, param_dtype, reduce_dtype):
         """The session's precision with the arguments that are not None
@@ -424,6 +494,7 @@ class ShardedOptimizer:
         """Parameter i's bucket gradient is final. On CUDA pshard orders its
         reduction after its own stream: first that stream waits for the
         caller's current one, where autograd or the copies above wrote it."""
+        self._set_learning_rates()
         current = self._other_current_stream()
         if current is not None:
             self._stream.wait_stream(current)
@@ -491,6 +562,8 @@ class ShardedOptimizer:
                 self._hand_over(i)
         first = self.steps_finished == 0
         self._ready = [False] * len(self._named)
+        changed = self._rates_changed_mid_step()
+        self._rates_set = False
         try:
             _capi.check("pshardFinishStep", handle)
             self._order_current_stream()
@@ -499,6 +572,16 @@ class ShardedOptimizer:
             # views follow them (the old buffers are gone).
             if first:
                 self._point_into_buckets(copy_values=False)
+        if changed:
+            g = changed[0]
+            raise RuntimeError(
+                f"param_groups[{g}]['lr'] changed to "
+                f"{self.param_groups[g]['lr']} during step "
+                f"{self.steps_finished}, after its first gradient was handed "
+                f"over: pshard steps buckets during backward, so this step "
+                f"ran at {self._rates[g]}. Set the lr between steps (after "
+                f"step() or before the forward, as torch's lr schedulers "
+                f"do); the new rate applies from the next step")
         return loss
 
     @property

@@ -123,9 +123,16 @@ def _pshard(optimizer_name, comm_mode, train_stream=None, **kwargs):
                 session=session, **options)
             assert all(p.device.type == DEVICE.type
                        for p in model.parameters())
+            scheduler = common.pshard_scheduler(optimizer_name, optimizer)
+
+            def step():
+                optimizer.step()
+                if scheduler is not None:
+                    scheduler.step()
+
             with (contextlib.nullcontext() if train_stream is None
                   else torch.cuda.stream(train_stream)):
-                return _train(model, optimizer_name, optimizer.step,
+                return _train(model, optimizer_name, step,
                               optimizer.zero_grad, optimizer.no_sync,
                               dtype=optimizer.param_dtype)
         finally:

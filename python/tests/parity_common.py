@@ -148,6 +148,22 @@ OPTIMIZERS = {
                            "hyper_parameters": {"lr": 0.005}}]},
         lambda groups: torch.optim.AdamW(groups, lr=0.01),
         {"lr": 0.005}),
+    # torch's own lr schedulers driving ShardedOptimizer's param_groups
+    # (TORCH_SCHEDULED below), one rate per group: no lr_schedule here.
+    "adamw_torch_onecycle": (
+        {"kind": "ADAMW",
+         "hyper_parameters": {"lr": 0.01, "weight_decay": 0.1},
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.02,
+                                                "weight_decay": 0}}]},
+        lambda groups: torch.optim.AdamW(groups, lr=0.01, weight_decay=0.1),
+        {"lr": 0.02, "weight_decay": 0}),
+    "sgd_torch_lambda": (
+        {"kind": "SGD", "hyper_parameters": {"lr": 0.05, "momentum": 0.9},
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.1}}]},
+        lambda groups: torch.optim.SGD(groups, lr=0.05, momentum=0.9),
+        {"lr": 0.1}),
     # Gradient accumulation (ACCUMULATION below): Adam over 4 micro-batches
     # per step, with no_sync, against one batch 4 times larger.
     "adam_accum4": (
@@ -198,7 +214,26 @@ SCHEDULERS = {
     "adamw_warmup_cosine": _warmup_cosine,
     "sgd_step": lambda optimizer: torch.optim.lr_scheduler.StepLR(
         optimizer, step_size=2, gamma=0.5),
+    "adamw_torch_onecycle": lambda optimizer:
+        torch.optim.lr_scheduler.OneCycleLR(
+            optimizer, max_lr=[0.01, 0.02], total_steps=STEPS + 1,
+            cycle_momentum=False),
+    # A rate per group: the groups must be in the same order on both sides.
+    "sgd_torch_lambda": lambda optimizer: torch.optim.lr_scheduler.LambdaLR(
+        optimizer, [lambda s: 0.5 ** s, lambda s: 1.0 / (1 + s)]),
 }
+# The configurations whose pshard side steps the same torch scheduler on
+# ShardedOptimizer (param_groups' "lr", through pshardSetLearningRate); the
+# others' pshard side follows the spec's lr_schedule.
+TORCH_SCHEDULED = {"adamw_torch_onecycle", "sgd_torch_lambda"}
+
+
+def pshard_scheduler(optimizer_name, optimizer):
+    """The torch scheduler the pshard side steps after every step() of
+    `optimizer` (a ShardedOptimizer), or None."""
+    if optimizer_name not in TORCH_SCHEDULED:
+        return None
+    return SCHEDULERS[optimizer_name](optimizer)
 COMM_MODES = ["reduce_broadcast", "allreduce_broadcast"]
 
 

@@ -24,6 +24,7 @@ def run(optimizer_name, comm_mode, store, out):
     optimizer = pshard.torch.ShardedOptimizer(
         model, optimizer=spec, bucket_cap_mb=common.BUCKET_CAP_MB,
         comm_mode=comm_mode, session=session)
+    scheduler = common.pshard_scheduler(optimizer_name, optimizer)
     share = common.BATCH // world
     snapshots = {"grad_norms": []}
     for step in range(1, common.STEPS + 1):
@@ -44,6 +45,8 @@ def run(optimizer_name, comm_mode, store, out):
             losses.append(loss.item())
         loss = torch.tensor(sum(losses))
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
         snapshots["grad_norms"].append(optimizer.last_grad_norm)
         session.report(step=step, loss=session.average_loss(loss.item()),
                        samples=share * len(batches))

@@ -163,6 +163,53 @@ class ShardedOptimizerTest(unittest.TestCase):
         torch.testing.assert_close(unused.bias.detach(),
                                    after_first["bias"] - 2.0)
 
+    def test_param_groups_drive_the_rate_between_steps_only(self):
+        # SGD on sum(Wx + b) over 4 rows of ones: b moves by -4 * lr a step.
+        # The default group holds "weight", the spec's group 0 "bias".
+        model = torch.nn.Linear(3, 2)
+        optimizer = self.make(model, optimizer={
+            "kind": "SGD", "hyper_parameters": {"lr": 0.5},
+            "param_groups": [{"params": ["bias"],
+                              "hyper_parameters": {"lr": 0.25}}]})
+        self.assertIsInstance(optimizer, torch.optim.Optimizer)
+        self.assertEqual([g["lr"] for g in optimizer.param_groups],
+                         [0.5, 0.25])
+        self.assertEqual([[p is model.weight for p in g["params"]]
+                          for g in optimizer.param_groups], [[True], [False]])
+        with self.assertRaises(NotImplementedError):
+            optimizer.add_param_group({"params": []})
+        x = torch.ones(4, 3)
+        bias = model.bias.detach().clone()
+
+        def train_step():
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+
+        # torch's StepLR halves both groups' rates after every step.
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
+        train_step()  # at 0.25
+        scheduler.step()
+        train_step()  # at 0.125
+        torch.testing.assert_close(model.bias.detach(), bias - 1.5)
+        # Changed during the backward pass: that step ran at the old rate
+        # and says so; the new one applies from the next step.
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.param_groups[1]["lr"] = 1.0
+        with self.assertRaisesRegex(RuntimeError, r"param_groups\[1\]\['lr'\] "
+                                    r"changed to 1.0 during step 3.*ran at "
+                                    r"0.125"):
+            optimizer.step()
+        torch.testing.assert_close(model.bias.detach(), bias - 2.0)
+        train_step()  # at 1.0
+        torch.testing.assert_close(model.bias.detach(), bias - 6.0)
+        optimizer.param_groups[0]["lr"] = 0.0
+        with self.assertRaisesRegex(ValueError, r"param_groups\[0\]\['lr'\] "
+                                    "must be > 0 and finite, got 0.0"):
+            optimizer.zero_grad()
+            model(x).sum().backward()
+
     def test_parameters_live_in_the_buckets_and_survive_close(self):
         model = torch.nn.Linear(3, 2)
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
