@@ -5,7 +5,8 @@ as a `program` job
 (submitted with pshardctl), the script using pshard.init() and
 pshard.torch.ShardedOptimizer in coordinator mode. Checks the job's end, its
 shard table (the model's parameter names), its progress (session.report),
-and the final parameters against one process on the full batch; then a
+and the final parameters against one process on the full batch (also
+with torch's OneCycleLR driving the rates); then a
 program that never calls pshard.init() on one rank (the job fails at the
 collective deadline naming that rank, every program is stopped) and on no
 rank (the job succeeds). The same script under the SHARDED policy, with
@@ -134,6 +135,20 @@ class ProgramJobTest(unittest.TestCase):
                                delta=1e-12)
 
         # Every rank ends with one process's parameters on the full batch.
+        self.assert_final_parameters(
+            out, common.reference(optimizer)[common.STEPS])
+
+    def test_a_torch_lr_scheduler_drives_the_rates_through_the_coordinator(
+            self):
+        import parity_common as common
+        # OneCycleLR stepping ShardedOptimizer's param_groups (a max_lr per
+        # group): the ranks end with torch's parameters under the same
+        # scheduler, and the progress names the rate the last step ran at.
+        optimizer = "adamw_torch_onecycle"
+        out, _, job = self.run_to_success("onecycle", optimizer)
+        self.assertAlmostEqual(job["progress"]["lr"],
+                               common.reference_lr(optimizer, common.STEPS),
+                               delta=1e-12)
         self.assert_final_parameters(
             out, common.reference(optimizer)[common.STEPS])
 

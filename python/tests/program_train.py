@@ -77,6 +77,8 @@ def main():
             bucket_cap_mb=common.BUCKET_CAP_MB)
 
     optimizer = sharded_optimizer()
+    # The configurations a torch lr scheduler drives (else None).
+    scheduler = common.pshard_scheduler(args.optimizer, optimizer)
     # The spec's overlap_param_broadcast and precision, as the session
     # took them.
     write_atomically(os.path.join(args.out, f"overlap-{rank}"),
@@ -98,6 +100,8 @@ def main():
         loss = mixed.loss_of(model, x, y, optimizer.param_dtype)
         loss.backward()
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
         mean = session.average_loss(loss.item())
         session.report(step=step, loss=mean, samples=share)
         print(f"rank {rank} step {step} loss {mean:.6f}", flush=True)
