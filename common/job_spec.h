@@ -133,7 +133,6 @@ class LearningRateOverrides {
   void Set(int group, double lr);
   // The lr set for `group`, if any.
   std::optional<double> Get(int group) const;
-  bool empty() const { return by_group_.empty(); }
 
  private:
   std::vector<std::optional<double>> by_group_;  // [group + 1]

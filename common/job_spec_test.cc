@@ -555,7 +555,6 @@ TEST(LrScheduleSpecTest, SetRatesReplaceTheirGroupsScheduleOnly) {
   ASSERT_GE(t1.group, 0);
 
   LearningRateOverrides set;
-  EXPECT_TRUE(set.empty());
   EXPECT_DOUBLE_EQ(StepLearningRate(base, 9, set), 0.005);
   set.Set(-1, 0.5);
   EXPECT_DOUBLE_EQ(StepLearningRate(base, 9, set), 0.5);

@@ -166,13 +166,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
     matches), `param_groups[i + 1]` the spec's `param_groups[i]`, each with
     its "params" and "lr", the group's lr in the spec (the base rate its
     lr_schedule scales, if it has one; the job's progress shows the
-    scheduled rate). An "lr" written there
-    (by a scheduler's step(), or by hand) replaces that group's lr and
-    lr_schedule from the next step on: set it between steps — after
-    step(), or before the forward — since buckets step during backward; a
-    change made after a step's first gradient was handed over raises at
-    that step() (which itself ran at the earlier rate). Only "lr" is read;
-    the other hyper-parameters are the spec's.
+    scheduled rate). An "lr" written there (by a scheduler's step(), or by
+    hand) replaces that group's lr and lr_schedule from the next step on:
+    set it between steps — after step(), or before the forward — since
+    buckets step during backward; a change made after a step's first
+    gradient was handed over raises at that step() (which itself ran at
+    the earlier rate). Only "lr" is read; the other hyper-parameters are
+    the spec's.
     """
 
     def __init__(self, model, optimizer, bucket_cap_mb=25,

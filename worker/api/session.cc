@@ -654,10 +654,19 @@ absl::Status Session::FinishStep() {
   return absl::OkStatus();
 }
 
+absl::Status Session::CheckParameterIndex(int index) const {
+  if (index < 0 || index >= num_parameters()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter index ", index, " is outside [0, ",
+                     num_parameters(), ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Session::CheckParamGroup(int group) const {
   RETURN_IF_ERROR(CheckPrepared());
-  const int groups =
-      optimizer_.has_value() ? optimizer_->param_groups_size() : 0;
+  // Prepare required an optimizer.
+  const int groups = optimizer_->param_groups_size();
   if (group < -1 || group >= groups) {
     return absl::InvalidArgumentError(absl::StrCat(
         "parameter group ", group, " does not exist: -1 is the default group, "
@@ -681,22 +690,13 @@ absl::StatusOr<double> Session::LearningRate(int group) const {
 
 absl::StatusOr<int> Session::ParameterGroup(int index) const {
   RETURN_IF_ERROR(CheckPrepared());
-  if (index < 0 || index >= num_parameters()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parameter index ", index, " is outside [0, ",
-                     num_parameters(), ")"));
-  }
-  return optimizer_.has_value() ? ParamGroupIndex(*optimizer_, params_[index].name)
-                                : -1;
+  RETURN_IF_ERROR(CheckParameterIndex(index));
+  return ParamGroupIndex(*optimizer_, params_[index].name);
 }
 
 absl::Status Session::WaitForParameter(int index) {
   RETURN_IF_ERROR(CheckPrepared());
-  if (index < 0 || index >= num_parameters()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parameter index ", index, " is outside [0, ",
-                     num_parameters(), ")"));
-  }
+  RETURN_IF_ERROR(CheckParameterIndex(index));
   return Record(hook_->WaitForParameter(index));
 }
 

@@ -372,6 +372,8 @@ class Session : private RankModel {
   absl::Status Join();
   absl::Status CheckHealthy() const;
   absl::Status CheckConfiguring() const;
+  // InvalidArgument naming `index` unless it is a registered parameter's.
+  absl::Status CheckParameterIndex(int index) const;
   // CheckPrepared, and InvalidArgument naming `group` unless it is -1 or
   // an index into the optimizer's param_groups.
   absl::Status CheckParamGroup(int group) const;
