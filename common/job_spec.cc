@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/algorithm/container.h"
@@ -13,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/job_spec_json.h"
 #include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
@@ -170,6 +173,39 @@ std::string KindList(const std::vector<OptimizerSpec::Kind>& kinds) {
   return out;
 }
 
+// The hyper-parameters of some optimizer kinds only (the others: every
+// kind's).
+struct KindField {
+  absl::string_view name;
+  std::vector<OptimizerSpec::Kind> kinds;
+};
+const std::vector<KindField>& KindFields() {
+  static const auto* const fields = new std::vector<KindField>{
+      {"momentum", {OptimizerSpec::SGD, OptimizerSpec::RMSPROP}},
+      {"dampening", {OptimizerSpec::SGD}},
+      {"nesterov", {OptimizerSpec::SGD}},
+      {"betas",
+       {OptimizerSpec::ADAM, OptimizerSpec::ADAMW, OptimizerSpec::LION}},
+      {"eps",
+       {OptimizerSpec::ADAM, OptimizerSpec::ADAMW, OptimizerSpec::ADAGRAD,
+        OptimizerSpec::RMSPROP}},
+      {"lr_decay", {OptimizerSpec::ADAGRAD}},
+      {"initial_accumulator_value", {OptimizerSpec::ADAGRAD}},
+      {"alpha", {OptimizerSpec::RMSPROP}},
+      {"centered", {OptimizerSpec::RMSPROP}},
+      {"amsgrad", {OptimizerSpec::ADAM, OptimizerSpec::ADAMW}},
+  };
+  return *fields;
+}
+
+// Whether optimizers of `kind` use hyper-parameter `name`.
+bool KindUsesField(OptimizerSpec::Kind kind, absl::string_view name) {
+  for (const KindField& f : KindFields()) {
+    if (f.name == name) return absl::c_linear_search(f.kinds, kind);
+  }
+  return true;
+}
+
 absl::Status ValidateHyperParameters(absl::string_view path,
                                      OptimizerSpec::Kind kind,
                                      const OptimizerHyperParameters& hp) {
@@ -187,31 +223,15 @@ absl::Status ValidateHyperParameters(absl::string_view path,
     RETURN_IF_ERROR(ValidateLrSchedule(field("lr_schedule"), hp.lr_schedule()));
   }
   // The fields of some kinds only; any other kind refuses them.
-  using K = OptimizerSpec;
-  struct Owned {
-    const char* name;
-    bool set;
-    std::vector<OptimizerSpec::Kind> kinds;
-  };
-  const Owned owned[] = {
-      {"momentum", hp.has_momentum(), {K::SGD, K::RMSPROP}},
-      {"dampening", hp.has_dampening(), {K::SGD}},
-      {"nesterov", hp.has_nesterov(), {K::SGD}},
-      {"betas", hp.betas_size() > 0, {K::ADAM, K::ADAMW, K::LION}},
-      {"eps", hp.has_eps(), {K::ADAM, K::ADAMW, K::ADAGRAD, K::RMSPROP}},
-      {"lr_decay", hp.has_lr_decay(), {K::ADAGRAD}},
-      {"initial_accumulator_value", hp.has_initial_accumulator_value(),
-       {K::ADAGRAD}},
-      {"alpha", hp.has_alpha(), {K::RMSPROP}},
-      {"centered", hp.has_centered(), {K::RMSPROP}},
-      {"amsgrad", hp.has_amsgrad(), {K::ADAM, K::ADAMW}},
-  };
-  for (const Owned& o : owned) {
-    if (o.set && !absl::c_linear_search(o.kinds, kind)) {
-      return FieldError(field(o.name),
-                        absl::StrCat("only applies to ", KindList(o.kinds),
-                                     ", not ", OptimizerSpec::Kind_Name(kind)));
-    }
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  hp.GetReflection()->ListFields(hp, &fields);
+  for (const google::protobuf::FieldDescriptor* f : fields) {
+    if (KindUsesField(kind, f->name())) continue;
+    const auto owner = absl::c_find_if(
+        KindFields(), [f](const KindField& k) { return k.name == f->name(); });
+    return FieldError(field(f->name()),
+                      absl::StrCat("only applies to ", KindList(owner->kinds),
+                                   ", not ", OptimizerSpec::Kind_Name(kind)));
   }
   // Ranges: torch's lower bounds (lion-pytorch's for LION), finite upper
   // bounds as for every other field.
@@ -231,10 +251,11 @@ absl::Status ValidateHyperParameters(absl::string_view path,
   for (int i = 0; i < hp.betas_size(); ++i) {
     RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".betas[", i, "]"),
                                hp.betas(i), 0, 1, false,
-                               /*hi_open=*/kind != K::LION));
+                               /*hi_open=*/kind != OptimizerSpec::LION));
   }
   if (hp.has_eps()) {
-    const bool adam = kind == K::ADAM || kind == K::ADAMW;
+    const bool adam =
+        kind == OptimizerSpec::ADAM || kind == OptimizerSpec::ADAMW;
     RETURN_IF_ERROR(CheckRange(field("eps"), hp.eps(), 0, 1,
                                /*lo_open=*/adam));
   }
@@ -249,6 +270,29 @@ absl::Status ValidateHyperParameters(absl::string_view path,
     RETURN_IF_ERROR(CheckRange(field("alpha"), hp.alpha(), 0, 1, false));
   }
   return absl::OkStatus();
+}
+
+// Sets in `hp` the fields `h` sets.
+void ApplyHyperParameters(const OptimizerHyperParameters& h,
+                          HyperParameters* hp) {
+  if (h.has_lr()) hp->lr = h.lr();
+  if (h.has_momentum()) hp->momentum = h.momentum();
+  if (h.has_dampening()) hp->dampening = h.dampening();
+  if (h.has_nesterov()) hp->nesterov = h.nesterov();
+  if (h.has_weight_decay()) hp->weight_decay = h.weight_decay();
+  if (h.betas_size() == 2) {
+    hp->beta1 = h.betas(0);
+    hp->beta2 = h.betas(1);
+  }
+  if (h.has_eps()) hp->eps = h.eps();
+  if (h.has_lr_decay()) hp->lr_decay = h.lr_decay();
+  if (h.has_initial_accumulator_value()) {
+    hp->initial_accumulator_value = h.initial_accumulator_value();
+  }
+  if (h.has_alpha()) hp->alpha = h.alpha();
+  if (h.has_centered()) hp->centered = h.centered();
+  if (h.has_amsgrad()) hp->amsgrad = h.amsgrad();
+  if (h.has_lr_schedule()) hp->lr_schedule = ResolveLrSchedule(h.lr_schedule());
 }
 
 // Hyper-parameters after fallbacks: `group` (may be null), then `base`, then
@@ -279,28 +323,8 @@ HyperParameters MergeHyperParameters(OptimizerSpec::Kind kind,
     default:
       break;
   }
-  auto apply = [&hp](const OptimizerHyperParameters& h) {
-    if (h.has_lr()) hp.lr = h.lr();
-    if (h.has_momentum()) hp.momentum = h.momentum();
-    if (h.has_dampening()) hp.dampening = h.dampening();
-    if (h.has_nesterov()) hp.nesterov = h.nesterov();
-    if (h.has_weight_decay()) hp.weight_decay = h.weight_decay();
-    if (h.betas_size() == 2) {
-      hp.beta1 = h.betas(0);
-      hp.beta2 = h.betas(1);
-    }
-    if (h.has_eps()) hp.eps = h.eps();
-    if (h.has_lr_decay()) hp.lr_decay = h.lr_decay();
-    if (h.has_initial_accumulator_value()) {
-      hp.initial_accumulator_value = h.initial_accumulator_value();
-    }
-    if (h.has_alpha()) hp.alpha = h.alpha();
-    if (h.has_centered()) hp.centered = h.centered();
-    if (h.has_amsgrad()) hp.amsgrad = h.amsgrad();
-    if (h.has_lr_schedule()) hp.lr_schedule = ResolveLrSchedule(h.lr_schedule());
-  };
-  apply(base);
-  if (group != nullptr) apply(*group);
+  ApplyHyperParameters(base, &hp);
+  if (group != nullptr) ApplyHyperParameters(*group, &hp);
   return hp;
 }
 
@@ -786,26 +810,109 @@ HyperParameters ResolveGroupHyperParameters(const OptimizerSpec& optimizer,
   return hp;
 }
 
-void LearningRateOverrides::Set(int group, double lr) {
-  const size_t slot = static_cast<size_t>(group + 1);
-  if (by_group_.size() <= slot) by_group_.resize(slot + 1);
-  by_group_[slot] = lr;
+absl::Status CheckParamGroupIndex(const OptimizerSpec& optimizer, int group) {
+  const int groups = optimizer.param_groups_size();
+  if (group >= -1 && group < groups) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("parameter group ", group,
+                   " does not exist: -1 is the default group, "
+                   "0..",
+                   groups - 1, " the optimizer's param_groups (", groups,
+                   groups == 1 ? " group)" : " groups)"));
 }
 
-std::optional<double> LearningRateOverrides::Get(int group) const {
+absl::Status HyperParameterOverrides::Set(
+    const OptimizerSpec& optimizer, int group,
+    const OptimizerHyperParameters& changes) {
+  RETURN_IF_ERROR(CheckParamGroupIndex(optimizer, group));
+  // Named as the job spec field each change replaces.
+  const std::string path = group < 0
+                               ? "optimizer.hyper_parameters"
+                               : absl::StrCat("optimizer.param_groups[", group,
+                                              "].hyper_parameters");
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  changes.GetReflection()->ListFields(changes, &fields);
+  for (const google::protobuf::FieldDescriptor* f : fields) {
+    if (!absl::c_linear_search(kSettableFields, f->name())) {
+      return FieldError(
+          absl::StrCat(path, ".", f->name()),
+          absl::StrCat("is fixed by the job spec (fields that change while "
+                       "training: ",
+                       absl::StrJoin(kSettableFields, ", "), ")"));
+    }
+  }
+  RETURN_IF_ERROR(ValidateHyperParameters(path, optimizer.kind(), changes));
+  const HyperParameters spec = ResolveGroupHyperParameters(optimizer, group);
+  if (changes.has_momentum()) {
+    // Exactly torch's update needs the momentum buffer to stay in use: a
+    // group without one (momentum 0 in the spec) keeps none to update.
+    if (spec.momentum == 0) {
+      return FieldError(absl::StrCat(path, ".momentum"),
+                        "the group keeps no momentum buffer (its momentum in "
+                        "the job spec is 0); give it a momentum > 0 there to "
+                        "change it while training");
+    }
+    if (!(changes.momentum() > 0)) {
+      return FieldError(absl::StrCat(path, ".momentum"),
+                        absl::StrCat("must be > 0 while training (the group "
+                                     "keeps a momentum buffer), got ",
+                                     changes.momentum()));
+    }
+  }
   const size_t slot = static_cast<size_t>(group + 1);
-  if (group < -1 || slot >= by_group_.size()) return std::nullopt;
-  return by_group_[slot];
+  if (by_group_.size() <= slot) by_group_.resize(slot + 1);
+  Changed next = by_group_[slot].value_or(Changed{});
+  if (changes.betas_size() > 0) next.changes.clear_betas();  // not appended
+  next.changes.MergeFrom(changes);
+  next.resolved = spec;
+  ApplyHyperParameters(next.changes, &next.resolved);
+  if (next.changes.has_lr()) next.resolved.lr_schedule = LrSchedule();
+  by_group_[slot] = std::move(next);
+  return absl::OkStatus();
+}
+
+const HyperParameters* HyperParameterOverrides::Get(int group) const {
+  const size_t slot = static_cast<size_t>(group + 1);
+  if (group < -1 || slot >= by_group_.size() || !by_group_[slot]) {
+    return nullptr;
+  }
+  return &by_group_[slot]->resolved;
+}
+
+const HyperParameters& EffectiveHyperParameters(
+    const HyperParameters& hp, const HyperParameterOverrides& overrides) {
+  const HyperParameters* set = overrides.Get(hp.group);
+  return set != nullptr ? *set : hp;
+}
+
+OptimizerHyperParameters SettableHyperParameters(
+    const OptimizerSpec& optimizer, int group,
+    const HyperParameterOverrides& overrides) {
+  const HyperParameters hp = EffectiveHyperParameters(
+      ResolveGroupHyperParameters(optimizer, group), overrides);
+  const OptimizerSpec::Kind kind = optimizer.kind();
+  OptimizerHyperParameters out;
+  out.set_lr(hp.lr);
+  out.set_weight_decay(hp.weight_decay);
+  if (KindUsesField(kind, "momentum")) out.set_momentum(hp.momentum);
+  if (KindUsesField(kind, "betas")) {
+    out.add_betas(hp.beta1);
+    out.add_betas(hp.beta2);
+  }
+  if (KindUsesField(kind, "eps")) out.set_eps(hp.eps);
+  if (KindUsesField(kind, "alpha")) out.set_alpha(hp.alpha);
+  if (KindUsesField(kind, "lr_decay")) out.set_lr_decay(hp.lr_decay);
+  return out;
 }
 
 double StepLearningRate(const HyperParameters& hp, int64_t step,
-                        const LearningRateOverrides& overrides) {
-  if (std::optional<double> lr = overrides.Get(hp.group)) return *lr;
-  return ScheduledLearningRate(hp.lr, hp.lr_schedule, step - 1);
+                        const HyperParameterOverrides& overrides) {
+  const HyperParameters& effective = EffectiveHyperParameters(hp, overrides);
+  return ScheduledLearningRate(effective.lr, effective.lr_schedule, step - 1);
 }
 
 double DefaultGroupLearningRate(const OptimizerSpec& optimizer, int64_t step,
-                                const LearningRateOverrides& overrides) {
+                                const HyperParameterOverrides& overrides) {
   if (step < 1) return 0;
   return StepLearningRate(ResolveGroupHyperParameters(optimizer, -1), step,
                           overrides);

@@ -121,33 +121,72 @@ HyperParameters ResolveGroupHyperParameters(const v1::OptimizerSpec& optimizer,
 // CONSTANT when unspecified, PyTorch's defaults for unset factors.
 LrSchedule ResolveLrSchedule(const v1::LrSchedule& schedule);
 
-// Learning rates a program sets while it trains, by parameter group (a
-// torch lr scheduler writing param_groups[i]["lr"], through the C API's
-// pshardSetLearningRate): each replaces its group's scheduled lr from the
-// steps issued after it on. A value type: the ZeRO hook hands each step a
-// snapshot, so a change never reaches a step already under way.
-class LearningRateOverrides {
+// OK when `group` names a parameter group of `optimizer`: -1 (the default
+// group) or an index into optimizer.param_groups; InvalidArgument naming
+// the valid ones otherwise.
+absl::Status CheckParamGroupIndex(const v1::OptimizerSpec& optimizer,
+                                  int group);
+
+// Hyper-parameters a program changes while it trains, by parameter group:
+// what torch's schedulers write into param_groups[i] ("lr"; OneCycleLR's
+// and CyclicLR's "momentum" or "betas"), through the C API's
+// pshardSetHyperParameters. Each change replaces its group's value from the
+// steps issued after it on; a set lr replaces the group's lr_schedule too.
+// A value type: the ZeRO hook hands each step a snapshot, so a change never
+// reaches a step already under way.
+class HyperParameterOverrides {
  public:
-  // Group `group` (-1: the default group, else an index into
-  // optimizer.param_groups) runs at `lr` from now on. Callers validate.
-  void Set(int group, double lr);
-  // The lr set for `group`, if any.
-  std::optional<double> Get(int group) const;
+  // The fields that may change while training: those that neither decide
+  // which optimizer state is kept nor only fill it at the start.
+  static constexpr absl::string_view kSettableFields[] = {
+      "lr", "weight_decay", "momentum", "betas", "eps", "alpha", "lr_decay"};
+
+  // Merges `changes` into group `group`'s (-1: the default group, else an
+  // index into optimizer.param_groups) from now on. `optimizer` is the
+  // valid spec the session runs. InvalidArgument, naming the job spec
+  // field the change would replace
+  // ("optimizer.param_groups[0].hyper_parameters.momentum: ..."): no such
+  // group, a field that is not settable or not its kind's, a value out of
+  // the job spec's range, momentum that is not > 0 or set for a group that
+  // keeps no momentum buffer (its spec momentum is 0). Nothing changes on
+  // error.
+  absl::Status Set(const v1::OptimizerSpec& optimizer, int group,
+                   const v1::OptimizerHyperParameters& changes);
+
+  // Group `group`'s hyper-parameters with every change set so far applied;
+  // null when none was set for it.
+  const HyperParameters* Get(int group) const;
 
  private:
-  std::vector<std::optional<double>> by_group_;  // [group + 1]
+  struct Changed {
+    v1::OptimizerHyperParameters changes;  // every change so far, merged
+    HyperParameters resolved;
+  };
+  std::vector<std::optional<Changed>> by_group_;  // [group + 1]
 };
 
+// `hp` (a parameter's resolved hyper-parameters) with its group's changes
+// applied: the overrides' copy when the group has changes, else `hp`.
+const HyperParameters& EffectiveHyperParameters(
+    const HyperParameters& hp, const HyperParameterOverrides& overrides);
+
+// The settable hyper-parameters (HyperParameterOverrides::kSettableFields)
+// that `optimizer`'s kind uses, of its group `group` (which exists), with
+// `overrides` applied: what a program reads back (torch's param_groups).
+v1::OptimizerHyperParameters SettableHyperParameters(
+    const v1::OptimizerSpec& optimizer, int group,
+    const HyperParameterOverrides& overrides);
+
 // The lr of optimizer step `step` (1-based) for parameters with `hp`: the
-// override of hp.group when there is one, else the group's schedule.
+// one set for hp.group when there is one, else the group's schedule.
 double StepLearningRate(const HyperParameters& hp, int64_t step,
-                        const LearningRateOverrides& overrides);
+                        const HyperParameterOverrides& overrides);
 
 // The lr the default group ran optimizer step `step` (1-based) at: what
 // progress reports. 0 when `step` < 1.
 double DefaultGroupLearningRate(const v1::OptimizerSpec& optimizer,
                                 int64_t step,
-                                const LearningRateOverrides& overrides = {});
+                                const HyperParameterOverrides& overrides = {});
 
 }  // namespace pshard
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/job_spec_json.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 
@@ -540,8 +541,20 @@ TEST(LrScheduleSpecTest, ResolvesDefaultsAndGroupOverrides) {
   EXPECT_DOUBLE_EQ(DefaultGroupLearningRate(opt, 9), 0.005);
 }
 
-// Rates a program sets (pshardSetLearningRate) replace their own group's
-// schedule, and only its.
+v1::OptimizerHyperParameters HyperParametersFromJson(absl::string_view json) {
+  v1::OptimizerHyperParameters hp;
+  EXPECT_OK(ParseStrictJson(json, "", &hp));
+  return hp;
+}
+
+OptimizerSpec OptimizerFromJson(absl::string_view json) {
+  absl::StatusOr<OptimizerSpec> spec = ParseOptimizerSpecJson(json);
+  EXPECT_OK(spec.status());
+  return spec.value_or(OptimizerSpec());
+}
+
+// Changes a program sets (pshardSetHyperParameters) replace their own
+// group's values; a set lr replaces the group's schedule too.
 TEST(LrScheduleSpecTest, SetRatesReplaceTheirGroupsScheduleOnly) {
   ASSERT_OK_AND_ASSIGN(
       const JobSpec spec,
@@ -554,25 +567,128 @@ TEST(LrScheduleSpecTest, SetRatesReplaceTheirGroupsScheduleOnly) {
   EXPECT_EQ(t1.group, ParamGroupIndex(opt, "t1"));
   ASSERT_GE(t1.group, 0);
 
-  LearningRateOverrides set;
+  HyperParameterOverrides set;
   EXPECT_DOUBLE_EQ(StepLearningRate(base, 9, set), 0.005);
-  set.Set(-1, 0.5);
+  ASSERT_OK(set.Set(opt, -1, HyperParametersFromJson(R"({"lr": 0.5})")));
   EXPECT_DOUBLE_EQ(StepLearningRate(base, 9, set), 0.5);
   EXPECT_DOUBLE_EQ(StepLearningRate(base, 1, set), 0.5);
   EXPECT_DOUBLE_EQ(DefaultGroupLearningRate(opt, 9, set), 0.5);
   EXPECT_DOUBLE_EQ(StepLearningRate(t1, 1, set),
                    ScheduledLearningRate(t1.lr, t1.lr_schedule, 0));
-  set.Set(t1.group, 0.25);
+  // Betas alone keep t1's schedule.
+  ASSERT_OK(set.Set(opt, t1.group,
+                    HyperParametersFromJson(R"({"betas": [0.8, 0.9]})")));
+  EXPECT_DOUBLE_EQ(StepLearningRate(t1, 4, set),
+                   ScheduledLearningRate(t1.lr, t1.lr_schedule, 3));
+  ASSERT_OK(set.Set(opt, t1.group, HyperParametersFromJson(R"({"lr": 0.25})")));
   EXPECT_DOUBLE_EQ(StepLearningRate(t1, 1, set), 0.25);
-  EXPECT_EQ(set.Get(t1.group + 5), std::nullopt);
-  EXPECT_EQ(set.Get(-2), std::nullopt);
+  EXPECT_DOUBLE_EQ(EffectiveHyperParameters(t1, set).beta1, 0.8);
+  EXPECT_EQ(set.Get(t1.group + 5), nullptr);
+  EXPECT_EQ(set.Get(-2), nullptr);
 }
+
+// What torch's schedulers change while training (OneCycleLR's momentum or
+// betas), merged per group over the spec's values, each checked as the
+// job spec field it replaces.
+TEST(HyperParameterOverridesTest, ChangesMergeIntoTheirGroupOnly) {
+  const OptimizerSpec sgd = OptimizerFromJson(R"({
+    "kind": "SGD",
+    "hyper_parameters": {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01},
+    "param_groups": [{"params": ["b*"], "hyper_parameters": {"momentum": 0}}]
+  })");
+  HyperParameterOverrides set;
+  ASSERT_OK(set.Set(sgd, -1, HyperParametersFromJson(R"({"momentum": 0.85})")));
+  ASSERT_OK(set.Set(sgd, -1, HyperParametersFromJson(R"({"lr": 0.05})")));
+  const HyperParameters* changed = set.Get(-1);
+  ASSERT_NE(changed, nullptr);
+  EXPECT_EQ(changed->momentum, 0.85);  // kept by the later lr change
+  EXPECT_EQ(changed->lr, 0.05);
+  EXPECT_EQ(changed->weight_decay, 0.01);  // the spec's
+  EXPECT_EQ(changed->lr_schedule, LrSchedule());
+  EXPECT_EQ(set.Get(0), nullptr);
+  // What a program reads back: its kind's settable fields.
+  EXPECT_EQ(SettableHyperParameters(sgd, -1, set).DebugString(),
+            HyperParametersFromJson(
+                R"({"lr": 0.05, "weight_decay": 0.01, "momentum": 0.85})")
+                .DebugString());
+  EXPECT_EQ(SettableHyperParameters(sgd, 0, set).DebugString(),
+            HyperParametersFromJson(
+                R"({"lr": 0.1, "weight_decay": 0.01, "momentum": 0})")
+                .DebugString());
+
+  const OptimizerSpec adam = OptimizerFromJson(R"({"kind": "ADAMW"})");
+  HyperParameterOverrides adam_set;
+  // A second betas replaces the first (a list is not appended to).
+  ASSERT_OK(adam_set.Set(adam, -1,
+                         HyperParametersFromJson(R"({"betas": [0.9, 0.99]})")));
+  ASSERT_OK(adam_set.Set(
+      adam, -1, HyperParametersFromJson(R"({"betas": [0.95, 0.99]})")));
+  EXPECT_EQ(SettableHyperParameters(adam, -1, adam_set).DebugString(),
+            HyperParametersFromJson(
+                R"({"lr": 0.001, "weight_decay": 0.01,
+                      "betas": [0.95, 0.99], "eps": 1e-8})")
+                .DebugString());
+}
+
+struct OverrideCase {
+  std::string name;
+  int group;
+  std::string changes;  // OptimizerHyperParameters JSON
+  std::string error;
+};
+
+class BadOverrideTest : public ::testing::TestWithParam<OverrideCase> {};
+
+TEST_P(BadOverrideTest, IsRefusedNamingTheFieldAndChangesNothing) {
+  const OptimizerSpec sgd = OptimizerFromJson(R"({
+    "kind": "SGD",
+    "hyper_parameters": {"lr": 0.1, "momentum": 0.9},
+    "param_groups": [{"params": ["b*"], "hyper_parameters": {"momentum": 0}}]
+  })");
+  HyperParameterOverrides set;
+  EXPECT_THAT(set.Set(sgd, GetParam().group,
+                      HyperParametersFromJson(GetParam().changes)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(GetParam().error)));
+  EXPECT_EQ(set.Get(GetParam().group), nullptr);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Changes, BadOverrideTest,
+    ::testing::ValuesIn(std::vector<OverrideCase>{
+        {"NoSuchGroup", 1, R"({"lr": 0.1})",
+         "parameter group 1 does not exist: -1 is the default group, 0..0 "
+         "the optimizer's param_groups (1 group)"},
+        {"BelowTheDefault", -2, R"({"lr": 0.1})",
+         "parameter group -2 does not exist"},
+        {"LrOutOfRange", -1, R"({"lr": 0})",
+         "optimizer.hyper_parameters.lr: must be in (0, 1e+06], got 0"},
+        {"NotTheKinds", -1, R"({"betas": [0.9, 0.99]})",
+         "optimizer.hyper_parameters.betas: only applies to ADAM, ADAMW and "
+         "LION, not SGD"},
+        {"FixedBySpec", -1, R"({"nesterov": true})",
+         "optimizer.hyper_parameters.nesterov: is fixed by the job spec "
+         "(fields that change while training: lr, weight_decay, momentum, "
+         "betas, eps, alpha, lr_decay)"},
+        {"ScheduleFixed", -1,
+         R"({"lr_schedule": {"kind": "cosine", "t_max": 3}})",
+         "optimizer.hyper_parameters.lr_schedule: is fixed by the job spec"},
+        {"MomentumZero", -1, R"({"momentum": 0})",
+         "optimizer.hyper_parameters.momentum: must be > 0 while training"},
+        {"NoMomentumBuffer", 0, R"({"momentum": 0.9})",
+         "optimizer.param_groups[0].hyper_parameters.momentum: the group "
+         "keeps no momentum buffer (its momentum in the job spec is 0)"},
+    }),
+    [](const ::testing::TestParamInfo<OverrideCase>& info) {
+      return info.param.name;
+    });
 
 TEST(LrScheduleSpecTest, KindsAreCaseInsensitiveAndCamelCaseWorks) {
   EXPECT_OK(ParseJobSpecJson(ScheduleSpec(
       R"({"kind": "Step", "stepSize": 4, "warmupSteps": 2, "warmupStartFactor": 0.1})")));
   EXPECT_OK(ParseJobSpecJson(ScheduleSpec(R"({})")));
-  EXPECT_OK(ParseJobSpecJson(ScheduleSpec(R"({"kind": "constant", "warmup_steps": "5"})")));
+  EXPECT_OK(ParseJobSpecJson(
+      ScheduleSpec(R"({"kind": "constant", "warmup_steps": "5"})")));
 }
 
 struct ScheduleCase {

@@ -27,7 +27,7 @@ CUDA_MEMORY = 1
 REDUCE_BROADCAST = 0
 ALLREDUCE_BROADCAST = 1
 
-API_VERSION = 7
+API_VERSION = 8
 
 _LIBRARY_NAME = "libpshard.so"
 
@@ -40,6 +40,7 @@ class PshardError(RuntimeError):
         super().__init__(f"{call}: {message}")
         self.call = call
         self.code = code
+        self.message = message
 
 
 def _candidates():
@@ -110,6 +111,10 @@ _PROTOTYPES = {
         ctypes.c_void_p, ctypes.c_int, _session_p, _c_int64_p]),
     "pshardGradientReady": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "pshardFinishStep": (ctypes.c_int, [ctypes.c_void_p]),
+    "pshardSetHyperParameters": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p]),
+    "pshardGetHyperParameters": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]),
     "pshardSetLearningRate": (ctypes.c_int, [
         ctypes.c_void_p, ctypes.c_int, ctypes.c_double]),
     "pshardGetLearningRate": (ctypes.c_int, [

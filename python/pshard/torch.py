@@ -29,7 +29,6 @@ state_dict() returns CPU tensors there too.
 import contextlib
 import ctypes
 import json
-import math
 
 import torch
 
@@ -118,6 +117,14 @@ def _view(pointer, numel, shape, dtype=torch.float32, device=None):
     return torch.frombuffer(array, dtype=dtype).view(shape)
 
 
+def _hyper_parameter(key, value):
+    """A param_groups value as pshard takes it: a float, or a tuple of
+    floats for "betas" (a torch scheduler may write 0-d tensors)."""
+    if key == "betas":
+        return tuple(float(b) for b in value)
+    return float(value)
+
+
 def _check_dtype(what, dtype):
     if dtype is not None and dtype not in _DTYPES:
         raise ValueError(f"{what}: torch.float32, torch.bfloat16 or None, "
@@ -161,18 +168,24 @@ class ShardedOptimizer(torch.optim.Optimizer):
     parameters' dtype, as autograd makes them; when reduce_dtype differs
     they are converted into the buckets as each becomes final.
 
-    It is a torch.optim.Optimizer, so torch's lr schedulers drive it:
+    It is a torch.optim.Optimizer, so torch's schedulers drive it:
     `param_groups[0]` is the spec's default group (the parameters no glob
     matches), `param_groups[i + 1]` the spec's `param_groups[i]`, each with
-    its "params" and "lr", the group's lr in the spec (the base rate its
-    lr_schedule scales, if it has one; the job's progress shows the
-    scheduled rate). An "lr" written there (by a scheduler's step(), or by
-    hand) replaces that group's lr and lr_schedule from the next step on:
-    set it between steps — after step(), or before the forward — since
-    buckets step during backward; a change made after a step's first
-    gradient was handed over raises at that step() (which itself ran at
-    the earlier rate). Only "lr" is read; the other hyper-parameters are
-    the spec's.
+    its "params" and the group's values in the spec: "lr" (the base rate
+    its lr_schedule scales, if it has one; the job's progress shows the
+    scheduled rate), "weight_decay" and those of the optimizer's kind among
+    "momentum", "betas", "eps", "alpha" and "lr_decay" — the ones that may
+    change while training. A value written there (by a scheduler's step(),
+    such as OneCycleLR's lr and momentum or betas, or by hand) replaces the
+    group's from the next step on ("lr" its lr_schedule too): set it
+    between steps — after step(), or before the forward — since buckets
+    step during backward; a change made after a step's first gradient was
+    handed over raises at that step() (which itself ran with the earlier
+    value). A value pshard refuses (out of the job spec's range; momentum
+    for a group whose spec momentum is 0, which keeps no momentum buffer)
+    raises ValueError at the next step's first gradient, and the group
+    keeps what it had. The spec's other hyper-parameters (nesterov,
+    amsgrad, ...) are fixed.
     """
 
     def __init__(self, model, optimizer, bucket_cap_mb=25,
@@ -264,54 +277,69 @@ class ShardedOptimizer(torch.optim.Optimizer):
         handle = self._session.handle
         spec = self._spec["optimizer"]
         extra = spec.get("param_groups", spec.get("paramGroups", []))
-        rates = []
+        # The values pshard steps each group with, as last set.
+        self._applied = []
         for group in range(-1, len(extra)):
-            lr = ctypes.c_double()
-            _capi.check("pshardGetLearningRate", handle, group,
-                        ctypes.byref(lr))
-            rates.append(lr.value)
-        members = [[] for _ in rates]
+            text = ctypes.c_char_p()
+            _capi.check("pshardGetHyperParameters", handle, group,
+                        ctypes.byref(text))
+            self._applied.append({
+                key: _hyper_parameter(key, value)
+                for key, value in json.loads(text.value.decode()).items()})
+        members = [[] for _ in self._applied]
         for i, (_, p) in enumerate(self._named):
             group = ctypes.c_int()
             _capi.check("pshardParameterGroup", handle, i, ctypes.byref(group))
             members[group.value + 1].append(p)
         torch.optim.Optimizer.__init__(
-            self, [{"params": params, "lr": lr}
-                   for params, lr in zip(members, rates)],
-            {"lr": rates[0]})
-        # The rate of each group pshard runs at, as last set; whether this
-        # step's rates are set (before its first gradient is handed over).
-        self._rates = rates
-        self._rates_set = False
+            self, [dict(applied, params=params)
+                   for params, applied in zip(members, self._applied)],
+            dict(self._applied[0]))
+        # Whether this step's values are set (before its first gradient is
+        # handed over).
+        self._hyper_parameters_set = False
 
     def add_param_group(self, param_group):
-        if hasattr(self, "_rates"):
+        if hasattr(self, "_hyper_parameters_set"):
             raise NotImplementedError(
                 "ShardedOptimizer's parameter groups are the optimizer "
                 "spec's param_groups, fixed when it is made")
         super().add_param_group(param_group)
 
-    def _set_learning_rates(self):
-        """param_groups' "lr" to pshard: once a step, before its first
-        gradient is handed over."""
-        if self._rates_set:
-            return
-        for g, group in enumerate(self.param_groups):
-            lr = float(group["lr"])
-            if lr == self._rates[g]:
-                continue
-            if not (lr > 0 and math.isfinite(lr)):
-                raise ValueError(f"param_groups[{g}]['lr'] must be > 0 and "
-                                 f"finite, got {lr}")
-            _capi.check("pshardSetLearningRate", self._session.handle, g - 1,
-                        lr)
-            self._rates[g] = lr
-        self._rates_set = True
+    def _changed_hyper_parameters(self, g):
+        """Group g's settable values that differ from those pshard steps
+        it with: {key: value}."""
+        group = self.param_groups[g]
+        changed = {}
+        for key, applied in self._applied[g].items():
+            try:
+                value = _hyper_parameter(key, group[key])
+            except (TypeError, ValueError):
+                kind = "two numbers" if key == "betas" else "a number"
+                raise TypeError(f"param_groups[{g}][{key!r}] must be {kind}, "
+                                f"got {group[key]!r}") from None
+            if value != applied:
+                changed[key] = value
+        return changed
 
-    def _rates_changed_mid_step(self):
-        """The groups whose "lr" changed after this step's were set."""
-        return [g for g, group in enumerate(self.param_groups)
-                if float(group["lr"]) != self._rates[g]]
+    def _set_hyper_parameters(self):
+        """param_groups' changed values to pshard: once a step, before its
+        first gradient is handed over."""
+        if self._hyper_parameters_set:
+            return
+        for g in range(len(self.param_groups)):
+            changed = self._changed_hyper_parameters(g)
+            if not changed:
+                continue
+            try:
+                _capi.check("pshardSetHyperParameters", self._session.handle,
+                            g - 1, json.dumps(changed).encode())
+            except PshardError as e:
+                if e.code != _capi.INVALID_ARGUMENT:
+                    raise
+                raise ValueError(f"param_groups[{g}]: {e.message}") from None
+            self._applied[g].update(changed)
+        self._hyper_parameters_set = True
 
     def _set_precision(self, param_dtype, reduce_dtype):
         """The session's precision with the arguments that are not None
@@ -494,7 +522,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """Parameter i's bucket gradient is final. On CUDA pshard orders its
         reduction after its own stream: first that stream waits for the
         caller's current one, where autograd or the copies above wrote it."""
-        self._set_learning_rates()
+        self._set_hyper_parameters()
         current = self._other_current_stream()
         if current is not None:
             self._stream.wait_stream(current)
@@ -562,8 +590,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 self._hand_over(i)
         first = self.steps_finished == 0
         self._ready = [False] * len(self._named)
-        changed = self._rates_changed_mid_step()
-        self._rates_set = False
+        changed = [(g, key) for g in range(len(self.param_groups))
+                   for key in self._changed_hyper_parameters(g)]
+        self._hyper_parameters_set = False
         try:
             _capi.check("pshardFinishStep", handle)
             self._order_current_stream()
@@ -573,15 +602,15 @@ class ShardedOptimizer(torch.optim.Optimizer):
             if first:
                 self._point_into_buckets(copy_values=False)
         if changed:
-            g = changed[0]
+            g, key = changed[0]
             raise RuntimeError(
-                f"param_groups[{g}]['lr'] changed to "
-                f"{self.param_groups[g]['lr']} during step "
+                f"param_groups[{g}][{key!r}] changed to "
+                f"{self.param_groups[g][key]} during step "
                 f"{self.steps_finished}, after its first gradient was handed "
                 f"over: pshard steps buckets during backward, so this step "
-                f"ran at {self._rates[g]}. Set the lr between steps (after "
-                f"step() or before the forward, as torch's lr schedulers "
-                f"do); the new rate applies from the next step")
+                f"ran with {self._applied[g][key]}. Change it between steps "
+                f"(after step() or before the forward, as torch's schedulers "
+                f"do); the new value applies from the next step")
         return loss
 
     @property

@@ -164,6 +164,14 @@ OPTIMIZERS = {
                            "hyper_parameters": {"lr": 0.1}}]},
         lambda groups: torch.optim.SGD(groups, lr=0.05, momentum=0.9),
         {"lr": 0.1}),
+    # CyclicLR cycles the lr and the momentum of each group.
+    "sgd_torch_cyclic": (
+        {"kind": "SGD", "hyper_parameters": {"lr": 0.05, "momentum": 0.9},
+         "param_groups": [{"params": ["*.bias", "scale"],
+                           "hyper_parameters": {"lr": 0.1,
+                                                "momentum": 0.8}}]},
+        lambda groups: torch.optim.SGD(groups, lr=0.05, momentum=0.9),
+        {"lr": 0.1, "momentum": 0.8}),
     # Gradient accumulation (ACCUMULATION below): Adam over 4 micro-batches
     # per step, with no_sync, against one batch 4 times larger.
     "adam_accum4": (
@@ -216,16 +224,20 @@ SCHEDULERS = {
         optimizer, step_size=2, gamma=0.5),
     "adamw_torch_onecycle": lambda optimizer:
         torch.optim.lr_scheduler.OneCycleLR(
-            optimizer, max_lr=[0.01, 0.02], total_steps=STEPS + 1,
-            cycle_momentum=False),
+            optimizer, max_lr=[0.01, 0.02], total_steps=STEPS + 1),
     # A rate per group: the groups must be in the same order on both sides.
     "sgd_torch_lambda": lambda optimizer: torch.optim.lr_scheduler.LambdaLR(
         optimizer, [lambda s: 0.5 ** s, lambda s: 1.0 / (1 + s)]),
+    "sgd_torch_cyclic": lambda optimizer: torch.optim.lr_scheduler.CyclicLR(
+        optimizer, base_lr=[0.02, 0.05], max_lr=[0.05, 0.1], step_size_up=2,
+        base_momentum=0.7, max_momentum=0.9),
 }
 # The configurations whose pshard side steps the same torch scheduler on
-# ShardedOptimizer (param_groups' "lr", through pshardSetLearningRate); the
-# others' pshard side follows the spec's lr_schedule.
-TORCH_SCHEDULED = {"adamw_torch_onecycle", "sgd_torch_lambda"}
+# ShardedOptimizer (param_groups' "lr", and OneCycleLR's "betas" and
+# CyclicLR's "momentum", through pshardSetHyperParameters); the others'
+# pshard side follows the spec's lr_schedule.
+TORCH_SCHEDULED = {"adamw_torch_onecycle", "sgd_torch_lambda",
+                   "sgd_torch_cyclic"}
 
 
 def pshard_scheduler(optimizer_name, optimizer):

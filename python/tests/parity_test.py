@@ -2,8 +2,8 @@
 local test mode) ends with the parameters one process gets from the same
 torch optimizer on the full batch — SGD with momentum, Adam and AdamW, with
 and without a learning-rate schedule (warmup + cosine, StepLR; and torch's
-own OneCycleLR and per-group LambdaLR stepping ShardedOptimizer's
-param_groups), Adam with
+own OneCycleLR (cycling AdamW's beta1), CyclicLR (cycling SGD's momentum)
+and per-group LambdaLR stepping ShardedOptimizer's param_groups), Adam with
 amsgrad, Adagrad, RMSprop (centered, momentum) and Lion (lion-pytorch's
 update), with global gradient-norm clipping (L2 and infinity norms,
 clipping or not: the reported norm is torch's clip_grad_norm_'s within

@@ -142,8 +142,9 @@ class ProgramJobTest(unittest.TestCase):
             self):
         import parity_common as common
         # OneCycleLR stepping ShardedOptimizer's param_groups (a max_lr per
-        # group): the ranks end with torch's parameters under the same
-        # scheduler, and the progress names the rate the last step ran at.
+        # group; AdamW's beta1 cycled): the ranks end with torch's parameters
+        # under the same scheduler, and the progress names the rate the last
+        # step ran at.
         optimizer = "adamw_torch_onecycle"
         out, _, job = self.run_to_success("onecycle", optimizer)
         self.assertAlmostEqual(job["progress"]["lr"],

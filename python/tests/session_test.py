@@ -198,17 +198,73 @@ class ShardedOptimizerTest(unittest.TestCase):
         model(x).sum().backward()
         optimizer.param_groups[1]["lr"] = 1.0
         with self.assertRaisesRegex(RuntimeError, r"param_groups\[1\]\['lr'\] "
-                                    r"changed to 1.0 during step 3.*ran at "
-                                    r"0.125"):
+                                    r"changed to 1.0 during step 3.*ran "
+                                    r"with 0.125"):
             optimizer.step()
         torch.testing.assert_close(model.bias.detach(), bias - 2.0)
         train_step()  # at 1.0
         torch.testing.assert_close(model.bias.detach(), bias - 6.0)
         optimizer.param_groups[0]["lr"] = 0.0
-        with self.assertRaisesRegex(ValueError, r"param_groups\[0\]\['lr'\] "
-                                    "must be > 0 and finite, got 0.0"):
+        with self.assertRaisesRegex(ValueError, r"param_groups\[0\]: "
+                                    r"optimizer.hyper_parameters.lr: must be "
+                                    r"in \(0, 1e\+06\], got 0"):
             optimizer.zero_grad()
             model(x).sum().backward()
+
+    def test_param_groups_carry_what_may_change_and_check_it(self):
+        # SGD with momentum in the default group ("weight") and none in the
+        # spec's group 0 ("bias"): b's gradient is 4 a step (4 rows of
+        # ones), so with lr 0.125 and momentum m its buffer B = m B + 4 and
+        # b moves by -0.125 B.
+        model = torch.nn.Linear(3, 2)
+        optimizer = self.make(model, optimizer={
+            "kind": "SGD",
+            "hyper_parameters": {"lr": 0.125, "momentum": 0.5},
+            "param_groups": [{"params": ["weight"],
+                              "hyper_parameters": {"momentum": 0}}]})
+        self.assertEqual(
+            [{k: v for k, v in g.items() if k != "params"}
+             for g in optimizer.param_groups],
+            [{"lr": 0.125, "momentum": 0.5, "weight_decay": 0.0},
+             {"lr": 0.125, "momentum": 0.0, "weight_decay": 0.0}])
+        self.assertEqual(optimizer.defaults["momentum"], 0.5)
+        x = torch.ones(4, 3)
+        bias = model.bias.detach().clone()
+
+        def train_step():
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+
+        train_step()  # B = 4
+        optimizer.param_groups[0]["momentum"] = 0.25
+        train_step()  # B = 5
+        torch.testing.assert_close(model.bias.detach(), bias - 1.125)
+        for key, value, error in [
+                ("momentum", 1.5, r"param_groups\[0\]: optimizer."
+                 r"hyper_parameters.momentum: must be in \[0, 1\), got 1.5"),
+                ("momentum", 0.0, r"must be > 0 while training")]:
+            optimizer.param_groups[0][key] = value
+            with self.assertRaisesRegex(ValueError, error):
+                optimizer.zero_grad()
+                model(x).sum().backward()
+            optimizer.param_groups[0][key] = 0.25
+        optimizer.param_groups[1]["momentum"] = 0.9
+        with self.assertRaisesRegex(ValueError, r"param_groups\[1\]: "
+                                    r"optimizer.param_groups\[0\]."
+                                    r"hyper_parameters.momentum: the group "
+                                    r"keeps no momentum buffer"):
+            train_step()
+        optimizer.param_groups[1]["momentum"] = 0.0
+        optimizer.param_groups[0]["momentum"] = "fast"
+        with self.assertRaisesRegex(TypeError, r"param_groups\[0\]"
+                                    r"\['momentum'\] must be a number, got "
+                                    r"'fast'"):
+            train_step()
+        optimizer.param_groups[0]["momentum"] = 0.25
+        # Nothing above changed what pshard steps with.
+        train_step()  # B = 5.25
+        torch.testing.assert_close(model.bias.detach(), bias - 1.78125)
 
     def test_parameters_live_in_the_buckets_and_survive_close(self):
         model = torch.nn.Linear(3, 2)

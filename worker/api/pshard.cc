@@ -17,6 +17,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/job_spec_json.h"
+#include "google/protobuf/util/json_util.h"
 #include "worker/api/session.h"
 
 namespace {
@@ -37,6 +39,8 @@ static_assert(kEveryIntIsAValue<pshardResult_t> &&
 constexpr uint64_t kLiveMagic = 0x7073686172645631;  // "pshardV1"
 
 thread_local std::string last_error;
+// pshardGetHyperParameters' last answer on this thread.
+thread_local std::string hyper_parameters_json;
 
 pshardResult_t ToResult(const absl::Status& status) {
   switch (status.code()) {
@@ -427,10 +431,49 @@ pshardResult_t pshardFinishStep(pshardSession_t session) {
                      [&](Session& s) { return Return(s.FinishStep()); });
 }
 
+pshardResult_t pshardSetHyperParameters(pshardSession_t session, int group,
+                                        const char* json) {
+  if (json == nullptr) return NullArgument("pshardSetHyperParameters", "json");
+  return WithSession("pshardSetHyperParameters", session, [&](Session& s) {
+    pshard::v1::OptimizerHyperParameters changes;
+    if (absl::Status parsed = pshard::ParseStrictJson(json, "", &changes);
+        !parsed.ok()) {
+      return Fail(pshardInvalidArgument,
+                  absl::StrCat("pshardSetHyperParameters: ", parsed.message()));
+    }
+    return Return(s.SetHyperParameters(group, changes));
+  });
+}
+
+pshardResult_t pshardGetHyperParameters(pshardSession_t session, int group,
+                                        const char** json) {
+  if (json == nullptr) return NullArgument("pshardGetHyperParameters", "json");
+  return WithSession("pshardGetHyperParameters", session, [&](Session& s) {
+    absl::StatusOr<pshard::v1::OptimizerHyperParameters> hp =
+        s.GroupHyperParameters(group);
+    if (!hp.ok()) return Return(hp.status());
+    google::protobuf::util::JsonPrintOptions options;
+    options.preserve_proto_field_names = true;
+    std::string printed;
+    if (const auto status =
+            google::protobuf::util::MessageToJsonString(*hp, &printed, options);
+        !status.ok()) {
+      return Fail(
+          pshardInternalError,
+          absl::StrCat("pshardGetHyperParameters: ", status.ToString()));
+    }
+    hyper_parameters_json = std::move(printed);
+    *json = hyper_parameters_json.c_str();
+    return pshardSuccess;
+  });
+}
+
 pshardResult_t pshardSetLearningRate(pshardSession_t session, int group,
                                      double lr) {
   return WithSession("pshardSetLearningRate", session, [&](Session& s) {
-    return Return(s.SetLearningRate(group, lr));
+    pshard::v1::OptimizerHyperParameters changes;
+    changes.set_lr(lr);
+    return Return(s.SetHyperParameters(group, changes));
   });
 }
 
@@ -438,9 +481,10 @@ pshardResult_t pshardGetLearningRate(pshardSession_t session, int group,
                                      double* lr) {
   if (lr == nullptr) return NullArgument("pshardGetLearningRate", "lr");
   return WithSession("pshardGetLearningRate", session, [&](Session& s) {
-    absl::StatusOr<double> rate = s.LearningRate(group);
-    if (!rate.ok()) return Return(rate.status());
-    *lr = *rate;
+    absl::StatusOr<pshard::v1::OptimizerHyperParameters> hp =
+        s.GroupHyperParameters(group);
+    if (!hp.ok()) return Return(hp.status());
+    *lr = hp->lr();
     return pshardSuccess;
   });
 }

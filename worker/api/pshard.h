@@ -78,8 +78,10 @@ extern "C" {
  * 6: optimizer-state exports carry a "step" entry (numel 0) for each
  * owned parameter without state, and imports take it back.
  * 7: learning rates set while training (pshardSetLearningRate,
- * pshardGetLearningRate, pshardParameterGroup). */
-#define PSHARD_API_VERSION 7
+ * pshardGetLearningRate, pshardParameterGroup).
+ * 8: every settable hyper-parameter set while training
+ * (pshardSetHyperParameters, pshardGetHyperParameters). */
+#define PSHARD_API_VERSION 8
 
 /* The enums below are ints. In C++ they have int as their fixed underlying
  * type, so every int a C caller passes is a value of the enum: an unknown one
@@ -278,19 +280,38 @@ pshardResult_t pshardFinishStep(pshardSession_t session);
  * nobody waited for; anything else that reads the parameters outside a
  * forward (the program's own copy of the model) waits for each first. */
 pshardResult_t pshardWaitParameter(pshardSession_t session, int index);
-/* Parameter group `group` steps at `lr` from the next step on, instead of
- * its lr_schedule: what a torch lr scheduler writes into
- * param_groups[i]["lr"]. `group` -1 is the optimizer's default group,
- * 0..n-1 its param_groups in order. Between steps only (before the first
- * pshardGradientReady of a step), so that a whole step runs at one rate;
- * every rank sets the same rates (each owner steps its buckets at its own).
- * After pshardPrepare. InvalidArgument: no such group, lr not > 0 and
- * finite (the session stays usable); InvalidUsage: mid-step. */
+/* Parameter group `group` steps with the hyper-parameters in `json` from
+ * the next step on: what torch's schedulers write into param_groups[i]
+ * ("lr"; OneCycleLR's and CyclicLR's "momentum" or "betas"). `json` is an
+ * OptimizerHyperParameters object (the job spec's hyper_parameters) with
+ * the fields to change, e.g. {"lr": 0.01, "betas": [0.9, 0.99]}: lr (it
+ * replaces the group's lr_schedule), weight_decay, and those of the
+ * optimizer's kind among momentum (> 0, for a group whose spec momentum is
+ * > 0: the one with a momentum buffer), betas, eps, alpha and lr_decay,
+ * each in the job spec's range; the other fields keep their values.
+ * `group` -1 is the optimizer's default group, 0..n-1 its param_groups in
+ * order. Between steps only (before the first pshardGradientReady of a
+ * step), so that a whole step runs with one set; every rank sets the same
+ * (each owner steps its buckets with its own). After pshardPrepare.
+ * InvalidArgument: no such group, malformed JSON, a field not settable or
+ * out of range (named as the job spec field it replaces, e.g.
+ * "optimizer.param_groups[0].hyper_parameters.momentum: ..."; nothing
+ * changes and the session stays usable); InvalidUsage: mid-step. */
+pshardResult_t pshardSetHyperParameters(pshardSession_t session, int group,
+                                        const char* json);
+/* Group `group`'s settable hyper-parameters for the next step (those
+ * pshardSetHyperParameters takes for the optimizer's kind, every one set:
+ * the changed ones, else the spec's; lr the base the group's lr_schedule
+ * scales when it has one) as OptimizerHyperParameters JSON with the
+ * job spec's field names. *json stays valid until the next
+ * pshardGetHyperParameters on the same thread. After pshardPrepare;
+ * InvalidArgument: no such group. */
+pshardResult_t pshardGetHyperParameters(pshardSession_t session, int group,
+                                        const char** json);
+/* pshardSetHyperParameters with {"lr": lr}; errors as its. */
 pshardResult_t pshardSetLearningRate(pshardSession_t session, int group,
                                      double lr);
-/* Group `group`'s rate: the one pshardSetLearningRate set, else the
- * optimizer spec's lr for the group (the base its lr_schedule scales).
- * After pshardPrepare; InvalidArgument: no such group. */
+/* Group `group`'s lr as pshardGetHyperParameters gives it. */
 pshardResult_t pshardGetLearningRate(pshardSession_t session, int group,
                                      double* lr);
 /* The parameter group of parameter `index` (-1: the default group, else

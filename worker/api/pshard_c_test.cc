@@ -682,7 +682,9 @@ TEST_F(PshardCTest, LearningRateSetBetweenStepsRunsFromTheNextStep) {
   EXPECT_THAT(LastError(), HasSubstr("parameter group 1 does not exist"));
   EXPECT_EQ(pshardSetLearningRate(session_, -2, 0.125), pshardInvalidArgument);
   EXPECT_EQ(pshardSetLearningRate(session_, -1, 0), pshardInvalidArgument);
-  EXPECT_THAT(LastError(), HasSubstr("must be > 0 and finite, got 0"));
+  EXPECT_THAT(LastError(),
+              HasSubstr("optimizer.hyper_parameters.lr: must be in (0, "
+                        "1e+06], got 0"));
   EXPECT_EQ(pshardSetLearningRate(session_, -1, nan("")),
             pshardInvalidArgument);
   EXPECT_EQ(pshardSetLearningRate(session_, -1, INFINITY),
@@ -712,6 +714,83 @@ TEST_F(PshardCTest, LearningRateSetBetweenStepsRunsFromTheNextStep) {
   ASSERT_EQ(pshardSetLearningRate(session_, -1, 0.0625), pshardSuccess);
   StepWithGradientOne();
   EXPECT_EQ(w[0], -0.9375f);
+}
+
+// pshardSetHyperParameters (API 8): what torch's schedulers change besides
+// the lr (OneCycleLR's momentum), from the next step on, merged into what
+// was set; refused with a message naming the field, the session still
+// usable. SGD, lr 1, gradient 1: the momentum buffer b = m b + 1 (1 at step
+// 1), and w -= b.
+TEST_F(PshardCTest, HyperParametersSetBetweenStepsRunFromTheNextStep) {
+  PrepareOneParameter(
+      R"({"kind": "SGD", "hyper_parameters": {"lr": 1, "momentum": 0.5}})");
+  void* pointer = nullptr;
+  int64_t numel = 0;
+  ASSERT_EQ(pshardGetParameter(session_, 0, &pointer, &numel), pshardSuccess);
+  float* w = static_cast<float*>(pointer);
+  for (int i = 0; i < 4; ++i) w[i] = 0;
+  const char* json = nullptr;
+  ASSERT_EQ(pshardGetHyperParameters(session_, -1, &json), pshardSuccess)
+      << LastError();
+  EXPECT_STREQ(json, R"({"lr":1,"momentum":0.5,"weight_decay":0})");
+  StepWithGradientOne();  // b = 1
+  EXPECT_EQ(w[0], -1.0f);
+
+  ASSERT_EQ(pshardSetHyperParameters(session_, -1, R"({"momentum": 0.25})"),
+            pshardSuccess)
+      << LastError();
+  StepWithGradientOne();  // b = 0.25 + 1
+  EXPECT_EQ(w[0], -2.25f);
+  // An lr change keeps the momentum set before it.
+  ASSERT_EQ(pshardSetLearningRate(session_, -1, 2), pshardSuccess);
+  ASSERT_EQ(pshardGetHyperParameters(session_, -1, &json), pshardSuccess);
+  EXPECT_STREQ(json, R"({"lr":2,"momentum":0.25,"weight_decay":0})");
+  StepWithGradientOne();  // b = 0.3125 + 1, times lr 2
+  EXPECT_EQ(w[0], -4.875f);
+
+  struct Refused {
+    const char* json;
+    const char* error;
+  };
+  for (const Refused& bad : std::vector<Refused>{
+           {"{", "JSON syntax error"},
+           {R"({"momentun": 0.9})",
+            "momentun: unknown field; did you mean "
+            "momentum?"},
+           {R"({"momentum": 1})",
+            "optimizer.hyper_parameters.momentum: must "
+            "be in [0, 1), got 1"},
+           {R"({"nesterov": true})",
+            "optimizer.hyper_parameters.nesterov: is "
+            "fixed by the job spec"},
+           {R"({"betas": [0.9, 0.99]})",
+            "betas: only applies to ADAM, ADAMW "
+            "and LION, not SGD"},
+       }) {
+    EXPECT_EQ(pshardSetHyperParameters(session_, -1, bad.json),
+              pshardInvalidArgument)
+        << bad.json;
+    EXPECT_THAT(LastError(), HasSubstr(bad.error));
+  }
+  EXPECT_EQ(pshardSetHyperParameters(session_, 0, R"({"lr": 1})"),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("parameter group 0 does not exist"));
+  EXPECT_EQ(pshardSetHyperParameters(session_, -1, nullptr),
+            pshardInvalidArgument);
+  EXPECT_EQ(pshardGetHyperParameters(session_, -1, nullptr),
+            pshardInvalidArgument);
+  EXPECT_EQ(pshardGetHyperParameters(session_, 3, &json),
+            pshardInvalidArgument);
+
+  // Mid-step: refused; the step runs with what it began with.
+  ASSERT_EQ(pshardGetGradient(session_, 0, &pointer, &numel), pshardSuccess);
+  for (int i = 0; i < numel; ++i) static_cast<float*>(pointer)[i] = 1;
+  ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
+  EXPECT_EQ(pshardSetHyperParameters(session_, -1, R"({"momentum": 0.75})"),
+            pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("between steps only"));
+  ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();
+  EXPECT_EQ(w[0], -7.53125f);  // b = 0.328125 + 1, times lr 2
 }
 
 // Slices of the optimizer state (API 3): GetEntrySlice reports a whole

@@ -666,26 +666,22 @@ absl::Status Session::CheckParameterIndex(int index) const {
 absl::Status Session::CheckParamGroup(int group) const {
   RETURN_IF_ERROR(CheckPrepared());
   // Prepare required an optimizer.
-  const int groups = optimizer_->param_groups_size();
-  if (group < -1 || group >= groups) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parameter group ", group, " does not exist: -1 is the default group, "
-        "0..", groups - 1, " the optimizer's param_groups (", groups,
-        groups == 1 ? " group)" : " groups)"));
-  }
-  return absl::OkStatus();
+  return CheckParamGroupIndex(*optimizer_, group);
 }
 
-absl::Status Session::SetLearningRate(int group, double lr) {
+absl::Status Session::SetHyperParameters(
+    int group, const v1::OptimizerHyperParameters& changes) {
   RETURN_IF_ERROR(CheckParamGroup(group));
-  // Not Record()ed: a refused value leaves the session usable.
-  return hook_->SetLearningRate(group, lr);
+  HyperParameterOverrides next = hook_->hyper_parameters();
+  // Not Record()ed: a refused change leaves the session usable.
+  RETURN_IF_ERROR(next.Set(*optimizer_, group, changes));
+  return hook_->SetHyperParameters(std::move(next));
 }
 
-absl::StatusOr<double> Session::LearningRate(int group) const {
+absl::StatusOr<v1::OptimizerHyperParameters> Session::GroupHyperParameters(
+    int group) const {
   RETURN_IF_ERROR(CheckParamGroup(group));
-  return hook_->learning_rates().Get(group).value_or(
-      ResolveGroupHyperParameters(*optimizer_, group).lr);
+  return SettableHyperParameters(*optimizer_, group, hook_->hyper_parameters());
 }
 
 absl::StatusOr<int> Session::ParameterGroup(int index) const {
@@ -803,9 +799,10 @@ absl::Status Session::ReportProgress(int64_t step, double loss,
   // The default group's lr at optimizer step `step`: the program's, or
   // its schedule's.
   if (optimizer_.has_value()) {
-    progress.set_lr(DefaultGroupLearningRate(
-        *optimizer_, step,
-        hook_ != nullptr ? hook_->learning_rates() : LearningRateOverrides()));
+    progress.set_lr(DefaultGroupLearningRate(*optimizer_, step,
+                                             hook_ != nullptr
+                                                 ? hook_->hyper_parameters()
+                                                 : HyperParameterOverrides()));
   }
   if (hook_ != nullptr) SetGradNorm(hook_->last_grad_norm(), progress);
   *progress.mutable_step_time() = ToProto(step_time);

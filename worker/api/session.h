@@ -278,15 +278,18 @@ class Session : private RankModel {
   absl::Status GradientReady(int index);
   absl::Status FinishStep();
   // Group `group` (-1: the default group, else an index into the
-  // optimizer's param_groups) steps at `lr` from the next step on
-  // (ZeroHook::SetLearningRate): between steps, after Prepare.
-  // InvalidArgument: no such group, lr not > 0 and finite;
+  // optimizer's param_groups) steps with `changes` from the next step on
+  // (HyperParameterOverrides::Set, ZeroHook::SetHyperParameters): between
+  // steps, after Prepare. InvalidArgument: no such group, a change
+  // HyperParameterOverrides refuses (the session stays usable);
   // FailedPrecondition: mid-step, or not prepared.
-  absl::Status SetLearningRate(int group, double lr);
-  // Group `group`'s rate: the one SetLearningRate set, else the spec's lr
-  // (the base its lr_schedule scales). Errors as SetLearningRate's for the
-  // group.
-  absl::StatusOr<double> LearningRate(int group) const;
+  absl::Status SetHyperParameters(int group,
+                                  const v1::OptimizerHyperParameters& changes);
+  // Group `group`'s settable hyper-parameters with the changes set so far
+  // (SettableHyperParameters; lr: the set one, else the spec's, the base
+  // its lr_schedule scales). Errors as SetHyperParameters' for the group.
+  absl::StatusOr<v1::OptimizerHyperParameters> GroupHyperParameters(
+      int group) const;
   // The parameter group of parameter `index`: -1 (the default group) or
   // the index of the first of the optimizer's param_groups whose glob
   // matches its name. After Prepare; InvalidArgument for a bad index.

@@ -214,7 +214,7 @@ class GpuShardOptimizer::Impl {
 
   absl::Status Enqueue(int bucket_index, void* params, const void* grads,
                        bool bf16_params, bool bf16_grads, cudaStream_t stream,
-                       const LearningRateOverrides& lr) {
+                       const HyperParameterOverrides& overrides) {
     if (params == nullptr || grads == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "bucket ", bucket_index, ": null parameter or gradient buffer"));
@@ -245,7 +245,7 @@ class GpuShardOptimizer::Impl {
     const auto* chunks = bucket.chunks.as<const ChunkDescriptor>();
     for (int i = 0; i < static_cast<int>(bucket.plan.launches.size()); ++i) {
       const gpu::OptimizerLaunchParams launch =
-          gpu::MakeLaunchParams(bucket.plan, i, chunks, step, lr);
+          gpu::MakeLaunchParams(bucket.plan, i, chunks, step, overrides);
       RETURN_IF_ERROR(CudaStatus(
           gpu::LaunchOptimizerStep(launch, buffers, stream),
           absl::StrCat("bucket ", bucket_index, ": optimizer step ", step)));
@@ -458,33 +458,29 @@ absl::Status GpuShardOptimizer::AdoptMasterWeights(int bucket_index,
 
 absl::Status GpuShardOptimizer::Step(int bucket_index, float* params,
                                      const float* grads,
-                                     const LearningRateOverrides& lr) {
+                                     const HyperParameterOverrides& overrides) {
   // The legacy default stream: ordered after synchronous cudaMemcpy calls
   // (whose DMA may still be running when they return) and after the work of
   // every blocking stream.
   RETURN_IF_ERROR(impl_->Enqueue(bucket_index, params, grads,
                                  /*bf16_params=*/false, /*bf16_grads=*/false,
-                                 cudaStreamLegacy, lr));
+                                 cudaStreamLegacy, overrides));
   return impl_->Sync(cudaStreamLegacy,
                      absl::StrCat("bucket ", bucket_index, ": optimizer step"));
 }
 
-absl::Status GpuShardOptimizer::EnqueueStep(int bucket_index, float* params,
-                                            const float* grads,
-                                            CUstream_st* stream,
-                                            const LearningRateOverrides& lr) {
+absl::Status GpuShardOptimizer::EnqueueStep(
+    int bucket_index, float* params, const float* grads, CUstream_st* stream,
+    const HyperParameterOverrides& overrides) {
   return impl_->Enqueue(bucket_index, params, grads, /*bf16_params=*/false,
-                        /*bf16_grads=*/false, stream, lr);
+                        /*bf16_grads=*/false, stream, overrides);
 }
 
-absl::Status GpuShardOptimizer::EnqueueBf16Step(int bucket_index,
-                                                uint16_t* params,
-                                                const void* grads,
-                                                GradType grad_type,
-                                                CUstream_st* stream,
-                                                const LearningRateOverrides& lr) {
+absl::Status GpuShardOptimizer::EnqueueBf16Step(
+    int bucket_index, uint16_t* params, const void* grads, GradType grad_type,
+    CUstream_st* stream, const HyperParameterOverrides& overrides) {
   return impl_->Enqueue(bucket_index, params, grads, /*bf16_params=*/true,
-                        grad_type == GradType::kBFloat16, stream, lr);
+                        grad_type == GradType::kBFloat16, stream, overrides);
 }
 
 absl::StatusOr<BucketStateView> GpuShardOptimizer::ViewState(

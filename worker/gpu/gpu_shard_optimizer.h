@@ -72,7 +72,7 @@ class GpuShardOptimizer final : public ShardOptimizer {
   // work of blocking streams) and waits for it.
   using ShardOptimizer::Step;
   absl::Status Step(int bucket_index, float* params, const float* grads,
-                    const LearningRateOverrides& lr) override;
+                    const HyperParameterOverrides& overrides) override;
 
   // Enqueues the step of an fp32 bucket on `stream` and returns without
   // waiting: it runs after everything issued before on `stream`. Returns
@@ -80,7 +80,7 @@ class GpuShardOptimizer final : public ShardOptimizer {
   // NotFound if the bucket is not owned; FailedPrecondition for a bf16 bucket.
   absl::Status EnqueueStep(int bucket_index, float* params, const float* grads,
                            CUstream_st* stream,
-                           const LearningRateOverrides& lr = {});
+                           const HyperParameterOverrides& overrides = {});
 
   // Enqueues the step of a bf16 bucket: reads `grads` (fp32 or bf16, as
   // `grad_type` says), steps the master weights and the state, and writes
@@ -89,7 +89,7 @@ class GpuShardOptimizer final : public ShardOptimizer {
   absl::Status EnqueueBf16Step(int bucket_index, uint16_t* params,
                                const void* grads, GradType grad_type,
                                CUstream_st* stream,
-                               const LearningRateOverrides& lr = {});
+                               const HyperParameterOverrides& overrides = {});
 
   // The bucket's state arrays, downloaded into a host copy kept with the
   // bucket until its next step (ShardOptimizer::ViewState), and waited

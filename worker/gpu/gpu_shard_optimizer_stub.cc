@@ -33,17 +33,17 @@ absl::Status GpuShardOptimizer::AdoptMasterWeights(int, const float*, int64_t) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
 absl::Status GpuShardOptimizer::Step(int, float*, const float*,
-                                     const LearningRateOverrides&) {
+                                     const HyperParameterOverrides&) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
 absl::Status GpuShardOptimizer::EnqueueStep(int, float*, const float*,
                                             CUstream_st*,
-                                            const LearningRateOverrides&) {
+                                            const HyperParameterOverrides&) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
-absl::Status GpuShardOptimizer::EnqueueBf16Step(int, uint16_t*, const void*,
-                                                GradType, CUstream_st*,
-                                                const LearningRateOverrides&) {
+absl::Status GpuShardOptimizer::EnqueueBf16Step(
+    int, uint16_t*, const void*, GradType, CUstream_st*,
+    const HyperParameterOverrides&) {
   return absl::UnavailableError(gpu::kBuiltWithoutCuda);
 }
 absl::StatusOr<BucketStateView> GpuShardOptimizer::ViewState(int) const {

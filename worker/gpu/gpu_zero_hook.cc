@@ -229,13 +229,13 @@ class DeviceMemory final : public HookMemory {
   // set: only enqueues kernels on the communication stream.
   absl::Status OwnerStep(int index, void* param_data, void* grad_data,
                          int64_t numel, float divisor,
-                         const LearningRateOverrides& lr) override {
+                         const HyperParameterOverrides& overrides) override {
     if (divisor == 1 && param_dtype_ != DataType::kFloat32 &&
         grad_dtype_ != DataType::kFloat32) {
       // The fused kernel widens the bf16 gradients as it reads them.
       return optimizer_->EnqueueBf16Step(
           index, static_cast<uint16_t*>(param_data), grad_data,
-          GpuShardOptimizer::GradType::kBFloat16, comm_->stream(), lr);
+          GpuShardOptimizer::GradType::kBFloat16, comm_->stream(), overrides);
     }
     ASSIGN_OR_RETURN(float* grads,
                      WidenedGradients(index, grad_data, numel));
@@ -247,7 +247,7 @@ class DeviceMemory final : public HookMemory {
                             comm_->stream()),
           absl::StrCat("piece ", index, ": average gradient")));
     }
-    return Step(index, param_data, grads, lr);
+    return Step(index, param_data, grads, overrides);
   }
 
   // Clipping: per piece kNormBlocks partials, and the slots, on the device;
@@ -310,10 +310,10 @@ class DeviceMemory final : public HookMemory {
 
   float* norm_slots() override { return norm_slots_.as<float>(); }
 
-  absl::Status ClippedOwnerStep(int index, void* param_data, void* grad_data,
-                                int64_t numel, double max_norm,
-                                NormKind kind,
-                                const LearningRateOverrides& lr) override {
+  absl::Status ClippedOwnerStep(
+      int index, void* param_data, void* grad_data, int64_t numel,
+      double max_norm, NormKind kind,
+      const HyperParameterOverrides& overrides) override {
     // PartialNorm already widened and averaged them.
     float* grads = grad_dtype_ == DataType::kFloat32
                        ? static_cast<float*>(grad_data)
@@ -323,7 +323,7 @@ class DeviceMemory final : public HookMemory {
                              kind == NormKind::kInf, max_norm,
                              comm_->stream()),
         absl::StrCat("piece ", index, ": clip gradient")));
-    return Step(index, param_data, grads, lr);
+    return Step(index, param_data, grads, overrides);
   }
 
   // FinishStep has waited for the step: the slots are final.
@@ -377,15 +377,14 @@ class DeviceMemory final : public HookMemory {
   // communication stream: on the parameters, or (bf16) on the master
   // weights, rounded into the parameters by the same kernel.
   absl::Status Step(int index, void* params, const float* grads,
-                    const LearningRateOverrides& lr) {
+                    const HyperParameterOverrides& overrides) {
     if (param_dtype_ == DataType::kFloat32) {
       return optimizer_->EnqueueStep(index, static_cast<float*>(params), grads,
-                                     comm_->stream(), lr);
+                                     comm_->stream(), overrides);
     }
-    return optimizer_->EnqueueBf16Step(index, static_cast<uint16_t*>(params),
-                                       grads,
-                                       GpuShardOptimizer::GradType::kFloat32,
-                                       comm_->stream(), lr);
+    return optimizer_->EnqueueBf16Step(
+        index, static_cast<uint16_t*>(params), grads,
+        GpuShardOptimizer::GradType::kFloat32, comm_->stream(), overrides);
   }
 
   NcclCommunicator* const comm_;

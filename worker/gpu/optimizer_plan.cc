@@ -151,16 +151,18 @@ absl::StatusOr<BucketPlan> PlanBucket(const v1::OptimizerSpec& spec,
   return plan;
 }
 
-GroupScalars MakeGroupScalars(const BucketPlan& plan, const HyperParameters& hp,
-                              int64_t step,
-                              const LearningRateOverrides& overrides) {
+GroupScalars MakeGroupScalars(const BucketPlan& plan,
+                              const HyperParameters& spec_hp, int64_t step,
+                              const HyperParameterOverrides& overrides) {
   GroupScalars g{};
   g.bias_correction2_sqrt = 1.0f;
   g.decay = 1.0f;
   g.one_minus_dampening = 1.0f;
-  // The group's lr for this step (set by the program, or scheduled), as the
-  // CPU optimizer's.
-  const double lr = StepLearningRate(hp, step, overrides);
+  // The group's hyper-parameters with the program's changes, and its lr
+  // for this step (set by the program, or scheduled), as the CPU
+  // optimizer's.
+  const HyperParameters& hp = EffectiveHyperParameters(spec_hp, overrides);
+  const double lr = StepLearningRate(spec_hp, step, overrides);
   switch (plan.kind) {
     case kKernelSgd: {
       const cpu::SgdScalars s =
@@ -226,10 +228,10 @@ GroupScalars MakeGroupScalars(const BucketPlan& plan, const HyperParameters& hp,
   return g;
 }
 
-OptimizerLaunchParams MakeLaunchParams(const BucketPlan& plan, int launch_index,
-                                       const ChunkDescriptor* device_chunks,
-                                       int64_t step,
-                                       const LearningRateOverrides& overrides) {
+OptimizerLaunchParams MakeLaunchParams(
+    const BucketPlan& plan, int launch_index,
+    const ChunkDescriptor* device_chunks, int64_t step,
+    const HyperParameterOverrides& overrides) {
   const BucketPlan::Launch& launch = plan.launches[launch_index];
   OptimizerLaunchParams params{};
   params.kind = plan.kind;

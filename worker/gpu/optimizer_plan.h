@@ -73,19 +73,20 @@ absl::StatusOr<BucketPlan> PlanBucket(
     int64_t chunk_elements = kOptimizerChunkElements,
     int max_groups_per_launch = kOptimizerMaxGroupsPerLaunch);
 
-// The fp32 scalars of `hp` for step `step` (1-based) of a bucket, from the
-// CPU kernels' own Make*Scalars functions, so both backends step with
-// identical bits; the lr is StepLearningRate(hp, step, overrides).
-GroupScalars MakeGroupScalars(const BucketPlan& plan, const HyperParameters& hp,
-                              int64_t step,
-                              const LearningRateOverrides& overrides = {});
+// The fp32 scalars of `spec_hp` with the program's changes in `overrides`
+// (EffectiveHyperParameters) for step `step` (1-based) of a bucket, from
+// the CPU kernels' own Make*Scalars functions, so both backends step with
+// identical bits; the lr is StepLearningRate(spec_hp, step, overrides).
+GroupScalars MakeGroupScalars(const BucketPlan& plan,
+                              const HyperParameters& spec_hp, int64_t step,
+                              const HyperParameterOverrides& overrides = {});
 
 // The kernel arguments of launch `launch_index` of `plan` at `step`;
 // `device_chunks` is the device copy of plan.chunks.
 OptimizerLaunchParams MakeLaunchParams(
     const BucketPlan& plan, int launch_index,
     const ChunkDescriptor* device_chunks, int64_t step,
-    const LearningRateOverrides& overrides = {});
+    const HyperParameterOverrides& overrides = {});
 
 }  // namespace pshard::worker::gpu
 

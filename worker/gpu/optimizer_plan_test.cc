@@ -191,6 +191,28 @@ TEST(MakeGroupScalarsTest, SameBitsAsTheCpuKernels) {
   EXPECT_EQ(first.momentum, 0.9f);
 }
 
+// The program's changes (HyperParameterOverrides) reach the kernel's
+// scalars as the CPU optimizer's: their own group's only.
+TEST(MakeGroupScalarsTest, TheProgramsChangesApplyToTheirGroup) {
+  const v1::OptimizerSpec spec = Spec(kAdamWJson);
+  ASSERT_OK_AND_ASSIGN(BucketPlan adamw, PlanBucket(spec, 0, {{"w", 0, 8}}));
+  const HyperParameters& hp = adamw.groups[0];
+  v1::OptimizerHyperParameters changes;
+  changes.set_lr(0.5);
+  changes.add_betas(0.8);
+  changes.add_betas(0.9);
+  HyperParameterOverrides overrides;
+  ASSERT_OK(overrides.Set(spec, hp.group, changes));
+  const GroupScalars g = MakeGroupScalars(adamw, hp, 3, overrides);
+  const cpu::AdamScalars s =
+      cpu::MakeAdamScalars(0.5, 0.8, 0.9, hp.eps, hp.weight_decay, true, 3);
+  EXPECT_EQ(g.beta1, s.beta1);
+  EXPECT_EQ(g.beta2, s.beta2);
+  EXPECT_EQ(g.neg_step_size, s.neg_step_size);
+  EXPECT_EQ(g.bias_correction2_sqrt, s.bias_correction2_sqrt);
+  EXPECT_NE(g.beta1, MakeGroupScalars(adamw, hp, 3).beta1);
+}
+
 // ---- the kernel's work, emulated on the CPU ----
 
 cpu::SgdScalars ToSgd(const GroupScalars& g) {

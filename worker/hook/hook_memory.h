@@ -114,13 +114,13 @@ class HookMemory {
 
   // The owner's step on `numel` elements at `params`/`grads`, optimizer
   // bucket `index`: grads /= divisor (an IEEE division, unless divisor is 1),
-  // then the optimizer step at the learning rates `lr` (the snapshot the
-  // hook took when it issued the step). Called from a function Enqueue()d
-  // on the hook's communicator, so it sits between the reduction and the
-  // broadcast.
+  // then the optimizer step with the hyper-parameter changes in `overrides`
+  // (the snapshot the hook took when it issued the step). Called from a
+  // function Enqueue()d on the hook's communicator, so it sits between the
+  // reduction and the broadcast.
   virtual absl::Status OwnerStep(int index, void* params, void* grads,
                                  int64_t numel, float divisor,
-                                 const LearningRateOverrides& lr) = 0;
+                                 const HyperParameterOverrides& overrides) = 0;
 
   // ---- Global gradient-norm clipping (ZeroHookOptions::clipping) ----
   // Per step: PartialNorm on each owned piece after its reduction, then
@@ -150,11 +150,10 @@ class HookMemory {
 
   // OwnerStep after the slots' all-reduce, on gradients PartialNorm already
   // averaged: grads *= ClipCoefficient(TotalNorm(slots), max_norm), then
-  // the optimizer step (at `lr`, as OwnerStep's).
-  virtual absl::Status ClippedOwnerStep(int index, void* params, void* grads,
-                                        int64_t numel, double max_norm,
-                                        NormKind kind,
-                                        const LearningRateOverrides& lr) = 0;
+  // the optimizer step (with `overrides`, as OwnerStep's).
+  virtual absl::Status ClippedOwnerStep(
+      int index, void* params, void* grads, int64_t numel, double max_norm,
+      NormKind kind, const HyperParameterOverrides& overrides) = 0;
 
   // After the host has waited for the step: its total norm before clipping
   // (the slots combined). Errors from the memory's runtime.

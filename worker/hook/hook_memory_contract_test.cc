@@ -157,9 +157,9 @@ class RecordingMemory : public HookMemory {
   }
   absl::Status OwnerStep(int index, void* params, void* grads, int64_t numel,
                          float divisor,
-                         const LearningRateOverrides& lr) override {
+                         const HyperParameterOverrides& overrides) override {
     Log(comm_order_, absl::StrCat("step ", index, " /", divisor));
-    return inner_->OwnerStep(index, params, grads, numel, divisor, lr);
+    return inner_->OwnerStep(index, params, grads, numel, divisor, overrides);
   }
   absl::Status PrepareNorms(int num_pieces, int world_size) override {
     Log(training_, absl::StrCat("prepare norms ", num_pieces, " ", world_size));
@@ -175,13 +175,12 @@ class RecordingMemory : public HookMemory {
     return inner_->GatherNorms(rank, kind);
   }
   float* norm_slots() override { return inner_->norm_slots(); }
-  absl::Status ClippedOwnerStep(int index, void* params, void* grads,
-                                int64_t numel, double max_norm,
-                                NormKind kind,
-                                const LearningRateOverrides& lr) override {
+  absl::Status ClippedOwnerStep(
+      int index, void* params, void* grads, int64_t numel, double max_norm,
+      NormKind kind, const HyperParameterOverrides& overrides) override {
     Log(comm_order_, absl::StrCat("clipped step ", index));
-    return inner_->ClippedOwnerStep(index, params, grads, numel, max_norm,
-                                    kind, lr);
+    return inner_->ClippedOwnerStep(index, params, grads, numel, max_norm, kind,
+                                    overrides);
   }
   absl::StatusOr<double> TotalGradNorm(NormKind kind) override {
     Log(training_, "total norm");

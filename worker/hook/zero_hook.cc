@@ -131,10 +131,10 @@ class HostMemory final : public HookMemory {
 
   absl::Status OwnerStep(int index, void* params, void* grads, int64_t numel,
                          float divisor,
-                         const LearningRateOverrides& lr) override {
+                         const HyperParameterOverrides& overrides) override {
     ASSIGN_OR_RETURN(float* g, WidenedGradients(index, grads, numel));
     if (divisor != 1) DivideInPlace(g, numel, DataType::kFloat32, divisor);
-    return Step(index, params, g, numel, lr);
+    return Step(index, params, g, numel, overrides);
   }
 
   absl::Status PrepareNorms(int num_pieces, int world_size) override {
@@ -161,10 +161,9 @@ class HostMemory final : public HookMemory {
 
   float* norm_slots() override { return slots_.data(); }
 
-  absl::Status ClippedOwnerStep(int index, void* params, void* grads,
-                                int64_t numel, double max_norm,
-                                NormKind kind,
-                                const LearningRateOverrides& lr) override {
+  absl::Status ClippedOwnerStep(
+      int index, void* params, void* grads, int64_t numel, double max_norm,
+      NormKind kind, const HyperParameterOverrides& overrides) override {
     // PartialNorm already widened and averaged them.
     float* g = grad_dtype_ == DataType::kFloat32
                    ? static_cast<float*>(grads)
@@ -174,7 +173,7 @@ class HostMemory final : public HookMemory {
         max_norm);
     // As torch: multiplied even by 1 (which changes nothing).
     for (int64_t i = 0; i < numel; ++i) g[i] *= coef;
-    return Step(index, params, g, numel, lr);
+    return Step(index, params, g, numel, overrides);
   }
 
   absl::StatusOr<double> TotalGradNorm(NormKind kind) override {
@@ -213,12 +212,12 @@ class HostMemory final : public HookMemory {
   // The optimizer's step on fp32 gradients `g`: on the parameters, or on
   // the master weights, then rounded into the bf16 parameters.
   absl::Status Step(int index, void* params, const float* g, int64_t numel,
-                    const LearningRateOverrides& lr) {
+                    const HyperParameterOverrides& overrides) {
     if (param_dtype_ == DataType::kFloat32) {
-      return optimizer_->Step(index, static_cast<float*>(params), g, lr);
+      return optimizer_->Step(index, static_cast<float*>(params), g, overrides);
     }
     std::vector<float>& master = owned_[index].master;
-    RETURN_IF_ERROR(optimizer_->Step(index, master.data(), g, lr));
+    RETURN_IF_ERROR(optimizer_->Step(index, master.data(), g, overrides));
     FromFloats(master.data(), param_dtype_, numel, params);
     return absl::OkStatus();
   }
@@ -1045,9 +1044,9 @@ void ZeroHook::LaunchRound(int round) {
     std::atomic<int64_t>* counter = &piece_steps_[p];
     works_.push_back(comm_->EnqueueTouching(
         [memory, counter, p, grads, params, numel, divisor,
-         lr = learning_rates_]() -> absl::Status {
+         overrides = hyper_parameters_]() -> absl::Status {
           RETURN_IF_ERROR(
-              memory->OwnerStep(p, params, grads, numel, divisor, *lr));
+              memory->OwnerStep(p, params, grads, numel, divisor, *overrides));
           counter->fetch_add(1);
           return absl::OkStatus();
         },
@@ -1138,9 +1137,9 @@ void ZeroHook::IssueClippedSteps() {
       std::atomic<int64_t>* counter = &piece_steps_[p];
       works_.push_back(comm_->EnqueueTouching(
           [memory, counter, p, grads, params, numel, max_norm, kind,
-           lr = learning_rates_]() -> absl::Status {
-            RETURN_IF_ERROR(memory->ClippedOwnerStep(p, params, grads, numel,
-                                                     max_norm, kind, *lr));
+           overrides = hyper_parameters_]() -> absl::Status {
+            RETURN_IF_ERROR(memory->ClippedOwnerStep(
+                p, params, grads, numel, max_norm, kind, *overrides));
             counter->fetch_add(1);
             return absl::OkStatus();
           },
@@ -1157,28 +1156,17 @@ void ZeroHook::IssueClippedSteps() {
   }
 }
 
-absl::Status ZeroHook::SetLearningRate(int group, double lr) {
-  if (group < -1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "learning rate of parameter group ", group,
-        ": groups are -1 (the default) or an index into param_groups"));
-  }
-  if (!(lr > 0) || !std::isfinite(lr)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "learning rate of parameter group ", group,
-        " must be > 0 and finite, got ", lr));
-  }
+absl::Status ZeroHook::SetHyperParameters(HyperParameterOverrides overrides) {
   if (std::find(param_ready_.begin(), param_ready_.end(), 1) !=
       param_ready_.end()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the learning rate of parameter group ", group,
-        " changes between steps only: step ", steps_finished_ + 1,
-        " already has gradients marked ready (set it before the backward "
+        "hyper-parameters change between steps only: step ",
+        steps_finished_ + 1,
+        " already has gradients marked ready (set them before the backward "
         "pass, e.g. right after the previous step, as lr schedulers do)"));
   }
-  auto next = std::make_shared<LearningRateOverrides>(*learning_rates_);
-  next->Set(group, lr);
-  learning_rates_ = std::move(next);
+  hyper_parameters_ =
+      std::make_shared<const HyperParameterOverrides>(std::move(overrides));
   return absl::OkStatus();
 }
 

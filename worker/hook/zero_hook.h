@@ -290,19 +290,18 @@ class ZeroHook : public GradientSink {
   // a forward (the job's output, a checkpoint).
   absl::Status WaitForAllParameters();
 
-  // Parameter group `group` (-1: the optimizer's default group, else an
-  // index into its param_groups; the caller checks it exists) steps at `lr`
-  // from the next step on instead of its schedule: what a torch lr scheduler
-  // writes into param_groups[i]["lr"]. Between steps only, so that every
-  // bucket of a step runs at the same rate: the owners' steps already
-  // issued (with overlap_param_broadcast, perhaps still running) keep the
-  // rates they were issued with.
+  // The hyper-parameters the program has changed (`overrides`, checked by
+  // the caller against the optimizer spec) from the next step on: what
+  // torch's schedulers write into param_groups. Between steps only, so that
+  // every bucket of a step runs with the same values: the owners' steps
+  // already issued (with overlap_param_broadcast, perhaps still running)
+  // keep the ones they were issued with.
   //   FailedPrecondition: a gradient of the current step is already marked
-  //   ready; InvalidArgument: group < -1, or lr not > 0 and finite.
-  absl::Status SetLearningRate(int group, double lr);
-  // The rates SetLearningRate has set.
-  const LearningRateOverrides& learning_rates() const {
-    return *learning_rates_;
+  //   ready.
+  absl::Status SetHyperParameters(HyperParameterOverrides overrides);
+  // The changes SetHyperParameters has set.
+  const HyperParameterOverrides& hyper_parameters() const {
+    return *hyper_parameters_;
   }
 
   // How long the last FinishStep waited for the step's collectives after the
@@ -487,10 +486,10 @@ class ZeroHook : public GradientSink {
   int64_t steps_finished_ = 0;
   absl::Duration last_collective_wait_ = absl::ZeroDuration();
   std::optional<double> last_grad_norm_;
-  // SetLearningRate's; each owner step shares the snapshot it was issued
+  // SetHyperParameters'; each owner step shares the snapshot it was issued
   // with (a new one replaces this, never changes it).
-  std::shared_ptr<const LearningRateOverrides> learning_rates_ =
-      std::make_shared<const LearningRateOverrides>();
+  std::shared_ptr<const HyperParameterOverrides> hyper_parameters_ =
+      std::make_shared<const HyperParameterOverrides>();
   // SetInitialOptimizerState's, until the first step applies it.
   std::optional<std::vector<ParameterOptimizerState>> initial_state_;
   // SetOptimizerStateLoader's, until the first step calls it.

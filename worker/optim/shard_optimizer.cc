@@ -109,7 +109,7 @@ class CpuShardOptimizer final : public ShardOptimizer {
                          std::vector<ParamSpan> spans) override;
   using ShardOptimizer::Step;
   absl::Status Step(int bucket_index, float* params, const float* grads,
-                    const LearningRateOverrides& lr) override;
+                    const HyperParameterOverrides& overrides) override;
   int64_t state_bytes(int bucket_index) const override;
   int64_t total_state_bytes() const override;
   absl::StatusOr<BucketStateView> ViewState(int bucket_index) const override;
@@ -120,7 +120,7 @@ class CpuShardOptimizer final : public ShardOptimizer {
   // Steps the elements [begin, end) of the bucket (any split of the bucket
   // gives the same bits).
   void StepRange(const Bucket& bucket, int64_t step,
-                 const LearningRateOverrides& lr, float* params,
+                 const HyperParameterOverrides& overrides, float* params,
                  const float* grads, int64_t begin, int64_t end) const;
 
   const v1::OptimizerSpec spec_;
@@ -203,7 +203,7 @@ Bucket* CpuShardOptimizer::FindBucket(int bucket_index) const {
 
 absl::Status CpuShardOptimizer::Step(int bucket_index, float* params,
                                      const float* grads,
-                                     const LearningRateOverrides& lr) {
+                                     const HyperParameterOverrides& overrides) {
   Bucket* bucket = FindBucket(bucket_index);
   if (bucket == nullptr) {
     return absl::NotFoundError(
@@ -220,7 +220,7 @@ absl::Status CpuShardOptimizer::Step(int bucket_index, float* params,
   const int threads = static_cast<int>(
       std::min<int64_t>(options_.num_threads, max_threads));
   if (threads <= 1) {
-    StepRange(*bucket, step, lr, params, grads, 0, bucket->numel);
+    StepRange(*bucket, step, overrides, params, grads, 0, bucket->numel);
     return absl::OkStatus();
   }
   // Split the bucket's covered elements (ranks of elements, not offsets, so
@@ -231,22 +231,22 @@ absl::Status CpuShardOptimizer::Step(int bucket_index, float* params,
   int64_t begin = 0;
   for (int t = 0; t + 1 < threads; ++t, begin += per) {
     try {
-      helpers.emplace_back([this, bucket, step, &lr, params, grads, begin,
-                            per] {
-        StepRange(*bucket, step, lr, params, grads, begin, begin + per);
+      helpers.emplace_back([this, bucket, step, &overrides, params, grads,
+                            begin, per] {
+        StepRange(*bucket, step, overrides, params, grads, begin, begin + per);
       });
     } catch (const std::system_error&) {
       // No thread available: do this part here instead.
-      StepRange(*bucket, step, lr, params, grads, begin, begin + per);
+      StepRange(*bucket, step, overrides, params, grads, begin, begin + per);
     }
   }
-  StepRange(*bucket, step, lr, params, grads, begin, bucket->numel);
+  StepRange(*bucket, step, overrides, params, grads, begin, bucket->numel);
   for (std::thread& helper : helpers) helper.join();
   return absl::OkStatus();
 }
 
 void CpuShardOptimizer::StepRange(const Bucket& bucket, int64_t step,
-                                  const LearningRateOverrides& overrides,
+                                  const HyperParameterOverrides& overrides,
                                   float* params, const float* grads,
                                   int64_t begin, int64_t end) const {
   const v1::OptimizerSpec::Kind kind = spec_.kind();
@@ -261,10 +261,10 @@ void CpuShardOptimizer::StepRange(const Bucket& bucket, int64_t step,
     const int64_t n = hi - lo;
     float* p = params + seg.offset + skip;
     const float* g = grads + seg.offset + skip;
-    const HyperParameters& hp = seg.hp;
-    // The group's lr for this bucket's step: set by the program, or
-    // scheduled.
-    const double lr = StepLearningRate(hp, step, overrides);
+    // The group's hyper-parameters with the program's changes, and its lr
+    // for this bucket's step: set by the program, or scheduled.
+    const HyperParameters& hp = EffectiveHyperParameters(seg.hp, overrides);
+    const double lr = StepLearningRate(seg.hp, step, overrides);
     // State array k of this range; null where the segment keeps none.
     float* state[kMaxStateArrays];
     for (int k = 0; k < kMaxStateArrays; ++k) {

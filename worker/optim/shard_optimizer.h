@@ -179,16 +179,16 @@ class ShardOptimizer {
 
   // One optimizer step on an owned bucket: updates `params` in place from
   // `grads` (already averaged over ranks), each parameter group at its
-  // StepLearningRate (the override in `lr`, else its schedule). Each bucket
+  // hyper-parameters with the program's changes in `overrides` applied
+  // (EffectiveHyperParameters; lr: StepLearningRate). Each bucket
   // counts its own steps (Adam's bias correction; SGD's first momentum
   // step; Adagrad's lr_decay; the schedule). NotFound if the bucket is not
   // owned; InvalidArgument for null buffers.
-  virtual absl::Status Step(int bucket_index, float* params,
-                            const float* grads,
-                            const LearningRateOverrides& lr) = 0;
-  // The same with every group on its schedule.
+  virtual absl::Status Step(int bucket_index, float* params, const float* grads,
+                            const HyperParameterOverrides& overrides) = 0;
+  // The same with every group at its job spec's hyper-parameters.
   absl::Status Step(int bucket_index, float* params, const float* grads) {
-    return Step(bucket_index, params, grads, LearningRateOverrides());
+    return Step(bucket_index, params, grads, HyperParameterOverrides());
   }
 
   // An owned bucket's state in host memory (checkpoint snapshots copy from
