@@ -327,6 +327,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
         first gradient is handed over."""
         if self._hyper_parameters_set:
             return
+        self._push_hyper_parameters()
+        self._hyper_parameters_set = True
+
+    def _push_hyper_parameters(self):
+        """Hands pshard each group's changed values; ValueError (the
+        group's values not taken, the earlier groups' taken) for one it
+        refuses."""
         for g in range(len(self.param_groups)):
             changed = self._changed_hyper_parameters(g)
             if not changed:
@@ -339,7 +346,6 @@ class ShardedOptimizer(torch.optim.Optimizer):
                     raise
                 raise ValueError(f"param_groups[{g}]: {e.message}") from None
             self._applied[g].update(changed)
-        self._hyper_parameters_set = True
 
     def _set_precision(self, param_dtype, reduce_dtype):
         """The session's precision with the arguments that are not None
@@ -656,7 +662,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
         policy, where a rank holds a slice of the parameters its ranges cut:
         such an entry also has "offset" (its first element in the flattened
         parameter) and 1-D tensors of the slice's elements. Waits for the
-        parameters' updates first (overlap_param_broadcast)."""
+        parameters' updates first (overlap_param_broadcast). As torch's,
+        it has "param_groups": each group's values (a scheduler's too) and
+        its "params", by name, which load_state_dict() restores."""
         self.wait_parameters()
         shapes = {name: p.shape for name, p in self._named}
         handle = ctypes.c_void_p()
@@ -689,8 +697,39 @@ class ShardedOptimizer(torch.optim.Optimizer):
                     (numel.value,) if sliced else shapes[name]).clone()
         finally:
             _capi.check("pshardOptimizerStateFree", handle)
-        return {"state": state, "rank": self._session.rank,
+        return {"state": state, "param_groups": self._group_values(),
+                "rank": self._session.rank,
                 "world_size": self._session.world_size, **self._spec}
+
+    def _group_values(self):
+        """param_groups as state_dict() saves them: "params" by name."""
+        names = {id(p): name for name, p in self._named}
+        return [dict({k: v for k, v in group.items() if k != "params"},
+                     params=[names[id(p)] for p in group["params"]])
+                for group in self.param_groups]
+
+    def _check_group_values(self, what, saved):
+        """`saved` (a state_dict()'s "param_groups") fits this optimizer's
+        groups: ValueError or TypeError naming what does not."""
+        if not isinstance(saved, list) or not all(
+                isinstance(group, dict) for group in saved):
+            raise TypeError(f"{what}: a list of dicts, as state_dict() "
+                            "gives it")
+        if len(saved) != len(self.param_groups):
+            raise ValueError(f"{what}: {len(saved)} groups, this optimizer "
+                             f"has {len(self.param_groups)}")
+        for g, (group, mine) in enumerate(zip(saved, self._group_values())):
+            if group.get("params", mine["params"]) != mine["params"]:
+                raise ValueError(f"{what}[{g}]['params'] is "
+                                 f"{group['params']!r}, this optimizer's "
+                                 f"group {g} holds {mine['params']!r}")
+            for key in self._applied[g].keys() & group.keys():
+                try:
+                    _hyper_parameter(key, group[key])
+                except (TypeError, ValueError):
+                    raise TypeError(f"{what}[{g}][{key!r}]: not a value "
+                                    f"for {key!r}, got {group[key]!r}") \
+                        from None
 
     def load_state_dict(self, state_dict):
         """Resumes from state_dict(), keyed by parameter name (and, for a
@@ -704,12 +743,27 @@ class ShardedOptimizer(torch.optim.Optimizer):
         Raises ValueError (TypeError for a wrong type) naming what differs;
         pshard itself checks again (PshardError: slices that overlap or an
         entry given twice), and the first step fails naming owned elements
-        the state lacks. For a checkpoint of the whole job on disk, see
-        pshard.checkpoint."""
+        the state lacks. Its "param_groups" (every rank's the same), when
+        there, replace the groups' values as torch's load_state_dict does,
+        so that a scheduler's lr and momentum resume where they were;
+        pshard takes them at once (ValueError for one out of range). For a
+        checkpoint of the whole job on disk, see pshard.checkpoint."""
         dicts = (list(state_dict) if isinstance(state_dict, (list, tuple))
                  else [state_dict])
         if not dicts:
             raise ValueError("state_dict: an empty list")
+        groups = None
+        for d, one in enumerate(dicts):
+            if not isinstance(one, dict) or "param_groups" not in one:
+                continue
+            what = "state_dict" if len(dicts) == 1 else f"state_dict[{d}]"
+            self._check_group_values(f"{what}['param_groups']",
+                                     one["param_groups"])
+            if groups is None:
+                groups = one["param_groups"]
+            elif one["param_groups"] != groups:
+                raise ValueError(f"{what}['param_groups'] differs from "
+                                 "another rank's")
         params = dict(self._named)
         names, keys, steps, offsets, pointers, numels = [], [], [], [], [], []
         keep = []  # the contiguous tensors the pointers point into
@@ -792,6 +846,11 @@ class ShardedOptimizer(torch.optim.Optimizer):
             (ctypes.POINTER(ctypes.c_float) * max(1, n))(*pointers),
             (ctypes.c_int64 * max(1, n))(*numels))
         del keep
+        if groups is not None:
+            for group, values in zip(self.param_groups, groups):
+                group.update({k: v for k, v in values.items()
+                              if k != "params"})
+            self._push_hyper_parameters()
 
     @property
     def session(self):

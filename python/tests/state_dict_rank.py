@@ -17,10 +17,14 @@ import parity_common as common
 import pshard
 import pshard.torch
 
-CONFIGS = ["sgd_momentum", "adam", "rmsprop", "lion", "sgd_plain_step"]
+CONFIGS = ["sgd_momentum", "adam", "rmsprop", "lion", "adamw_torch_onecycle",
+           "sgd_plain_step"]
 
 # Plain SGD keeps no state: its state_dict holds each parameter's step
 # alone, which the StepLR schedule (halving the lr every step) resumes from.
+# adamw_torch_onecycle: torch's OneCycleLR steps the lr and beta1; the resumed
+# run loads the scheduler's state_dict as well, and the param_groups from
+# the optimizer's.
 SPECS = {name: common.OPTIMIZERS[name][0] for name in CONFIGS[:-1]}
 SPECS["sgd_plain_step"] = {
     "kind": "SGD",
@@ -34,7 +38,7 @@ def open_session(store):
     return pshard.Session.open()
 
 
-def train(model, optimizer, session, steps):
+def train(model, optimizer, session, steps, scheduler=None):
     share = common.BATCH // session.world_size
     rank = session.rank
     for step in steps:
@@ -43,13 +47,18 @@ def train(model, optimizer, session, steps):
         optimizer.zero_grad()
         common.loss_of(model, x, y).backward()
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
 
 
 def make(session, name, model=None):
+    """The model, its ShardedOptimizer and the configuration's torch
+    scheduler on it (or None)."""
     model = model if model is not None else common.make_model()
-    return model, pshard.torch.ShardedOptimizer(
+    optimizer = pshard.torch.ShardedOptimizer(
         model, optimizer=SPECS[name],
         bucket_cap_mb=common.BUCKET_CAP_MB, session=session)
+    return model, optimizer, common.pshard_scheduler(name, optimizer)
 
 
 def error_of(call):
@@ -62,15 +71,16 @@ def error_of(call):
 
 def run(name, store, out):
     session = open_session(os.path.join(store, "straight"))
-    model, optimizer = make(session, name)
-    train(model, optimizer, session, range(1, 6))
+    model, optimizer, scheduler = make(session, name)
+    train(model, optimizer, session, range(1, 6), scheduler)
     straight = {n: p.detach().clone() for n, p in model.named_parameters()}
     session.close()
 
     session = open_session(os.path.join(store, "first"))
-    model, optimizer = make(session, name)
-    train(model, optimizer, session, range(1, 4))
+    model, optimizer, scheduler = make(session, name)
+    train(model, optimizer, session, range(1, 4), scheduler)
     saved = optimizer.state_dict()
+    saved_scheduler = scheduler.state_dict() if scheduler else None
     weights = {n: p.detach().clone() for n, p in model.named_parameters()}
     errors = {"after_first_step": error_of(
         lambda: optimizer.load_state_dict(saved))}
@@ -79,7 +89,7 @@ def run(name, store, out):
     session = open_session(os.path.join(store, "resumed"))
     model = common.make_model()
     model.load_state_dict(weights)
-    model, optimizer = make(session, name, model)
+    model, optimizer, scheduler = make(session, name, model)
     # A parameter with state tensors, if any (plain SGD has none).
     some = next((n for n, e in saved["state"].items() if len(e) > 1),
                 next(iter(saved["state"])))
@@ -97,9 +107,22 @@ def run(name, store, out):
     errors["unknown_name"] = error_of(lambda: optimizer.load_state_dict(
         dict(saved, state=dict(saved["state"], nope=saved["state"][some]))))
     errors["other_spec"] = error_of(lambda: optimizer.load_state_dict(
-        dict(saved, optimizer=dict(saved["optimizer"], kind="ADAMW"))))
+        dict(saved, optimizer=dict(saved["optimizer"], kind=(
+            "ADAM" if saved["optimizer"]["kind"] == "ADAMW" else "ADAMW")))))
+    groups = saved["param_groups"]
+    errors["fewer_groups"] = error_of(lambda: optimizer.load_state_dict(
+        dict(saved, param_groups=groups[:-1])))
+    errors["other_group_params"] = error_of(lambda: optimizer.load_state_dict(
+        dict(saved, param_groups=[dict(groups[0], params=groups[0]["params"]
+                                       [::-1])] + groups[1:])))
+    errors["bad_group_value"] = error_of(lambda: optimizer.load_state_dict(
+        dict(saved, param_groups=[dict(groups[0], lr="high")] + groups[1:])))
+    # As with torch: the scheduler made on the new optimizer, then both
+    # loaded.
     optimizer.load_state_dict(saved)
-    train(model, optimizer, session, range(4, 6))
+    if scheduler is not None:
+        scheduler.load_state_dict(saved_scheduler)
+    train(model, optimizer, session, range(4, 6), scheduler)
     resumed = {n: p.detach().clone() for n, p in model.named_parameters()}
     session.close()
 
@@ -109,7 +132,7 @@ def run(name, store, out):
     session = open_session(os.path.join(store, "missing"))
     model = common.make_model()
     model.load_state_dict(weights)
-    model, optimizer = make(session, name, model)
+    model, optimizer, _ = make(session, name, model)
     optimizer.load_state_dict(dict(saved, state={
         n: v for n, v in saved["state"].items() if n != some}))
     errors["missing_owned"] = error_of(

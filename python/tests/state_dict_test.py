@@ -2,10 +2,11 @@
 processes, the local test mode): 3 steps, state_dict, a new session and
 optimizer, load, 2 more steps give the parameters of 5 straight steps bit
 for bit (SGD with momentum, Adam, RMSprop centered with momentum in one
-group and plain in the other, Lion, and plain SGD whose StepLR schedule
-resumes from the step its state_dict carries); each rank's state holds only the
-parameters of its buckets, by name, with torch's state names for the kind
-and group; bad states are refused naming what is wrong.
+group and plain in the other, Lion, AdamW under torch's OneCycleLR, whose
+lr and beta1 resume from the state_dict's param_groups, and plain SGD whose
+StepLR schedule resumes from the step its state_dict carries); each rank's
+state holds only the parameters of its buckets, by name, with torch's state
+names for the kind and group; bad states are refused naming what is wrong.
 """
 
 import os
@@ -25,7 +26,7 @@ RUN_TIMEOUT_SECONDS = 240
 
 def expected_keys(config, name, second_group):
     """torch's state names of parameter `name` under `config`."""
-    if config == "adam":
+    if config in ("adam", "adamw_torch_onecycle"):
         return {"step", "exp_avg", "exp_avg_sq"}
     if config == "rmsprop":  # the second group is neither centered nor momentum
         return ({"step", "square_avg"} if second_group(name)
@@ -86,6 +87,19 @@ class StateDictTest(unittest.TestCase):
                                   errors["unknown_name"])
                     self.assertIn("state_dict['optimizer']",
                                   errors["other_spec"])
+                    self.assertIn("ValueError: state_dict['param_groups']: ",
+                                  errors["fewer_groups"])
+                    self.assertIn("state_dict['param_groups'][0]['params'] "
+                                  "is ", errors["other_group_params"])
+                    self.assertIn("TypeError: state_dict['param_groups'][0]"
+                                  "['lr']: not a value for 'lr', got 'high'",
+                                  errors["bad_group_value"])
+                # As torch's: every group's values, its parameters by name.
+                groups = saved["param_groups"]
+                self.assertEqual(sorted(n for g in groups for n in g["params"]),
+                                 sorted(names))
+                for group in groups:
+                    self.assertIn("lr", group)
             # This rank's shard only: the ranks' parameters do not overlap
             # and together are the model's.
             self.assertFalse(owned[0] & owned[1], config)
