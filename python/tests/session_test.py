@@ -30,6 +30,15 @@ def local_environment():
     os.environ["PSHARD_COLLECTIVE_TIMEOUT_SECONDS"] = "10"
 
 
+def ones_step(model, optimizer, x):
+    """A training step of `model` on sum(model(x)), as a function."""
+    def train_step():
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    return train_step
+
+
 class SessionTest(unittest.TestCase):
 
     def test_open_without_an_environment_names_what_is_missing(self):
@@ -180,11 +189,7 @@ class ShardedOptimizerTest(unittest.TestCase):
             optimizer.add_param_group({"params": []})
         x = torch.ones(4, 3)
         bias = model.bias.detach().clone()
-
-        def train_step():
-            optimizer.zero_grad()
-            model(x).sum().backward()
-            optimizer.step()
+        train_step = ones_step(model, optimizer, x)
 
         # torch's StepLR halves both groups' rates after every step.
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
@@ -230,11 +235,7 @@ class ShardedOptimizerTest(unittest.TestCase):
         self.assertEqual(optimizer.defaults["momentum"], 0.5)
         x = torch.ones(4, 3)
         bias = model.bias.detach().clone()
-
-        def train_step():
-            optimizer.zero_grad()
-            model(x).sum().backward()
-            optimizer.step()
+        train_step = ones_step(model, optimizer, x)
 
         train_step()  # B = 4
         optimizer.param_groups[0]["momentum"] = 0.25
