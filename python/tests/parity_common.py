@@ -229,7 +229,7 @@ SCHEDULERS = {
     "sgd_torch_lambda": lambda optimizer: torch.optim.lr_scheduler.LambdaLR(
         optimizer, [lambda s: 0.5 ** s, lambda s: 1.0 / (1 + s)]),
     "sgd_torch_cyclic": lambda optimizer: torch.optim.lr_scheduler.CyclicLR(
-        optimizer, base_lr=[0.02, 0.05], max_lr=[0.05, 0.1], step_size_up=2,
+        optimizer, base_lr=[0.02, 0.05], max_lr=[0.05, 0.1], step_size_up=3,
         base_momentum=0.7, max_momentum=0.9),
 }
 # The configurations whose pshard side steps the same torch scheduler on

@@ -8,8 +8,10 @@ killed with SIGKILL while the other ranks wait for its rank inside a step.
   SUCCEEDS, and its final parameters are bit-identical to an uninterrupted
   run's (the data of a step is a function of the step; the optimizer state
   is restored exactly).
-  The same with bf16 parameters (the spec's precision): the checkpoint
-  holds the owners' fp32 master weights.
+  The same with SGD under torch's CyclicLR (the program steps its
+  scheduler to the checkpoint's step, so the lr and momentum resume), and
+  with bf16 parameters (the spec's precision): the checkpoint holds the
+  owners' fp32 master weights.
 - 3 ranks and no spare, min_world_size 2: it resumes at 2 ranks (each
   loading the buckets it now owns by name) and ends with one process's
   full-batch parameters.
@@ -39,7 +41,8 @@ EVERY = 10
 HOLD_AFTER = 25
 
 
-def spec(out, ckpt, world, extra_args=(), collective_timeout=60, **fields):
+def spec(out, ckpt, world, extra_args=(), collective_timeout=60,
+         optimizer="adam", **fields):
     return {
         "name": "torch-restart",
         "world_size": world,
@@ -47,7 +50,7 @@ def spec(out, ckpt, world, extra_args=(), collective_timeout=60, **fields):
         "checkpoint": {"dir": ckpt, "every_steps": EVERY, "keep_last": 2},
         "program": {
             "argv": ["/usr/bin/python3",
-                     os.path.join(HERE, "program_train.py"), out, "adam",
+                     os.path.join(HERE, "program_train.py"), out, optimizer,
                      "--steps", str(STEPS), *extra_args],
             "env": {"PYTHONPATH": os.path.join(ROOT, "python") + ":" + HERE,
                     "OMP_NUM_THREADS": "1"},
@@ -116,7 +119,10 @@ class ProgramRestartTest(unittest.TestCase):
         self.assertEqual(int(restarts[0]["world_size"]), world)
 
     def test_killed_worker_restarts_on_the_spare_bit_identical(self):
-        self.restart_on_the_spare_bit_identical()
+        """SGD with momentum under torch's CyclicLR: the restarted program
+        brings its scheduler to the checkpoint's step, so the lr and the
+        momentum resume too."""
+        self.restart_on_the_spare_bit_identical(optimizer="sgd_torch_cyclic")
 
     def test_killed_bf16_worker_restarts_on_the_spare_bit_identical(self):
         """bf16 parameters: the checkpoint keeps the owners' fp32 master

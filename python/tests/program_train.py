@@ -22,6 +22,7 @@ new one (pshard.init() again), with a new ShardedOptimizer over the model.
 import argparse
 import os
 import time
+import warnings
 
 import torch
 
@@ -86,6 +87,14 @@ def main():
     write_atomically(os.path.join(args.out, f"dtypes-{rank}"),
                      f"{optimizer.param_dtype} {optimizer.reduce_dtype}")
     start = pshard.checkpoint.load(optimizer)
+    if scheduler is not None:
+        # A torch scheduler's values are a function of its step: brought to
+        # the checkpoint's, they reach pshard before the next step's first
+        # gradient.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "step() before optimizer.step()"
+            for _ in range(start):
+                scheduler.step()
     print(f"rank {rank} of {world}: restart {restarts}, resumed from step "
           f"{start}", flush=True)
     write_atomically(os.path.join(args.out, f"resumed-{rank}-{restarts}"),
