@@ -813,12 +813,10 @@ HyperParameters ResolveGroupHyperParameters(const OptimizerSpec& optimizer,
 absl::Status CheckParamGroupIndex(const OptimizerSpec& optimizer, int group) {
   const int groups = optimizer.param_groups_size();
   if (group >= -1 && group < groups) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("parameter group ", group,
-                   " does not exist: -1 is the default group, "
-                   "0..",
-                   groups - 1, " the optimizer's param_groups (", groups,
-                   groups == 1 ? " group)" : " groups)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "parameter group ", group, " does not exist: -1 is the default group, ",
+      "0..", groups - 1, " the optimizer's param_groups (", groups,
+      groups == 1 ? " group)" : " groups)"));
 }
 
 absl::Status HyperParameterOverrides::Set(
