@@ -47,7 +47,8 @@ AsyncCheckpointWriter::~AsyncCheckpointWriter() {
 }
 
 absl::Status AsyncCheckpointWriter::Start(
-    int64_t step, absl::Span<const ParameterTensors> parameters) {
+    int64_t step, absl::Span<const ParameterTensors> parameters,
+    std::optional<std::string> program_state) {
   RETURN_IF_ERROR(ValidateParameters(parameters));
   std::vector<EntryLayout> layout;
   layout.reserve(parameters.size());
@@ -71,12 +72,13 @@ absl::Status AsyncCheckpointWriter::Start(
                                buffers[k + 1].size());
                  }
                  return absl::OkStatus();
-               });
+               },
+               std::move(program_state));
 }
 
-absl::Status AsyncCheckpointWriter::Start(int64_t step,
-                                          absl::Span<const EntryLayout> layout,
-                                          FillFunction fill) {
+absl::Status AsyncCheckpointWriter::Start(
+    int64_t step, absl::Span<const EntryLayout> layout, FillFunction fill,
+    std::optional<std::string> program_state) {
   {
     absl::MutexLock lock(&mu_);
     if (writing_) {
@@ -89,6 +91,10 @@ absl::Status AsyncCheckpointWriter::Start(int64_t step,
   if (step < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint step ", step, " is negative"));
+  }
+  if (program_state.has_value()) {
+    RETURN_IF_ERROR(
+        CheckProgramStateSize(static_cast<int64_t>(program_state->size())));
   }
   for (const EntryLayout& entry : layout) {
     auto check = [&](const TensorShape& t, absl::string_view what) {
@@ -116,6 +122,7 @@ absl::Status AsyncCheckpointWriter::Start(int64_t step,
   size_t next_spare = 0;
   Snapshot snapshot;
   snapshot.step = step;
+  snapshot.program_state = std::move(program_state);
   snapshot.parameters.reserve(layout.size());
   for (const EntryLayout& entry : layout) {
     ParameterCopy& copy = snapshot.parameters.emplace_back();
@@ -187,7 +194,8 @@ void AsyncCheckpointWriter::Run() {
       pending_.reset();
     }
     absl::StatusOr<ShardFileInfo> result =
-        writer_.WriteShard(snapshot.step, Views(snapshot));
+        writer_.WriteShard(snapshot.step, Views(snapshot),
+                           snapshot.program_state);
     std::vector<TensorCopy> buffers = Buffers(std::move(snapshot));
     absl::MutexLock lock(&mu_);
     result_ = std::move(result);

@@ -52,11 +52,13 @@ class AsyncCheckpointWriter {
   // either way), then stops the thread.
   ~AsyncCheckpointWriter();
 
-  // Snapshots `parameters` and queues their write as step `step`. Called
-  // from one thread (the training loop's); the others may be called from any.
+  // Snapshots `parameters` (and `program_state`, stored with them: see
+  // WriteShard) and queues their write as step `step`. Called from one
+  // thread (the training loop's); the others may be called from any.
   // FailedPrecondition: a write is still in flight. InvalidArgument: as
   // WriteShard (checked before the copy).
-  absl::Status Start(int64_t step, absl::Span<const ParameterTensors> parameters);
+  absl::Status Start(int64_t step, absl::Span<const ParameterTensors> parameters,
+                     std::optional<std::string> program_state = std::nullopt);
 
   // A tensor of a snapshot that the caller fills itself.
   struct TensorShape {
@@ -80,7 +82,8 @@ class AsyncCheckpointWriter {
   // `fill` is returned and nothing is queued. InvalidArgument also for a
   // negative dimension.
   absl::Status Start(int64_t step, absl::Span<const EntryLayout> layout,
-                     FillFunction fill);
+                     FillFunction fill,
+                     std::optional<std::string> program_state = std::nullopt);
 
   // True when no write is in flight.
   bool IsCompleted() const;
@@ -112,6 +115,7 @@ class AsyncCheckpointWriter {
   struct Snapshot {
     int64_t step = 0;
     std::vector<ParameterCopy> parameters;
+    std::optional<std::string> program_state;
   };
   // Storage for a tensor of `shape`: the next buffer of `spare` when it has
   // the same size (a checkpoint of the same model: the copy then touches no

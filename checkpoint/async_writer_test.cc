@@ -73,11 +73,14 @@ TEST(AsyncCheckpointWriterTest, WritesTheSnapshotNotLaterChanges) {
   ASSERT_OK(WriteManifest(root, {7, "fp", 1, {file}}));
   ExpectCheckpointHolds(StepDirectory(root, 7), snapshot);
   // A second checkpoint of the same shapes (reusing the first snapshot's
-  // buffers) holds the new values.
-  ASSERT_OK(async.Start(8, Views(params)));
+  // buffers) holds the new values, and the program state given with them.
+  ASSERT_OK(async.Start(8, Views(params), std::string("after 8")));
   ASSERT_OK_AND_ASSIGN(ShardFileInfo file8, async.Wait(absl::Minutes(2)));
   ASSERT_OK(WriteManifest(root, {8, "fp", 1, {file8}}));
   ExpectCheckpointHolds(StepDirectory(root, 8), params);
+  ASSERT_OK_AND_ASSIGN(auto reader, ShardReader::Open(StepDirectory(root, 8)));
+  ASSERT_OK_AND_ASSIGN(auto states, reader->ProgramStates());
+  EXPECT_EQ(states[0], "after 8");
   // The result is taken once.
   EXPECT_THAT(async.Wait(absl::Seconds(1)),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no write")));
@@ -86,6 +89,8 @@ TEST(AsyncCheckpointWriterTest, WritesTheSnapshotNotLaterChanges) {
   EXPECT_THAT(async.Start(8, {{"w", FloatTensor(x, {3}), {}}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'w'")));
   EXPECT_THAT(async.Start(-1, {}), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("-1")));
+  EXPECT_THAT(async.Start(9, {}, std::string(kMaxProgramStateBytes + 1, 'x')),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("program state")));
   EXPECT_TRUE(async.IsCompleted());
 }
 

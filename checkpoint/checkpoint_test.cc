@@ -207,6 +207,34 @@ TEST(ShardReaderTest, ARankThatOwnsNothingWritesAnEmptyShard) {
   EXPECT_EQ(value, params[1].value);
 }
 
+// A program's own state rides in its rank's shard: any bytes (NULs and
+// all), read back by rank; a rank that saved none is absent; too large is
+// refused before anything is written.
+TEST(ShardReaderTest, ProgramStatesReadBackByRank) {
+  const std::string root = MakeTempDir("ck");
+  const auto params = MakeParameters(2, 3);
+  ASSERT_OK_AND_ASSIGN(CheckpointWriter w0, CheckpointWriter::Create(root, 0, 3, "fp"));
+  ASSERT_OK_AND_ASSIGN(CheckpointWriter w1, CheckpointWriter::Create(root, 1, 3, "fp"));
+  ASSERT_OK_AND_ASSIGN(CheckpointWriter w2, CheckpointWriter::Create(root, 2, 3, "fp"));
+  const std::string binary("\0\xff{\"a\": 1}\n\0", 12);
+  ASSERT_OK_AND_ASSIGN(ShardFileInfo f0, w0.WriteShard(4, {params[0].View()}, binary));
+  ASSERT_OK_AND_ASSIGN(ShardFileInfo f1, w1.WriteShard(4, {params[1].View()}));
+  ASSERT_OK_AND_ASSIGN(ShardFileInfo f2, w2.WriteShard(4, {}, std::string()));
+  ASSERT_OK(WriteManifest(root, {4, "fp", 3, {f0, f1, f2}}));
+  ASSERT_OK_AND_ASSIGN(auto reader, ShardReader::Open(StepDirectory(root, 4)));
+  ASSERT_OK_AND_ASSIGN(auto states, reader->ProgramStates());
+  EXPECT_THAT(states, ElementsAre(std::pair<const int, std::string>(0, binary),
+                                  std::pair<const int, std::string>(2, "")));
+  // Not a tensor: the parameters are what they were.
+  EXPECT_THAT(reader->parameter_names(), SizeIs(2));
+
+  const std::string too_big(kMaxProgramStateBytes + 1, 'x');
+  EXPECT_THAT(w0.WriteShard(5, {params[0].View()}, too_big),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("program state of 16777217 bytes: at most 16777216")));
+  EXPECT_FALSE(Exists(StepDirectory(root, 5)));
+}
+
 TEST(CheckpointWriterTest, RefusesBadArgumentsNamingThem) {
   const std::string root = MakeTempDir("ck");
   EXPECT_THAT(CheckpointWriter::Create("", 0, 1, "fp"),

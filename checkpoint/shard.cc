@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -256,11 +257,23 @@ absl::StatusOr<CheckpointWriter> CheckpointWriter::Create(
                           std::move(spec_fingerprint));
 }
 
+absl::Status CheckProgramStateSize(int64_t bytes) {
+  if (bytes <= kMaxProgramStateBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("program state of ", bytes, " bytes: at most ",
+                   kMaxProgramStateBytes, " bytes"));
+}
+
 absl::StatusOr<ShardFileInfo> CheckpointWriter::WriteShard(
-    int64_t step, absl::Span<const ParameterTensors> parameters) const {
+    int64_t step, absl::Span<const ParameterTensors> parameters,
+    const std::optional<std::string>& program_state) const {
   if (step < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint step ", step, " is negative"));
+  }
+  if (program_state.has_value()) {
+    RETURN_IF_ERROR(
+        CheckProgramStateSize(static_cast<int64_t>(program_state->size())));
   }
   // Names and sizes are checked before anything touches the disk.
   RETURN_IF_ERROR(ValidateParameters(parameters));
@@ -286,6 +299,10 @@ absl::StatusOr<ShardFileInfo> CheckpointWriter::WriteShard(
   };
   if (std::string slices = SlicesJson(parameters); !slices.empty()) {
     metadata.emplace(std::string(kMetaSlices), std::move(slices));
+  }
+  if (program_state.has_value()) {
+    metadata.emplace(std::string(kMetaProgramState),
+                     absl::Base64Escape(*program_state));
   }
   RETURN_IF_ERROR(MakeDirectoryDurably(root_));
   const std::string dir = StepDirectory(root_, step);
@@ -412,6 +429,22 @@ absl::Status ShardReader::Index() {
       std::unique(parameter_names_.begin(), parameter_names_.end()),
       parameter_names_.end());
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<int, std::string>> ShardReader::ProgramStates() const {
+  std::map<int, std::string> states;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    const auto& metadata = shards_[i]->metadata();
+    auto it = metadata.find(std::string(kMetaProgramState));
+    if (it == metadata.end()) continue;
+    std::string bytes;
+    if (!absl::Base64Unescape(it->second, &bytes)) {
+      return absl::DataLossError(absl::StrCat(
+          shards_[i]->path(), ": its ", kMetaProgramState, " is not base64"));
+    }
+    states[manifest_.files[i].rank] = std::move(bytes);
+  }
+  return states;
 }
 
 ShardReader::Location ShardReader::Find(absl::string_view name) const {

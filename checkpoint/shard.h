@@ -28,6 +28,7 @@
 #define PSHARD_CHECKPOINT_SHARD_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,11 @@ inline constexpr absl::string_view kMetaParameters = "pshard.parameters";
 // Only in a shard that holds slices: a JSON object from each sliced tensor's
 // name to {"offset": <first element>, "shape": [<the whole tensor's shape>]}.
 inline constexpr absl::string_view kMetaSlices = "pshard.slices";
+// Only in a shard whose program saved some: the program's own state (a
+// scheduler's, a data loader's position, RNG states), bytes in base64.
+inline constexpr absl::string_view kMetaProgramState = "pshard.program_state";
+// The largest program state a shard takes (it travels in the header).
+inline constexpr int64_t kMaxProgramStateBytes = int64_t{16} << 20;
 
 // Where a stored 1-D tensor sits in the whole one: elements [offset,
 // offset + its numel) of the flattened tensor of `shape`.
@@ -95,6 +101,10 @@ std::string StateTensorName(absl::string_view parameter,
 // InvalidArgument naming the tensor.
 absl::Status ValidateParameters(absl::Span<const ParameterTensors> parameters);
 
+// InvalidArgument when a program state of `bytes` is over
+// kMaxProgramStateBytes.
+absl::Status CheckProgramStateSize(int64_t bytes);
+
 // Writes one rank's shards. Cheap to copy; holds no open file.
 class CheckpointWriter {
  public:
@@ -112,8 +122,11 @@ class CheckpointWriter {
   // dtype (named). ResourceExhausted: the disk is full or the file is over
   // the size limit (naming the file; nothing is left at the final name, and
   // other checkpoints are untouched). Other I/O errors as ErrnoError.
+  // `program_state`, when set, is stored with the shard (kMetaProgramState;
+  // InvalidArgument over kMaxProgramStateBytes).
   absl::StatusOr<ShardFileInfo> WriteShard(
-      int64_t step, absl::Span<const ParameterTensors> parameters) const;
+      int64_t step, absl::Span<const ParameterTensors> parameters,
+      const std::optional<std::string>& program_state = std::nullopt) const;
 
   const std::string& root() const { return root_; }
   int rank() const { return rank_; }
@@ -163,6 +176,11 @@ class ShardReader {
   absl::Status ReadInto(absl::string_view name, absl::Span<char> out) const;
   // Reads an F32 tensor. NotFound; InvalidArgument when it is not F32.
   absl::StatusOr<std::vector<float>> ReadFloats(absl::string_view name) const;
+
+  // The program state each rank saved with its shard, by rank (ranks that
+  // saved none are absent). DataLoss naming the file: a value that is not
+  // base64.
+  absl::StatusOr<std::map<int, std::string>> ProgramStates() const;
 
  private:
   ShardReader(std::string step_dir, Manifest manifest,

@@ -27,7 +27,7 @@ CUDA_MEMORY = 1
 REDUCE_BROADCAST = 0
 ALLREDUCE_BROADCAST = 1
 
-API_VERSION = 8
+API_VERSION = 9
 
 _LIBRARY_NAME = "libpshard.so"
 
@@ -158,6 +158,11 @@ _PROTOTYPES = {
         _c_int64_p, _c_int64_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_float)),
         _c_int64_p]),
     "pshardSaveCheckpoint": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64]),
+    "pshardSaveCheckpointWithState": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64]),
+    "pshardGetLoadedProgramState": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+        _c_int64_p, _c_int_p]),
     "pshardLoadCheckpoint": (ctypes.c_int, [
         ctypes.c_void_p, ctypes.c_char_p, _c_int64_p]),
     "pshardBarrier": (ctypes.c_int, [ctypes.c_void_p]),

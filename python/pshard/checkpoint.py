@@ -9,14 +9,17 @@ resumes from the latest complete one, at any world size:
 
     opt = pshard.torch.ShardedOptimizer(model, optimizer={...})
     start = pshard.checkpoint.load(opt)         # 0 on a first run
+    saved = pshard.checkpoint.program_state(opt)  # bytes, or None
     for step in range(start + 1, steps + 1):
         ...; opt.step()
         if pshard.checkpoint.due(step):
-            pshard.checkpoint.save(opt, step)   # copies, then writes behind
+            pshard.checkpoint.save(opt, step,   # copies, then writes behind
+                                   state=pickle.dumps(my_state))
 
-The program's own state beyond the model and optimizer (a data loader's
-position) is its own: make it a function of the step, as pshard's built-in
-workloads do, and a resume is exact.
+The program's own state beyond the model and optimizer (a scheduler's, a
+data loader's position, RNG states) travels as bytes in its rank's shard
+(`state`, at most 16 MiB); or make it a function of the step, as pshard's
+built-in workloads do, and a resume is exact without it.
 """
 
 import ctypes
@@ -24,7 +27,8 @@ import os
 
 from pshard import _capi
 
-__all__ = ["due", "every_steps", "load", "restart_count", "save"]
+__all__ = ["due", "every_steps", "load", "program_state", "restart_count",
+           "save"]
 
 
 def _int_variable(name):
@@ -59,13 +63,27 @@ def due(step, total_steps=None):
     return total_steps is None or step < total_steps
 
 
-def save(optimizer, step):
+def save(optimizer, step, state=None):
     """Starts saving this rank's shard of the checkpoint at `step` (the
     state after `step` optimizer steps; every rank saves the same steps).
     Returns once the shard is copied; it is written in the background.
-    Raises PshardError: no checkpoint.dir in the job spec, before the first
-    step, a step not after the last saved one."""
-    _capi.check("pshardSaveCheckpoint", optimizer.session.handle, int(step))
+    `state`: the program's own state as bytes (a scheduler's, a data
+    loader's position, RNG states: whatever the program serialises, at most
+    16 MiB), stored in this rank's shard; after a restart
+    program_state() gives it back. Raises PshardError: no checkpoint.dir in
+    the job spec, before the first step, a step not after the last saved
+    one, a state over 16 MiB; TypeError: a state that is not bytes-like."""
+    handle = optimizer.session.handle
+    if state is None:
+        _capi.check("pshardSaveCheckpoint", handle, int(step))
+        return
+    try:
+        data = bytes(memoryview(state))
+    except TypeError:
+        raise TypeError("state: bytes (or another bytes-like object), got "
+                        f"{type(state).__name__}") from None
+    _capi.check("pshardSaveCheckpointWithState", handle, int(step), data,
+                len(data))
 
 
 def load(optimizer, path=None):
@@ -81,3 +99,21 @@ def load(optimizer, path=None):
                 None if path is None else os.fsencode(path),
                 ctypes.byref(step))
     return step.value
+
+
+def program_state(optimizer, rank=None):
+    """The state (bytes) that rank `rank` (default: this rank) saved with
+    the checkpoint load() loaded, or None: that rank saved none, the
+    checkpoint was written by fewer ranks, or none was loaded. A state every
+    rank shares (a scheduler's) is any rank's, e.g. rank 0's, at any world
+    size."""
+    session = optimizer.session
+    which = session.rank if rank is None else int(rank)
+    data = ctypes.c_void_p()
+    size = ctypes.c_int64()
+    found = ctypes.c_int()
+    _capi.check("pshardGetLoadedProgramState", session.handle, which,
+                ctypes.byref(data), ctypes.byref(size), ctypes.byref(found))
+    if not found.value:
+        return None
+    return ctypes.string_at(data, size.value) if size.value else b""

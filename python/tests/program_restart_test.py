@@ -7,7 +7,8 @@ killed with SIGKILL while the other ranks wait for its rank inside a step.
   (PSHARD_RESTART_COUNT 1), resumes from the latest complete checkpoint,
   SUCCEEDS, and its final parameters are bit-identical to an uninterrupted
   run's (the data of a step is a function of the step; the optimizer state
-  is restored exactly).
+  is restored exactly). Every rank gets back the program state each rank
+  saved with the checkpoint (pshard.checkpoint.save's `state`).
   The same with SGD under torch's CyclicLR (the program steps its
   scheduler to the checkpoint's step, so the lr and momentum resume), and
   with bf16 parameters (the spec's precision): the checkpoint holds the
@@ -23,6 +24,7 @@ lost worker's (PEER), not the program's own, and the job restarts.
     program_restart_test.py
 """
 
+import json
 import os
 import signal
 import sys
@@ -101,7 +103,7 @@ class ProgramRestartTest(unittest.TestCase):
     def final(self, out, rank):
         return torch.load(os.path.join(out, f"final-rank{rank}.pt"))
 
-    def check_restart(self, job, killed, out, world):
+    def check_restart(self, job, killed, out, world, saved_world=None):
         self.assertEqual(int(job.get("restarts", 0)), 1, self.cluster.tail())
         self.assertEqual(int(job["progress"]["step"]), STEPS)
         # The restart resumed from a complete checkpoint, and every rank of
@@ -111,6 +113,15 @@ class ProgramRestartTest(unittest.TestCase):
         for rank in range(world):
             self.assertEqual(read_file(os.path.join(
                 out, f"resumed-{rank}-1")), str(resumed), f"rank {rank}")
+        # Every rank got back the program state each rank of the
+        # checkpoint saved with it, and None for ranks it did not have.
+        saved_world = world if saved_world is None else saved_world
+        expected = {str(r): ({"step": resumed, "rank": r}
+                             if r < saved_world else None)
+                    for r in range(world + 2)}
+        for rank in range(world):
+            self.assertEqual(json.loads(read_file(os.path.join(
+                out, f"state-{rank}-1"))), expected, f"rank {rank}")
         # The restart event blames the killed worker, not the program.
         events = self.cluster.events(job["id"])
         restarts = [e["restart"] for e in events if "restart" in e]
@@ -181,7 +192,7 @@ class ProgramRestartTest(unittest.TestCase):
             spec(out, ckpt, 3, ["--hold-rank", "2", "--hold-after",
                                 str(HOLD_AFTER)], max_restarts=1,
                  min_world_size=2), 2)
-        self.check_restart(job, killed, out, 2)
+        self.check_restart(job, killed, out, 2, saved_world=3)
         self.assertEqual(len(job["members"]), 2)
         expected = common.reference("adam", STEPS)
         for rank in range(2):

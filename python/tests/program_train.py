@@ -1,9 +1,10 @@
 """A user's torch training script, as a `program` job runs it: each rank
 opens its session from the agent's environment (pshard.init(), coordinator
-mode), resumes from the job's checkpoint when its epoch has one, trains
-parity_common's model with pshard.torch.ShardedOptimizer on its share of
-each batch, reports progress, saves checkpoints when the spec asks, and
-saves its final parameters.
+mode), resumes from the job's checkpoint when its epoch has one (writing
+down the program state every rank saved with it), trains parity_common's
+model with pshard.torch.ShardedOptimizer on its share of each batch,
+reports progress, saves checkpoints (with its step and rank as program
+state) when the spec asks, and saves its final parameters.
 
     program_train.py OUT_DIR OPTIMIZER [--steps N] [--no-init-on-rank R]
                      [--hold-rank R --hold-after S]
@@ -20,6 +21,7 @@ new one (pshard.init() again), with a new ShardedOptimizer over the model.
 """
 
 import argparse
+import json
 import os
 import time
 import warnings
@@ -87,6 +89,15 @@ def main():
     write_atomically(os.path.join(args.out, f"dtypes-{rank}"),
                      f"{optimizer.param_dtype} {optimizer.reduce_dtype}")
     start = pshard.checkpoint.load(optimizer)
+    if start > 0:
+        # What each rank saved with the checkpoint (and None for ranks it
+        # did not have), for the test to check.
+        states = {}
+        for r in range(world + 2):
+            state = pshard.checkpoint.program_state(optimizer, rank=r)
+            states[r] = None if state is None else json.loads(state)
+        write_atomically(os.path.join(args.out, f"state-{rank}-{restarts}"),
+                         json.dumps(states))
     if scheduler is not None:
         # A torch scheduler's values are a function of its step: brought to
         # the checkpoint's, they reach pshard before the next step's first
@@ -115,7 +126,9 @@ def main():
         session.report(step=step, loss=mean, samples=share)
         print(f"rank {rank} step {step} loss {mean:.6f}", flush=True)
         if pshard.checkpoint.due(step, args.steps):
-            pshard.checkpoint.save(optimizer, step)
+            # The program's own state rides along (here: where it is).
+            pshard.checkpoint.save(optimizer, step, state=json.dumps(
+                {"step": step, "rank": rank}).encode())
         if restarts == 0 and rank == args.hold_rank and step == args.hold_after:
             print(f"rank {rank}: holding after step {step}", flush=True)
             time.sleep(120)  # until the test kills this worker

@@ -118,6 +118,25 @@ class ShardedOptimizerTest(unittest.TestCase):
         options.update(kwargs)
         return pshard.torch.ShardedOptimizer(model, **options)
 
+    def test_checkpoint_program_state_is_checked_at_the_call(self):
+        import pshard.checkpoint
+        model = torch.nn.Linear(3, 2)
+        optimizer = self.make(model)
+        # Nothing loaded: no rank's state.
+        self.assertIsNone(pshard.checkpoint.program_state(optimizer))
+        self.assertIsNone(pshard.checkpoint.program_state(optimizer, rank=0))
+        with self.assertRaisesRegex(pshard.PshardError, "rank must be >= 0"):
+            pshard.checkpoint.program_state(optimizer, rank=-1)
+        for bad in (12, "text", [1, 2]):
+            with self.assertRaisesRegex(TypeError, "state: bytes"):
+                pshard.checkpoint.save(optimizer, 1, state=bad)
+        optimizer.zero_grad()
+        model(torch.ones(4, 3)).sum().backward()
+        optimizer.step()
+        # Bytes-like is taken; only a coordinator commits checkpoints.
+        with self.assertRaisesRegex(pshard.PshardError, "local test mode"):
+            pshard.checkpoint.save(optimizer, 1, state=bytearray(b"x"))
+
     def test_bad_optimizer_json_names_the_field(self):
         with self.assertRaises(pshard.PshardError) as raised:
             self.make(torch.nn.Linear(2, 2),

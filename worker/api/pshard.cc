@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "checkpoint/shard.h"
 #include "common/job_spec_json.h"
 #include "google/protobuf/util/json_util.h"
 #include "worker/api/session.h"
@@ -842,6 +843,47 @@ pshardResult_t pshardWaitParameter(pshardSession_t session, int index) {
 pshardResult_t pshardSaveCheckpoint(pshardSession_t session, int64_t step) {
   return WithSession("pshardSaveCheckpoint", session, [&](Session& s) {
     return Return(s.SaveCheckpoint(step));
+  });
+}
+
+pshardResult_t pshardSaveCheckpointWithState(pshardSession_t session,
+                                             int64_t step, const void* state,
+                                             int64_t size) {
+  constexpr char kCall[] = "pshardSaveCheckpointWithState";
+  if (size < 0) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(kCall, ": size must be >= 0, got ", size));
+  }
+  if (state == nullptr && size > 0) return NullArgument(kCall, "state");
+  return WithSession(kCall, session, [&](Session& s) {
+    if (absl::Status fits = pshard::checkpoint::CheckProgramStateSize(size);
+        !fits.ok()) {
+      return Fail(pshardInvalidArgument,
+                  absl::StrCat(kCall, ": ", fits.message()));
+    }
+    return Return(s.SaveCheckpoint(
+        step, std::string(static_cast<const char*>(state),
+                          static_cast<size_t>(size))));
+  });
+}
+
+pshardResult_t pshardGetLoadedProgramState(pshardSession_t session, int rank,
+                                           const void** state, int64_t* size,
+                                           int* found) {
+  constexpr char kCall[] = "pshardGetLoadedProgramState";
+  if (state == nullptr) return NullArgument(kCall, "state");
+  if (size == nullptr) return NullArgument(kCall, "size");
+  if (found == nullptr) return NullArgument(kCall, "found");
+  if (rank < 0) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(kCall, ": rank must be >= 0, got ", rank));
+  }
+  return WithSession(kCall, session, [&](Session& s) {
+    const std::string* bytes = s.LoadedProgramState(rank);
+    *found = bytes != nullptr ? 1 : 0;
+    *state = bytes != nullptr ? bytes->data() : nullptr;
+    *size = bytes != nullptr ? static_cast<int64_t>(bytes->size()) : 0;
+    return pshardSuccess;
   });
 }
 

@@ -80,8 +80,10 @@ extern "C" {
  * 7: learning rates set while training (pshardSetLearningRate,
  * pshardGetLearningRate, pshardParameterGroup).
  * 8: every settable hyper-parameter set while training
- * (pshardSetHyperParameters, pshardGetHyperParameters). */
-#define PSHARD_API_VERSION 8
+ * (pshardSetHyperParameters, pshardGetHyperParameters).
+ * 9: the program's own state in checkpoints
+ * (pshardSaveCheckpointWithState, pshardGetLoadedProgramState). */
+#define PSHARD_API_VERSION 9
 
 /* The enums below are ints. In C++ they have int as their fixed underlying
  * type, so every int a C caller passes is a value of the enum: an unknown one
@@ -463,6 +465,16 @@ pshardResult_t pshardImportOptimizerStateSlices(
  * FAILED and training goes on. */
 pshardResult_t pshardSaveCheckpoint(pshardSession_t session, int64_t step);
 
+/* pshardSaveCheckpoint with the program's own state: `size` bytes at
+ * `state` (what the program serialises: a scheduler's state, a data
+ * loader's position, RNG states), stored in this rank's shard, copied
+ * before it returns. After a restart every rank may read any rank's
+ * (pshardGetLoadedProgramState). InvalidArgument also: `state` NULL with
+ * size > 0, size < 0 or over 16 MiB. */
+pshardResult_t pshardSaveCheckpointWithState(pshardSession_t session,
+                                             int64_t step, const void* state,
+                                             int64_t size);
+
 /* Load: after pshardPrepare, before the first step, on every rank. `path`:
  * a step directory, or a checkpoint root (its latest complete checkpoint);
  * NULL or "": the checkpoint this epoch resumes from (PSHARD_RESUME_FROM),
@@ -476,6 +488,16 @@ pshardResult_t pshardSaveCheckpoint(pshardSession_t session, int64_t step);
  * step. */
 pshardResult_t pshardLoadCheckpoint(pshardSession_t session, const char* path,
                                     int64_t* step);
+
+/* The program state rank `rank` saved (pshardSaveCheckpointWithState) with
+ * the checkpoint pshardLoadCheckpoint loaded: *found 1, *state and *size
+ * its bytes (valid until the session loads another or is closed); or
+ * *found 0 (*state NULL, *size 0) when that rank saved none, the
+ * checkpoint has no rank `rank` (it was written at a smaller world size),
+ * or nothing was loaded. InvalidArgument: rank < 0, a NULL pointer. */
+pshardResult_t pshardGetLoadedProgramState(pshardSession_t session, int rank,
+                                           const void** state, int64_t* size,
+                                           int* found);
 
 /* Every rank waits for every other (a collective). */
 pshardResult_t pshardBarrier(pshardSession_t session);

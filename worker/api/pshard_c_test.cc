@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/manifest.h"
+#include "checkpoint/shard.h"
+#include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -922,6 +925,44 @@ TEST_F(PshardCTest, OptimizerStateSlicesMustCoverTheOwnedElements) {
   session_ = nullptr;
 }
 
+// A checkpoint's program states come back by rank after a load (written
+// here by the checkpoint library, as a job's ranks would: rank 0 with a
+// state, rank 1 without).
+TEST_F(PshardCTest, ALoadedCheckpointGivesBackEachRanksProgramState) {
+  ASSERT_NO_FATAL_FAILURE(PrepareOneParameter(R"({"kind": "SGD", )"
+                                              R"("hyper_parameters": {"lr": 1}})"));
+  const std::string root = std::string(getenv("TEST_TMPDIR")) + "/states";
+  const std::vector<float> w = {1, 2, 3, 4};
+  ASSERT_OK_AND_ASSIGN(auto w0, pshard::checkpoint::CheckpointWriter::Create(
+                                    root, 0, 2, "fp"));
+  ASSERT_OK_AND_ASSIGN(auto w1, pshard::checkpoint::CheckpointWriter::Create(
+                                    root, 1, 2, "fp"));
+  const std::string state("epoch 3\0rng", 11);
+  ASSERT_OK_AND_ASSIGN(
+      auto f0, w0.WriteShard(7, {{"w", pshard::checkpoint::FloatTensor(w), {}}},
+                             state));
+  ASSERT_OK_AND_ASSIGN(auto f1, w1.WriteShard(7, {}));
+  ASSERT_OK(pshard::checkpoint::WriteManifest(root, {7, "fp", 2, {f0, f1}}));
+
+  int64_t step = 0;
+  ASSERT_EQ(pshardLoadCheckpoint(session_, root.c_str(), &step), pshardSuccess)
+      << LastError();
+  EXPECT_EQ(step, 7);
+  const void* bytes = nullptr;
+  int64_t size = 0;
+  int found = 0;
+  ASSERT_EQ(pshardGetLoadedProgramState(session_, 0, &bytes, &size, &found),
+            pshardSuccess);
+  ASSERT_EQ(found, 1);
+  EXPECT_EQ(std::string(static_cast<const char*>(bytes), size), state);
+  for (int rank : {1, 2}) {  // saved none; not in the checkpoint
+    ASSERT_EQ(
+        pshardGetLoadedProgramState(session_, rank, &bytes, &size, &found),
+        pshardSuccess);
+    EXPECT_EQ(found, 0) << rank;
+  }
+}
+
 TEST_F(PshardCTest, CheckpointCallsCheckTheirOrderAndNeedACoordinatorToSave) {
   int64_t step = -1;
   EXPECT_EQ(pshardLoadCheckpoint(session_, nullptr, nullptr),
@@ -941,6 +982,32 @@ TEST_F(PshardCTest, CheckpointCallsCheckTheirOrderAndNeedACoordinatorToSave) {
   EXPECT_THAT(LastError(), HasSubstr(absent));
   EXPECT_EQ(pshardSaveCheckpoint(session_, 1), pshardInvalidUsage);
   EXPECT_THAT(LastError(), HasSubstr("local test mode"));
+  const char state[] = "sched";
+  EXPECT_EQ(pshardSaveCheckpointWithState(session_, 1, state, 5),
+            pshardInvalidUsage);
+  EXPECT_THAT(LastError(), HasSubstr("local test mode"));
+  EXPECT_EQ(pshardSaveCheckpointWithState(session_, 1, nullptr, 5),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("state is NULL"));
+  EXPECT_EQ(pshardSaveCheckpointWithState(session_, 1, state, -1),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("size must be >= 0, got -1"));
+  EXPECT_EQ(pshardSaveCheckpointWithState(session_, 1, state,
+                                          (int64_t{16} << 20) + 1),
+            pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("at most 16777216 bytes"));
+  const void* loaded = state;
+  int64_t size = -1;
+  int found = -1;
+  ASSERT_EQ(pshardGetLoadedProgramState(session_, 0, &loaded, &size, &found),
+            pshardSuccess);
+  EXPECT_EQ(found, 0);  // nothing loaded
+  EXPECT_EQ(loaded, nullptr);
+  EXPECT_EQ(size, 0);
+  EXPECT_EQ(pshardGetLoadedProgramState(session_, -1, &loaded, &size, &found),
+            pshardInvalidArgument);
+  EXPECT_EQ(pshardGetLoadedProgramState(session_, 0, &loaded, &size, nullptr),
+            pshardInvalidArgument);
 
   ASSERT_EQ(pshardGradientReady(session_, 0), pshardSuccess);
   ASSERT_EQ(pshardFinishStep(session_), pshardSuccess) << LastError();

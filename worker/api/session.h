@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -344,7 +345,11 @@ class Session : private RankModel {
   // before the first step; InvalidArgument: step < 1 or not after the last
   // saved one. A failed write is the checkpoint's, not the session's: it is
   // reported (the coordinator marks it FAILED) and training goes on.
-  absl::Status SaveCheckpoint(int64_t step);
+  // `program_state`, when set, is stored in this rank's shard with it: the
+  // program's own state (a scheduler's, a data loader's position, RNG
+  // states), at most checkpoint::kMaxProgramStateBytes (InvalidArgument).
+  absl::Status SaveCheckpoint(
+      int64_t step, std::optional<std::string> program_state = std::nullopt);
 
   // After Prepare, before the first step: loads a checkpoint and returns its
   // step. `path` is a step directory, or a checkpoint root (its latest
@@ -357,6 +362,10 @@ class Session : private RankModel {
   // lacks), DataLoss (a corrupted shard), FailedPrecondition (another job's
   // model, optimizer or seed; a session already stepped).
   absl::StatusOr<int64_t> LoadCheckpoint(absl::string_view path);
+  // The program state rank `rank` saved with the checkpoint LoadCheckpoint
+  // loaded (valid until the next LoadCheckpoint); null when it saved none,
+  // the checkpoint had no such rank, or none was loaded.
+  const std::string* LoadedProgramState(int rank) const;
 
   // InvalidArgument: step < 1, samples < 0. Aborted once the coordinator
   // has told rank 0 that the job was stopped.
@@ -433,6 +442,8 @@ class Session : private RankModel {
   // The first SaveCheckpoint's; the last step it saved.
   std::unique_ptr<CheckpointSaver> saver_;
   int64_t last_saved_step_ = 0;
+  // The loaded checkpoint's program states, by rank.
+  std::map<int, std::string> loaded_program_states_;
 
   absl::Status failure_;
   bool closed_ = false;

@@ -2,12 +2,16 @@
 // checkpoints, written and read by worker/runtime's CheckpointSaver and
 // ResumeFromCheckpoint, the same code as the built-in jobs'.
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/catalog.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/shard.h"
 #include "common/status_macros.h"
 #include "pshard/v1/job.pb.h"
 #include "worker/api/session.h"
@@ -23,7 +27,8 @@ constexpr absl::Duration kCheckpointRpcTimeout = absl::Seconds(10);
 
 }  // namespace
 
-absl::Status Session::SaveCheckpoint(int64_t step) {
+absl::Status Session::SaveCheckpoint(int64_t step,
+                                     std::optional<std::string> program_state) {
   RETURN_IF_ERROR(CheckPrepared());
   if (local()) {
     return absl::FailedPreconditionError(
@@ -50,6 +55,10 @@ absl::Status Session::SaveCheckpoint(int64_t step) {
         "step: must be >= 1 and after the last saved step (", last_saved_step_,
         "), got ", step));
   }
+  if (program_state.has_value()) {
+    RETURN_IF_ERROR(checkpoint::CheckProgramStateSize(
+        static_cast<int64_t>(program_state->size())));
+  }
   if (saver_ == nullptr) {
     CheckpointSaver::Options options;
     options.dir = env_.checkpoint_dir;
@@ -67,7 +76,7 @@ absl::Status Session::SaveCheckpoint(int64_t step) {
   // The parameters hold the step's update (overlap_param_broadcast).
   RETURN_IF_ERROR(WaitForAllParameters());
   last_saved_step_ = step;
-  return saver_->Start(step, *this);
+  return saver_->Start(step, *this, std::move(program_state));
 }
 
 absl::StatusOr<int64_t> Session::LoadCheckpoint(absl::string_view path) {
@@ -94,9 +103,16 @@ absl::StatusOr<int64_t> Session::LoadCheckpoint(absl::string_view path) {
   } else {
     return manifest.status();
   }
-  RETURN_IF_ERROR(
-      ResumeFromCheckpoint(resume, env_.checkpoint_fingerprint, *this));
+  std::map<int, std::string> program_states;
+  RETURN_IF_ERROR(ResumeFromCheckpoint(resume, env_.checkpoint_fingerprint,
+                                       *this, &program_states));
+  loaded_program_states_ = std::move(program_states);
   return resume.step();
+}
+
+const std::string* Session::LoadedProgramState(int rank) const {
+  auto it = loaded_program_states_.find(rank);
+  return it == loaded_program_states_.end() ? nullptr : &it->second;
 }
 
 absl::Status Session::UploadParameters(

@@ -1,5 +1,6 @@
 #include "worker/runtime/checkpoint_resume.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,7 +15,8 @@ namespace pshard::worker {
 namespace {
 
 absl::Status Resume(const v1::ResumePoint& resume,
-                    absl::string_view fingerprint, RankModel& model) {
+                    absl::string_view fingerprint, RankModel& model,
+                    std::map<int, std::string>* program_states) {
   ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::ShardReader> opened,
                    checkpoint::ShardReader::Open(resume.path()));
   std::shared_ptr<const checkpoint::ShardReader> reader = std::move(opened);
@@ -34,6 +36,9 @@ absl::Status Resume(const v1::ResumePoint& resume,
   for (const ParameterInfo& param : model.parameters()) {
     ASSIGN_OR_RETURN(std::vector<float> v, reader->ReadFloats(param.name));
     values.push_back(std::move(v));
+  }
+  if (program_states != nullptr) {
+    ASSIGN_OR_RETURN(*program_states, reader->ProgramStates());
   }
   RETURN_IF_ERROR(model.UploadParameters(values));
   const int64_t step = manifest.step;
@@ -58,8 +63,9 @@ absl::Status Resume(const v1::ResumePoint& resume,
 
 absl::Status ResumeFromCheckpoint(const v1::ResumePoint& resume,
                                   absl::string_view fingerprint,
-                                  RankModel& model) {
-  absl::Status status = Resume(resume, fingerprint, model);
+                                  RankModel& model,
+                                  std::map<int, std::string>* program_states) {
+  absl::Status status = Resume(resume, fingerprint, model, program_states);
   if (status.ok()) return status;
   return WithFailureCause(
       absl::Status(status.code(), absl::StrCat("resuming from ", resume.path(),

@@ -6,6 +6,9 @@
 #ifndef PSHARD_WORKER_RUNTIME_CHECKPOINT_RESUME_H_
 #define PSHARD_WORKER_RUNTIME_CHECKPOINT_RESUME_H_
 
+#include <map>
+#include <string>
+
 #include "absl/status/status.h"
 #include "pshard/v1/job.pb.h"
 #include "absl/strings/string_view.h"
@@ -22,10 +25,12 @@ namespace pshard::worker {
 // Every error is the job's own (FAILURE_CAUSE_JOB) and names the
 // checkpoint: a corrupt or truncated shard (DataLoss naming the file),
 // another spec's checkpoint (FailedPrecondition), a missing or misshapen
-// tensor (NotFound/InvalidArgument naming it).
-absl::Status ResumeFromCheckpoint(const v1::ResumePoint& resume,
-                                  absl::string_view fingerprint,
-                                  RankModel& model);
+// tensor (NotFound/InvalidArgument naming it). `program_states`, when not
+// null, receives the program state each rank saved with its shard, by rank
+// (checkpoint::ShardReader::ProgramStates).
+absl::Status ResumeFromCheckpoint(
+    const v1::ResumePoint& resume, absl::string_view fingerprint,
+    RankModel& model, std::map<int, std::string>* program_states = nullptr);
 
 }  // namespace pshard::worker
 

@@ -57,16 +57,18 @@ bool CheckpointSaver::Due(const v1::JobSpec& spec, int64_t step) {
   return every > 0 && step % every == 0 && step < spec.steps();
 }
 
-absl::Status CheckpointSaver::Start(int64_t step, RankModel& model) {
+absl::Status CheckpointSaver::Start(int64_t step, RankModel& model,
+                                    std::optional<std::string> program_state) {
   if (in_flight_.has_value()) Report(writer_.Wait(write_timeout_));
   SendReports();
   in_flight_ = step;
-  absl::Status started = Snapshot(step, model);
+  absl::Status started = Snapshot(step, model, std::move(program_state));
   if (!started.ok()) Report(started);
   return started;
 }
 
-absl::Status CheckpointSaver::Snapshot(int64_t step, RankModel& model) {
+absl::Status CheckpointSaver::Snapshot(
+    int64_t step, RankModel& model, std::optional<std::string> program_state) {
   // What this rank owns, as of now, copied once straight into the writer's
   // buffers (the stall training sees).
   ASSIGN_OR_RETURN(const std::vector<ZeroHook::OwnedParameter> owned,
@@ -134,7 +136,8 @@ absl::Status CheckpointSaver::Snapshot(int64_t step, RankModel& model) {
           }
         }
         return absl::OkStatus();
-      });
+      },
+      std::move(program_state));
 }
 
 void CheckpointSaver::Poll() {

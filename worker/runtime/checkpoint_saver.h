@@ -70,9 +70,12 @@ class CheckpointSaver {
   // After step `step`'s update (the model's first step has run): reports
   // the previous write (waiting for it, up to write_timeout, if it is still
   // going), then snapshots `model`'s owned parameters and optimizer state
-  // and starts writing. Failures are reported to the coordinator and
-  // returned (a built-in job goes on regardless).
-  absl::Status Start(int64_t step, RankModel& model);
+  // and starts writing, with `program_state` (a program's own, stored in
+  // this rank's shard: checkpoint::kMetaProgramState) when set. Failures
+  // are reported to the coordinator and returned (a built-in job goes on
+  // regardless).
+  absl::Status Start(int64_t step, RankModel& model,
+                     std::optional<std::string> program_state = std::nullopt);
 
   // Reports a write that has ended, without waiting for one in flight, and
   // sends again the reports the coordinator could not take yet (at most
@@ -91,7 +94,8 @@ class CheckpointSaver {
                   const Clock& clock);
 
   // The snapshot: what this rank owns, copied once into the writer.
-  absl::Status Snapshot(int64_t step, RankModel& model);
+  absl::Status Snapshot(int64_t step, RankModel& model,
+                        std::optional<std::string> program_state);
 
   // Reports the write of in_flight_ with `result`, and clears in_flight_.
   void Report(const absl::StatusOr<checkpoint::ShardFileInfo>& result);
