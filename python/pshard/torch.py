@@ -650,8 +650,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         return list(owned[:count.value])
 
     def state_dict(self):
-        """This rank's shard of the optimizer state (after the first step),
-        as ZeroRedundancyOptimizer's local state: {"state": {parameter name:
+        """This rank's shard of the optimizer state, as
+        ZeroRedundancyOptimizer's local state: {"state": {parameter name:
         {"step": n, "exp_avg": tensor, ...}}, "rank", "world_size", and the
         spec: "optimizer" (OptimizerSpec), "bucket_cap_mb", "comm_mode"}.
         Only the parameters whose buckets this rank owns, by torch's names
@@ -664,7 +664,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
         parameter) and 1-D tensors of the slice's elements. Waits for the
         parameters' updates first (overlap_param_broadcast). As torch's,
         it has "param_groups": each group's values (a scheduler's too) and
-        its "params", by name, which load_state_dict() restores."""
+        its "params", by name, which load_state_dict() restores; "steps",
+        the optimizer steps finished; and before the first step an empty
+        "state" (none is made yet: loaded, it starts a fresh optimizer)."""
+        if self.steps_finished == 0:
+            return {"state": {}, "param_groups": self._group_values(),
+                    "steps": 0, "rank": self._session.rank,
+                    "world_size": self._session.world_size, **self._spec}
         self.wait_parameters()
         shapes = {name: p.shape for name, p in self._named}
         handle = ctypes.c_void_p()
@@ -698,7 +704,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         finally:
             _capi.check("pshardOptimizerStateFree", handle)
         return {"state": state, "param_groups": self._group_values(),
-                "rank": self._session.rank,
+                "steps": self.steps_finished, "rank": self._session.rank,
                 "world_size": self._session.world_size, **self._spec}
 
     def _group_values(self):
@@ -835,6 +841,26 @@ class ShardedOptimizer(torch.optim.Optimizer):
                     pointers.append(ctypes.cast(
                         tensor.data_ptr(), ctypes.POINTER(ctypes.c_float)))
                     numels.append(tensor.numel())
+        if not names and all(one.get("steps") == 0 for one in dicts):
+            # Saved before any step (torch's empty "state"): the optimizer
+            # starts afresh, as torch's does.
+            if self.steps_finished > 0:
+                raise PshardError(
+                    "load_state_dict", _capi.INVALID_USAGE,
+                    "optimizer state loads before the first step; "
+                    f"{self.steps_finished} have finished")
+        else:
+            self._import_state(names, keys, steps, offsets, pointers, numels)
+        del keep
+        if groups is not None:
+            for group, values in zip(self.param_groups, groups):
+                group.update({k: v for k, v in values.items()
+                              if k != "params"})
+            self._push_hyper_parameters()
+
+    def _import_state(self, names, keys, steps, offsets, pointers, numels):
+        """Hands pshard the optimizer state entries load_state_dict
+        gathered (pointers into tensors the caller keeps alive)."""
         n = len(names)
         _capi.check(
             "pshardImportOptimizerStateSlices", self._session.handle,
@@ -845,12 +871,6 @@ class ShardedOptimizer(torch.optim.Optimizer):
             (ctypes.c_int64 * max(1, n))(*offsets),
             (ctypes.POINTER(ctypes.c_float) * max(1, n))(*pointers),
             (ctypes.c_int64 * max(1, n))(*numels))
-        del keep
-        if groups is not None:
-            for group, values in zip(self.param_groups, groups):
-                group.update({k: v for k, v in values.items()
-                              if k != "params"})
-            self._push_hyper_parameters()
 
     @property
     def session(self):

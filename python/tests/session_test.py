@@ -137,6 +137,30 @@ class ShardedOptimizerTest(unittest.TestCase):
         with self.assertRaisesRegex(pshard.PshardError, "local test mode"):
             pshard.checkpoint.save(optimizer, 1, state=bytearray(b"x"))
 
+    def test_a_state_dict_before_the_first_step_starts_afresh(self):
+        # As torch's: an empty "state", the groups' values; loaded, a fresh
+        # optimizer with those values.
+        spec = {"kind": "SGD", "hyper_parameters": {"lr": 0.5,
+                                                    "momentum": 0.9}}
+        optimizer = self.make(torch.nn.Linear(3, 2), optimizer=spec)
+        optimizer.param_groups[0]["lr"] = 0.25
+        saved = optimizer.state_dict()
+        self.assertEqual((saved["state"], saved["steps"]), ({}, 0))
+        self.assertEqual(saved["param_groups"][0]["lr"], 0.25)
+        self.session.close()
+        self.session = pshard.Session.open()
+        model = torch.nn.Linear(3, 2)
+        optimizer = self.make(model, optimizer=spec)
+        optimizer.load_state_dict(saved)
+        self.assertEqual(optimizer.param_groups[0]["lr"], 0.25)
+        bias = model.bias.detach().clone()
+        ones_step(model, optimizer, torch.ones(4, 3))()
+        # The first momentum step: the buffer is the gradient, 4.
+        torch.testing.assert_close(model.bias.detach(), bias - 1.0)
+        with self.assertRaisesRegex(pshard.PshardError, "before the first "
+                                    "step; 1 have finished"):
+            optimizer.load_state_dict(saved)
+
     def test_bad_optimizer_json_names_the_field(self):
         with self.assertRaises(pshard.PshardError) as raised:
             self.make(torch.nn.Linear(2, 2),
