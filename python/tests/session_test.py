@@ -151,6 +151,12 @@ class ShardedOptimizerTest(unittest.TestCase):
         self.session = pshard.Session.open()
         model = torch.nn.Linear(3, 2)
         optimizer = self.make(model, optimizer=spec)
+        # A saved value pshard refuses is refused at the load, named.
+        with self.assertRaisesRegex(ValueError, r"param_groups\[0\]: "
+                                    r"optimizer.hyper_parameters.lr: must be "
+                                    r"in \(0, 1e\+06\], got 0"):
+            optimizer.load_state_dict(dict(saved, param_groups=[
+                dict(saved["param_groups"][0], lr=0.0)]))
         optimizer.load_state_dict(saved)
         self.assertEqual(optimizer.param_groups[0]["lr"], 0.25)
         bias = model.bias.detach().clone()

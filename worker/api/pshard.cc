@@ -856,6 +856,7 @@ pshardResult_t pshardSaveCheckpointWithState(pshardSession_t session,
   }
   if (state == nullptr && size > 0) return NullArgument(kCall, "state");
   return WithSession(kCall, session, [&](Session& s) {
+    // Before the copy below reads `size` bytes of the caller's memory.
     if (absl::Status fits = pshard::checkpoint::CheckProgramStateSize(size);
         !fits.ok()) {
       return Fail(pshardInvalidArgument,
