@@ -752,8 +752,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         the state lacks. Its "param_groups" (every rank's the same), when
         there, replace the groups' values as torch's load_state_dict does,
         so that a scheduler's lr and momentum resume where they were;
-        pshard takes them at once (ValueError for one out of range). For a
-        checkpoint of the whole job on disk, see pshard.checkpoint."""
+        pshard takes them at once (ValueError for one out of range). A load
+        that is refused leaves the optimizer as it was. For a checkpoint of the whole job on disk, see pshard.checkpoint."""
         dicts = (list(state_dict) if isinstance(state_dict, (list, tuple))
                  else [state_dict])
         if not dicts:
@@ -841,22 +841,53 @@ class ShardedOptimizer(torch.optim.Optimizer):
                     pointers.append(ctypes.cast(
                         tensor.data_ptr(), ctypes.POINTER(ctypes.c_float)))
                     numels.append(tensor.numel())
-        if not names and all(one.get("steps") == 0 for one in dicts):
-            # Saved before any step (torch's empty "state"): the optimizer
-            # starts afresh, as torch's does.
-            if self.steps_finished > 0:
-                raise PshardError(
-                    "load_state_dict", _capi.INVALID_USAGE,
-                    "optimizer state loads before the first step; "
-                    f"{self.steps_finished} have finished")
-        else:
-            self._import_state(names, keys, steps, offsets, pointers, numels)
+        # The groups' values first (pshard may refuse one), then the state;
+        # a refusal of either leaves both as they were.
+        before = (self._replace_group_values(groups) if groups is not None
+                  else None)
+        try:
+            if not names and all(one.get("steps") == 0 for one in dicts):
+                # Saved before any step (torch's empty "state"): the
+                # optimizer starts afresh, as torch's does.
+                if self.steps_finished > 0:
+                    raise PshardError(
+                        "load_state_dict", _capi.INVALID_USAGE,
+                        "optimizer state loads before the first step; "
+                        f"{self.steps_finished} have finished")
+            else:
+                self._import_state(names, keys, steps, offsets, pointers,
+                                   numels)
+        except BaseException:
+            if before is not None:
+                self._restore_group_values(before)
+            raise
         del keep
-        if groups is not None:
-            for group, values in zip(self.param_groups, groups):
+
+    def _replace_group_values(self, saved):
+        """Each group takes its saved values (all but "params") and pshard
+        the changed ones; returns the groups as they were. On a value pshard
+        refuses (ValueError), every group is as it was."""
+        before = [dict(group) for group in self.param_groups]
+        try:
+            for group, values in zip(self.param_groups, saved):
                 group.update({k: v for k, v in values.items()
                               if k != "params"})
             self._push_hyper_parameters()
+        except BaseException:
+            self._restore_group_values(before)
+            raise
+        return before
+
+    def _restore_group_values(self, before):
+        """param_groups back to `before` (from _replace_group_values), and
+        pshard's values with them."""
+        for group, old in zip(self.param_groups, before):
+            group.clear()
+            group.update(old)
+        try:
+            self._push_hyper_parameters()
+        except ValueError:
+            pass  # a value the caller set and pshard refuses: step() says so
 
     def _import_state(self, names, keys, steps, offsets, pointers, numels):
         """Hands pshard the optimizer state entries load_state_dict

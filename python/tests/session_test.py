@@ -157,6 +157,7 @@ class ShardedOptimizerTest(unittest.TestCase):
                                     r"in \(0, 1e\+06\], got 0"):
             optimizer.load_state_dict(dict(saved, param_groups=[
                 dict(saved["param_groups"][0], lr=0.0)]))
+        self.assertEqual(optimizer.param_groups[0]["lr"], 0.5)
         optimizer.load_state_dict(saved)
         self.assertEqual(optimizer.param_groups[0]["lr"], 0.25)
         bias = model.bias.detach().clone()
@@ -166,6 +167,49 @@ class ShardedOptimizerTest(unittest.TestCase):
         with self.assertRaisesRegex(pshard.PshardError, "before the first "
                                     "step; 1 have finished"):
             optimizer.load_state_dict(saved)
+
+    def test_a_refused_load_leaves_the_optimizer_as_it_was(self):
+        # SGD with momentum 0.5: "weight" in the default group at lr 0.5,
+        # "bias" in the spec's group 0 at 0.25. Both gradients are 4 a step
+        # (4 rows of ones), so after a saved step the buffer B = 4 and the
+        # next step's is 6.
+        spec = {"kind": "SGD",
+                "hyper_parameters": {"lr": 0.5, "momentum": 0.5},
+                "param_groups": [{"params": ["bias"],
+                                  "hyper_parameters": {"lr": 0.25}}]}
+        model = torch.nn.Linear(3, 2)
+        optimizer = self.make(model, optimizer=spec)
+        x = torch.ones(4, 3)
+        ones_step(model, optimizer, x)()
+        saved = optimizer.state_dict()
+        self.session.close()
+        self.session = pshard.Session.open()
+        model = torch.nn.Linear(3, 2)
+        optimizer = self.make(model, optimizer=spec)
+
+        def groups_with(*lrs):
+            return [dict(group, lr=lr)
+                    for group, lr in zip(saved["param_groups"], lrs)]
+        # Group 0's value is taken, group 1's refused: neither stays.
+        with self.assertRaisesRegex(ValueError, r"param_groups\[1\]: .*lr: "
+                                    r"must be in \(0, 1e\+06\], got 0"):
+            optimizer.load_state_dict(dict(saved,
+                                           param_groups=groups_with(0.125, 0)))
+        self.assertEqual([g["lr"] for g in optimizer.param_groups],
+                         [0.5, 0.25])
+        # The values are taken, the state (every entry twice) refused:
+        # neither stays.
+        twice = dict(saved, param_groups=groups_with(0.125, 0.125))
+        with self.assertRaisesRegex(pshard.PshardError, "twice"):
+            optimizer.load_state_dict([twice, twice])
+        self.assertEqual([g["lr"] for g in optimizer.param_groups],
+                         [0.5, 0.25])
+        optimizer.load_state_dict(saved)
+        weight = model.weight.detach().clone()
+        bias = model.bias.detach().clone()
+        ones_step(model, optimizer, x)()  # B = 6, at the spec's rates
+        torch.testing.assert_close(model.weight.detach(), weight - 3.0)
+        torch.testing.assert_close(model.bias.detach(), bias - 1.5)
 
     def test_bad_optimizer_json_names_the_field(self):
         with self.assertRaises(pshard.PshardError) as raised:
