@@ -131,6 +131,34 @@ def _check_dtype(what, dtype):
                          f"got {dtype!r}")
 
 
+class _StateEntries:
+    """Optimizer state entries as pshardImportOptimizerStateSlices takes
+    them: parallel lists, and the contiguous CPU tensors the pointers point
+    into (kept alive with them)."""
+
+    def __init__(self):
+        self.names, self.keys, self.steps = [], [], []
+        self.offsets, self.pointers, self.numels = [], [], []
+        self._tensors = []
+
+    def add(self, name, key, step, offset, tensor):
+        """One entry; `tensor` None for a parameter without state (its
+        step only, key "step")."""
+        self.names.append(name.encode())
+        self.keys.append(key.encode())
+        self.steps.append(step)
+        self.offsets.append(offset)
+        if tensor is None:
+            self.pointers.append(ctypes.POINTER(ctypes.c_float)())
+            self.numels.append(0)
+            return
+        tensor = tensor.detach().cpu().contiguous()
+        self._tensors.append(tensor)
+        self.pointers.append(ctypes.cast(tensor.data_ptr(),
+                                         ctypes.POINTER(ctypes.c_float)))
+        self.numels.append(tensor.numel())
+
+
 class ShardedOptimizer(torch.optim.Optimizer):
     """ShardedOptimizer(model, optimizer={...}, bucket_cap_mb=25,
     comm_mode="reduce_broadcast", session=None,
@@ -753,16 +781,46 @@ class ShardedOptimizer(torch.optim.Optimizer):
         there, replace the groups' values as torch's load_state_dict does,
         so that a scheduler's lr and momentum resume where they were;
         pshard takes them at once (ValueError for one out of range). A load
-        that is refused leaves the optimizer as it was. For a checkpoint of the whole job on disk, see pshard.checkpoint."""
+        that is refused leaves the optimizer as it was. For a checkpoint of
+        the whole job on disk, see pshard.checkpoint."""
         dicts = (list(state_dict) if isinstance(state_dict, (list, tuple))
                  else [state_dict])
         if not dicts:
             raise ValueError("state_dict: an empty list")
+        groups = self._saved_group_values(dicts)
+        entries = self._saved_state_entries(dicts)
+        # The groups' values first (pshard may refuse one), then the state;
+        # a refusal of either leaves both as they were.
+        before = (self._replace_group_values(groups) if groups is not None
+                  else None)
+        try:
+            if entries.names or any(one.get("steps") != 0 for one in dicts):
+                self._import_state(entries)
+            elif self.steps_finished > 0:
+                # Saved before any step (torch's empty "state"): the
+                # optimizer starts afresh, as torch's does, if it may.
+                raise PshardError(
+                    "load_state_dict", _capi.INVALID_USAGE,
+                    "optimizer state loads before the first step; "
+                    f"{self.steps_finished} have finished")
+        except BaseException:
+            if before is not None:
+                self._restore_group_values(before)
+            raise
+
+    @staticmethod
+    def _what(dicts, d):
+        """How errors name dicts[d]."""
+        return "state_dict" if len(dicts) == 1 else f"state_dict[{d}]"
+
+    def _saved_group_values(self, dicts):
+        """The "param_groups" the dicts carry (None when none does),
+        checked against this optimizer's groups and between ranks."""
         groups = None
         for d, one in enumerate(dicts):
             if not isinstance(one, dict) or "param_groups" not in one:
                 continue
-            what = "state_dict" if len(dicts) == 1 else f"state_dict[{d}]"
+            what = self._what(dicts, d)
             self._check_group_values(f"{what}['param_groups']",
                                      one["param_groups"])
             if groups is None:
@@ -770,11 +828,15 @@ class ShardedOptimizer(torch.optim.Optimizer):
             elif one["param_groups"] != groups:
                 raise ValueError(f"{what}['param_groups'] differs from "
                                  "another rank's")
+        return groups
+
+    def _saved_state_entries(self, dicts):
+        """The dicts' "state" as the entries pshard imports, each checked
+        (ValueError, TypeError naming it)."""
         params = dict(self._named)
-        names, keys, steps, offsets, pointers, numels = [], [], [], [], [], []
-        keep = []  # the contiguous tensors the pointers point into
+        entries = _StateEntries()
         for d, one in enumerate(dicts):
-            what = "state_dict" if len(dicts) == 1 else f"state_dict[{d}]"
+            what = self._what(dicts, d)
             if not isinstance(one, dict):
                 raise TypeError(f"{what}: a dict from ShardedOptimizer."
                                 "state_dict()")
@@ -802,12 +864,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 if set(entry) <= {"step", "offset"}:
                     # No state (SGD without momentum): the step its bucket's
                     # lr schedule resumes from.
-                    names.append(name.encode())
-                    keys.append(b"step")
-                    steps.append(entry["step"])
-                    offsets.append(offset)
-                    pointers.append(ctypes.POINTER(ctypes.c_float)())
-                    numels.append(0)
+                    entries.add(name, "step", entry["step"], offset, None)
                     continue
                 for key, tensor in entry.items():
                     if key in ("step", "offset"):
@@ -832,36 +889,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
                         raise ValueError(f"{at}: shape "
                                          f"{tuple(tensor.shape)}, the "
                                          f"parameter's is {tuple(shape)}")
-                    tensor = tensor.detach().cpu().contiguous()
-                    keep.append(tensor)
-                    names.append(name.encode())
-                    keys.append(key.encode())
-                    steps.append(entry["step"])
-                    offsets.append(offset)
-                    pointers.append(ctypes.cast(
-                        tensor.data_ptr(), ctypes.POINTER(ctypes.c_float)))
-                    numels.append(tensor.numel())
-        # The groups' values first (pshard may refuse one), then the state;
-        # a refusal of either leaves both as they were.
-        before = (self._replace_group_values(groups) if groups is not None
-                  else None)
-        try:
-            if not names and all(one.get("steps") == 0 for one in dicts):
-                # Saved before any step (torch's empty "state"): the
-                # optimizer starts afresh, as torch's does.
-                if self.steps_finished > 0:
-                    raise PshardError(
-                        "load_state_dict", _capi.INVALID_USAGE,
-                        "optimizer state loads before the first step; "
-                        f"{self.steps_finished} have finished")
-            else:
-                self._import_state(names, keys, steps, offsets, pointers,
-                                   numels)
-        except BaseException:
-            if before is not None:
-                self._restore_group_values(before)
-            raise
-        del keep
+                    entries.add(name, key, entry["step"], offset, tensor)
+        return entries
 
     def _replace_group_values(self, saved):
         """Each group takes its saved values (all but "params") and pshard
@@ -889,19 +918,19 @@ class ShardedOptimizer(torch.optim.Optimizer):
         except ValueError:
             pass  # a value the caller set and pshard refuses: step() says so
 
-    def _import_state(self, names, keys, steps, offsets, pointers, numels):
+    def _import_state(self, entries):
         """Hands pshard the optimizer state entries load_state_dict
-        gathered (pointers into tensors the caller keeps alive)."""
-        n = len(names)
+        gathered."""
+        n = len(entries.names)
         _capi.check(
             "pshardImportOptimizerStateSlices", self._session.handle,
             json.dumps(self._spec["optimizer"]).encode(), n,
-            (ctypes.c_char_p * max(1, n))(*names),
-            (ctypes.c_char_p * max(1, n))(*keys),
-            (ctypes.c_int64 * max(1, n))(*steps),
-            (ctypes.c_int64 * max(1, n))(*offsets),
-            (ctypes.POINTER(ctypes.c_float) * max(1, n))(*pointers),
-            (ctypes.c_int64 * max(1, n))(*numels))
+            (ctypes.c_char_p * max(1, n))(*entries.names),
+            (ctypes.c_char_p * max(1, n))(*entries.keys),
+            (ctypes.c_int64 * max(1, n))(*entries.steps),
+            (ctypes.c_int64 * max(1, n))(*entries.offsets),
+            (ctypes.POINTER(ctypes.c_float) * max(1, n))(*entries.pointers),
+            (ctypes.c_int64 * max(1, n))(*entries.numels))
 
     @property
     def session(self):
