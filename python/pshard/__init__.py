@@ -75,14 +75,15 @@ class Session:
         with average_loss) and the samples this rank processed in it. Rank 0
         sends it to the coordinator without waiting; raises PshardError
         (code ABORTED) once the coordinator has stopped the job."""
-        _capi.check("pshardReportProgress", self.handle, int(step),
-                    float(loss), int(samples))
+        _capi.check("pshardReportProgress", self.handle,
+                    _capi.integer("step", step), _capi.real("loss", loss),
+                    _capi.integer("samples", samples))
 
     def average_loss(self, loss):
         """The mean of `loss` over ranks (every rank calls it)."""
         mean = ctypes.c_double()
-        _capi.check("pshardAverageLoss", self.handle, float(loss),
-                    ctypes.byref(mean))
+        _capi.check("pshardAverageLoss", self.handle,
+                    _capi.real("loss", loss), ctypes.byref(mean))
         return mean.value
 
     def barrier(self):

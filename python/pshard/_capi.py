@@ -7,6 +7,7 @@ pshardGetLastError()'s text. Pure Python: the same files serve every CPython
 """
 
 import ctypes
+import operator
 import os
 
 SUCCESS = 0
@@ -41,6 +42,34 @@ class PshardError(RuntimeError):
         self.call = call
         self.code = code
         self.message = message
+
+
+def integer(what, value, bits=64):
+    """`value` as the signed `bits`-bit integer a C argument takes: an
+    integer (Python's, numpy's, an integer tensor of one element), not a
+    bool. TypeError or ValueError naming the argument `what`; the library
+    checks the range that matters."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what}: an integer, got {value!r}") from None
+    if not -2**(bits - 1) <= number < 2**(bits - 1):
+        raise ValueError(f"{what}: {number} is outside the {bits}-bit range")
+    return number
+
+
+def real(what, value):
+    """`value` as the double a C argument takes: a real number (an int,
+    float, numpy scalar or one-element tensor), not a bool or a string.
+    TypeError naming the argument `what`; the library checks the range."""
+    try:
+        if isinstance(value, (bool, str, bytes, bytearray)):
+            raise TypeError
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what}: a number, got {value!r}") from None
 
 
 def _candidates():

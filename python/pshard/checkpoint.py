@@ -74,15 +74,16 @@ def save(optimizer, step, state=None):
     the job spec, before the first step, a step not after the last saved
     one, a state over 16 MiB; TypeError: a state that is not bytes-like."""
     handle = optimizer.session.handle
+    step = _capi.integer("step", step)
     if state is None:
-        _capi.check("pshardSaveCheckpoint", handle, int(step))
+        _capi.check("pshardSaveCheckpoint", handle, step)
         return
     try:
         data = bytes(memoryview(state))
     except TypeError:
         raise TypeError("state: bytes (or another bytes-like object), got "
                         f"{type(state).__name__}") from None
-    _capi.check("pshardSaveCheckpointWithState", handle, int(step), data,
+    _capi.check("pshardSaveCheckpointWithState", handle, step, data,
                 len(data))
 
 
@@ -108,7 +109,8 @@ def program_state(optimizer, rank=None):
     rank shares (a scheduler's) is any rank's, e.g. rank 0's, at any world
     size."""
     session = optimizer.session
-    which = session.rank if rank is None else int(rank)
+    which = (session.rank if rank is None
+             else _capi.integer("rank", rank, bits=32))
     data = ctypes.c_void_p()
     size = ctypes.c_int64()
     found = ctypes.c_int()

@@ -228,20 +228,25 @@ class ShardedOptimizer(torch.optim.Optimizer):
                             f"got {overlap_param_broadcast!r}")
         _check_dtype("param_dtype", param_dtype)
         _check_dtype("reduce_dtype", reduce_dtype)
+        bucket_cap_mb = _capi.real("bucket_cap_mb", bucket_cap_mb)
         if isinstance(optimizer, dict):
             optimizer = json.dumps(optimizer)
         if not isinstance(optimizer, str):
             raise TypeError("optimizer: a dict or a JSON string of "
                             "OptimizerSpec")
+        try:
+            optimizer_spec = json.loads(optimizer)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"optimizer: not JSON ({e})") from None
         self._session = session if session is not None else pshard.init()
         self._named = _named_parameters(model)
         self._device = self._named[0][1].device
-        self._spec = {"optimizer": json.loads(optimizer),
-                      "bucket_cap_mb": float(bucket_cap_mb),
+        self._spec = {"optimizer": optimizer_spec,
+                      "bucket_cap_mb": bucket_cap_mb,
                       "comm_mode": comm_mode}
         handle = self._session.handle
         _capi.check("pshardSetOptimizer", handle, optimizer.encode())
-        _capi.check("pshardSetBucketCapMb", handle, float(bucket_cap_mb))
+        _capi.check("pshardSetBucketCapMb", handle, bucket_cap_mb)
         _capi.check("pshardSetCommMode", handle, _COMM_MODES[comm_mode])
         if overlap_param_broadcast is not None:
             _capi.check("pshardSetOverlapParamBroadcast", handle,

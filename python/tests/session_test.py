@@ -84,6 +84,24 @@ class SessionTest(unittest.TestCase):
         self.assertIn("step: must be >= 1", str(raised.exception))
         session.report(step=1, loss=1.0, samples=4)
         self.assertEqual(session.average_loss(2.5), 2.5)
+        # Integers and numbers as torch holds them are taken; anything
+        # else is refused, named, before the library.
+        session.report(step=torch.tensor(2), loss=torch.tensor(0.5),
+                       samples=torch.tensor(4))
+        self.assertEqual(session.average_loss(torch.tensor(1.5)), 1.5)
+        for arguments, error in [
+                (dict(step=2.0), "step: an integer, got 2.0"),
+                (dict(step=True), "step: an integer, got True"),
+                (dict(step=torch.tensor(2.5)), "step: an integer"),
+                (dict(step=2, loss="low"), "loss: a number, got 'low'"),
+                (dict(step=2, samples=4.5), "samples: an integer, got 4.5")]:
+            with self.assertRaisesRegex(TypeError, error):
+                session.report(**arguments)
+        with self.assertRaisesRegex(ValueError, "step: 36893488147419103232 "
+                                    "is outside the 64-bit range"):
+            session.report(step=2**65)
+        with self.assertRaisesRegex(TypeError, "loss: a number, got None"):
+            session.average_loss(None)
         session.close()
         session.close()
         with self.assertRaises(pshard.PshardError):
@@ -127,9 +145,18 @@ class ShardedOptimizerTest(unittest.TestCase):
         self.assertIsNone(pshard.checkpoint.program_state(optimizer, rank=0))
         with self.assertRaisesRegex(pshard.PshardError, "rank must be >= 0"):
             pshard.checkpoint.program_state(optimizer, rank=-1)
+        with self.assertRaisesRegex(TypeError, "rank: an integer, got '0'"):
+            pshard.checkpoint.program_state(optimizer, rank="0")
+        with self.assertRaisesRegex(ValueError, "rank: 4294967296 is outside "
+                                    "the 32-bit range"):
+            pshard.checkpoint.program_state(optimizer, rank=2**32)
         for bad in (12, "text", [1, 2]):
             with self.assertRaisesRegex(TypeError, "state: bytes"):
                 pshard.checkpoint.save(optimizer, 1, state=bad)
+        for bad in (1.5, "1", None):
+            with self.assertRaisesRegex(TypeError, "step: an integer, got "
+                                        f"{bad!r}"):
+                pshard.checkpoint.save(optimizer, bad)
         optimizer.zero_grad()
         model(torch.ones(4, 3)).sum().backward()
         optimizer.step()
@@ -232,6 +259,12 @@ class ShardedOptimizerTest(unittest.TestCase):
             self.make(torch.nn.Linear(2, 2), reduce_dtype="bf16")
         with self.assertRaisesRegex(pshard.PshardError, "bucket_cap_mb"):
             self.make(torch.nn.Linear(2, 2), bucket_cap_mb=-1)
+        for bad in ("25", None, True):
+            with self.assertRaisesRegex(TypeError, "bucket_cap_mb: a number, "
+                                        f"got {bad!r}"):
+                self.make(torch.nn.Linear(2, 2), bucket_cap_mb=bad)
+        with self.assertRaisesRegex(ValueError, r"optimizer: not JSON \("):
+            self.make(torch.nn.Linear(2, 2), optimizer='{"kind": SGD}')
         with self.assertRaisesRegex(ValueError, "device meta is not "
                                     r"supported \(CPU or CUDA tensors\)"):
             self.make(torch.nn.Linear(2, 2, device="meta"))
