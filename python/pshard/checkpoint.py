@@ -57,6 +57,7 @@ def restart_count():
 def due(step, total_steps=None):
     """True when the spec asks for a checkpoint after `step` (never after
     the last step, `total_steps`, whose parameters are the job's output)."""
+    step = _capi.integer("step", step)
     every = every_steps()
     if every <= 0 or step % every != 0:
         return False
@@ -95,6 +96,9 @@ def load(optimizer, path=None):
     when there is none. Raises PshardError naming the checkpoint: none there
     (NOT_FOUND), a corrupted shard (DATA_LOSS), another job's model or
     optimizer."""
+    if path is not None and not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"path: a str, bytes or os.PathLike, got "
+                        f"{type(path).__name__}")
     step = ctypes.c_int64()
     _capi.check("pshardLoadCheckpoint", optimizer.session.handle,
                 None if path is None else os.fsencode(path),

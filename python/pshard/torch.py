@@ -121,8 +121,8 @@ def _hyper_parameter(key, value):
     """A param_groups value as pshard takes it: a float, or a tuple of
     floats for "betas" (a torch scheduler may write 0-d tensors)."""
     if key == "betas":
-        return tuple(float(b) for b in value)
-    return float(value)
+        return tuple(_capi.real(key, b) for b in value)
+    return _capi.real(key, value)
 
 
 def _check_dtype(what, dtype):
@@ -238,6 +238,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
             optimizer_spec = json.loads(optimizer)
         except json.JSONDecodeError as e:
             raise ValueError(f"optimizer: not JSON ({e})") from None
+        if session is not None and not isinstance(session, pshard.Session):
+            raise TypeError("session: a pshard.Session (or None for "
+                            f"pshard.init()'s), got {type(session).__name__}")
         self._session = session if session is not None else pshard.init()
         self._named = _named_parameters(model)
         self._device = self._named[0][1].device
@@ -852,6 +855,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 raise ValueError(
                     f"{what}['optimizer'] is {one['optimizer']!r}, "
                     f"this optimizer's {self._spec['optimizer']!r}")
+            if not isinstance(one["state"], dict):
+                raise TypeError(f"{what}['state']: a dict by parameter name, "
+                                f"got {type(one['state']).__name__}")
             for name, entry in one["state"].items():
                 where = f"{what}['state'][{name!r}]"
                 if name not in params:

@@ -157,6 +157,11 @@ class ShardedOptimizerTest(unittest.TestCase):
             with self.assertRaisesRegex(TypeError, "step: an integer, got "
                                         f"{bad!r}"):
                 pshard.checkpoint.save(optimizer, bad)
+        with self.assertRaisesRegex(TypeError, "step: an integer, got '3'"):
+            pshard.checkpoint.due("3")
+        with self.assertRaisesRegex(TypeError, "path: a str, bytes or "
+                                    "os.PathLike, got int"):
+            pshard.checkpoint.load(optimizer, 12)
         optimizer.zero_grad()
         model(torch.ones(4, 3)).sum().backward()
         optimizer.step()
@@ -224,6 +229,9 @@ class ShardedOptimizerTest(unittest.TestCase):
                                            param_groups=groups_with(0.125, 0)))
         self.assertEqual([g["lr"] for g in optimizer.param_groups],
                          [0.5, 0.25])
+        with self.assertRaisesRegex(TypeError, r"state_dict\['state'\]: a "
+                                    "dict by parameter name, got list"):
+            optimizer.load_state_dict(dict(saved, state=[]))
         # The values are taken, the state (every entry twice) refused:
         # neither stays.
         twice = dict(saved, param_groups=groups_with(0.125, 0.125))
@@ -265,6 +273,10 @@ class ShardedOptimizerTest(unittest.TestCase):
                 self.make(torch.nn.Linear(2, 2), bucket_cap_mb=bad)
         with self.assertRaisesRegex(ValueError, r"optimizer: not JSON \("):
             self.make(torch.nn.Linear(2, 2), optimizer='{"kind": SGD}')
+        with self.assertRaisesRegex(TypeError, "session: a pshard.Session "
+                                    r"\(or None for pshard.init\(\)'s\), "
+                                    "got str"):
+            self.make(torch.nn.Linear(2, 2), session="rank 0")
         with self.assertRaisesRegex(ValueError, "device meta is not "
                                     r"supported \(CPU or CUDA tensors\)"):
             self.make(torch.nn.Linear(2, 2, device="meta"))
@@ -383,11 +395,12 @@ class ShardedOptimizerTest(unittest.TestCase):
                                     r"keeps no momentum buffer"):
             train_step()
         optimizer.param_groups[1]["momentum"] = 0.0
-        optimizer.param_groups[0]["momentum"] = "fast"
-        with self.assertRaisesRegex(TypeError, r"param_groups\[0\]"
-                                    r"\['momentum'\] must be a number, got "
-                                    r"'fast'"):
-            train_step()
+        for text in ("fast", "0.5"):  # torch's kernels take no strings
+            optimizer.param_groups[0]["momentum"] = text
+            with self.assertRaisesRegex(TypeError, r"param_groups\[0\]"
+                                        r"\['momentum'\] must be a number, "
+                                        f"got '{text}'"):
+                train_step()
         optimizer.param_groups[0]["momentum"] = 0.25
         # Nothing above changed what pshard steps with.
         train_step()  # B = 5.25
