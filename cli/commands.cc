@@ -275,7 +275,9 @@ class Runner {
 
   // Returns the exit code; errors are printed here.
   int Run(const std::vector<std::string>& args) {
-    absl::StatusOr<int> code = Dispatch(args);
+    const absl::Status timeouts = CheckTimeouts(options_);
+    absl::StatusOr<int> code =
+        timeouts.ok() ? Dispatch(args) : absl::StatusOr<int>(timeouts);
     if (!code.ok()) {
       PrintError(*io_.err, code.status());
       return ExitCodeFor(code.status());
@@ -526,6 +528,19 @@ int ExitCodeFor(const absl::Status& status) {
   if (status.code() == absl::StatusCode::kInvalidArgument) return kExitUsage;
   if (status.code() == absl::StatusCode::kCancelled) return kExitInterrupted;
   return kExitError;
+}
+
+absl::Status CheckTimeouts(const CliOptions& options) {
+  for (const auto& [flag, timeout] :
+       {std::pair{"--connect_timeout", options.connect_timeout},
+        std::pair{"--rpc_timeout", options.rpc_timeout},
+        std::pair{"--watch_timeout", options.watch_timeout}}) {
+    if (timeout <= absl::ZeroDuration()) {
+      return UsageError(absl::StrCat(flag, ": must be positive, got ",
+                                     absl::FormatDuration(timeout)));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view name) {

@@ -79,6 +79,11 @@ struct CliOptions {
   bool follow = false;
 };
 
+// InvalidArgument naming the flag: a connect, rpc or watch timeout that is
+// not positive (a deadline already past would fail every call with a
+// confusing DEADLINE_EXCEEDED).
+absl::Status CheckTimeouts(const CliOptions& options);
+
 // Where output goes. `out_is_tty` selects the in-place progress bar.
 struct CliIo {
   std::ostream* out;

@@ -302,6 +302,24 @@ TEST_F(CommandsTest, OnlySubmitTakesRequestId) {
   EXPECT_THAT(CommandHelp("submit"), HasSubstr("--request_id=ID"));
 }
 
+TEST_F(CommandsTest, TimeoutsThatAreNotPositiveAreRefusedBeforeConnecting) {
+  options_.rpc_timeout = absl::Seconds(-5);
+  EXPECT_EQ(Run({"list"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--rpc_timeout: must be positive, got "
+                                    "-5s"));
+  options_.rpc_timeout = absl::Seconds(30);
+  options_.connect_timeout = absl::ZeroDuration();
+  EXPECT_EQ(Run({"workers"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--connect_timeout: must be positive"));
+  options_.connect_timeout = absl::Seconds(5);
+  options_.watch_timeout = absl::Milliseconds(-1);
+  EXPECT_EQ(Run({"watch", "job-1"}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--watch_timeout: must be positive"));
+  EXPECT_EQ(connects_, 0);
+  options_.watch_timeout = absl::InfiniteDuration();  // waits for as long
+  EXPECT_EQ(Run({"list"}), kExitOk) << err_.str();
+}
+
 TEST_F(CommandsTest, UsageErrorsExit2) {
   EXPECT_EQ(Run({"frobnicate"}), kExitUsage);
   EXPECT_THAT(err_.str(), HasSubstr("unknown command \"frobnicate\""));

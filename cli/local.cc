@@ -494,6 +494,7 @@ int RunLocal(const LocalOptions& options, const CliIo& io,
   if (absl::Status s = ValidateLocalDevice(options.device); !s.ok()) {
     return fail(s);
   }
+  if (absl::Status s = CheckTimeouts(options.cli); !s.ok()) return fail(s);
   if (options.workers > 0) spec.set_world_size(options.workers);
   const int workers = spec.world_size();
   if (workers > kMaxLocalWorkers) {

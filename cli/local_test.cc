@@ -237,6 +237,16 @@ TEST_F(LocalTest, BadSpecExits2BeforeStartingAnything) {
   EXPECT_THAT(out_.str(), Not(HasSubstr("pid")));
 }
 
+TEST_F(LocalTest, TimeoutThatIsNotPositiveExits2BeforeStartingAnything) {
+  LocalOptions options;
+  options.cli.rpc_timeout = absl::ZeroDuration();
+  options.bin_dir = MakeBinDir(2);
+  options.run_dir = MakeTempDir("run");
+  EXPECT_EQ(RunLocalNow(options), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--rpc_timeout: must be positive, got 0"));
+  EXPECT_THAT(StartedPids(options.run_dir, 2), ::testing::IsEmpty());
+}
+
 TEST_F(LocalTest, RunDirOfAnEarlierRunIsRefusedBeforeStartingAnything) {
   const std::string run_dir = MakeTempDir("earlier-run");
   std::ofstream(absl::StrCat(run_dir, "/coordinator.db")) << "state";
