@@ -3,6 +3,7 @@ PshardError with the C API's code and text, ShardedOptimizer checks its
 arguments, the model survives close, and torch 2's zero_grad(set_to_none)
 cannot pull gradients out of the buckets."""
 
+import copy
 import os
 import sys
 import tempfile
@@ -245,6 +246,32 @@ class ShardedOptimizerTest(unittest.TestCase):
         ones_step(model, optimizer, x)()  # B = 6, at the spec's rates
         torch.testing.assert_close(model.weight.detach(), weight - 3.0)
         torch.testing.assert_close(model.bias.detach(), bias - 1.5)
+
+    def test_autocast_trains_as_torch_does(self):
+        # Under torch.autocast the parameters stay float32 and so do their
+        # gradients: pshard's step is torch's Adam's, bit for bit.
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                    torch.nn.Linear(16, 4))
+        reference = copy.deepcopy(model)
+        initial = model[0].weight.detach().clone()
+        spec = {"kind": "ADAM", "hyper_parameters": {"lr": 0.01}}
+        optimizers = [self.make(model, optimizer=spec),
+                      torch.optim.Adam(reference.parameters(), lr=0.01)]
+        x = torch.randn(32, 8)
+        for _ in range(3):
+            for net, optimizer in zip((model, reference), optimizers):
+                optimizer.zero_grad()
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    out = net(x)
+                self.assertEqual(out.dtype, torch.bfloat16)
+                out.float().pow(2).mean().backward()
+                optimizer.step()
+        for (name, got), want in zip(model.named_parameters(),
+                                     reference.parameters()):
+            self.assertEqual(got.dtype, torch.float32, name)
+            torch.testing.assert_close(got, want, rtol=0, atol=0, msg=name)
+        self.assertFalse(torch.equal(model[0].weight, initial))  # it trained
 
     def test_bad_optimizer_json_names_the_field(self):
         with self.assertRaises(pshard.PshardError) as raised:
