@@ -273,6 +273,52 @@ class ShardedOptimizerTest(unittest.TestCase):
             torch.testing.assert_close(got, want, rtol=0, atol=0, msg=name)
         self.assertFalse(torch.equal(model[0].weight, initial))  # it trained
 
+    def test_activation_checkpointing_and_tied_weights_train_as_torch(self):
+        # Recomputed forwards (reentrant: the gradients of the checkpointed
+        # layers become final inside a nested backward) and an embedding
+        # tied to the output (two uses, one gradient) over several buckets:
+        # torch's Adam's parameters, bit for bit.
+        from torch.utils import checkpoint
+
+        class TiedModel(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embedding = torch.nn.Embedding(10, 8)
+                self.first = torch.nn.Linear(8, 8)
+                self.second = torch.nn.Linear(8, 8)
+                self.reentrant = True
+
+            def forward(self, tokens):
+                h = self.embedding(tokens)
+                for layer in (self.first, self.second):
+                    h = checkpoint.checkpoint(
+                        lambda t, layer=layer: torch.relu(layer(t)), h,
+                        use_reentrant=self.reentrant)
+                return h @ self.embedding.weight.t()
+
+        tokens = torch.randint(0, 10, (16,))
+        for reentrant in (True, False):
+            with self.subTest(reentrant=reentrant):
+                torch.manual_seed(0)
+                model = TiedModel()
+                model.reentrant = reentrant
+                reference = copy.deepcopy(model)
+                spec = {"kind": "ADAM", "hyper_parameters": {"lr": 0.01}}
+                optimizers = [
+                    self.make(model, optimizer=spec, bucket_cap_mb=0.0005),
+                    torch.optim.Adam(reference.parameters(), lr=0.01)]
+                for _ in range(3):
+                    for net, optimizer in zip((model, reference), optimizers):
+                        optimizer.zero_grad()
+                        net(tokens).pow(2).mean().backward()
+                        optimizer.step()
+                for (name, got), want in zip(model.named_parameters(),
+                                             reference.parameters()):
+                    torch.testing.assert_close(got, want, rtol=0, atol=0,
+                                               msg=name)
+                self.session.close()
+                self.session = pshard.Session.open()
+
     def test_bad_optimizer_json_names_the_field(self):
         with self.assertRaises(pshard.PshardError) as raised:
             self.make(torch.nn.Linear(2, 2),
