@@ -64,7 +64,13 @@ def _named_parameters(model):
     if not named:
         raise ValueError("model: no parameter requires a gradient")
     first_name, first = named[0]
+    names = {}  # id -> the first name of each parameter
     for name, p in named:
+        if names.setdefault(id(p), name) != name:
+            # Two bucket slots for one tensor would step it twice.
+            raise ValueError(f"parameter {name} is {names[id(p)]}, given "
+                             "twice (a shared parameter goes in once, as "
+                             "model.named_parameters() gives it)")
         if p.dtype not in _DTYPES:
             raise ValueError(f"parameter {name}: dtype {p.dtype} is not "
                              "supported (torch.float32 or torch.bfloat16)")

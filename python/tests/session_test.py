@@ -319,6 +319,31 @@ class ShardedOptimizerTest(unittest.TestCase):
                 self.session.close()
                 self.session = pshard.Session.open()
 
+    def test_frozen_parameters_stay_out_and_unchanged(self):
+        # requires_grad=False: not in pshard's buckets or param_groups, as
+        # a torch optimizer given only the trainable ones.
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4),
+                                    torch.nn.Linear(4, 2))
+        model[0].weight.requires_grad_(False)
+        frozen = model[0].weight.detach().clone()
+        reference = copy.deepcopy(model)
+        optimizers = [self.make(model),
+                      torch.optim.SGD([p for p in reference.parameters()
+                                       if p.requires_grad], lr=0.5)]
+        self.assertEqual(sum(len(g["params"])
+                             for g in optimizers[0].param_groups), 3)
+        x = torch.randn(8, 4)
+        for _ in range(3):
+            for net, optimizer in zip((model, reference), optimizers):
+                optimizer.zero_grad()
+                net(x).pow(2).mean().backward()
+                optimizer.step()
+        self.assertTrue(torch.equal(model[0].weight, frozen))
+        self.assertNotIn("0.weight", optimizers[0].state_dict()["state"])
+        for got, want in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+
     def test_bad_optimizer_json_names_the_field(self):
         with self.assertRaises(pshard.PshardError) as raised:
             self.make(torch.nn.Linear(2, 2),
@@ -346,6 +371,11 @@ class ShardedOptimizerTest(unittest.TestCase):
                 self.make(torch.nn.Linear(2, 2), bucket_cap_mb=bad)
         with self.assertRaisesRegex(ValueError, r"optimizer: not JSON \("):
             self.make(torch.nn.Linear(2, 2), optimizer='{"kind": SGD}')
+        linear = torch.nn.Linear(2, 2)
+        with self.assertRaisesRegex(ValueError, "parameter b is a, given "
+                                    "twice"):
+            self.make([("a", linear.weight), ("b", linear.weight),
+                       ("c", linear.bias)])
         with self.assertRaisesRegex(TypeError, "session: a pshard.Session "
                                     r"\(or None for pshard.init\(\)'s\), "
                                     "got str"):
