@@ -28,7 +28,7 @@ CUDA_MEMORY = 1
 REDUCE_BROADCAST = 0
 ALLREDUCE_BROADCAST = 1
 
-API_VERSION = 9
+API_VERSION = 10
 
 _LIBRARY_NAME = "libpshard.so"
 
@@ -194,6 +194,8 @@ _PROTOTYPES = {
         _c_int64_p, _c_int_p]),
     "pshardLoadCheckpoint": (ctypes.c_int, [
         ctypes.c_void_p, ctypes.c_char_p, _c_int64_p]),
+    "pshardBroadcast": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]),
     "pshardBarrier": (ctypes.c_int, [ctypes.c_void_p]),
     "pshardSessionClose": (ctypes.c_int, [ctypes.c_void_p]),
 }

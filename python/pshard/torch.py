@@ -168,7 +168,8 @@ class _StateEntries:
 class ShardedOptimizer(torch.optim.Optimizer):
     """ShardedOptimizer(model, optimizer={...}, bucket_cap_mb=25,
     comm_mode="reduce_broadcast", session=None,
-    overlap_param_broadcast=None, param_dtype=None, reduce_dtype=None)
+    overlap_param_broadcast=None, param_dtype=None, reduce_dtype=None,
+    broadcast_buffers=True)
 
     `optimizer` is OptimizerSpec as a dict or its JSON text, protobuf's JSON
     mapping: {"kind": "ADAM", "hyper_parameters": {"lr": 1e-3, "betas":
@@ -202,6 +203,14 @@ class ShardedOptimizer(torch.optim.Optimizer):
     parameters' dtype, as autograd makes them; when reduce_dtype differs
     they are converted into the buckets as each becomes final.
 
+    `broadcast_buffers`, as DistributedDataParallel's (and on by default,
+    as there): the model's buffers (batch norm's running statistics) are
+    copied from rank 0 to every rank before a forward of `model` — before
+    the first, and before each one that follows a forward with gradients
+    enabled outside no_sync(), as DDP's pre-forward sync — so every rank
+    evaluates and saves rank 0's. Only for a torch.nn.Module with buffers,
+    on more than one rank.
+
     It is a torch.optim.Optimizer, so torch's schedulers drive it:
     `param_groups[0]` is the spec's default group (the parameters no glob
     matches), `param_groups[i + 1]` the spec's `param_groups[i]`, each with
@@ -225,13 +234,16 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def __init__(self, model, optimizer, bucket_cap_mb=25,
                  comm_mode="reduce_broadcast", session=None,
                  overlap_param_broadcast=None, param_dtype=None,
-                 reduce_dtype=None):
+                 reduce_dtype=None, broadcast_buffers=True):
         if comm_mode not in _COMM_MODES:
             raise ValueError(f"comm_mode: one of {sorted(_COMM_MODES)}, got "
                              f"{comm_mode!r}")
         if overlap_param_broadcast not in (None, True, False):
             raise TypeError("overlap_param_broadcast: None, True or False, "
                             f"got {overlap_param_broadcast!r}")
+        if broadcast_buffers not in (True, False):
+            raise TypeError("broadcast_buffers: True or False, got "
+                            f"{broadcast_buffers!r}")
         _check_dtype("param_dtype", param_dtype)
         _check_dtype("reduce_dtype", reduce_dtype)
         bucket_cap_mb = _capi.real("bucket_cap_mb", bucket_cap_mb)
@@ -310,6 +322,17 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._forward_hooks = []
         if self._overlap:
             self._register_forward_waits(model)
+        # DDP's require_forward_param_sync: whether the next forward copies
+        # rank 0's buffers.
+        self._sync_buffers_next = True
+        # As DDP, only a model with buffers when it is wrapped syncs them.
+        if (broadcast_buffers and isinstance(model, torch.nn.Module)
+                and self._session.world_size > 1
+                and any(True for _ in model.buffers())):
+            self._forward_hooks.append(
+                model.register_forward_pre_hook(self._sync_buffers))
+            self._forward_hooks.append(
+                model.register_forward_hook(self._after_forward))
         self._session._on_close.append(self._detach)
         self._init_param_groups()
 
@@ -429,6 +452,40 @@ class ShardedOptimizer(torch.optim.Optimizer):
             if own:
                 self._forward_hooks.append(module.register_forward_pre_hook(
                     self._make_forward_wait(own)))
+
+    def _sync_buffers(self, module, inputs):
+        """Forward pre-hook of the model (broadcast_buffers): rank 0's
+        buffers, all of them in one broadcast of their bytes (staged in
+        host memory), when DDP would sync them."""
+        del inputs
+        handle = self._session._handle
+        if handle is None or not self._sync_buffers_next:
+            return
+        # Looked up each time: a module may replace a buffer.
+        buffers = [b for _, b in module.named_buffers()]
+        if not buffers:
+            return
+        with torch.no_grad():
+            flat = torch.cat([b.detach().reshape(-1).cpu().view(torch.uint8)
+                              for b in buffers])
+            _capi.check("pshardBroadcast", handle,
+                        ctypes.c_void_p(flat.data_ptr()), flat.numel(), 0)
+            if self._session.rank == 0:
+                return
+            offset = 0
+            for b in buffers:
+                size = b.numel() * b.element_size()
+                # A copy of the bytes, aligned for the buffer's dtype.
+                values = flat[offset:offset + size].clone().view(b.dtype)
+                b.copy_(values.view(b.shape))
+                offset += size
+
+    def _after_forward(self, module, inputs, output):
+        """Forward hook of the model (broadcast_buffers): as DDP, the next
+        forward syncs the buffers only after one that will reduce
+        gradients (grad enabled, outside no_sync())."""
+        del module, inputs, output
+        self._sync_buffers_next = torch.is_grad_enabled() and not self._no_sync
 
     def _make_forward_wait(self, indices):
         def wait(module, inputs):

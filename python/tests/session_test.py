@@ -371,6 +371,9 @@ class ShardedOptimizerTest(unittest.TestCase):
                 self.make(torch.nn.Linear(2, 2), bucket_cap_mb=bad)
         with self.assertRaisesRegex(ValueError, r"optimizer: not JSON \("):
             self.make(torch.nn.Linear(2, 2), optimizer='{"kind": SGD}')
+        with self.assertRaisesRegex(TypeError, "broadcast_buffers: True or "
+                                    "False, got 'yes'"):
+            self.make(torch.nn.Linear(2, 2), broadcast_buffers="yes")
         linear = torch.nn.Linear(2, 2)
         with self.assertRaisesRegex(ValueError, "parameter b is a, given "
                                     "twice"):

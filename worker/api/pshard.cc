@@ -538,6 +538,21 @@ pshardResult_t pshardAverageLoss(pshardSession_t session, double loss,
   });
 }
 
+pshardResult_t pshardBroadcast(pshardSession_t session, void* data,
+                               int64_t size, int root) {
+  constexpr char kCall[] = "pshardBroadcast";
+  if (size < 0) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(kCall, ": size must be >= 0, got ", size));
+  }
+  if (data == nullptr && size > 0) return NullArgument(kCall, "data");
+  return WithSession(kCall, session, [&](Session& s) {
+    return Return(s.Broadcast(
+        root, absl::MakeSpan(static_cast<char*>(data),
+                             static_cast<size_t>(size))));
+  });
+}
+
 pshardResult_t pshardReportProgress(pshardSession_t session, int64_t step,
                                     double loss, int64_t samples) {
   return WithSession("pshardReportProgress", session, [&](Session& s) {

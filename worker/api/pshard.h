@@ -82,8 +82,9 @@ extern "C" {
  * 8: every settable hyper-parameter set while training
  * (pshardSetHyperParameters, pshardGetHyperParameters).
  * 9: the program's own state in checkpoints
- * (pshardSaveCheckpointWithState, pshardGetLoadedProgramState). */
-#define PSHARD_API_VERSION 9
+ * (pshardSaveCheckpointWithState, pshardGetLoadedProgramState).
+ * 10: bytes broadcast from one rank (pshardBroadcast). */
+#define PSHARD_API_VERSION 10
 
 /* The enums below are ints. In C++ they have int as their fixed underlying
  * type, so every int a C caller passes is a value of the enum: an unknown one
@@ -335,6 +336,13 @@ pshardResult_t pshardLastGradNorm(pshardSession_t session, double* norm,
 /* The mean of `loss` over ranks (a collective: every rank calls it). */
 pshardResult_t pshardAverageLoss(pshardSession_t session, double loss,
                                  double* mean);
+/* Copies `size` bytes at `data` (host memory) on rank `root` to `data` on
+ * every rank (a collective: every rank calls it with the same root and
+ * size), as DDP broadcasts a model's buffers from rank 0. InvalidArgument:
+ * `data` NULL with size > 0, size < 0, a root outside the world, or a size
+ * that differs from root's (every rank fails; nothing is copied). */
+pshardResult_t pshardBroadcast(pshardSession_t session, void* data,
+                               int64_t size, int root);
 /* Progress after step `step` (>= 1): `loss` (NaN if none), `samples` this
  * rank processed in it. Rank 0 sends it to the coordinator without waiting;
  * other ranks' calls only check their arguments. Aborted if the coordinator

@@ -121,6 +121,16 @@ TEST_F(PshardCTest, NullHandlesAndOutputsAreInvalidArguments) {
   EXPECT_EQ(pshardSessionRank(session_, nullptr), pshardInvalidArgument);
   EXPECT_EQ(pshardAverageLoss(session_, 1.0, nullptr), pshardInvalidArgument);
   EXPECT_THAT(LastError(), HasSubstr("mean is NULL"));
+  EXPECT_EQ(pshardBroadcast(session_, nullptr, 4, 0), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("pshardBroadcast: data"));
+  char byte = 'x';
+  EXPECT_EQ(pshardBroadcast(session_, &byte, -1, 0), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("size must be >= 0, got -1"));
+  EXPECT_EQ(pshardBroadcast(session_, &byte, 1, 1), pshardInvalidArgument);
+  EXPECT_THAT(LastError(), HasSubstr("root: must be a rank in [0, 1)"));
+  EXPECT_EQ(pshardBroadcast(session_, &byte, 1, 0), pshardSuccess);
+  EXPECT_EQ(pshardBroadcast(session_, nullptr, 0, 0), pshardSuccess);
+  EXPECT_EQ(byte, 'x');
   EXPECT_EQ(pshardSessionClose(nullptr), pshardSuccess);
   int rank = -1, world = -1;
   EXPECT_EQ(pshardSessionRank(session_, &rank), pshardSuccess);

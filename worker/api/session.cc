@@ -1,7 +1,9 @@
 #include "worker/api/session.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -769,6 +771,48 @@ absl::StatusOr<double> Session::AverageLoss(double loss) {
   RETURN_IF_ERROR(Record(
       comm_->AllReduce(&sum, 1, DataType::kFloat32)->Wait(env_.timeout)));
   return static_cast<double>(sum) / env_.world_size;
+}
+
+absl::Status Session::Broadcast(int root, absl::Span<char> data) {
+  RETURN_IF_ERROR(CheckHealthy());
+  if (root < 0 || root >= env_.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "root: must be a rank in [0, ", env_.world_size, "), got ", root));
+  }
+  if (env_.world_size == 1) return absl::OkStatus();
+  // The sizes first: a peer that gives another size would otherwise read
+  // past its buffer or wait for bytes that never come. Every rank learns
+  // whether any differs, so all refuse together. The communicator moves
+  // 2-byte elements; a broadcast never looks at their values.
+  int64_t root_size = static_cast<int64_t>(data.size());
+  static_assert(sizeof(root_size) % 2 == 0);
+  RETURN_IF_ERROR(Record(comm_->Broadcast(&root_size, sizeof(root_size) / 2,
+                                          DataType::kBFloat16, root)
+                             ->Wait(env_.timeout)));
+  float differs = root_size == static_cast<int64_t>(data.size()) ? 0 : 1;
+  RETURN_IF_ERROR(Record(
+      comm_->AllReduce(&differs, 1, DataType::kFloat32)->Wait(env_.timeout)));
+  if (differs != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "size: every rank broadcasts as many bytes as root ", root,
+        " (this rank ", data.size(), ", root ", root_size, "; ",
+        static_cast<int>(differs), " of ", env_.world_size,
+        " ranks differ)"));
+  }
+  // An odd size goes through a copy one byte longer.
+  std::vector<char> padded;
+  char* bytes = data.data();
+  if (data.size() % 2 != 0) {
+    padded.assign(data.begin(), data.end());
+    padded.push_back(0);
+    bytes = padded.data();
+  }
+  const int64_t elements = static_cast<int64_t>(data.size() + 1) / 2;
+  RETURN_IF_ERROR(Record(
+      comm_->Broadcast(bytes, elements, DataType::kBFloat16, root)
+          ->Wait(env_.timeout)));
+  if (!padded.empty()) std::copy_n(padded.data(), data.size(), data.data());
+  return absl::OkStatus();
 }
 
 absl::Status Session::Barrier() {

@@ -306,6 +306,13 @@ class Session : private RankModel {
   absl::Status WaitForAllParameters();
   absl::StatusOr<double> AverageLoss(double loss);
   absl::Status Barrier();
+  // Copies root's `data` (host memory, any bytes) into every rank's `data`,
+  // over the host communicator, as DDP broadcasts a model's buffers (batch
+  // norm statistics) from rank 0. A collective: every rank calls it with
+  // the same root and size. InvalidArgument: a root outside the world, or
+  // a size that differs from root's (every rank says so; nothing is
+  // copied). A failed transfer is sticky, as every collective's.
+  absl::Status Broadcast(int root, absl::Span<char> data);
 
   // This rank's shard of the optimizer state, for a checkpoint (in device
   // memory: copied to the host; loaded state goes back at the first step).

@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -225,6 +226,54 @@ TEST(SessionTest, ASessionDroppedMidStepFailsItsPeersStep) {
   EXPECT_THAT(rank1_step.message(), HasSubstr("rank 0"));
   EXPECT_THAT(rank1_after, StatusIs(absl::StatusCode::kAborted,
                                     HasSubstr("the session failed earlier")));
+}
+
+// Broadcast copies root's bytes, odd sizes too; a rank that gives another
+// size makes every rank refuse, naming both sizes, and copy nothing.
+TEST(SessionTest, BroadcastCopiesRootsBytesAndRefusesSizesThatDiffer) {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/b.XXXXXX");
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  constexpr int kWorld = 3;
+  std::vector<std::string> got(kWorld);
+  std::vector<absl::Status> mismatch(kWorld);
+  std::vector<std::string> after_mismatch(kWorld);
+  auto run_rank = [&](int rank) {
+    SessionEnvironment env;
+    env.local_store = dir;
+    env.rank = rank;
+    env.world_size = kWorld;
+    env.timeout = absl::Seconds(30);
+    absl::StatusOr<std::unique_ptr<Session>> session = Session::Open(env);
+    ASSERT_OK(session);
+    // Root 1's 7 bytes (odd) over everyone's.
+    std::string bytes = rank == 1 ? "buffers" : absl::StrCat("rank ", rank, "!");
+    ASSERT_EQ(bytes.size(), 7u);
+    ASSERT_OK((*session)->Broadcast(1, absl::MakeSpan(bytes)));
+    got[rank] = bytes;
+    std::string sized = rank == 2 ? "longer" : "short";
+    mismatch[rank] = (*session)->Broadcast(0, absl::MakeSpan(sized));
+    after_mismatch[rank] = sized;
+    EXPECT_THAT((*session)->Broadcast(kWorld, absl::MakeSpan(sized)),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("root: must be a rank in [0, 3), got 3")));
+    // Refusals are not failures: the session goes on.
+    std::string empty;
+    EXPECT_OK((*session)->Broadcast(2, absl::MakeSpan(empty)));
+    EXPECT_OK((*session)->Close());
+  };
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < kWorld; ++rank) ranks.emplace_back(run_rank, rank);
+  for (std::thread& rank : ranks) rank.join();
+  for (int rank = 0; rank < kWorld; ++rank) {
+    SCOPED_TRACE(rank);
+    EXPECT_EQ(got[rank], "buffers");
+    EXPECT_THAT(mismatch[rank],
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("as many bytes as root 0")));
+    EXPECT_THAT(mismatch[rank].message(), HasSubstr("1 of 3 ranks differ"));
+    EXPECT_EQ(after_mismatch[rank], rank == 2 ? "longer" : "short");
+  }
+  EXPECT_THAT(mismatch[2].message(), HasSubstr("this rank 6, root 5"));
 }
 
 std::unique_ptr<Session> OpenLocalRank() {
