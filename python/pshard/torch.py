@@ -11,10 +11,12 @@ still runs; step() waits for the owners' updates to come back. Do not wrap
 the model in DistributedDataParallel. The first step() re-packs the
 buffers (in the order gradients became ready): tensors sharing the
 parameters' or gradients' memory from before it (p.detach(),
-model.state_dict()) are stale after it; take them later, or clone them.
+model.state_dict()) point into freed memory after it; take them later, or
+clone them.
 
-Rules (see worker/api/pshard.h): every rank builds the same model with the
-same initial values (seed them alike), runs one backward per step — or, to
+Rules (see worker/api/pshard.h): every rank builds the same model (the
+optimizer starts every rank from rank 0's parameters and buffers, as DDP
+does), runs one backward per step — or, to
 accumulate gradients, several, all but the last inside `with opt.no_sync():`
 (DDP's no_sync) — and calls step() every step. float32 or bfloat16
 parameters (mixed precision: see `param_dtype`), all on the CPU (reduced
@@ -87,6 +89,10 @@ def _named_parameters(model):
 # The array-interface type of each dtype's elements. bfloat16 has none: its
 # buckets are seen as int16 and viewed as bfloat16.
 _TYPESTRS = {torch.float32: "<f4", torch.bfloat16: "<i2"}
+
+# The host memory one broadcast of parameters or buffers stages at most
+# (a larger tensor goes alone).
+_BROADCAST_CHUNK_BYTES = 64 << 20
 
 
 class _CudaBuffer:
@@ -297,6 +303,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
             self._stream = torch.cuda.current_stream(self._device)
             _capi.check("pshardSetCudaDevice", handle, self._device.index,
                         ctypes.c_void_p(self._stream.cuda_stream or None))
+        if self._session.world_size > 1:
+            # As DDP at construction: every rank starts from rank 0's
+            # parameters and buffers, however it initialised its own.
+            states = [p for _, p in self._named]
+            if isinstance(model, torch.nn.Module):
+                states += list(model.buffers())
+            self._broadcast_from_rank_0(states)
         for name, p in self._named:
             shape = (ctypes.c_int64 * max(1, p.dim()))(*p.shape)
             index = ctypes.c_int()
@@ -462,23 +475,35 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if handle is None or not self._sync_buffers_next:
             return
         # Looked up each time: a module may replace a buffer.
-        buffers = [b for _, b in module.named_buffers()]
-        if not buffers:
-            return
-        with torch.no_grad():
-            flat = torch.cat([b.detach().reshape(-1).cpu().view(torch.uint8)
-                              for b in buffers])
-            _capi.check("pshardBroadcast", handle,
-                        ctypes.c_void_p(flat.data_ptr()), flat.numel(), 0)
-            if self._session.rank == 0:
-                return
-            offset = 0
-            for b in buffers:
-                size = b.numel() * b.element_size()
-                # A copy of the bytes, aligned for the buffer's dtype.
-                values = flat[offset:offset + size].clone().view(b.dtype)
-                b.copy_(values.view(b.shape))
-                offset += size
+        self._broadcast_from_rank_0(list(module.buffers()))
+
+    def _broadcast_from_rank_0(self, tensors):
+        """Every rank's `tensors` take rank 0's values: their bytes in one
+        broadcast per _BROADCAST_CHUNK_BYTES (a larger tensor alone),
+        staged in host memory. Every rank passes tensors of the same sizes
+        (PshardError otherwise, on every rank, nothing copied)."""
+        handle = self._session.handle
+        chunk, chunk_bytes = [], 0
+        for i, t in enumerate(tensors):
+            chunk.append(t)
+            chunk_bytes += t.numel() * t.element_size()
+            if (i + 1 < len(tensors) and chunk_bytes + tensors[i + 1].numel()
+                    * tensors[i + 1].element_size() <= _BROADCAST_CHUNK_BYTES):
+                continue
+            with torch.no_grad():
+                flat = torch.cat([c.detach().reshape(-1).cpu().view(
+                    torch.uint8) for c in chunk])
+                _capi.check("pshardBroadcast", handle,
+                            ctypes.c_void_p(flat.data_ptr()), flat.numel(), 0)
+                if self._session.rank != 0:
+                    offset = 0
+                    for c in chunk:
+                        size = c.numel() * c.element_size()
+                        # A copy of the bytes, aligned for c's dtype.
+                        c.copy_(flat[offset:offset + size].clone().view(
+                            c.dtype).view(c.shape))
+                        offset += size
+            chunk, chunk_bytes = [], 0
 
     def _after_forward(self, module, inputs, output):
         """Forward hook of the model (broadcast_buffers): as DDP, the next

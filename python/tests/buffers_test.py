@@ -1,9 +1,11 @@
-"""broadcast_buffers (pshard.torch, real processes, the local test mode) on
-2 ranks: a batch-norm model's buffers and evaluation are exactly those of
-DistributedDataParallel(broadcast_buffers=True), computed here in one
-process as DDP syncs them (rank 0's copied before the first forward and
-before each forward that follows one with gradients outside no_sync);
-without it each rank keeps its own statistics.
+"""Rank 0's state on every rank, as under DistributedDataParallel
+(pshard.torch, real processes, the local test mode, 2 ranks): ranks that
+initialise a batch-norm model differently all start from rank 0's
+parameters and buffers; with broadcast_buffers the buffers and an
+evaluation are exactly DDP's, computed here in one process as DDP syncs
+them (rank 0's copied before the first forward and before each forward
+that follows one with gradients outside no_sync); without it each rank
+keeps its own statistics.
 """
 
 import copy
@@ -76,6 +78,14 @@ class BuffersTest(unittest.TestCase):
         params, buffers, evaluated = ddp_reference()
         got = [torch.load(os.path.join(out, f"on-rank{rank}.pt"))
                for rank in range(WORLD)]
+        # Rank 0's initial values, though rank 1 made its own.
+        import buffers_rank
+        rank_0_model = buffers_rank.make_model(seed=7).state_dict()
+        for rank in range(WORLD):
+            for name, want in rank_0_model.items():
+                with self.subTest(rank=rank, initial=name):
+                    self.assertTrue(torch.equal(got[rank]["initial"][name],
+                                                want))
         for rank in range(WORLD):
             for name, want in params.items():
                 with self.subTest(rank=rank, param=name):

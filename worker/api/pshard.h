@@ -44,7 +44,8 @@
  *
  * Rules (as worker/api/trainer.h's, which this API is built on):
  *  - Every rank registers the same parameters in the same order, writes the
- *    same initial values, and marks every gradient ready once per step
+ *    same initial values (pshardBroadcast copies rank 0's, as pshard.torch
+ *    and DDP do), and marks every gradient ready once per step
  *    before pshardFinishStep. Gradients are this rank's own; pshard averages
  *    them over ranks, as DDP does.
  *  - The first pshardFinishStep may move the buffers (it re-packs them in the
