@@ -11,8 +11,8 @@ still runs; step() waits for the owners' updates to come back. Do not wrap
 the model in DistributedDataParallel. The first step() re-packs the
 buffers (in the order gradients became ready): tensors sharing the
 parameters' or gradients' memory from before it (p.detach(),
-model.state_dict()) point into freed memory after it; take them later, or
-clone them.
+model.state_dict()) hold other values after it (and, for CUDA tensors,
+point into freed memory); take them later, or clone them.
 
 Rules (see worker/api/pshard.h): every rank builds the same model (the
 optimizer starts every rank from rank 0's parameters and buffers, as DDP

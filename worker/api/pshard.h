@@ -50,8 +50,10 @@
  *    them over ranks, as DDP does.
  *  - The first pshardFinishStep may move the buffers (it re-packs them in the
  *    order gradients became ready): fetch the pointers again after it, even
- *    when it failed (the old buffers are gone then too). They are stable
- *    from then on, until pshardSessionClose.
+ *    when it failed. Host memory is re-packed in place (an old pointer
+ *    still points into pshard's memory, at other values); device memory
+ *    moves (the old buffers are gone). They are stable from then on, until
+ *    pshardSessionClose.
  *  - After an error in a collective (a peer gone, a timeout, the job
  *    cancelled) the session can only be closed.
  *  - A session is used from one thread at a time (calls are serialised).

@@ -111,19 +111,36 @@ void BucketStorage::FreeDeleter::operator()(void* p) const { std::free(p); }
 
 namespace {
 
-// A zeroed, 64-byte aligned buffer of `numel` elements of `element_bytes`,
-// or null when the memory is not there.
+constexpr int64_t kBucketAlignment = 64;
+
+int64_t RoundUpToAlignment(int64_t bytes) {
+  return (bytes + kBucketAlignment - 1) / kBucketAlignment * kBucketAlignment;
+}
+
+// Bytes of an arena that holds any layout of parameters of `total` elements
+// of `element_bytes` in all, `count` of them: each bucket holds at least one
+// parameter and rounds up by less than the alignment (an empty bucket takes
+// one element's room). -1 when that does not fit in an int64_t.
+int64_t ArenaBytes(int64_t total, int64_t count, int64_t element_bytes) {
+  const int64_t slack = (count + 1) * kBucketAlignment;
+  if (total > (INT64_MAX - slack) / element_bytes) return -1;
+  return RoundUpToAlignment(total * element_bytes + slack);
+}
+
+// A zeroed, 64-byte aligned buffer of `bytes`, or null when the memory is
+// not there.
 std::unique_ptr<void, BucketStorage::FreeDeleter> AllocateZeroed(
-    int64_t numel, int64_t element_bytes) {
-  const int64_t elems = std::max<int64_t>(numel, 1);
-  if (elems > static_cast<int64_t>(SIZE_MAX / element_bytes - 64)) {
+    int64_t bytes) {
+  if (bytes < 0 || bytes > INT64_MAX - kBucketAlignment ||
+      static_cast<uint64_t>(bytes) > SIZE_MAX - kBucketAlignment) {
     return nullptr;
   }
-  size_t bytes = static_cast<size_t>(elems * element_bytes);
-  bytes = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes);
+  // aligned_alloc takes a multiple of the alignment, and at least one.
+  const size_t size = static_cast<size_t>(
+      RoundUpToAlignment(std::max<int64_t>(bytes, 1)));
+  void* p = std::aligned_alloc(kBucketAlignment, size);
   if (p == nullptr) return nullptr;
-  std::memset(p, 0, bytes);
+  std::memset(p, 0, size);
   return std::unique_ptr<void, BucketStorage::FreeDeleter>(p);
 }
 
@@ -135,29 +152,101 @@ absl::StatusOr<std::unique_ptr<BucketStorage>> BucketStorage::Create(
   storage->param_dtype_ = param_dtype;
   storage->grad_dtype_ = grad_dtype;
   const int n = static_cast<int>(layout.ready_order().size());
-  storage->param_views_.assign(n, nullptr);
-  storage->grad_views_.assign(n, nullptr);
-  const int64_t param_size = DataTypeSize(param_dtype);
-  const int64_t grad_size = DataTypeSize(grad_dtype);
+  storage->numels_.assign(n, 0);
   for (const Bucket& b : layout.buckets()) {
-    auto params = AllocateZeroed(b.numel, param_size);
-    auto grads = params == nullptr ? nullptr : AllocateZeroed(b.numel, grad_size);
-    if (grads == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "cannot allocate bucket ", b.index, ": ", b.numel,
-          " parameters and gradients (", b.numel * (param_size + grad_size),
-          " bytes) of host memory"));
-    }
     for (const BucketEntry& e : b.entries) {
-      storage->param_views_[e.param_index] =
-          AdvanceElements(params.get(), e.offset, param_dtype);
-      storage->grad_views_[e.param_index] =
-          AdvanceElements(grads.get(), e.offset, grad_dtype);
+      storage->numels_[e.param_index] = e.numel;
     }
-    storage->params_.push_back(std::move(params));
-    storage->grads_.push_back(std::move(grads));
   }
+  const int64_t total = layout.total_numel();
+  storage->param_arena_bytes_ =
+      ArenaBytes(total, n, DataTypeSize(param_dtype));
+  storage->grad_arena_bytes_ = ArenaBytes(total, n, DataTypeSize(grad_dtype));
+  storage->param_arena_ = AllocateZeroed(storage->param_arena_bytes_);
+  if (storage->param_arena_ != nullptr) {
+    storage->grad_arena_ = AllocateZeroed(storage->grad_arena_bytes_);
+  }
+  if (storage->grad_arena_ == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate the buckets: ", layout.num_buckets(), " bucket(s) of ",
+        total, " parameters and gradients (",
+        total * (DataTypeSize(param_dtype) + DataTypeSize(grad_dtype)),
+        " bytes) of host memory"));
+  }
+  storage->Place(layout);
   return storage;
+}
+
+void BucketStorage::Place(const BucketLayout& layout) {
+  const int n = static_cast<int>(numels_.size());
+  param_views_.assign(n, nullptr);
+  grad_views_.assign(n, nullptr);
+  bucket_params_.clear();
+  bucket_grads_.clear();
+  char* params = static_cast<char*>(param_arena_.get());
+  char* grads = static_cast<char*>(grad_arena_.get());
+  const int64_t param_size = DataTypeSize(param_dtype_);
+  const int64_t grad_size = DataTypeSize(grad_dtype_);
+  for (const Bucket& b : layout.buckets()) {
+    bucket_params_.push_back(params);
+    bucket_grads_.push_back(grads);
+    for (const BucketEntry& e : b.entries) {
+      param_views_[e.param_index] = AdvanceElements(params, e.offset,
+                                                    param_dtype_);
+      grad_views_[e.param_index] = AdvanceElements(grads, e.offset,
+                                                   grad_dtype_);
+    }
+    const int64_t elements = std::max<int64_t>(b.numel, 1);
+    params += RoundUpToAlignment(elements * param_size);
+    grads += RoundUpToAlignment(elements * grad_size);
+  }
+}
+
+absl::Status BucketStorage::Rearrange(const BucketLayout& layout) {
+  const int n = static_cast<int>(numels_.size());
+  bool same = static_cast<int>(layout.ready_order().size()) == n;
+  for (const Bucket& b : layout.buckets()) {
+    for (const BucketEntry& e : b.entries) {
+      same = same && e.param_index >= 0 && e.param_index < n &&
+             numels_[e.param_index] == e.numel;
+    }
+  }
+  if (!same) {
+    return absl::InvalidArgumentError(
+        "a re-pack must lay out the same parameters (count and sizes) as "
+        "the storage holds");
+  }
+  // Every parameter's values and gradient, by index, while the arenas are
+  // laid out anew.
+  const int64_t param_size = DataTypeSize(param_dtype_);
+  const int64_t grad_size = DataTypeSize(grad_dtype_);
+  const int64_t total = std::accumulate(numels_.begin(), numels_.end(),
+                                        int64_t{0});
+  auto saved = AllocateZeroed(total * (param_size + grad_size));
+  if (saved == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot re-pack the buckets: no room for a copy of ", total,
+        " parameters and gradients (", total * (param_size + grad_size),
+        " bytes) of host memory"));
+  }
+  char* out = static_cast<char*>(saved.get());
+  for (int i = 0; i < n; ++i) {
+    std::memcpy(out, param_views_[i], numels_[i] * param_size);
+    out += numels_[i] * param_size;
+    std::memcpy(out, grad_views_[i], numels_[i] * grad_size);
+    out += numels_[i] * grad_size;
+  }
+  std::memset(param_arena_.get(), 0, static_cast<size_t>(param_arena_bytes_));
+  std::memset(grad_arena_.get(), 0, static_cast<size_t>(grad_arena_bytes_));
+  Place(layout);
+  const char* in = static_cast<const char*>(saved.get());
+  for (int i = 0; i < n; ++i) {
+    std::memcpy(param_views_[i], in, numels_[i] * param_size);
+    in += numels_[i] * param_size;
+    std::memcpy(grad_views_[i], in, numels_[i] * grad_size);
+    in += numels_[i] * grad_size;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pshard::worker

@@ -88,21 +88,33 @@ class BucketLayout {
 };
 
 // The flat buffers of a layout: per bucket, 64-byte aligned parameters (of
-// `param_dtype`) and gradients (of `grad_dtype`), zeroed.
+// `param_dtype`) and gradients (of `grad_dtype`), zeroed. Each dtype's
+// buckets lie in one arena, sized for any layout of the same parameters, so
+// that Rearrange re-packs in place: memory once handed out (a view a
+// program still holds from before the first step's re-pack) stays
+// allocated until the storage goes, holding other values afterwards but
+// never freed under the program.
 class BucketStorage {
  public:
-  // Allocates the buffers of `layout`. ResourceExhausted, naming the bucket
-  // and its size, when the memory is not there (what HookMemory::Arrange
-  // promises its callers; an allocation failure is not a crash).
+  // Allocates the buffers of `layout`. ResourceExhausted, naming the sizes,
+  // when the memory is not there (what HookMemory::Arrange promises its
+  // callers; an allocation failure is not a crash).
   static absl::StatusOr<std::unique_ptr<BucketStorage>> Create(
       const BucketLayout& layout, DataType param_dtype = DataType::kFloat32,
       DataType grad_dtype = DataType::kFloat32);
 
+  // Lays the same parameters out as `layout`, in the same arenas: every
+  // parameter keeps its values and gradient, the views move. A temporary
+  // copy of the parameters and gradients is made (ResourceExhausted when
+  // the memory is not there; nothing has changed then). InvalidArgument: a
+  // layout of other parameters.
+  absl::Status Rearrange(const BucketLayout& layout);
+
   DataType param_dtype() const { return param_dtype_; }
   DataType grad_dtype() const { return grad_dtype_; }
 
-  void* bucket_params(int b) { return params_[b].get(); }
-  void* bucket_grads(int b) { return grads_[b].get(); }
+  void* bucket_params(int b) { return bucket_params_[b]; }
+  void* bucket_grads(int b) { return bucket_grads_[b]; }
 
   // Views of parameter i (its values and its gradient) inside its bucket.
   void* param(int i) { return param_views_[i]; }
@@ -117,11 +129,18 @@ class BucketStorage {
 
  private:
   BucketStorage() = default;
+  // Points the buckets and views into the arenas as `layout` packs them.
+  void Place(const BucketLayout& layout);
 
   DataType param_dtype_ = DataType::kFloat32;
   DataType grad_dtype_ = DataType::kFloat32;
-  std::vector<std::unique_ptr<void, FreeDeleter>> params_;
-  std::vector<std::unique_ptr<void, FreeDeleter>> grads_;
+  std::vector<int64_t> numels_;  // per parameter, as Create's layout had it
+  int64_t param_arena_bytes_ = 0;
+  int64_t grad_arena_bytes_ = 0;
+  std::unique_ptr<void, FreeDeleter> param_arena_;
+  std::unique_ptr<void, FreeDeleter> grad_arena_;
+  std::vector<void*> bucket_params_;
+  std::vector<void*> bucket_grads_;
   std::vector<void*> param_views_;
   std::vector<void*> grad_views_;
 };

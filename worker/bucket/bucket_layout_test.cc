@@ -122,14 +122,77 @@ TEST(BucketStorageTest, MixedDtypesOffsetByTheirOwnSize) {
 }
 
 // A bucket larger than any address space: ResourceExhausted naming the
-// bucket and its size, not std::bad_alloc.
+// sizes, not std::bad_alloc.
 TEST(BucketStorageTest, UnallocatableBucketIsResourceExhausted) {
   auto params = Params({int64_t{1} << 58});
   ASSERT_OK_AND_ASSIGN(BucketLayout layout,
                        BucketLayout::Build(params, {0}, int64_t{1} << 62));
   EXPECT_THAT(BucketStorage::Create(layout).status(),
               StatusIs(absl::StatusCode::kResourceExhausted,
-                       ::testing::HasSubstr("cannot allocate bucket 0")));
+                       ::testing::HasSubstr(
+                           "cannot allocate the buckets: 1 bucket(s) of "
+                           "288230376151711744 parameters")));
+}
+
+// The first step's re-pack, in place: every parameter keeps its values and
+// gradient at its new place, the buckets stay 64-byte aligned, and every
+// view handed out before still points into the same (allocated) arena.
+TEST(BucketStorageTest, RearrangeMovesValuesInPlace) {
+  // bf16 parameters, fp32 gradients; 2 buckets (8 elements each), then one
+  // in another order.
+  auto params = Params({5, 3, 7, 1});
+  ASSERT_OK_AND_ASSIGN(
+      BucketLayout first,
+      BucketLayout::Build(params, BucketLayout::DefaultReadyOrder(4), 16,
+                          DataType::kBFloat16));
+  ASSERT_OK_AND_ASSIGN(
+      BucketLayout second,
+      BucketLayout::Build(params, {2, 0, 3, 1}, 32, DataType::kBFloat16));
+  ASSERT_NE(first.num_buckets(), second.num_buckets());
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<BucketStorage> storage,
+      BucketStorage::Create(first, DataType::kBFloat16, DataType::kFloat32));
+  auto* param_arena = static_cast<char*>(storage->bucket_params(0));
+  auto* grad_arena = static_cast<char*>(storage->bucket_grads(0));
+  const std::vector<void*> before = storage->param_views();
+  for (int i = 0; i < 4; ++i) {
+    for (int64_t k = 0; k < params[i].numel; ++k) {
+      static_cast<uint16_t*>(storage->param(i))[k] = 100 * i + k;
+      static_cast<float*>(storage->grad(i))[k] = -(100.0f * i + k);
+    }
+  }
+  ASSERT_OK(storage->Rearrange(second));
+  EXPECT_NE(storage->param_views(), before);
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(static_cast<char*>(storage->param(i)),
+              static_cast<char*>(storage->bucket_params(second.bucket_of(i))) +
+                  second.offset_of(i) * 2);
+    for (int64_t k = 0; k < params[i].numel; ++k) {
+      EXPECT_EQ(static_cast<uint16_t*>(storage->param(i))[k], 100 * i + k);
+      EXPECT_EQ(static_cast<float*>(storage->grad(i))[k], -(100.0f * i + k));
+    }
+  }
+  for (int b = 0; b < second.num_buckets(); ++b) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(storage->bucket_params(b)) % 64, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(storage->bucket_grads(b)) % 64, 0u);
+  }
+  EXPECT_EQ(storage->bucket_params(0), param_arena);
+  EXPECT_EQ(storage->bucket_grads(0), grad_arena);
+  // The old views: inside the arena (16 bf16 elements and a bucket's
+  // alignment for each of 4 parameters and one more), which is still there.
+  for (void* view : before) {
+    EXPECT_GE(static_cast<char*>(view), param_arena);
+    EXPECT_LT(static_cast<char*>(view), param_arena + 16 * 2 + 5 * 64);
+  }
+  // A layout of other parameters is refused, nothing moved.
+  ASSERT_OK_AND_ASSIGN(BucketLayout other,
+                       BucketLayout::Build(Params({5, 3, 7, 2}),
+                                           {0, 1, 2, 3}, 64));
+  EXPECT_THAT(storage->Rearrange(other),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("the same parameters")));
+  EXPECT_EQ(static_cast<uint16_t*>(storage->param(3))[0], 300);
 }
 
 }  // namespace

@@ -50,9 +50,11 @@ class HookMemory {
 
   // Lays the buffers out as `layout`. The first call allocates them
   // (contents unspecified). A later call re-packs: every parameter's values
-  // and gradient are copied from the current buffers into new ones, complete
-  // when it returns, and the old buffers are freed. ResourceExhausted when
-  // memory runs out; other errors from the memory's runtime.
+  // and gradient move to their places in the new layout, complete when it
+  // returns (host memory re-packs in place, through a temporary copy, so
+  // memory once handed out stays allocated; device memory copies into new
+  // buffers and frees the old ones). ResourceExhausted when memory runs
+  // out; other errors from the memory's runtime.
   virtual absl::Status Arrange(const BucketLayout& layout) = 0;
 
   // The dtypes of the parameter and gradient buffers.

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <tuple>
@@ -53,22 +52,12 @@ class HostMemory final : public HookMemory {
   DataType param_dtype() const override { return param_dtype_; }
   DataType grad_dtype() const override { return grad_dtype_; }
 
+  // The re-pack is in place (BucketStorage::Rearrange): a program's views
+  // from before it still point into allocated memory.
   absl::Status Arrange(const BucketLayout& layout) override {
-    ASSIGN_OR_RETURN(std::unique_ptr<BucketStorage> storage,
+    if (storage_ != nullptr) return storage_->Rearrange(layout);
+    ASSIGN_OR_RETURN(storage_,
                      BucketStorage::Create(layout, param_dtype_, grad_dtype_));
-    if (storage_ != nullptr) {
-      for (const Bucket& bucket : layout.buckets()) {
-        for (const BucketEntry& e : bucket.entries) {
-          std::memcpy(storage->param(e.param_index),
-                      storage_->param(e.param_index),
-                      e.numel * DataTypeSize(param_dtype_));
-          std::memcpy(storage->grad(e.param_index),
-                      storage_->grad(e.param_index),
-                      e.numel * DataTypeSize(grad_dtype_));
-        }
-      }
-    }
-    storage_ = std::move(storage);
     return absl::OkStatus();
   }
 
