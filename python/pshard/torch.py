@@ -468,8 +468,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def _sync_buffers(self, module, inputs):
         """Forward pre-hook of the model (broadcast_buffers): rank 0's
-        buffers, all of them in one broadcast of their bytes (staged in
-        host memory), when DDP would sync them."""
+        buffers (their bytes, staged in host memory), when DDP would sync
+        them."""
         del inputs
         handle = self._session._handle
         if handle is None or not self._sync_buffers_next:
