@@ -114,9 +114,12 @@ TEST(DrainControlTest, ReturnsOnceTheWorkerSaysDrained) {
   absl::Status result = absl::UnknownError("not returned");
   std::thread waiter(
       [&] { result = DrainAndWait(dir, absl::Seconds(30), clock); });
-  // The worker's side: it sees the request, drains, says so; the waiter
-  // notices at its next poll.
-  while (!control.DrainRequested()) std::this_thread::yield();
+  // The worker's side: once the waiter has asked and polled once (it
+  // sleeps on the clock), it drains and says so; the waiter notices at its
+  // next poll. Marking before the waiter sleeps let it read the clock after
+  // the Advance below and sleep past it, forever.
+  ASSERT_TRUE(clock.WaitForWaiters(1, absl::Seconds(30)));
+  EXPECT_TRUE(control.DrainRequested());
   ASSERT_OK(control.MarkDrained());
   clock.Advance(absl::Milliseconds(100));
   waiter.join();
