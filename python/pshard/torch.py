@@ -482,28 +482,33 @@ class ShardedOptimizer(torch.optim.Optimizer):
         broadcast per _BROADCAST_CHUNK_BYTES (a larger tensor alone),
         staged in host memory. Every rank passes tensors of the same sizes
         (PshardError otherwise, on every rank, nothing copied)."""
-        handle = self._session.handle
         chunk, chunk_bytes = [], 0
-        for i, t in enumerate(tensors):
+        for t in tensors:
+            size = t.numel() * t.element_size()
+            if chunk and chunk_bytes + size > _BROADCAST_CHUNK_BYTES:
+                self._broadcast_chunk_from_rank_0(chunk)
+                chunk, chunk_bytes = [], 0
             chunk.append(t)
-            chunk_bytes += t.numel() * t.element_size()
-            if (i + 1 < len(tensors) and chunk_bytes + tensors[i + 1].numel()
-                    * tensors[i + 1].element_size() <= _BROADCAST_CHUNK_BYTES):
-                continue
-            with torch.no_grad():
-                flat = torch.cat([c.detach().reshape(-1).cpu().view(
-                    torch.uint8) for c in chunk])
-                _capi.check("pshardBroadcast", handle,
-                            ctypes.c_void_p(flat.data_ptr()), flat.numel(), 0)
-                if self._session.rank != 0:
-                    offset = 0
-                    for c in chunk:
-                        size = c.numel() * c.element_size()
-                        # A copy of the bytes, aligned for c's dtype.
-                        c.copy_(flat[offset:offset + size].clone().view(
-                            c.dtype).view(c.shape))
-                        offset += size
-            chunk, chunk_bytes = [], 0
+            chunk_bytes += size
+        if chunk:
+            self._broadcast_chunk_from_rank_0(chunk)
+
+    def _broadcast_chunk_from_rank_0(self, chunk):
+        """One broadcast of `chunk`'s bytes from rank 0."""
+        with torch.no_grad():
+            flat = torch.cat([t.detach().reshape(-1).cpu().view(torch.uint8)
+                              for t in chunk])
+            _capi.check("pshardBroadcast", self._session.handle,
+                        ctypes.c_void_p(flat.data_ptr()), flat.numel(), 0)
+            if self._session.rank == 0:
+                return
+            offset = 0
+            for t in chunk:
+                size = t.numel() * t.element_size()
+                # A copy of the bytes, aligned for t's dtype.
+                t.copy_(flat[offset:offset + size].clone().view(
+                    t.dtype).view(t.shape))
+                offset += size
 
     def _after_forward(self, module, inputs, output):
         """Forward hook of the model (broadcast_buffers): as DDP, the next
