@@ -96,6 +96,18 @@ pshardResult_t NullArgument(const char* call, const char* argument) {
               absl::StrCat(call, ": ", argument, " is NULL"));
 }
 
+// pshardSuccess when `data` can hold `size` bytes of the caller's memory:
+// size >= 0, and `data` (named `argument`) not NULL unless size is 0.
+pshardResult_t CheckBytesArgument(const char* call, const void* data,
+                                  int64_t size, const char* argument) {
+  if (size < 0) {
+    return Fail(pshardInvalidArgument,
+                absl::StrCat(call, ": size must be >= 0, got ", size));
+  }
+  if (data == nullptr && size > 0) return NullArgument(call, argument);
+  return pshardSuccess;
+}
+
 }  // namespace
 
 // The key of an entry that carries a parameter's step only (a parameter
@@ -541,11 +553,10 @@ pshardResult_t pshardAverageLoss(pshardSession_t session, double loss,
 pshardResult_t pshardBroadcast(pshardSession_t session, void* data,
                                int64_t size, int root) {
   constexpr char kCall[] = "pshardBroadcast";
-  if (size < 0) {
-    return Fail(pshardInvalidArgument,
-                absl::StrCat(kCall, ": size must be >= 0, got ", size));
+  if (pshardResult_t checked = CheckBytesArgument(kCall, data, size, "data");
+      checked != pshardSuccess) {
+    return checked;
   }
-  if (data == nullptr && size > 0) return NullArgument(kCall, "data");
   return WithSession(kCall, session, [&](Session& s) {
     return Return(s.Broadcast(
         root, absl::MakeSpan(static_cast<char*>(data),
@@ -865,11 +876,10 @@ pshardResult_t pshardSaveCheckpointWithState(pshardSession_t session,
                                              int64_t step, const void* state,
                                              int64_t size) {
   constexpr char kCall[] = "pshardSaveCheckpointWithState";
-  if (size < 0) {
-    return Fail(pshardInvalidArgument,
-                absl::StrCat(kCall, ": size must be >= 0, got ", size));
+  if (pshardResult_t checked = CheckBytesArgument(kCall, state, size, "state");
+      checked != pshardSuccess) {
+    return checked;
   }
-  if (state == nullptr && size > 0) return NullArgument(kCall, "state");
   return WithSession(kCall, session, [&](Session& s) {
     // Before the copy below reads `size` bytes of the caller's memory.
     if (absl::Status fits = pshard::checkpoint::CheckProgramStateSize(size);
