@@ -442,9 +442,6 @@ class Runner {
   absl::StatusOr<int> Drain(const std::vector<std::string>& args) {
     RETURN_IF_ERROR(ExpectArgs(args, 1));
     if (args[1].empty()) return UsageError("drain: WORKER must not be empty");
-    if (options_.wait_timeout <= absl::ZeroDuration()) {
-      return UsageError("--wait_timeout: must be positive");
-    }
     ASSIGN_OR_RETURN(CoordinatorClient * client, Client());
     ASSIGN_OR_RETURN(v1::WorkerInfo worker, client->DrainWorker(args[1]));
     if (options_.wait) {
@@ -534,7 +531,8 @@ absl::Status CheckTimeouts(const CliOptions& options) {
   for (const auto& [flag, timeout] :
        {std::pair{"--connect_timeout", options.connect_timeout},
         std::pair{"--rpc_timeout", options.rpc_timeout},
-        std::pair{"--watch_timeout", options.watch_timeout}}) {
+        std::pair{"--watch_timeout", options.watch_timeout},
+        std::pair{"--wait_timeout", options.wait_timeout}}) {
     if (timeout <= absl::ZeroDuration()) {
       return UsageError(absl::StrCat(flag, ": must be positive, got ",
                                      absl::FormatDuration(timeout)));

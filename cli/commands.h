@@ -79,8 +79,8 @@ struct CliOptions {
   bool follow = false;
 };
 
-// InvalidArgument naming the flag: a connect, rpc or watch timeout that is
-// not positive (a deadline already past would fail every call with a
+// InvalidArgument naming the flag: a connect, rpc, watch or wait timeout
+// that is not positive (a deadline already past would fail every call with a
 // confusing DEADLINE_EXCEEDED).
 absl::Status CheckTimeouts(const CliOptions& options);
 

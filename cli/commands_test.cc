@@ -500,6 +500,7 @@ TEST_F(CommandsTest, DrainAndUndrain) {
   EXPECT_EQ(Run({"undrain", "a", "b"}), kExitUsage);
   options_.wait_timeout = absl::ZeroDuration();
   EXPECT_EQ(Run({"drain", w.id()}), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--wait_timeout: must be positive, got 0"));
 }
 
 TEST_F(CommandsTest, DrainWaitGivesUpAfterTheTimeout) {
